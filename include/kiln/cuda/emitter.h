@@ -1,0 +1,45 @@
+// The CUDA level: Kernel IR printed as CUDA C++ (one translation unit per kernel), and the artifacts
+// `kiln compile --emit cuda -o DIR` writes: the .cu files, the templates they include, manifest.json
+// (kernels in launch order, buffers in one arena, inputs, outputs), weights.bin and one cubin per kernel.
+#pragma once
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel/ir.h"
+
+namespace kiln::cuda {
+
+struct Source {
+  std::string kernel;  // entry point name
+  std::string file;    // "k3_reduce_sum.cu"
+  std::string text;
+};
+
+struct Module {
+  std::string modelName;
+  std::vector<Source> sources;
+};
+
+Module emit(const kernel::Program& p);  // cuda-emit
+std::string print(const Module& m);     // every file, each under a "// ----- file -----" header
+nlohmann::json toJson(const Module& m);
+void verify(const Module& m);
+
+struct ArtifactOptions {
+  std::string arch = "sm_90";
+  bool compile = true;  // run nvcc to produce cubins
+};
+
+// Writes everything into `dir` atomically: built in a sibling temporary directory and renamed into place,
+// so a failure leaves no partial output. An existing `dir` is replaced only if it holds a previous kiln
+// output (manifest.json) or is empty. Throws UserError on nvcc errors or warnings (with the log).
+void writeArtifacts(const kernel::Program& p, const Module& m, const std::filesystem::path& dir,
+                    const ArtifactOptions& opts);
+
+// Compiles .cu files in `dir` with nvcc into cubins next to them; warnings are errors. Returns the log.
+std::string compileWithNvcc(const std::filesystem::path& dir, const std::vector<std::string>& files,
+                            const std::string& arch);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,44 @@
+// The `kiln` subcommands, callable from tests. Each returns the process exit code: 0 success, 1 user
+// error or failed check, 2 usage error, 3 internal error.
+#pragma once
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/frontend/frontend.h"
+#include "kiln/support/pipeline.h"
+
+namespace kiln {
+
+struct CompileCommand {
+  std::string model;
+  std::vector<std::string> inputs;  // --input NAME=SHAPE[:DTYPE]
+  std::string ir = "loop";          // --ir LEVEL
+  bool json = false;
+  std::string emit;                 // --emit cuda
+  std::string output;               // -o FILE (--ir) or DIR (--emit)
+  std::string arch = "sm_90";
+  bool noCompile = false;           // --no-nvcc: write .cu and manifest without cubins
+  PipelineOptions pipeline;
+};
+
+struct RunCommand {
+  std::string model;
+  std::vector<std::string> inputs;
+  bool check = false;
+  bool interpret = false;
+  uint64_t seed = 0;
+  std::string arch = "sm_90";
+  int benchIters = 0;               // --bench N: time N forward passes on the GPU
+  PipelineOptions pipeline;
+};
+
+int runCompile(const CompileCommand& c, std::ostream& out);
+int runRun(const RunCommand& c, std::ostream& out);
+
+// Validates pass and level names given on the command line; throws UsageError.
+void checkPassName(const std::string& name);
+void checkLevelName(const std::string& level);
+
+}  // namespace kiln

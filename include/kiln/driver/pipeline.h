@@ -1,0 +1,34 @@
+// The compiler pipeline as one script (DESIGN.md §3.3), shared by the CLI and the tests.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kiln/cuda/emitter.h"
+#include "kiln/frontend/frontend.h"
+#include "kiln/kernel/ir.h"
+#include "kiln/loop/ir.h"
+#include "kiln/support/pipeline.h"
+#include "kiln/tensor/ir.h"
+#include "kiln/tile/ir.h"
+#include "kiln/torch/ir.h"
+
+namespace kiln {
+
+struct Compiled {
+  torch::Graph torchIR;
+  tensor::Graph tensorIR;
+  loop::Program loopIR;
+  tile::Program tileIR;
+  kernel::Program kernelIR;
+  cuda::Module cudaIR;
+};
+
+// Runs every pass up to and including the last pass of `untilLevel` (torch ... cuda). Throws
+// StopRequested when opts.stopAfter names a pass that ran.
+Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
+                      const PipelineOptions& opts, const std::string& untilLevel = "cuda");
+
+// The text (or JSON) of one level of a compiled model.
+std::string printLevel(const Compiled& c, const std::string& level, bool json = false);
+
+}  // namespace kiln

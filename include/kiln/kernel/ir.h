@@ -1,0 +1,126 @@
+// Kernel IR: the GPU program made concrete (DESIGN.md §1). Explicit thread and block indices, loops,
+// guards, global and shared memory, barriers; the launch configuration is decided here.
+//
+// Integer values are IndexExprs over index variables. Two variable ids are reserved: kThreadIdx
+// (threadIdx.x) and kBlockIdx (blockIdx.x); launches are one-dimensional for now. Float values are
+// expression trees over float variables, global loads (converted from the buffer's dtype to f32) and
+// shared loads. Statements are structured (no goto), so the CPU interpreter can run all threads of a
+// block in lockstep with an active mask, exactly as a warp-synchronous machine would.
+#pragma once
+#include <array>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/loop/ir.h"
+#include "kiln/support/host_tensor.h"
+#include "kiln/support/index_expr.h"
+
+namespace kiln::kernel {
+
+using tensor::Fn;
+
+constexpr int kThreadIdx = 0;
+constexpr int kBlockIdx = 1;
+Idx threadIdx();
+Idx blockIdx();
+
+struct FExpr;
+using FE = std::shared_ptr<const FExpr>;
+struct FExpr {
+  enum class Kind { Const, Var, LoadGlobal, LoadShared, Apply };
+  Kind kind;
+  float value = 0.f;          // Const
+  int var = -1;               // Var: float variable slot
+  int param = -1;             // LoadGlobal: kernel parameter index
+  int shared = -1;            // LoadShared: shared buffer index
+  Idx index;                  // loads: flat element index
+  Fn fn = Fn::Add;            // Apply
+  DType castTo = DType::F32;  // Apply(Cast)
+  std::vector<FE> args;
+};
+FE fconst(float v);
+FE fvar(int slot);
+FE loadGlobal(int param, Idx index);
+FE loadShared(int buffer, Idx index);
+FE fapply(Fn fn, std::vector<FE> args, DType castTo = DType::F32);
+
+struct Stmt;
+using Block = std::vector<Stmt>;
+struct Stmt {
+  enum class Kind {
+    DefIdx,       // const index var = index
+    Assign,       // float var = value
+    For,          // for (var = begin; var < end; var += step) body
+    If,           // if (lhs < rhs) body
+    StoreGlobal,  // param[index] = value (converted to the buffer's dtype)
+    StoreShared,  // shared[index] = value
+    Barrier,      // __syncthreads(): every thread of the block must reach it
+  };
+  Kind kind;
+  int var = -1;            // DefIdx / For: index variable id; Assign: float slot
+  std::string name;        // DefIdx / For: variable name
+  Idx a, b;                // DefIdx: a; For: begin a, end b; If: a < b; stores: a = index
+  int64_t step = 1;        // For
+  int target = -1;         // StoreGlobal: param; StoreShared: shared buffer
+  FE value;                // Assign, stores
+  Block body;              // For, If
+};
+Stmt defIdx(int var, std::string name, Idx value);
+Stmt assign(int slot, FE value);
+Stmt forLoop(int var, std::string name, Idx begin, Idx end, int64_t step, Block body);
+Stmt ifLess(Idx lhs, Idx rhs, Block body);
+Stmt storeGlobal(int param, Idx index, FE value);
+Stmt storeShared(int buffer, Idx index, FE value);
+Stmt barrier();
+
+struct Param {
+  int buffer;           // program buffer id (loop::Program numbering)
+  std::string name;
+  DType dtype;
+  int64_t elements;
+  bool written;         // the kernel stores to it (otherwise const __restrict__)
+};
+
+struct SharedBuffer {
+  std::string name;
+  int64_t elements;     // f32 elements
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<Param> params;
+  std::vector<SharedBuffer> shared;      // static shared memory
+  std::vector<std::string> floatVars;    // float slot names
+  std::array<int64_t, 3> grid{1, 1, 1};
+  std::array<int64_t, 3> block{1, 1, 1};
+  int64_t dynamicSharedBytes = 0;        // > 48 KiB requires the launch attribute (manifest shared_bytes)
+  Block body;
+  std::vector<std::string> origins;      // Torch ops it holds (from Loop IR)
+  int64_t sharedBytes() const;           // static shared memory in bytes
+};
+
+struct Program {
+  std::string modelName;
+  std::vector<loop::Buffer> buffers;     // same buffers and ids as the Loop IR
+  std::vector<int> inputs, outputs;
+  std::vector<Kernel> kernels;           // launch order
+};
+
+std::string print(const Program& p);
+nlohmann::json toJson(const Program& p);
+// Static hardware rules: no barrier under thread-divergent control flow; shared memory within 48 KiB
+// static (227 KiB with the dynamic attribute); shared indices within bounds; every variable defined
+// before use; launch dimensions within limits.
+void verify(const Program& p);
+
+// Executes the kernels on the CPU, one block at a time, all threads of a block in lockstep. Shared
+// memory reads of elements no thread wrote, out-of-bounds accesses and divergent barriers throw
+// InternalError naming the kernel. Outputs and temporaries start poisoned (NaN).
+std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs);
+
+// Lowering (passes/kernel/lower_from_tile.cpp) is declared in kiln/tile/ir.h's sibling header
+// kiln/kernel/lower.h, since it sees two levels.
+
+}  // namespace kiln::kernel

@@ -1,0 +1,82 @@
+// The manifest is the contract between kiln's emitter and the runtime (DESIGN.md §1 "runtime"): everything the
+// runtime needs to run a compiled model without LibTorch or the compiler — the static memory plan (one arena,
+// byte offsets fixed at compile time), where each weight's bytes live in weights.bin, and the kernels to launch
+// in order. It is plain JSON (DIR/manifest.json) so that a user can read and edit it by hand.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kiln/support/dtype.h"
+
+namespace kiln::runtime {
+
+// Offsets are aligned so that every buffer satisfies the widest vector load a kernel may use (and cudaMalloc's
+// own guarantee), whatever the buffer's neighbours are.
+inline constexpr int64_t kArenaAlignment = 256;
+
+enum class BufferKind { Input, Output, Weight, Temp };
+
+std::string_view bufferKindName(BufferKind k);  // "input", "output", "weight", "temp"
+
+struct BufferInfo {
+  int64_t id = 0;
+  std::string name;  // the Torch-level value name, for messages and dumps
+  BufferKind kind = BufferKind::Temp;
+  DType dtype = DType::F32;
+  Shape shape;
+  int64_t bytes = 0;          // numel(shape) * dtypeBytes(dtype)
+  int64_t offset = 0;         // into the arena
+  int64_t weightOffset = -1;  // into weights.bin; only for kind == Weight ("weight_offset")
+};
+
+struct KernelInfo {
+  std::string name;    // kernel name used in messages ("k3_softmax")
+  std::string source;  // .cu file, relative to the manifest's directory (kept so users can find the code)
+  std::string cubin;   // .cubin file, relative to the manifest's directory
+  std::string entry;   // the extern "C" __global__ symbol in the cubin
+  std::vector<int64_t> params;  // buffer ids; one device pointer per param, in this order
+  int grid[3] = {1, 1, 1};
+  int block[3] = {1, 1, 1};
+  int64_t sharedBytes = 0;  // dynamic shared memory per block
+};
+
+struct Manifest {
+  std::string kilnVersion;
+  std::string model;
+  std::string arch;  // "sm_90"
+  int64_t arenaBytes = 0;
+  std::string weightsFile = "weights.bin";
+  std::vector<BufferInfo> buffers;  // buffers[i].id == i is not required; look up with findBuffer
+  std::vector<int64_t> inputs;      // buffer ids, in the model's argument order
+  std::vector<int64_t> outputs;     // buffer ids, in the model's result order
+  std::vector<KernelInfo> kernels;  // launch order
+
+  // nullptr if no buffer has this id.
+  const BufferInfo* findBuffer(int64_t id) const;
+};
+
+inline constexpr const char* kManifestFileName = "manifest.json";
+
+// Reads and validates DIR/manifest.json. Throws UserError (one line naming the file and the field) on a
+// missing file, malformed JSON, a missing or mistyped field, or a plan that fails validate().
+Manifest readManifest(const std::filesystem::path& dir);
+
+// Parses an already-loaded JSON document; `what` names its origin in messages. Also validates.
+Manifest manifestFromJson(const nlohmann::json& j, const std::string& what);
+
+nlohmann::json toJson(const Manifest& m);
+
+// Writes DIR/manifest.json (pretty-printed, so diffs between compilations are readable). Validates first so that
+// the emitter cannot write a manifest the runtime would refuse.
+void writeManifest(const Manifest& m, const std::filesystem::path& dir);
+
+// Checks the memory plan and kernel list are self-consistent: unique ids, buffers inside the arena and aligned,
+// bytes == numel * dtypeBytes, weights have a weight_offset, inputs/outputs/params refer to existing buffers of
+// the right kind, launch dimensions positive. Throws UserError prefixed by `what` (usually the file path).
+void validate(const Manifest& m, const std::string& what);
+
+}  // namespace kiln::runtime

@@ -1,0 +1,63 @@
+// The runtime: runs a directory written by `kiln compile` (manifest.json, cubins, weights.bin) with the CUDA
+// Driver API and nothing else — no LibTorch, no compiler (DESIGN.md §1 "runtime").
+//
+// libcuda is opened with dlopen on first use rather than linked, so the kiln binary starts and runs its CPU
+// paths (compile, dump, interpret) on machines without a CUDA driver, such as CI. Nothing here includes
+// <cuda.h>; the Driver API types stay inside runtime.cpp.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/manifest.h"
+
+namespace kiln::runtime {
+
+// True if a CUDA driver can be loaded, initialises, and reports at least one device. Otherwise false, and *why
+// (if given) says which of those failed, e.g. "no CUDA driver (libcuda.so.1) on this machine". Never throws, so
+// callers (tests, `kiln run`) can skip GPU work with a clear reason instead of crashing.
+bool gpuAvailable(std::string* why = nullptr);
+
+// One compiled model loaded onto device 0.
+//
+// Uses the device's *primary* context, the one the CUDA runtime (and so LibTorch) uses too, so that a Model and
+// LibTorch in the same process see the same memory and don't pay for a second context.
+//
+// Every Driver API failure throws kiln::UserError with one line naming the call, the kernel or file involved
+// and the CUDA error, e.g. "kiln runtime: cuLaunchKernel failed for kernel 'k3_softmax': CUDA_ERROR_INVALID_VALUE
+// (invalid argument)". Not thread-safe: use one Model from one thread at a time.
+class Model {
+ public:
+  // Reads and validates DIR/manifest.json, retains the primary context, loads every cubin, allocates the single
+  // arena (zero-filled) and uploads weights.bin once. All device state lives until the destructor.
+  explicit Model(const std::filesystem::path& dir);
+  ~Model();  // frees everything; never throws
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // One forward pass. `inputs` are raw bytes in manifest().inputs order; each must have exactly the buffer's
+  // byte size (UserError otherwise). Output and temp buffers are filled with 0xFF bytes (NaN for floats) before
+  // the kernels run, so a kernel that fails to write part of its output shows up as NaNs rather than as stale
+  // values from an earlier run. Synchronizes after every kernel so that an asynchronous fault is blamed on the
+  // kernel that caused it. Returns the outputs' bytes in manifest().outputs order.
+  std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs);
+
+  // Milliseconds per forward pass: `warmup` untimed passes, then `iters` back-to-back passes between two CUDA
+  // events (no per-kernel synchronization, no copies). Uses whatever the arena holds (the inputs of the last
+  // run(), zeros before the first), so call run() first when timing depends on the data.
+  double timeMs(int warmup, int iters);
+
+  std::string deviceName() const;  // e.g. "NVIDIA H200"
+  int computeCapability() const;   // major*10 + minor, e.g. 90
+  const Manifest& manifest() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::runtime

@@ -1,0 +1,38 @@
+// A tensor in host memory, exchanged between the frontend's LibTorch reference, the CPU interpreters and
+// the runtime without any of them seeing the others' types. Values are held in f32 whatever the dtype
+// (bf16/f16 round-trip exactly; i64 token ids below 2^24 are exact).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/support/dtype.h"
+
+namespace kiln {
+
+struct HostTensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<float> values;
+};
+
+// Fresh random inputs (never zeros): normal(0, 1) for floating types, uniform in [0, 8) for i64.
+HostTensor randomTensor(DType dtype, const Shape& shape, uint64_t seed);
+
+// Element bytes in the tensor's dtype (what the runtime copies to the GPU), and back.
+std::vector<std::byte> toBytes(const HostTensor& t);
+HostTensor fromBytes(DType dtype, const Shape& shape, const std::vector<std::byte>& bytes);
+
+struct Comparison {
+  double relL2 = 0;      // ||out - ref|| / ||ref||
+  double maxAbs = 0;
+  bool hasNaN = false;   // NaN or Inf anywhere in `out` (never passes)
+  bool shapeMismatch = false;
+};
+Comparison compare(const HostTensor& out, const HostTensor& ref);
+// DESIGN.md §4: f32 <= 1e-5; bf16/f16 (f32 accumulation) <= 2e-2.
+double tolerance(DType dtype);
+bool passes(const Comparison& c, DType dtype);
+
+}  // namespace kiln

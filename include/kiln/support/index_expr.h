@@ -1,0 +1,63 @@
+// Integer index expressions: immutable trees over named variables (loop axes, thread indices).
+//
+// From Loop IR down, extents and indices are IndexExprs, not bare integers, so that a dynamic sequence
+// length can later become a symbol. The simplifier knows the affine rules a CUDA engineer applies by hand
+// (x*64 floordiv 64 = x, (x*64 + y) mod 64 = y when 0 <= y < 64) given each variable's extent.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct IndexNode;
+using Idx = std::shared_ptr<const IndexNode>;
+
+struct IndexNode {
+  enum class Op { Const, Var, Add, Mul, FloorDiv, Mod, Min, Max };
+  Op op;
+  int64_t value = 0;   // Const
+  int var = -1;        // Var: id, unique within the expression's scope
+  std::string name;    // Var: printed name
+  Idx a, b;            // operands of binary ops
+};
+
+Idx idxConst(int64_t v);
+Idx idxVar(int id, std::string name);
+// Constructors fold constants and trivial identities; use simplify() for range-aware rewriting.
+Idx operator+(const Idx& a, const Idx& b);
+Idx operator*(const Idx& a, const Idx& b);
+Idx idxAdd(const Idx& a, int64_t c);
+Idx idxMul(const Idx& a, int64_t c);
+Idx floorDiv(const Idx& a, int64_t d);
+Idx mod(const Idx& a, int64_t d);
+Idx idxMin(const Idx& a, const Idx& b);
+Idx idxMax(const Idx& a, const Idx& b);
+
+std::optional<int64_t> constValue(const Idx& e);
+bool sameIdx(const Idx& a, const Idx& b);
+
+// Extents of variables: var id -> extent (the variable ranges over [0, extent)).
+using VarExtents = std::map<int, int64_t>;
+
+// Range-aware simplification (sound for every assignment within the extents).
+Idx simplify(const Idx& e, const VarExtents& extents);
+// Smallest and largest value of e over the extents; nullopt when a variable's extent is unknown.
+std::optional<std::pair<int64_t, int64_t>> idxRange(const Idx& e, const VarExtents& extents);
+
+// Replace variables: f(var id) returns a replacement or nullptr to keep the variable.
+Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& f);
+// Visit every variable id used by e.
+void forEachVar(const Idx& e, const std::function<void(int)>& f);
+
+// Evaluate with env[var id] holding each variable's value.
+int64_t evaluate(const Idx& e, const std::vector<int64_t>& env);
+
+// Prints e.g. "p0*64 + r0", "(p1 floordiv 4) mod 8"; `cStyle` prints C operators for the emitter.
+std::string toString(const Idx& e, bool cStyle = false);
+
+}  // namespace kiln

@@ -1,0 +1,77 @@
+// Runs passes with kiln's debugging vocabulary (DESIGN.md §3.7): -v names each pass, -vv/--print-after-all
+// prints a unified diff of the IR after each pass that changed it, --print-after=PASS prints the IR,
+// --stop-after=PASS stops there, --dump-dir writes one numbered file per pass, --time-passes reports time.
+// Each pass's IR is verified after it runs (verify() found by argument-dependent lookup).
+#pragma once
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct PassInfo {
+  std::string name, level, description;
+};
+const std::vector<PassInfo>& allPasses();
+const PassInfo* findPass(const std::string& name);
+const std::vector<std::string>& allLevels();  // torch, tensor, loop, tile, kernel, cuda
+
+struct PipelineOptions {
+  int verbosity = 0;                 // 1: pass names; 2: diffs of changed IR
+  std::set<std::string> printAfter;  // pass names
+  std::optional<std::string> stopAfter;
+  std::string dumpDir;
+  bool timePasses = false;
+  bool verify = true;
+  std::ostream* log = nullptr;       // where -v, diffs and timings go (stderr by default)
+};
+
+// Thrown by PassRunner when --stop-after's pass has run; carries that pass's IR text.
+struct StopRequested {
+  std::string pass, irText;
+};
+
+class PassRunner {
+ public:
+  explicit PassRunner(PipelineOptions opts);
+  ~PassRunner();
+
+  // Runs an in-level pass: fn(ir) returns whether it changed something.
+  template <class IR, class Fn>
+  void pass(IR& ir, const std::string& name, Fn&& fn) {
+    auto t0 = std::chrono::steady_clock::now();
+    bool changed = fn(ir);
+    finish(name, t0, changed, [&] { return print(ir); }, [&] { verify(ir); });
+  }
+
+  // Runs a pass that produces a new IR (an import or a lowering).
+  template <class Fn>
+  auto produce(const std::string& name, Fn&& fn) -> decltype(fn()) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto ir = fn();
+    finish(name, t0, true, [&] { return print(ir); }, [&] { verify(ir); });
+    return ir;
+  }
+
+  void printTimings();
+
+ private:
+  void finish(const std::string& name, std::chrono::steady_clock::time_point t0, bool changed,
+              const std::function<std::string()>& text, const std::function<void()>& verifyFn);
+
+  PipelineOptions opts_;
+  std::string previousText_;
+  int index_ = 0;
+  std::vector<std::pair<std::string, double>> timings_;
+};
+
+// Line-based unified diff (for -vv and golden-test failures).
+std::string unifiedDiff(const std::string& before, const std::string& after, const std::string& fromName,
+                        const std::string& toName);
+
+}  // namespace kiln

@@ -1,0 +1,87 @@
+// Tensor IR: a DAG of primitives (DESIGN.md §1).
+//
+//   Elementwise(fn)   out[i] = fn(in0[i], in1[i], ...)   operands share the output's shape (broadcasts are
+//                     explicit IndexMaps); operands may also be f32 immediates
+//   Reduce(fn, axes)  out = fn over `axes` of in0, reduced axes kept with extent 1 (keepdim)
+//   IndexMap          out[o0..on] = in0[index[0](o), ..., index[k](o)]: view, transpose, permute, slice,
+//                     expand, broadcast, squeeze... all pure data movement as one index function
+//   Gather            out[i.., j..] = in0[in1[i..], j..] (embedding)
+//
+// A matrix product stays recognisable as a contraction: Reduce(sum, k) of Elementwise(mul) of two
+// IndexMaps that broadcast both operands to [.., m, n, k].
+#pragma once
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/support/dtype.h"
+#include "kiln/support/index_expr.h"
+#include "kiln/torch/ir.h"
+
+namespace kiln::tensor {
+
+// Scalar functions shared by every level below (Loop, Kernel, the interpreters and the CUDA emitter).
+enum class Fn {
+  // unary
+  Neg, Exp, Rsqrt, Sqrt, Relu, Silu, Sigmoid, Tanh, Gelu, GeluTanh, Cast,
+  // binary
+  Add, Sub, Mul, Div, Pow, Max, Min,
+};
+int arity(Fn f);
+const char* fnName(Fn f);
+float applyFn(Fn f, float a, float b = 0.f);  // the reference semantics of each function in f32
+
+enum class ReduceFn { Sum, Max };
+const char* reduceName(ReduceFn f);
+float reduceInit(ReduceFn f);
+float reduceCombine(ReduceFn f, float acc, float v);
+
+struct Operand {
+  int node = -1;    // producing node id, or -1 for an immediate
+  float imm = 0.f;
+  bool isImm() const { return node < 0; }
+};
+
+struct Node {
+  enum class Kind { Input, Weight, Elementwise, Reduce, IndexMap, Gather };
+  Kind kind;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<Operand> operands;   // Elementwise: fn's operands; others: operands[0] (Gather: table, ids)
+  Fn fn = Fn::Add;                 // Elementwise
+  ReduceFn reduceFn = ReduceFn::Sum;
+  std::vector<int> axes;           // Reduce: reduced axes (sorted)
+  std::vector<Idx> index;          // IndexMap: one expression per input dim over vars o0..o{rank-1} (ids 0..)
+  std::string name;                // Input/Weight name
+  std::shared_ptr<const torch::WeightData> weight;
+  std::string origin;              // "aten::softmax @ models/softmax.py:9": the Torch op it came from
+};
+
+struct Graph {
+  std::string modelName;
+  std::vector<Node> nodes;         // topologically ordered; ids are indices
+  std::vector<int> inputs, outputs;
+
+  int add(Node n) {
+    nodes.push_back(std::move(n));
+    return static_cast<int>(nodes.size()) - 1;
+  }
+};
+
+// The output-index variable for axis d of an IndexMap (id d, named "o<d>").
+Idx outVar(int d);
+
+std::string print(const Graph& g);
+nlohmann::json toJson(const Graph& g);
+void verify(const Graph& g);
+
+// Passes (passes/tensor/*.cpp)
+Graph lowerFromTorch(const torch::Graph& g);   // tensor-lower-from-torch
+bool composeIndexMaps(Graph& g);               // tensor-compose-index-maps
+bool eliminateDeadCode(Graph& g);              // tensor-eliminate-dead-code
+
+// Names of the aten ops tensor-lower-from-torch supports (for docs and error messages).
+std::vector<std::string> supportedOps();
+
+}  // namespace kiln::tensor

@@ -1,0 +1,196 @@
+// kernel-lower-from-tile: makes each schedule concrete.
+//   thread_per_output: i = blockIdx.x*block + threadIdx.x; if (i < points) { parallel indices from i;
+//                      serial reduction loop; store }
+//   block_per_output:  parallel indices from blockIdx.x; threads stride over the flattened reduction;
+//                      partial results meet in shared memory `red` through a halving tree with a barrier
+//                      after every step (barriers outside any thread-dependent branch); thread 0 stores.
+// Loop-IR variable v becomes Kernel-IR variable v + kFirstLoopVar; loads become flat row-major indices.
+// Common subexpressions are computed once per scope.
+#include <fmt/format.h>
+
+#include <map>
+
+#include "kiln/kernel/lower.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel {
+namespace {
+
+constexpr int kLinearVar = 2;     // the flat output (or reduction) position
+constexpr int kFirstLoopVar = 3;  // Loop-IR variables are shifted past the reserved ones
+
+Idx rowMajor(const std::vector<Idx>& index, const Shape& shape, const VarExtents& ext) {
+  Idx flat = idxConst(0);
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    flat = flat + index[d] * idxConst(stride);
+    stride *= shape[d];
+  }
+  return simplify(flat, ext);
+}
+
+class KernelBuilder {
+ public:
+  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s) : tp_(tp), lk_(lk), s_(s) {}
+
+  Kernel build() {
+    k_.name = lk_.name;
+    k_.origins = lk_.origins;
+    param(lk_.output, true);
+    if (s_.strategy == tile::Strategy::ThreadPerOutput) threadPerOutput();
+    else blockPerOutput();
+    return std::move(k_);
+  }
+
+ private:
+  int param(int buffer, bool written) {
+    for (size_t i = 0; i < k_.params.size(); ++i)
+      if (k_.params[i].buffer == buffer) return static_cast<int>(i);
+    const loop::Buffer& b = tp_.loop.buffers[buffer];
+    k_.params.push_back(Param{buffer, b.name, b.dtype, numel(b.shape), written});
+    return static_cast<int>(k_.params.size()) - 1;
+  }
+
+  int slot(const std::string& name) {
+    k_.floatVars.push_back(name);
+    return static_cast<int>(k_.floatVars.size()) - 1;
+  }
+
+  Idx var(const loop::Axis& a) { return idxVar(a.var + kFirstLoopVar, a.name); }
+  Idx shifted(const Idx& e) {
+    return substitute(e, [&](int v, const std::string& n) { return idxVar(v + kFirstLoopVar, n); });
+  }
+
+  // Defines each axis from a flat position in row-major order over the axes.
+  void unflatten(const std::vector<loop::Axis>& axes, const Idx& flat, int64_t flatExtent, Block& out) {
+    int64_t stride = 1;
+    std::vector<Idx> defs(axes.size());
+    for (size_t d = axes.size(); d-- > 0;) {
+      defs[d] = simplify(mod(floorDiv(flat, stride), axes[d].extent), extents_);
+      stride *= axes[d].extent;
+    }
+    for (size_t d = 0; d < axes.size(); ++d) {
+      out.push_back(defIdx(axes[d].var + kFirstLoopVar, axes[d].name, defs[d]));
+      extents_[axes[d].var + kFirstLoopVar] = axes[d].extent;
+    }
+  }
+
+  FE lower(const loop::ExprP& e, Block& out, std::map<std::string, FE>& cse) {
+    if (e->kind == loop::Expr::Kind::Imm) return fconst(e->imm);
+    if (e->kind == loop::Expr::Kind::Acc) return fvar(acc_);
+    std::string key = loop::exprKey(e);
+    if (auto it = cse.find(key); it != cse.end()) return it->second;
+    FE value;
+    if (e->kind == loop::Expr::Kind::Load) {
+      std::vector<Idx> idx;
+      for (auto& i : e->index) idx.push_back(shifted(i));
+      value = loadGlobal(param(e->buffer, false), rowMajor(idx, tp_.loop.buffers[e->buffer].shape, extents_));
+    } else {
+      std::vector<FE> args;
+      for (auto& a : e->args) args.push_back(lower(a, out, cse));
+      value = fapply(e->fn, std::move(args), e->castTo);
+    }
+    int s = slot(fmt::format("v{}", k_.floatVars.size()));
+    out.push_back(assign(s, value));
+    cse[key] = fvar(s);
+    return cse[key];
+  }
+
+  Idx outputIndex() {
+    std::vector<Idx> idx;
+    for (auto& a : lk_.parallel) idx.push_back(var(a));
+    return rowMajor(idx, tp_.loop.buffers[lk_.output].shape, extents_);
+  }
+
+  void storeResult(Block& out) {
+    std::map<std::string, FE> cse;
+    FE r = lower(lk_.result, out, cse);
+    out.push_back(storeGlobal(0, outputIndex(), r));
+  }
+
+  // acc = combine(acc, value) over the reduction axes, given a block to put the loop body in.
+  void accumulate(Block& body) {
+    std::map<std::string, FE> cse;
+    FE v = lower(lk_.reduction->value, body, cse);
+    Fn combine = lk_.reduction->fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max;
+    body.push_back(assign(acc_, fapply(combine, {fvar(acc_), v})));
+  }
+
+  void threadPerOutput() {
+    int64_t points = lk_.parallelPoints(), block = s_.knob("block");
+    k_.block = {block, 1, 1};
+    k_.grid = {(points + block - 1) / block, 1, 1};
+    extents_[kThreadIdx] = block;
+    extents_[kBlockIdx] = k_.grid[0];
+    Idx linear = idxVar(kLinearVar, "i");
+    k_.body.push_back(defIdx(kLinearVar, "i", blockIdx() * idxConst(block) + threadIdx()));
+    extents_[kLinearVar] = points;
+    Block guarded;
+    unflatten(lk_.parallel, linear, points, guarded);
+    if (lk_.reduction) {
+      acc_ = slot("acc");
+      guarded.push_back(assign(acc_, fconst(tensor::reduceInit(lk_.reduction->fn))));
+      // Nest one loop per reduction axis, outermost first.
+      Block body;
+      accumulate(body);
+      for (size_t d = lk_.reduction->axes.size(); d-- > 0;) {
+        const loop::Axis& a = lk_.reduction->axes[d];
+        body = Block{forLoop(a.var + kFirstLoopVar, a.name, idxConst(0), idxConst(a.extent), 1, std::move(body))};
+      }
+      for (auto& st : body) guarded.push_back(std::move(st));
+    }
+    storeResult(guarded);
+    k_.body.push_back(ifLess(linear, idxConst(points), std::move(guarded)));
+  }
+
+  void blockPerOutput() {
+    int64_t points = lk_.parallelPoints(), threads = s_.knob("threads");
+    int64_t extent = lk_.iterations() / points;
+    k_.block = {threads, 1, 1};
+    k_.grid = {points, 1, 1};
+    extents_[kThreadIdx] = threads;
+    extents_[kBlockIdx] = points;
+    unflatten(lk_.parallel, blockIdx(), points, k_.body);
+    acc_ = slot("acc");
+    k_.body.push_back(assign(acc_, fconst(tensor::reduceInit(lk_.reduction->fn))));
+    Block body;
+    extents_[kLinearVar] = extent;
+    unflatten(lk_.reduction->axes, idxVar(kLinearVar, "j"), extent, body);
+    accumulate(body);
+    k_.body.push_back(forLoop(kLinearVar, "j", threadIdx(), idxConst(extent), threads, std::move(body)));
+    k_.shared.push_back(SharedBuffer{"red", threads});
+    k_.body.push_back(storeShared(0, threadIdx(), fvar(acc_)));
+    k_.body.push_back(barrier());
+    Fn combine = lk_.reduction->fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max;
+    for (int64_t half = threads / 2; half >= 1; half /= 2) {
+      Block step{storeShared(0, threadIdx(), fapply(combine, {loadShared(0, threadIdx()), loadShared(0, threadIdx() + idxConst(half))}))};
+      k_.body.push_back(ifLess(threadIdx(), idxConst(half), std::move(step)));
+      k_.body.push_back(barrier());
+    }
+    Block last{assign(acc_, loadShared(0, idxConst(0)))};
+    storeResult(last);
+    k_.body.push_back(ifLess(threadIdx(), idxConst(1), std::move(last)));
+  }
+
+  const tile::Program& tp_;
+  const loop::Kernel& lk_;
+  const tile::Schedule& s_;
+  Kernel k_;
+  int acc_ = -1;
+  VarExtents extents_;
+};
+
+}  // namespace
+
+Program lowerFromTile(const tile::Program& tp) {
+  Program p;
+  p.modelName = tp.loop.modelName;
+  p.buffers = tp.loop.buffers;
+  p.inputs = tp.loop.inputs;
+  p.outputs = tp.loop.outputs;
+  for (size_t i = 0; i < tp.loop.kernels.size(); ++i)
+    p.kernels.push_back(KernelBuilder(tp, tp.loop.kernels[i], tp.schedules[i]).build());
+  return p;
+}
+
+}  // namespace kiln::kernel

@@ -1,0 +1,51 @@
+// loop-eliminate-dead-buffers: removes kernels whose buffer nothing reads (and that write no output),
+// then buffers no kernel uses; renumbers kernels k0, k1, ... in launch order.
+#include <fmt/format.h>
+
+#include "kiln/loop/ir.h"
+
+namespace kiln::loop {
+
+bool eliminateDeadBuffers(Program& p) {
+  std::vector<bool> read(p.buffers.size(), false);
+  for (int o : p.outputs) read[o] = true;
+  for (int i : p.inputs) read[i] = true;
+  std::vector<Kernel> kept;
+  for (size_t i = p.kernels.size(); i-- > 0;) {
+    Kernel& k = p.kernels[i];
+    if (!read[k.output]) continue;
+    auto mark = [&](const Expr& l) { read[l.buffer] = true; };
+    if (k.reduction) forEachLoad(k.reduction->value, mark);
+    forEachLoad(k.result, mark);
+    kept.insert(kept.begin(), std::move(k));
+  }
+  bool changed = kept.size() != p.kernels.size();
+  std::vector<int> newId(p.buffers.size(), -1);
+  std::vector<Buffer> buffers;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    if (!read[b]) {
+      changed = true;
+      continue;
+    }
+    newId[b] = static_cast<int>(buffers.size());
+    buffers.push_back(std::move(p.buffers[b]));
+  }
+  auto renumber = [&](const Expr& l) { return load(newId[l.buffer], l.index); };
+  for (size_t i = 0; i < kept.size(); ++i) {
+    Kernel& k = kept[i];
+    k.output = newId[k.output];
+    if (k.reduction) k.reduction->value = mapLoads(k.reduction->value, renumber);
+    k.result = mapLoads(k.result, renumber);
+    std::string suffix = k.name.substr(k.name.find('_'));
+    k.name = fmt::format("k{}{}", i, suffix);
+  }
+  for (auto& b : buffers)
+    if (b.kind == Buffer::Kind::Temp) b.name = fmt::format("t{}", &b - buffers.data());
+  for (int& o : p.outputs) o = newId[o];
+  for (int& i : p.inputs) i = newId[i];
+  p.kernels = std::move(kept);
+  p.buffers = std::move(buffers);
+  return changed;
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,86 @@
+// loop-fuse-producers: inlines producer kernels into their consumers (Halide's compute_inline).
+//
+// The rule (fusionRefusal): a producer is inlined into all of its consumers, or into none, when
+//   - it has no reduction (a kernel ends at its reduction; the reduced value is materialised), and
+//   - it does not write a model output, and
+//   - it is pure data movement (a single load: transposes, views, broadcasts), or the work it would repeat
+//     is bounded: sum over its loads in consumers of the consumer's iterations <= 8 x its own elements.
+// Pre: kernels in topological order. Post: same order; inlined producers are left without readers for
+// loop-eliminate-dead-buffers to remove.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kiln/loop/ir.h"
+
+namespace kiln::loop {
+namespace {
+
+// Consumer iterations spent on loads of `buffer` in kernel k.
+int64_t loadIterations(const Kernel& k, int buffer) {
+  int64_t total = 0;
+  auto count = [&](const ExprP& e, int64_t iters) {
+    forEachLoad(e, [&](const Expr& l) {
+      if (l.buffer == buffer) total += iters;
+    });
+  };
+  if (k.reduction) count(k.reduction->value, k.iterations());
+  count(k.result, k.parallelPoints());
+  return total;
+}
+
+ExprP inlineInto(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents) {
+  return mapLoads(e, [&](const Expr& l) -> ExprP {
+    if (l.buffer != producer.output) return std::make_shared<Expr>(l);
+    // The producer's parallel variables take the values of this load's indices.
+    auto rename = [&](int v, const std::string&) -> Idx {
+      for (size_t d = 0; d < producer.parallel.size(); ++d)
+        if (producer.parallel[d].var == v) return l.index[d];
+      return nullptr;
+    };
+    return mapLoads(producer.result, [&](const Expr& inner) -> ExprP {
+      std::vector<Idx> idx;
+      for (auto& i : inner.index) idx.push_back(simplify(substitute(i, rename), consumerExtents));
+      return load(inner.buffer, std::move(idx));
+    });
+  });
+}
+
+}  // namespace
+
+std::string fusionRefusal(const Program& p, int producer) {
+  const Kernel& k = p.kernels[producer];
+  if (k.reduction) return "ends in a reduction, whose result is materialised";
+  if (p.buffers[k.output].kind == Buffer::Kind::Output) return "writes a model output";
+  int64_t repeated = 0;
+  for (size_t c = producer + 1; c < p.kernels.size(); ++c) repeated += loadIterations(p.kernels[c], k.output);
+  if (k.result->kind == Expr::Kind::Load || k.result->kind == Expr::Kind::Imm) return "";
+  int64_t own = k.parallelPoints();
+  if (repeated > kMaxFusionWorkGrowth * own)
+    return fmt::format("inlining would repeat its work {:.1f}x (consumers evaluate it {} times for {} elements; bound {}x)",
+                       static_cast<double>(repeated) / own, repeated, own, kMaxFusionWorkGrowth);
+  return "";
+}
+
+bool fuseProducers(Program& p) {
+  bool changed = false;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    if (!fusionRefusal(p, static_cast<int>(i)).empty()) continue;
+    const Kernel& producer = p.kernels[i];
+    for (size_t c = i + 1; c < p.kernels.size(); ++c) {
+      Kernel& k = p.kernels[c];
+      if (loadIterations(k, producer.output) == 0) continue;
+      VarExtents ext = k.extents();
+      if (k.reduction) k.reduction->value = inlineInto(k.reduction->value, producer, ext);
+      k.result = inlineInto(k.result, producer, ext);
+      std::vector<std::string> origins = producer.origins;
+      for (auto& o : k.origins)
+        if (std::find(origins.begin(), origins.end(), o) == origins.end()) origins.push_back(o);
+      k.origins = std::move(origins);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,127 @@
+// loop-lower-from-tensor: every Tensor-IR primitive becomes one kernel that writes its own buffer.
+// Inputs and weights become buffers without kernels. Nothing is fused yet (loop-fuse-producers does that).
+// Post: kernels in the Tensor graph's topological order; each output buffer written by exactly one kernel.
+#include <fmt/format.h>
+
+#include "kiln/loop/ir.h"
+#include "kiln/support/error.h"
+
+namespace kiln::loop {
+namespace {
+
+std::vector<Axis> parallelAxes(const Shape& s) {
+  std::vector<Axis> axes;
+  for (size_t d = 0; d < s.size(); ++d) axes.push_back({static_cast<int>(d), fmt::format("p{}", d), s[d]});
+  return axes;
+}
+
+std::vector<Idx> identityIndex(const std::vector<Axis>& axes) {
+  std::vector<Idx> idx;
+  for (auto& a : axes) idx.push_back(idxVar(a.var, a.name));
+  return idx;
+}
+
+}  // namespace
+
+Program lowerFromTensor(const tensor::Graph& g) {
+  using tensor::Node;
+  Program p;
+  p.modelName = g.modelName;
+  std::vector<int> bufferOf(g.nodes.size(), -1);
+  std::vector<bool> isOutput(g.nodes.size(), false);
+  for (int o : g.outputs) isOutput[o] = true;
+  int outputCount = 0;
+
+  auto newBuffer = [&](Buffer b) {
+    p.buffers.push_back(std::move(b));
+    return static_cast<int>(p.buffers.size()) - 1;
+  };
+  auto addKernel = [&](const std::string& what, const Shape& shape, DType dtype, bool output, const std::string& origin) {
+    Buffer b;
+    b.kind = output ? Buffer::Kind::Output : Buffer::Kind::Temp;
+    b.name = output ? fmt::format("out{}", outputCount++) : fmt::format("t{}", p.buffers.size());
+    b.dtype = dtype;
+    b.shape = shape;
+    Kernel k;
+    k.name = fmt::format("k{}_{}", p.kernels.size(), what);
+    k.output = newBuffer(std::move(b));
+    k.parallel = parallelAxes(shape);
+    if (!origin.empty()) k.origins.push_back(origin);
+    p.kernels.push_back(std::move(k));
+    return &p.kernels.back();
+  };
+  // A load of node `n`'s buffer at the current kernel's own parallel index.
+  auto loadOf = [&](int n, const std::vector<Idx>& idx) { return load(bufferOf[n], idx); };
+
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind == Node::Kind::Input || n.kind == Node::Kind::Weight) {
+      Buffer b;
+      b.kind = n.kind == Node::Kind::Input ? Buffer::Kind::Input : Buffer::Kind::Weight;
+      b.name = n.name;
+      b.dtype = n.dtype;
+      b.shape = n.shape;
+      b.weight = n.weight;
+      bufferOf[i] = newBuffer(std::move(b));
+      if (n.kind == Node::Kind::Input) p.inputs.push_back(bufferOf[i]);
+      continue;
+    }
+    std::string what = n.kind == Node::Kind::Elementwise ? tensor::fnName(n.fn)
+                       : n.kind == Node::Kind::Reduce    ? std::string("reduce_") + tensor::reduceName(n.reduceFn)
+                       : n.kind == Node::Kind::IndexMap  ? "index_map"
+                                                         : "gather";
+    Kernel* k = addKernel(what, n.shape, n.dtype, isOutput[i], n.origin);
+    std::vector<Idx> self = identityIndex(k->parallel);
+    switch (n.kind) {
+      case Node::Kind::Elementwise: {
+        std::vector<ExprP> args;
+        for (auto& o : n.operands) args.push_back(o.isImm() ? imm(o.imm) : loadOf(o.node, self));
+        auto e = std::make_shared<Expr>(*apply(n.fn, std::move(args)));
+        e->castTo = n.dtype;
+        k->result = e;
+        break;
+      }
+      case Node::Kind::IndexMap: {
+        std::vector<Idx> idx;
+        for (auto& e : n.index)
+          idx.push_back(substitute(e, [&](int v, const std::string&) { return self.at(v); }));
+        k->result = loadOf(n.operands[0].node, idx);
+        break;
+      }
+      case Node::Kind::Reduce: {
+        Reduction r;
+        r.fn = n.reduceFn;
+        std::vector<Idx> idx = self;
+        int var = static_cast<int>(n.shape.size());
+        for (int a : n.axes) {
+          Axis ax{var++, fmt::format("r{}", r.axes.size()), g.nodes[n.operands[0].node].shape[a]};
+          idx[a] = idxVar(ax.var, ax.name);
+          r.axes.push_back(ax);
+        }
+        r.value = loadOf(n.operands[0].node, idx);
+        k->reduction = std::move(r);
+        k->result = accRef();
+        break;
+      }
+      default: userError("{}: gather is not supported by the Loop lowering yet", n.origin);
+    }
+    bufferOf[i] = k->output;
+  }
+  // Every model output gets its own output buffer, even when it is an input, a weight or listed twice.
+  std::vector<bool> claimed(p.buffers.size(), false);
+  for (int o : g.outputs) {
+    int b = bufferOf[o];
+    if (p.buffers[b].kind == Buffer::Kind::Output && !claimed[b]) {
+      claimed[b] = true;
+      p.outputs.push_back(b);
+      continue;
+    }
+    Kernel* k = addKernel("copy", g.nodes[o].shape, g.nodes[o].dtype, true, "output copy");
+    k->result = load(b, identityIndex(k->parallel));
+    claimed.push_back(true);
+    p.outputs.push_back(k->output);
+  }
+  return p;
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,232 @@
+// tensor-lower-from-torch: decomposes each aten op into Tensor-IR primitives.
+// Pre: a verified Torch IR graph (shapes static, non-tensor operands constant).
+// Post: a Tensor IR graph computing the same outputs; every node records the Torch op it came from.
+// An op without a decomposition here is a user error naming the op, its source line and docs/ops.md.
+#include <functional>
+#include <map>
+
+#include "kiln/support/error.h"
+#include "kiln/tensor/builder.h"
+
+namespace kiln::tensor {
+namespace {
+
+struct Lowering {
+  const torch::Graph& tg;
+  Graph& g;
+  Builder b;
+  std::map<int, int> nodeOf;  // torch value id -> tensor node id
+  const torch::Node* cur = nullptr;
+
+  const torch::Value& value(int i) const { return tg.values[cur->inputs.at(i)]; }
+  size_t argc() const { return cur->inputs.size(); }
+  std::string where() const { return cur->op + " at " + cur->loc.str(); }
+
+  [[noreturn]] void unsupported(const std::string& why) const {
+    userError("{}: {}; see docs/ops.md for what kiln supports", where(), why);
+  }
+
+  // Tensor operand i as a node (weights become Weight nodes once).
+  int tensor(int i) {
+    int vid = cur->inputs.at(i);
+    if (auto it = nodeOf.find(vid); it != nodeOf.end()) return it->second;
+    const torch::Value& v = tg.values[vid];
+    if (v.kind != torch::Value::Kind::Weight) unsupported(fmt::format("operand {} is not a tensor", i));
+    Node n{Node::Kind::Weight};
+    n.dtype = v.dtype;
+    n.shape = v.shape;
+    n.name = v.weight->name;
+    n.weight = v.weight;
+    int id = g.add(std::move(n));
+    nodeOf[vid] = id;
+    return id;
+  }
+
+  // Operand i of an arithmetic op: a scalar constant or one-element constant tensor becomes an immediate.
+  Operand operand(int i) {
+    const torch::Value& v = value(i);
+    if (v.kind == torch::Value::Kind::Constant) return Operand{-1, static_cast<float>(number(i))};
+    if (v.kind == torch::Value::Kind::Weight && v.shape.empty()) return Operand{-1, v.weight->values.at(0)};
+    return Operand{tensor(i)};
+  }
+
+  bool isNone(int i) const {
+    return i >= static_cast<int>(argc()) || (std::holds_alternative<torch::None>(value(i).constant) && !value(i).isTensor());
+  }
+  double number(int i) const {
+    const auto& c = value(i).constant;
+    if (auto* d = std::get_if<double>(&c)) return *d;
+    if (auto* n = std::get_if<int64_t>(&c)) return static_cast<double>(*n);
+    if (auto* bl = std::get_if<bool>(&c)) return *bl;
+    unsupported(fmt::format("operand {} must be a constant number", i));
+  }
+  int64_t integer(int i) const {
+    if (auto* n = std::get_if<int64_t>(&value(i).constant)) return *n;
+    unsupported(fmt::format("operand {} must be a constant integer", i));
+  }
+  bool boolean(int i) const {
+    if (auto* bl = std::get_if<bool>(&value(i).constant)) return *bl;
+    return integer(i) != 0;
+  }
+  std::vector<int64_t> ints(int i) const {
+    if (auto* v = std::get_if<std::vector<int64_t>>(&value(i).constant)) return *v;
+    if (auto* n = std::get_if<int64_t>(&value(i).constant)) return {*n};
+    unsupported(fmt::format("operand {} must be a constant integer list", i));
+  }
+  std::vector<int> dims(int x, int i) {
+    std::vector<int> out;
+    for (int64_t d : ints(i)) out.push_back(b.normDim(x, d));
+    return out;
+  }
+  const Shape& resultShape(int k = 0) const { return tg.values[cur->outputs.at(k)].shape; }
+  DType resultType(int k = 0) const { return tg.values[cur->outputs.at(k)].dtype; }
+
+  int addScaled(Fn fn) {  // add/sub with alpha
+    Operand y = operand(1);
+    if (argc() > 2 && !isNone(2) && number(2) != 1.0) {
+      float alpha = static_cast<float>(number(2));
+      y = y.isImm() ? Operand{-1, y.imm * alpha} : Operand{b.binary(Fn::Mul, y, Operand{-1, alpha})};
+    }
+    Operand x = operand(0);
+    if (x.isImm()) unsupported("the first operand must be a tensor");
+    return b.binary(fn, x, y);
+  }
+
+  int softmax() {
+    int x = tensor(0);
+    int d = b.normDim(x, integer(1));
+    int m = b.reduce(ReduceFn::Max, x, {d}, true);
+    int e = b.unary(Fn::Exp, b.binary(Fn::Sub, Operand{x}, Operand{m}));
+    int s = b.reduce(ReduceFn::Sum, e, {d}, true);
+    return b.binary(Fn::Div, Operand{e}, Operand{s});
+  }
+
+  int rmsNorm() {
+    int x = tensor(0);
+    int n = static_cast<int>(ints(1).size());
+    std::vector<int> axes;
+    for (int d = b.rank(x) - n; d < b.rank(x); ++d) axes.push_back(d);
+    double eps = isNone(3) ? 1.1920928955078125e-07 : number(3);  // torch.finfo(float32).eps by default
+    int ms = b.mean(b.binary(Fn::Mul, Operand{x}, Operand{x}), axes, true);
+    int r = b.unary(Fn::Rsqrt, b.binary(Fn::Add, Operand{ms}, Operand{-1, static_cast<float>(eps)}));
+    int y = b.binary(Fn::Mul, Operand{x}, Operand{r});
+    return isNone(2) ? y : b.binary(Fn::Mul, Operand{y}, Operand{tensor(2)});
+  }
+
+  int squeeze() {
+    int x = tensor(0);
+    Shape s;
+    std::vector<int> ds;
+    if (argc() > 1) ds = dims(x, 1);
+    for (int d = 0; d < b.rank(x); ++d) {
+      bool listed = ds.empty() || std::find(ds.begin(), ds.end(), d) != ds.end();
+      if (!(listed && b.shape(x)[d] == 1)) s.push_back(b.shape(x)[d]);
+    }
+    return b.reshape(x, s);
+  }
+
+  int lower() {
+    const std::string& op = cur->op;
+    using Unary = std::map<std::string, Fn>;
+    static const Unary unaries = {{"aten::neg", Fn::Neg},         {"aten::exp", Fn::Exp},   {"aten::rsqrt", Fn::Rsqrt},
+                                  {"aten::sqrt", Fn::Sqrt},       {"aten::relu", Fn::Relu}, {"aten::silu", Fn::Silu},
+                                  {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh}};
+    if (auto it = unaries.find(op); it != unaries.end()) return b.unary(it->second, tensor(0));
+    if (op == "aten::add") return addScaled(Fn::Add);
+    if (op == "aten::sub") return addScaled(Fn::Sub);
+    if (op == "aten::rsub") return b.binary(Fn::Sub, operand(1), Operand{tensor(0)});
+    if (op == "aten::mul") return b.binary(Fn::Mul, operand(0), operand(1));
+    if (op == "aten::div") {
+      if (argc() > 2 && !isNone(2)) unsupported("rounding modes are not supported");
+      return b.binary(Fn::Div, operand(0), operand(1));
+    }
+    if (op == "aten::pow") {
+      if (!operand(1).isImm()) unsupported("only a scalar exponent is supported");
+      return b.binary(Fn::Pow, Operand{tensor(0)}, operand(1));
+    }
+    if (op == "aten::gelu") {
+      bool tanhForm = argc() > 1 && std::get<std::string>(value(1).constant) == "tanh";
+      return b.unary(tanhForm ? Fn::GeluTanh : Fn::Gelu, tensor(0));
+    }
+    if (op == "aten::sum" || op == "aten::mean" || op == "aten::amax") {
+      int x = tensor(0);
+      // aten::sum(x, dtype) reduces every dim; the .dim overloads take a dim list (empty or None: every dim).
+      bool hasDims = argc() > 2 && std::holds_alternative<std::vector<int64_t>>(value(1).constant);
+      std::vector<int> axes;
+      if (hasDims) axes = dims(x, 1);
+      if (axes.empty())
+        for (int d = 0; d < b.rank(x); ++d) axes.push_back(d);
+      bool keep = hasDims && boolean(2);
+      if (op == "aten::mean") return b.mean(x, axes, keep);
+      return b.reduce(op == "aten::sum" ? ReduceFn::Sum : ReduceFn::Max, x, axes, keep);
+    }
+    if (op == "aten::softmax") return softmax();
+    if (op == "aten::rms_norm") return rmsNorm();
+    if (op == "aten::linear") return b.linear(tensor(0), tensor(1), isNone(2) ? -1 : tensor(2));
+    if (op == "aten::matmul" || op == "aten::mm" || op == "aten::bmm") return b.matmul(tensor(0), tensor(1));
+    if (op == "aten::transpose") {
+      int x = tensor(0);
+      return b.transpose(x, b.normDim(x, integer(1)), b.normDim(x, integer(2)));
+    }
+    if (op == "aten::t") return b.rank(tensor(0)) < 2 ? tensor(0) : b.transpose(tensor(0), 0, 1);
+    if (op == "aten::permute") {
+      int x = tensor(0);
+      return b.permute(x, dims(x, 1));
+    }
+    if (op == "aten::view" || op == "aten::reshape" || op == "aten::unsqueeze" || op == "aten::flatten")
+      return b.reshape(tensor(0), resultShape());
+    if (op == "aten::squeeze") return squeeze();
+    if (op == "aten::expand" || op == "aten::expand_as") return b.broadcastTo(tensor(0), resultShape());
+    if (op == "aten::contiguous" || op == "aten::clone" || op == "aten::detach") return tensor(0);
+    if (op == "aten::to" || op == "aten::type_as") return b.cast(tensor(0), resultType());
+    unsupported("unsupported op");
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> supportedOps() {
+  return {"aten::add",     "aten::sub",     "aten::rsub",    "aten::mul",     "aten::div",       "aten::neg",
+          "aten::exp",     "aten::rsqrt",   "aten::sqrt",    "aten::pow",     "aten::relu",      "aten::silu",
+          "aten::sigmoid", "aten::tanh",    "aten::gelu",    "aten::sum",     "aten::mean",      "aten::amax",
+          "aten::softmax", "aten::rms_norm", "aten::linear", "aten::matmul",  "aten::mm",        "aten::bmm",
+          "aten::transpose", "aten::t",     "aten::permute", "aten::view",    "aten::reshape",   "aten::flatten",
+          "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::expand_as", "aten::contiguous", "aten::clone",
+          "aten::detach",  "aten::to",      "aten::type_as"};
+}
+
+Graph lowerFromTorch(const torch::Graph& tg) {
+  Graph g;
+  g.modelName = tg.modelName;
+  Lowering l{tg, g, Builder(g)};
+  for (int vid : tg.inputs) {
+    const torch::Value& v = tg.values[vid];
+    Node n{Node::Kind::Input};
+    n.dtype = v.dtype;
+    n.shape = v.shape;
+    n.name = v.name;
+    int id = g.add(std::move(n));
+    g.inputs.push_back(id);
+    l.nodeOf[vid] = id;
+  }
+  for (const torch::Node& n : tg.nodes) {
+    l.cur = &n;
+    l.b.setOrigin(n.op + " @ " + n.loc.str());
+    if (n.outputs.size() != 1) l.unsupported("ops with several results are not supported");
+    int out = l.lower();
+    if (g.nodes[out].shape != tg.values[n.outputs[0]].shape)
+      internalError(__FILE__, __LINE__,
+                    fmt::format("{} lowered to shape [{}], LibTorch computed [{}]", l.where(),
+                                shapeString(g.nodes[out].shape), shapeString(tg.values[n.outputs[0]].shape)));
+    if (g.nodes[out].dtype != tg.values[n.outputs[0]].dtype) out = l.b.cast(out, tg.values[n.outputs[0]].dtype);
+    l.nodeOf[n.outputs[0]] = out;
+  }
+  for (int vid : tg.outputs) {
+    auto it = l.nodeOf.find(vid);
+    if (it == l.nodeOf.end()) userError("model output is a constant; kiln compiles outputs computed from inputs");
+    g.outputs.push_back(it->second);
+  }
+  return g;
+}
+
+}  // namespace kiln::tensor

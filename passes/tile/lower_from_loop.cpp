@@ -1,0 +1,17 @@
+// tile-lower-from-loop: gives every kernel the default schedule, thread_per_output with 256-thread blocks
+// (fewer for small kernels, rounded up to whole warps).
+#include "kiln/tile/ir.h"
+
+namespace kiln::tile {
+
+Program lowerFromLoop(const loop::Program& p) {
+  Program t{p, {}};
+  for (const loop::Kernel& k : p.kernels) {
+    int64_t points = k.parallelPoints();
+    int64_t block = std::min<int64_t>(256, (points + 31) / 32 * 32);
+    t.schedules.push_back(Schedule{Strategy::ThreadPerOutput, {{"block", block}}});
+  }
+  return t;
+}
+
+}  // namespace kiln::tile

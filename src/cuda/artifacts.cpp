@@ -1,0 +1,146 @@
+// Writes the artifacts of `kiln compile --emit cuda -o DIR` (see emitter.h).
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "kiln/cuda/emitter.h"
+#include "kiln/cuda/templates.h"
+#include "kiln/runtime/manifest.h"
+#include "kiln/support/error.h"
+
+#ifndef KILN_NVCC
+#define KILN_NVCC "nvcc"
+#endif
+#ifndef KILN_VERSION
+#define KILN_VERSION "0.1.0"
+#endif
+
+namespace kiln::cuda {
+namespace fs = std::filesystem;
+namespace {
+
+runtime::BufferKind kindOf(loop::Buffer::Kind k) {
+  switch (k) {
+    case loop::Buffer::Kind::Input: return runtime::BufferKind::Input;
+    case loop::Buffer::Kind::Weight: return runtime::BufferKind::Weight;
+    case loop::Buffer::Kind::Temp: return runtime::BufferKind::Temp;
+    case loop::Buffer::Kind::Output: return runtime::BufferKind::Output;
+  }
+  return runtime::BufferKind::Temp;
+}
+
+int64_t alignUp(int64_t v) { return (v + runtime::kArenaAlignment - 1) / runtime::kArenaAlignment * runtime::kArenaAlignment; }
+
+// The static memory plan: every buffer its own aligned slice of one arena. (Reusing the slices of
+// temporaries whose lifetimes do not overlap is the next step.)
+runtime::Manifest plan(const kernel::Program& p, const ArtifactOptions& opts, std::vector<std::byte>& weights) {
+  runtime::Manifest m;
+  m.kilnVersion = KILN_VERSION;
+  m.model = p.modelName;
+  m.arch = opts.arch;
+  int64_t offset = 0;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const loop::Buffer& buf = p.buffers[b];
+    runtime::BufferInfo info;
+    info.id = static_cast<int64_t>(b);
+    info.name = buf.name;
+    info.kind = kindOf(buf.kind);
+    info.dtype = buf.dtype;
+    info.shape = buf.shape;
+    info.bytes = numel(buf.shape) * dtypeBytes(buf.dtype);
+    info.offset = offset;
+    offset = alignUp(offset + info.bytes);
+    if (buf.kind == loop::Buffer::Kind::Weight) {
+      info.weightOffset = static_cast<int64_t>(weights.size());
+      auto bytes = toBytes(HostTensor{buf.dtype, buf.shape, buf.weight->values});
+      weights.insert(weights.end(), bytes.begin(), bytes.end());
+      weights.resize(alignUp(static_cast<int64_t>(weights.size())));
+    }
+    m.buffers.push_back(info);
+  }
+  m.arenaBytes = std::max<int64_t>(offset, runtime::kArenaAlignment);
+  for (int i : p.inputs) m.inputs.push_back(i);
+  for (int o : p.outputs) m.outputs.push_back(o);
+  for (const kernel::Kernel& k : p.kernels) {
+    runtime::KernelInfo info;
+    info.name = info.entry = k.name;
+    info.source = k.name + ".cu";
+    info.cubin = k.name + ".cubin";
+    for (auto& prm : k.params) info.params.push_back(prm.buffer);
+    for (int d = 0; d < 3; ++d) {
+      info.grid[d] = static_cast<int>(k.grid[d]);
+      info.block[d] = static_cast<int>(k.block[d]);
+    }
+    info.sharedBytes = k.dynamicSharedBytes;
+    m.kernels.push_back(info);
+  }
+  return m;
+}
+
+void writeFile(const fs::path& path, const void* data, size_t size) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out) userError("cannot write '{}'; check the output directory is writable and the disk has space", path.string());
+}
+
+void writeText(const fs::path& path, const std::string& text) { writeFile(path, text.data(), text.size()); }
+
+}  // namespace
+
+std::string compileWithNvcc(const fs::path& dir, const std::vector<std::string>& files, const std::string& arch) {
+  std::string cmd = fmt::format("cd '{}' && '{}' -cubin -arch={} -O3 -std=c++17 -Werror all-warnings --output-directory .",
+                                dir.string(), KILN_NVCC, arch);
+  for (auto& f : files) cmd += " '" + f + "'";
+  cmd += " 2>&1";
+  std::string log;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) userError("cannot run nvcc ({}); install the CUDA 13.0 toolkit at /usr/local/cuda", KILN_NVCC);
+  std::array<char, 4096> chunk;
+  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) log.append(chunk.data(), n);
+  int status = pclose(pipe);
+  if (status != 0 || !log.empty()) {
+    std::string first = log.substr(0, log.find('\n'));
+    userError("nvcc failed on kiln's kernels in {} ({}); this is a kiln bug, please report it with the .cu files. Full log:\n{}",
+              dir.string(), first.empty() ? "exit status " + std::to_string(status) : first, log);
+  }
+  return log;
+}
+
+void writeArtifacts(const kernel::Program& p, const Module& m, const fs::path& dir, const ArtifactOptions& opts) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec)) userError("-o '{}' exists and is not a directory", dir.string());
+    if (!fs::is_empty(dir, ec) && !fs::exists(dir / runtime::kManifestFileName, ec))
+      userError("-o '{}' is a non-empty directory that is not a kiln output; choose another directory", dir.string());
+  }
+  fs::path parent = fs::absolute(dir, ec).parent_path();
+  fs::create_directories(parent, ec);
+  if (ec) userError("cannot create '{}' for -o: {}", parent.string(), ec.message());
+  fs::path tmp = parent / fmt::format(".{}.kiln-tmp-{}", dir.filename().string(), std::random_device{}());
+  fs::create_directory(tmp, ec);
+  if (ec) userError("cannot write into '{}' for -o: {}; check it is writable", parent.string(), ec.message());
+  try {
+    for (const Template& t : templates()) writeText(tmp / t.name, t.text);
+    std::vector<std::string> files;
+    for (const Source& s : m.sources) {
+      writeText(tmp / s.file, s.text);
+      files.push_back(s.file);
+    }
+    std::vector<std::byte> weights;
+    runtime::Manifest manifest = plan(p, opts, weights);
+    writeFile(tmp / manifest.weightsFile, weights.data(), weights.size());
+    if (opts.compile && !files.empty()) compileWithNvcc(tmp, files, opts.arch);
+    runtime::writeManifest(manifest, tmp);
+    if (fs::exists(dir, ec)) fs::remove_all(dir, ec);
+    fs::rename(tmp, dir, ec);
+    if (ec) userError("cannot move the output into '{}': {}", dir.string(), ec.message());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace kiln::cuda

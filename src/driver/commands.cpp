@@ -1,0 +1,165 @@
+#include "kiln/driver/commands.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "kiln/driver/pipeline.h"
+#include "kiln/runtime/runtime.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+void checkPassName(const std::string& name) {
+  if (findPass(name)) return;
+  std::vector<std::string> names;
+  for (auto& p : allPasses()) names.push_back(p.name);
+  usageError("unknown pass '{}'; `kiln passes` lists them: {}", name, fmt::join(names, ", "));
+}
+
+void checkLevelName(const std::string& level) {
+  const auto& levels = allLevels();
+  if (std::find(levels.begin(), levels.end(), level) == levels.end())
+    usageError("unknown IR level '{}'; choose one of: {}", level, fmt::join(levels, ", "));
+}
+
+namespace {
+
+std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>& texts) {
+  std::vector<frontend::InputOverride> out;
+  for (auto& t : texts) out.push_back(frontend::parseInputOverride(t));
+  return out;
+}
+
+// Writes a file atomically (temporary + rename) so a failure leaves nothing behind.
+void writeOutputFile(const std::string& path, const std::string& text) {
+  fs::path target(path), tmp = target;
+  tmp += ".kiln-tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      userError("cannot write -o '{}'; check the directory exists and is writable", path);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    userError("cannot write -o '{}': {}", path, ec.message());
+  }
+}
+
+std::string hexHash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
+// Compiled kernels for a GPU run are cached by model content, input shapes, kiln version and arch.
+fs::path cacheDirFor(const RunCommand& c, const kernel::Program& kp) {
+  std::ifstream in(c.model, std::ios::binary);
+  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (int i : kp.inputs) key += fmt::format("|{}:{}", shapeString(kp.buffers[i].shape), dtypeName(kp.buffers[i].dtype));
+  key += fmt::format("|{}|{}", KILN_VERSION, c.arch);
+  const char* env = std::getenv("KILN_CACHE_DIR");
+  const char* home = std::getenv("HOME");
+  fs::path root = env ? fs::path(env) : home ? fs::path(home) / ".cache" / "kiln" : fs::temp_directory_path() / "kiln-cache";
+  return root / (kp.modelName + "-" + hexHash(key));
+}
+
+}  // namespace
+
+int runCompile(const CompileCommand& c, std::ostream& out) {
+  checkLevelName(c.ir);
+  if (!c.emit.empty() && c.emit != "cuda") usageError("--emit supports 'cuda', not '{}'", c.emit);
+  if (!c.emit.empty() && c.output.empty()) usageError("--emit cuda needs -o DIR");
+  auto inputs = parseInputs(c.inputs);
+  std::string until = c.emit.empty() ? c.ir : "cuda";
+  Compiled compiled;
+  try {
+    compiled = compileModel(c.model, inputs, c.pipeline, until);
+  } catch (const StopRequested& stop) {
+    if (c.output.empty() || !c.emit.empty()) out << stop.irText;
+    else writeOutputFile(c.output, stop.irText);
+    return 0;
+  }
+  if (!c.emit.empty()) {
+    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, c.output, cuda::ArtifactOptions{c.arch, !c.noCompile});
+    out << fmt::format("kiln: wrote {} kernels of {} to {}\n", compiled.cudaIR.sources.size(), compiled.cudaIR.modelName, c.output);
+    return 0;
+  }
+  std::string text = printLevel(compiled, c.ir, c.json);
+  if (c.output.empty()) out << text;
+  else writeOutputFile(c.output, text);
+  return 0;
+}
+
+int runRun(const RunCommand& c, std::ostream& out) {
+  auto inputs = parseInputs(c.inputs);
+  Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda");
+  const kernel::Program& kp = compiled.kernelIR;
+  std::vector<HostTensor> args;
+  for (size_t i = 0; i < kp.inputs.size(); ++i) {
+    const loop::Buffer& b = kp.buffers[kp.inputs[i]];
+    args.push_back(randomTensor(b.dtype, b.shape, c.seed * 7919 + i));
+  }
+  std::vector<HostTensor> results;
+  std::string device;
+  if (c.interpret) {
+    results = kernel::interpret(kp, args);
+    device = "CPU (Kernel-IR interpreter)";
+  } else {
+    std::string why;
+    if (!runtime::gpuAvailable(&why))
+      userError("kiln run needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
+    fs::path dir = cacheDirFor(c, kp);
+    std::error_code ec;
+    if (!fs::exists(dir / runtime::kManifestFileName, ec))
+      cuda::writeArtifacts(kp, compiled.cudaIR, dir, cuda::ArtifactOptions{c.arch, true});
+    runtime::Model model(dir);
+    device = model.deviceName();
+    std::vector<std::vector<std::byte>> bytes;
+    for (auto& a : args) bytes.push_back(toBytes(a));
+    auto outs = model.run(bytes);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const loop::Buffer& b = kp.buffers[kp.outputs[i]];
+      results.push_back(fromBytes(b.dtype, b.shape, outs[i]));
+    }
+    if (c.benchIters > 0)
+      out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} back-to-back forwards)\n",
+                         kp.kernels.size(), model.timeMs(10, c.benchIters), c.benchIters);
+  }
+  out << fmt::format("kiln: ran {} ({} kernels) on {}\n", kp.modelName, kp.kernels.size(), device);
+  if (!c.check) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      double sum = 0;
+      for (float v : results[i].values) sum += v;
+      out << fmt::format("  output {}: {}[{}] sum {:.6g}\n", i, dtypeName(results[i].dtype), shapeString(results[i].shape), sum);
+    }
+    return 0;
+  }
+  auto ref = frontend::runReference(c.model, args, !c.interpret);
+  if (ref.size() != results.size())
+    userError("LibTorch returns {} outputs, kiln {}", ref.size(), results.size());
+  bool ok = true;
+  for (size_t i = 0; i < results.size(); ++i) {
+    Comparison cmp = compare(results[i], ref[i]);
+    bool pass = passes(cmp, ref[i].dtype);
+    ok = ok && pass;
+    out << fmt::format("  output {}: {}[{}] rel_l2 {:.3e} max_abs {:.3e} (tolerance {:.0e}){} {}\n", i,
+                       dtypeName(ref[i].dtype), shapeString(ref[i].shape), cmp.relL2, cmp.maxAbs, tolerance(ref[i].dtype),
+                       cmp.hasNaN ? " NaN/Inf" : cmp.shapeMismatch ? " shape mismatch" : "", pass ? "PASS" : "FAIL");
+  }
+  out << (ok ? "kiln: check passed against LibTorch\n" : "kiln: check FAILED against LibTorch\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace kiln

@@ -1,0 +1,118 @@
+// kiln: the command-line driver. See README.md for usage.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "kiln/driver/commands.h"
+#include "kiln/support/error.h"
+#include "kiln/tensor/ir.h"
+
+namespace {
+
+void addPipelineFlags(CLI::App* cmd, kiln::PipelineOptions& p, std::vector<std::string>& printAfter, std::string& stopAfter,
+                      bool& printAfterAll, bool& noVerify) {
+  cmd->add_flag("-v,--verbose", p.verbosity, "-v names each pass as it runs; -vv also prints a diff of the IR after each pass that changed it");
+  cmd->add_flag("--print-after-all", printAfterAll, "same as -vv");
+  cmd->add_option("--print-after", printAfter, "print the IR after PASS (repeatable)")->type_name("PASS");
+  cmd->add_option("--stop-after", stopAfter, "stop after PASS and print its IR")->type_name("PASS");
+  cmd->add_option("--dump-dir", p.dumpDir, "write the IR after every pass to DIR, one numbered file per pass")->type_name("DIR");
+  cmd->add_flag("--time-passes", p.timePasses, "report the time each pass took");
+  cmd->add_flag("--no-verify", noVerify, "skip the IR verifiers between passes");
+}
+
+void finishPipelineFlags(kiln::PipelineOptions& p, const std::vector<std::string>& printAfter, const std::string& stopAfter,
+                         bool printAfterAll, bool noVerify) {
+  for (auto& n : printAfter) {
+    kiln::checkPassName(n);
+    p.printAfter.insert(n);
+  }
+  if (!stopAfter.empty()) {
+    kiln::checkPassName(stopAfter);
+    p.stopAfter = stopAfter;
+  }
+  if (printAfterAll) p.verbosity = std::max(p.verbosity, 2);
+  p.verify = !noVerify;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: compiles TorchScript LLMs through six IR levels to CUDA kernels"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", KILN_VERSION);
+
+  kiln::CompileCommand compile;
+  std::vector<std::string> printAfter;
+  std::string stopAfter;
+  bool printAfterAll = false, noVerify = false;
+  auto* c = app.add_subcommand("compile", "compile a model and print one IR level, or emit CUDA artifacts");
+  c->add_option("model", compile.model, "TorchScript model (.pt)")->required();
+  c->add_option("--ir", compile.ir, "level to print: torch, tensor, loop, tile, kernel, cuda (default loop)");
+  c->add_flag("--json", compile.json, "print the level as JSON");
+  c->add_option("--emit", compile.emit, "write artifacts: 'cuda' (.cu, cubins, manifest.json, weights.bin) into -o DIR");
+  c->add_option("-o,--output", compile.output, "output file (--ir) or directory (--emit)");
+  c->add_option("--input", compile.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
+  c->add_option("--arch", compile.arch, "GPU architecture for nvcc (default sm_90)");
+  c->add_flag("--no-nvcc", compile.noCompile, "with --emit: skip compiling cubins");
+  addPipelineFlags(c, compile.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+
+  kiln::RunCommand run;
+  auto* r = app.add_subcommand("run", "run a model on seeded random inputs (GPU, or --interpret on the CPU)");
+  r->add_option("model", run.model, "TorchScript model (.pt)")->required();
+  r->add_flag("--check", run.check, "compare with LibTorch running the same module on the same device");
+  r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
+  r->add_option("--seed", run.seed, "seed of the random inputs (default 0)");
+  r->add_option("--input", run.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
+  r->add_option("--arch", run.arch, "GPU architecture for nvcc (default sm_90)");
+  r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");
+  addPipelineFlags(r, run.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+
+  auto* passes = app.add_subcommand("passes", "list every pass");
+  auto* ops = app.add_subcommand("ops", "list the supported aten ops");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "kiln: error: " << e.what() << " (see kiln --help)\n";
+    return 2;
+  }
+
+  try {
+    if (passes->parsed()) {
+      for (auto& p : kiln::allPasses()) std::cout << fmt::format("{:30} {}\n", p.name, p.description);
+      return 0;
+    }
+    if (ops->parsed()) {
+      for (auto& o : kiln::tensor::supportedOps()) std::cout << o << "\n";
+      return 0;
+    }
+    if (c->parsed()) {
+      finishPipelineFlags(compile.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+      return kiln::runCompile(compile, std::cout);
+    }
+    finishPipelineFlags(run.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+    return kiln::runRun(run, std::cout);
+  } catch (const kiln::UsageError& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 2;
+  } catch (const kiln::UserError& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
+  } catch (const kiln::StopRequested& s) {
+    std::cout << s.irText;
+    return 0;
+  } catch (const kiln::InternalError& e) {
+    std::cerr << "kiln: " << e.what() << "\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: internal error: " << e.what() << "\n";
+    return 3;
+  }
+}

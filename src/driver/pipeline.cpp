@@ -1,0 +1,62 @@
+#include "kiln/driver/pipeline.h"
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/kernel/lower.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+int levelIndex(const std::string& level) {
+  const auto& levels = allLevels();
+  auto it = std::find(levels.begin(), levels.end(), level);
+  KILN_ASSERT(it != levels.end(), "unknown level '{}'", level);
+  return static_cast<int>(it - levels.begin());
+}
+}  // namespace
+
+Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
+                      const PipelineOptions& opts, const std::string& untilLevel) {
+  const int until = levelIndex(untilLevel);
+  PassRunner run(opts);
+  Compiled c;
+
+  c.torchIR = run.produce("torch-import", [&] { return frontend::importModel(modelPath, inputs); });
+  run.pass(c.torchIR, "torch-eliminate-dead-code", torch::eliminateDeadCode);
+  if (until < 1) return run.printTimings(), c;
+
+  c.tensorIR = run.produce("tensor-lower-from-torch", [&] { return tensor::lowerFromTorch(c.torchIR); });
+  run.pass(c.tensorIR, "tensor-compose-index-maps", tensor::composeIndexMaps);
+  run.pass(c.tensorIR, "tensor-eliminate-dead-code", tensor::eliminateDeadCode);  // drops maps composed away
+  if (until < 2) return run.printTimings(), c;
+
+  c.loopIR = run.produce("loop-lower-from-tensor", [&] { return loop::lowerFromTensor(c.tensorIR); });
+  run.pass(c.loopIR, "loop-fuse-producers", loop::fuseProducers);                  // producers in topological order
+  run.pass(c.loopIR, "loop-eliminate-dead-buffers", loop::eliminateDeadBuffers);  // removes what fusion inlined
+  if (until < 3) return run.printTimings(), c;
+
+  c.tileIR = run.produce("tile-lower-from-loop", [&] { return tile::lowerFromLoop(c.loopIR); });
+  run.pass(c.tileIR, "tile-cooperative-reduce", tile::cooperativeReduce);
+  if (until < 4) return run.printTimings(), c;
+
+  c.kernelIR = run.produce("kernel-lower-from-tile", [&] { return kernel::lowerFromTile(c.tileIR); });
+  if (until < 5) return run.printTimings(), c;
+
+  c.cudaIR = run.produce("cuda-emit", [&] { return cuda::emit(c.kernelIR); });
+  run.printTimings();
+  return c;
+}
+
+std::string printLevel(const Compiled& c, const std::string& level, bool json) {
+  switch (levelIndex(level)) {
+    case 0: return json ? torch::toJson(c.torchIR).dump(2) + "\n" : torch::print(c.torchIR);
+    case 1: return json ? tensor::toJson(c.tensorIR).dump(2) + "\n" : tensor::print(c.tensorIR);
+    case 2: return json ? loop::toJson(c.loopIR).dump(2) + "\n" : loop::print(c.loopIR);
+    case 3: return json ? tile::toJson(c.tileIR).dump(2) + "\n" : tile::print(c.tileIR);
+    case 4: return json ? kernel::toJson(c.kernelIR).dump(2) + "\n" : kernel::print(c.kernelIR);
+    default: return json ? cuda::toJson(c.cudaIR).dump(2) + "\n" : cuda::print(c.cudaIR);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,286 @@
+// torch-import: TorchScript archive -> Torch IR specialised to the input shapes (see frontend.h).
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/script.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/frontend/frontend.h"
+#include "kiln/support/error.h"
+#include "torch_util.h"
+
+namespace kiln::frontend {
+namespace jit = ::torch::jit;
+using kiln::torch::Graph;
+using kiln::torch::Scalar;
+using kiln::torch::SourceLoc;
+using kiln::torch::Value;
+
+namespace {
+
+std::vector<InputSpec> recordedInputs(const std::string& path, const std::string& json) {
+  if (json.empty()) return {};
+  try {
+    auto j = nlohmann::json::parse(json);
+    std::vector<InputSpec> specs;
+    for (auto& in : j.at("inputs")) {
+      InputSpec s;
+      s.name = in.at("name").get<std::string>();
+      s.shape = in.at("shape").get<Shape>();
+      auto dt = parseDType(in.at("dtype").get<std::string>());
+      if (!dt) userError("{}: kiln_inputs.json names unknown dtype '{}'", path, in.at("dtype").get<std::string>());
+      s.dtype = *dt;
+      specs.push_back(s);
+    }
+    return specs;
+  } catch (const nlohmann::json::exception& e) {
+    userError("{}: kiln_inputs.json is malformed ({}); re-export the model with models/kiln_export.py", path, e.what());
+  }
+}
+
+std::vector<InputSpec> applyOverrides(const std::string& path, std::vector<InputSpec> specs,
+                                      const std::vector<InputOverride>& overrides, size_t graphInputs) {
+  for (const auto& o : overrides) {
+    auto it = std::find_if(specs.begin(), specs.end(), [&](auto& s) { return s.name == o.name; });
+    if (it == specs.end()) {
+      std::string names;
+      for (auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
+      usageError("--input names '{}', but {} has inputs: {}", o.name, path, names.empty() ? "(none recorded)" : names);
+    }
+    it->shape = o.shape;
+    if (o.dtype) it->dtype = *o.dtype;
+  }
+  if (specs.size() != graphInputs)
+    userError("{} takes {} inputs but records {} in kiln_inputs.json; export it with models/kiln_export.py", path,
+              graphInputs, specs.size());
+  return specs;
+}
+
+// The Python line the user wrote. A traced op records it directly; an op inlined from a submodule records
+// a line of the archive's generated code ("___torch_mangle_N.py"), so its call sites are tried instead.
+bool generated(const std::string& file) { return file.find("___torch_mangle") != std::string::npos || file.rfind("code/", 0) == 0; }
+
+SourceLoc sourceLoc(const jit::Node* node) {
+  SourceLoc loc;
+  std::vector<jit::SourceRange> candidates{node->sourceRange()};
+  if (auto cs = node->callstack()) {
+    auto frames = (*cs)->vec();
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) candidates.push_back(std::get<1>(*it));
+  }
+  std::optional<std::tuple<std::string, size_t, size_t>> flc;
+  for (auto& r : candidates) {
+    auto f = r.file_line_col();
+    if (!f) continue;
+    if (!flc) flc = f;
+    if (!generated(std::get<0>(*f))) {
+      flc = f;
+      break;
+    }
+  }
+  if (!flc) return loc;
+  auto [file, line, col] = *flc;
+  // Keep paths stable across checkouts: start them at the models/ directory where there is one.
+  auto pos = file.rfind("models/");
+  loc.file = pos == std::string::npos ? std::filesystem::path(file).filename().string() : file.substr(pos);
+  loc.line = static_cast<int>(line);
+  return loc;
+}
+
+Scalar toScalar(const c10::IValue& v, const jit::Node* node) {
+  if (v.isNone()) return kiln::torch::None{};
+  if (v.isBool()) return v.toBool();
+  if (v.isInt()) return v.toInt();
+  if (v.isDouble()) return v.toDouble();
+  if (v.isIntList()) return v.toIntVector();
+  if (v.isDoubleList()) return v.toDoubleVector();
+  if (v.isString()) return v.toStringRef();
+  if (v.isDevice()) return v.toDevice().str();
+  if (v.isBoolList()) {
+    std::vector<int64_t> out;
+    for (bool b : v.toBoolList()) out.push_back(b);
+    return out;
+  }
+  userError("{} at {} produces a {} value kiln cannot represent as a constant", node->kind().toQualString(),
+            sourceLoc(node).str(), v.tagKind());
+}
+
+// Values whose content follows from shapes alone even though computed from input tensors.
+bool shapeOnly(const jit::Node* node) {
+  static const std::unordered_set<std::string> ops = {"aten::size", "aten::dim", "aten::numel", "prim::device",
+                                                       "prim::dtype", "aten::len"};
+  return ops.count(node->kind().toQualString()) > 0;
+}
+
+class Importer {
+ public:
+  Importer(std::string path, std::string modelName) : path_(std::move(path)) { g_.modelName = std::move(modelName); }
+
+  Graph run(jit::Graph& graph, const std::vector<InputSpec>& specs, const std::vector<at::Tensor>& inputs) {
+    auto gin = graph.inputs();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const jit::Value* v = gin[i + 1];
+      Value val;
+      val.kind = Value::Kind::Input;
+      val.name = specs[i].name;
+      val.dtype = specs[i].dtype;
+      val.shape = specs[i].shape;
+      ids_[v] = {g_.addValue(val)};
+      g_.inputs.push_back(ids_[v][0]);
+      env_[v] = inputs[i];
+      dynamic_.insert(v);
+    }
+    for (jit::Node* node : graph.nodes()) visit(node);
+    for (const jit::Value* out : graph.outputs())
+      for (int id : idsOf(out, nullptr)) g_.outputs.push_back(id);
+    return std::move(g_);
+  }
+
+ private:
+  void visit(jit::Node* node) {
+    std::string op = node->kind().toQualString();
+    if (node->kind() == c10::prim::Constant) {
+      for (const jit::Value* out : node->outputs()) env_[out] = *jit::toIValue(out);
+      return;
+    }
+    if (!node->blocks().empty())
+      userError("{} at {}: control flow in the traced graph is not supported; trace the model with torch.jit.trace",
+                op, sourceLoc(node).str());
+    jit::Stack stack;
+    bool dyn = false;
+    for (const jit::Value* in : node->inputs()) {
+      stack.push_back(env_.at(in));
+      dyn = dyn || dynamic_.count(in);
+    }
+    try {
+      if (node->kind() == c10::prim::TupleConstruct) {
+        std::vector<c10::IValue> elems(stack.begin(), stack.end());
+        stack = {c10::ivalue::Tuple::create(std::move(elems))};
+      } else if (node->kind() == c10::prim::TupleUnpack) {
+        auto elems = stack.at(0).toTupleRef().elements().vec();
+        stack.assign(elems.begin(), elems.end());
+      } else {
+        node->getOperation()(stack);
+      }
+    } catch (const std::exception& e) {
+      userError("{} at {} fails for the given input shapes ({}); check the shapes recorded or passed with --input", op,
+                sourceLoc(node).str(), firstLine(e.what()));
+    }
+    auto outs = node->outputs();
+    for (size_t i = 0; i < outs.size(); ++i) env_[outs[i]] = stack[i];
+    dyn = dyn && !shapeOnly(node);
+    if (!dyn) return;  // folded: a constant, looked up lazily when used
+    for (const jit::Value* out : outs) dynamic_.insert(out);
+    if (op == "prim::TupleConstruct" || op == "prim::ListConstruct") {
+      std::vector<int> elems;
+      for (const jit::Value* in : node->inputs())
+        for (int id : idsOf(in, node)) elems.push_back(id);
+      ids_[outs[0]] = elems;
+      return;
+    }
+    if (op == "prim::TupleUnpack" || op == "prim::ListUnpack") {
+      auto elems = idsOf(node->inputs()[0], node);
+      for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
+      return;
+    }
+    kiln::torch::Node n{op, {}, {}, sourceLoc(node)};
+    for (const jit::Value* in : node->inputs())
+      for (int id : idsOf(in, node)) n.inputs.push_back(id);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const c10::IValue& v = env_.at(outs[i]);
+      if (!v.isTensor())
+        userError("{} at {} computes a {} from input data; kiln needs such values to follow from shapes alone", op,
+                  n.loc.str(), v.tagKind());
+      Value val;
+      val.kind = Value::Kind::Tensor;
+      val.dtype = dtypeOf(v.toTensor(), op, n.loc);
+      val.shape = v.toTensor().sizes().vec();
+      int id = g_.addValue(val);
+      ids_[outs[i]] = {id};
+      n.outputs.push_back(id);
+    }
+    g_.nodes.push_back(std::move(n));
+  }
+
+  // The kiln value ids a TorchScript value stands for (several for a list or tuple of tensors).
+  std::vector<int> idsOf(const jit::Value* v, const jit::Node* user) {
+    if (auto it = ids_.find(v); it != ids_.end()) return it->second;
+    const c10::IValue& iv = env_.at(v);
+    Value val;
+    if (iv.isTensor() && iv.toTensor().dim() == 0 && iv.toTensor().is_floating_point()) {
+      // A Python scalar the tracer recorded as a 0-dim tensor (often f64): an f32 immediate to kiln.
+      val.kind = Value::Kind::Constant;
+      val.constant = iv.toTensor().item<double>();
+    } else if (iv.isTensor()) {
+      at::Tensor t = iv.toTensor().detach().contiguous();
+      auto data = std::make_shared<kiln::torch::WeightData>();
+      std::string name = v->hasDebugName() ? v->debugName() : "";
+      if (name.rfind("self.", 0) == 0) name = name.substr(5);
+      data->name = name.empty() ? "constant" : name;
+      at::Tensor f = t.to(at::kFloat).contiguous();
+      data->values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+      val.kind = Value::Kind::Weight;
+      val.dtype = dtypeOf(t, user ? user->kind().toQualString() : "graph output", user ? sourceLoc(user) : SourceLoc{});
+      val.shape = t.sizes().vec();
+      val.weight = data;
+    } else if (iv.isTensorList()) {
+      userError("a constant tensor list used by {} is not supported", user ? user->kind().toQualString() : "the output");
+    } else {
+      val.kind = Value::Kind::Constant;
+      val.constant = toScalar(iv, user ? user : v->node());
+    }
+    std::vector<int> id{g_.addValue(val)};
+    ids_[v] = id;
+    return id;
+  }
+
+  DType dtypeOf(const at::Tensor& t, const std::string& op, const SourceLoc& loc) {
+    switch (t.scalar_type()) {
+      case at::kFloat: return DType::F32;
+      case at::kHalf: return DType::F16;
+      case at::kBFloat16: return DType::BF16;
+      case at::kLong: return DType::I64;
+      case at::kBool: return DType::Bool;
+      default:
+        userError("{} at {} produces a {} tensor; kiln supports f32, f16, bf16, i64 and bool", op, loc.str(),
+                  c10::toString(t.scalar_type()));
+    }
+  }
+
+  std::string path_;
+  Graph g_;
+  std::unordered_map<const jit::Value*, c10::IValue> env_;
+  std::unordered_map<const jit::Value*, std::vector<int>> ids_;
+  std::unordered_set<const jit::Value*> dynamic_;
+};
+
+}  // namespace
+
+Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides) {
+  jit::ExtraFilesMap extra{{"kiln_inputs.json", ""}};
+  jit::Module module = loadModule(path, extra);
+  jit::Module frozen;
+  std::shared_ptr<jit::Graph> graph;
+  try {
+    module.eval();
+    frozen = jit::freeze_module(module);
+    graph = frozen.get_method("forward").graph()->copy();
+    jit::Inline(*graph);
+    jit::EliminateDeadCode(graph);
+  } catch (const std::exception& e) {
+    userError("{}: cannot freeze the module's forward ({}); kiln needs a traced module with a forward method", path,
+              firstLine(e.what()));
+  }
+  auto specs = applyOverrides(path, recordedInputs(path, extra["kiln_inputs.json"]), overrides, graph->inputs().size() - 1);
+  std::vector<at::Tensor> inputs;
+  for (size_t i = 0; i < specs.size(); ++i)
+    inputs.push_back(toTorch(randomTensor(specs[i].dtype, specs[i].shape, 1000 + i), false));
+  ::torch::NoGradGuard noGrad;
+  return Importer(path, std::filesystem::path(path).stem().string()).run(*graph, specs, inputs);
+}
+
+}  // namespace kiln::frontend

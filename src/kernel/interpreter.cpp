@@ -1,0 +1,302 @@
+// The Kernel-IR interpreter: runs each launch on the CPU block by block, all threads of a block in lockstep
+// under an active mask (DESIGN.md §4). A statement completes for every active thread before the next one
+// starts, so a barrier reached by the whole block is a no-op and one reached by part of it is an error.
+// Shared memory is fresh per block and remembers which elements some thread wrote; reading any other
+// element is an error. Outputs and temporaries start as NaN.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kiln/kernel/ir.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel {
+namespace {
+
+constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+[[noreturn]] void raise(std::string what) { throw InternalError(std::move(what)); }
+
+struct Dims {
+  int maxVar = kBlockIdx;  // largest index variable id
+  int maxSlot = -1;        // largest float slot
+  int depth = 0;           // deepest For/If nesting
+};
+
+void scanIdx(const Idx& e, Dims& d) {
+  KILN_ASSERT(e != nullptr, "null index expression");
+  forEachVar(e, [&](int v) {
+    KILN_ASSERT(v >= 0, "negative index variable id {}", v);
+    d.maxVar = std::max(d.maxVar, v);
+  });
+}
+
+void scanExpr(const FE& e, Dims& d) {
+  KILN_ASSERT(e != nullptr, "null float expression");
+  if (e->kind == FExpr::Kind::Var) {
+    KILN_ASSERT(e->var >= 0, "negative float slot {}", e->var);
+    d.maxSlot = std::max(d.maxSlot, e->var);
+  }
+  if (e->kind == FExpr::Kind::Apply)
+    KILN_ASSERT(static_cast<int>(e->args.size()) == tensor::arity(e->fn), "{} applied to {} operands", tensor::fnName(e->fn),
+                e->args.size());
+  if (e->index) scanIdx(e->index, d);
+  for (auto& a : e->args) scanExpr(a, d);
+}
+
+void scanBlock(const Block& body, int depth, Dims& d) {
+  d.depth = std::max(d.depth, depth);
+  for (auto& s : body) {
+    if (s.kind == Stmt::Kind::DefIdx || s.kind == Stmt::Kind::For) {
+      KILN_ASSERT(s.var > kBlockIdx, "index variable {} has reserved or negative id {}", s.name, s.var);
+      d.maxVar = std::max(d.maxVar, s.var);
+    }
+    if (s.kind == Stmt::Kind::Assign) {
+      KILN_ASSERT(s.var >= 0, "assignment to negative float slot {}", s.var);
+      d.maxSlot = std::max(d.maxSlot, s.var);
+    }
+    if (s.a) scanIdx(s.a, d);
+    if (s.b) scanIdx(s.b, d);
+    if (s.value) scanExpr(s.value, d);
+    if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::If) scanBlock(s.body, depth + 1, d);
+  }
+}
+
+struct Machine {
+  const Program& p;
+  const Kernel& k;
+  std::vector<std::vector<float>>& buffers;  // program buffers
+  int64_t T = 0;                             // threads per block
+  int64_t block = 0;                         // current block
+  int nf = 0;                                // float slots
+
+  std::vector<std::vector<int64_t>> env;     // per thread: index variables
+  std::vector<float> floats;                 // per thread: float slots (thread-major)
+  std::vector<std::vector<float>> shared;
+  std::vector<std::vector<uint8_t>> written;
+  std::vector<std::vector<uint8_t>> masks;   // per nesting depth
+  std::vector<std::vector<int64_t>> ends;    // per nesting depth: For end per thread
+  std::vector<int64_t> idxTmp;               // per thread, for stores
+  std::vector<float> valTmp;
+
+  Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)
+      : p(prog), k(kern), buffers(bufs) {}
+
+  const std::vector<float>& paramData(int param) {
+    KILN_ASSERT(param >= 0 && param < static_cast<int>(k.params.size()), "kernel {}: parameter #{} of {}", k.name, param,
+                k.params.size());
+    return buffers[k.params[param].buffer];
+  }
+
+  float eval(const FExpr& e, int64_t t) {
+    switch (e.kind) {
+      case FExpr::Kind::Const: return e.value;
+      case FExpr::Kind::Var: return floats[t * nf + e.var];
+      case FExpr::Kind::LoadGlobal: {
+        const std::vector<float>& data = paramData(e.param);
+        int64_t i = evaluate(e.index, env[t]);
+        if (i < 0 || i >= static_cast<int64_t>(data.size()))
+          raise(fmt::format("kernel {}: thread {} of block {} loads {}[{}] out of bounds ({} elements; index {})", k.name, t,
+                            block, k.params[e.param].name, i, data.size(), toString(e.index)));
+        return data[i];
+      }
+      case FExpr::Kind::LoadShared: {
+        KILN_ASSERT(e.shared >= 0 && e.shared < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
+                    k.name, e.shared, shared.size());
+        int64_t i = evaluate(e.index, env[t]);
+        const std::vector<float>& data = shared[e.shared];
+        if (i < 0 || i >= static_cast<int64_t>(data.size()))
+          raise(fmt::format("kernel {}: thread {} of block {} loads shared {}[{}] out of bounds ({} elements; index {})", k.name,
+                            t, block, k.shared[e.shared].name, i, data.size(), toString(e.index)));
+        if (!written[e.shared][i])
+          raise(fmt::format("kernel {}: thread {} reads shared {}[{}] that no thread wrote (block {}, index {})", k.name, t,
+                            k.shared[e.shared].name, i, block, toString(e.index)));
+        return data[i];
+      }
+      case FExpr::Kind::Apply: {
+        float a = eval(*e.args[0], t);
+        if (e.fn == Fn::Cast) return loop::roundTo(e.castTo, a);
+        float b = e.args.size() > 1 ? eval(*e.args[1], t) : 0.f;
+        return tensor::applyFn(e.fn, a, b);
+      }
+    }
+    return 0.f;
+  }
+
+  void exec(const Block& body, int depth) {
+    const std::vector<uint8_t>& mask = masks[depth];
+    for (const Stmt& s : body) {
+      switch (s.kind) {
+        case Stmt::Kind::DefIdx:
+          for (int64_t t = 0; t < T; ++t)
+            if (mask[t]) env[t][s.var] = evaluate(s.a, env[t]);
+          break;
+        case Stmt::Kind::Assign:
+          for (int64_t t = 0; t < T; ++t)
+            if (mask[t]) floats[t * nf + s.var] = eval(*s.value, t);
+          break;
+        case Stmt::Kind::For: {
+          std::vector<int64_t>& end = ends[depth];
+          std::vector<uint8_t>& inner = masks[depth + 1];
+          for (int64_t t = 0; t < T; ++t)
+            if (mask[t]) {
+              env[t][s.var] = evaluate(s.a, env[t]);
+              end[t] = evaluate(s.b, env[t]);
+            }
+          for (;;) {
+            bool any = false;
+            for (int64_t t = 0; t < T; ++t) {
+              inner[t] = mask[t] && env[t][s.var] < end[t];
+              any = any || inner[t];
+            }
+            if (!any) break;
+            exec(s.body, depth + 1);
+            for (int64_t t = 0; t < T; ++t)
+              if (inner[t]) env[t][s.var] += s.step;
+          }
+          break;
+        }
+        case Stmt::Kind::If: {
+          std::vector<uint8_t>& inner = masks[depth + 1];
+          bool any = false;
+          for (int64_t t = 0; t < T; ++t) {
+            inner[t] = mask[t] && evaluate(s.a, env[t]) < evaluate(s.b, env[t]);
+            any = any || inner[t];
+          }
+          if (any) exec(s.body, depth + 1);
+          break;
+        }
+        case Stmt::Kind::StoreGlobal: {
+          KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: store to parameter #{} of {}",
+                      k.name, s.target, k.params.size());
+          const Param& prm = k.params[s.target];
+          std::vector<float>& data = buffers[prm.buffer];
+          DType dtype = p.buffers[prm.buffer].dtype;
+          // Every active thread evaluates before any writes: the statement completes in lockstep.
+          for (int64_t t = 0; t < T; ++t) {
+            if (!mask[t]) continue;
+            int64_t i = evaluate(s.a, env[t]);
+            if (i < 0 || i >= static_cast<int64_t>(data.size()))
+              raise(fmt::format("kernel {}: thread {} of block {} stores {}[{}] out of bounds ({} elements; index {})", k.name,
+                                t, block, prm.name, i, data.size(), toString(s.a)));
+            idxTmp[t] = i;
+            valTmp[t] = loop::roundTo(dtype, eval(*s.value, t));
+          }
+          for (int64_t t = 0; t < T; ++t)
+            if (mask[t]) data[idxTmp[t]] = valTmp[t];
+          break;
+        }
+        case Stmt::Kind::StoreShared: {
+          KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
+                      k.name, s.target, shared.size());
+          std::vector<float>& data = shared[s.target];
+          for (int64_t t = 0; t < T; ++t) {
+            if (!mask[t]) continue;
+            int64_t i = evaluate(s.a, env[t]);
+            if (i < 0 || i >= static_cast<int64_t>(data.size()))
+              raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
+                                k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));
+            idxTmp[t] = i;
+            valTmp[t] = eval(*s.value, t);
+          }
+          for (int64_t t = 0; t < T; ++t)
+            if (mask[t]) {
+              data[idxTmp[t]] = valTmp[t];
+              written[s.target][idxTmp[t]] = 1;
+            }
+          break;
+        }
+        case Stmt::Kind::Barrier: {
+          int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
+          if (n != T)
+            raise(fmt::format("kernel {}: barrier reached by {} of {} threads (barrier under divergent control flow; block {})",
+                              k.name, n, T, block));
+          break;
+        }
+      }
+    }
+  }
+
+  void run() {
+    KILN_ASSERT(k.grid[1] == 1 && k.grid[2] == 1 && k.block[1] == 1 && k.block[2] == 1,
+                "kernel {}: the interpreter runs one-dimensional launches only (grid ({},{},{}) block ({},{},{}))", k.name,
+                k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2]);
+    KILN_ASSERT(k.grid[0] >= 1 && k.block[0] >= 1, "kernel {}: empty launch grid {} block {}", k.name, k.grid[0], k.block[0]);
+    for (auto& prm : k.params)
+      KILN_ASSERT(prm.buffer >= 0 && prm.buffer < static_cast<int>(p.buffers.size()), "kernel {}: parameter {} names buffer #{}",
+                  k.name, prm.name, prm.buffer);
+    for (auto& sb : k.shared)
+      KILN_ASSERT(sb.elements >= 0, "kernel {}: shared buffer {} has {} elements", k.name, sb.name, sb.elements);
+    Dims d;
+    try {
+      scanBlock(k.body, 0, d);
+    } catch (const InternalError& e) {
+      raise(fmt::format("kernel {}: {}", k.name, e.what()));
+    }
+    KILN_ASSERT(d.maxSlot < static_cast<int>(k.floatVars.size()), "kernel {}: float slot {} used but {} declared", k.name,
+                d.maxSlot, k.floatVars.size());
+    T = k.block[0];
+    nf = static_cast<int>(k.floatVars.size());
+    env.assign(T, std::vector<int64_t>(d.maxVar + 1, 0));
+    floats.assign(T * nf, kPoison);
+    masks.assign(d.depth + 1, std::vector<uint8_t>(T, 0));
+    ends.assign(d.depth + 1, std::vector<int64_t>(T, 0));
+    idxTmp.assign(T, 0);
+    valTmp.assign(T, 0.f);
+    shared.resize(k.shared.size());
+    written.resize(k.shared.size());
+    std::fill(masks[0].begin(), masks[0].end(), uint8_t{1});
+    for (block = 0; block < k.grid[0]; ++block) {
+      for (size_t i = 0; i < k.shared.size(); ++i) {
+        shared[i].assign(k.shared[i].elements, kPoison);
+        written[i].assign(k.shared[i].elements, 0);
+      }
+      std::fill(floats.begin(), floats.end(), kPoison);
+      for (int64_t t = 0; t < T; ++t) {
+        env[t][kThreadIdx] = t;
+        env[t][kBlockIdx] = block;
+      }
+      exec(k.body, 0);
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs) {
+  KILN_ASSERT(inputs.size() == p.inputs.size(), "kernel IR interpreter: {} inputs given for {} model inputs", inputs.size(),
+              p.inputs.size());
+  std::vector<std::vector<float>> buffers(p.buffers.size());
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const loop::Buffer& info = p.buffers[b];
+    if (info.kind == loop::Buffer::Kind::Weight) {
+      KILN_ASSERT(info.weight && static_cast<int64_t>(info.weight->values.size()) == numel(info.shape),
+                  "kernel IR interpreter: weight buffer {} has no data or the wrong number of values", info.name);
+      buffers[b] = info.weight->values;
+      for (float& v : buffers[b]) v = loop::roundTo(info.dtype, v);  // as uploaded in the buffer's dtype
+    } else {
+      buffers[b].assign(numel(info.shape), kPoison);
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int b = p.inputs[i];
+    KILN_ASSERT(b >= 0 && b < static_cast<int>(p.buffers.size()), "kernel IR interpreter: input #{} names buffer #{}", i, b);
+    const loop::Buffer& info = p.buffers[b];
+    if (static_cast<int64_t>(inputs[i].values.size()) != numel(info.shape))
+      userError("input {} ({}) has {} elements, expected {} (shape {})", i, info.name, inputs[i].values.size(),
+                numel(info.shape), shapeString(info.shape));
+    buffers[b] = inputs[i].values;
+    for (float& v : buffers[b]) v = loop::roundTo(info.dtype, v);
+  }
+  for (const Kernel& k : p.kernels) Machine(p, k, buffers).run();
+  std::vector<HostTensor> out;
+  for (int b : p.outputs) {
+    KILN_ASSERT(b >= 0 && b < static_cast<int>(p.buffers.size()), "kernel IR interpreter: output buffer #{}", b);
+    out.push_back(HostTensor{p.buffers[b].dtype, p.buffers[b].shape, buffers[b]});
+  }
+  return out;
+}
+
+}  // namespace kiln::kernel

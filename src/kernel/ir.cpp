@@ -1,0 +1,132 @@
+// Constructors of Kernel IR nodes (include/kiln/kernel/ir.h).
+#include "kiln/kernel/ir.h"
+
+#include "kiln/support/error.h"
+
+namespace kiln::kernel {
+namespace {
+
+Stmt makeStmt(Stmt::Kind kind) {
+  Stmt s{};
+  s.kind = kind;
+  return s;
+}
+
+}  // namespace
+
+Idx threadIdx() { return idxVar(kThreadIdx, "threadIdx.x"); }
+Idx blockIdx() { return idxVar(kBlockIdx, "blockIdx.x"); }
+
+FE fconst(float v) {
+  auto e = std::make_shared<FExpr>();
+  e->kind = FExpr::Kind::Const;
+  e->value = v;
+  return e;
+}
+
+FE fvar(int slot) {
+  KILN_ASSERT(slot >= 0, "float variable slot {} is negative", slot);
+  auto e = std::make_shared<FExpr>();
+  e->kind = FExpr::Kind::Var;
+  e->var = slot;
+  return e;
+}
+
+FE loadGlobal(int param, Idx index) {
+  KILN_ASSERT(param >= 0 && index, "loadGlobal: bad param {} or null index", param);
+  auto e = std::make_shared<FExpr>();
+  e->kind = FExpr::Kind::LoadGlobal;
+  e->param = param;
+  e->index = std::move(index);
+  return e;
+}
+
+FE loadShared(int buffer, Idx index) {
+  KILN_ASSERT(buffer >= 0 && index, "loadShared: bad shared buffer {} or null index", buffer);
+  auto e = std::make_shared<FExpr>();
+  e->kind = FExpr::Kind::LoadShared;
+  e->shared = buffer;
+  e->index = std::move(index);
+  return e;
+}
+
+FE fapply(Fn fn, std::vector<FE> args, DType castTo) {
+  KILN_ASSERT(static_cast<int>(args.size()) == tensor::arity(fn), "fapply: {} takes {} operands, got {}",
+              tensor::fnName(fn), tensor::arity(fn), args.size());
+  for (auto& a : args) KILN_ASSERT(a != nullptr, "fapply: null operand of {}", tensor::fnName(fn));
+  auto e = std::make_shared<FExpr>();
+  e->kind = FExpr::Kind::Apply;
+  e->fn = fn;
+  e->castTo = castTo;
+  e->args = std::move(args);
+  return e;
+}
+
+Stmt defIdx(int var, std::string name, Idx value) {
+  KILN_ASSERT(var > kBlockIdx, "defIdx: variable id {} is reserved or negative", var);
+  KILN_ASSERT(value != nullptr, "defIdx {}: null value", name);
+  Stmt s = makeStmt(Stmt::Kind::DefIdx);
+  s.var = var;
+  s.name = std::move(name);
+  s.a = std::move(value);
+  return s;
+}
+
+Stmt assign(int slot, FE value) {
+  KILN_ASSERT(slot >= 0 && value, "assign: bad slot {} or null value", slot);
+  Stmt s = makeStmt(Stmt::Kind::Assign);
+  s.var = slot;
+  s.value = std::move(value);
+  return s;
+}
+
+Stmt forLoop(int var, std::string name, Idx begin, Idx end, int64_t step, Block body) {
+  KILN_ASSERT(var > kBlockIdx, "for: variable id {} is reserved or negative", var);
+  KILN_ASSERT(begin && end, "for {}: null bound", name);
+  KILN_ASSERT(step > 0, "for {}: step {} must be positive", name, step);
+  Stmt s = makeStmt(Stmt::Kind::For);
+  s.var = var;
+  s.name = std::move(name);
+  s.a = std::move(begin);
+  s.b = std::move(end);
+  s.step = step;
+  s.body = std::move(body);
+  return s;
+}
+
+Stmt ifLess(Idx lhs, Idx rhs, Block body) {
+  KILN_ASSERT(lhs && rhs, "if: null operand");
+  Stmt s = makeStmt(Stmt::Kind::If);
+  s.a = std::move(lhs);
+  s.b = std::move(rhs);
+  s.body = std::move(body);
+  return s;
+}
+
+Stmt storeGlobal(int param, Idx index, FE value) {
+  KILN_ASSERT(param >= 0 && index && value, "storeGlobal: bad param {} or null operand", param);
+  Stmt s = makeStmt(Stmt::Kind::StoreGlobal);
+  s.target = param;
+  s.a = std::move(index);
+  s.value = std::move(value);
+  return s;
+}
+
+Stmt storeShared(int buffer, Idx index, FE value) {
+  KILN_ASSERT(buffer >= 0 && index && value, "storeShared: bad shared buffer {} or null operand", buffer);
+  Stmt s = makeStmt(Stmt::Kind::StoreShared);
+  s.target = buffer;
+  s.a = std::move(index);
+  s.value = std::move(value);
+  return s;
+}
+
+Stmt barrier() { return makeStmt(Stmt::Kind::Barrier); }
+
+int64_t Kernel::sharedBytes() const {
+  int64_t bytes = 0;
+  for (auto& s : shared) bytes += s.elements * 4;
+  return bytes;
+}
+
+}  // namespace kiln::kernel

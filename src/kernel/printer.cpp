@@ -1,0 +1,154 @@
+// Kernel IR text and JSON forms. The printer never throws on malformed IR (it is also used to dump the IR
+// a failing pass or verifier saw): unknown parameter, shared buffer or float slot ids print as `?N`.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/kernel/ir.h"
+
+namespace kiln::kernel {
+namespace {
+
+std::string floatName(const Kernel& k, int slot) {
+  if (slot >= 0 && slot < static_cast<int>(k.floatVars.size())) return "%" + k.floatVars[slot];
+  return fmt::format("%?{}", slot);
+}
+
+std::string paramName(const Kernel& k, int param) {
+  if (param >= 0 && param < static_cast<int>(k.params.size())) return k.params[param].name;
+  return fmt::format("?{}", param);
+}
+
+std::string sharedName(const Kernel& k, int buffer) {
+  if (buffer >= 0 && buffer < static_cast<int>(k.shared.size())) return k.shared[buffer].name;
+  return fmt::format("?{}", buffer);
+}
+
+std::string idxString(const Idx& e) { return e ? toString(e) : std::string("<null>"); }
+
+std::string exprString(const Kernel& k, const FE& e) {
+  if (!e) return "<null>";
+  switch (e->kind) {
+    case FExpr::Kind::Const: return fmt::format("{}", e->value);
+    case FExpr::Kind::Var: return floatName(k, e->var);
+    case FExpr::Kind::LoadGlobal: return fmt::format("load {}[{}]", paramName(k, e->param), idxString(e->index));
+    case FExpr::Kind::LoadShared: return fmt::format("load shared {}[{}]", sharedName(k, e->shared), idxString(e->index));
+    case FExpr::Kind::Apply: {
+      std::vector<std::string> args;
+      for (auto& a : e->args) args.push_back(exprString(k, a));
+      if (e->fn == Fn::Cast) return fmt::format("cast<{}>({})", dtypeName(e->castTo), fmt::join(args, ", "));
+      return fmt::format("{}({})", tensor::fnName(e->fn), fmt::join(args, ", "));
+    }
+  }
+  return "?";
+}
+
+void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::string>& lines) {
+  std::string ind(2 * depth, ' ');
+  for (auto& s : body) {
+    switch (s.kind) {
+      case Stmt::Kind::DefIdx: lines.push_back(fmt::format("{}{} = {}", ind, s.name, idxString(s.a))); break;
+      case Stmt::Kind::Assign:
+        lines.push_back(fmt::format("{}{} = {}", ind, floatName(k, s.var), exprString(k, s.value)));
+        break;
+      case Stmt::Kind::For:
+        lines.push_back(fmt::format("{}for {} in {}..{} step {} {{", ind, s.name, idxString(s.a), idxString(s.b), s.step));
+        printBlock(k, s.body, depth + 1, lines);
+        lines.push_back(ind + "}");
+        break;
+      case Stmt::Kind::If:
+        lines.push_back(fmt::format("{}if ({} < {}) {{", ind, idxString(s.a), idxString(s.b)));
+        printBlock(k, s.body, depth + 1, lines);
+        lines.push_back(ind + "}");
+        break;
+      case Stmt::Kind::StoreGlobal:
+        lines.push_back(fmt::format("{}store {}[{}] = {}", ind, paramName(k, s.target), idxString(s.a), exprString(k, s.value)));
+        break;
+      case Stmt::Kind::StoreShared:
+        lines.push_back(
+            fmt::format("{}store shared {}[{}] = {}", ind, sharedName(k, s.target), idxString(s.a), exprString(k, s.value)));
+        break;
+      case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
+    }
+  }
+}
+
+std::string paramString(const Program& p, const Param& prm) {
+  return fmt::format("{} {}: {}[{}]{}", prm.written ? "out" : "in", prm.name, dtypeName(prm.dtype), prm.elements,
+                     prm.written ? " (written)" : "");
+}
+
+std::string dims(const std::array<int64_t, 3>& d) { return fmt::format("({},{},{})", d[0], d[1], d[2]); }
+
+std::vector<std::string> bodyLines(const Kernel& k) {
+  std::vector<std::string> lines;
+  printBlock(k, k.body, 1, lines);
+  return lines;
+}
+
+}  // namespace
+
+std::string print(const Program& p) {
+  std::string out = fmt::format("// kiln kernel IR: {}\n", p.modelName);
+  for (auto& b : p.buffers) {
+    out += fmt::format("buffer {} : {}[{}] {}", b.name, dtypeName(b.dtype), shapeString(b.shape), loop::bufferKindName(b.kind));
+    if (b.weight) out += fmt::format(" \"{}\"", b.weight->name);
+    out += "\n";
+  }
+  for (auto& k : p.kernels) {
+    out += fmt::format("\nkernel {} grid{} block{} shared {} bytes", k.name, dims(k.grid), dims(k.block), k.sharedBytes());
+    if (k.dynamicSharedBytes) out += fmt::format(" (dynamic {} bytes)", k.dynamicSharedBytes);
+    if (!k.origins.empty()) out += fmt::format("  // {}", fmt::join(k.origins, "; "));
+    out += "\n";
+    std::vector<std::string> params;
+    for (auto& prm : k.params) params.push_back(paramString(p, prm));
+    out += fmt::format("  params: {}\n", fmt::join(params, ", "));
+    for (auto& s : k.shared) out += fmt::format("  shared {}: f32[{}]\n", s.name, s.elements);
+    if (!k.floatVars.empty()) {
+      std::vector<std::string> fv;
+      for (size_t i = 0; i < k.floatVars.size(); ++i) fv.push_back(floatName(k, static_cast<int>(i)));
+      out += fmt::format("  floats: {}\n", fmt::join(fv, ", "));
+    }
+    for (auto& line : bodyLines(k)) out += line + "\n";
+  }
+  std::vector<std::string> outs;
+  for (int b : p.outputs)
+    outs.push_back(b >= 0 && b < static_cast<int>(p.buffers.size()) ? p.buffers[b].name : fmt::format("?{}", b));
+  out += fmt::format("\nreturn {}\n", fmt::join(outs, ", "));
+  return out;
+}
+
+nlohmann::json toJson(const Program& p) {
+  nlohmann::json j{{"level", "kernel"}, {"model", p.modelName}, {"inputs", p.inputs}, {"outputs", p.outputs}};
+  j["buffers"] = nlohmann::json::array();
+  for (auto& b : p.buffers) {
+    nlohmann::json bj{{"name", b.name}, {"kind", loop::bufferKindName(b.kind)}, {"dtype", dtypeName(b.dtype)}, {"shape", b.shape}};
+    if (b.weight) bj["weight"] = b.weight->name;
+    j["buffers"].push_back(bj);
+  }
+  j["kernels"] = nlohmann::json::array();
+  for (auto& k : p.kernels) {
+    nlohmann::json kj{{"name", k.name},
+                      {"grid", k.grid},
+                      {"block", k.block},
+                      {"shared_bytes", k.sharedBytes()},
+                      {"dynamic_shared_bytes", k.dynamicSharedBytes},
+                      {"origins", k.origins},
+                      {"float_vars", k.floatVars}};
+    kj["params"] = nlohmann::json::array();
+    for (auto& prm : k.params)
+      kj["params"].push_back({{"buffer", prm.buffer},
+                              {"name", prm.name},
+                              {"dtype", dtypeName(prm.dtype)},
+                              {"elements", prm.elements},
+                              {"written", prm.written}});
+    kj["shared"] = nlohmann::json::array();
+    for (auto& s : k.shared) kj["shared"].push_back({{"name", s.name}, {"elements", s.elements}});
+    kj["body"] = bodyLines(k);
+    j["kernels"].push_back(kj);
+  }
+  return j;
+}
+
+}  // namespace kiln::kernel

@@ -1,0 +1,305 @@
+// Kernel IR verifier: the static hardware rules (include/kiln/kernel/ir.h).
+//
+//  * launch dimensions within CUDA's limits; shared memory within 48 KiB static, 227 KiB in all;
+//  * every parameter names an existing program buffer with its dtype and size; every load/store names an
+//    existing parameter or shared buffer; stores go only to parameters marked written;
+//  * every index variable is defined before use and only used inside the block that defines it (a DefIdx
+//    is a block-scoped `const` in the emitted CUDA; a For variable lives in its body); variable ids are not
+//    redefined while in scope (the interpreter keeps one flat environment per thread); every float slot is
+//    assigned somewhere earlier in program order before it is read;
+//  * no barrier under control flow that depends on the thread (threadIdx.x, or any index variable derived
+//    from it): such a barrier is reached by only part of the block;
+//  * shared-memory indices within bounds wherever interval arithmetic can bound them, using the launch
+//    extents, For bounds and the guards of enclosing ifs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "kiln/kernel/ir.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel {
+namespace {
+
+using Range = std::pair<int64_t, int64_t>;  // inclusive [lo, hi]
+using Ranges = std::map<int, Range>;
+
+constexpr int64_t kBig = int64_t{1} << 40;  // beyond this, interval arithmetic gives up (no overflow)
+
+std::optional<Range> checked(int64_t lo, int64_t hi) {
+  if (lo < -kBig || hi > kBig || lo > hi) return std::nullopt;
+  return Range{lo, hi};
+}
+
+int64_t floorDivI(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// Interval of e. `ranges` bounds variables; `defs` (when given) lets DefIdx variables be replaced by their
+// definitions, which keeps the correlation between e.g. `t = threadIdx.x` and threadIdx.x itself.
+std::optional<Range> interval(const Idx& e, const Ranges& ranges, const std::map<int, Idx>* defs) {
+  using Op = IndexNode::Op;
+  switch (e->op) {
+    case Op::Const: return Range{e->value, e->value};
+    case Op::Var: {
+      if (defs) {
+        if (auto it = defs->find(e->var); it != defs->end()) return interval(it->second, ranges, defs);
+      }
+      if (auto it = ranges.find(e->var); it != ranges.end()) return it->second;
+      return std::nullopt;
+    }
+    default: break;
+  }
+  auto ra = interval(e->a, ranges, defs);
+  if (!ra) return std::nullopt;
+  auto rb = interval(e->b, ranges, defs);
+  if (!rb) return std::nullopt;
+  auto [alo, ahi] = *ra;
+  auto [blo, bhi] = *rb;
+  switch (e->op) {
+    case Op::Add: return checked(alo + blo, ahi + bhi);
+    case Op::Mul: {
+      int64_t c[4] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
+      return checked(*std::min_element(c, c + 4), *std::max_element(c, c + 4));
+    }
+    case Op::FloorDiv:
+      if (blo <= 0) return std::nullopt;  // only positive divisors are bounded
+      return checked(std::min(floorDivI(alo, blo), floorDivI(alo, bhi)), std::max(floorDivI(ahi, blo), floorDivI(ahi, bhi)));
+    case Op::Mod:
+      if (blo <= 0) return std::nullopt;
+      if (blo == bhi && alo >= 0 && ahi < blo) return Range{alo, ahi};
+      if (blo == bhi && floorDivI(alo, blo) == floorDivI(ahi, blo)) {
+        int64_t base = floorDivI(alo, blo) * blo;
+        return Range{alo - base, ahi - base};
+      }
+      return Range{0, bhi - 1};
+    case Op::Min: return Range{std::min(alo, blo), std::min(ahi, bhi)};
+    case Op::Max: return Range{std::max(alo, blo), std::max(ahi, bhi)};
+    default: return std::nullopt;
+  }
+}
+
+std::optional<Range> intersect(std::optional<Range> a, std::optional<Range> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return Range{std::max(a->first, b->first), std::min(a->second, b->second)};
+}
+
+struct Verifier {
+  const Program& p;
+  const Kernel& k;
+  Verifier(const Program& program, const Kernel& kernel) : p(program), k(kernel) {}
+
+  // Scoped state: copied on entry to a block, so leaving it drops its definitions and narrowings.
+  struct Scope {
+    std::set<int> defined;     // index variables in scope
+    std::set<int> varying;     // thread-varying index variables in scope
+    Ranges ranges;             // bounds of variables (opaque view of DefIdx variables)
+    std::map<int, Idx> defs;   // DefIdx definitions in scope
+    bool reachable = true;     // false when the block provably never runs (bounds are then meaningless)
+  };
+  std::vector<bool> assigned;  // float slots assigned so far in program order
+  std::string divergence;      // non-empty while inside thread-dependent control flow: what makes it so
+
+  template <typename... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
+    internalError(__FILE__, __LINE__, fmt::format("kernel IR verifier: kernel {}: ", k.name) +
+                                          fmt::format(f, std::forward<Args>(args)...));
+  }
+
+  void checkIdx(const Idx& e, const Scope& s, const char* what) {
+    if (!e) fail("null index expression in {}", what);
+    forEachVar(e, [&](int v) {
+      if (v == kThreadIdx || v == kBlockIdx) return;
+      if (!s.defined.count(v)) fail("index variable #{} used in {} ({}) before its definition or outside its scope", v, what, toString(e));
+    });
+  }
+
+  bool varies(const Idx& e, const Scope& s) {
+    bool r = false;
+    forEachVar(e, [&](int v) { r = r || v == kThreadIdx || s.varying.count(v); });
+    return r;
+  }
+
+  std::optional<Range> bound(const Idx& e, const Scope& s) {
+    return intersect(interval(e, s.ranges, nullptr), interval(e, s.ranges, &s.defs));
+  }
+
+  void checkSharedIndex(int buffer, const Idx& index, const Scope& s, const char* what) {
+    if (buffer < 0 || buffer >= static_cast<int>(k.shared.size()))
+      fail("{} names shared buffer #{} of {}", what, buffer, k.shared.size());
+    if (!s.reachable) return;
+    const SharedBuffer& sb = k.shared[buffer];
+    if (auto r = bound(index, s); r && (r->first < 0 || r->second >= sb.elements))
+      fail("{} shared {}[{}] indexes [{}, {}], outside the buffer's {} elements", what, sb.name, toString(index), r->first,
+           r->second, sb.elements);
+  }
+
+  void checkExpr(const FE& e, const Scope& s) {
+    if (!e) fail("null float expression");
+    switch (e->kind) {
+      case FExpr::Kind::Const: return;
+      case FExpr::Kind::Var:
+        if (e->var < 0 || e->var >= static_cast<int>(k.floatVars.size()))
+          fail("float slot {} out of range ({} float variables)", e->var, k.floatVars.size());
+        if (!assigned[e->var]) fail("float variable %{} read before any assignment", k.floatVars[e->var]);
+        return;
+      case FExpr::Kind::LoadGlobal:
+        if (e->param < 0 || e->param >= static_cast<int>(k.params.size()))
+          fail("load of parameter #{} of {}", e->param, k.params.size());
+        checkIdx(e->index, s, "a global load");
+        return;
+      case FExpr::Kind::LoadShared:
+        checkIdx(e->index, s, "a shared load");
+        checkSharedIndex(e->shared, e->index, s, "load");
+        return;
+      case FExpr::Kind::Apply:
+        if (static_cast<int>(e->args.size()) != tensor::arity(e->fn))
+          fail("{} applied to {} operands", tensor::fnName(e->fn), e->args.size());
+        for (auto& a : e->args) checkExpr(a, s);
+        return;
+    }
+  }
+
+  void defineVar(int var, const std::string& name, Scope& s) {
+    if (var == kThreadIdx || var == kBlockIdx || var < 0) fail("variable {} uses reserved or negative id {}", name, var);
+    if (s.defined.count(var)) fail("variable {} (#{}) redefined while an earlier definition is in scope", name, var);
+    s.defined.insert(var);
+  }
+
+  void block(const Block& body, Scope s) {
+    for (const Stmt& st : body) {
+      switch (st.kind) {
+        case Stmt::Kind::DefIdx: {
+          checkIdx(st.a, s, "a definition");
+          defineVar(st.var, st.name, s);
+          if (varies(st.a, s)) s.varying.insert(st.var);
+          if (auto r = bound(st.a, s)) s.ranges[st.var] = *r;
+          s.defs[st.var] = st.a;
+          break;
+        }
+        case Stmt::Kind::Assign:
+          checkExpr(st.value, s);
+          if (st.var < 0 || st.var >= static_cast<int>(k.floatVars.size()))
+            fail("assignment to float slot {} of {}", st.var, k.floatVars.size());
+          assigned[st.var] = true;
+          break;
+        case Stmt::Kind::For: {
+          checkIdx(st.a, s, "a loop bound");
+          checkIdx(st.b, s, "a loop bound");
+          if (st.step <= 0) fail("loop {} has step {}", st.name, st.step);
+          Scope inner = s;
+          defineVar(st.var, st.name, inner);
+          bool divergent = varies(st.a, s) || varies(st.b, s);
+          if (divergent) inner.varying.insert(st.var);
+          auto rb = bound(st.a, s), re = bound(st.b, s);
+          if (rb && re) {
+            if (re->second - 1 < rb->first) inner.reachable = false;
+            else inner.ranges[st.var] = Range{rb->first, re->second - 1};
+          }
+          std::string saved = divergence;
+          if (divergent && divergence.empty())
+            divergence = fmt::format("for {} in {}..{}", st.name, toString(st.a), toString(st.b));
+          block(st.body, std::move(inner));
+          divergence = saved;
+          break;
+        }
+        case Stmt::Kind::If: {
+          checkIdx(st.a, s, "a condition");
+          checkIdx(st.b, s, "a condition");
+          Scope inner = s;
+          // Narrow a variable compared with a bounded expression: `v < b` gives v <= max(b) - 1, `a < v` gives
+          // v >= min(a) + 1.
+          auto ra = bound(st.a, s), rb = bound(st.b, s);
+          if (ra && rb && ra->first >= rb->second) inner.reachable = false;
+          if (rb && st.a->op == IndexNode::Op::Var) {
+            auto cur = bound(st.a, s);
+            if (cur) inner.ranges[st.a->var] = Range{cur->first, std::min(cur->second, rb->second - 1)};
+          }
+          if (ra && st.b->op == IndexNode::Op::Var) {
+            auto cur = bound(st.b, inner);
+            if (cur) inner.ranges[st.b->var] = Range{std::max(cur->first, ra->first + 1), cur->second};
+          }
+          for (auto& [v, r] : inner.ranges)
+            if (r.first > r.second) inner.reachable = false;
+          std::string saved = divergence;
+          if (divergence.empty() && (varies(st.a, s) || varies(st.b, s)))
+            divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
+          block(st.body, std::move(inner));
+          divergence = saved;
+          break;
+        }
+        case Stmt::Kind::StoreGlobal: {
+          checkIdx(st.a, s, "a global store");
+          checkExpr(st.value, s);
+          if (st.target < 0 || st.target >= static_cast<int>(k.params.size()))
+            fail("store to parameter #{} of {}", st.target, k.params.size());
+          if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+          break;
+        }
+        case Stmt::Kind::StoreShared:
+          checkIdx(st.a, s, "a shared store");
+          checkExpr(st.value, s);
+          checkSharedIndex(st.target, st.a, s, "store");
+          break;
+        case Stmt::Kind::Barrier:
+          if (!divergence.empty())
+            fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
+          break;
+      }
+    }
+  }
+
+  void run() {
+    const int64_t kMaxBlock[3] = {1024, 1024, 64};
+    const int64_t kMaxGrid[3] = {(int64_t{1} << 31) - 1, 65535, 65535};
+    int64_t threads = 1;
+    for (int d = 0; d < 3; ++d) {
+      if (k.block[d] < 1 || k.block[d] > kMaxBlock[d]) fail("block dimension {} is {} (allowed 1..{})", d, k.block[d], kMaxBlock[d]);
+      if (k.grid[d] < 1 || k.grid[d] > kMaxGrid[d]) fail("grid dimension {} is {} (allowed 1..{})", d, k.grid[d], kMaxGrid[d]);
+      threads *= k.block[d];
+    }
+    if (threads > 1024) fail("{} threads per block (at most 1024)", threads);
+    for (auto& sb : k.shared)
+      if (sb.elements < 1) fail("shared buffer {} has {} elements", sb.name, sb.elements);
+    if (k.sharedBytes() > 48 * 1024) fail("{} bytes of static shared memory (at most 48 KiB)", k.sharedBytes());
+    if (k.dynamicSharedBytes < 0 || k.dynamicSharedBytes > 227 * 1024)
+      fail("{} bytes of dynamic shared memory (at most 227 KiB)", k.dynamicSharedBytes);
+    if (k.sharedBytes() + k.dynamicSharedBytes > 227 * 1024)
+      fail("{} bytes of shared memory in all (at most 227 KiB per block)", k.sharedBytes() + k.dynamicSharedBytes);
+    for (auto& prm : k.params) {
+      if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
+        fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());
+      const loop::Buffer& b = p.buffers[prm.buffer];
+      if (prm.dtype != b.dtype || prm.elements != numel(b.shape))
+        fail("parameter {} is {}[{}] but buffer {} is {}[{}]", prm.name, dtypeName(prm.dtype), prm.elements, b.name,
+             dtypeName(b.dtype), numel(b.shape));
+    }
+    assigned.assign(k.floatVars.size(), false);
+    Scope top;
+    top.ranges[kThreadIdx] = Range{0, k.block[0] - 1};
+    top.ranges[kBlockIdx] = Range{0, k.grid[0] - 1};
+    block(k.body, std::move(top));
+  }
+};
+
+}  // namespace
+
+void verify(const Program& p) {
+  for (int b : p.inputs)
+    KILN_ASSERT(b >= 0 && b < static_cast<int>(p.buffers.size()), "kernel IR verifier: input buffer #{} of {}", b, p.buffers.size());
+  for (int b : p.outputs)
+    KILN_ASSERT(b >= 0 && b < static_cast<int>(p.buffers.size()), "kernel IR verifier: output buffer #{} of {}", b, p.buffers.size());
+  for (auto& b : p.buffers)
+    KILN_ASSERT(b.kind != loop::Buffer::Kind::Weight || (b.weight && static_cast<int64_t>(b.weight->values.size()) == numel(b.shape)),
+                "kernel IR verifier: weight buffer {} has no data or the wrong number of values", b.name);
+  for (const Kernel& k : p.kernels) Verifier(p, k).run();
+}
+
+}  // namespace kiln::kernel

@@ -1,0 +1,94 @@
+// The Loop-IR interpreter: executes each kernel's loop nest literally, in f32, on the CPU.
+#include <cmath>
+#include <limits>
+
+#include "kiln/loop/ir.h"
+#include "kiln/support/error.h"
+
+namespace kiln::loop {
+
+float roundTo(DType t, float v) {
+  switch (t) {
+    case DType::F32: return v;
+    case DType::F16: return static_cast<float>(static_cast<_Float16>(v));
+    case DType::BF16: {
+      HostTensor h{DType::BF16, {1}, {v}};
+      return fromBytes(DType::BF16, {1}, toBytes(h)).values[0];
+    }
+    case DType::I64: return std::trunc(v);
+    case DType::Bool: return v != 0.f ? 1.f : 0.f;
+  }
+  return v;
+}
+
+float evalExpr(const Expr& e, const std::vector<int64_t>& env, const std::vector<std::vector<float>>& buffers,
+               const std::vector<Buffer>& info, float acc) {
+  switch (e.kind) {
+    case Expr::Kind::Imm: return e.imm;
+    case Expr::Kind::Acc: return acc;
+    case Expr::Kind::Load: {
+      const Shape& s = info[e.buffer].shape;
+      int64_t flat = 0;
+      for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + evaluate(e.index[d], env);
+      return buffers[e.buffer][flat];
+    }
+    case Expr::Kind::Apply: {
+      float a = evalExpr(*e.args[0], env, buffers, info, acc);
+      if (e.fn == Fn::Cast) return roundTo(e.castTo, a);
+      float b = e.args.size() > 1 ? evalExpr(*e.args[1], env, buffers, info, acc) : 0.f;
+      return tensor::applyFn(e.fn, a, b);
+    }
+  }
+  return 0.f;
+}
+
+std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs) {
+  KILN_ASSERT(inputs.size() == p.inputs.size(), "{} inputs for {} model inputs", inputs.size(), p.inputs.size());
+  std::vector<std::vector<float>> buf(p.buffers.size());
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const Buffer& info = p.buffers[b];
+    if (info.kind == Buffer::Kind::Weight) buf[b] = info.weight->values;
+    else buf[b].assign(numel(info.shape), std::numeric_limits<float>::quiet_NaN());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_ASSERT(inputs[i].values.size() == buf[p.inputs[i]].size(), "input {} has {} elements, expected {}", i,
+                inputs[i].values.size(), buf[p.inputs[i]].size());
+    buf[p.inputs[i]] = inputs[i].values;
+  }
+  for (const Kernel& k : p.kernels) {
+    int maxVar = 0;
+    for (auto& a : k.parallel) maxVar = std::max(maxVar, a.var);
+    if (k.reduction)
+      for (auto& a : k.reduction->axes) maxVar = std::max(maxVar, a.var);
+    std::vector<int64_t> env(maxVar + 1, 0);
+    std::vector<float>& out = buf[k.output];
+    DType outType = p.buffers[k.output].dtype;
+    // Odometer over axes: advance the last axis first.
+    auto advance = [&](const std::vector<Axis>& axes) {
+      for (size_t d = axes.size(); d-- > 0;) {
+        if (++env[axes[d].var] < axes[d].extent) return true;
+        env[axes[d].var] = 0;
+      }
+      return false;
+    };
+    int64_t points = k.parallelPoints();
+    for (auto& a : k.parallel) env[a.var] = 0;
+    for (int64_t flat = 0; flat < points; ++flat) {
+      float acc = 0.f;
+      if (k.reduction) {
+        acc = tensor::reduceInit(k.reduction->fn);
+        for (auto& a : k.reduction->axes) env[a.var] = 0;
+        do {
+          acc = tensor::reduceCombine(k.reduction->fn, acc, evalExpr(*k.reduction->value, env, buf, p.buffers, 0.f));
+        } while (advance(k.reduction->axes));
+      }
+      out[flat] = roundTo(outType, evalExpr(*k.result, env, buf, p.buffers, acc));
+      advance(k.parallel);
+    }
+  }
+  std::vector<HostTensor> result;
+  for (int o : p.outputs) result.push_back(HostTensor{p.buffers[o].dtype, p.buffers[o].shape, buf[o]});
+  return result;
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,110 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "kiln/loop/ir.h"
+
+namespace kiln::loop {
+namespace {
+
+// Prints expressions as numbered lines, each distinct subexpression once.
+struct ExprPrinter {
+  const Program& p;
+  std::string& out;
+  std::string indent;
+  std::map<std::string, std::string> seen;
+  int& counter;
+
+  std::string operator()(const ExprP& e) {
+    if (e->kind == Expr::Kind::Imm) return fmt::format("{}", e->imm);
+    if (e->kind == Expr::Kind::Acc) return "acc";
+    std::string key = exprKey(e);
+    if (auto it = seen.find(key); it != seen.end()) return it->second;
+    std::string rhs;
+    if (e->kind == Expr::Kind::Load) {
+      std::vector<std::string> idx;
+      for (auto& i : e->index) idx.push_back(toString(i));
+      rhs = fmt::format("load {}[{}]", p.buffers[e->buffer].name, fmt::join(idx, ", "));
+    } else {
+      std::vector<std::string> args;
+      for (auto& a : e->args) args.push_back((*this)(a));
+      rhs = fmt::format("{}({})", tensor::fnName(e->fn), fmt::join(args, ", "));
+      if (e->fn == Fn::Cast) rhs += fmt::format(" to {}", dtypeName(e->castTo));
+    }
+    std::string name = fmt::format("%{}", counter++);
+    out += fmt::format("{}{} = {}\n", indent, name, rhs);
+    seen[key] = name;
+    return name;
+  }
+};
+
+std::string axesString(const std::vector<Axis>& axes) {
+  std::vector<std::string> s;
+  for (auto& a : axes) s.push_back(fmt::format("{} < {}", a.name, a.extent));
+  return fmt::format("{}", fmt::join(s, ", "));
+}
+
+}  // namespace
+
+std::string print(const Program& p) {
+  std::string out = fmt::format("// kiln loop IR: {}\n", p.modelName);
+  for (auto& b : p.buffers) {
+    out += fmt::format("buffer {} : {}[{}] {}", b.name, dtypeName(b.dtype), shapeString(b.shape), bufferKindName(b.kind));
+    if (b.weight) out += fmt::format(" \"{}\"", b.weight->name);
+    out += "\n";
+  }
+  for (auto& k : p.kernels) {
+    const Buffer& o = p.buffers[k.output];
+    out += fmt::format("\nkernel {} writes {}  // {}\n", k.name, o.name, fmt::join(k.origins, "; "));
+    out += printKernelBody(p, k);
+  }
+  std::vector<std::string> outs;
+  for (int b : p.outputs) outs.push_back(p.buffers[b].name);
+  out += fmt::format("\nreturn {}\n", fmt::join(outs, ", "));
+  return out;
+}
+
+std::string printKernelBody(const Program& p, const Kernel& k) {
+  std::string out;
+  const Buffer& o = p.buffers[k.output];
+  {
+    out += fmt::format("  for {} parallel:\n", axesString(k.parallel));
+    int counter = 0;
+    if (k.reduction) {
+      out += fmt::format("    acc = {}\n", k.reduction->fn == ReduceFn::Sum ? "0" : "-inf");
+      out += fmt::format("    for {} reduce:\n", axesString(k.reduction->axes));
+      ExprPrinter inner{p, out, "      ", {}, counter};
+      std::string v = inner(k.reduction->value);
+      out += fmt::format("      acc = {}(acc, {})\n", tensor::reduceName(k.reduction->fn), v);
+    }
+    ExprPrinter outer{p, out, "    ", {}, counter};
+    std::string r = outer(k.result);
+    std::vector<std::string> idx;
+    for (auto& a : k.parallel) idx.push_back(a.name);
+    out += fmt::format("    store {}[{}] = {}\n", o.name, fmt::join(idx, ", "), r);
+  }
+  return out;
+}
+
+nlohmann::json toJson(const Program& p) {
+  nlohmann::json j{{"level", "loop"}, {"model", p.modelName}, {"inputs", p.inputs}, {"outputs", p.outputs}};
+  for (auto& b : p.buffers)
+    j["buffers"].push_back({{"name", b.name}, {"kind", bufferKindName(b.kind)}, {"dtype", dtypeName(b.dtype)}, {"shape", b.shape}});
+  j["kernels"] = nlohmann::json::array();
+  for (auto& k : p.kernels) {
+    nlohmann::json kj{{"name", k.name}, {"output", k.output}, {"origins", k.origins}};
+    for (auto& a : k.parallel) kj["parallel"].push_back({{"name", a.name}, {"extent", a.extent}});
+    if (k.reduction) {
+      kj["reduction"]["fn"] = tensor::reduceName(k.reduction->fn);
+      for (auto& a : k.reduction->axes) kj["reduction"]["axes"].push_back({{"name", a.name}, {"extent", a.extent}});
+      kj["reduction"]["value"] = exprKey(k.reduction->value);
+    }
+    kj["result"] = exprKey(k.result);
+    j["kernels"].push_back(kj);
+  }
+  return j;
+}
+
+}  // namespace kiln::loop

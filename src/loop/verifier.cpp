@@ -1,0 +1,48 @@
+#include "kiln/loop/ir.h"
+#include "kiln/support/error.h"
+
+namespace kiln::loop {
+
+void verify(const Program& p) {
+  const int nb = static_cast<int>(p.buffers.size());
+  std::vector<bool> written(nb, false);
+  for (int b = 0; b < nb; ++b) {
+    auto k = p.buffers[b].kind;
+    if (k == Buffer::Kind::Input || k == Buffer::Kind::Weight) written[b] = true;
+    if (k == Buffer::Kind::Weight) KILN_ASSERT(p.buffers[b].weight, "weight buffer {} has no data", p.buffers[b].name);
+  }
+  for (const Kernel& k : p.kernels) {
+    KILN_ASSERT(k.output >= 0 && k.output < nb, "kernel {} writes buffer {} out of range", k.name, k.output);
+    const Buffer& out = p.buffers[k.output];
+    KILN_ASSERT(k.parallel.size() == out.shape.size(), "kernel {}: {} parallel axes for a rank-{} output", k.name,
+                k.parallel.size(), out.shape.size());
+    for (size_t d = 0; d < k.parallel.size(); ++d)
+      KILN_ASSERT(k.parallel[d].extent == out.shape[d], "kernel {}: axis {} extent {} != output dim {}", k.name,
+                  k.parallel[d].name, k.parallel[d].extent, out.shape[d]);
+    VarExtents ext = k.extents();
+    auto checkLoads = [&](const ExprP& e, bool inReduction) {
+      forEachLoad(e, [&](const Expr& l) {
+        KILN_ASSERT(l.buffer >= 0 && l.buffer < nb, "kernel {} loads buffer {} out of range", k.name, l.buffer);
+        const Buffer& b = p.buffers[l.buffer];
+        KILN_ASSERT(written[l.buffer], "kernel {} reads {} before any kernel writes it", k.name, b.name);
+        KILN_ASSERT(l.index.size() == b.shape.size(), "kernel {}: load of {} has {} indices", k.name, b.name, l.index.size());
+        for (size_t d = 0; d < l.index.size(); ++d) {
+          forEachVar(l.index[d], [&](int v) {
+            KILN_ASSERT(ext.count(v), "kernel {}: index {} uses an unknown variable", k.name, toString(l.index[d]));
+            if (!inReduction && k.reduction)
+              for (auto& a : k.reduction->axes) KILN_ASSERT(a.var != v, "kernel {}: result uses reduction axis {}", k.name, a.name);
+          });
+          auto r = idxRange(l.index[d], ext);
+          KILN_ASSERT(r && r->first >= 0 && r->second < b.shape[d], "kernel {}: index {} of {} may leave [0, {})", k.name,
+                      toString(l.index[d]), b.name, b.shape[d]);
+        }
+      });
+    };
+    if (k.reduction) checkLoads(k.reduction->value, true);
+    checkLoads(k.result, false);
+    written[k.output] = true;
+  }
+  for (int o : p.outputs) KILN_ASSERT(o >= 0 && o < nb && written[o], "output buffer {} is never written", o);
+}
+
+}  // namespace kiln::loop

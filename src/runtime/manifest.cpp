@@ -1,0 +1,247 @@
+#include "kiln/runtime/manifest.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "kiln/support/error.h"
+
+namespace kiln::runtime {
+
+using nlohmann::json;
+
+std::string_view bufferKindName(BufferKind k) {
+  switch (k) {
+    case BufferKind::Input: return "input";
+    case BufferKind::Output: return "output";
+    case BufferKind::Weight: return "weight";
+    case BufferKind::Temp: return "temp";
+  }
+  return "?";
+}
+
+const BufferInfo* Manifest::findBuffer(int64_t id) const {
+  for (const BufferInfo& b : buffers)
+    if (b.id == id) return &b;
+  return nullptr;
+}
+
+namespace {
+
+// Field access that turns every shape mismatch into a message naming the JSON path ("buffers[2].dtype").
+struct Reader {
+  const std::string& what;
+
+  const json& field(const json& obj, const std::string& path, const char* key) const {
+    if (!obj.is_object()) userError("{}: '{}' must be a JSON object", what, path);
+    auto it = obj.find(key);
+    if (it == obj.end()) userError("{}: missing field '{}{}{}'", what, path, path.empty() ? "" : ".", key);
+    return *it;
+  }
+  static std::string sub(const std::string& path, const char* key) {
+    return path.empty() ? std::string(key) : path + "." + key;
+  }
+  std::string str(const json& obj, const std::string& path, const char* key) const {
+    const json& v = field(obj, path, key);
+    if (!v.is_string()) userError("{}: field '{}' must be a string, got {}", what, sub(path, key), v.dump());
+    return v.get<std::string>();
+  }
+  int64_t integer(const json& v, const std::string& path) const {
+    if (!v.is_number_integer()) userError("{}: field '{}' must be an integer, got {}", what, path, v.dump());
+    return v.get<int64_t>();
+  }
+  int64_t integer(const json& obj, const std::string& path, const char* key) const {
+    return integer(field(obj, path, key), sub(path, key));
+  }
+  std::vector<int64_t> ints(const json& obj, const std::string& path, const char* key) const {
+    const json& v = field(obj, path, key);
+    std::string p = sub(path, key);
+    if (!v.is_array()) userError("{}: field '{}' must be an array of integers, got {}", what, p, v.dump());
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < v.size(); ++i) out.push_back(integer(v[i], fmt::format("{}[{}]", p, i)));
+    return out;
+  }
+  void dim3(const json& obj, const std::string& path, const char* key, int (&out)[3]) const {
+    std::vector<int64_t> v = ints(obj, path, key);
+    if (v.size() != 3) userError("{}: field '{}' must have 3 entries, got {}", what, sub(path, key), v.size());
+    for (int i = 0; i < 3; ++i) {
+      if (v[i] <= 0 || v[i] > INT32_MAX)
+        userError("{}: field '{}[{}]' must be in [1, 2^31), got {}", what, sub(path, key), i, v[i]);
+      out[i] = static_cast<int>(v[i]);
+    }
+  }
+  const json& array(const json& obj, const std::string& path, const char* key) const {
+    const json& v = field(obj, path, key);
+    if (!v.is_array()) userError("{}: field '{}' must be an array", what, sub(path, key));
+    return v;
+  }
+};
+
+BufferKind parseKind(const std::string& s, const std::string& what, const std::string& path) {
+  for (BufferKind k : {BufferKind::Input, BufferKind::Output, BufferKind::Weight, BufferKind::Temp})
+    if (bufferKindName(k) == s) return k;
+  userError("{}: field '{}' must be one of input|output|weight|temp, got \"{}\"", what, path, s);
+}
+
+}  // namespace
+
+Manifest manifestFromJson(const json& j, const std::string& what) {
+  Reader r{what};
+  if (!j.is_object()) userError("{}: top level must be a JSON object", what);
+  Manifest m;
+  m.kilnVersion = r.str(j, "", "kiln_version");
+  m.model = r.str(j, "", "model");
+  m.arch = r.str(j, "", "arch");
+  m.arenaBytes = r.integer(j, "", "arena_bytes");
+  m.weightsFile = r.str(j, "", "weights_file");
+  const json& bufs = r.array(j, "", "buffers");
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    std::string p = fmt::format("buffers[{}]", i);
+    const json& bj = bufs[i];
+    BufferInfo b;
+    b.id = r.integer(bj, p, "id");
+    b.name = r.str(bj, p, "name");
+    b.kind = parseKind(r.str(bj, p, "kind"), what, p + ".kind");
+    std::string dt = r.str(bj, p, "dtype");
+    auto d = parseDType(dt);
+    if (!d) userError("{}: field '{}.dtype' is not a known dtype: \"{}\"", what, p, dt);
+    b.dtype = *d;
+    b.shape = r.ints(bj, p, "shape");
+    b.bytes = r.integer(bj, p, "bytes");
+    b.offset = r.integer(bj, p, "offset");
+    if (b.kind == BufferKind::Weight) b.weightOffset = r.integer(bj, p, "weight_offset");
+    m.buffers.push_back(std::move(b));
+  }
+  m.inputs = r.ints(j, "", "inputs");
+  m.outputs = r.ints(j, "", "outputs");
+  const json& ks = r.array(j, "", "kernels");
+  for (size_t i = 0; i < ks.size(); ++i) {
+    std::string p = fmt::format("kernels[{}]", i);
+    const json& kj = ks[i];
+    KernelInfo k;
+    k.name = r.str(kj, p, "name");
+    k.source = r.str(kj, p, "source");
+    k.cubin = r.str(kj, p, "cubin");
+    k.entry = r.str(kj, p, "entry");
+    k.params = r.ints(kj, p, "params");
+    r.dim3(kj, p, "grid", k.grid);
+    r.dim3(kj, p, "block", k.block);
+    k.sharedBytes = r.integer(kj, p, "shared_bytes");
+    m.kernels.push_back(std::move(k));
+  }
+  validate(m, what);
+  return m;
+}
+
+void validate(const Manifest& m, const std::string& what) {
+  if (m.arenaBytes < 0) userError("{}: arena_bytes must be >= 0, got {}", what, m.arenaBytes);
+  std::set<int64_t> ids;
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    const BufferInfo& b = m.buffers[i];
+    std::string p = fmt::format("buffers[{}] ('{}')", i, b.name);
+    if (!ids.insert(b.id).second) userError("{}: {}: duplicate buffer id {}", what, p, b.id);
+    for (int64_t d : b.shape)
+      if (d < 0) userError("{}: {}: negative dimension in shape [{}]", what, p, fmt::join(b.shape, ", "));
+    int64_t want = numel(b.shape) * dtypeBytes(b.dtype);
+    if (b.bytes != want)
+      userError("{}: {}: bytes is {} but shape [{}] of {} needs {}", what, p, b.bytes, fmt::join(b.shape, ", "),
+                dtypeName(b.dtype), want);
+    if (b.offset < 0 || b.offset % kArenaAlignment != 0)
+      userError("{}: {}: offset {} is not a non-negative multiple of {}", what, p, b.offset, kArenaAlignment);
+    if (b.offset > m.arenaBytes || b.bytes > m.arenaBytes - b.offset)
+      userError("{}: {}: [offset {}, +{} bytes) lies outside the arena of {} bytes", what, p, b.offset, b.bytes,
+                m.arenaBytes);
+    if (b.kind == BufferKind::Weight && b.weightOffset < 0)
+      userError("{}: {}: weight buffer needs a non-negative weight_offset, got {}", what, p, b.weightOffset);
+  }
+  auto checkIds = [&](const std::vector<int64_t>& v, const char* field, BufferKind kind) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const BufferInfo* b = m.findBuffer(v[i]);
+      if (!b) userError("{}: {}[{}] refers to buffer id {}, which does not exist", what, field, i, v[i]);
+      if (b->kind != kind)
+        userError("{}: {}[{}] refers to buffer {} ('{}') of kind {}, expected {}", what, field, i, v[i], b->name,
+                  bufferKindName(b->kind), bufferKindName(kind));
+    }
+  };
+  checkIds(m.inputs, "inputs", BufferKind::Input);
+  checkIds(m.outputs, "outputs", BufferKind::Output);
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    const KernelInfo& k = m.kernels[i];
+    std::string p = fmt::format("kernels[{}] ('{}')", i, k.name);
+    if (k.entry.empty()) userError("{}: {}: empty entry name", what, p);
+    if (k.cubin.empty()) userError("{}: {}: empty cubin file name", what, p);
+    for (size_t a = 0; a < k.params.size(); ++a)
+      if (!m.findBuffer(k.params[a]))
+        userError("{}: {}: params[{}] refers to buffer id {}, which does not exist", what, p, a, k.params[a]);
+    for (int d = 0; d < 3; ++d)
+      if (k.grid[d] <= 0 || k.block[d] <= 0)
+        userError("{}: {}: grid and block dimensions must be positive, got grid [{}] block [{}]", what, p,
+                  fmt::join(k.grid, ", "), fmt::join(k.block, ", "));
+    if (k.sharedBytes < 0 || k.sharedBytes > INT32_MAX)
+      userError("{}: {}: shared_bytes out of range: {}", what, p, k.sharedBytes);
+  }
+}
+
+Manifest readManifest(const std::filesystem::path& dir) {
+  std::filesystem::path file = dir / kManifestFileName;
+  std::string what = file.string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) userError("{}: cannot open manifest (is '{}' a directory written by kiln compile?)", what, dir.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    userError("{}: malformed JSON: {}", what, e.what());  // nlohmann's message is one line with the byte offset
+  }
+  return manifestFromJson(j, what);
+}
+
+json toJson(const Manifest& m) {
+  json j;
+  j["kiln_version"] = m.kilnVersion;
+  j["model"] = m.model;
+  j["arch"] = m.arch;
+  j["arena_bytes"] = m.arenaBytes;
+  j["weights_file"] = m.weightsFile;
+  json bufs = json::array();
+  for (const BufferInfo& b : m.buffers) {
+    json bj = {{"id", b.id},         {"name", b.name},   {"kind", bufferKindName(b.kind)},
+               {"dtype", dtypeName(b.dtype)}, {"shape", b.shape}, {"bytes", b.bytes},
+               {"offset", b.offset}};
+    if (b.kind == BufferKind::Weight) bj["weight_offset"] = b.weightOffset;
+    bufs.push_back(std::move(bj));
+  }
+  j["buffers"] = std::move(bufs);
+  j["inputs"] = m.inputs;
+  j["outputs"] = m.outputs;
+  json ks = json::array();
+  for (const KernelInfo& k : m.kernels) {
+    ks.push_back({{"name", k.name},
+                  {"source", k.source},
+                  {"cubin", k.cubin},
+                  {"entry", k.entry},
+                  {"params", k.params},
+                  {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                  {"block", {k.block[0], k.block[1], k.block[2]}},
+                  {"shared_bytes", k.sharedBytes}});
+  }
+  j["kernels"] = std::move(ks);
+  return j;
+}
+
+void writeManifest(const Manifest& m, const std::filesystem::path& dir) {
+  std::filesystem::path file = dir / kManifestFileName;
+  validate(m, file.string());
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  if (!out) userError("{}: cannot open for writing", file.string());
+  out << toJson(m).dump(2) << "\n";
+  if (!out) userError("{}: write failed", file.string());
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,312 @@
+#include "kiln/runtime/runtime.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "kiln/support/error.h"
+
+namespace kiln::runtime {
+namespace fs = std::filesystem;
+
+namespace {
+
+// cuda.h #defines many API names to versioned symbols (cuMemAlloc -> cuMemAlloc_v2). Stringifying through a second
+// macro expands them first, so dlsym asks for the symbol the prototype actually describes, never the legacy ABI.
+#define KILN_STR2(x) #x
+#define KILN_STR(x) KILN_STR2(x)
+
+#define KILN_CU_FUNCTIONS(X)                                                                                   \
+  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)                   \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize)           \
+  X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncSetAttribute) X(cuMemAlloc)          \
+  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuLaunchKernel) X(cuGetErrorName)            \
+  X(cuGetErrorString) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)          \
+  X(cuEventDestroy)
+
+// The Driver API, resolved once per process. Members are named fn_<unversioned name>; their types come from the
+// (versioned) prototypes in cuda.h.
+struct Driver {
+#define KILN_DECL(f) decltype(&::f) fn_##f = nullptr;
+  KILN_CU_FUNCTIONS(KILN_DECL)
+#undef KILN_DECL
+  std::string error;  // non-empty: the driver is unusable, and this says why
+};
+
+const Driver& driver() {
+  static Driver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      d.error = "no CUDA driver (libcuda.so.1) on this machine";
+      return;
+    }
+    // The handle is deliberately never closed: other code in the process (LibTorch) may share the driver.
+#define KILN_RESOLVE(f)                                                                                        \
+  if (d.error.empty()) {                                                                                       \
+    d.fn_##f = reinterpret_cast<decltype(d.fn_##f)>(dlsym(lib, KILN_STR(f)));                                  \
+    if (!d.fn_##f) d.error = fmt::format("the CUDA driver lacks '{}'; it is older than the CUDA {}.{} headers kiln was built with", \
+                                         KILN_STR(f), CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);          \
+  }
+    KILN_CU_FUNCTIONS(KILN_RESOLVE)
+#undef KILN_RESOLVE
+  });
+  return d;
+}
+
+std::string cuErrorText(CUresult r) {
+  const Driver& d = driver();
+  const char* name = nullptr;
+  const char* str = nullptr;
+  if (d.fn_cuGetErrorName) d.fn_cuGetErrorName(r, &name);
+  if (d.fn_cuGetErrorString) d.fn_cuGetErrorString(r, &str);
+  return fmt::format("{} ({})", name ? name : fmt::format("CUresult {}", static_cast<int>(r)),
+                     str ? str : "unknown error");
+}
+
+// `where` completes the sentence "<call> failed...", e.g. " for kernel 'k3_softmax'".
+void check(CUresult r, const char* call, const std::string& where = {}) {
+  if (r != CUDA_SUCCESS) userError("kiln runtime: {} failed{}: {}", call, where, cuErrorText(r));
+}
+
+// Calls the Driver API through the table and names the call (unversioned) in any error.
+#define KILN_CU(f, where, ...) check(driver().fn_##f(__VA_ARGS__), #f, where)
+
+// Initialises the driver; returns an empty string on success, otherwise why the GPU can't be used.
+std::string initDriver() {
+  const Driver& d = driver();
+  if (!d.error.empty()) return d.error;
+  if (CUresult r = d.fn_cuInit(0); r != CUDA_SUCCESS) return "cuInit failed: " + cuErrorText(r);
+  int n = 0;
+  if (CUresult r = d.fn_cuDeviceGetCount(&n); r != CUDA_SUCCESS) return "cuDeviceGetCount failed: " + cuErrorText(r);
+  if (n == 0) return "the CUDA driver reports no devices";
+  return {};
+}
+
+std::string quoted(const fs::path& p) { return fmt::format("'{}'", p.string()); }
+
+std::vector<char> readFile(const fs::path& p, const char* what) {
+  std::ifstream in(p, std::ios::binary | std::ios::ate);
+  if (!in) userError("kiln runtime: cannot open {} {}", what, quoted(p));
+  std::vector<char> data(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  if (!in.read(data.data(), static_cast<std::streamsize>(data.size())))
+    userError("kiln runtime: cannot read {} {}", what, quoted(p));
+  return data;
+}
+
+// Parses "sm_90" / "sm_90a" into 90; -1 if the string has another form.
+int archNumber(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return -1;
+  int v = 0;
+  size_t i = 3;
+  for (; i < arch.size() && isdigit(static_cast<unsigned char>(arch[i])); ++i) v = v * 10 + (arch[i] - '0');
+  return i > 3 ? v : -1;
+}
+
+}  // namespace
+
+bool gpuAvailable(std::string* why) {
+  try {
+    std::string err = initDriver();
+    if (why) *why = err;
+    return err.empty();
+  } catch (const std::exception& e) {  // fmt or allocation failures: still report rather than crash
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
+struct Model::Impl {
+  Manifest m;
+  fs::path dir;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  std::string name;
+  int cc = 0;
+  std::map<std::string, CUmodule> modules;  // by cubin file, so kernels sharing a cubin load it once
+  std::vector<CUfunction> funcs;            // parallel to m.kernels
+  CUdeviceptr arena = 0;
+  // Kernel arguments are built once: a device pointer per param, and the void* array cuLaunchKernel wants.
+  std::vector<std::vector<CUdeviceptr>> argValues;
+  std::vector<std::vector<void*>> argPtrs;
+
+  CUdeviceptr ptr(const BufferInfo& b) const { return arena + static_cast<CUdeviceptr>(b.offset); }
+  void makeCurrent() const { KILN_CU(cuCtxSetCurrent, "", ctx); }
+
+  void launch(size_t i, bool sync) {
+    const KernelInfo& k = m.kernels[i];
+    std::string where = fmt::format(" for kernel '{}'", k.name);
+    KILN_CU(cuLaunchKernel, where, funcs[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+            static_cast<unsigned>(k.sharedBytes), nullptr, argPtrs[i].data(), nullptr);
+    if (sync) KILN_CU(cuCtxSynchronize, fmt::format(" after kernel '{}'", k.name));
+  }
+
+  void load();
+  void uploadWeights();
+
+  ~Impl() {
+    // Best effort and silent: a destructor must not throw, and after a sticky error these calls fail anyway.
+    const Driver& d = driver();
+    if (!ctx) return;
+    d.fn_cuCtxSetCurrent(ctx);
+    if (arena) d.fn_cuMemFree(arena);
+    for (auto& [file, mod] : modules) d.fn_cuModuleUnload(mod);
+    d.fn_cuDevicePrimaryCtxRelease(dev);
+  }
+};
+
+void Model::Impl::load() {
+  KILN_CU(cuDeviceGet, "", &dev, 0);
+  char buf[256] = {};
+  KILN_CU(cuDeviceGetName, "", buf, sizeof buf, dev);
+  name = buf;
+  int major = 0, minor = 0, optin = 0;
+  KILN_CU(cuDeviceGetAttribute, "", &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  KILN_CU(cuDeviceGetAttribute, "", &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  KILN_CU(cuDeviceGetAttribute, "", &optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
+  cc = major * 10 + minor;
+  KILN_CU(cuDevicePrimaryCtxRetain, "", &ctx, dev);
+  makeCurrent();
+
+  // A cubin runs only on its own major version with an equal or newer minor; say so before the driver gives
+  // a bare CUDA_ERROR_NO_BINARY_FOR_GPU.
+  if (int want = archNumber(m.arch); want > 0 && (want / 10 != major || want % 10 > minor))
+    userError("kiln runtime: {} was compiled for {} but device 0 ({}) is sm_{}; recompile with --arch sm_{}",
+              quoted(dir), m.arch, name, cc, cc);
+
+  for (const KernelInfo& k : m.kernels) {
+    fs::path file = dir / k.cubin;
+    auto it = modules.find(k.cubin);
+    if (it == modules.end()) {
+      std::vector<char> image = readFile(file, "cubin");
+      CUmodule mod = nullptr;
+      KILN_CU(cuModuleLoadData, fmt::format(" for {} (kernel '{}')", quoted(file), k.name), &mod, image.data());
+      it = modules.emplace(k.cubin, mod).first;
+    }
+    CUfunction f = nullptr;
+    KILN_CU(cuModuleGetFunction, fmt::format(" for entry '{}' of kernel '{}' in {}", k.entry, k.name, quoted(file)),
+            &f, it->second, k.entry.c_str());
+    if (k.sharedBytes > optin)
+      userError("kiln runtime: kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}", k.name,
+                k.sharedBytes, name, optin);
+    if (k.sharedBytes > 48 * 1024)  // above 48 KiB a kernel must opt in to its dynamic shared memory
+      KILN_CU(cuFuncSetAttribute, fmt::format(" for kernel '{}'", k.name), f,
+              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.sharedBytes));
+    funcs.push_back(f);
+  }
+
+  if (m.arenaBytes > 0) {
+    KILN_CU(cuMemAlloc, fmt::format(" allocating the {}-byte arena for {}", m.arenaBytes, quoted(dir)), &arena,
+            static_cast<size_t>(m.arenaBytes));
+    KILN_CU(cuMemsetD8, "", arena, 0, static_cast<size_t>(m.arenaBytes));
+  }
+  for (const KernelInfo& k : m.kernels) {
+    std::vector<CUdeviceptr>& vals = argValues.emplace_back();
+    for (int64_t id : k.params) vals.push_back(ptr(*m.findBuffer(id)));
+    std::vector<void*>& ptrs = argPtrs.emplace_back();
+    for (CUdeviceptr& v : vals) ptrs.push_back(&v);
+  }
+  uploadWeights();
+  KILN_CU(cuCtxSynchronize, " after uploading weights");
+}
+
+void Model::Impl::uploadWeights() {
+  bool any = false;
+  for (const BufferInfo& b : m.buffers) any = any || b.kind == BufferKind::Weight;
+  if (!any) return;
+  fs::path file = dir / m.weightsFile;
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
+  if (!in) userError("kiln runtime: cannot open weights file {}", quoted(file));
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  std::vector<char> chunk;
+  for (const BufferInfo& b : m.buffers) {
+    if (b.kind != BufferKind::Weight || b.bytes == 0) continue;
+    if (b.weightOffset + b.bytes > size)
+      userError("kiln runtime: weight '{}' needs bytes [{}, {}) of {}, which has only {} bytes", b.name,
+                b.weightOffset, b.weightOffset + b.bytes, quoted(file), size);
+    chunk.resize(static_cast<size_t>(b.bytes));
+    in.seekg(b.weightOffset);
+    if (!in.read(chunk.data(), static_cast<std::streamsize>(b.bytes)))
+      userError("kiln runtime: cannot read weight '{}' from {}", b.name, quoted(file));
+    KILN_CU(cuMemcpyHtoD, fmt::format(" uploading weight '{}'", b.name), ptr(b), chunk.data(), chunk.size());
+  }
+}
+
+Model::Model(const fs::path& dir) : impl_(std::make_unique<Impl>()) {
+  impl_->m = readManifest(dir);
+  impl_->dir = dir;
+  if (std::string why = initDriver(); !why.empty())
+    userError("kiln runtime: cannot run {} on a GPU: {}", quoted(dir), why);
+  impl_->load();
+}
+
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std::byte>>& inputs) {
+  Impl& s = *impl_;
+  const Manifest& m = s.m;
+  if (inputs.size() != m.inputs.size())
+    userError("kiln runtime: model '{}' takes {} inputs, got {}", m.model, m.inputs.size(), inputs.size());
+  s.makeCurrent();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const BufferInfo& b = *m.findBuffer(m.inputs[i]);
+    if (static_cast<int64_t>(inputs[i].size()) != b.bytes)
+      userError("kiln runtime: input {} ('{}') must be {} bytes ({} {}), got {}", i, b.name, b.bytes,
+                dtypeName(b.dtype), shapeString(b.shape), inputs[i].size());
+    if (b.bytes > 0)
+      KILN_CU(cuMemcpyHtoD, fmt::format(" copying input '{}'", b.name), s.ptr(b), inputs[i].data(), inputs[i].size());
+  }
+  for (const BufferInfo& b : m.buffers)
+    if ((b.kind == BufferKind::Output || b.kind == BufferKind::Temp) && b.bytes > 0)
+      KILN_CU(cuMemsetD8, fmt::format(" poisoning buffer '{}'", b.name), s.ptr(b), 0xFF, static_cast<size_t>(b.bytes));
+  for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, /*sync=*/true);
+  KILN_CU(cuCtxSynchronize, "");
+  std::vector<std::vector<std::byte>> out;
+  for (int64_t id : m.outputs) {
+    const BufferInfo& b = *m.findBuffer(id);
+    std::vector<std::byte>& o = out.emplace_back(static_cast<size_t>(b.bytes));
+    if (b.bytes > 0) KILN_CU(cuMemcpyDtoH, fmt::format(" copying output '{}'", b.name), o.data(), s.ptr(b), o.size());
+  }
+  return out;
+}
+
+double Model::timeMs(int warmup, int iters) {
+  if (iters <= 0 || warmup < 0) userError("kiln runtime: timing needs iters > 0 and warmup >= 0, got {} and {}", iters, warmup);
+  Impl& s = *impl_;
+  s.makeCurrent();
+  for (int w = 0; w < warmup; ++w)
+    for (size_t i = 0; i < s.m.kernels.size(); ++i) s.launch(i, /*sync=*/false);
+  KILN_CU(cuCtxSynchronize, " after warm-up");
+
+  struct Events {  // destroyed on every path, including a failed launch
+    CUevent start = nullptr, stop = nullptr;
+    ~Events() {
+      if (start) driver().fn_cuEventDestroy(start);
+      if (stop) driver().fn_cuEventDestroy(stop);
+    }
+  } ev;
+  KILN_CU(cuEventCreate, "", &ev.start, CU_EVENT_DEFAULT);
+  KILN_CU(cuEventCreate, "", &ev.stop, CU_EVENT_DEFAULT);
+  KILN_CU(cuEventRecord, "", ev.start, nullptr);
+  for (int it = 0; it < iters; ++it)
+    for (size_t i = 0; i < s.m.kernels.size(); ++i) s.launch(i, /*sync=*/false);
+  KILN_CU(cuEventRecord, "", ev.stop, nullptr);
+  KILN_CU(cuEventSynchronize, " while timing", ev.stop);
+  float ms = 0;
+  KILN_CU(cuEventElapsedTime, "", &ms, ev.start, ev.stop);
+  return static_cast<double>(ms) / iters;
+}
+
+std::string Model::deviceName() const { return impl_->name; }
+int Model::computeCapability() const { return impl_->cc; }
+const Manifest& Model::manifest() const { return impl_->m; }
+
+}  // namespace kiln::runtime

@@ -1,0 +1,306 @@
+#include "kiln/support/index_expr.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kiln/support/error.h"
+
+namespace kiln {
+namespace {
+
+using Op = IndexNode::Op;
+
+Idx make(Op op, Idx a, Idx b) {
+  auto n = std::make_shared<IndexNode>();
+  n->op = op;
+  n->a = std::move(a);
+  n->b = std::move(b);
+  return n;
+}
+
+int64_t floorDivInt(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+int64_t floorModInt(int64_t a, int64_t b) { return a - floorDivInt(a, b) * b; }
+
+// An affine view of an expression: sum of coef * term + constant, terms being non-Add/non-Const nodes.
+struct Affine {
+  std::vector<std::pair<int64_t, Idx>> terms;
+  int64_t constant = 0;
+};
+
+void collect(const Idx& e, int64_t scale, Affine& out) {
+  if (e->op == Op::Const) {
+    out.constant += scale * e->value;
+  } else if (e->op == Op::Add) {
+    collect(e->a, scale, out);
+    collect(e->b, scale, out);
+  } else if (e->op == Op::Mul && constValue(e->b)) {
+    collect(e->a, scale * *constValue(e->b), out);
+  } else if (e->op == Op::Mul && constValue(e->a)) {
+    collect(e->b, scale * *constValue(e->a), out);
+  } else {
+    for (auto& [c, t] : out.terms)
+      if (sameIdx(t, e)) {
+        c += scale;
+        return;
+      }
+    out.terms.push_back({scale, e});
+  }
+}
+
+Idx rebuild(const Affine& a) {
+  Idx r;
+  for (auto& [c, t] : a.terms) {
+    if (c == 0) continue;
+    Idx term = idxMul(t, c);
+    r = r ? make(Op::Add, r, term) : term;
+  }
+  if (!r) return idxConst(a.constant);
+  return a.constant ? make(Op::Add, r, idxConst(a.constant)) : r;
+}
+
+}  // namespace
+
+Idx idxConst(int64_t v) {
+  auto n = std::make_shared<IndexNode>();
+  n->op = Op::Const;
+  n->value = v;
+  return n;
+}
+
+Idx idxVar(int id, std::string name) {
+  auto n = std::make_shared<IndexNode>();
+  n->op = Op::Var;
+  n->var = id;
+  n->name = std::move(name);
+  return n;
+}
+
+std::optional<int64_t> constValue(const Idx& e) {
+  if (e && e->op == Op::Const) return e->value;
+  return std::nullopt;
+}
+
+bool sameIdx(const Idx& a, const Idx& b) {
+  if (a == b) return true;
+  if (!a || !b || a->op != b->op) return false;
+  switch (a->op) {
+    case Op::Const: return a->value == b->value;
+    case Op::Var: return a->var == b->var;
+    default: return sameIdx(a->a, b->a) && sameIdx(a->b, b->b);
+  }
+}
+
+Idx operator+(const Idx& a, const Idx& b) {
+  auto ca = constValue(a), cb = constValue(b);
+  if (ca && cb) return idxConst(*ca + *cb);
+  if (ca == 0) return b;
+  if (cb == 0) return a;
+  if (ca) return make(Op::Add, b, a);  // constants last
+  return make(Op::Add, a, b);
+}
+
+Idx operator*(const Idx& a, const Idx& b) {
+  auto ca = constValue(a), cb = constValue(b);
+  if (ca && cb) return idxConst(*ca * *cb);
+  if (ca == 0 || cb == 0) return idxConst(0);
+  if (ca == 1) return b;
+  if (cb == 1) return a;
+  if (ca) return make(Op::Mul, b, a);  // constant factor last
+  return make(Op::Mul, a, b);
+}
+
+Idx idxAdd(const Idx& a, int64_t c) { return a + idxConst(c); }
+Idx idxMul(const Idx& a, int64_t c) { return a * idxConst(c); }
+
+Idx floorDiv(const Idx& a, int64_t d) {
+  KILN_ASSERT(d > 0, "floordiv by {}", d);
+  if (d == 1) return a;
+  if (auto c = constValue(a)) return idxConst(floorDivInt(*c, d));
+  return make(Op::FloorDiv, a, idxConst(d));
+}
+
+Idx mod(const Idx& a, int64_t d) {
+  KILN_ASSERT(d > 0, "mod by {}", d);
+  if (d == 1) return idxConst(0);
+  if (auto c = constValue(a)) return idxConst(floorModInt(*c, d));
+  return make(Op::Mod, a, idxConst(d));
+}
+
+Idx idxMin(const Idx& a, const Idx& b) {
+  auto ca = constValue(a), cb = constValue(b);
+  if (ca && cb) return idxConst(std::min(*ca, *cb));
+  return make(Op::Min, a, b);
+}
+
+Idx idxMax(const Idx& a, const Idx& b) {
+  auto ca = constValue(a), cb = constValue(b);
+  if (ca && cb) return idxConst(std::max(*ca, *cb));
+  return make(Op::Max, a, b);
+}
+
+std::optional<std::pair<int64_t, int64_t>> idxRange(const Idx& e, const VarExtents& ext) {
+  switch (e->op) {
+    case Op::Const: return std::pair{e->value, e->value};
+    case Op::Var: {
+      auto it = ext.find(e->var);
+      if (it == ext.end() || it->second < 1) return std::nullopt;
+      return std::pair<int64_t, int64_t>{0, it->second - 1};
+    }
+    default: break;
+  }
+  auto ra = idxRange(e->a, ext), rb = idxRange(e->b, ext);
+  if (!ra || !rb) return std::nullopt;
+  auto [alo, ahi] = *ra;
+  auto [blo, bhi] = *rb;
+  switch (e->op) {
+    case Op::Add: return std::pair{alo + blo, ahi + bhi};
+    case Op::Mul: {
+      int64_t c[] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
+      return std::pair{*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+    }
+    case Op::FloorDiv:
+      if (blo != bhi || blo <= 0) return std::nullopt;
+      return std::pair{floorDivInt(alo, blo), floorDivInt(ahi, blo)};
+    case Op::Mod:
+      if (blo != bhi || blo <= 0) return std::nullopt;
+      if (alo >= 0 && ahi < blo) return std::pair{alo, ahi};
+      return std::pair<int64_t, int64_t>{0, blo - 1};
+    case Op::Min: return std::pair{std::min(alo, blo), std::min(ahi, bhi)};
+    case Op::Max: return std::pair{std::max(alo, blo), std::max(ahi, bhi)};
+    default: return std::nullopt;
+  }
+}
+
+Idx simplify(const Idx& e, const VarExtents& ext) {
+  switch (e->op) {
+    case Op::Const:
+    case Op::Var: return e;
+    case Op::Add:
+    case Op::Mul: {
+      Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
+      Affine aff;
+      collect(e->op == Op::Add ? a + b : a * b, 1, aff);
+      return rebuild(aff);
+    }
+    case Op::Min:
+    case Op::Max: {
+      Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
+      auto ra = idxRange(a, ext), rb = idxRange(b, ext);
+      if (ra && rb) {
+        if (e->op == Op::Min && ra->second <= rb->first) return a;
+        if (e->op == Op::Min && rb->second <= ra->first) return b;
+        if (e->op == Op::Max && ra->first >= rb->second) return a;
+        if (e->op == Op::Max && rb->first >= ra->second) return b;
+      }
+      return e->op == Op::Min ? idxMin(a, b) : idxMax(a, b);
+    }
+    case Op::FloorDiv:
+    case Op::Mod: {
+      Idx a = simplify(e->a, ext);
+      int64_t d = *constValue(e->b);
+      Affine aff;
+      collect(a, 1, aff);
+      // Split into the part whose coefficients d divides and the remainder.
+      Affine divisible, rest;
+      divisible.constant = floorDivInt(aff.constant, d) * d;
+      rest.constant = aff.constant - divisible.constant;
+      for (auto& t : aff.terms) (t.first % d == 0 ? divisible : rest).terms.push_back(t);
+      Idx restExpr = rebuild(rest);
+      auto rr = idxRange(restExpr, ext);
+      bool restInRange = rr && rr->first >= 0 && rr->second < d;
+      if (e->op == Op::Mod) {
+        if (restInRange) return restExpr;
+        if (divisible.terms.empty() && divisible.constant == 0) return mod(restExpr, d);
+        return mod(restExpr, d);  // terms with coefficients divisible by d vanish under mod d
+      }
+      Affine quotient;
+      for (auto& [c, t] : divisible.terms) quotient.terms.push_back({c / d, t});
+      quotient.constant = divisible.constant / d;
+      if (restInRange) return rebuild(quotient);
+      if (quotient.terms.empty() && quotient.constant == 0) return floorDiv(restExpr, d);
+      return rebuild(quotient) + floorDiv(restExpr, d);
+    }
+  }
+  return e;
+}
+
+Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& f) {
+  switch (e->op) {
+    case Op::Const: return e;
+    case Op::Var: {
+      Idx r = f(e->var, e->name);
+      return r ? r : e;
+    }
+    case Op::Add: return substitute(e->a, f) + substitute(e->b, f);
+    case Op::Mul: return substitute(e->a, f) * substitute(e->b, f);
+    case Op::FloorDiv: return floorDiv(substitute(e->a, f), e->b->value);
+    case Op::Mod: return mod(substitute(e->a, f), e->b->value);
+    case Op::Min: return idxMin(substitute(e->a, f), substitute(e->b, f));
+    case Op::Max: return idxMax(substitute(e->a, f), substitute(e->b, f));
+  }
+  return e;
+}
+
+void forEachVar(const Idx& e, const std::function<void(int)>& f) {
+  if (e->op == Op::Var) f(e->var);
+  if (e->a) forEachVar(e->a, f);
+  if (e->b) forEachVar(e->b, f);
+}
+
+int64_t evaluate(const Idx& e, const std::vector<int64_t>& env) {
+  switch (e->op) {
+    case Op::Const: return e->value;
+    case Op::Var: return env[e->var];
+    case Op::Add: return evaluate(e->a, env) + evaluate(e->b, env);
+    case Op::Mul: return evaluate(e->a, env) * evaluate(e->b, env);
+    case Op::FloorDiv: return floorDivInt(evaluate(e->a, env), evaluate(e->b, env));
+    case Op::Mod: return floorModInt(evaluate(e->a, env), evaluate(e->b, env));
+    case Op::Min: return std::min(evaluate(e->a, env), evaluate(e->b, env));
+    case Op::Max: return std::max(evaluate(e->a, env), evaluate(e->b, env));
+  }
+  return 0;
+}
+
+namespace {
+int precedence(Op op) {
+  switch (op) {
+    case Op::Add: return 1;
+    case Op::Mul:
+    case Op::FloorDiv:
+    case Op::Mod: return 2;
+    default: return 3;
+  }
+}
+}  // namespace
+
+std::string toString(const Idx& e, bool c) {
+  auto sub = [&](const Idx& x, int parentPrec) {
+    std::string s = toString(x, c);
+    return precedence(x->op) < parentPrec || (x->op != Op::Mul && precedence(x->op) == 2 && parentPrec == 2)
+               ? "(" + s + ")"
+               : s;
+  };
+  switch (e->op) {
+    case Op::Const: return std::to_string(e->value);
+    case Op::Var: return e->name;
+    case Op::Add: {
+      if (auto k = constValue(e->b); k && *k < 0) return fmt::format("{} - {}", toString(e->a, c), -*k);
+      return fmt::format("{} + {}", toString(e->a, c), toString(e->b, c));
+    }
+    case Op::Mul: return fmt::format("{}*{}", sub(e->a, 2), sub(e->b, 3));
+    // Index values are never negative in kiln's kernels, so C's / and % equal floordiv and mod there.
+    case Op::FloorDiv: return fmt::format(fmt::runtime(c ? "{} / {}" : "{} floordiv {}"), sub(e->a, 2), sub(e->b, 3));
+    case Op::Mod: return fmt::format(fmt::runtime(c ? "{} % {}" : "{} mod {}"), sub(e->a, 2), sub(e->b, 3));
+    case Op::Min: return fmt::format("min({}, {})", toString(e->a, c), toString(e->b, c));
+    case Op::Max: return fmt::format("max({}, {})", toString(e->a, c), toString(e->b, c));
+  }
+  return "?";
+}
+
+}  // namespace kiln

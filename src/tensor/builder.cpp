@@ -1,0 +1,199 @@
+#include "kiln/tensor/builder.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kiln/support/error.h"
+
+namespace kiln::tensor {
+
+Shape broadcastShapes(const Shape& a, const Shape& b, const std::string& where) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      userError("{}: shapes [{}] and [{}] do not broadcast", where, shapeString(a), shapeString(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int Builder::add(Node n) {
+  n.origin = origin_;
+  return g_.add(std::move(n));
+}
+
+int Builder::normDim(int node, int64_t dim) const {
+  int r = rank(node);
+  int64_t d = dim < 0 ? dim + r : dim;
+  if (d < 0 || d >= std::max(r, 1)) userError("{}: dimension {} out of range for a rank-{} tensor", origin_, dim, r);
+  return static_cast<int>(d);
+}
+
+int Builder::indexMap(int x, Shape shape, std::vector<Idx> index) {
+  VarExtents ext;
+  for (size_t d = 0; d < shape.size(); ++d) ext[static_cast<int>(d)] = shape[d];
+  for (auto& e : index) e = simplify(e, ext);
+  Node n{Node::Kind::IndexMap};
+  n.dtype = dtype(x);
+  n.shape = std::move(shape);
+  n.operands = {Operand{x}};
+  n.index = std::move(index);
+  return add(std::move(n));
+}
+
+int Builder::broadcastTo(int x, const Shape& target) {
+  const Shape& s = shape(x);
+  if (s == target) return x;
+  size_t off = target.size() - s.size();
+  std::vector<Idx> index;
+  for (size_t d = 0; d < s.size(); ++d)
+    index.push_back(s[d] == 1 && target[d + off] != 1 ? idxConst(0) : outVar(static_cast<int>(d + off)));
+  return indexMap(x, target, std::move(index));
+}
+
+int Builder::elementwise(Fn fn, std::vector<Operand> operands) {
+  KILN_ASSERT(static_cast<int>(operands.size()) == arity(fn), "{} takes {} operands", fnName(fn), arity(fn));
+  Shape out;
+  DType dt = DType::F32;
+  bool first = true;
+  for (auto& o : operands) {
+    if (o.isImm()) continue;
+    out = first ? shape(o.node) : broadcastShapes(out, shape(o.node), origin_);
+    if (first) dt = dtype(o.node);
+    first = false;
+  }
+  KILN_ASSERT(!first, "{} of immediates only", fnName(fn));
+  for (auto& o : operands)
+    if (!o.isImm()) o.node = broadcastTo(o.node, out);
+  Node n{Node::Kind::Elementwise};
+  n.fn = fn;
+  n.dtype = dt;
+  n.shape = out;
+  n.operands = std::move(operands);
+  return add(std::move(n));
+}
+
+int Builder::cast(int x, DType to) {
+  if (dtype(x) == to) return x;
+  int c = unary(Fn::Cast, x);
+  g_.nodes[c].dtype = to;
+  return c;
+}
+
+int Builder::reduce(ReduceFn fn, int x, std::vector<int> axes, bool keepdim) {
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  Node n{Node::Kind::Reduce};
+  n.reduceFn = fn;
+  n.dtype = dtype(x);
+  n.shape = shape(x);
+  for (int a : axes) n.shape[a] = 1;
+  n.axes = axes;
+  n.operands = {Operand{x}};
+  int r = add(std::move(n));
+  if (keepdim) return r;
+  Shape squeezed;
+  for (int d = 0; d < rank(x); ++d)
+    if (!std::binary_search(axes.begin(), axes.end(), d)) squeezed.push_back(shape(x)[d]);
+  return reshape(r, squeezed);
+}
+
+int Builder::mean(int x, const std::vector<int>& axes, bool keepdim) {
+  int64_t count = 1;
+  for (int a : axes) count *= shape(x)[a];
+  int s = reduce(ReduceFn::Sum, x, axes, keepdim);
+  return binary(Fn::Div, Operand{s}, Operand{-1, static_cast<float>(count)});
+}
+
+int Builder::reshape(int x, const Shape& target) {
+  const Shape& s = shape(x);
+  if (s == target) return x;
+  if (numel(s) != numel(target))
+    userError("{}: cannot view [{}] ({} elements) as [{}]", origin_, shapeString(s), numel(s), shapeString(target));
+  // flat position of the output index, then the input index that has the same flat position
+  Idx flat = idxConst(0);
+  int64_t stride = 1;
+  for (int d = static_cast<int>(target.size()) - 1; d >= 0; --d) {
+    flat = flat + idxMul(outVar(d), stride);
+    stride *= target[d];
+  }
+  std::vector<Idx> index(s.size());
+  stride = 1;
+  for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
+    index[d] = mod(floorDiv(flat, stride), s[d]);
+    stride *= s[d];
+  }
+  return indexMap(x, target, std::move(index));
+}
+
+int Builder::permute(int x, const std::vector<int>& perm) {
+  const Shape& s = shape(x);
+  Shape out(s.size());
+  std::vector<Idx> index(s.size());
+  for (size_t d = 0; d < perm.size(); ++d) {
+    out[d] = s[perm[d]];
+    index[perm[d]] = outVar(static_cast<int>(d));
+  }
+  return indexMap(x, out, std::move(index));
+}
+
+int Builder::transpose(int x, int d0, int d1) {
+  std::vector<int> perm(rank(x));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[d0], perm[d1]);
+  return permute(x, perm);
+}
+
+int Builder::matmul(int a, int b) {
+  bool aVec = rank(a) == 1, bVec = rank(b) == 1;
+  if (aVec) a = reshape(a, {1, shape(a)[0]});
+  if (bVec) b = reshape(b, {shape(b)[0], 1});
+  const Shape &sa = shape(a), &sb = shape(b);
+  int64_t m = sa[sa.size() - 2], k = sa.back(), n = sb.back();
+  if (sb[sb.size() - 2] != k)
+    userError("{}: matmul of [{}] and [{}]: inner dimensions differ", origin_, shapeString(sa), shapeString(sb));
+  Shape batch = broadcastShapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2), origin_);
+  int nb = static_cast<int>(batch.size());
+  Shape prod = batch;
+  prod.insert(prod.end(), {m, n, k});
+  auto operandMap = [&](int x, bool isA) {
+    const Shape& s = shape(x);
+    int xb = static_cast<int>(s.size()) - 2;
+    std::vector<Idx> index;
+    for (int d = 0; d < xb; ++d) {
+      int od = d + (nb - xb);
+      index.push_back(s[d] == 1 && batch[od] != 1 ? idxConst(0) : outVar(od));
+    }
+    if (isA) index.insert(index.end(), {outVar(nb), outVar(nb + 2)});       // a[.., m, k]
+    else index.insert(index.end(), {outVar(nb + 2), outVar(nb + 1)});       // b[.., k, n]
+    return indexMap(x, prod, std::move(index));
+  };
+  int product = binary(Fn::Mul, Operand{operandMap(a, true)}, Operand{operandMap(b, false)});
+  int out = reduce(ReduceFn::Sum, product, {nb + 2}, false);
+  Shape result = batch;
+  if (!aVec) result.push_back(m);
+  if (!bVec) result.push_back(n);
+  return reshape(out, result);
+}
+
+int Builder::linear(int x, int w, int bias) {
+  const Shape &sx = shape(x), &sw = shape(w);
+  if (sw.size() != 2 || sw[1] != sx.back())
+    userError("{}: linear of input [{}] with weight [{}]: expected weight [out, {}]", origin_, shapeString(sx),
+              shapeString(sw), sx.back());
+  int l = static_cast<int>(sx.size()) - 1;
+  Shape prod(sx.begin(), sx.end() - 1);
+  prod.insert(prod.end(), {sw[0], sx.back()});
+  std::vector<Idx> xi;
+  for (int d = 0; d < l; ++d) xi.push_back(outVar(d));
+  xi.push_back(outVar(l + 1));
+  int xs = indexMap(x, prod, xi);
+  int ws = indexMap(w, prod, {outVar(l), outVar(l + 1)});
+  int out = reduce(ReduceFn::Sum, binary(Fn::Mul, Operand{xs}, Operand{ws}), {l + 1}, false);
+  return bias < 0 ? out : binary(Fn::Add, Operand{out}, Operand{bias});
+}
+
+}  // namespace kiln::tensor

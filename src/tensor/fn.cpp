@@ -1,0 +1,65 @@
+#include <cmath>
+
+#include "kiln/support/error.h"
+#include "kiln/tensor/ir.h"
+
+namespace kiln::tensor {
+
+int arity(Fn f) { return f >= Fn::Add ? 2 : 1; }
+
+const char* fnName(Fn f) {
+  switch (f) {
+    case Fn::Neg: return "neg";
+    case Fn::Exp: return "exp";
+    case Fn::Rsqrt: return "rsqrt";
+    case Fn::Sqrt: return "sqrt";
+    case Fn::Relu: return "relu";
+    case Fn::Silu: return "silu";
+    case Fn::Sigmoid: return "sigmoid";
+    case Fn::Tanh: return "tanh";
+    case Fn::Gelu: return "gelu";
+    case Fn::GeluTanh: return "gelu_tanh";
+    case Fn::Cast: return "cast";
+    case Fn::Add: return "add";
+    case Fn::Sub: return "sub";
+    case Fn::Mul: return "mul";
+    case Fn::Div: return "div";
+    case Fn::Pow: return "pow";
+    case Fn::Max: return "max";
+    case Fn::Min: return "min";
+  }
+  return "?";
+}
+
+// Keep in step with templates/kiln_ops.cuh, which gives the GPU the same definitions.
+float applyFn(Fn f, float a, float b) {
+  switch (f) {
+    case Fn::Neg: return -a;
+    case Fn::Exp: return std::exp(a);
+    case Fn::Rsqrt: return 1.f / std::sqrt(a);
+    case Fn::Sqrt: return std::sqrt(a);
+    case Fn::Relu: return a > 0.f ? a : 0.f;
+    case Fn::Silu: return a / (1.f + std::exp(-a));
+    case Fn::Sigmoid: return 1.f / (1.f + std::exp(-a));
+    case Fn::Tanh: return std::tanh(a);
+    case Fn::Gelu: return 0.5f * a * (1.f + std::erf(a * 0.70710678118654752f));
+    case Fn::GeluTanh: return 0.5f * a * (1.f + std::tanh(0.79788456080286536f * (a + 0.044715f * a * a * a)));
+    case Fn::Cast: return a;
+    case Fn::Add: return a + b;
+    case Fn::Sub: return a - b;
+    case Fn::Mul: return a * b;
+    case Fn::Div: return a / b;
+    case Fn::Pow: return b == 2.f ? a * a : std::pow(a, b);
+    case Fn::Max: return a > b || std::isnan(a) ? a : b;
+    case Fn::Min: return a < b || std::isnan(a) ? a : b;
+  }
+  return 0.f;
+}
+
+const char* reduceName(ReduceFn f) { return f == ReduceFn::Sum ? "sum" : "max"; }
+float reduceInit(ReduceFn f) { return f == ReduceFn::Sum ? 0.f : -INFINITY; }
+float reduceCombine(ReduceFn f, float acc, float v) { return f == ReduceFn::Sum ? acc + v : applyFn(Fn::Max, acc, v); }
+
+Idx outVar(int d) { return idxVar(d, "o" + std::to_string(d)); }
+
+}  // namespace kiln::tensor

@@ -1,0 +1,65 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/support/error.h"
+#include "kiln/tile/ir.h"
+
+namespace kiln::tile {
+
+const char* strategyName(Strategy s) {
+  return s == Strategy::ThreadPerOutput ? "thread_per_output" : "block_per_output";
+}
+
+int64_t Schedule::knob(const std::string& name) const {
+  auto it = knobs.find(name);
+  KILN_ASSERT(it != knobs.end(), "schedule {} has no knob '{}'", strategyName(strategy), name);
+  return it->second;
+}
+
+namespace {
+std::string scheduleString(const Schedule& s) {
+  std::string knobs;
+  for (auto& [k, v] : s.knobs) knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ", ", k, v);
+  return fmt::format("{}({})", strategyName(s.strategy), knobs);
+}
+}  // namespace
+
+std::string print(const Program& p) {
+  std::string out = fmt::format("// kiln tile IR: {}\n", p.loop.modelName);
+  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
+    const loop::Kernel& k = p.loop.kernels[i];
+    out += fmt::format("\nkernel {} writes {}  schedule {}  // {}\n", k.name, p.loop.buffers[k.output].name,
+                       scheduleString(p.schedules[i]), fmt::join(k.origins, "; "));
+    out += loop::printKernelBody(p.loop, k);
+  }
+  return out;
+}
+
+nlohmann::json toJson(const Program& p) {
+  nlohmann::json j = loop::toJson(p.loop);
+  j["level"] = "tile";
+  for (size_t i = 0; i < p.schedules.size(); ++i) {
+    j["kernels"][i]["schedule"] = {{"strategy", strategyName(p.schedules[i].strategy)}, {"knobs", p.schedules[i].knobs}};
+  }
+  return j;
+}
+
+void verify(const Program& p) {
+  loop::verify(p.loop);
+  KILN_ASSERT(p.schedules.size() == p.loop.kernels.size(), "{} schedules for {} kernels", p.schedules.size(), p.loop.kernels.size());
+  for (size_t i = 0; i < p.schedules.size(); ++i) {
+    const Schedule& s = p.schedules[i];
+    const loop::Kernel& k = p.loop.kernels[i];
+    if (s.strategy == Strategy::BlockPerOutput) {
+      KILN_ASSERT(k.reduction, "kernel {}: block_per_output needs a reduction", k.name);
+      int64_t t = s.knob("threads");
+      KILN_ASSERT(t >= 32 && t <= 1024 && (t & (t - 1)) == 0, "kernel {}: threads={} must be a power of two in [32, 1024]", k.name, t);
+    } else {
+      int64_t b = s.knob("block");
+      KILN_ASSERT(b >= 1 && b <= 1024, "kernel {}: block={} out of [1, 1024]", k.name, b);
+    }
+  }
+}
+
+}  // namespace kiln::tile

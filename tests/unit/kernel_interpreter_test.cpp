@@ -1,0 +1,211 @@
+// Kernel IR by hand: the lockstep interpreter, the verifier's hardware rules and the printer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "kiln/kernel/ir.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel {
+namespace {
+
+constexpr int kX = 0, kY = 1;  // buffer ids
+
+loop::Buffer buffer(loop::Buffer::Kind kind, std::string name, int64_t n) {
+  loop::Buffer b;
+  b.kind = kind;
+  b.name = std::move(name);
+  b.dtype = DType::F32;
+  b.shape = {n};
+  return b;
+}
+
+// x: f32[n] input, y: f32[outN] output; one kernel reading x (param 0) and writing y (param 1).
+Program program(int64_t n, int64_t outN, Kernel k) {
+  Program p;
+  p.modelName = "handwritten";
+  p.buffers = {buffer(loop::Buffer::Kind::Input, "x", n), buffer(loop::Buffer::Kind::Output, "y", outN)};
+  p.inputs = {kX};
+  p.outputs = {kY};
+  k.params = {Param{kX, "x", DType::F32, n, false}, Param{kY, "y", DType::F32, outN, true}};
+  p.kernels.push_back(std::move(k));
+  return p;
+}
+
+HostTensor ramp(int64_t n) {
+  HostTensor t{DType::F32, {n}, {}};
+  for (int64_t i = 0; i < n; ++i) t.values.push_back(std::sin(0.37f * static_cast<float>(i)) + 0.5f);
+  return t;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InternalError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// y[p] = x[p]*2 + 1, one thread per element; `guard` keeps the 24 surplus threads from storing.
+Program elementwise(bool guard) {
+  Kernel k;
+  k.name = "k0";
+  k.grid = {4, 1, 1};
+  k.block = {256, 1, 1};
+  k.origins = {"aten::mul", "aten::add"};
+  Idx p = idxVar(2, "p");
+  Stmt store = storeGlobal(1, p, fapply(Fn::Add, {fapply(Fn::Mul, {loadGlobal(0, p), fconst(2.f)}), fconst(1.f)}));
+  k.body.push_back(defIdx(2, "p", blockIdx() * idxConst(256) + threadIdx()));
+  if (guard) k.body.push_back(ifLess(p, idxConst(1000), {store}));
+  else k.body.push_back(store);
+  return program(1000, 1000, std::move(k));
+}
+
+// One block of 128 threads sums x[0..n): strided per-thread partial sums, then a tree in shared memory.
+// `written` limits which threads store their partial sum (128 = all, the correct kernel).
+Program blockReduce(int64_t n, int64_t written = 128) {
+  Kernel k;
+  k.name = "k_sum";
+  k.block = {128, 1, 1};
+  k.floatVars = {"acc"};
+  k.shared = {SharedBuffer{"red", 128}};
+  Idx tid = idxVar(2, "tid"), i = idxVar(3, "i");
+  FE acc = fvar(0);
+  k.body.push_back(defIdx(2, "tid", threadIdx()));
+  k.body.push_back(assign(0, fconst(0.f)));
+  k.body.push_back(forLoop(3, "i", tid, idxConst(n), 128, {assign(0, fapply(Fn::Add, {acc, loadGlobal(0, i)}))}));
+  Stmt partial = storeShared(0, tid, acc);
+  if (written < 128) k.body.push_back(ifLess(tid, idxConst(written), {partial}));
+  else k.body.push_back(partial);
+  k.body.push_back(barrier());
+  for (int64_t s = 64; s >= 1; s /= 2) {
+    k.body.push_back(ifLess(tid, idxConst(s), {storeShared(0, tid, fapply(Fn::Add, {loadShared(0, tid),
+                                                                                     loadShared(0, idxAdd(tid, s))}))}));
+    k.body.push_back(barrier());
+  }
+  k.body.push_back(ifLess(tid, idxConst(1), {storeGlobal(1, idxConst(0), loadShared(0, idxConst(0)))}));
+  return program(n, 1, std::move(k));
+}
+
+TEST(KernelInterpreter, ElementwiseOneThreadPerElement) {
+  Program p = elementwise(true);
+  verify(p);
+  HostTensor x = ramp(1000);
+  auto out = interpret(p, {x});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, Shape{1000});
+  ASSERT_EQ(out[0].values.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(out[0].values[i], x.values[i] * 2.f + 1.f) << "at " << i;
+}
+
+TEST(KernelInterpreter, BlockReductionWithBarriers) {
+  Program p = blockReduce(1000);
+  HostTensor x = ramp(1000);
+  auto out = interpret(p, {x});
+  double ref = std::accumulate(x.values.begin(), x.values.end(), 0.0);
+  ASSERT_EQ(out[0].values.size(), 1u);
+  EXPECT_NEAR(out[0].values[0], ref, 1e-4 * std::abs(ref));
+}
+
+TEST(KernelInterpreter, ReadOfUnwrittenSharedElementThrows) {
+  Program p = blockReduce(1000, 100);  // threads 100..127 never store their partial sum
+  std::string msg = errorOf([&] { interpret(p, {ramp(1000)}); });
+  EXPECT_NE(msg.find("kernel k_sum: thread 36 reads shared red[100] that no thread wrote"), std::string::npos) << msg;
+}
+
+TEST(KernelInterpreter, DivergentBarrierIsRejected) {
+  Program p = blockReduce(1000);
+  Kernel& k = p.kernels[0];
+  k.body.push_back(ifLess(threadIdx(), idxConst(64), {barrier()}));
+  std::string v = errorOf([&] { verify(p); });
+  EXPECT_NE(v.find("barrier under thread-dependent control flow"), std::string::npos) << v;
+  std::string r = errorOf([&] { interpret(p, {ramp(1000)}); });
+  EXPECT_NE(r.find("kernel k_sum: barrier reached by 64 of 128 threads"), std::string::npos) << r;
+}
+
+TEST(KernelInterpreter, BarrierUnderUniformControlFlowIsAccepted) {
+  Program p = blockReduce(1000);
+  Kernel& k = p.kernels[0];
+  // blockIdx is uniform across the block, and so is a loop with constant bounds.
+  k.body.push_back(ifLess(blockIdx(), idxConst(1), {forLoop(4, "j", idxConst(0), idxConst(3), 1, {barrier()})}));
+  EXPECT_NO_THROW(verify(p));
+  EXPECT_NO_THROW(interpret(p, {ramp(1000)}));
+  // ... but a loop whose bound derives from threadIdx is not.
+  k.body.push_back(defIdx(5, "q", idxAdd(threadIdx(), 1)));
+  k.body.push_back(forLoop(6, "j2", idxConst(0), idxVar(5, "q"), 1, {barrier()}));
+  EXPECT_NE(errorOf([&] { verify(p); }).find("barrier under thread-dependent"), std::string::npos);
+}
+
+TEST(KernelVerifier, AcceptsBlockReduction) {
+  EXPECT_NO_THROW(verify(blockReduce(1000)));
+  EXPECT_NO_THROW(verify(elementwise(true)));
+}
+
+TEST(KernelInterpreter, OutOfBoundsGlobalStoreThrows) {
+  Program p = elementwise(false);
+  std::string msg = errorOf([&] { interpret(p, {ramp(1000)}); });
+  EXPECT_NE(msg.find("kernel k0: thread 232 of block 3 stores y[1000] out of bounds"), std::string::npos) << msg;
+}
+
+TEST(KernelVerifier, RejectsHardwareRuleViolations) {
+  {
+    Program p = blockReduce(1000);
+    p.kernels[0].body.push_back(storeShared(0, idxAdd(threadIdx(), 1), fconst(0.f)));  // red[128]
+    EXPECT_NE(errorOf([&] { verify(p); }).find("indexes [1, 128], outside the buffer's 128 elements"), std::string::npos);
+  }
+  {
+    Program p = blockReduce(1000);
+    p.kernels[0].shared.push_back(SharedBuffer{"big", 12 * 1024});
+    EXPECT_NE(errorOf([&] { verify(p); }).find("static shared memory"), std::string::npos);
+  }
+  {
+    Program p = blockReduce(1000);
+    p.kernels[0].block = {2048, 1, 1};
+    EXPECT_NE(errorOf([&] { verify(p); }).find("block dimension 0 is 2048"), std::string::npos);
+  }
+  {
+    Program p = elementwise(true);
+    p.kernels[0].grid = {0, 1, 1};
+    EXPECT_NE(errorOf([&] { verify(p); }).find("grid dimension 0 is 0"), std::string::npos);
+  }
+  {
+    Program p = elementwise(true);
+    p.kernels[0].body.insert(p.kernels[0].body.begin(), storeGlobal(1, idxVar(2, "p"), fconst(0.f)));  // p before def
+    EXPECT_NE(errorOf([&] { verify(p); }).find("before its definition"), std::string::npos);
+  }
+  {
+    Program p = blockReduce(1000);
+    p.kernels[0].body.erase(p.kernels[0].body.begin() + 1);  // drop `%acc = 0`
+    EXPECT_NE(errorOf([&] { verify(p); }).find("%acc read before any assignment"), std::string::npos);
+  }
+  {
+    Program p = elementwise(true);
+    p.kernels[0].params[1].buffer = 7;
+    EXPECT_NE(errorOf([&] { verify(p); }).find("names buffer #7"), std::string::npos);
+  }
+}
+
+TEST(KernelPrinter, PrintsStatementsAndJson) {
+  Program p = blockReduce(1000);
+  std::string text = print(p);
+  EXPECT_NE(text.find("// kiln kernel IR: handwritten"), std::string::npos) << text;
+  EXPECT_NE(text.find("kernel k_sum grid(1,1,1) block(128,1,1) shared 512 bytes"), std::string::npos) << text;
+  EXPECT_NE(text.find("  params: in x: f32[1000], out y: f32[1] (written)"), std::string::npos) << text;
+  EXPECT_NE(text.find("  for i in tid..1000 step 128 {\n    %acc = add(%acc, load x[i])\n  }"), std::string::npos) << text;
+  EXPECT_NE(text.find("  if (tid < 64) {\n    store shared red[tid] = add(load shared red[tid], load shared red[tid + 64])\n  }\n  barrier"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text, print(blockReduce(1000)));
+  nlohmann::json j = toJson(p);
+  ASSERT_EQ(j["kernels"].size(), 1u);
+  EXPECT_EQ(j["kernels"][0]["name"], "k_sum");
+  EXPECT_EQ(j["kernels"][0]["shared_bytes"], 512);
+  EXPECT_EQ(j["kernels"][0]["block"][0], 128);
+  EXPECT_FALSE(j["kernels"][0]["body"].empty());
+}
+
+}  // namespace
+}  // namespace kiln::kernel

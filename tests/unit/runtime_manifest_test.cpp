@@ -1,0 +1,207 @@
+// The manifest reader/writer and the driver-less paths of the runtime; none of these need a GPU.
+#include <dlfcn.h>
+#include <unistd.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/runtime/manifest.h"
+#include "kiln/runtime/runtime.h"
+#include "kiln/support/error.h"
+
+namespace kiln::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = fs::temp_directory_path() / fmt::format("kiln_rt_{}_{}_{}", info->test_suite_name(), info->name(), ::getpid());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+BufferInfo buffer(int64_t id, std::string name, BufferKind kind, Shape shape, int64_t offset) {
+  BufferInfo b;
+  b.id = id;
+  b.name = std::move(name);
+  b.kind = kind;
+  b.dtype = DType::F32;
+  b.shape = std::move(shape);
+  b.bytes = numel(b.shape) * 4;
+  b.offset = offset;
+  return b;
+}
+
+// x[2,16,64] * w[64,64] -> t -> y, laid out back to back (all sizes are multiples of 256).
+Manifest sample() {
+  Manifest m;
+  m.kilnVersion = "0.1.0";
+  m.model = "mlp";
+  m.arch = "sm_90";
+  m.buffers.push_back(buffer(0, "x", BufferKind::Input, {2, 16, 64}, 0));
+  m.buffers.push_back(buffer(1, "fc.weight", BufferKind::Weight, {64, 64}, 8192));
+  m.buffers.back().weightOffset = 0;
+  m.buffers.push_back(buffer(2, "t", BufferKind::Temp, {2, 16, 64}, 8192 + 16384));
+  m.buffers.push_back(buffer(3, "y", BufferKind::Output, {2, 16, 64}, 8192 + 16384 + 8192));
+  m.arenaBytes = 8192 + 16384 + 8192 + 8192;
+  m.inputs = {0};
+  m.outputs = {3};
+  KernelInfo k0;
+  k0.name = k0.entry = "k0_matmul";
+  k0.source = "k0_matmul.cu";
+  k0.cubin = "k0_matmul.cubin";
+  k0.params = {0, 1, 2};
+  k0.grid[0] = 64;
+  k0.block[0] = 256;
+  KernelInfo k1 = k0;
+  k1.name = k1.entry = "k1_relu";
+  k1.source = "k1_relu.cu";
+  k1.cubin = "k1_relu.cubin";
+  k1.params = {2, 3};
+  k1.sharedBytes = 64 * 1024;
+  m.kernels = {k0, k1};
+  return m;
+}
+
+void writeText(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// Expects readManifest(dir) to throw a UserError whose message contains `needle`.
+void expectReadError(const fs::path& dir, const std::string& needle) {
+  try {
+    readManifest(dir);
+    ADD_FAILURE() << "expected UserError containing '" << needle << "'";
+  } catch (const UserError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    EXPECT_NE(msg.find("manifest.json"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "message must be one line: " << msg;
+  }
+}
+
+TEST(RuntimeManifest, RoundTrip) {
+  TempDir dir;
+  Manifest m = sample();
+  writeManifest(m, dir.path);
+  Manifest r = readManifest(dir.path);
+  EXPECT_EQ(toJson(r), toJson(m));
+  ASSERT_EQ(r.buffers.size(), 4u);
+  EXPECT_EQ(r.buffers[1].name, "fc.weight");
+  EXPECT_EQ(r.buffers[1].kind, BufferKind::Weight);
+  EXPECT_EQ(r.buffers[1].weightOffset, 0);
+  EXPECT_EQ(r.buffers[3].shape, (Shape{2, 16, 64}));
+  EXPECT_EQ(r.kernels[1].params, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(r.kernels[1].sharedBytes, 64 * 1024);
+  EXPECT_EQ(r.kernels[0].grid[0], 64);
+  EXPECT_EQ(r.kernels[0].block[0], 256);
+  EXPECT_EQ(r.weightsFile, "weights.bin");
+  // The file uses the documented field names.
+  auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
+  EXPECT_EQ(j["buffers"][1]["weight_offset"], 0);
+  EXPECT_EQ(j["kernels"][1]["shared_bytes"], 64 * 1024);
+  EXPECT_FALSE(j["buffers"][0].contains("weight_offset"));
+}
+
+TEST(RuntimeManifest, MissingFile) {
+  TempDir dir;
+  expectReadError(dir.path, "cannot open");
+}
+
+TEST(RuntimeManifest, MalformedJson) {
+  TempDir dir;
+  writeText(dir.path / "manifest.json", "{\"kiln_version\": \"0.1.0\", ");
+  expectReadError(dir.path, "malformed JSON");
+}
+
+TEST(RuntimeManifest, MissingAndMistypedFieldsAreNamed) {
+  TempDir dir;
+  nlohmann::json j = toJson(sample());
+  j["kernels"][0].erase("entry");
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "kernels[0].entry");
+
+  j = toJson(sample());
+  j["buffers"][2]["dtype"] = "f13";
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "buffers[2].dtype");
+
+  j = toJson(sample());
+  j["arena_bytes"] = "big";
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "arena_bytes");
+}
+
+TEST(RuntimeManifest, ParamReferencingMissingBufferFailsValidation) {
+  Manifest m = sample();
+  m.kernels[1].params = {2, 42};
+  EXPECT_THROW(validate(m, "test"), UserError);
+  TempDir dir;
+  writeText(dir.path / "manifest.json", toJson(m).dump());
+  expectReadError(dir.path, "buffer id 42");
+  EXPECT_THROW(writeManifest(m, dir.path), UserError);  // the writer refuses it too
+}
+
+TEST(RuntimeManifest, MemoryPlanIsChecked) {
+  Manifest m = sample();
+  m.buffers[2].offset += 4;  // unaligned
+  EXPECT_THROW(validate(m, "test"), UserError);
+
+  m = sample();
+  m.arenaBytes -= 256;  // last buffer sticks out
+  EXPECT_THROW(validate(m, "test"), UserError);
+
+  m = sample();
+  m.buffers[0].bytes += 4;  // does not match shape * dtype
+  EXPECT_THROW(validate(m, "test"), UserError);
+
+  m = sample();
+  m.outputs = {2};  // a temp, not an output
+  EXPECT_THROW(validate(m, "test"), UserError);
+
+  m = sample();
+  m.buffers[3].id = 2;  // duplicate id
+  EXPECT_THROW(validate(m, "test"), UserError);
+
+  EXPECT_NO_THROW(validate(sample(), "test"));
+}
+
+TEST(Runtime, GpuAvailableWithoutDriverSaysWhy) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  std::string why;
+  bool ok = gpuAvailable(&why);
+  if (!h) {
+    EXPECT_FALSE(ok);
+    EXPECT_FALSE(why.empty());
+    EXPECT_NE(why.find("libcuda.so.1"), std::string::npos) << why;
+  } else {
+    dlclose(h);
+    EXPECT_EQ(ok, why.empty()) << why;
+  }
+}
+
+TEST(Runtime, ModelWithoutDriverThrowsUserError) {
+  std::string why;
+  if (gpuAvailable(&why)) GTEST_SKIP() << "a GPU is present";
+  TempDir dir;
+  writeManifest(sample(), dir.path);
+  try {
+    Model model(dir.path);
+    ADD_FAILURE() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::runtime
