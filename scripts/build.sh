@@ -7,4 +7,4 @@ TORCH_PREFIX=$(${PYTHON:-python3} -c 'import torch;print(torch.utils.cmake_prefi
 LAUNCHER=(); command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${KILN_BUILD_TYPE:-Release} \
   -DKILN_TORCH_PREFIX="$TORCH_PREFIX" "${LAUNCHER[@]}" ${KILN_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j "${KILN_JOBS:-$(nproc)}"
+cmake --build build -j "${KILN_JOBS:-$(nproc)}" ${KILN_TARGET:+--target "$KILN_TARGET"}

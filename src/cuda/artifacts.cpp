@@ -10,6 +10,7 @@
 #include "kiln/cuda/templates.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
+#include "kiln/support/files.h"
 
 #ifndef KILN_NVCC
 #define KILN_NVCC "nvcc"
@@ -134,11 +135,11 @@ void writeArtifacts(const kernel::Program& p, const Module& m, const fs::path& d
     writeFile(tmp / manifest.weightsFile, weights.data(), weights.size());
     if (opts.compile && !files.empty()) compileWithNvcc(tmp, files, opts.arch);
     runtime::writeManifest(manifest, tmp);
-    if (fs::exists(dir, ec)) fs::remove_all(dir, ec);
+    if (fs::exists(dir, ec)) removeTree(dir.string());
     fs::rename(tmp, dir, ec);
     if (ec) userError("cannot move the output into '{}': {}", dir.string(), ec.message());
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    removeTree(tmp.string());
     throw;
   }
 }

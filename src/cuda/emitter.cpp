@@ -27,7 +27,9 @@ std::string floatLiteral(float v) {
   if (v == std::numeric_limits<float>::infinity()) return "__int_as_float(0x7f800000)";
   if (v == -std::numeric_limits<float>::infinity()) return "__int_as_float(0xff800000)";
   if (v != v) return "__int_as_float(0x7fffffff)";
-  return fmt::format("{:.9g}f", v);
+  std::string s = fmt::format("{:.9g}", v);  // 9 significant digits round-trip every float
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s + "f";
 }
 
 class Emitter {

@@ -11,6 +11,7 @@
 #include "kiln/driver/pipeline.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
+#include "kiln/support/files.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -45,14 +46,14 @@ void writeOutputFile(const std::string& path, const std::string& text) {
     out << text;
     if (!out) {
       std::error_code ec;
-      fs::remove(tmp, ec);
+      removeTree(tmp.string());
       userError("cannot write -o '{}'; check the directory exists and is writable", path);
     }
   }
   std::error_code ec;
   fs::rename(tmp, target, ec);
   if (ec) {
-    fs::remove(tmp, ec);
+    removeTree(tmp.string());
     userError("cannot write -o '{}': {}", path, ec.message());
   }
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU machine: builds kiln, runs `kiln run --check` on every model in models/fixtures (kiln's kernels
+# against LibTorch on the same GPU), times each, and runs compute-sanitizer memcheck and racecheck on kiln's
+# kernels. Logs go to $OUT/logs.tgz; the short table is printed last and saved as $OUT/summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kiln-device}
+LOG=$(mktemp -d)   # every log; $OUT gets only logs.tgz and summary.txt (the device tool returns few files)
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+export KILN_CACHE_DIR=$LOG/cache
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  nvcc --version | tail -1; g++ --version | head -1; git rev-parse --short HEAD 2>/dev/null || true
+} > "$LOG/versions.txt" 2>&1
+rm -rf build  # the tree travels without build outputs only sometimes; always build afresh
+KILN_TARGET=kiln KILN_JOBS=$(nproc) bash scripts/build.sh > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+rows=()
+for pt in models/fixtures/*.pt; do
+  m=$(basename "$pt" .pt)
+  ./build/kiln run "$pt" --check --bench 200 > "$LOG/check-$m.log" 2>&1; rc=$?
+  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | sort -g | tail -1)
+  ms=$(grep -o '[0-9.]* ms per forward' "$LOG/check-$m.log" | awk '{print $1}')
+  compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$pt" > "$LOG/memcheck-$m.log" 2>&1; mc=$?
+  compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$pt" > "$LOG/racecheck-$m.log" 2>&1; rcc=$?
+  rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "$m" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "${ms:--}" "$([ $mc = 0 ] && echo clean || echo "rc=$mc")" "$([ $rcc = 0 ] && echo clean || echo "rc=$rcc")")")
+done
+tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
+{
+  cat "$LOG/versions.txt"
+  printf '%-14s %-6s %-10s %-10s %-9s %-9s\n' model check max_rel_l2 ms/fwd memcheck racecheck
+  printf '%s\n' "${rows[@]}"
+} | tee "$OUT/summary.txt"

@@ -1,0 +1,270 @@
+// The `kiln` command line, run as a subprocess: exit codes (0 ok, 1 user error, 2 usage error), the one-line
+// "kiln: error: ..." messages, that failures leave nothing behind, and the debugging flags.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/runtime.h"
+#include "kiln/support/pipeline.h"
+
+namespace kiln {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kMlp = "models/fixtures/mlp.pt";  // tests run with the repository root as working directory
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / fmt::format("kiln-cli-test-{}-{}", ::getpid(), rd());
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `kiln ARGS...` in the repository root with stdout and stderr captured.
+Result kiln(const std::vector<std::string>& args) {
+  TempDir tmp;
+  std::string cmd = "cd " + quote(KILN_SOURCE_DIR) + " && " + quote(KILN_BINARY);
+  for (auto& a : args) cmd += " " + quote(a);
+  cmd += " >" + quote((tmp.path / "out").string()) + " 2>" + quote((tmp.path / "err").string()) + " </dev/null";
+  int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  r.out = readFile(tmp.path / "out");
+  r.err = readFile(tmp.path / "err");
+  return r;
+}
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+std::string describe(const Result& r) {
+  return fmt::format("exit {}\n--- stdout ---\n{}\n--- stderr ---\n{}", r.code, r.out.substr(0, 4000), r.err);
+}
+
+// stderr is exactly one line "kiln: error: ..." containing every key word.
+void expectOneLineError(const Result& r, int code, const std::vector<std::string>& keys) {
+  EXPECT_EQ(r.code, code) << describe(r);
+  EXPECT_EQ(r.err.rfind("kiln: error:", 0), 0u) << describe(r);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "expected one line:\n" << describe(r);
+  EXPECT_TRUE(!r.err.empty() && r.err.back() == '\n') << describe(r);
+  for (auto& k : keys) EXPECT_TRUE(contains(r.err, k)) << "missing '" << k << "':\n" << describe(r);
+}
+
+std::vector<std::string> listDir(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// ---- errors ----
+
+TEST(Cli, MissingModelFile) {
+  expectOneLineError(kiln({"compile", "models/fixtures/no_such_model.pt"}), 1, {"no_such_model.pt", "not found"});
+}
+
+TEST(Cli, FileThatIsNotTorchScript) {
+  TempDir tmp;
+  fs::path p = tmp.path / "garbage.pt";
+  std::ofstream(p) << "this is not a zip archive\n";
+  expectOneLineError(kiln({"compile", p.string()}), 1, {"garbage.pt", "not a readable TorchScript"});
+}
+
+TEST(Cli, TruncatedArchive) {
+  TempDir tmp;
+  std::string bytes = readFile(fs::path(KILN_SOURCE_DIR) / kMlp);
+  ASSERT_GT(bytes.size(), 1000u);
+  fs::path p = tmp.path / "truncated.pt";
+  std::ofstream(p, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  expectOneLineError(kiln({"compile", p.string()}), 1, {"truncated.pt"});
+}
+
+TEST(Cli, UnsupportedOpNamesOpAndDocsAndSourceLine) {
+  if (std::system("python3 -c 'import torch' >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 with torch not available";
+  TempDir tmp;
+  fs::path model = tmp.path / "cumsum.pt";
+  std::string script = fmt::format(
+      "import sys, torch\n"
+      "sys.path.insert(0, '{}')\n"
+      "from kiln_export import export\n"
+      "class CumSum(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return torch.cumsum(x * 2.0, -1)\n"
+      "export(CumSum(), {{'x': torch.randn(2, 8)}}, '{}')\n",
+      (fs::path(KILN_SOURCE_DIR) / "models").string(), model.string());
+  fs::path py = tmp.path / "make_cumsum.py";
+  std::ofstream(py) << script;
+  ASSERT_EQ(std::system(("python3 " + quote(py.string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  ASSERT_TRUE(fs::exists(model));
+  Result r = kiln({"compile", model.string()});
+  expectOneLineError(r, 1, {"aten::cumsum", "docs/ops.md"});
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"([\w.]+\.py:\d+)"))) << "no file:line\n" << describe(r);
+}
+
+TEST(Cli, MalformedInputOverride) {
+  expectOneLineError(kiln({"compile", kMlp, "--input", "x=2xZ"}), 2, {"--input", "x=2xZ"});
+}
+
+TEST(Cli, InputOverrideNamingUnknownInput) {
+  expectOneLineError(kiln({"compile", kMlp, "--input", "nosuch=1x8x64"}), 2, {"nosuch"});
+}
+
+TEST(Cli, InputOverrideWithShapeTheModelCannotRun) {
+  expectOneLineError(kiln({"compile", kMlp, "--input", "x=3x5"}), 1, {"--input"});
+}
+
+TEST(Cli, UnknownIrLevel) {
+  expectOneLineError(kiln({"compile", kMlp, "--ir", "assembly"}), 2, {"assembly", "loop"});
+}
+
+TEST(Cli, UnknownPassName) {
+  expectOneLineError(kiln({"compile", kMlp, "--print-after", "loop-fuse-everything"}), 2,
+                     {"loop-fuse-everything", "kiln passes"});
+  expectOneLineError(kiln({"compile", kMlp, "--stop-after", "no-such-pass"}), 2, {"no-such-pass"});
+}
+
+TEST(Cli, UnwritableOutputFile) {
+  Result r = kiln({"compile", kMlp, "-o", "/proc/nope/out.txt"});
+  expectOneLineError(r, 1, {"/proc/nope/out.txt"});
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+
+  TempDir tmp;
+  fs::path target = tmp.path / "missing-dir" / "out.txt";
+  expectOneLineError(kiln({"compile", kMlp, "-o", target.string()}), 1, {target.string()});
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_TRUE(listDir(tmp.path).empty()) << "left behind: " << fmt::format("{}", fmt::join(listDir(tmp.path), ", "));
+}
+
+TEST(Cli, EmitIntoForeignNonEmptyDirectoryLeavesItUnchanged) {
+  TempDir tmp;
+  fs::path dir = tmp.path / "mine";
+  fs::create_directories(dir);
+  std::ofstream(dir / "notes.txt") << "keep me\n";
+  expectOneLineError(kiln({"compile", kMlp, "--emit", "cuda", "-o", dir.string()}), 1, {dir.string()});
+  EXPECT_EQ(listDir(dir), std::vector<std::string>{"notes.txt"});
+  EXPECT_EQ(readFile(dir / "notes.txt"), "keep me\n");
+  EXPECT_EQ(listDir(tmp.path), std::vector<std::string>{"mine"}) << "a temporary directory was left behind";
+}
+
+// ---- success paths ----
+
+TEST(Cli, PassesListsEveryPass) {
+  Result r = kiln({"passes"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(r.err.empty()) << describe(r);
+  for (const PassInfo& p : allPasses()) EXPECT_TRUE(contains(r.out, p.name + " ")) << p.name << "\n" << r.out;
+}
+
+TEST(Cli, CompilePrintsLoopIrByDefault) {
+  Result r = kiln({"compile", kMlp});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(r.out.rfind("// kiln loop IR: mlp\n", 0), 0u) << describe(r);
+  EXPECT_TRUE(r.err.empty()) << describe(r);
+}
+
+TEST(Cli, CompileWritesOutputFile) {
+  TempDir tmp;
+  fs::path out = tmp.path / "mlp.tile.txt";
+  Result r = kiln({"compile", kMlp, "--ir", "tile", "-o", out.string()});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+  EXPECT_EQ(kiln({"compile", kMlp, "--ir", "tile"}).out, readFile(out));
+  EXPECT_EQ(listDir(tmp.path), std::vector<std::string>{"mlp.tile.txt"});
+}
+
+TEST(Cli, StopAfterPrintsThatPassesIr) {
+  Result r = kiln({"compile", kMlp, "--ir", "cuda", "--stop-after", "loop-fuse-producers"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(r.out.rfind("// kiln loop IR: mlp\n", 0), 0u) << describe(r);
+  EXPECT_FALSE(contains(r.out, "__global__")) << describe(r);
+}
+
+TEST(Cli, VerboseNamesPasses) {
+  Result r = kiln({"compile", kMlp, "-v"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "kiln: pass torch-import")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "kiln: pass loop-fuse-producers")) << describe(r);
+  EXPECT_FALSE(contains(r.err, "@@")) << describe(r);
+}
+
+TEST(Cli, DoubleVerbosePrintsDiffs) {
+  Result r = kiln({"compile", kMlp, "-vv"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "@@")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "+++ after loop-fuse-producers")) << describe(r);
+}
+
+TEST(Cli, TimePasses) {
+  Result r = kiln({"compile", kMlp, "--time-passes"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "total")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "loop-fuse-producers")) << describe(r);
+}
+
+TEST(Cli, DumpDirWritesOneFilePerPass) {
+  TempDir tmp;
+  fs::path dump = tmp.path / "dump";
+  Result r = kiln({"compile", kMlp, "--ir", "loop", "--dump-dir", dump.string()});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  std::vector<std::string> expected;
+  int index = 0;
+  for (const PassInfo& p : allPasses()) {
+    ++index;
+    if (p.level == "torch" || p.level == "tensor" || p.level == "loop")
+      expected.push_back(fmt::format("{:02}-{}.txt", index, p.name));
+  }
+  EXPECT_EQ(listDir(dump), expected);
+  // The last dump is the printed level.
+  EXPECT_EQ(readFile(dump / expected.back()), r.out);
+}
+
+TEST(Cli, RunCheckInterpretPasses) {
+  Result r = kiln({"run", kMlp, "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
+}
+
+TEST(Cli, RunWithoutGpuSuggestsInterpret) {
+  if (runtime::gpuAvailable()) GTEST_SKIP() << "this machine has a CUDA GPU";
+  expectOneLineError(kiln({"run", kMlp}), 1, {"GPU", "--interpret"});
+}
+
+}  // namespace
+}  // namespace kiln
