@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kiln/runtime/runtime.h"
+#include "kiln/support/files.h"
 #include "kiln/support/pipeline.h"
 
 namespace kiln {
@@ -33,10 +34,16 @@ std::string readFile(const fs::path& p) {
   return s.str();
 }
 
+// Single-quotes s for /bin/sh.
 std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+  std::string q;
+  q.push_back('\'');
+  for (char c : s) {
+    if (c == '\'') q.append("'\\''");
+    else q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
 }
 
 struct TempDir {
@@ -47,8 +54,7 @@ struct TempDir {
     fs::create_directories(path);
   }
   ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
+    removeTree(path.string());  // not fs::remove_all: see kiln/support/files.h
   }
 };
 
@@ -60,9 +66,9 @@ struct Result {
 // Runs `kiln ARGS...` in the repository root with stdout and stderr captured.
 Result kiln(const std::vector<std::string>& args) {
   TempDir tmp;
-  std::string cmd = "cd " + quote(KILN_SOURCE_DIR) + " && " + quote(KILN_BINARY);
-  for (auto& a : args) cmd += " " + quote(a);
-  cmd += " >" + quote((tmp.path / "out").string()) + " 2>" + quote((tmp.path / "err").string()) + " </dev/null";
+  std::string cmd = fmt::format("cd {} && {}", quote(KILN_SOURCE_DIR), quote(KILN_BINARY));
+  for (auto& a : args) cmd += fmt::format(" {}", quote(a));
+  cmd += fmt::format(" >{} 2>{} </dev/null", quote((tmp.path / "out").string()), quote((tmp.path / "err").string()));
   int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);

@@ -15,6 +15,7 @@
 
 #include "kiln/driver/pipeline.h"
 #include "kiln/support/error.h"
+#include "kiln/support/files.h"
 #include "kiln/support/host_tensor.h"
 
 namespace kiln {
@@ -37,8 +38,7 @@ struct TempDir {
     fs::create_directories(path);
   }
   ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
+    removeTree(path.string());  // not fs::remove_all: see kiln/support/files.h
   }
 };
 
