@@ -16,6 +16,8 @@ MODELS = [
     "mlp",
     "attention",
     "shapes",
+    "llama",      # llama_tiny.pt
+    "hf_llama",   # hf_llama_tiny.pt (needs transformers)
 ]
 
 

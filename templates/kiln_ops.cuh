@@ -19,6 +19,17 @@ __device__ __forceinline__ float gelu(float a) { return 0.5f * a * (1.0f + erff(
 __device__ __forceinline__ float gelu_tanh(float a) {
   return 0.5f * a * (1.0f + tanhf(0.79788456080286536f * (a + 0.044715f * a * a * a)));
 }
+__device__ __forceinline__ float cos(float a) { return cosf(a); }
+__device__ __forceinline__ float sin(float a) { return sinf(a); }
+__device__ __forceinline__ float logical_not(float a) { return a == 0.0f ? 1.0f : 0.0f; }
+__device__ __forceinline__ float lt(float a, float b) { return a < b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float le(float a, float b) { return a <= b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float gt(float a, float b) { return a > b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float ge(float a, float b) { return a >= b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float eq(float a, float b) { return a == b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float ne(float a, float b) { return a != b ? 1.0f : 0.0f; }
+__device__ __forceinline__ float logical_and(float a, float b) { return (a != 0.0f && b != 0.0f) ? 1.0f : 0.0f; }
+__device__ __forceinline__ float where(float c, float a, float b) { return c != 0.0f ? a : b; }
 __device__ __forceinline__ float add(float a, float b) { return a + b; }
 __device__ __forceinline__ float sub(float a, float b) { return a - b; }
 __device__ __forceinline__ float mul(float a, float b) { return a * b; }

@@ -57,8 +57,13 @@ class KernelBuilder {
   }
 
   Idx var(const loop::Axis& a) { return idxVar(a.var + kFirstLoopVar, a.name); }
+  // A Loop-IR index in Kernel-IR terms: variables shifted, index reads addressed through parameters.
   Idx shifted(const Idx& e) {
-    return substitute(e, [&](int v, const std::string& n) { return idxVar(v + kFirstLoopVar, n); });
+    Idx s = substitute(e, [&](int v, const std::string& n) { return idxVar(v + kFirstLoopVar, n); });
+    return mapIndexLoads(s, [&](const IndexNode& l, const Idx& flat) {
+      int prm = param(l.buffer, false);
+      return idxLoad(prm, k_.params[prm].name, flat);
+    });
   }
 
   // Defines each axis from a flat position in row-major order over the axes.
@@ -81,7 +86,10 @@ class KernelBuilder {
     std::string key = loop::exprKey(e);
     if (auto it = cse.find(key); it != cse.end()) return it->second;
     FE value;
-    if (e->kind == loop::Expr::Kind::Load) {
+    if (e->kind == loop::Expr::Kind::Select) {
+      FE a = lower(e->args[0], out, cse), b = lower(e->args[1], out, cse);
+      value = fselect(simplify(shifted(e->index[0]), extents_), simplify(shifted(e->index[1]), extents_), a, b);
+    } else if (e->kind == loop::Expr::Kind::Load) {
       std::vector<Idx> idx;
       for (auto& i : e->index) idx.push_back(shifted(i));
       value = loadGlobal(param(e->buffer, false), rowMajor(idx, tp_.loop.buffers[e->buffer].shape, extents_));

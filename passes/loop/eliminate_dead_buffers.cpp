@@ -14,9 +14,9 @@ bool eliminateDeadBuffers(Program& p) {
   for (size_t i = p.kernels.size(); i-- > 0;) {
     Kernel& k = p.kernels[i];
     if (!read[k.output]) continue;
-    auto mark = [&](const Expr& l) { read[l.buffer] = true; };
-    if (k.reduction) forEachLoad(k.reduction->value, mark);
-    forEachLoad(k.result, mark);
+    auto mark = [&](int b, bool) { read[b] = true; };
+    if (k.reduction) forEachBufferRead(k.reduction->value, mark);
+    forEachBufferRead(k.result, mark);
     kept.insert(kept.begin(), std::move(k));
   }
   bool changed = kept.size() != p.kernels.size();
@@ -30,12 +30,12 @@ bool eliminateDeadBuffers(Program& p) {
     newId[b] = static_cast<int>(buffers.size());
     buffers.push_back(std::move(p.buffers[b]));
   }
-  auto renumber = [&](const Expr& l) { return load(newId[l.buffer], l.index); };
+  auto renumber = [&](int b) { return newId[b]; };
   for (size_t i = 0; i < kept.size(); ++i) {
     Kernel& k = kept[i];
     k.output = newId[k.output];
-    if (k.reduction) k.reduction->value = mapLoads(k.reduction->value, renumber);
-    k.result = mapLoads(k.result, renumber);
+    if (k.reduction) k.reduction->value = renumberBuffers(k.reduction->value, renumber);
+    k.result = renumberBuffers(k.result, renumber);
     std::string suffix = k.name.substr(k.name.find('_'));
     k.name = fmt::format("k{}{}", i, suffix);
   }

@@ -38,11 +38,7 @@ ExprP inlineInto(const ExprP& e, const Kernel& producer, const VarExtents& consu
         if (producer.parallel[d].var == v) return l.index[d];
       return nullptr;
     };
-    return mapLoads(producer.result, [&](const Expr& inner) -> ExprP {
-      std::vector<Idx> idx;
-      for (auto& i : inner.index) idx.push_back(simplify(substitute(i, rename), consumerExtents));
-      return load(inner.buffer, std::move(idx));
-    });
+    return mapIndices(producer.result, [&](const Idx& i) { return simplify(substitute(i, rename), consumerExtents); });
   });
 }
 
@@ -52,6 +48,13 @@ std::string fusionRefusal(const Program& p, int producer) {
   const Kernel& k = p.kernels[producer];
   if (k.reduction) return "ends in a reduction, whose result is materialised";
   if (p.buffers[k.output].kind == Buffer::Kind::Output) return "writes a model output";
+  for (size_t c = producer + 1; c < p.kernels.size(); ++c) {
+    bool asIndex = false;
+    auto check = [&](int b, bool idx) { asIndex = asIndex || (b == k.output && idx); };
+    if (p.kernels[c].reduction) forEachBufferRead(p.kernels[c].reduction->value, check);
+    forEachBufferRead(p.kernels[c].result, check);
+    if (asIndex) return fmt::format("{} reads its values as indices", p.kernels[c].name);
+  }
   int64_t repeated = 0;
   for (size_t c = producer + 1; c < p.kernels.size(); ++c) repeated += loadIterations(p.kernels[c], k.output);
   if (k.result->kind == Expr::Kind::Load || k.result->kind == Expr::Kind::Imm) return "";

@@ -66,7 +66,10 @@ class Emitter {
 
  private:
   // Index variables print with their C names (threadIdx.x, blockIdx.x, p0, r0, i, j).
-  std::string idx(const Idx& e) { return toString(e, true); }
+  std::string idx(const Idx& e) {
+    Idx named = mapIndexLoads(e, [&](const IndexNode& l, const Idx& flat) { return idxLoad(l.buffer, params_[l.buffer], flat); });
+    return toString(named, true);
+  }
 
   std::string fe(const kernel::FE& e) {
     using K = kernel::FExpr::Kind;
@@ -75,6 +78,7 @@ class Emitter {
       case K::Var: return floats_[e->var];
       case K::LoadGlobal: return fmt::format("kiln::to_f32({}[{}])", params_[e->param], idx(e->index));
       case K::LoadShared: return fmt::format("{}[{}]", shared_[e->shared], idx(e->index));
+      case K::Select: return fmt::format("({} < {} ? {} : {})", idx(e->index), idx(e->bound), fe(e->args[0]), fe(e->args[1]));
       case K::Apply: {
         if (e->fn == tensor::Fn::Cast) return fmt::format("kiln::round_to<{}>({})", cudaTypeName(e->castTo), fe(e->args[0]));
         std::vector<std::string> a;

@@ -43,6 +43,7 @@ void scanExpr(const FE& e, Dims& d) {
     KILN_ASSERT(static_cast<int>(e->args.size()) == tensor::arity(e->fn), "{} applied to {} operands", tensor::fnName(e->fn),
                 e->args.size());
   if (e->index) scanIdx(e->index, d);
+  if (e->bound) scanIdx(e->bound, d);
   for (auto& a : e->args) scanExpr(a, d);
 }
 
@@ -81,8 +82,17 @@ struct Machine {
   std::vector<int64_t> idxTmp;               // per thread, for stores
   std::vector<float> valTmp;
 
+  IndexLoader loader;                        // index values read from memory (gathers)
+
   Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)
-      : p(prog), k(kern), buffers(bufs) {}
+      : p(prog), k(kern), buffers(bufs) {
+    loader = [this](int param, int64_t flat) {
+      const std::vector<float>& data = paramData(param);
+      if (flat < 0 || flat >= static_cast<int64_t>(data.size()))
+        raise(fmt::format("kernel {}: index read {}[{}] out of bounds", k.name, k.params[param].name, flat));
+      return static_cast<int64_t>(data[flat]);
+    };
+  }
 
   const std::vector<float>& paramData(int param) {
     KILN_ASSERT(param >= 0 && param < static_cast<int>(k.params.size()), "kernel {}: parameter #{} of {}", k.name, param,
@@ -96,7 +106,7 @@ struct Machine {
       case FExpr::Kind::Var: return floats[t * nf + e.var];
       case FExpr::Kind::LoadGlobal: {
         const std::vector<float>& data = paramData(e.param);
-        int64_t i = evaluate(e.index, env[t]);
+        int64_t i = evaluate(e.index, env[t], &loader);
         if (i < 0 || i >= static_cast<int64_t>(data.size()))
           raise(fmt::format("kernel {}: thread {} of block {} loads {}[{}] out of bounds ({} elements; index {})", k.name, t,
                             block, k.params[e.param].name, i, data.size(), toString(e.index)));
@@ -105,7 +115,7 @@ struct Machine {
       case FExpr::Kind::LoadShared: {
         KILN_ASSERT(e.shared >= 0 && e.shared < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
                     k.name, e.shared, shared.size());
-        int64_t i = evaluate(e.index, env[t]);
+        int64_t i = evaluate(e.index, env[t], &loader);
         const std::vector<float>& data = shared[e.shared];
         if (i < 0 || i >= static_cast<int64_t>(data.size()))
           raise(fmt::format("kernel {}: thread {} of block {} loads shared {}[{}] out of bounds ({} elements; index {})", k.name,
@@ -119,8 +129,12 @@ struct Machine {
         float a = eval(*e.args[0], t);
         if (e.fn == Fn::Cast) return loop::roundTo(e.castTo, a);
         float b = e.args.size() > 1 ? eval(*e.args[1], t) : 0.f;
-        return tensor::applyFn(e.fn, a, b);
+        float c = e.args.size() > 2 ? eval(*e.args[2], t) : 0.f;
+        return tensor::applyFn(e.fn, a, b, c);
       }
+      case FExpr::Kind::Select:
+        return evaluate(e.index, env[t], &loader) < evaluate(e.bound, env[t], &loader) ? eval(*e.args[0], t)
+                                                                                        : eval(*e.args[1], t);
     }
     return 0.f;
   }
@@ -131,7 +145,7 @@ struct Machine {
       switch (s.kind) {
         case Stmt::Kind::DefIdx:
           for (int64_t t = 0; t < T; ++t)
-            if (mask[t]) env[t][s.var] = evaluate(s.a, env[t]);
+            if (mask[t]) env[t][s.var] = evaluate(s.a, env[t], &loader);
           break;
         case Stmt::Kind::Assign:
           for (int64_t t = 0; t < T; ++t)
@@ -142,8 +156,8 @@ struct Machine {
           std::vector<uint8_t>& inner = masks[depth + 1];
           for (int64_t t = 0; t < T; ++t)
             if (mask[t]) {
-              env[t][s.var] = evaluate(s.a, env[t]);
-              end[t] = evaluate(s.b, env[t]);
+              env[t][s.var] = evaluate(s.a, env[t], &loader);
+              end[t] = evaluate(s.b, env[t], &loader);
             }
           for (;;) {
             bool any = false;
@@ -162,7 +176,7 @@ struct Machine {
           std::vector<uint8_t>& inner = masks[depth + 1];
           bool any = false;
           for (int64_t t = 0; t < T; ++t) {
-            inner[t] = mask[t] && evaluate(s.a, env[t]) < evaluate(s.b, env[t]);
+            inner[t] = mask[t] && evaluate(s.a, env[t], &loader) < evaluate(s.b, env[t], &loader);
             any = any || inner[t];
           }
           if (any) exec(s.body, depth + 1);
@@ -177,7 +191,7 @@ struct Machine {
           // Every active thread evaluates before any writes: the statement completes in lockstep.
           for (int64_t t = 0; t < T; ++t) {
             if (!mask[t]) continue;
-            int64_t i = evaluate(s.a, env[t]);
+            int64_t i = evaluate(s.a, env[t], &loader);
             if (i < 0 || i >= static_cast<int64_t>(data.size()))
               raise(fmt::format("kernel {}: thread {} of block {} stores {}[{}] out of bounds ({} elements; index {})", k.name,
                                 t, block, prm.name, i, data.size(), toString(s.a)));
@@ -194,7 +208,7 @@ struct Machine {
           std::vector<float>& data = shared[s.target];
           for (int64_t t = 0; t < T; ++t) {
             if (!mask[t]) continue;
-            int64_t i = evaluate(s.a, env[t]);
+            int64_t i = evaluate(s.a, env[t], &loader);
             if (i < 0 || i >= static_cast<int64_t>(data.size()))
               raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
                                 k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));

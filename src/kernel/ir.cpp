@@ -129,4 +129,13 @@ int64_t Kernel::sharedBytes() const {
   return bytes;
 }
 
+FE fselect(Idx lhs, Idx bound, FE a, FE b) {
+  auto e = std::make_shared<FExpr>();
+  e->kind = FExpr::Kind::Select;
+  e->index = std::move(lhs);
+  e->bound = std::move(bound);
+  e->args = {std::move(a), std::move(b)};
+  return e;
+}
+
 }  // namespace kiln::kernel

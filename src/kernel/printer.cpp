@@ -34,6 +34,9 @@ std::string exprString(const Kernel& k, const FE& e) {
     case FExpr::Kind::Var: return floatName(k, e->var);
     case FExpr::Kind::LoadGlobal: return fmt::format("load {}[{}]", paramName(k, e->param), idxString(e->index));
     case FExpr::Kind::LoadShared: return fmt::format("load shared {}[{}]", sharedName(k, e->shared), idxString(e->index));
+    case FExpr::Kind::Select:
+      return fmt::format("select({} < {}, {}, {})", idxString(e->index), idxString(e->bound), exprString(k, e->args[0]),
+                         exprString(k, e->args[1]));
     case FExpr::Kind::Apply: {
       std::vector<std::string> args;
       for (auto& a : e->args) args.push_back(exprString(k, a));

@@ -159,6 +159,11 @@ struct Verifier {
         checkIdx(e->index, s, "a shared load");
         checkSharedIndex(e->shared, e->index, s, "load");
         return;
+      case FExpr::Kind::Select:
+        checkIdx(e->index, s, "a select condition");
+        checkIdx(e->bound, s, "a select condition");
+        for (auto& a : e->args) checkExpr(a, s);
+        return;
       case FExpr::Kind::Apply:
         if (static_cast<int>(e->args.size()) != tensor::arity(e->fn))
           fail("{} applied to {} operands", tensor::fnName(e->fn), e->args.size());

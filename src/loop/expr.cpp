@@ -43,6 +43,29 @@ ExprP accRef() {
   return e;
 }
 
+ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b) {
+  auto e = std::make_shared<Expr>();
+  e->kind = Expr::Kind::Select;
+  e->index = {std::move(lhs), std::move(rhs)};
+  e->args = {std::move(a), std::move(b)};
+  return e;
+}
+
+void forEachBufferRead(const ExprP& e, const std::function<void(int, bool)>& f) {
+  for (auto& i : e->index) forEachIndexLoad(i, [&](const IndexNode& l) { f(l.buffer, true); });
+  if (e->kind == Expr::Kind::Load) f(e->buffer, false);
+  for (auto& a : e->args) forEachBufferRead(a, f);
+}
+
+ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId) {
+  auto copy = std::make_shared<Expr>(*e);
+  if (copy->kind == Expr::Kind::Load) copy->buffer = newId(copy->buffer);
+  for (auto& i : copy->index)
+    i = mapIndexLoads(i, [&](const IndexNode& l, const Idx& flat) { return idxLoad(newId(l.buffer), l.name, flat); });
+  for (auto& a : copy->args) a = renumberBuffers(a, newId);
+  return copy;
+}
+
 std::string exprKey(const ExprP& e) {
   switch (e->kind) {
     case Expr::Kind::Imm: return fmt::format("{}", e->imm);
@@ -52,6 +75,8 @@ std::string exprKey(const ExprP& e) {
       for (auto& i : e->index) s += toString(i) + ",";
       return s + "]";
     }
+    case Expr::Kind::Select:
+      return fmt::format("sel({}<{}?{}:{})", toString(e->index[0]), toString(e->index[1]), exprKey(e->args[0]), exprKey(e->args[1]));
     case Expr::Kind::Apply: {
       std::string s = fmt::format("{}:{}(", tensor::fnName(e->fn), dtypeName(e->castTo));
       for (auto& a : e->args) s += exprKey(a) + ",";
@@ -63,9 +88,17 @@ std::string exprKey(const ExprP& e) {
 
 ExprP mapLoads(const ExprP& e, const std::function<ExprP(const Expr&)>& f) {
   if (e->kind == Expr::Kind::Load) return f(*e);
-  if (e->kind != Expr::Kind::Apply) return e;
+  if (e->kind != Expr::Kind::Apply && e->kind != Expr::Kind::Select) return e;
   auto copy = std::make_shared<Expr>(*e);
   for (auto& a : copy->args) a = mapLoads(a, f);
+  return copy;
+}
+
+ExprP mapIndices(const ExprP& e, const std::function<Idx(const Idx&)>& f) {
+  if (e->index.empty() && e->args.empty()) return e;
+  auto copy = std::make_shared<Expr>(*e);
+  for (auto& i : copy->index) i = f(i);
+  for (auto& a : copy->args) a = mapIndices(a, f);
   return copy;
 }
 

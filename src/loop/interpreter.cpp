@@ -22,22 +22,27 @@ float roundTo(DType t, float v) {
 }
 
 float evalExpr(const Expr& e, const std::vector<int64_t>& env, const std::vector<std::vector<float>>& buffers,
-               const std::vector<Buffer>& info, float acc) {
+               const std::vector<Buffer>& info, float acc, const IndexLoader* loader) {
   switch (e.kind) {
     case Expr::Kind::Imm: return e.imm;
     case Expr::Kind::Acc: return acc;
     case Expr::Kind::Load: {
       const Shape& s = info[e.buffer].shape;
       int64_t flat = 0;
-      for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + evaluate(e.index[d], env);
+      for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + evaluate(e.index[d], env, loader);
       return buffers[e.buffer][flat];
     }
     case Expr::Kind::Apply: {
-      float a = evalExpr(*e.args[0], env, buffers, info, acc);
+      float a = evalExpr(*e.args[0], env, buffers, info, acc, loader);
       if (e.fn == Fn::Cast) return roundTo(e.castTo, a);
-      float b = e.args.size() > 1 ? evalExpr(*e.args[1], env, buffers, info, acc) : 0.f;
-      return tensor::applyFn(e.fn, a, b);
+      float b = e.args.size() > 1 ? evalExpr(*e.args[1], env, buffers, info, acc, loader) : 0.f;
+      float c = e.args.size() > 2 ? evalExpr(*e.args[2], env, buffers, info, acc, loader) : 0.f;
+      return tensor::applyFn(e.fn, a, b, c);
     }
+    case Expr::Kind::Select:
+      return evaluate(e.index[0], env, loader) < evaluate(e.index[1], env, loader)
+                 ? evalExpr(*e.args[0], env, buffers, info, acc, loader)
+                 : evalExpr(*e.args[1], env, buffers, info, acc, loader);
   }
   return 0.f;
 }
@@ -55,6 +60,10 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
                 inputs[i].values.size(), buf[p.inputs[i]].size());
     buf[p.inputs[i]] = inputs[i].values;
   }
+  IndexLoader loader = [&](int b, int64_t flat) {
+    KILN_ASSERT(flat >= 0 && flat < static_cast<int64_t>(buf[b].size()), "index read {}[{}] out of bounds", p.buffers[b].name, flat);
+    return static_cast<int64_t>(buf[b][flat]);
+  };
   for (const Kernel& k : p.kernels) {
     int maxVar = 0;
     for (auto& a : k.parallel) maxVar = std::max(maxVar, a.var);
@@ -79,10 +88,10 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
         acc = tensor::reduceInit(k.reduction->fn);
         for (auto& a : k.reduction->axes) env[a.var] = 0;
         do {
-          acc = tensor::reduceCombine(k.reduction->fn, acc, evalExpr(*k.reduction->value, env, buf, p.buffers, 0.f));
+          acc = tensor::reduceCombine(k.reduction->fn, acc, evalExpr(*k.reduction->value, env, buf, p.buffers, 0.f, &loader));
         } while (advance(k.reduction->axes));
       }
-      out[flat] = roundTo(outType, evalExpr(*k.result, env, buf, p.buffers, acc));
+      out[flat] = roundTo(outType, evalExpr(*k.result, env, buf, p.buffers, acc, &loader));
       advance(k.parallel);
     }
   }

@@ -23,7 +23,10 @@ struct ExprPrinter {
     std::string key = exprKey(e);
     if (auto it = seen.find(key); it != seen.end()) return it->second;
     std::string rhs;
-    if (e->kind == Expr::Kind::Load) {
+    if (e->kind == Expr::Kind::Select) {
+      std::string a = (*this)(e->args[0]), b = (*this)(e->args[1]);
+      rhs = fmt::format("select({} < {}, {}, {})", toString(e->index[0]), toString(e->index[1]), a, b);
+    } else if (e->kind == Expr::Kind::Load) {
       std::vector<std::string> idx;
       for (auto& i : e->index) idx.push_back(toString(i));
       rhs = fmt::format("load {}[{}]", p.buffers[e->buffer].name, fmt::join(idx, ", "));

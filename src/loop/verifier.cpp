@@ -21,6 +21,9 @@ void verify(const Program& p) {
                   k.parallel[d].name, k.parallel[d].extent, out.shape[d]);
     VarExtents ext = k.extents();
     auto checkLoads = [&](const ExprP& e, bool inReduction) {
+      forEachBufferRead(e, [&](int b, bool) {
+        KILN_ASSERT(b >= 0 && b < nb && written[b], "kernel {} reads buffer {} before any kernel writes it", k.name, b);
+      });
       forEachLoad(e, [&](const Expr& l) {
         KILN_ASSERT(l.buffer >= 0 && l.buffer < nb, "kernel {} loads buffer {} out of range", k.name, l.buffer);
         const Buffer& b = p.buffers[l.buffer];

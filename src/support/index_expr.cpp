@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "kiln/support/error.h"
 
@@ -81,6 +82,15 @@ Idx idxVar(int id, std::string name) {
   return n;
 }
 
+Idx idxLoad(int buffer, std::string name, const Idx& flat) {
+  auto n = std::make_shared<IndexNode>();
+  n->op = Op::Load;
+  n->buffer = buffer;
+  n->name = std::move(name);
+  n->a = flat;
+  return n;
+}
+
 std::optional<int64_t> constValue(const Idx& e) {
   if (e && e->op == Op::Const) return e->value;
   return std::nullopt;
@@ -92,6 +102,7 @@ bool sameIdx(const Idx& a, const Idx& b) {
   switch (a->op) {
     case Op::Const: return a->value == b->value;
     case Op::Var: return a->var == b->var;
+    case Op::Load: return a->buffer == b->buffer && sameIdx(a->a, b->a);
     default: return sameIdx(a->a, b->a) && sameIdx(a->b, b->b);
   }
 }
@@ -144,43 +155,64 @@ Idx idxMax(const Idx& a, const Idx& b) {
   return make(Op::Max, a, b);
 }
 
-std::optional<std::pair<int64_t, int64_t>> idxRange(const Idx& e, const VarExtents& ext) {
+namespace {
+
+// Bounds with "unknown" as an infinite bound, so that min/max clamps of data-dependent values
+// (gather indices) still get a finite range.
+constexpr int64_t kLo = std::numeric_limits<int64_t>::min(), kHi = std::numeric_limits<int64_t>::max();
+using Bounds = std::pair<int64_t, int64_t>;
+bool finite(const Bounds& r) { return r.first != kLo && r.second != kHi; }
+
+Bounds bounds(const Idx& e, const VarExtents& ext) {
   switch (e->op) {
-    case Op::Const: return std::pair{e->value, e->value};
+    case Op::Const: return {e->value, e->value};
     case Op::Var: {
       auto it = ext.find(e->var);
-      if (it == ext.end() || it->second < 1) return std::nullopt;
-      return std::pair<int64_t, int64_t>{0, it->second - 1};
+      if (it == ext.end() || it->second < 1) return {kLo, kHi};
+      return {0, it->second - 1};
     }
+    case Op::Load: return {kLo, kHi};
     default: break;
   }
-  auto ra = idxRange(e->a, ext), rb = idxRange(e->b, ext);
-  if (!ra || !rb) return std::nullopt;
-  auto [alo, ahi] = *ra;
-  auto [blo, bhi] = *rb;
+  Bounds ra = bounds(e->a, ext), rb = bounds(e->b, ext);
+  auto [alo, ahi] = ra;
+  auto [blo, bhi] = rb;
   switch (e->op) {
-    case Op::Add: return std::pair{alo + blo, ahi + bhi};
+    case Op::Min: return {alo == kLo || blo == kLo ? kLo : std::min(alo, blo), std::min(ahi, bhi)};
+    case Op::Max: return {std::max(alo, blo), ahi == kHi || bhi == kHi ? kHi : std::max(ahi, bhi)};
+    case Op::Mod:
+      if (blo != bhi || blo <= 0) return {kLo, kHi};
+      if (finite(ra) && alo >= 0 && ahi < blo) return ra;
+      return {0, blo - 1};
+    default: break;
+  }
+  if (!finite(ra) || !finite(rb)) return {kLo, kHi};
+  switch (e->op) {
+    case Op::Add: return {alo + blo, ahi + bhi};
     case Op::Mul: {
       int64_t c[] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
-      return std::pair{*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+      return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
     }
     case Op::FloorDiv:
-      if (blo != bhi || blo <= 0) return std::nullopt;
-      return std::pair{floorDivInt(alo, blo), floorDivInt(ahi, blo)};
-    case Op::Mod:
-      if (blo != bhi || blo <= 0) return std::nullopt;
-      if (alo >= 0 && ahi < blo) return std::pair{alo, ahi};
-      return std::pair<int64_t, int64_t>{0, blo - 1};
-    case Op::Min: return std::pair{std::min(alo, blo), std::min(ahi, bhi)};
-    case Op::Max: return std::pair{std::max(alo, blo), std::max(ahi, bhi)};
-    default: return std::nullopt;
+      if (blo != bhi || blo <= 0) return {kLo, kHi};
+      return {floorDivInt(alo, blo), floorDivInt(ahi, blo)};
+    default: return {kLo, kHi};
   }
+}
+
+}  // namespace
+
+std::optional<std::pair<int64_t, int64_t>> idxRange(const Idx& e, const VarExtents& ext) {
+  Bounds r = bounds(e, ext);
+  if (!finite(r)) return std::nullopt;
+  return r;
 }
 
 Idx simplify(const Idx& e, const VarExtents& ext) {
   switch (e->op) {
     case Op::Const:
     case Op::Var: return e;
+    case Op::Load: return idxLoad(e->buffer, e->name, simplify(e->a, ext));
     case Op::Add:
     case Op::Mul: {
       Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
@@ -243,8 +275,29 @@ Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& 
     case Op::Mod: return mod(substitute(e->a, f), e->b->value);
     case Op::Min: return idxMin(substitute(e->a, f), substitute(e->b, f));
     case Op::Max: return idxMax(substitute(e->a, f), substitute(e->b, f));
+    case Op::Load: return idxLoad(e->buffer, e->name, substitute(e->a, f));
   }
   return e;
+}
+
+void forEachIndexLoad(const Idx& e, const std::function<void(const IndexNode&)>& f) {
+  if (e->op == Op::Load) f(*e);
+  if (e->a) forEachIndexLoad(e->a, f);
+  if (e->b) forEachIndexLoad(e->b, f);
+}
+
+Idx mapIndexLoads(const Idx& e, const std::function<Idx(const IndexNode&, const Idx&)>& f) {
+  switch (e->op) {
+    case Op::Const:
+    case Op::Var: return e;
+    case Op::Load: return f(*e, mapIndexLoads(e->a, f));
+    default: {
+      auto n = std::make_shared<IndexNode>(*e);
+      n->a = mapIndexLoads(e->a, f);
+      n->b = mapIndexLoads(e->b, f);
+      return n;
+    }
+  }
 }
 
 void forEachVar(const Idx& e, const std::function<void(int)>& f) {
@@ -253,16 +306,19 @@ void forEachVar(const Idx& e, const std::function<void(int)>& f) {
   if (e->b) forEachVar(e->b, f);
 }
 
-int64_t evaluate(const Idx& e, const std::vector<int64_t>& env) {
+int64_t evaluate(const Idx& e, const std::vector<int64_t>& env, const IndexLoader* load) {
   switch (e->op) {
     case Op::Const: return e->value;
     case Op::Var: return env[e->var];
-    case Op::Add: return evaluate(e->a, env) + evaluate(e->b, env);
-    case Op::Mul: return evaluate(e->a, env) * evaluate(e->b, env);
-    case Op::FloorDiv: return floorDivInt(evaluate(e->a, env), evaluate(e->b, env));
-    case Op::Mod: return floorModInt(evaluate(e->a, env), evaluate(e->b, env));
-    case Op::Min: return std::min(evaluate(e->a, env), evaluate(e->b, env));
-    case Op::Max: return std::max(evaluate(e->a, env), evaluate(e->b, env));
+    case Op::Add: return evaluate(e->a, env, load) + evaluate(e->b, env, load);
+    case Op::Mul: return evaluate(e->a, env, load) * evaluate(e->b, env, load);
+    case Op::FloorDiv: return floorDivInt(evaluate(e->a, env, load), evaluate(e->b, env, load));
+    case Op::Mod: return floorModInt(evaluate(e->a, env, load), evaluate(e->b, env, load));
+    case Op::Min: return std::min(evaluate(e->a, env, load), evaluate(e->b, env, load));
+    case Op::Max: return std::max(evaluate(e->a, env, load), evaluate(e->b, env, load));
+    case Op::Load:
+      KILN_ASSERT(load, "index {} reads memory but no loader was given", e->name);
+      return (*load)(e->buffer, evaluate(e->a, env, load));
   }
   return 0;
 }
@@ -299,6 +355,7 @@ std::string toString(const Idx& e, bool c) {
     case Op::Mod: return fmt::format(fmt::runtime(c ? "{} % {}" : "{} mod {}"), sub(e->a, 2), sub(e->b, 3));
     case Op::Min: return fmt::format("min({}, {})", toString(e->a, c), toString(e->b, c));
     case Op::Max: return fmt::format("max({}, {})", toString(e->a, c), toString(e->b, c));
+    case Op::Load: return fmt::format(fmt::runtime(c ? "(int){}[{}]" : "{}[{}]"), e->name, toString(e->a, c));
   }
   return "?";
 }

@@ -5,7 +5,7 @@
 
 namespace kiln::tensor {
 
-int arity(Fn f) { return f >= Fn::Add ? 2 : 1; }
+int arity(Fn f) { return f == Fn::Where ? 3 : f >= Fn::Add ? 2 : 1; }
 
 const char* fnName(Fn f) {
   switch (f) {
@@ -20,6 +20,17 @@ const char* fnName(Fn f) {
     case Fn::Gelu: return "gelu";
     case Fn::GeluTanh: return "gelu_tanh";
     case Fn::Cast: return "cast";
+    case Fn::Cos: return "cos";
+    case Fn::Sin: return "sin";
+    case Fn::Not: return "logical_not";
+    case Fn::Lt: return "lt";
+    case Fn::Le: return "le";
+    case Fn::Gt: return "gt";
+    case Fn::Ge: return "ge";
+    case Fn::Eq: return "eq";
+    case Fn::Ne: return "ne";
+    case Fn::And: return "logical_and";
+    case Fn::Where: return "where";
     case Fn::Add: return "add";
     case Fn::Sub: return "sub";
     case Fn::Mul: return "mul";
@@ -32,7 +43,7 @@ const char* fnName(Fn f) {
 }
 
 // Keep in step with templates/kiln_ops.cuh, which gives the GPU the same definitions.
-float applyFn(Fn f, float a, float b) {
+float applyFn(Fn f, float a, float b, float c) {
   switch (f) {
     case Fn::Neg: return -a;
     case Fn::Exp: return std::exp(a);
@@ -45,6 +56,17 @@ float applyFn(Fn f, float a, float b) {
     case Fn::Gelu: return 0.5f * a * (1.f + std::erf(a * 0.70710678118654752f));
     case Fn::GeluTanh: return 0.5f * a * (1.f + std::tanh(0.79788456080286536f * (a + 0.044715f * a * a * a)));
     case Fn::Cast: return a;
+    case Fn::Cos: return std::cos(a);
+    case Fn::Sin: return std::sin(a);
+    case Fn::Not: return a == 0.f ? 1.f : 0.f;
+    case Fn::Lt: return a < b;
+    case Fn::Le: return a <= b;
+    case Fn::Gt: return a > b;
+    case Fn::Ge: return a >= b;
+    case Fn::Eq: return a == b;
+    case Fn::Ne: return a != b;
+    case Fn::And: return (a != 0.f && b != 0.f) ? 1.f : 0.f;
+    case Fn::Where: return a != 0.f ? b : c;
     case Fn::Add: return a + b;
     case Fn::Sub: return a - b;
     case Fn::Mul: return a * b;

@@ -29,22 +29,24 @@ Idx blockIdx();
 struct FExpr;
 using FE = std::shared_ptr<const FExpr>;
 struct FExpr {
-  enum class Kind { Const, Var, LoadGlobal, LoadShared, Apply };
+  enum class Kind { Const, Var, LoadGlobal, LoadShared, Apply, Select };
   Kind kind;
   float value = 0.f;          // Const
   int var = -1;               // Var: float variable slot
   int param = -1;             // LoadGlobal: kernel parameter index
   int shared = -1;            // LoadShared: shared buffer index
-  Idx index;                  // loads: flat element index
+  Idx index;                  // loads: flat element index; Select: lhs of `lhs < bound`
+  Idx bound;                  // Select
   Fn fn = Fn::Add;            // Apply
   DType castTo = DType::F32;  // Apply(Cast)
-  std::vector<FE> args;
+  std::vector<FE> args;       // Apply: operands; Select: {value if index < bound, value otherwise}
 };
 FE fconst(float v);
 FE fvar(int slot);
 FE loadGlobal(int param, Idx index);
 FE loadShared(int buffer, Idx index);
 FE fapply(Fn fn, std::vector<FE> args, DType castTo = DType::F32);
+FE fselect(Idx lhs, Idx bound, FE a, FE b);
 
 struct Stmt;
 using Block = std::vector<Stmt>;

@@ -37,24 +37,32 @@ const char* bufferKindName(Buffer::Kind k);
 struct Expr;
 using ExprP = std::shared_ptr<const Expr>;
 struct Expr {
-  enum class Kind { Load, Imm, Apply, Acc };
+  enum class Kind { Load, Imm, Apply, Acc, Select };
   Kind kind;
   int buffer = -1;            // Load
-  std::vector<Idx> index;     // Load: one per buffer dim, over the kernel's axis variables
+  std::vector<Idx> index;     // Load: one per buffer dim, over the kernel's axis variables; Select: {lhs, rhs}
   float imm = 0.f;            // Imm
   Fn fn = Fn::Add;            // Apply
   DType castTo = DType::F32;  // Apply(Cast): rounds to this type
-  std::vector<ExprP> args;    // Apply
+  std::vector<ExprP> args;    // Apply; Select: {value if lhs < rhs, value otherwise}
 };
 ExprP load(int buffer, std::vector<Idx> index);
 ExprP imm(float v);
 ExprP apply(Fn fn, std::vector<ExprP> args);
 ExprP accRef();
+// lhs < rhs ? a : b, the condition on indices only (concatenation).
+ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b);
+// Every buffer an expression reads: its loads, and index values read from memory inside their indices.
+void forEachBufferRead(const ExprP& e, const std::function<void(int buffer, bool asIndex)>& f);
+// Renumbers every buffer an expression reads.
+ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId);
 // Structural key: equal keys <=> equal expressions (used for common-subexpression sharing).
 std::string exprKey(const ExprP& e);
 // Rewrites every Load's index and buffer through f (returns a new tree).
 ExprP mapLoads(const ExprP& e, const std::function<ExprP(const Expr& load)>& f);
 void forEachLoad(const ExprP& e, const std::function<void(const Expr& load)>& f);
+// Rewrites every index expression (load indices and select conditions) through f.
+ExprP mapIndices(const ExprP& e, const std::function<Idx(const Idx&)>& f);
 // Number of scalar function applications (the work per evaluation).
 int64_t applyCount(const ExprP& e);
 
@@ -99,7 +107,7 @@ void verify(const Program& p);
 // Runs the program on the CPU: one value per input buffer, returns the output buffers.
 std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs);
 float evalExpr(const Expr& e, const std::vector<int64_t>& env, const std::vector<std::vector<float>>& buffers,
-               const std::vector<Buffer>& info, float acc);
+               const std::vector<Buffer>& info, float acc, const IndexLoader* loader);
 float roundTo(DType t, float v);
 
 // Passes

@@ -18,12 +18,13 @@ struct IndexNode;
 using Idx = std::shared_ptr<const IndexNode>;
 
 struct IndexNode {
-  enum class Op { Const, Var, Add, Mul, FloorDiv, Mod, Min, Max };
+  enum class Op { Const, Var, Add, Mul, FloorDiv, Mod, Min, Max, Load };
   Op op;
   int64_t value = 0;   // Const
   int var = -1;        // Var: id, unique within the expression's scope
   std::string name;    // Var: printed name
-  Idx a, b;            // operands of binary ops
+  Idx a, b;            // operands of binary ops; Load: a is the flat element index
+  int buffer = -1;     // Load: the buffer (or kernel parameter) holding integer indices, e.g. token ids
 };
 
 Idx idxConst(int64_t v);
@@ -37,6 +38,8 @@ Idx floorDiv(const Idx& a, int64_t d);
 Idx mod(const Idx& a, int64_t d);
 Idx idxMin(const Idx& a, const Idx& b);
 Idx idxMax(const Idx& a, const Idx& b);
+// An index read from memory (gather: table[ids[i]]): the value of buffer[flat], printed as name[flat].
+Idx idxLoad(int buffer, std::string name, const Idx& flat);
 
 std::optional<int64_t> constValue(const Idx& e);
 bool sameIdx(const Idx& a, const Idx& b);
@@ -54,8 +57,13 @@ Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& 
 // Visit every variable id used by e.
 void forEachVar(const Idx& e, const std::function<void(int)>& f);
 
-// Evaluate with env[var id] holding each variable's value.
-int64_t evaluate(const Idx& e, const std::vector<int64_t>& env);
+// Visit / rewrite the memory reads inside an expression (for buffer renumbering and liveness).
+void forEachIndexLoad(const Idx& e, const std::function<void(const IndexNode&)>& f);
+Idx mapIndexLoads(const Idx& e, const std::function<Idx(const IndexNode& load, const Idx& flat)>& f);
+
+// Evaluate with env[var id] holding each variable's value; `load` reads index values from memory.
+using IndexLoader = std::function<int64_t(int buffer, int64_t flat)>;
+int64_t evaluate(const Idx& e, const std::vector<int64_t>& env, const IndexLoader* load = nullptr);
 
 // Prints e.g. "p0*64 + r0", "(p1 floordiv 4) mod 8"; `cStyle` prints C operators for the emitter.
 std::string toString(const Idx& e, bool cStyle = false);

@@ -24,13 +24,15 @@ namespace kiln::tensor {
 // Scalar functions shared by every level below (Loop, Kernel, the interpreters and the CUDA emitter).
 enum class Fn {
   // unary
-  Neg, Exp, Rsqrt, Sqrt, Relu, Silu, Sigmoid, Tanh, Gelu, GeluTanh, Cast,
+  Neg, Exp, Rsqrt, Sqrt, Relu, Silu, Sigmoid, Tanh, Gelu, GeluTanh, Cast, Cos, Sin, Not,
   // binary
-  Add, Sub, Mul, Div, Pow, Max, Min,
+  Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne, And,
+  // ternary
+  Where,  // a != 0 ? b : c
 };
 int arity(Fn f);
 const char* fnName(Fn f);
-float applyFn(Fn f, float a, float b = 0.f);  // the reference semantics of each function in f32
+float applyFn(Fn f, float a, float b = 0.f, float c = 0.f);  // the reference semantics of each function in f32
 
 enum class ReduceFn { Sum, Max };
 const char* reduceName(ReduceFn f);
