@@ -69,6 +69,7 @@ Program lowerFromTensor(const tensor::Graph& g) {
     std::string what = n.kind == Node::Kind::Elementwise ? tensor::fnName(n.fn)
                        : n.kind == Node::Kind::Reduce    ? std::string("reduce_") + tensor::reduceName(n.reduceFn)
                        : n.kind == Node::Kind::IndexMap  ? "index_map"
+                       : n.kind == Node::Kind::Concat    ? "concat"
                                                          : "gather";
     Kernel* k = addKernel(what, n.shape, n.dtype, isOutput[i], n.origin);
     std::vector<Idx> self = identityIndex(k->parallel);
@@ -103,7 +104,43 @@ Program lowerFromTensor(const tensor::Graph& g) {
         k->result = accRef();
         break;
       }
-      default: userError("{}: gather is not supported by the Loop lowering yet", n.origin);
+      case Node::Kind::Gather: {
+        // table[clamp(ids[p0..p{r-1}], 0, n-1), p{r}]: out-of-range ids read the nearest row, never outside.
+        const Node& ids = g.nodes[n.operands[1].node];
+        std::vector<Idx> idsIndex(self.begin(), self.end() - 1);
+        Idx flat = idxConst(0);
+        int64_t stride = 1;
+        for (size_t d = idsIndex.size(); d-- > 0;) {
+          flat = flat + idxMul(idsIndex[d], stride);
+          stride *= ids.shape[d];
+        }
+        int idsBuffer = bufferOf[n.operands[1].node];
+        int64_t rows = g.nodes[n.operands[0].node].shape[0];
+        Idx row = idxMin(idxMax(idxLoad(idsBuffer, p.buffers[idsBuffer].name, simplify(flat, k->extents())), idxConst(0)),
+                         idxConst(rows - 1));
+        k->result = loadOf(n.operands[0].node, {row, self.back()});
+        break;
+      }
+      case Node::Kind::Concat: {
+        // select(p_axis < end0, part0[.., p_axis, ..], select(p_axis < end1, part1[.., p_axis - end0, ..], ...)),
+        // each part's index clamped into range so that no branch reads outside its part.
+        int axis = n.axes[0];
+        VarExtents ext = k->extents();
+        std::vector<int64_t> ends;
+        int64_t end = 0;
+        for (auto& o : n.operands) ends.push_back(end += g.nodes[o.node].shape[axis]);
+        ExprP result;
+        for (size_t part = n.operands.size(); part-- > 0;) {
+          int64_t begin = part == 0 ? 0 : ends[part - 1], extent = ends[part] - begin;
+          std::vector<Idx> idx = self;
+          idx[axis] = simplify(idxMin(idxMax(idxAdd(self[axis], -begin), idxConst(0)), idxConst(extent - 1)), ext);
+          ExprP value = loadOf(n.operands[part].node, idx);
+          result = result ? select(self[axis], idxConst(ends[part]), value, result) : value;
+        }
+        k->result = result;
+        break;
+      }
+      default: break;
     }
     bufferOf[i] = k->output;
   }

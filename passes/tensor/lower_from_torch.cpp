@@ -2,6 +2,7 @@
 // Pre: a verified Torch IR graph (shapes static, non-tensor operands constant).
 // Post: a Tensor IR graph computing the same outputs; every node records the Torch op it came from.
 // An op without a decomposition here is a user error naming the op, its source line and docs/ops.md.
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -113,6 +114,31 @@ struct Lowering {
     return isNone(2) ? y : b.binary(Fn::Mul, Operand{y}, Operand{tensor(2)});
   }
 
+  int sdpa() {
+    int q = tensor(0), k = tensor(1), v = tensor(2);
+    if (argc() > 4 && !isNone(4) && number(4) != 0.0) unsupported("dropout must be 0 at inference");
+    bool causal = argc() > 5 && boolean(5);
+    int64_t e = b.shape(q).back();
+    float scale = argc() > 6 && !isNone(6) ? static_cast<float>(number(6)) : 1.f / std::sqrt(static_cast<float>(e));
+    // Grouped-query attention: each group of query heads reads one key/value head.
+    if (b.rank(q) >= 3 && b.shape(k)[b.rank(k) - 3] != b.shape(q)[b.rank(q) - 3]) {
+      int hq = static_cast<int>(b.shape(q)[b.rank(q) - 3]), hk = static_cast<int>(b.shape(k)[b.rank(k) - 3]);
+      if (hq % hk != 0) unsupported(fmt::format("{} query heads do not divide into {} key/value heads", hq, hk));
+      auto repeat = [&](int x) {
+        Shape s = b.shape(x);
+        int hd = static_cast<int>(s.size()) - 3;
+        s[hd] = hq;
+        std::vector<Idx> idx;
+        for (int d = 0; d < static_cast<int>(s.size()); ++d) idx.push_back(d == hd ? floorDiv(outVar(d), hq / hk) : outVar(d));
+        return b.indexMap(x, s, idx);
+      };
+      k = repeat(k);
+      v = repeat(v);
+    }
+    int mask = argc() > 3 && !isNone(3) ? tensor(3) : -1;
+    return b.attention(q, k, v, mask, causal, scale);
+  }
+
   int squeeze() {
     int x = tensor(0);
     Shape s;
@@ -130,7 +156,12 @@ struct Lowering {
     using Unary = std::map<std::string, Fn>;
     static const Unary unaries = {{"aten::neg", Fn::Neg},         {"aten::exp", Fn::Exp},   {"aten::rsqrt", Fn::Rsqrt},
                                   {"aten::sqrt", Fn::Sqrt},       {"aten::relu", Fn::Relu}, {"aten::silu", Fn::Silu},
-                                  {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh}};
+                                  {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh},   {"aten::cos", Fn::Cos},
+                                  {"aten::sin", Fn::Sin},         {"aten::logical_not", Fn::Not}, {"aten::bitwise_not", Fn::Not}};
+    static const Unary compares = {{"aten::lt", Fn::Lt}, {"aten::le", Fn::Le}, {"aten::gt", Fn::Gt},
+                                   {"aten::ge", Fn::Ge}, {"aten::eq", Fn::Eq}, {"aten::ne", Fn::Ne},
+                                   {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
+    if (auto it = compares.find(op); it != compares.end()) return b.binary(it->second, operand(0), operand(1));
     if (auto it = unaries.find(op); it != unaries.end()) return b.unary(it->second, tensor(0));
     if (op == "aten::add") return addScaled(Fn::Add);
     if (op == "aten::sub") return addScaled(Fn::Sub);
@@ -179,6 +210,33 @@ struct Lowering {
     if (op == "aten::expand" || op == "aten::expand_as") return b.broadcastTo(tensor(0), resultShape());
     if (op == "aten::contiguous" || op == "aten::clone" || op == "aten::detach") return tensor(0);
     if (op == "aten::to" || op == "aten::type_as") return b.cast(tensor(0), resultType());
+    if (op == "aten::dropout" || op == "aten::alias") return tensor(0);
+    if (op == "aten::embedding") return b.gather(tensor(0), tensor(1));
+    if (op == "aten::cat" || op == "aten::concat") {
+      std::vector<int> parts;
+      for (size_t i = 0; i + 1 < argc(); ++i) parts.push_back(tensor(static_cast<int>(i)));
+      return b.concat(parts, b.normDim(parts.at(0), integer(static_cast<int>(argc()) - 1)));
+    }
+    if (op == "aten::slice") {
+      int x = tensor(0);
+      int d = b.normDim(x, argc() > 1 ? integer(1) : 0);
+      int64_t size = b.shape(x)[d];
+      int64_t start = argc() > 2 && !isNone(2) ? integer(2) : 0;
+      if (start < 0) start = std::max<int64_t>(0, start + size);
+      start = std::min(start, size);
+      int64_t step = argc() > 4 ? integer(4) : 1;
+      return b.slice(x, d, start, step, resultShape()[d]);
+    }
+    if (op == "aten::select") {
+      int x = tensor(0);
+      int d = b.normDim(x, integer(1));
+      int64_t i = integer(2);
+      if (i < 0) i += b.shape(x)[d];
+      return b.reshape(b.slice(x, d, i, 1, 1), resultShape());
+    }
+    if (op == "aten::masked_fill") return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}});
+    if (op == "aten::where") return b.elementwise(Fn::Where, {Operand{tensor(0)}, operand(1), operand(2)});
+    if (op == "aten::scaled_dot_product_attention") return sdpa();
     unsupported("unsupported op");
   }
 };
@@ -192,7 +250,11 @@ std::vector<std::string> supportedOps() {
           "aten::softmax", "aten::rms_norm", "aten::linear", "aten::matmul",  "aten::mm",        "aten::bmm",
           "aten::transpose", "aten::t",     "aten::permute", "aten::view",    "aten::reshape",   "aten::flatten",
           "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::expand_as", "aten::contiguous", "aten::clone",
-          "aten::detach",  "aten::to",      "aten::type_as"};
+          "aten::detach",  "aten::to",      "aten::type_as", "aten::cos", "aten::sin", "aten::logical_not",
+          "aten::bitwise_not", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq", "aten::ne", "aten::__and__",
+          "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
+          "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
+          "aten::scaled_dot_product_attention"};
 }
 
 Graph lowerFromTorch(const torch::Graph& tg) {

@@ -1,7 +1,9 @@
 #include "kiln/tensor/builder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "kiln/support/error.h"
 
@@ -54,23 +56,49 @@ int Builder::broadcastTo(int x, const Shape& target) {
   return indexMap(x, target, std::move(index));
 }
 
+namespace {
+
+// PyTorch's type promotion for the types kiln knows; immediates are "weak" (they never widen a tensor's
+// floating type, but a fractional immediate makes an integer result f32).
+DType promote(DType a, DType b) {
+  auto rank = [](DType t) { return t == DType::Bool ? 0 : t == DType::I64 ? 1 : t == DType::F32 ? 3 : 2; };
+  if (a == b) return a;
+  if (rank(a) == 2 && rank(b) == 2) return DType::F32;  // f16 with bf16
+  return rank(a) >= rank(b) ? a : b;
+}
+
+bool isComparison(Fn f) {
+  return f == Fn::Lt || f == Fn::Le || f == Fn::Gt || f == Fn::Ge || f == Fn::Eq || f == Fn::Ne || f == Fn::And || f == Fn::Not;
+}
+
+}  // namespace
+
 int Builder::elementwise(Fn fn, std::vector<Operand> operands) {
   KILN_ASSERT(static_cast<int>(operands.size()) == arity(fn), "{} takes {} operands", fnName(fn), arity(fn));
   Shape out;
-  DType dt = DType::F32;
   bool first = true;
-  for (auto& o : operands) {
-    if (o.isImm()) continue;
+  std::optional<DType> dt;
+  bool fractionalImm = false;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Operand& o = operands[i];
+    if (o.isImm()) {
+      fractionalImm = fractionalImm || o.imm != std::floor(o.imm);
+      continue;
+    }
     out = first ? shape(o.node) : broadcastShapes(out, shape(o.node), origin_);
-    if (first) dt = dtype(o.node);
     first = false;
+    if (fn == Fn::Where && i == 0) continue;  // the condition does not decide the result type
+    dt = dt ? promote(*dt, dtype(o.node)) : dtype(o.node);
   }
   KILN_ASSERT(!first, "{} of immediates only", fnName(fn));
+  DType result = dt.value_or(DType::F32);
+  if ((result == DType::I64 || result == DType::Bool) && (fractionalImm || fn == Fn::Div)) result = DType::F32;
+  if (isComparison(fn)) result = DType::Bool;
   for (auto& o : operands)
     if (!o.isImm()) o.node = broadcastTo(o.node, out);
   Node n{Node::Kind::Elementwise};
   n.fn = fn;
-  n.dtype = dt;
+  n.dtype = result;
   n.shape = out;
   n.operands = std::move(operands);
   return add(std::move(n));
@@ -194,6 +222,71 @@ int Builder::linear(int x, int w, int bias) {
   int ws = indexMap(w, prod, {outVar(l), outVar(l + 1)});
   int out = reduce(ReduceFn::Sum, binary(Fn::Mul, Operand{xs}, Operand{ws}), {l + 1}, false);
   return bias < 0 ? out : binary(Fn::Add, Operand{out}, Operand{bias});
+}
+
+int Builder::constant(const Shape& shape, std::vector<float> values, const std::string& name) {
+  auto data = std::make_shared<torch::WeightData>();
+  data->name = name;
+  data->values = std::move(values);
+  Node n{Node::Kind::Weight};
+  n.shape = shape;
+  n.name = name;
+  n.weight = std::move(data);
+  return add(std::move(n));
+}
+
+int Builder::gather(int table, int ids) {
+  const Shape& t = shape(table);
+  if (t.size() != 2) userError("{}: embedding table must be 2-D, got [{}]", origin_, shapeString(t));
+  Node n{Node::Kind::Gather};
+  n.dtype = dtype(table);
+  n.shape = shape(ids);
+  n.shape.push_back(t[1]);
+  n.operands = {Operand{table}, Operand{ids}};
+  return add(std::move(n));
+}
+
+int Builder::concat(const std::vector<int>& parts, int axis) {
+  if (parts.size() == 1) return parts[0];
+  Node n{Node::Kind::Concat};
+  n.dtype = dtype(parts[0]);
+  n.shape = shape(parts[0]);
+  n.shape[axis] = 0;
+  for (int p : parts) {
+    n.operands.push_back(Operand{p});
+    n.shape[axis] += shape(p)[axis];
+  }
+  n.axes = {axis};
+  return add(std::move(n));
+}
+
+int Builder::slice(int x, int axis, int64_t start, int64_t step, int64_t length) {
+  Shape out = shape(x);
+  if (out[axis] == length && start == 0) return x;
+  out[axis] = length;
+  std::vector<Idx> index;
+  for (int d = 0; d < rank(x); ++d) index.push_back(d == axis ? idxAdd(idxMul(outVar(d), step), start) : outVar(d));
+  return indexMap(x, out, std::move(index));
+}
+
+int Builder::attention(int q, int k, int v, int mask, bool causal, float scale) {
+  int r = rank(q);
+  int scores = binary(Fn::Mul, Operand{matmul(q, transpose(k, rank(k) - 2, rank(k) - 1))}, Operand{-1, scale});
+  int64_t L = shape(q)[r - 2], S = shape(k)[rank(k) - 2];
+  if (causal) {
+    std::vector<float> tri(L * S);
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < S; ++j) tri[i * S + j] = j <= i ? 0.f : -INFINITY;
+    scores = binary(Fn::Add, Operand{scores}, Operand{constant({L, S}, std::move(tri), "causal_mask")});
+  }
+  if (mask >= 0) {
+    if (dtype(mask) == DType::Bool) mask = elementwise(Fn::Where, {Operand{mask}, Operand{-1, 0.f}, Operand{-1, -INFINITY}});
+    scores = binary(Fn::Add, Operand{scores}, Operand{mask});
+  }
+  int m = reduce(ReduceFn::Max, scores, {r - 1}, true);
+  int e = unary(Fn::Exp, binary(Fn::Sub, Operand{scores}, Operand{m}));
+  int probs = binary(Fn::Div, Operand{e}, Operand{reduce(ReduceFn::Sum, e, {r - 1}, true)});
+  return matmul(probs, v);
 }
 
 }  // namespace kiln::tensor

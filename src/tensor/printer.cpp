@@ -27,6 +27,11 @@ std::string body(const Graph& g, const Node& n) {
       return fmt::format("index_map %{}[{}]", n.operands[0].node, fmt::join(idx, ", "));
     }
     case Node::Kind::Gather: return fmt::format("gather %{}[%{}]", n.operands[0].node, n.operands[1].node);
+    case Node::Kind::Concat: {
+      std::vector<std::string> ops;
+      for (auto& o : n.operands) ops.push_back(operandString(o));
+      return fmt::format("concat({}) axis {}", fmt::join(ops, ", "), n.axes.at(0));
+    }
   }
   return "?";
 }
@@ -39,6 +44,7 @@ const char* kindName(Node::Kind k) {
     case Node::Kind::Reduce: return "reduce";
     case Node::Kind::IndexMap: return "index_map";
     case Node::Kind::Gather: return "gather";
+    case Node::Kind::Concat: return "concat";
   }
   return "?";
 }

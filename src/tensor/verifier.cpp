@@ -40,7 +40,26 @@ void verify(const Graph& g) {
         }
         break;
       }
-      case Node::Kind::Gather: KILN_ASSERT(n.operands.size() == 2, "%{}: gather takes a table and indices", i); break;
+      case Node::Kind::Gather: {
+        KILN_ASSERT(n.operands.size() == 2, "%{}: gather takes a table and indices", i);
+        Shape expect = in(1).shape;
+        expect.push_back(in(0).shape.at(1));
+        KILN_ASSERT(in(0).shape.size() == 2 && expect == n.shape, "%{}: gather shape [{}]", i, shapeString(n.shape));
+        break;
+      }
+      case Node::Kind::Concat: {
+        int axis = n.axes.at(0);
+        int64_t total = 0;
+        for (size_t k = 0; k < n.operands.size(); ++k) {
+          Shape s = in(static_cast<int>(k)).shape;
+          KILN_ASSERT(s.size() == n.shape.size(), "%{}: concat operand rank", i);
+          total += s[axis];
+          s[axis] = n.shape[axis];
+          KILN_ASSERT(s == n.shape, "%{}: concat operand %{} has shape [{}]", i, n.operands[k].node, shapeString(in(static_cast<int>(k)).shape));
+        }
+        KILN_ASSERT(total == n.shape[axis], "%{}: concat extents add to {}, result has {}", i, total, n.shape[axis]);
+        break;
+      }
     }
   }
   for (int o : g.outputs) KILN_ASSERT(o >= 0 && o < static_cast<int>(g.nodes.size()), "output %{} out of range", o);

@@ -37,6 +37,13 @@ class Builder {
   int matmul(int a, int b);
   // x[..., k] . w[n, k]^T (+ bias[n])
   int linear(int x, int w, int bias);
+  int gather(int table, int ids);
+  int concat(const std::vector<int>& parts, int axis);
+  int slice(int x, int axis, int64_t start, int64_t step, int64_t length);
+  // softmax(q k^T * scale + mask) v with q [.., L, E], k [.., S, E], v [.., S, Ev]; mask: additive f32 or bool
+  // (true = keep), broadcast to [.., L, S]; `causal` adds the lower-triangular mask.
+  int attention(int q, int k, int v, int mask, bool causal, float scale);
+  int constant(const Shape& shape, std::vector<float> values, const std::string& name);
 
  private:
   int add(Node n);

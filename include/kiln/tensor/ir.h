@@ -5,7 +5,8 @@
 //   Reduce(fn, axes)  out = fn over `axes` of in0, reduced axes kept with extent 1 (keepdim)
 //   IndexMap          out[o0..on] = in0[index[0](o), ..., index[k](o)]: view, transpose, permute, slice,
 //                     expand, broadcast, squeeze... all pure data movement as one index function
-//   Gather            out[i.., j..] = in0[in1[i..], j..] (embedding)
+//   Gather            out[i.., j] = in0[clamp(in1[i..]), j] (embedding: table [n, d], integer ids)
+//   Concat(axis)      out = the operands laid one after another along `axis`
 //
 // A matrix product stays recognisable as a contraction: Reduce(sum, k) of Elementwise(mul) of two
 // IndexMaps that broadcast both operands to [.., m, n, k].
@@ -46,14 +47,14 @@ struct Operand {
 };
 
 struct Node {
-  enum class Kind { Input, Weight, Elementwise, Reduce, IndexMap, Gather };
+  enum class Kind { Input, Weight, Elementwise, Reduce, IndexMap, Gather, Concat };
   Kind kind;
   DType dtype = DType::F32;
   Shape shape;
   std::vector<Operand> operands;   // Elementwise: fn's operands; others: operands[0] (Gather: table, ids)
   Fn fn = Fn::Add;                 // Elementwise
   ReduceFn reduceFn = ReduceFn::Sum;
-  std::vector<int> axes;           // Reduce: reduced axes (sorted)
+  std::vector<int> axes;           // Reduce: reduced axes (sorted); Concat: {axis}
   std::vector<Idx> index;          // IndexMap: one expression per input dim over vars o0..o{rank-1} (ids 0..)
   std::string name;                // Input/Weight name
   std::shared_ptr<const torch::WeightData> weight;
