@@ -15,9 +15,7 @@ MODELS = [
     "linear",
     "mlp",
     "attention",
-    "shapes",
-    "llama",      # llama_tiny.pt
-    "hf_llama",   # hf_llama_tiny.pt (needs transformers)
+    "shapes", "llama", "hf_llama",  # llama -> llama_tiny.pt, hf_llama -> hf_llama_tiny.pt
 ]
 
 

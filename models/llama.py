@@ -82,8 +82,8 @@ class Attention(nn.Module):
         q = q * cos + rotate_half(q, hd // 2) * sin                     # cos/sin [s, hd] broadcast
         k = k * cos + rotate_half(k, hd // 2) * sin
         if rep > 1:                                                     # GQA: repeat kv heads
-            k = k[:, :, None, :, :].expand(b, c.kv_heads, rep, s, hd).reshape(b, c.heads, s, hd)
-            v = v[:, :, None, :, :].expand(b, c.kv_heads, rep, s, hd).reshape(b, c.heads, s, hd)
+            k = k.unsqueeze(2).expand(b, c.kv_heads, rep, s, hd).reshape(b, c.heads, s, hd)
+            v = v.unsqueeze(2).expand(b, c.kv_heads, rep, s, hd).reshape(b, c.heads, s, hd)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [b, H, s, hd]
         out = out.transpose(1, 2).reshape(b, s, c.heads * hd)
         return self.o_proj(out)

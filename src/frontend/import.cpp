@@ -109,6 +109,13 @@ Scalar toScalar(const c10::IValue& v, const jit::Node* node) {
             sourceLoc(node).str(), v.tagKind());
 }
 
+c10::IValue makeList(const jit::Stack& elems, const jit::Node* node) {
+  auto elemType = node->output()->type()->expectRef<c10::ListType>().getElementType();
+  c10::impl::GenericList list(elemType);
+  for (const auto& e : elems) list.push_back(e);
+  return list;
+}
+
 // Values whose content follows from shapes alone even though computed from input tensors.
 bool shapeOnly(const jit::Node* node) {
   static const std::unordered_set<std::string> ops = {"aten::size", "aten::dim", "aten::numel", "prim::device",
@@ -160,6 +167,8 @@ class Importer {
       if (node->kind() == c10::prim::TupleConstruct) {
         std::vector<c10::IValue> elems(stack.begin(), stack.end());
         stack = {c10::ivalue::Tuple::create(std::move(elems))};
+      } else if (node->kind() == c10::prim::ListConstruct) {
+        stack = {makeList(stack, node)};
       } else if (node->kind() == c10::prim::TupleUnpack) {
         auto elems = stack.at(0).toTupleRef().elements().vec();
         stack.assign(elems.begin(), elems.end());
