@@ -1,9 +1,10 @@
 // kernel-lower-from-tile: makes each schedule concrete.
 //   thread_per_output: i = blockIdx.x*block + threadIdx.x; if (i < points) { parallel indices from i;
 //                      serial reduction loop; store }
-//   block_per_output:  parallel indices from blockIdx.x; threads stride over the flattened reduction;
-//                      partial results meet in shared memory `red` through a halving tree with a barrier
-//                      after every step (barriers outside any thread-dependent branch); thread 0 stores.
+//   block_per_row:     row indices from blockIdx.x; for each stage, threads stride over the flattened
+//                      reduction and partial results meet in shared memory `red` through a halving tree with
+//                      a barrier after every step (barriers outside any thread-dependent branch); then
+//                      threads stride over the row's outputs.
 // Loop-IR variable v becomes Kernel-IR variable v + kFirstLoopVar; loads become flat row-major indices.
 // Common subexpressions are computed once per scope.
 #include <fmt/format.h>
@@ -38,7 +39,7 @@ class KernelBuilder {
     k_.origins = lk_.origins;
     param(lk_.output, true);
     if (s_.strategy == tile::Strategy::ThreadPerOutput) threadPerOutput();
-    else blockPerOutput();
+    else blockPerRow();
     return std::move(k_);
   }
 
@@ -82,7 +83,7 @@ class KernelBuilder {
 
   FE lower(const loop::ExprP& e, Block& out, std::map<std::string, FE>& cse) {
     if (e->kind == loop::Expr::Kind::Imm) return fconst(e->imm);
-    if (e->kind == loop::Expr::Kind::Acc) return fvar(acc_);
+    if (e->kind == loop::Expr::Kind::Acc) return fvar(accs_.at(e->stage));
     std::string key = loop::exprKey(e);
     if (auto it = cse.find(key); it != cse.end()) return it->second;
     FE value;
@@ -116,12 +117,17 @@ class KernelBuilder {
     out.push_back(storeGlobal(0, outputIndex(), r));
   }
 
-  // acc = combine(acc, value) over the reduction axes, given a block to put the loop body in.
-  void accumulate(Block& body) {
+  // acc_s = combine(acc_s, value_s) in `body` (the loop body over stage s's reduction axes).
+  void accumulate(size_t stage, Block& body) {
     std::map<std::string, FE> cse;
-    FE v = lower(lk_.reduction->value, body, cse);
-    Fn combine = lk_.reduction->fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max;
-    body.push_back(assign(acc_, fapply(combine, {fvar(acc_), v})));
+    const loop::Reduction& r = lk_.stages[stage];
+    FE v = lower(r.value, body, cse);
+    Fn combine = r.fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max;
+    body.push_back(assign(accs_[stage], fapply(combine, {fvar(accs_[stage]), v})));
+  }
+
+  void makeAccumulators() {
+    for (size_t s = 0; s < lk_.stages.size(); ++s) accs_.push_back(slot(fmt::format("acc{}", s)));
   }
 
   void threadPerOutput() {
@@ -135,56 +141,72 @@ class KernelBuilder {
     extents_[kLinearVar] = points;
     Block guarded;
     unflatten(lk_.parallel, linear, points, guarded);
-    if (lk_.reduction) {
-      acc_ = slot("acc");
-      guarded.push_back(assign(acc_, fconst(tensor::reduceInit(lk_.reduction->fn))));
-      // Nest one loop per reduction axis, outermost first.
+    makeAccumulators();
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      // Each thread runs every stage for its own output serially: one loop per reduction axis.
+      const loop::Reduction& r = lk_.stages[st];
+      guarded.push_back(assign(accs_[st], fconst(tensor::reduceInit(r.fn))));
       Block body;
-      accumulate(body);
-      for (size_t d = lk_.reduction->axes.size(); d-- > 0;) {
-        const loop::Axis& a = lk_.reduction->axes[d];
+      accumulate(st, body);
+      for (size_t d = r.axes.size(); d-- > 0;) {
+        const loop::Axis& a = r.axes[d];
         body = Block{forLoop(a.var + kFirstLoopVar, a.name, idxConst(0), idxConst(a.extent), 1, std::move(body))};
       }
-      for (auto& st : body) guarded.push_back(std::move(st));
+      for (auto& st2 : body) guarded.push_back(std::move(st2));
     }
     storeResult(guarded);
     k_.body.push_back(ifLess(linear, idxConst(points), std::move(guarded)));
   }
 
-  void blockPerOutput() {
-    int64_t points = lk_.parallelPoints(), threads = s_.knob("threads");
-    int64_t extent = lk_.iterations() / points;
+  // One block per row. Each stage: threads stride over the flattened reduction, partial results meet in
+  // shared memory through a halving tree, and every thread reads the total. Then threads stride over the
+  // row's output points.
+  void blockPerRow() {
+    int64_t rows = lk_.rowPoints(), threads = s_.knob("threads");
+    int64_t perRow = lk_.parallelPoints() / rows;
     k_.block = {threads, 1, 1};
-    k_.grid = {points, 1, 1};
+    k_.grid = {rows, 1, 1};
     extents_[kThreadIdx] = threads;
-    extents_[kBlockIdx] = points;
-    unflatten(lk_.parallel, blockIdx(), points, k_.body);
-    acc_ = slot("acc");
-    k_.body.push_back(assign(acc_, fconst(tensor::reduceInit(lk_.reduction->fn))));
-    Block body;
-    extents_[kLinearVar] = extent;
-    unflatten(lk_.reduction->axes, idxVar(kLinearVar, "j"), extent, body);
-    accumulate(body);
-    k_.body.push_back(forLoop(kLinearVar, "j", threadIdx(), idxConst(extent), threads, std::move(body)));
-    k_.shared.push_back(SharedBuffer{"red", threads});
-    k_.body.push_back(storeShared(0, threadIdx(), fvar(acc_)));
-    k_.body.push_back(barrier());
-    Fn combine = lk_.reduction->fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max;
-    for (int64_t half = threads / 2; half >= 1; half /= 2) {
-      Block step{storeShared(0, threadIdx(), fapply(combine, {loadShared(0, threadIdx()), loadShared(0, threadIdx() + idxConst(half))}))};
-      k_.body.push_back(ifLess(threadIdx(), idxConst(half), std::move(step)));
+    extents_[kBlockIdx] = rows;
+    std::vector<loop::Axis> rowAxes(lk_.parallel.begin(), lk_.parallel.begin() + lk_.rowAxes);
+    std::vector<loop::Axis> inner(lk_.parallel.begin() + lk_.rowAxes, lk_.parallel.end());
+    unflatten(rowAxes, blockIdx(), rows, k_.body);
+    makeAccumulators();
+    if (!lk_.stages.empty()) k_.shared.push_back(SharedBuffer{"red", threads});
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      const loop::Reduction& r = lk_.stages[st];
+      int64_t extent = 1;
+      for (auto& a : r.axes) extent *= a.extent;
+      int acc = accs_[st];
+      k_.body.push_back(assign(acc, fconst(tensor::reduceInit(r.fn))));
+      Block body;
+      extents_[kLinearVar] = extent;
+      unflatten(r.axes, idxVar(kLinearVar, "j"), extent, body);
+      accumulate(st, body);
+      k_.body.push_back(forLoop(kLinearVar, "j", threadIdx(), idxConst(extent), threads, std::move(body)));
+      k_.body.push_back(storeShared(0, threadIdx(), fvar(acc)));
       k_.body.push_back(barrier());
+      Fn combine = r.fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max;
+      for (int64_t half = threads / 2; half >= 1; half /= 2) {
+        Block step{storeShared(0, threadIdx(), fapply(combine, {loadShared(0, threadIdx()), loadShared(0, threadIdx() + idxConst(half))}))};
+        k_.body.push_back(ifLess(threadIdx(), idxConst(half), std::move(step)));
+        k_.body.push_back(barrier());
+      }
+      k_.body.push_back(assign(acc, loadShared(0, idxConst(0))));
+      k_.body.push_back(barrier());  // everyone has read the total before the next stage reuses `red`
     }
-    Block last{assign(acc_, loadShared(0, idxConst(0)))};
-    storeResult(last);
-    k_.body.push_back(ifLess(threadIdx(), idxConst(1), std::move(last)));
+    Block write;
+    extents_[kLinearVar] = perRow;
+    unflatten(inner, idxVar(kLinearVar, "c"), perRow, write);
+    storeResult(write);
+    k_.body.push_back(forLoop(kLinearVar, "c", threadIdx(), idxConst(perRow), threads, std::move(write)));
   }
 
   const tile::Program& tp_;
   const loop::Kernel& lk_;
   const tile::Schedule& s_;
   Kernel k_;
-  int acc_ = -1;
+  std::vector<int> accs_;
   VarExtents extents_;
 };
 

@@ -15,8 +15,7 @@ bool eliminateDeadBuffers(Program& p) {
     Kernel& k = p.kernels[i];
     if (!read[k.output]) continue;
     auto mark = [&](int b, bool) { read[b] = true; };
-    if (k.reduction) forEachBufferRead(k.reduction->value, mark);
-    forEachBufferRead(k.result, mark);
+    forEachKernelRead(k, mark);
     kept.insert(kept.begin(), std::move(k));
   }
   bool changed = kept.size() != p.kernels.size();
@@ -34,7 +33,7 @@ bool eliminateDeadBuffers(Program& p) {
   for (size_t i = 0; i < kept.size(); ++i) {
     Kernel& k = kept[i];
     k.output = newId[k.output];
-    if (k.reduction) k.reduction->value = renumberBuffers(k.reduction->value, renumber);
+    for (auto& s : k.stages) s.value = renumberBuffers(s.value, renumber);
     k.result = renumberBuffers(k.result, renumber);
     std::string suffix = k.name.substr(k.name.find('_'));
     k.name = fmt::format("k{}{}", i, suffix);

@@ -24,7 +24,11 @@ int64_t loadIterations(const Kernel& k, int buffer) {
       if (l.buffer == buffer) total += iters;
     });
   };
-  if (k.reduction) count(k.reduction->value, k.iterations());
+  for (auto& s : k.stages) {
+    int64_t steps = k.rowPoints();
+    for (auto& a : s.axes) steps *= a.extent;
+    count(s.value, steps);
+  }
   count(k.result, k.parallelPoints());
   return total;
 }
@@ -46,13 +50,12 @@ ExprP inlineInto(const ExprP& e, const Kernel& producer, const VarExtents& consu
 
 std::string fusionRefusal(const Program& p, int producer) {
   const Kernel& k = p.kernels[producer];
-  if (k.reduction) return "ends in a reduction, whose result is materialised";
+  if (!k.stages.empty()) return "ends in a reduction, whose result is materialised (see loop-fuse-epilogues and loop-fuse-rows)";
   if (p.buffers[k.output].kind == Buffer::Kind::Output) return "writes a model output";
   for (size_t c = producer + 1; c < p.kernels.size(); ++c) {
     bool asIndex = false;
     auto check = [&](int b, bool idx) { asIndex = asIndex || (b == k.output && idx); };
-    if (p.kernels[c].reduction) forEachBufferRead(p.kernels[c].reduction->value, check);
-    forEachBufferRead(p.kernels[c].result, check);
+    forEachKernelRead(p.kernels[c], check);
     if (asIndex) return fmt::format("{} reads its values as indices", p.kernels[c].name);
   }
   int64_t repeated = 0;
@@ -74,7 +77,7 @@ bool fuseProducers(Program& p) {
       Kernel& k = p.kernels[c];
       if (loadIterations(k, producer.output) == 0) continue;
       VarExtents ext = k.extents();
-      if (k.reduction) k.reduction->value = inlineInto(k.reduction->value, producer, ext);
+      for (auto& s : k.stages) s.value = inlineInto(s.value, producer, ext);
       k.result = inlineInto(k.result, producer, ext);
       std::vector<std::string> origins = producer.origins;
       for (auto& o : k.origins)

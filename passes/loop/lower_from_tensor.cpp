@@ -100,8 +100,9 @@ Program lowerFromTensor(const tensor::Graph& g) {
           r.axes.push_back(ax);
         }
         r.value = loadOf(n.operands[0].node, idx);
-        k->reduction = std::move(r);
-        k->result = accRef();
+        k->stages.push_back(std::move(r));
+        k->rowAxes = static_cast<int>(k->parallel.size());
+        k->result = accRef(0);
         break;
       }
       case Node::Kind::Gather: {

@@ -1,7 +1,11 @@
-// tile-cooperative-reduce: a kernel whose reduction covers at least kCooperativeReduceMinExtent points
-// gets one block per output. Its threads (knob `threads`: the reduction length rounded up to a power of
-// two, 32..256) stride over the reduction and combine their partial results through shared memory.
-// Shorter reductions stay serial per thread, where one thread's loop is cheaper than a block-wide combine.
+// tile-cooperative-reduce: gives a block to each row of a kernel whose reductions are long (some stage
+// reduces at least kCooperativeReduceMinExtent points) or that writes a whole row after its stages (a fused
+// softmax or RMSNorm). Its threads (knob `threads`: the longest stage or row rounded up to a power of two,
+// 32..256) stride over each reduction, combine partial results through shared memory, then stride over the
+// row's outputs. Short reductions stay serial per thread, where one thread's loop is cheaper than a
+// block-wide combine.
+#include <algorithm>
+
 #include "kiln/tile/ir.h"
 
 namespace kiln::tile {
@@ -10,12 +14,18 @@ bool cooperativeReduce(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     const loop::Kernel& k = p.loop.kernels[i];
-    if (!k.reduction || p.schedules[i].strategy == Strategy::BlockPerOutput) continue;
-    int64_t extent = k.iterations() / k.parallelPoints();
-    if (extent < kCooperativeReduceMinExtent) continue;
+    if (k.stages.empty() || p.schedules[i].strategy == Strategy::BlockPerRow) continue;
+    int64_t longest = 1;
+    for (auto& s : k.stages) {
+      int64_t extent = 1;
+      for (auto& a : s.axes) extent *= a.extent;
+      longest = std::max(longest, extent);
+    }
+    int64_t perRow = k.parallelPoints() / k.rowPoints();
+    if (longest < kCooperativeReduceMinExtent && perRow == 1) continue;
     int64_t threads = 32;
-    while (threads < extent && threads < 256) threads *= 2;
-    p.schedules[i] = Schedule{Strategy::BlockPerOutput, {{"threads", threads}}};
+    while (threads < std::max(longest, perRow) && threads < 256) threads *= 2;
+    p.schedules[i] = Schedule{Strategy::BlockPerRow, {{"threads", threads}}};
     changed = true;
   }
   return changed;

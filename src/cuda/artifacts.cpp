@@ -1,7 +1,11 @@
 // Writes the artifacts of `kiln compile --emit cuda -o DIR` (see emitter.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <future>
+#include <map>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -35,9 +39,28 @@ runtime::BufferKind kindOf(loop::Buffer::Kind k) {
 
 int64_t alignUp(int64_t v) { return (v + runtime::kArenaAlignment - 1) / runtime::kArenaAlignment * runtime::kArenaAlignment; }
 
+// Kernels whose code is identical but for their names (the same op in every decoder layer) share one
+// cubin: the key is the source with the kernel's name and its comment lines removed.
+std::string codeKey(const Source& s) {
+  std::string key;
+  size_t pos = 0;
+  while (pos < s.text.size()) {
+    size_t end = s.text.find('\n', pos);
+    if (end == std::string::npos) end = s.text.size();
+    std::string line = s.text.substr(pos, end - pos);
+    if (line.rfind("//", 0) != 0) {
+      for (size_t at; (at = line.find(s.kernel)) != std::string::npos;) line.replace(at, s.kernel.size(), "@");
+      key += line + "\n";
+    }
+    pos = end + 1;
+  }
+  return key;
+}
+
 // The static memory plan: every buffer its own aligned slice of one arena. (Reusing the slices of
 // temporaries whose lifetimes do not overlap is the next step.)
-runtime::Manifest plan(const kernel::Program& p, const ArtifactOptions& opts, std::vector<std::byte>& weights) {
+runtime::Manifest plan(const kernel::Program& p, const Module& module, const ArtifactOptions& opts,
+                       std::vector<std::byte>& weights, std::vector<std::string>& toCompile) {
   runtime::Manifest m;
   m.kilnVersion = KILN_VERSION;
   m.model = p.modelName;
@@ -65,11 +88,16 @@ runtime::Manifest plan(const kernel::Program& p, const ArtifactOptions& opts, st
   m.arenaBytes = std::max<int64_t>(offset, runtime::kArenaAlignment);
   for (int i : p.inputs) m.inputs.push_back(i);
   for (int o : p.outputs) m.outputs.push_back(o);
-  for (const kernel::Kernel& k : p.kernels) {
+  std::map<std::string, std::string> firstWithCode;  // code key -> kernel compiled for it
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const kernel::Kernel& k = p.kernels[i];
     runtime::KernelInfo info;
-    info.name = info.entry = k.name;
-    info.source = k.name + ".cu";
-    info.cubin = k.name + ".cubin";
+    info.name = k.name;
+    info.source = module.sources[i].file;
+    auto [it, fresh] = firstWithCode.emplace(codeKey(module.sources[i]), k.name);
+    if (fresh) toCompile.push_back(module.sources[i].file);
+    info.entry = it->second;
+    info.cubin = it->second + ".cubin";
     for (auto& prm : k.params) info.params.push_back(prm.buffer);
     for (int d = 0; d < 3; ++d) {
       info.grid[d] = static_cast<int>(k.grid[d]);
@@ -91,7 +119,8 @@ void writeText(const fs::path& path, const std::string& text) { writeFile(path, 
 
 }  // namespace
 
-std::string compileWithNvcc(const fs::path& dir, const std::vector<std::string>& files, const std::string& arch) {
+namespace {
+std::string runNvcc(const fs::path& dir, const std::vector<std::string>& files, const std::string& arch) {
   std::string cmd = fmt::format("cd '{}' && '{}' -cubin -arch={} -O3 -std=c++17 -Werror all-warnings --output-directory .",
                                 dir.string(), KILN_NVCC, arch);
   for (auto& f : files) cmd += " '" + f + "'";
@@ -102,10 +131,24 @@ std::string compileWithNvcc(const fs::path& dir, const std::vector<std::string>&
   std::array<char, 4096> chunk;
   while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) log.append(chunk.data(), n);
   int status = pclose(pipe);
-  if (status != 0 || !log.empty()) {
+  if (status != 0) log += fmt::format("\n(nvcc exit status {})", status);
+  return log;
+}
+}  // namespace
+
+// Compiles in parallel: one nvcc per core, each on a share of the files.
+std::string compileWithNvcc(const fs::path& dir, const std::vector<std::string>& files, const std::string& arch) {
+  size_t workers = std::max<size_t>(1, std::min<size_t>(files.size(), std::thread::hardware_concurrency()));
+  std::vector<std::vector<std::string>> shares(workers);
+  for (size_t i = 0; i < files.size(); ++i) shares[i % workers].push_back(files[i]);
+  std::vector<std::future<std::string>> logs;
+  for (auto& share : shares) logs.push_back(std::async(std::launch::async, [&, share] { return runNvcc(dir, share, arch); }));
+  std::string log;
+  for (auto& l : logs) log += l.get();
+  if (!log.empty()) {
     std::string first = log.substr(0, log.find('\n'));
     userError("nvcc failed on kiln's kernels in {} ({}); this is a kiln bug, please report it with the .cu files. Full log:\n{}",
-              dir.string(), first.empty() ? "exit status " + std::to_string(status) : first, log);
+              dir.string(), first, log);
   }
   return log;
 }
@@ -131,9 +174,10 @@ void writeArtifacts(const kernel::Program& p, const Module& m, const fs::path& d
       files.push_back(s.file);
     }
     std::vector<std::byte> weights;
-    runtime::Manifest manifest = plan(p, opts, weights);
+    std::vector<std::string> toCompile;
+    runtime::Manifest manifest = plan(p, m, opts, weights, toCompile);
     writeFile(tmp / manifest.weightsFile, weights.data(), weights.size());
-    if (opts.compile && !files.empty()) compileWithNvcc(tmp, files, opts.arch);
+    if (opts.compile && !toCompile.empty()) compileWithNvcc(tmp, toCompile, opts.arch);
     runtime::writeManifest(manifest, tmp);
     if (fs::exists(dir, ec)) removeTree(dir.string());
     fs::rename(tmp, dir, ec);

@@ -38,7 +38,10 @@ class Emitter {
 
   std::string run() {
     std::set<std::string> used;
-    for (auto& prm : k_.params) params_.push_back(cIdentifier(prm.name, used));
+    // Parameters are named by role (out, in0, in1, ...), not by buffer, so that the same op in every decoder
+    // layer prints the same code and compiles once; the header comment maps them to buffers.
+    int inputs = 0;
+    for (auto& prm : k_.params) params_.push_back(cIdentifier(prm.written ? "out" : fmt::format("in{}", inputs++), used));
     for (auto& s : k_.shared) shared_.push_back(cIdentifier(s.name, used));
     for (auto& f : k_.floatVars) floats_.push_back(cIdentifier(f, used));
     // 32-bit index arithmetic when every index fits; it is markedly cheaper on the GPU.
@@ -48,6 +51,9 @@ class Emitter {
 
     std::string out = fmt::format("// kiln: kernel {} of model {} (generated)\n", k_.name, p_.modelName);
     for (auto& o : k_.origins) out += fmt::format("//   holds {}\n", o);
+    for (size_t i = 0; i < k_.params.size(); ++i)
+      out += fmt::format("//   {} = {} {}[{}]\n", params_[i], p_.buffers[k_.params[i].buffer].name,
+                         dtypeName(k_.params[i].dtype), shapeString(p_.buffers[k_.params[i].buffer].shape));
     out += "#include \"kiln_ops.cuh\"\n\n";
     std::vector<std::string> args;
     for (size_t i = 0; i < k_.params.size(); ++i) {

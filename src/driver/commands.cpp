@@ -31,6 +31,24 @@ void checkLevelName(const std::string& level) {
 
 namespace {
 
+std::optional<DType> parseCast(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  auto t = parseDType(text);
+  if (!t || (*t != DType::F32 && *t != DType::F16 && *t != DType::BF16))
+    usageError("--dtype must be f32, f16 or bf16, not '{}'", text);
+  return t;
+}
+
+// For a check: results are compared at the tolerance of the lowest precision the model computes in (an f32
+// output of a bf16 model carries bf16 rounding from inside).
+DType checkType(const kernel::Program& kp, DType out) {
+  DType t = out;
+  for (auto& b : kp.buffers)
+    if ((b.kind == loop::Buffer::Kind::Input || b.kind == loop::Buffer::Kind::Weight) && tolerance(b.dtype) > tolerance(t))
+      t = b.dtype;
+  return t;
+}
+
 std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>& texts) {
   std::vector<frontend::InputOverride> out;
   for (auto& t : texts) out.push_back(frontend::parseInputOverride(t));
@@ -69,7 +87,7 @@ fs::path cacheDirFor(const RunCommand& c, const kernel::Program& kp) {
   std::ifstream in(c.model, std::ios::binary);
   std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (int i : kp.inputs) key += fmt::format("|{}:{}", shapeString(kp.buffers[i].shape), dtypeName(kp.buffers[i].dtype));
-  key += fmt::format("|{}|{}", KILN_VERSION, c.arch);
+  key += fmt::format("|{}|{}|{}", KILN_VERSION, c.arch, c.dtype);
   const char* env = std::getenv("KILN_CACHE_DIR");
   const char* home = std::getenv("HOME");
   fs::path root = env ? fs::path(env) : home ? fs::path(home) / ".cache" / "kiln" : fs::temp_directory_path() / "kiln-cache";
@@ -86,10 +104,16 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
   std::string until = c.emit.empty() ? c.ir : "cuda";
   Compiled compiled;
   try {
-    compiled = compileModel(c.model, inputs, c.pipeline, until);
+    compiled = compileModel(c.model, inputs, c.pipeline, c.explainFusion && c.emit.empty() ? "loop" : until, parseCast(c.dtype));
   } catch (const StopRequested& stop) {
     if (c.output.empty() || !c.emit.empty()) out << stop.irText;
     else writeOutputFile(c.output, stop.irText);
+    return 0;
+  }
+  if (c.explainFusion && c.emit.empty()) {
+    std::string text = loop::explainFusion(compiled.loopIR);
+    if (c.output.empty()) out << text;
+    else writeOutputFile(c.output, text);
     return 0;
   }
   if (!c.emit.empty()) {
@@ -105,7 +129,8 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
 
 int runRun(const RunCommand& c, std::ostream& out) {
   auto inputs = parseInputs(c.inputs);
-  Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda");
+  auto cast = parseCast(c.dtype);
+  Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast);
   const kernel::Program& kp = compiled.kernelIR;
   std::vector<HostTensor> args;
   for (size_t i = 0; i < kp.inputs.size(); ++i) {
@@ -147,16 +172,17 @@ int runRun(const RunCommand& c, std::ostream& out) {
     }
     return 0;
   }
-  auto ref = frontend::runReference(c.model, args, !c.interpret);
+  auto ref = frontend::runReference(c.model, args, !c.interpret, cast);
   if (ref.size() != results.size())
     userError("LibTorch returns {} outputs, kiln {}", ref.size(), results.size());
   bool ok = true;
   for (size_t i = 0; i < results.size(); ++i) {
     Comparison cmp = compare(results[i], ref[i]);
-    bool pass = passes(cmp, ref[i].dtype);
+    DType ct = checkType(kp, ref[i].dtype);
+    bool pass = passes(cmp, ct);
     ok = ok && pass;
     out << fmt::format("  output {}: {}[{}] rel_l2 {:.3e} max_abs {:.3e} (tolerance {:.0e}){} {}\n", i,
-                       dtypeName(ref[i].dtype), shapeString(ref[i].shape), cmp.relL2, cmp.maxAbs, tolerance(ref[i].dtype),
+                       dtypeName(ref[i].dtype), shapeString(ref[i].shape), cmp.relL2, cmp.maxAbs, tolerance(ct),
                        cmp.hasNaN ? " NaN/Inf" : cmp.shapeMismatch ? " shape mismatch" : "", pass ? "PASS" : "FAIL");
   }
   out << (ok ? "kiln: check passed against LibTorch\n" : "kiln: check FAILED against LibTorch\n");

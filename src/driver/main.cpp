@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   c->add_option("--input", compile.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
   c->add_option("--arch", compile.arch, "GPU architecture for nvcc (default sm_90)");
   c->add_flag("--no-nvcc", compile.noCompile, "with --emit: skip compiling cubins");
+  c->add_flag("--explain-fusion", compile.explainFusion, "for every Loop-IR kernel, the Torch ops it holds; for every producer left unfused, the rule that refused it");
+  c->add_option("--dtype", compile.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(c, compile.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
 
   kiln::RunCommand run;
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
   r->add_option("--input", run.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
   r->add_option("--arch", run.arch, "GPU architecture for nvcc (default sm_90)");
   r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");
+  r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(r, run.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
 
   auto* passes = app.add_subcommand("passes", "list every pass");

@@ -17,12 +17,12 @@ int levelIndex(const std::string& level) {
 }  // namespace
 
 Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
-                      const PipelineOptions& opts, const std::string& untilLevel) {
+                      const PipelineOptions& opts, const std::string& untilLevel, std::optional<DType> castTo) {
   const int until = levelIndex(untilLevel);
   PassRunner run(opts);
   Compiled c;
 
-  c.torchIR = run.produce("torch-import", [&] { return frontend::importModel(modelPath, inputs); });
+  c.torchIR = run.produce("torch-import", [&] { return frontend::importModel(modelPath, inputs, castTo); });
   run.pass(c.torchIR, "torch-eliminate-dead-code", torch::eliminateDeadCode);
   if (until < 1) return run.printTimings(), c;
 
@@ -32,7 +32,9 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   if (until < 2) return run.printTimings(), c;
 
   c.loopIR = run.produce("loop-lower-from-tensor", [&] { return loop::lowerFromTensor(c.tensorIR); });
-  run.pass(c.loopIR, "loop-fuse-producers", loop::fuseProducers);                  // producers in topological order
+  run.pass(c.loopIR, "loop-fuse-epilogues", loop::fuseEpilogues);  // before inlining: keeps a residual stream materialised
+  run.pass(c.loopIR, "loop-fuse-producers", loop::fuseProducers);  // producers in topological order
+  run.pass(c.loopIR, "loop-fuse-rows", loop::fuseRows);            // after inlining: consumers hold their whole row
   run.pass(c.loopIR, "loop-eliminate-dead-buffers", loop::eliminateDeadBuffers);  // removes what fusion inlined
   if (until < 3) return run.printTimings(), c;
 

@@ -176,7 +176,7 @@ class Importer {
         node->getOperation()(stack);
       }
     } catch (const std::exception& e) {
-      userError("{} at {} fails for the given input shapes ({}); check the shapes recorded or passed with --input", op,
+      userError("{} at {} fails for the given inputs ({}); check the input shapes and dtypes (recorded, --input, --dtype; a traced model may fix its dtypes: export it in the dtype you want)", op,
                 sourceLoc(node).str(), firstLine(e.what()));
     }
     auto outs = node->outputs();
@@ -269,13 +269,14 @@ class Importer {
 
 }  // namespace
 
-Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides) {
+Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides, std::optional<DType> castTo) {
   jit::ExtraFilesMap extra{{"kiln_inputs.json", ""}};
   jit::Module module = loadModule(path, extra);
   jit::Module frozen;
   std::shared_ptr<jit::Graph> graph;
   try {
     module.eval();
+    castModule(module, castTo);
     frozen = jit::freeze_module(module);
     graph = frozen.get_method("forward").graph()->copy();
     jit::Inline(*graph);
@@ -285,6 +286,9 @@ Graph importModel(const std::string& path, const std::vector<InputOverride>& ove
               firstLine(e.what()));
   }
   auto specs = applyOverrides(path, recordedInputs(path, extra["kiln_inputs.json"]), overrides, graph->inputs().size() - 1);
+  if (castTo)
+    for (auto& s : specs)
+      if (s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16) s.dtype = *castTo;
   std::vector<at::Tensor> inputs;
   for (size_t i = 0; i < specs.size(); ++i)
     inputs.push_back(toTorch(randomTensor(specs[i].dtype, specs[i].shape, 1000 + i), false));

@@ -23,7 +23,6 @@ std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); 
   }
 }
 
-namespace {
 at::ScalarType scalarType(DType t) {
   switch (t) {
     case DType::F32: return at::kFloat;
@@ -34,7 +33,13 @@ at::ScalarType scalarType(DType t) {
   }
   return at::kFloat;
 }
-}  // namespace
+
+void castModule(::torch::jit::Module& m, std::optional<DType> to) {
+  if (!to) return;
+  if (*to != DType::F16 && *to != DType::BF16 && *to != DType::F32)
+    usageError("--dtype must be f32, f16 or bf16, not {}", dtypeName(*to));
+  m.to(scalarType(*to));
+}
 
 at::Tensor toTorch(const HostTensor& t, bool onGpu) {
   at::Tensor f = ::torch::from_blob(const_cast<float*>(t.values.data()), t.shape, at::kFloat).clone();
@@ -58,10 +63,12 @@ HostTensor fromTorch(const at::Tensor& t) {
   return h;
 }
 
-std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu) {
+std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu,
+                                     std::optional<DType> castTo) {
   ::torch::jit::ExtraFilesMap extra;
   auto module = loadModule(path, extra);
   module.eval();
+  castModule(module, castTo);
   if (onGpu) {
     if (!::torch::cuda::is_available()) userError("LibTorch sees no CUDA device for the GPU reference run");
     module.to(at::kCUDA);

@@ -2,6 +2,7 @@
 #pragma once
 #include <torch/script.h>
 
+#include <optional>
 #include <string>
 
 #include "kiln/support/host_tensor.h"
@@ -12,6 +13,9 @@ namespace kiln::frontend {
 ::torch::jit::Module loadModule(const std::string& path, ::torch::jit::ExtraFilesMap& extra);
 
 at::Tensor toTorch(const HostTensor& t, bool onGpu);
+at::ScalarType scalarType(DType t);
+// --dtype: casts a module's floating-point parameters and buffers; UserError for a non-floating type.
+void castModule(::torch::jit::Module& m, std::optional<DType> to);
 HostTensor fromTorch(const at::Tensor& t);
 std::string firstLine(const std::string& s);
 

@@ -37,10 +37,16 @@ ExprP apply(Fn fn, std::vector<ExprP> args) {
   return e;
 }
 
-ExprP accRef() {
+ExprP accRef(int stage) {
   auto e = std::make_shared<Expr>();
   e->kind = Expr::Kind::Acc;
+  e->stage = stage;
   return e;
+}
+
+void forEachKernelRead(const Kernel& k, const std::function<void(int, bool)>& f) {
+  for (auto& s : k.stages) forEachBufferRead(s.value, f);
+  forEachBufferRead(k.result, f);
 }
 
 ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b) {
@@ -69,7 +75,7 @@ ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId) {
 std::string exprKey(const ExprP& e) {
   switch (e->kind) {
     case Expr::Kind::Imm: return fmt::format("{}", e->imm);
-    case Expr::Kind::Acc: return "acc";
+    case Expr::Kind::Acc: return fmt::format("acc{}", e->stage);
     case Expr::Kind::Load: {
       std::string s = fmt::format("b{}[", e->buffer);
       for (auto& i : e->index) s += toString(i) + ",";
@@ -116,9 +122,23 @@ int64_t applyCount(const ExprP& e) {
 VarExtents Kernel::extents() const {
   VarExtents ext;
   for (auto& a : parallel) ext[a.var] = a.extent;
-  if (reduction)
-    for (auto& a : reduction->axes) ext[a.var] = a.extent;
+  for (auto& s : stages)
+    for (auto& a : s.axes) ext[a.var] = a.extent;
   return ext;
+}
+
+int64_t Kernel::rowPoints() const {
+  int64_t n = 1;
+  for (int d = 0; d < rowAxes; ++d) n *= parallel[d].extent;
+  return n;
+}
+
+int Kernel::maxVar() const {
+  int m = -1;
+  for (auto& a : parallel) m = std::max(m, a.var);
+  for (auto& s : stages)
+    for (auto& a : s.axes) m = std::max(m, a.var);
+  return m;
 }
 
 int64_t Kernel::parallelPoints() const {
@@ -129,8 +149,11 @@ int64_t Kernel::parallelPoints() const {
 
 int64_t Kernel::iterations() const {
   int64_t n = parallelPoints();
-  if (reduction)
-    for (auto& a : reduction->axes) n *= a.extent;
+  for (auto& s : stages) {
+    int64_t steps = rowPoints();
+    for (auto& a : s.axes) steps *= a.extent;
+    n += steps;
+  }
   return n;
 }
 

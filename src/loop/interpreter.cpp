@@ -22,10 +22,10 @@ float roundTo(DType t, float v) {
 }
 
 float evalExpr(const Expr& e, const std::vector<int64_t>& env, const std::vector<std::vector<float>>& buffers,
-               const std::vector<Buffer>& info, float acc, const IndexLoader* loader) {
+               const std::vector<Buffer>& info, const std::vector<float>& acc, const IndexLoader* loader) {
   switch (e.kind) {
     case Expr::Kind::Imm: return e.imm;
-    case Expr::Kind::Acc: return acc;
+    case Expr::Kind::Acc: return acc[e.stage];
     case Expr::Kind::Load: {
       const Shape& s = info[e.buffer].shape;
       int64_t flat = 0;
@@ -65,11 +65,7 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
     return static_cast<int64_t>(buf[b][flat]);
   };
   for (const Kernel& k : p.kernels) {
-    int maxVar = 0;
-    for (auto& a : k.parallel) maxVar = std::max(maxVar, a.var);
-    if (k.reduction)
-      for (auto& a : k.reduction->axes) maxVar = std::max(maxVar, a.var);
-    std::vector<int64_t> env(maxVar + 1, 0);
+    std::vector<int64_t> env(k.maxVar() + 1, 0);
     std::vector<float>& out = buf[k.output];
     DType outType = p.buffers[k.output].dtype;
     // Odometer over axes: advance the last axis first.
@@ -80,18 +76,20 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
       }
       return false;
     };
-    int64_t points = k.parallelPoints();
-    for (auto& a : k.parallel) env[a.var] = 0;
+    int64_t points = k.parallelPoints(), perRow = points / std::max<int64_t>(1, k.rowPoints());
+    std::vector<float> accs(k.stages.size(), 0.f);
     for (int64_t flat = 0; flat < points; ++flat) {
-      float acc = 0.f;
-      if (k.reduction) {
-        acc = tensor::reduceInit(k.reduction->fn);
-        for (auto& a : k.reduction->axes) env[a.var] = 0;
-        do {
-          acc = tensor::reduceCombine(k.reduction->fn, acc, evalExpr(*k.reduction->value, env, buf, p.buffers, 0.f, &loader));
-        } while (advance(k.reduction->axes));
-      }
-      out[flat] = roundTo(outType, evalExpr(*k.result, env, buf, p.buffers, acc, &loader));
+      if (flat % perRow == 0)  // a new row: run the stages
+        for (size_t s = 0; s < k.stages.size(); ++s) {
+          const Reduction& r = k.stages[s];
+          float acc = tensor::reduceInit(r.fn);
+          for (auto& a : r.axes) env[a.var] = 0;
+          do {
+            acc = tensor::reduceCombine(r.fn, acc, evalExpr(*r.value, env, buf, p.buffers, accs, &loader));
+          } while (advance(r.axes));
+          accs[s] = acc;
+        }
+      out[flat] = roundTo(outType, evalExpr(*k.result, env, buf, p.buffers, accs, &loader));
       advance(k.parallel);
     }
   }

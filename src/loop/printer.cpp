@@ -19,7 +19,7 @@ struct ExprPrinter {
 
   std::string operator()(const ExprP& e) {
     if (e->kind == Expr::Kind::Imm) return fmt::format("{}", e->imm);
-    if (e->kind == Expr::Kind::Acc) return "acc";
+    if (e->kind == Expr::Kind::Acc) return fmt::format("acc{}", e->stage);
     std::string key = exprKey(e);
     if (auto it = seen.find(key); it != seen.end()) return it->second;
     std::string rhs;
@@ -73,20 +73,33 @@ std::string printKernelBody(const Program& p, const Kernel& k) {
   std::string out;
   const Buffer& o = p.buffers[k.output];
   {
-    out += fmt::format("  for {} parallel:\n", axesString(k.parallel));
     int counter = 0;
-    if (k.reduction) {
-      out += fmt::format("    acc = {}\n", k.reduction->fn == ReduceFn::Sum ? "0" : "-inf");
-      out += fmt::format("    for {} reduce:\n", axesString(k.reduction->axes));
-      ExprPrinter inner{p, out, "      ", {}, counter};
-      std::string v = inner(k.reduction->value);
-      out += fmt::format("      acc = {}(acc, {})\n", tensor::reduceName(k.reduction->fn), v);
+    std::string indent = "  ";
+    bool rows = !k.stages.empty() && k.rowAxes < static_cast<int>(k.parallel.size());
+    if (rows) {
+      std::vector<Axis> rowAxes(k.parallel.begin(), k.parallel.begin() + k.rowAxes);
+      out += fmt::format("  for {} rows:\n", rowAxes.empty() ? std::string("a single row") : axesString(rowAxes));
+    } else {
+      out += fmt::format("  for {} parallel:\n", axesString(k.parallel));
     }
-    ExprPrinter outer{p, out, "    ", {}, counter};
+    for (size_t s = 0; s < k.stages.size(); ++s) {
+      const Reduction& r = k.stages[s];
+      out += fmt::format("{}  acc{} = {}\n", indent, s, r.fn == ReduceFn::Sum ? "0" : "-inf");
+      out += fmt::format("{}  for {} reduce:\n", indent, axesString(r.axes));
+      ExprPrinter inner{p, out, indent + "    ", {}, counter};
+      std::string v = inner(r.value);
+      out += fmt::format("{}    acc{} = {}(acc{}, {})\n", indent, s, tensor::reduceName(r.fn), s, v);
+    }
+    if (rows) {
+      std::vector<Axis> inner(k.parallel.begin() + k.rowAxes, k.parallel.end());
+      out += fmt::format("    for {} parallel:\n", axesString(inner));
+      indent += "  ";
+    }
+    ExprPrinter outer{p, out, indent + "  ", {}, counter};
     std::string r = outer(k.result);
     std::vector<std::string> idx;
     for (auto& a : k.parallel) idx.push_back(a.name);
-    out += fmt::format("    store {}[{}] = {}\n", o.name, fmt::join(idx, ", "), r);
+    out += fmt::format("{}  store {}[{}] = {}\n", indent, o.name, fmt::join(idx, ", "), r);
   }
   return out;
 }
@@ -99,10 +112,12 @@ nlohmann::json toJson(const Program& p) {
   for (auto& k : p.kernels) {
     nlohmann::json kj{{"name", k.name}, {"output", k.output}, {"origins", k.origins}};
     for (auto& a : k.parallel) kj["parallel"].push_back({{"name", a.name}, {"extent", a.extent}});
-    if (k.reduction) {
-      kj["reduction"]["fn"] = tensor::reduceName(k.reduction->fn);
-      for (auto& a : k.reduction->axes) kj["reduction"]["axes"].push_back({{"name", a.name}, {"extent", a.extent}});
-      kj["reduction"]["value"] = exprKey(k.reduction->value);
+    kj["row_axes"] = k.rowAxes;
+    kj["stages"] = nlohmann::json::array();
+    for (auto& s : k.stages) {
+      nlohmann::json sj{{"fn", tensor::reduceName(s.fn)}, {"value", exprKey(s.value)}};
+      for (auto& a : s.axes) sj["axes"].push_back({{"name", a.name}, {"extent", a.extent}});
+      kj["stages"].push_back(sj);
     }
     kj["result"] = exprKey(k.result);
     j["kernels"].push_back(kj);

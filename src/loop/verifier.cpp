@@ -32,8 +32,9 @@ void verify(const Program& p) {
         for (size_t d = 0; d < l.index.size(); ++d) {
           forEachVar(l.index[d], [&](int v) {
             KILN_ASSERT(ext.count(v), "kernel {}: index {} uses an unknown variable", k.name, toString(l.index[d]));
-            if (!inReduction && k.reduction)
-              for (auto& a : k.reduction->axes) KILN_ASSERT(a.var != v, "kernel {}: result uses reduction axis {}", k.name, a.name);
+            if (!inReduction)
+              for (auto& s : k.stages)
+                for (auto& a : s.axes) KILN_ASSERT(a.var != v, "kernel {}: result uses reduction axis {}", k.name, a.name);
           });
           auto r = idxRange(l.index[d], ext);
           KILN_ASSERT(r && r->first >= 0 && r->second < b.shape[d], "kernel {}: index {} of {} may leave [0, {})", k.name,
@@ -41,7 +42,24 @@ void verify(const Program& p) {
         }
       });
     };
-    if (k.reduction) checkLoads(k.reduction->value, true);
+    KILN_ASSERT(k.rowAxes >= 0 && k.rowAxes <= static_cast<int>(k.parallel.size()), "kernel {}: rowAxes {}", k.name, k.rowAxes);
+    for (size_t s = 0; s < k.stages.size(); ++s) {
+      checkLoads(k.stages[s].value, true);
+      std::function<void(const ExprP&)> accs = [&](const ExprP& e) {
+        if (e->kind == Expr::Kind::Acc)
+          KILN_ASSERT(e->stage >= 0 && e->stage < static_cast<int>(s), "kernel {}: stage {} uses acc{}", k.name, s, e->stage);
+        for (auto& a : e->args) accs(a);
+      };
+      accs(k.stages[s].value);
+      // A stage runs once per row: it may not depend on the axes a row's write loop covers.
+      forEachLoad(k.stages[s].value, [&](const Expr& l) {
+        for (auto& i : l.index)
+          forEachVar(i, [&](int v) {
+            for (size_t d = k.rowAxes; d < k.parallel.size(); ++d)
+              KILN_ASSERT(k.parallel[d].var != v, "kernel {}: stage {} uses {}, which is not a row axis", k.name, s, k.parallel[d].name);
+          });
+      });
+    }
     checkLoads(k.result, false);
     written[k.output] = true;
   }

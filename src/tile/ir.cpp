@@ -8,7 +8,7 @@
 namespace kiln::tile {
 
 const char* strategyName(Strategy s) {
-  return s == Strategy::ThreadPerOutput ? "thread_per_output" : "block_per_output";
+  return s == Strategy::ThreadPerOutput ? "thread_per_output" : "block_per_row";
 }
 
 int64_t Schedule::knob(const std::string& name) const {
@@ -51,8 +51,8 @@ void verify(const Program& p) {
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     const Schedule& s = p.schedules[i];
     const loop::Kernel& k = p.loop.kernels[i];
-    if (s.strategy == Strategy::BlockPerOutput) {
-      KILN_ASSERT(k.reduction, "kernel {}: block_per_output needs a reduction", k.name);
+    if (s.strategy == Strategy::BlockPerRow) {
+      KILN_ASSERT(!k.stages.empty(), "kernel {}: block_per_row needs a reduction", k.name);
       int64_t t = s.knob("threads");
       KILN_ASSERT(t >= 32 && t <= 1024 && (t & (t - 1)) == 0, "kernel {}: threads={} must be a power of two in [32, 1024]", k.name, t);
     } else {

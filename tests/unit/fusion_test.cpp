@@ -1,4 +1,5 @@
 // loop-fuse-producers and loop-eliminate-dead-buffers on real models: what is inlined, what is refused and why.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -30,13 +31,13 @@ bool uses(const ExprP& e, Fn fn) {
   return false;
 }
 
-bool uses(const Kernel& k, Fn fn) { return uses(k.result, fn) || (k.reduction && uses(k.reduction->value, fn)); }
+bool uses(const Kernel& k, Fn fn) { return uses(k.result, fn) || std::any_of(k.stages.begin(), k.stages.end(), [&](const auto& s) { return uses(s.value, fn); }); }
 
 bool readsBuffer(const Kernel& k, int buffer) {
   bool found = false;
   auto f = [&](const Expr& l) { found = found || l.buffer == buffer; };
   forEachLoad(k.result, f);
-  if (k.reduction) forEachLoad(k.reduction->value, f);
+  for (auto& s : k.stages) forEachLoad(s.value, f);
   return found;
 }
 
@@ -76,7 +77,7 @@ TEST(Fusion, MlpSiluIsInlinedIntoTheMul) {
     if (!uses(k, Fn::Silu)) continue;
     ++withSilu;
     EXPECT_TRUE(uses(k, Fn::Mul)) << printKernelBody(p, k);
-    EXPECT_FALSE(k.reduction.has_value()) << printKernelBody(p, k);
+    EXPECT_TRUE(k.stages.empty()) << printKernelBody(p, k);
   }
   EXPECT_EQ(withSilu, 1) << print(p);
   // Each remaining kernel's buffer is read by a later kernel or is an output.
@@ -114,18 +115,18 @@ TEST(Fusion, RmsnormKernels) {
   verify(p);
   ASSERT_EQ(p.kernels.size(), 3u) << print(p);
   const Kernel& reduce = p.kernels[0];
-  ASSERT_TRUE(reduce.reduction.has_value()) << print(p);
-  EXPECT_EQ(reduce.reduction->fn, ReduceFn::Sum);
+  ASSERT_FALSE(reduce.stages.empty()) << print(p);
+  EXPECT_EQ(reduce.stages[0].fn, ReduceFn::Sum);
   EXPECT_TRUE(uses(reduce, Fn::Pow)) << printKernelBody(p, reduce);
 
   const Kernel& rsqrt = p.kernels[1];
-  EXPECT_FALSE(rsqrt.reduction.has_value());
+  EXPECT_TRUE(rsqrt.stages.empty());
   EXPECT_TRUE(uses(rsqrt, Fn::Rsqrt)) << printKernelBody(p, rsqrt);
   EXPECT_NE(fusionRefusal(p, 1).find("repeat its work"), std::string::npos) << fusionRefusal(p, 1);
 
   const Kernel& normalize = p.kernels[2];
   EXPECT_EQ(p.buffers[normalize.output].kind, Buffer::Kind::Output);
-  EXPECT_FALSE(normalize.reduction.has_value());
+  EXPECT_TRUE(normalize.stages.empty());
   EXPECT_TRUE(uses(normalize, Fn::Mul));
   EXPECT_FALSE(uses(normalize, Fn::Rsqrt)) << printKernelBody(p, normalize);
   EXPECT_TRUE(readsBuffer(normalize, rsqrt.output));

@@ -20,6 +20,8 @@ struct CompileCommand {
   std::string output;               // -o FILE (--ir) or DIR (--emit)
   std::string arch = "sm_90";
   bool noCompile = false;           // --no-nvcc: write .cu and manifest without cubins
+  bool explainFusion = false;       // --explain-fusion: print the Loop-IR fusion report
+  std::string dtype;                // --dtype f16|bf16: cast the model's weights and float inputs
   PipelineOptions pipeline;
 };
 
@@ -31,6 +33,7 @@ struct RunCommand {
   uint64_t seed = 0;
   std::string arch = "sm_90";
   int benchIters = 0;               // --bench N: time N forward passes on the GPU
+  std::string dtype;                // --dtype f16|bf16
   PipelineOptions pipeline;
 };
 

@@ -26,7 +26,8 @@ struct Compiled {
 // Runs every pass up to and including the last pass of `untilLevel` (torch ... cuda). Throws
 // StopRequested when opts.stopAfter names a pass that ran.
 Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
-                      const PipelineOptions& opts, const std::string& untilLevel = "cuda");
+                      const PipelineOptions& opts, const std::string& untilLevel = "cuda",
+                      std::optional<DType> castTo = std::nullopt);
 
 // The text (or JSON) of one level of a compiled model.
 std::string printLevel(const Compiled& c, const std::string& level, bool json = false);

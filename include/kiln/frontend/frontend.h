@@ -6,6 +6,7 @@
 // constant, and each node left does tensor work. Input names, shapes and dtypes come from the archive's
 // extra file `kiln_inputs.json` (written by models/kiln_export.py), overridden by --input.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,14 @@ struct InputOverride {
 InputOverride parseInputOverride(const std::string& text);
 
 // Throws UserError for a missing/unreadable/non-TorchScript file, missing input records, overrides that do
-// not name an input, or shapes the model cannot run with.
-torch::Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides);
+// not name an input, or shapes the model cannot run with. `castTo` (--dtype) first casts the module's
+// floating-point parameters and buffers, and its floating-point inputs, to f16 or bf16.
+torch::Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides,
+                         std::optional<DType> castTo = std::nullopt);
 
 // Runs the module's forward with LibTorch (on the GPU when onGpu) and returns its tensor outputs, tuples
 // flattened in order. The ground truth for `kiln run --check` and the tests.
-std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu);
+std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu,
+                                     std::optional<DType> castTo = std::nullopt);
 
 }  // namespace kiln::frontend

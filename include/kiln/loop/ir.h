@@ -1,10 +1,14 @@
 // Loop IR: one node is one kernel-to-be (DESIGN.md §1): a loop nest over named axes that loads, computes,
-// optionally reduces, and writes one buffer.
+// reduces in stages, and writes one buffer.
 //
 //   kernel k3 writes t3[p0, p1, p2]            parallel axes p0.. span the output buffer's shape
-//     reduce sum over r0 < 64: value(p, r)     optional; its result is `acc`
-//     t3[p0, p1, p2] = result(p, acc)
+//     for each row (p0 .. p{rowAxes-1}):
+//       acc0 = max over r0 < 64: value0(row, r0)               stages, in order; a stage may use the
+//       acc1 = sum over r1 < 64: value1(row, r1, acc0)         accumulators of the stages before it
+//       t3[p0, p1, p2] = result(p, acc0, acc1)     the result may use every stage's accumulator
 //
+// A plain reduction is one stage whose rows are all the output points; softmax and RMSNorm fused into
+// one kernel are stages over a row followed by the row's elementwise write (loop-fuse-rows).
 // Values are expression trees (loads with index expressions, immediates, scalar functions); fusion
 // substitutes a producer's expression for the loads of its buffer. Printing and lowering share common
 // subexpressions, so a value loaded twice is loaded once.
@@ -42,6 +46,7 @@ struct Expr {
   int buffer = -1;            // Load
   std::vector<Idx> index;     // Load: one per buffer dim, over the kernel's axis variables; Select: {lhs, rhs}
   float imm = 0.f;            // Imm
+  int stage = 0;              // Acc: which stage's accumulator
   Fn fn = Fn::Add;            // Apply
   DType castTo = DType::F32;  // Apply(Cast): rounds to this type
   std::vector<ExprP> args;    // Apply; Select: {value if lhs < rhs, value otherwise}
@@ -49,7 +54,7 @@ struct Expr {
 ExprP load(int buffer, std::vector<Idx> index);
 ExprP imm(float v);
 ExprP apply(Fn fn, std::vector<ExprP> args);
-ExprP accRef();
+ExprP accRef(int stage = 0);
 // lhs < rhs ? a : b, the condition on indices only (concatenation).
 ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b);
 // Every buffer an expression reads: its loads, and index values read from memory inside their indices.
@@ -82,13 +87,16 @@ struct Kernel {
   std::string name;
   int output = -1;                   // buffer written at [p0, ..., pn-1]
   std::vector<Axis> parallel;        // one per output dim
-  std::optional<Reduction> reduction;
-  ExprP result;                      // may reference `acc` when there is a reduction
+  int rowAxes = 0;                   // stages depend on parallel[0 .. rowAxes) only
+  std::vector<Reduction> stages;     // empty for elementwise kernels
+  ExprP result;                      // may reference every stage's accumulator
   std::vector<std::string> origins;  // Torch ops this kernel holds, in program order
 
   VarExtents extents() const;
   int64_t parallelPoints() const;
-  int64_t iterations() const;        // parallel points x reduction points
+  int64_t rowPoints() const;         // points of the row axes
+  int64_t iterations() const;        // result evaluations plus every stage's reduction steps
+  int maxVar() const;                // largest variable id used by an axis
 };
 
 struct Program {
@@ -107,7 +115,7 @@ void verify(const Program& p);
 // Runs the program on the CPU: one value per input buffer, returns the output buffers.
 std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs);
 float evalExpr(const Expr& e, const std::vector<int64_t>& env, const std::vector<std::vector<float>>& buffers,
-               const std::vector<Buffer>& info, float acc, const IndexLoader* loader);
+               const std::vector<Buffer>& info, const std::vector<float>& accs, const IndexLoader* loader);
 float roundTo(DType t, float v);
 
 // Passes
@@ -119,5 +127,12 @@ bool eliminateDeadBuffers(Program& p);            // loop-eliminate-dead-buffers
 // into its consumers, or empty when it may be.
 std::string fusionRefusal(const Program& p, int producer);
 constexpr int64_t kMaxFusionWorkGrowth = 8;
+bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
+bool fuseRows(Program& p);                        // loop-fuse-rows
+// For `kiln compile --explain-fusion`: each kernel's Torch ops, and for every kernel whose buffer other
+// kernels read, why it was not fused into them.
+std::string explainFusion(const Program& p);
+// Every buffer read by kernel k (loads and index reads, in its stages and result).
+void forEachKernelRead(const Kernel& k, const std::function<void(int buffer, bool asIndex)>& f);
 
 }  // namespace kiln::loop

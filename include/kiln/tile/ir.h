@@ -4,8 +4,9 @@
 //
 //   thread_per_output   parallel axes flattened onto blockIdx.x*block + threadIdx.x; each thread runs the
 //                       whole reduction for its output serially         knobs: block
-//   block_per_output    one block per output point; its threads stride over the (flattened) reduction
-//                       axes and combine partial results by a shared-memory tree   knobs: threads
+//   block_per_row       one block per row of a staged kernel (per output point for a plain reduction);
+//                       its threads stride over each stage's (flattened) reduction axes, combine partial
+//                       results by a shared-memory tree, then stride over the row's outputs   knobs: threads
 #pragma once
 #include <map>
 #include <nlohmann/json_fwd.hpp>
@@ -15,7 +16,7 @@
 
 namespace kiln::tile {
 
-enum class Strategy { ThreadPerOutput, BlockPerOutput };
+enum class Strategy { ThreadPerOutput, BlockPerRow };
 const char* strategyName(Strategy s);
 
 struct Schedule {
@@ -37,7 +38,7 @@ void verify(const Program& p);
 Program lowerFromLoop(const loop::Program& p);  // tile-lower-from-loop
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 
-// Reductions at least this long get a block per output (knob default; see cooperative_reduce.cpp).
+// Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;
 
 }  // namespace kiln::tile
