@@ -1,6 +1,7 @@
-// tile-cooperative-reduce: gives a block to each row of a kernel whose reductions are long (some stage
-// reduces at least kCooperativeReduceMinExtent points) or that writes a whole row after its stages (a fused
-// softmax or RMSNorm). Its threads (knob `threads`: the longest stage or row rounded up to a power of two,
+// tile-cooperative-reduce: gives a block to each row of a kernel that writes a whole row after its stages
+// (a fused softmax or RMSNorm), or whose reductions are long (some stage reduces at least
+// kCooperativeReduceMinExtent points) while its outputs are too few to occupy the GPU one thread each
+// (fewer than kCooperativeReduceMaxOutputs: a matrix-vector product, a small matmul). Its threads (knob `threads`: the longest stage or row rounded up to a power of two,
 // 32..256) stride over each reduction, combine partial results through shared memory, then stride over the
 // row's outputs. Short reductions stay serial per thread, where one thread's loop is cheaper than a
 // block-wide combine.
@@ -22,7 +23,8 @@ bool cooperativeReduce(Program& p) {
       longest = std::max(longest, extent);
     }
     int64_t perRow = k.parallelPoints() / k.rowPoints();
-    if (longest < kCooperativeReduceMinExtent && perRow == 1) continue;
+    bool fewLongReductions = longest >= kCooperativeReduceMinExtent && k.rowPoints() < kCooperativeReduceMaxOutputs;
+    if (perRow == 1 && !fewLongReductions) continue;
     int64_t threads = 32;
     while (threads < std::max(longest, perRow) && threads < 256) threads *= 2;
     p.schedules[i] = Schedule{Strategy::BlockPerRow, {{"threads", threads}}};

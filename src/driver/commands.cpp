@@ -160,8 +160,8 @@ int runRun(const RunCommand& c, std::ostream& out) {
       results.push_back(fromBytes(b.dtype, b.shape, outs[i]));
     }
     if (c.benchIters > 0)
-      out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} back-to-back forwards)\n",
-                         kp.kernels.size(), model.timeMs(10, c.benchIters), c.benchIters);
+      out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} back-to-back forwards after 3 warm-up forwards)\n",
+                         kp.kernels.size(), model.timeMs(3, c.benchIters), c.benchIters);
   }
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", kp.modelName, kp.kernels.size(), device);
   if (!c.check) {

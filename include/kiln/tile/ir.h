@@ -40,5 +40,7 @@ bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;
+// ... and only while there are fewer outputs than this (about 16 resident warps on each of 132 SMs x 8).
+constexpr int64_t kCooperativeReduceMaxOutputs = 16384;
 
 }  // namespace kiln::tile

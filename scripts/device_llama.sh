@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# On the GPU machine: the Llama checks of docs/llama.md. Builds kiln, exports the TinyLlama-1.1B-shaped
+# transformers Llama (random weights) in f32 and bf16 at batch 1 x seq 128 and batch 8 x seq 128, and runs
+# `kiln run --check` on each (kiln's kernels against LibTorch on the same GPU), with compile time and a
+# timing; then compute-sanitizer memcheck/racecheck and f16 on the tiny config. Each step is bounded so a
+# slow one cannot eat the call; the table is printed last and saved as $OUT/summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kiln-device}
+LOG=$(mktemp -d)
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH KILN_CACHE_DIR=$LOG/cache
+STEPS=${KILN_STEPS:-"f32:1:128 bf16:1:128 f32:8:128 bf16:8:128"}
+rows=()
+row() { rows+=("$(printf '%-26s %-6s %-11s %-10s %-10s %s' "$@")"); }
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+  nvcc --version | tail -1
+} > "$LOG/versions.txt" 2>&1
+rm -rf build
+KILN_TARGET=kiln KILN_JOBS=$(nproc) bash scripts/build.sh > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+
+for step in $STEPS; do
+  IFS=: read -r dt b s <<< "$step"
+  name="tinyllama-$dt-b${b}s$s"
+  pt=$LOG/$name.pt
+  timeout 300 python3 models/hf_llama.py --preset tinyllama --dtype "$dt" --batch "$b" --seq "$s" --no-check -o "$pt" > "$LOG/export-$name.log" 2>&1 \
+    || { row "$name" EXPORT - - - "$(tail -1 "$LOG/export-$name.log")"; continue; }
+  start=$SECONDS
+  timeout 400 ./build/kiln run "$pt" --check --bench 5 --time-passes > "$LOG/run-$name.log" 2>&1; rc=$?
+  secs=$((SECONDS - start))
+  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/run-$name.log" | awk '{print $2}' | head -1)
+  ms=$(grep -o '[0-9.]* ms per forward' "$LOG/run-$name.log" | awk '{print $1}')
+  comp=$(grep -E '^ +[0-9.]+ ms +total' "$LOG/run-$name.log" | awk '{printf "%.1f s", $1/1000}')
+  row "$name" "$([ $rc = 0 ] && echo PASS || echo "rc=$rc")" "${err:--}" "${ms:--}" "${comp:--}" "wall $secs s"
+  rm -f "$pt"
+done
+
+for tiny in hf_llama_tiny llama_tiny; do
+  compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "models/fixtures/$tiny.pt" > "$LOG/memcheck-$tiny.log" 2>&1; mc=$?
+  compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "models/fixtures/$tiny.pt" > "$LOG/racecheck-$tiny.log" 2>&1; rcc=$?
+  ./build/kiln run "models/fixtures/$tiny.pt" --check > "$LOG/check-$tiny.log" 2>&1; c=$?
+  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$tiny.log" | awk '{print $2}' | head -1)
+  row "$tiny f32" "$([ $c = 0 ] && echo PASS || echo "rc=$c")" "${err:--}" - - "memcheck rc=$mc racecheck rc=$rcc"
+done
+for dt in f16 bf16; do
+  python3 models/hf_llama.py --dtype $dt -o "$LOG/hf_tiny_$dt.pt" > /dev/null 2>&1
+  ./build/kiln run "$LOG/hf_tiny_$dt.pt" --check > "$LOG/check-hf_tiny_$dt.log" 2>&1; c=$?
+  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-hf_tiny_$dt.log" | awk '{print $2}' | head -1)
+  row "hf_llama_tiny $dt" "$([ $c = 0 ] && echo PASS || echo "rc=$c")" "${err:--}" - - -
+done
+rm -f "$LOG"/*.pt
+tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
+{
+  cat "$LOG/versions.txt"
+  printf '%-26s %-6s %-11s %-10s %-10s %s\n' case check rel_l2 ms/fwd compile notes
+  printf '%s\n' "${rows[@]}"
+} | tee "$OUT/summary.txt"
