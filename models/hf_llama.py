@@ -119,6 +119,9 @@ def parse_args(argv=None):
     p.add_argument("--tied", action="store_true", help="tie lm_head.weight to embed_tokens.weight")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-check", action="store_true", help="skip reloading the .pt and comparing with eager")
+    p.add_argument("--device", default="cpu",
+                   help="trace on this device (cuda for checks on a GPU: transformers' traces pin the device "
+                        "their masks are built on, so the trace only runs where it was made)")
     p.add_argument("-o", "--output", type=pathlib.Path, default=None,
                    help=f"default: models/fixtures/{NAME}.pt (tiny preset only; required otherwise)")
     return p.parse_args(argv)
@@ -136,8 +139,10 @@ def main(argv=None):
     t0 = time.time()
     model = build(a.preset, a.dtype, a.tied, a.seed, hidden=a.hidden, layers=a.layers, heads=a.heads,
                   kv_heads=a.kv_heads, intermediate=a.intermediate, vocab=a.vocab)
+    model = model.to(a.device)
     t1 = time.time()
     inputs = example_inputs(model.model.config.vocab_size, a.batch, a.seq, a.seed)
+    inputs = {k: v.to(a.device) for k, v in inputs.items()}
     path = export(model, inputs, a.output)
     t2 = time.time()
     print(f"build {t1 - t0:.1f}s, trace+save {t2 - t1:.1f}s")

@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH KILN_CACHE_DIR=$LOG/cache
 STEPS=${KILN_STEPS:-"f32:1:128 bf16:1:128 f32:8:128 bf16:8:128"}
 rows=()
-row() { rows+=("$(printf '%-26s %-6s %-11s %-10s %-10s %s' "$@")"); }
+row() { rows+=("$(printf '%-26s %-6s %-11s %-10s %-10s %s' "$@")"); echo "${rows[-1]}"; }
 {
   date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
@@ -25,10 +25,11 @@ for step in $STEPS; do
   IFS=: read -r dt b s <<< "$step"
   name="tinyllama-$dt-b${b}s$s"
   pt=$LOG/$name.pt
-  timeout 300 python3 models/hf_llama.py --preset tinyllama --dtype "$dt" --batch "$b" --seq "$s" --no-check -o "$pt" > "$LOG/export-$name.log" 2>&1 \
+  timeout 300 python3 models/hf_llama.py --preset tinyllama --dtype "$dt" --batch "$b" --seq "$s" --no-check --device cuda -o "$pt" > "$LOG/export-$name.log" 2>&1 \
     || { row "$name" EXPORT - - - "$(tail -1 "$LOG/export-$name.log")"; continue; }
   start=$SECONDS
-  timeout 400 ./build/kiln run "$pt" --check --bench 5 --time-passes > "$LOG/run-$name.log" 2>&1; rc=$?
+  iters=5; [ "$b" -gt 1 ] && iters=2
+  timeout 400 ./build/kiln run "$pt" --check --bench "$iters" --time-passes > "$LOG/run-$name.log" 2>&1; rc=$?
   secs=$((SECONDS - start))
   err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/run-$name.log" | awk '{print $2}' | head -1)
   ms=$(grep -o '[0-9.]* ms per forward' "$LOG/run-$name.log" | awk '{print $1}')
@@ -37,15 +38,17 @@ for step in $STEPS; do
   rm -f "$pt"
 done
 
-for tiny in hf_llama_tiny llama_tiny; do
-  compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "models/fixtures/$tiny.pt" > "$LOG/memcheck-$tiny.log" 2>&1; mc=$?
-  compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "models/fixtures/$tiny.pt" > "$LOG/racecheck-$tiny.log" 2>&1; rcc=$?
-  ./build/kiln run "models/fixtures/$tiny.pt" --check > "$LOG/check-$tiny.log" 2>&1; c=$?
-  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$tiny.log" | awk '{print $2}' | head -1)
-  row "$tiny f32" "$([ $c = 0 ] && echo PASS || echo "rc=$c")" "${err:--}" - - "memcheck rc=$mc racecheck rc=$rcc"
+python3 models/hf_llama.py --device cuda --no-check -o "$LOG/hf_tiny_f32.pt" > /dev/null 2>&1
+for tiny in "$LOG/hf_tiny_f32.pt" models/fixtures/llama_tiny.pt; do
+  t=$(basename "$tiny" .pt)
+  compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$tiny" > "$LOG/memcheck-$t.log" 2>&1; mc=$?
+  compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$tiny" > "$LOG/racecheck-$t.log" 2>&1; rcc=$?
+  ./build/kiln run "$tiny" --check > "$LOG/check-$t.log" 2>&1; c=$?
+  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$t.log" | awk '{print $2}' | head -1)
+  row "$t" "$([ $c = 0 ] && echo PASS || echo "rc=$c")" "${err:--}" - - "memcheck rc=$mc racecheck rc=$rcc"
 done
 for dt in f16 bf16; do
-  python3 models/hf_llama.py --dtype $dt -o "$LOG/hf_tiny_$dt.pt" > /dev/null 2>&1
+  python3 models/hf_llama.py --dtype $dt --device cuda --no-check -o "$LOG/hf_tiny_$dt.pt" > /dev/null 2>&1
   ./build/kiln run "$LOG/hf_tiny_$dt.pt" --check > "$LOG/check-hf_tiny_$dt.log" 2>&1; c=$?
   err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-hf_tiny_$dt.log" | awk '{print $2}' | head -1)
   row "hf_llama_tiny $dt" "$([ $c = 0 ] && echo PASS || echo "rc=$c")" "${err:--}" - - -
