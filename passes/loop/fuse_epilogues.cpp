@@ -87,7 +87,14 @@ bool fuseEpilogues(Program& p) {
         ready = ready && (b == prod.output || it == writer.end() || it->second < static_cast<int>(pi));
       });
       if (!ready) continue;
-      // The merged kernel iterates the consumer's axes; the producer's stages are renamed into them.
+      // The merged kernel iterates the consumer's axes; the producer's stages are renamed into them, and
+      // its reduction axes get variables the consumer's axes do not use.
+      int nextVar = std::max(cons.maxVar(), prod.maxVar()) + 1;
+      for (auto& st : prod.stages)
+        for (Axis& a : st.axes) {
+          (*map)[a.var] = idxVar(nextVar, a.name);
+          a.var = nextVar++;
+        }
       ExprP prodResult = renamed(prod.result, *map);
       for (auto& st : prod.stages) st.value = renamed(st.value, *map);
       prod.result = mapLoads(cons.result, [&](const Expr& l) -> ExprP {

@@ -44,7 +44,8 @@ std::optional<DType> parseCast(const std::string& text) {
 DType checkType(const kernel::Program& kp, DType out) {
   DType t = out;
   for (auto& b : kp.buffers)
-    if ((b.kind == loop::Buffer::Kind::Input || b.kind == loop::Buffer::Kind::Weight) && tolerance(b.dtype) > tolerance(t))
+    if ((b.kind == loop::Buffer::Kind::Input || b.kind == loop::Buffer::Kind::Weight) &&
+        (b.dtype == DType::F16 || b.dtype == DType::BF16) && tolerance(b.dtype) > tolerance(t))
       t = b.dtype;
   return t;
 }

@@ -267,6 +267,44 @@ TEST(Cli, RunCheckInterpretPasses) {
   EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
 }
 
+TEST(Cli, ExplainFusion) {
+  Result r = kiln({"compile", kMlp, "--explain-fusion"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "kiln fusion report")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "kernel k0_")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "kernel k1_")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "aten::silu")) << describe(r);
+  EXPECT_TRUE(r.err.empty()) << describe(r);
+}
+
+TEST(Cli, RunCheckInterpretWithDtypeBf16) {
+  Result r = kiln({"run", kMlp, "--check", "--interpret", "--dtype", "bf16"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "bf16[")) << "the output is bf16:\n" << describe(r);
+  EXPECT_TRUE(contains(r.out, "(tolerance 2e-02)")) << describe(r);
+}
+
+TEST(Cli, BadDtype) {
+  expectOneLineError(kiln({"run", kMlp, "--check", "--interpret", "--dtype", "i64"}), 2, {"--dtype", "i64"});
+  expectOneLineError(kiln({"compile", kMlp, "--dtype", "i64"}), 2, {"--dtype", "i64"});
+}
+
+TEST(Cli, RunCheckInterpretHfLlama) {
+  Result r = kiln({"run", "models/fixtures/hf_llama_tiny.pt", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "f32[1x16x256]")) << describe(r);
+}
+
+// An f32 model with integer inputs (token ids) is checked at the f32 tolerance: the i64 input does not
+// count as a low precision.
+TEST(Cli, RunCheckF32LlamaUsesTheF32Tolerance) {
+  Result r = kiln({"run", "models/fixtures/llama_tiny.pt", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "(tolerance 1e-05) PASS")) << describe(r);
+}
+
 TEST(Cli, RunWithoutGpuSuggestsInterpret) {
   if (runtime::gpuAvailable()) GTEST_SKIP() << "this machine has a CUDA GPU";
   expectOneLineError(kiln({"run", kMlp}), 1, {"GPU", "--interpret"});

@@ -17,8 +17,8 @@ namespace kiln {
 namespace {
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm", "rmsnorm_aten", "softmax",
-                                          "linear",      "mlp",        "attention", "shapes"};
+const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",   "rmsnorm_aten", "softmax",
+                                          "linear",      "mlp",        "attention", "shapes",       "hf_llama_tiny"};
 
 std::string modelPath(const std::string& name) {
   return (fs::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();

@@ -1,12 +1,14 @@
 // End-to-end tests over every model fixture: the Loop-IR and Kernel-IR interpreters agree with LibTorch on
-// fresh random inputs, the emitted CUDA compiles with nvcc (sm_90, warnings are errors), and every pass in
-// passes.def runs for some model.
+// fresh random inputs, the emitted CUDA compiles with nvcc (sm_90, warnings are errors), --dtype casts
+// (compileModel's castTo) agree with LibTorch running the cast module, and every pass in passes.def runs
+// for some model.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "kiln/driver/pipeline.h"
+#include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
 #include "kiln/support/files.h"
 #include "kiln/support/host_tensor.h"
@@ -22,8 +25,9 @@ namespace kiln {
 namespace {
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm", "rmsnorm_aten", "softmax",
-                                          "linear",      "mlp",        "attention", "shapes"};
+const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",    "rmsnorm_aten",  "softmax",
+                                          "linear",      "mlp",        "attention",  "shapes",        "llama_tiny",
+                                          "hf_llama_tiny", "hf_llama_tiny_bf16"};
 
 std::string modelPath(const std::string& name) {
   return (fs::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
@@ -51,15 +55,32 @@ std::vector<HostTensor> randomInputs(const kernel::Program& kp, uint64_t seed) {
   return inputs;
 }
 
-void expectMatches(const std::vector<HostTensor>& out, const std::vector<HostTensor>& ref, const std::string& what) {
+bool isFloat(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// The dtype whose DESIGN.md §4 tolerance a comparison uses: the lowest floating-point precision among the
+// output and the model's inputs and weights (an f32 output of a bf16 model carries bf16 rounding). Integer
+// inputs (token ids) do not lower it: an f32 Llama is checked at 1e-5.
+DType checkDType(const kernel::Program& kp, DType out) {
+  DType t = out;
+  for (auto& b : kp.buffers)
+    if ((b.kind == loop::Buffer::Kind::Input || b.kind == loop::Buffer::Kind::Weight) && isFloat(b.dtype) &&
+        tolerance(b.dtype) > tolerance(t))
+      t = b.dtype;
+  return t;
+}
+
+void expectMatches(const std::vector<HostTensor>& out, const std::vector<HostTensor>& ref, const kernel::Program& kp,
+                   const std::string& what) {
   ASSERT_EQ(out.size(), ref.size()) << what << ": number of outputs";
   for (size_t i = 0; i < out.size(); ++i) {
+    DType t = checkDType(kp, ref[i].dtype);
+    EXPECT_EQ(out[i].dtype, ref[i].dtype) << what << " output " << i;
     Comparison cmp = compare(out[i], ref[i]);
-    EXPECT_TRUE(passes(cmp, ref[i].dtype))
+    EXPECT_TRUE(passes(cmp, t))
         << what << " output " << i << " (" << dtypeName(ref[i].dtype) << "[" << shapeString(ref[i].shape)
         << "], kiln [" << shapeString(out[i].shape) << "]): relL2 " << cmp.relL2 << " maxAbs " << cmp.maxAbs
         << (cmp.hasNaN ? " NaN/Inf" : "") << (cmp.shapeMismatch ? " shape mismatch" : "") << "; tolerance "
-        << tolerance(ref[i].dtype);
+        << tolerance(t) << " (" << dtypeName(t) << ")";
   }
 }
 
@@ -75,8 +96,8 @@ TEST_P(Models, InterpretersMatchLibTorch) {
     auto inputs = randomInputs(c.kernelIR, seed);
     auto ref = frontend::runReference(path, inputs, /*onGpu=*/false);
     ASSERT_FALSE(ref.empty());
-    expectMatches(loop::interpret(c.loopIR, inputs), ref, "Loop IR interpreter");
-    expectMatches(kernel::interpret(c.kernelIR, inputs), ref, "Kernel IR interpreter");
+    expectMatches(loop::interpret(c.loopIR, inputs), ref, c.kernelIR, "Loop IR interpreter");
+    expectMatches(kernel::interpret(c.kernelIR, inputs), ref, c.kernelIR, "Kernel IR interpreter");
   }
 }
 
@@ -89,15 +110,41 @@ TEST_P(Models, NvccCompilesEveryKernel) {
   } catch (const UserError& e) {
     FAIL() << "writeArtifacts failed: " << e.what();
   }
-  EXPECT_TRUE(fs::exists(out / "manifest.json"));
+  ASSERT_TRUE(fs::exists(out / "manifest.json"));
   EXPECT_TRUE(fs::exists(out / "weights.bin"));
   ASSERT_EQ(c.cudaIR.sources.size(), c.kernelIR.kernels.size());
-  for (const kernel::Kernel& k : c.kernelIR.kernels) {
+  // Kernels with identical code share one cubin: every manifest kernel's cubin exists and is not empty,
+  // its entry is the kernel that cubin was compiled for, and there are no more cubins than kernels.
+  runtime::Manifest m = runtime::readManifest(out);
+  ASSERT_EQ(m.kernels.size(), c.kernelIR.kernels.size());
+  std::set<std::string> cubins, entryNames;
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    const runtime::KernelInfo& k = m.kernels[i];
+    EXPECT_EQ(k.name, c.kernelIR.kernels[i].name);
     EXPECT_TRUE(fs::exists(out / (k.name + ".cu"))) << k.name;
-    EXPECT_TRUE(fs::exists(out / (k.name + ".cubin"))) << k.name;
-    if (fs::exists(out / (k.name + ".cubin"))) {
-      EXPECT_GT(fs::file_size(out / (k.name + ".cubin")), 0u) << k.name;
+    EXPECT_TRUE(fs::exists(out / k.cubin)) << k.name << " -> " << k.cubin;
+    if (fs::exists(out / k.cubin)) {
+      EXPECT_GT(fs::file_size(out / k.cubin), 0u) << k.cubin;
     }
+    EXPECT_EQ(k.cubin, k.entry + ".cubin") << k.name;
+    cubins.insert(k.cubin);
+    entryNames.insert(k.entry);
+  }
+  EXPECT_LE(cubins.size(), m.kernels.size());
+  EXPECT_EQ(cubins.size(), entryNames.size());
+  // Each shared entry is an earlier kernel that has its own cubin.
+  for (const runtime::KernelInfo& k : m.kernels) {
+    auto owner = std::find_if(m.kernels.begin(), m.kernels.end(), [&](auto& o) { return o.name == k.entry; });
+    ASSERT_NE(owner, m.kernels.end()) << k.name << "'s entry " << k.entry << " is no kernel";
+    EXPECT_EQ(owner->entry, owner->name) << k.name;
+  }
+  // Only compiled kernels have a cubin on disk: no stray ones.
+  int onDisk = 0;
+  for (auto& e : fs::directory_iterator(out)) onDisk += e.path().extension() == ".cubin";
+  EXPECT_EQ(onDisk, static_cast<int>(cubins.size()));
+  // The two decoder layers of the Llamas share their kernels' code.
+  if (GetParam().find("llama") != std::string::npos) {
+    EXPECT_LT(cubins.size(), m.kernels.size()) << GetParam() << ": no kernel shares a cubin";
   }
   // Nothing but `out` is left in the parent (the temporary build directory was renamed into place).
   int entries = 0;
@@ -110,6 +157,56 @@ TEST_P(Models, NvccCompilesEveryKernel) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Models, ::testing::ValuesIn(kModels),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// `--dtype`: compileModel's castTo casts the model's floating-point weights and inputs; both interpreters
+// agree with LibTorch running the same module cast the same way, at the bf16/f16 tolerance (2e-2).
+struct CastCase {
+  std::string model;
+  DType dtype;
+};
+
+void PrintTo(const CastCase& c, std::ostream* os) { *os << c.model << " --dtype " << dtypeName(c.dtype); }
+
+class Casts : public ::testing::TestWithParam<CastCase> {};
+
+TEST_P(Casts, InterpretersMatchLibTorchCastTheSameWay) {
+  const auto& [model, dtype] = GetParam();
+  const std::string path = modelPath(model);
+  Compiled c = compileModel(path, {}, PipelineOptions{}, "cuda", dtype);
+  // The cast happened: the module's parameters ("*.weight") and its floating-point inputs are in the target
+  // type (constants kiln makes itself, like SDPA's causal_mask, may stay f32).
+  int weights = 0;
+  for (auto& b : c.kernelIR.buffers) {
+    bool param = b.kind == loop::Buffer::Kind::Weight && b.name.size() > 6 && b.name.compare(b.name.size() - 6, 6, "weight") == 0;
+    if (param || (b.kind == loop::Buffer::Kind::Input && isFloat(b.dtype))) {
+      EXPECT_EQ(b.dtype, dtype) << b.name;
+    }
+    weights += param;
+  }
+  EXPECT_GT(weights, 0);
+  auto inputs = randomInputs(c.kernelIR, 21);
+  auto ref = frontend::runReference(path, inputs, /*onGpu=*/false, dtype);
+  ASSERT_EQ(ref.size(), c.kernelIR.outputs.size());
+  auto check = [&](const std::vector<HostTensor>& out, const char* what) {
+    ASSERT_EQ(out.size(), ref.size()) << what;
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(ref[i].dtype, dtype) << what << " reference output " << i;
+      Comparison cmp = compare(out[i], ref[i]);
+      EXPECT_TRUE(passes(cmp, dtype)) << model << " --dtype " << dtypeName(dtype) << " " << what << " output " << i
+                                      << ": relL2 " << cmp.relL2 << " maxAbs " << cmp.maxAbs
+                                      << (cmp.hasNaN ? " NaN/Inf" : "") << "; tolerance " << tolerance(dtype);
+    }
+  };
+  check(loop::interpret(c.loopIR, inputs), "Loop IR interpreter");
+  check(kernel::interpret(c.kernelIR, inputs), "Kernel IR interpreter");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtype, Casts,
+                         ::testing::Values(CastCase{"mlp", DType::BF16}, CastCase{"mlp", DType::F16},
+                                           CastCase{"llama_tiny", DType::BF16}, CastCase{"llama_tiny", DType::F16}),
+                         [](const ::testing::TestParamInfo<CastCase>& info) {
+                           return info.param.model + "_" + std::string(dtypeName(info.param.dtype));
+                         });
 
 // Every registered pass runs, in registry order, for at least one model; --dump-dir writes one numbered file
 // per pass ("04-tensor-compose-index-maps.txt").
