@@ -3,6 +3,8 @@
 // Post: kernels in the Tensor graph's topological order; each output buffer written by exactly one kernel.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kiln/loop/ir.h"
 #include "kiln/support/error.h"
 
@@ -59,6 +61,9 @@ Program lowerFromTensor(const tensor::Graph& g) {
       Buffer b;
       b.kind = n.kind == Node::Kind::Input ? Buffer::Kind::Input : Buffer::Kind::Weight;
       b.name = n.name;
+      // Keep names unique (folded constants and per-layer masks repeat theirs): dumps name buffers.
+      for (int k = 1; std::any_of(p.buffers.begin(), p.buffers.end(), [&](const Buffer& o) { return o.name == b.name; }); ++k)
+        b.name = fmt::format("{}_{}", n.name, k);
       b.dtype = n.dtype;
       b.shape = n.shape;
       b.weight = n.weight;
