@@ -26,6 +26,11 @@ for pt in models/fixtures/*.pt; do
   compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$pt" > "$LOG/racecheck-$m.log" 2>&1; rcc=$?
   rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "$m" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "${ms:--}" "$([ $mc = 0 ] && echo clean || echo "rc=$mc")" "$([ $rcc = 0 ] && echo clean || echo "rc=$rcc")")")
 done
+for dt in bf16 f16; do
+  ./build/kiln run models/fixtures/llama_tiny.pt --check --dtype $dt > "$LOG/check-llama_tiny-$dt.log" 2>&1; rc=$?
+  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-llama_tiny-$dt.log" | awk '{print $2}' | head -1)
+  rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "llama_tiny:$dt" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" - - -)")
+done
 tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
 {
   cat "$LOG/versions.txt"

@@ -76,7 +76,12 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
   ::torch::NoGradGuard noGrad;
   std::vector<c10::IValue> args;
   for (const auto& t : inputs) args.push_back(toTorch(t, onGpu));
-  c10::IValue out = module.forward(args);
+  c10::IValue out;
+  try {
+    out = module.forward(args);
+  } catch (const std::exception& e) {
+    userError("LibTorch's reference run of {} failed on the {} ({})", path, onGpu ? "GPU" : "CPU", firstLine(e.what()));
+  }
   std::vector<HostTensor> result;
   std::function<void(const c10::IValue&)> flatten = [&](const c10::IValue& v) {
     if (v.isTensor()) result.push_back(fromTorch(v.toTensor()));
