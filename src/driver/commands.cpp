@@ -83,12 +83,17 @@ std::string hexHash(const std::string& s) {
   return fmt::format("{:016x}", h);
 }
 
-// Compiled kernels for a GPU run are cached by model content, input shapes, kiln version and arch.
+// Compiled kernels for a GPU run are cached by model content, input shapes, --dtype, kiln version and build,
+// and arch.
 fs::path cacheDirFor(const RunCommand& c, const kernel::Program& kp) {
   std::ifstream in(c.model, std::ios::binary);
   std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (int i : kp.inputs) key += fmt::format("|{}:{}", shapeString(kp.buffers[i].shape), dtypeName(kp.buffers[i].dtype));
   key += fmt::format("|{}|{}|{}", KILN_VERSION, c.arch, c.dtype);
+  // The kiln build itself: a rebuilt compiler may emit different kernels under the same version number.
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) key += fmt::format("|{}|{}|{}", self.string(), fs::file_size(self, ec), fs::last_write_time(self, ec).time_since_epoch().count());
   const char* env = std::getenv("KILN_CACHE_DIR");
   const char* home = std::getenv("HOME");
   fs::path root = env ? fs::path(env) : home ? fs::path(home) / ".cache" / "kiln" : fs::temp_directory_path() / "kiln-cache";
