@@ -393,7 +393,7 @@ TEST(Fusion, EpilogueOfHigherRankKeepsTheReductionVariableApart) {
 
 // The kernels of one decoder layer of hf_llama_tiny, by their roles.
 struct LlamaLayer {
-  int attnNorm, q, k, v, qRope, kRope, scores, softmax, pv, oProj, mlpNorm, gateUp, down;
+  int attnNorm, qkv, qRope, kRope, scores, softmax, pv, oProj, mlpNorm, gateUp, down;
 };
 
 // Splits hf_llama_tiny's fused Loop IR into its layers: the three SDPA kernels (scores, softmax, P·V) anchor
@@ -404,18 +404,19 @@ std::vector<LlamaLayer> llamaLayers(const Program& p) {
     if (!holds(p.kernels[i], "aten::scaled_dot_product_attention") || (i > 0 && holds(p.kernels[i - 1], "aten::scaled_dot_product_attention")))
       continue;
     int s = static_cast<int>(i);
-    layers.push_back({s - 6, s - 5, s - 4, s - 3, s - 2, s - 1, s, s + 1, s + 2, s + 3, s + 4, s + 5, s + 6});
+    layers.push_back({s - 4, s - 3, s - 2, s - 1, s, s + 1, s + 2, s + 3, s + 4, s + 5, s + 6});
   }
   return layers;
 }
 
-// In hf_llama_tiny every decoder layer is 13 kernels; both residual adds are epilogues of the projection
+// In hf_llama_tiny every decoder layer is 11 kernels (q, k and v one stacked product); both residual adds
+// are epilogues of the projection
 // before them (o_proj, down_proj), so the residual stream is written once per add.
 TEST(Fusion, HfLlamaResidualAddsAreEpilogues) {
   Program p = fused("hf_llama_tiny");
   auto layers = llamaLayers(p);
   ASSERT_EQ(layers.size(), 2u) << print(p);
-  EXPECT_EQ(p.kernels.size(), 2 * 13 + 2u) << "2 layers of 13 kernels, the final norm and the LM head:\n" << print(p);
+  EXPECT_EQ(p.kernels.size(), 2 * 11 + 2u) << "2 layers of 11 kernels, the final norm and the LM head:\n" << print(p);
   EXPECT_EQ(layers[1].attnNorm, layers[0].down + 1);
   for (const LlamaLayer& L : layers) {
     SCOPED_TRACE(fmt::format("layer at kernel {}", L.scores));
@@ -438,6 +439,10 @@ TEST(Fusion, HfLlamaResidualAddsAreEpilogues) {
     }
     EXPECT_EQ(p.kernels[L.gateUp].stages.size(), 2u) << printKernelBody(p, p.kernels[L.gateUp]);
     EXPECT_TRUE(holds(p.kernels[L.gateUp], "aten::silu"));
+    // q, k and v come from one product; both rotary kernels and P·V read it.
+    EXPECT_TRUE(readsBuffer(p.kernels[L.qRope], p.kernels[L.qkv].output));
+    EXPECT_TRUE(readsBuffer(p.kernels[L.kRope], p.kernels[L.qkv].output));
+    EXPECT_TRUE(readsBuffer(p.kernels[L.pv], p.kernels[L.qkv].output));
   }
 }
 
@@ -468,7 +473,7 @@ TEST(Fusion, ScoresMatmulStaysItsOwnKernel) {
     EXPECT_FALSE(fuseRows(p));
     EXPECT_EQ(print(p), once);
     if (std::string(model) == "attention") {
-      EXPECT_EQ(p.kernels.size(), 7u) << "q, k, v, scores (with / sqrt(d)), softmax, P·V, o:\n" << print(p);
+      EXPECT_EQ(p.kernels.size(), 5u) << "q/k/v stacked, scores (with / sqrt(d)), softmax, P·V, o:\n" << print(p);
       EXPECT_TRUE(holds(scores, "aten::matmul"));
       EXPECT_TRUE(holds(scores, "aten::div")) << "the 1/sqrt(d) scale is the scores' epilogue";
       EXPECT_TRUE(holds(p.kernels[softmax], "aten::softmax"));
