@@ -6,7 +6,7 @@
 
 Per case and dtype:
   prepare (in a worker process, --jobs of them in parallel, while the GPU is not being timed):
-    trace the case (on cuda) to a .pt; `kiln run CASE.pt --check --bench 10` (kiln compiles, runs its kernels and
+    trace the case (on cuda) to a .pt; `kiln run CASE.pt --check --bench 3` (kiln compiles, runs its kernels and
     compares them with LibTorch on the same GPU); one torch.compile of the case, to time the cold compile and to
     fill Inductor's on-disk caches.
   measure (in this process, one case at a time, nothing else on the GPU):
@@ -72,7 +72,7 @@ from export_cases import export_case  # noqa: E402
 TOLERANCE = {"f32": 1e-5, "bf16": 2e-2}      # relative L2 error, DESIGN.md section 4
 COMPILE_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-cudagraphs"}
 MIN_SETS, MAX_SETS, L2_FACTOR = 2, 512, 3
-KILN_CHECK_ITERS = 10
+KILN_CHECK_ITERS = 3   # the check run's timing only picks N for the timing run
 
 
 # ------------------------------------------------------------------------------------------------- kiln
@@ -344,6 +344,7 @@ class Options:
     skip_kiln: bool
     l2_bytes: int
     dry_interpret_mflop: float
+    jobs: int
 
 
 def key(case, dtype):
@@ -383,8 +384,15 @@ def prepare(case, dtype, opts):
         rc, out, err, secs = run_kiln(opts.kiln, args, opts.kiln_timeout, kiln_env(opts))
         res["kiln"] = parse_kiln_run(rc, out, err)
         res["kiln"]["check_run_s"] = round(secs, 2)
+    # Warm torch.compile's caches, default mode only. The workers share the GPU, so kernel configs they
+    # benchmark are not kept (autotune_local_cache off): the measuring process tunes its own, alone on the GPU.
+    # max-autotune compiles only in the measuring process, for the same reason.
+    import torch._inductor.config as inductor_config
+    inductor_config.autotune_local_cache = False
     res["cold_compile_s"] = {}
     for side, mode in opts.modes.items():
+        if mode != "default":
+            continue
         try:
             res["cold_compile_s"][side] = warm_compile(case, dtype, opts.device, mode)
         except Exception as e:
@@ -398,8 +406,10 @@ def prepare_in_subprocess(case, dtype, opts):
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--prepare-one", case.name, dtype,
            "--options-json", json.dumps(dataclasses.asdict(opts))]
     timeout = opts.kiln_timeout + 600
+    env = dict(os.environ)   # the workers share the CPUs: keep Inductor's compile pools small
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, opts.jobs))))
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"prepare_error": f"prepare ran past {timeout} s"}
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("PREPARED ")]
@@ -498,7 +508,8 @@ def load_resume(paths):
         p = pathlib.Path(p)
         if p.exists():
             for r in json.loads(p.read_text())["results"]:
-                rows[f"{r['case']}:{r['dtype']}"] = r
+                if "prepare_error" not in r:   # a crashed worker's case runs again
+                    rows[f"{r['case']}:{r['dtype']}"] = r
     return rows
 
 
@@ -554,8 +565,8 @@ def parse_args(argv=None):
     ap.add_argument("--limit-seconds", type=float, default=None, help="start no new case after this wall time")
     ap.add_argument("--max-autotune", action="store_true", help="also torch.compile mode=max-autotune-no-cudagraphs")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: export on the CPU, kiln compile only")
-    ap.add_argument("--out", default=None, help="results JSON (default bench/results/<UTC date>-h200.json, "
-                                                "or <date>-dryrun.json for --dry-run)")
+    ap.add_argument("--out", default=None, help="results JSON (default bench/results/<UTC date>-h200.json; "
+                                                "for --dry-run $TMPDIR/kiln-bench-dryrun-<date>.json)")
     ap.add_argument("--resume", nargs="*", default=[], help="results JSONs whose cases are kept and skipped")
     ap.add_argument("--commit", default=None, help="kiln commit to record (default: git rev-parse HEAD)")
     ap.add_argument("--kiln", default=str(REPO / "build" / "kiln"))
@@ -566,7 +577,7 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=15, help="timed CUDA-graph replays per figure (median)")
     ap.add_argument("--target-ms", type=float, default=4.0, help="aimed length of one timed replay")
     ap.add_argument("--kiln-target-ms", type=float, default=300.0, help="aimed length of kiln's timed loop")
-    ap.add_argument("--kiln-timeout", type=float, default=300.0)
+    ap.add_argument("--kiln-timeout", type=float, default=120.0, help="seconds per kiln call")
     ap.add_argument("--dry-interpret-mflop", type=float, default=100.0,
                     help="dry run: also `kiln run --check --interpret` for cases of at most this many MFLOP")
     ap.add_argument("--skip-kiln", action="store_true")
@@ -609,7 +620,9 @@ def main(argv=None):
     workdir_ctx = (contextlib.nullcontext(args.workdir) if args.workdir
                    else tempfile.TemporaryDirectory(prefix="kiln-bench-"))
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    out = pathlib.Path(args.out or HERE / "results" / f"{date}-{'dryrun' if args.dry_run else 'h200'}.json")
+    default_out = (pathlib.Path(tempfile.gettempdir()) / f"kiln-bench-dryrun-{date}.json" if args.dry_run
+                   else HERE / "results" / f"{date}-h200.json")
+    out = pathlib.Path(args.out or default_out)
     modes = {} if args.skip_compile else {"compile": "default"}
     if args.max_autotune and not args.skip_compile:
         modes["compile_max_autotune"] = COMPILE_MODES["compile_max_autotune"]
@@ -630,16 +643,19 @@ def main(argv=None):
         opts = Options(kiln=str(kiln.resolve()), workdir=str(workdir), device=device, dry_run=args.dry_run,
                        modes=modes, kiln_timeout=args.kiln_timeout, kiln_target_ms=args.kiln_target_ms,
                        repeats=args.repeats, target_ms=args.target_ms, skip_kiln=args.skip_kiln, l2_bytes=l2,
-                       dry_interpret_mflop=args.dry_interpret_mflop)
+                       dry_interpret_mflop=args.dry_interpret_mflop, jobs=jobs)
         stopped = False
         chunk = 2 * jobs
+        last_prepare_s = 0.0   # a batch is prepared only if the last one's time still fits before the limit
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             for start in range(0, len(work), chunk):
-                if args.limit_seconds and time.perf_counter() - t0 > args.limit_seconds:
+                if args.limit_seconds and time.perf_counter() - t0 + last_prepare_s > args.limit_seconds:
                     stopped = True
                     break
                 batch = work[start:start + chunk]
+                t = time.perf_counter()
                 preps = list(pool.map(lambda cd: prepare_in_subprocess(cd[0], cd[1], opts), batch))
+                last_prepare_s = time.perf_counter() - t
                 for (case, dtype), prep in zip(batch, preps):
                     if args.limit_seconds and time.perf_counter() - t0 > args.limit_seconds:
                         stopped = True

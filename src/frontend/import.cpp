@@ -2,12 +2,12 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/inliner.h>
-#include <torch/cuda.h>
 #include <torch/script.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -124,6 +124,41 @@ bool shapeOnly(const jit::Node* node) {
   return ops.count(node->kind().toQualString()) > 0;
 }
 
+// Work on input data only needs its result's shape and dtype here: it runs on "meta" tensors, which carry
+// both and compute nothing (a 1.1B-parameter forward costs no time). An op without a meta kernel runs on
+// zero-filled tensors of the same shapes instead.
+c10::IValue mapTensors(const c10::IValue& v, const std::function<at::Tensor(const at::Tensor&)>& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const c10::IValue& e : list) out.push_back(mapTensors(e, f));
+    return out;
+  }
+  return v;
+}
+
+void evaluateOnMeta(const jit::Node* node, jit::Stack& stack) {
+  auto toMeta = [](const at::Tensor& t) { return t.is_meta() ? t : t.to(at::kMeta); };
+  jit::Stack meta;
+  for (const auto& v : stack) meta.push_back(mapTensors(v, toMeta));
+  try {
+    node->getOperation()(meta);
+    stack = std::move(meta);
+    return;
+  } catch (const std::exception&) {  // no meta kernel (embedding and sdpa in torch 2.11): run it for real
+  }
+  auto toReal = [](const at::Tensor& t) { return t.is_meta() ? at::zeros(t.sizes(), t.options().device(at::kCPU)) : t; };
+  for (auto& v : stack) v = mapTensors(v, toReal);
+  node->getOperation()(stack);
+  for (auto& v : stack) v = mapTensors(v, toMeta);
+}
+
 class Importer {
  public:
   Importer(std::string path, std::string modelName) : path_(std::move(path)) { g_.modelName = std::move(modelName); }
@@ -173,6 +208,8 @@ class Importer {
       } else if (node->kind() == c10::prim::TupleUnpack) {
         auto elems = stack.at(0).toTupleRef().elements().vec();
         stack.assign(elems.begin(), elems.end());
+      } else if (dyn) {
+        evaluateOnMeta(node, stack);
       } else {
         node->getOperation()(stack);
       }
@@ -270,10 +307,7 @@ class Importer {
 
 }  // namespace
 
-namespace {
-
-Graph specialise(const std::string& path, const std::vector<InputOverride>& overrides, std::optional<DType> castTo,
-                 bool onGpu) {
+Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides, std::optional<DType> castTo) {
   jit::ExtraFilesMap extra{{"kiln_inputs.json", ""}};
   jit::Module module = loadModule(path, extra);
   jit::Module frozen;
@@ -281,7 +315,6 @@ Graph specialise(const std::string& path, const std::vector<InputOverride>& over
   try {
     module.eval();
     castModule(module, castTo);
-    if (onGpu) module.to(at::kCUDA);
     frozen = jit::freeze_module(module);
     graph = frozen.get_method("forward").graph()->copy();
     jit::Inline(*graph);
@@ -295,25 +328,12 @@ Graph specialise(const std::string& path, const std::vector<InputOverride>& over
     for (auto& s : specs)
       if (s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16) s.dtype = *castTo;
   std::vector<at::Tensor> inputs;
-  for (size_t i = 0; i < specs.size(); ++i)
-    inputs.push_back(toTorch(randomTensor(specs[i].dtype, specs[i].shape, 1000 + i), onGpu));
+  for (const InputSpec& spec : specs)
+    inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalarType(spec.dtype)).device(at::kMeta)));
   ::torch::NoGradGuard noGrad;
   return Importer(path, std::filesystem::path(path).stem().string()).run(*graph, specs, inputs);
 }
 
-}  // namespace
 
-Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides, std::optional<DType> castTo) {
-  // The specialising run happens on the GPU when LibTorch sees one (a 1.1B model's forward takes seconds
-  // there and minutes on two CPU cores); the values it folds are the same either way. A trace that pins
-  // some tensors to the CPU (a traced device constant) fails there and is run on the CPU instead.
-  if (::torch::cuda::is_available()) {
-    try {
-      return specialise(path, overrides, castTo, true);
-    } catch (const UserError&) {
-    }
-  }
-  return specialise(path, overrides, castTo, false);
-}
 
 }  // namespace kiln::frontend

@@ -1,9 +1,10 @@
 // The frontend: the only part of kiln that sees LibTorch (DESIGN.md §2).
 //
 // importModel loads a TorchScript archive, freezes and inlines `forward`, and specialises it to the input
-// shapes by evaluating the graph once with LibTorch on random inputs of those shapes: every value that does
-// not depend on input *data* (sizes, integer arithmetic, lists, tensors built from constants) becomes a
-// constant, and each node left does tensor work. Input names, shapes and dtypes come from the archive's
+// shapes by evaluating the graph once with LibTorch: every value that does not depend on input *data*
+// (sizes, integer arithmetic, lists, tensors built from constants) is computed and becomes a constant, and
+// each node left does tensor work. Work on input data runs on meta tensors, which give shapes and dtypes
+// without computing anything. Input names, shapes and dtypes come from the archive's
 // extra file `kiln_inputs.json` (written by models/kiln_export.py), overridden by --input.
 #pragma once
 #include <optional>
