@@ -153,7 +153,14 @@ void evaluateOnMeta(const jit::Node* node, jit::Stack& stack) {
     return;
   } catch (const std::exception&) {  // no meta kernel (embedding and sdpa in torch 2.11): run it for real
   }
-  auto toReal = [](const at::Tensor& t) { return t.is_meta() ? at::zeros(t.sizes(), t.options().device(at::kCPU)) : t; };
+  // Zeros on the device of the op's other operands (a trace made on the GPU keeps its weights there).
+  at::Device device = at::kCPU;
+  for (const auto& v : stack)
+    mapTensors(v, [&](const at::Tensor& t) {
+      if (!t.is_meta()) device = t.device();
+      return t;
+    });
+  auto toReal = [&](const at::Tensor& t) { return t.is_meta() ? at::zeros(t.sizes(), t.options().device(device)) : t; };
   for (auto& v : stack) v = mapTensors(v, toReal);
   node->getOperation()(stack);
   for (auto& v : stack) v = mapTensors(v, toMeta);
