@@ -384,11 +384,8 @@ def prepare(case, dtype, opts):
         rc, out, err, secs = run_kiln(opts.kiln, args, opts.kiln_timeout, kiln_env(opts))
         res["kiln"] = parse_kiln_run(rc, out, err)
         res["kiln"]["check_run_s"] = round(secs, 2)
-    # Warm torch.compile's caches, default mode only. The workers share the GPU, so kernel configs they
-    # benchmark are not kept (autotune_local_cache off): the measuring process tunes its own, alone on the GPU.
-    # max-autotune compiles only in the measuring process, for the same reason.
-    import torch._inductor.config as inductor_config
-    inductor_config.autotune_local_cache = False
+    # Warm torch.compile's caches, default mode only (max-autotune tunes only in the measuring process, alone
+    # on the GPU); main() turns off Inductor's cache of tuned kernel configs, for the same reason.
     res["cold_compile_s"] = {}
     for side, mode in opts.modes.items():
         if mode != "default":
@@ -603,6 +600,10 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False     # f32 means f32: the floor uses the non-TF32 peak
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    # The prepare workers share the GPU, so kernel configs they tune are not trusted: no process writes or reads
+    # Inductor's on-disk cache of tuned configs (its FX-graph and Triton caches stay on; this key is not in them).
+    import torch._inductor.config as inductor_config
+    inductor_config.autotune_local_cache = False
 
     if args.prepare_one:                               # worker mode
         opts = Options(**json.loads(args.options_json))
