@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "models"))
 from kiln_export import randomize_  # noqa: E402
+from llama import RMSNorm  # noqa: E402  (Llama's RMSNorm written out: pow, mean, add eps, rsqrt, mul)
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 ELEMENT_BYTES = {"f32": 4, "bf16": 2}
@@ -94,17 +95,6 @@ class ProjectionResidual(nn.Module):
         return self.o_proj(x) + residual
 
 
-class RMSNorm(nn.Module):
-    """Llama's RMSNorm written out (pow, mean, add eps, rsqrt, mul, mul weight), in the input's dtype."""
-
-    def __init__(self, hidden, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden))
-        self.eps = eps
-
-    def forward(self, x):
-        variance = x.pow(2).mean(-1, keepdim=True)
-        return self.weight * (x * torch.rsqrt(variance + self.eps))
 
 
 class Softmax(nn.Module):
