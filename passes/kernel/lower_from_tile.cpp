@@ -9,6 +9,7 @@
 // Common subexpressions are computed once per scope.
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
 
 #include "kiln/kernel/lower.h"
@@ -111,10 +112,36 @@ class KernelBuilder {
     return rowMajor(idx, tp_.loop.buffers[lk_.output].shape, extents_);
   }
 
-  void storeResult(Block& out) {
-    std::map<std::string, FE> cse;
+  void storeResult(Block& out, std::map<std::string, FE> cse = {}) {
     FE r = lower(lk_.result, out, cse);
     out.push_back(storeGlobal(0, outputIndex(), r));
+  }
+
+  // Whether e has the same value for every output of a row: it reads the stages' totals and memory at
+  // row-axis indices only (RMSNorm's rsqrt(mean + eps), softmax's 1/sum).
+  bool rowInvariant(const loop::ExprP& e) const {
+    bool invariant = true;
+    auto check = [&](const Idx& i) {
+      forEachVar(i, [&](int v) {
+        for (size_t d = lk_.rowAxes; d < lk_.parallel.size(); ++d) invariant = invariant && lk_.parallel[d].var != v;
+      });
+    };
+    std::function<void(const loop::ExprP&)> visit = [&](const loop::ExprP& x) {
+      for (auto& i : x->index) check(i);
+      for (auto& a : x->args) visit(a);
+    };
+    visit(e);
+    return invariant;
+  }
+
+  // Computes the row-invariant parts of the result once per row, before the row's write loop.
+  void hoistRowInvariants(const loop::ExprP& e, Block& out, std::map<std::string, FE>& cse) {
+    bool worthIt = e->kind == loop::Expr::Kind::Apply || e->kind == loop::Expr::Kind::Load || e->kind == loop::Expr::Kind::Select;
+    if (worthIt && rowInvariant(e)) {
+      lower(e, out, cse);
+      return;
+    }
+    for (auto& a : e->args) hoistRowInvariants(a, out, cse);
   }
 
   // acc_s = combine(acc_s, value_s) in `body` (the loop body over stage s's reduction axes).
@@ -195,10 +222,12 @@ class KernelBuilder {
       k_.body.push_back(assign(acc, loadShared(0, idxConst(0))));
       k_.body.push_back(barrier());  // everyone has read the total before the next stage reuses `red`
     }
+    std::map<std::string, FE> rowValues;
+    hoistRowInvariants(lk_.result, k_.body, rowValues);
     Block write;
     extents_[kLinearVar] = perRow;
     unflatten(inner, idxVar(kLinearVar, "c"), perRow, write);
-    storeResult(write);
+    storeResult(write, rowValues);
     k_.body.push_back(forLoop(kLinearVar, "c", threadIdx(), idxConst(perRow), threads, std::move(write)));
   }
 
