@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <cstring>
 #include <random>
 
 #include "kiln/driver/pipeline.h"
@@ -86,8 +87,20 @@ std::string hexHash(const std::string& s) {
 // Compiled kernels for a GPU run are cached by model content, input shapes, --dtype, kiln version and build,
 // and arch.
 fs::path cacheDirFor(const RunCommand& c, const kernel::Program& kp) {
+  // The model's content, hashed in chunks (a 1.1B-parameter archive is 4.4 GB).
   std::ifstream in(c.model, std::ios::binary);
-  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64-bit words
+  std::vector<char> chunk(1 << 20);
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+    size_t n = static_cast<size_t>(in.gcount()), i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, chunk.data() + i, 8);
+      h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < n; ++i) h = (h ^ static_cast<unsigned char>(chunk[i])) * 1099511628211ull;
+  }
+  std::string key = fmt::format("{:016x}", h);
   for (int i : kp.inputs) key += fmt::format("|{}:{}", shapeString(kp.buffers[i].shape), dtypeName(kp.buffers[i].dtype));
   key += fmt::format("|{}|{}|{}", KILN_VERSION, c.arch, c.dtype);
   // The kiln build itself: a rebuilt compiler may emit different kernels under the same version number.
