@@ -67,15 +67,11 @@ bool fuseEpilogues(Program& p) {
     again = false;
     std::map<int, int> writer;  // buffer -> kernel index
     for (size_t i = 0; i < p.kernels.size(); ++i) writer[p.kernels[i].output] = static_cast<int>(i);
+    auto readersOf = readersOfBuffers(p);
     for (size_t pi = 0; pi < p.kernels.size() && !again; ++pi) {
       Kernel& prod = p.kernels[pi];
       if (prod.stages.empty() || p.buffers[prod.output].kind != Buffer::Kind::Temp) continue;
-      std::vector<size_t> readers;
-      for (size_t c = pi + 1; c < p.kernels.size(); ++c) {
-        bool reads = false;
-        forEachKernelRead(p.kernels[c], [&](int b, bool) { reads = reads || b == prod.output; });
-        if (reads) readers.push_back(c);
-      }
+      const std::vector<int>& readers = readersOf[prod.output];
       if (readers.size() != 1) continue;
       Kernel& cons = p.kernels[readers[0]];
       if (!cons.stages.empty()) continue;

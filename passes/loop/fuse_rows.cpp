@@ -153,15 +153,13 @@ bool fuseRows(Program& p) {
   bool changed = false;
   for (bool again = true; again;) {
     again = false;
+    auto readersOf = readersOfBuffers(p);
     for (size_t pi = 0; pi < p.kernels.size() && !again; ++pi) {
       const Kernel& prod = p.kernels[pi];
       if (prod.stages.empty() || p.buffers[prod.output].kind != Buffer::Kind::Temp) continue;
       std::vector<std::pair<size_t, int>> readers;  // kernel, k
       bool all = true;
-      for (size_t c = pi + 1; c < p.kernels.size(); ++c) {
-        bool reads = false;
-        forEachKernelRead(p.kernels[c], [&](int b, bool) { reads = reads || b == prod.output; });
-        if (!reads) continue;
+      for (int c : readersOf[prod.output]) {
         int k = rowPrefix(p.kernels[c], prod);
         all = all && k >= 0;
         readers.push_back({c, k});

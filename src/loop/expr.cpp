@@ -119,6 +119,15 @@ int64_t applyCount(const ExprP& e) {
   return n;
 }
 
+std::vector<std::vector<int>> readersOfBuffers(const Program& p) {
+  std::vector<std::vector<int>> readers(p.buffers.size());
+  for (int k = 0; k < static_cast<int>(p.kernels.size()); ++k)
+    forEachKernelRead(p.kernels[k], [&](int b, bool) {
+      if (readers[b].empty() || readers[b].back() != k) readers[b].push_back(k);
+    });
+  return readers;
+}
+
 VarExtents Kernel::extents() const {
   VarExtents ext;
   for (auto& a : parallel) ext[a.var] = a.extent;

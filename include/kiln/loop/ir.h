@@ -134,5 +134,7 @@ bool fuseRows(Program& p);                        // loop-fuse-rows
 std::string explainFusion(const Program& p);
 // Every buffer read by kernel k (loads and index reads, in its stages and result).
 void forEachKernelRead(const Kernel& k, const std::function<void(int buffer, bool asIndex)>& f);
+// For every buffer, the kernels (indices, ascending, each once) that read it.
+std::vector<std::vector<int>> readersOfBuffers(const Program& p);
 
 }  // namespace kiln::loop
