@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <numeric>
 
 #include "kiln/support/error.h"
 
@@ -246,6 +248,29 @@ Idx simplify(const Idx& e, const VarExtents& ext) {
       Idx restExpr = rebuild(rest);
       auto rr = idxRange(restExpr, ext);
       bool restInRange = rr && rr->first >= 0 && rr->second < d;
+      if (!restInRange) {
+        // A small part S of the remainder, in [0, c) where c divides d and the other terms' coefficients:
+        //   (c*B + S) floordiv d = B floordiv (d/c)   and   (c*B + S) mod d = c*(B mod (d/c)) + S.
+        std::vector<std::pair<int64_t, Idx>> terms = rest.terms;
+        std::sort(terms.begin(), terms.end(), [](auto& x, auto& y) { return std::abs(x.first) < std::abs(y.first); });
+        for (size_t split = 0; split < terms.size(); ++split) {
+          Affine small, big;
+          small.constant = rest.constant;
+          small.terms.assign(terms.begin(), terms.begin() + static_cast<long>(split));
+          int64_t c = d;
+          for (size_t i = split; i < terms.size(); ++i) c = std::gcd(c, std::abs(terms[i].first));
+          if (c <= 1 || c == d) continue;
+          auto sr = idxRange(rebuild(small), ext);
+          if (!sr || sr->first < 0 || sr->second >= c) continue;
+          for (size_t i = split; i < terms.size(); ++i) big.terms.push_back({terms[i].first / c, terms[i].second});
+          Idx b = rebuild(big);
+          if (e->op == Op::Mod) return simplify(idxMul(mod(b, d / c), c) + rebuild(small), ext);
+          Affine quotient;
+          for (auto& [k, t] : divisible.terms) quotient.terms.push_back({k / d, t});
+          quotient.constant = divisible.constant / d;
+          return simplify(rebuild(quotient) + floorDiv(b, d / c), ext);
+        }
+      }
       if (e->op == Op::Mod) {
         if (restInRange) return restExpr;
         if (divisible.terms.empty() && divisible.constant == 0) return mod(restExpr, d);

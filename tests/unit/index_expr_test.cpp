@@ -167,3 +167,30 @@ TEST(IndexExpr, ToString) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The small-remainder rule: (c*B + S) floordiv d = B floordiv (d/c) when 0 <= S < c and c | d. Checked
+// exhaustively on random sums whose coefficients share power-of-two factors, as views and head groupings make.
+TEST(IndexExprSmallRemainder, MatchesEvaluationOnRandomSums) {
+  std::mt19937 rng(7);
+  auto pick = [&](std::vector<int64_t> v) { return v[rng() % v.size()]; };
+  for (int trial = 0; trial < 300; ++trial) {
+    VarExtents ext{{0, pick({1, 2, 4, 16})}, {1, pick({2, 3, 8, 16})}, {2, pick({2, 4, 5})}};
+    Idx v0 = idxVar(0, "a"), v1 = idxVar(1, "b"), v2 = idxVar(2, "c");
+    Idx sum = idxMul(v0, pick({1, 2, 16, 64})) + idxMul(v1, pick({1, 4, 16, 256})) + idxMul(v2, pick({8, 64, 128, 256}));
+    sum = idxAdd(sum, pick({0, 0, 1, 3}));
+    int64_t d = pick({2, 4, 32, 64, 512});
+    for (Idx e : {floorDiv(sum, d), mod(sum, d)}) {
+      Idx s = simplify(e, ext);
+      for (int64_t a = 0; a < ext[0]; ++a)
+        for (int64_t b = 0; b < ext[1]; ++b)
+          for (int64_t c = 0; c < ext[2]; ++c)
+            ASSERT_EQ(evaluate(s, {a, b, c}), evaluate(e, {a, b, c})) << toString(e) << " simplified to " << toString(s);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
