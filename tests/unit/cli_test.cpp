@@ -2,6 +2,8 @@
 // "kiln: error: ..." messages, that failures leave nothing behind, and the debugging flags.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/wait.h>
@@ -23,6 +25,7 @@
 
 namespace kiln {
 namespace {
+using test::TempDir;
 namespace fs = std::filesystem;
 
 const std::string kMlp = "models/fixtures/mlp.pt";  // tests run with the repository root as working directory
@@ -46,17 +49,6 @@ std::string quote(const std::string& s) {
   return q;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / fmt::format("kiln-cli-test-{}-{}", ::getpid(), rd());
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    removeTree(path.string());  // not fs::remove_all: see kiln/support/files.h
-  }
-};
 
 struct Result {
   int code = -1;

@@ -1,6 +1,8 @@
 // tensor-fold-constants: elementwise work on constants is done at compile time.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <cmath>
 #include <filesystem>
 
@@ -9,9 +11,6 @@
 namespace kiln::tensor {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return (std::filesystem::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
-}
 
 bool constantOperand(const Graph& g, const Operand& o) {
   if (o.isImm()) return true;
@@ -21,7 +20,7 @@ bool constantOperand(const Graph& g, const Operand& o) {
 }
 
 TEST(FoldConstants, NoElementwiseOfConstantsIsLeft) {
-  Compiled c = compileModel(fixture("hf_llama_tiny"), {}, PipelineOptions{}, "tensor");
+  Compiled c = compileModel(test::fixturePath("hf_llama_tiny"), {}, PipelineOptions{}, "tensor");
   for (const Node& n : c.tensorIR.nodes) {
     if (n.kind != Node::Kind::Elementwise) continue;
     bool allConstant = true;
@@ -32,7 +31,7 @@ TEST(FoldConstants, NoElementwiseOfConstantsIsLeft) {
 
 TEST(FoldConstants, TheBooleanMaskBecomesZeroOrMinusInfinity) {
   // transformers passes sdpa a boolean mask (built from shapes, so a constant); where(mask, 0, -inf) folds.
-  Compiled c = compileModel(fixture("hf_llama_tiny"), {}, PipelineOptions{}, "tensor");
+  Compiled c = compileModel(test::fixturePath("hf_llama_tiny"), {}, PipelineOptions{}, "tensor");
   int folded = 0;
   for (const Node& n : c.tensorIR.nodes) {
     if (n.kind != Node::Kind::Weight || n.name != "folded") continue;
@@ -50,7 +49,7 @@ TEST(FoldConstants, TheBooleanMaskBecomesZeroOrMinusInfinity) {
 }
 
 TEST(FoldConstants, LeavesWorkOnInputsAlone) {
-  Compiled a = compileModel(fixture("elementwise"), {}, PipelineOptions{}, "tensor");
+  Compiled a = compileModel(test::fixturePath("elementwise"), {}, PipelineOptions{}, "tensor");
   for (const Node& n : a.tensorIR.nodes) EXPECT_NE(n.name, "folded");
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -19,15 +21,13 @@
 
 namespace kiln::loop {
 namespace {
+using test::TempDir;
 namespace fs = std::filesystem;
 
-std::string modelPath(const std::string& name) {
-  return (fs::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
-}
 
 // Loop IR straight out of loop-lower-from-tensor (one kernel per Tensor-IR primitive, nothing fused).
 Program unfused(const std::string& model) {
-  Compiled c = compileModel(modelPath(model), {}, PipelineOptions{}, "tensor");
+  Compiled c = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "tensor");
   Program p = lowerFromTensor(c.tensorIR);
   verify(p);
   return p;
@@ -107,15 +107,6 @@ std::string readFile(const fs::path& p) {
   return s.str();
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / fmt::format("kiln-fusion-test-{}-{}", ::getpid(), rd());
-    fs::create_directories(path);
-  }
-  ~TempDir() { removeTree(path.string()); }
-};
 
 // ---- the replay is the pipeline ----
 
@@ -136,7 +127,7 @@ TEST_P(FusionReplay, MatchesThePipelineAfterEveryPass) {
   TempDir tmp;
   PipelineOptions opts;
   opts.dumpDir = tmp.path.string();
-  Compiled c = compileModel(modelPath(model), {}, opts, "loop");
+  Compiled c = compileModel(test::fixturePath(model), {}, opts, "loop");
 
   int index = 0;
   std::vector<std::string> dumps;  // "NN-name.txt" in pipeline order
@@ -486,7 +477,7 @@ TEST(Fusion, ScoresMatmulStaysItsOwnKernel) {
 TEST(Fusion, ExplainNamesEveryKernel) {
   for (const char* model : {"mlp", "attention", "rmsnorm", "hf_llama_tiny"}) {
     SCOPED_TRACE(model);
-    Compiled c = compileModel(modelPath(model), {}, PipelineOptions{}, "loop");
+    Compiled c = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "loop");
     std::string report = explainFusion(c.loopIR);
     EXPECT_EQ(report.rfind(fmt::format("// kiln fusion report: {} ({} kernels)\n", model, c.loopIR.kernels.size()), 0), 0u) << report;
     for (const Kernel& k : c.loopIR.kernels) {
@@ -495,7 +486,7 @@ TEST(Fusion, ExplainNamesEveryKernel) {
     }
   }
   // Attention: the scores kernel is read by softmax; the report says why it was not fused.
-  Compiled c = compileModel(modelPath("attention"), {}, PipelineOptions{}, "loop");
+  Compiled c = compileModel(test::fixturePath("attention"), {}, PipelineOptions{}, "loop");
   std::string report = explainFusion(c.loopIR);
   EXPECT_NE(report.find("not fused"), std::string::npos) << report;
   EXPECT_NE(report.find("reduction"), std::string::npos) << report;

@@ -4,6 +4,8 @@
 // the diff in version control.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,9 +22,6 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",   "rmsnorm_aten", "softmax",
                                           "linear",      "mlp",        "attention", "shapes",       "hf_llama_tiny"};
 
-std::string modelPath(const std::string& name) {
-  return (fs::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
-}
 
 fs::path goldenPath(const std::string& model, const std::string& level) {
   return fs::path(KILN_SOURCE_DIR) / "tests" / "golden" / model / (level + ".txt");
@@ -44,7 +43,7 @@ class GoldenIR : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenIR, EveryLevelMatchesItsDump) {
   const std::string model = GetParam();
-  Compiled c = compileModel(modelPath(model), {}, PipelineOptions{}, "cuda");
+  Compiled c = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "cuda");
   for (const std::string& level : allLevels()) {
     std::string text = printLevel(c, level);
     fs::path file = goldenPath(model, level);
@@ -64,8 +63,8 @@ TEST_P(GoldenIR, EveryLevelMatchesItsDump) {
 // The same model compiled twice prints the same text at every level (no pointer- or hash-order dependence).
 TEST_P(GoldenIR, CompilationIsDeterministic) {
   const std::string model = GetParam();
-  Compiled a = compileModel(modelPath(model), {}, PipelineOptions{}, "cuda");
-  Compiled b = compileModel(modelPath(model), {}, PipelineOptions{}, "cuda");
+  Compiled a = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "cuda");
+  Compiled b = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "cuda");
   for (const std::string& level : allLevels()) {
     std::string ta = printLevel(a, level), tb = printLevel(b, level);
     EXPECT_TRUE(ta == tb) << model << " " << level << " differs between two compilations:\n"

@@ -2,6 +2,8 @@
 // results meet in silu(gate) * up, are left for loop-fuse-rows.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <filesystem>
 
 #include "kiln/driver/pipeline.h"
@@ -9,9 +11,6 @@
 namespace kiln::tensor {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return (std::filesystem::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
-}
 
 std::vector<const Node*> stacked(const Graph& g) {
   std::vector<const Node*> out;
@@ -21,7 +20,7 @@ std::vector<const Node*> stacked(const Graph& g) {
 }
 
 TEST(MergeParallelLinears, StacksQueryKeyAndValueWeights) {
-  Compiled c = compileModel(fixture("hf_llama_tiny"), {}, PipelineOptions{}, "tensor");
+  Compiled c = compileModel(test::fixturePath("hf_llama_tiny"), {}, PipelineOptions{}, "tensor");
   auto s = stacked(c.tensorIR);
   ASSERT_EQ(s.size(), 2u);  // one per decoder layer
   EXPECT_NE(s[0]->name.find("q_proj"), std::string::npos) << s[0]->name;
@@ -32,7 +31,7 @@ TEST(MergeParallelLinears, StacksQueryKeyAndValueWeights) {
 }
 
 TEST(MergeParallelLinears, StackedRowsAreTheWeightsInOrder) {
-  Compiled c = compileModel(fixture("attention"), {}, PipelineOptions{}, "tensor");
+  Compiled c = compileModel(test::fixturePath("attention"), {}, PipelineOptions{}, "tensor");
   auto s = stacked(c.tensorIR);
   ASSERT_EQ(s.size(), 1u);
   ASSERT_EQ(s[0]->shape, (Shape{96, 32}));
@@ -47,7 +46,7 @@ TEST(MergeParallelLinears, StackedRowsAreTheWeightsInOrder) {
 }
 
 TEST(MergeParallelLinears, LeavesGateAndUpToRowFusion) {
-  Compiled c = compileModel(fixture("mlp"), {}, PipelineOptions{}, "loop");
+  Compiled c = compileModel(test::fixturePath("mlp"), {}, PipelineOptions{}, "loop");
   EXPECT_TRUE(stacked(c.tensorIR).empty());
   EXPECT_EQ(c.loopIR.kernels.size(), 2u) << loop::print(c.loopIR);
 }

@@ -4,6 +4,8 @@
 // for some model.
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -23,28 +25,14 @@
 
 namespace kiln {
 namespace {
+using test::TempDir;
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",    "rmsnorm_aten",  "softmax",
                                           "linear",      "mlp",        "attention",  "shapes",        "llama_tiny",
                                           "hf_llama_tiny", "hf_llama_tiny_bf16"};
 
-std::string modelPath(const std::string& name) {
-  return (fs::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
-}
 
-// A fresh, empty directory under the system temp dir, removed when the test ends.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / fmt::format("kiln-models-test-{}-{}", ::getpid(), rd());
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    removeTree(path.string());  // not fs::remove_all: see kiln/support/files.h
-  }
-};
 
 std::vector<HostTensor> randomInputs(const kernel::Program& kp, uint64_t seed) {
   std::vector<HostTensor> inputs;
@@ -87,7 +75,7 @@ void expectMatches(const std::vector<HostTensor>& out, const std::vector<HostTen
 class Models : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Models, InterpretersMatchLibTorch) {
-  const std::string path = modelPath(GetParam());
+  const std::string path = test::fixturePath(GetParam());
   Compiled c = compileModel(path, {}, PipelineOptions{}, "cuda");
   ASSERT_FALSE(c.kernelIR.inputs.empty());
   ASSERT_FALSE(c.kernelIR.kernels.empty());
@@ -102,7 +90,7 @@ TEST_P(Models, InterpretersMatchLibTorch) {
 }
 
 TEST_P(Models, NvccCompilesEveryKernel) {
-  Compiled c = compileModel(modelPath(GetParam()), {}, PipelineOptions{}, "cuda");
+  Compiled c = compileModel(test::fixturePath(GetParam()), {}, PipelineOptions{}, "cuda");
   TempDir tmp;
   fs::path out = tmp.path / "artifacts";
   try {
@@ -171,7 +159,7 @@ class Casts : public ::testing::TestWithParam<CastCase> {};
 
 TEST_P(Casts, InterpretersMatchLibTorchCastTheSameWay) {
   const auto& [model, dtype] = GetParam();
-  const std::string path = modelPath(model);
+  const std::string path = test::fixturePath(model);
   Compiled c = compileModel(path, {}, PipelineOptions{}, "cuda", dtype);
   // The cast happened: the module's parameters ("*.weight") and its floating-point inputs are in the target
   // type (constants kiln makes itself, like SDPA's causal_mask, may stay f32).
@@ -216,7 +204,7 @@ TEST(Pipeline, EveryPassRunsAndIsDumped) {
     TempDir tmp;
     PipelineOptions opts;
     opts.dumpDir = tmp.path.string();
-    compileModel(modelPath(model), {}, opts, "cuda");
+    compileModel(test::fixturePath(model), {}, opts, "cuda");
     int index = 0;
     for (const PassInfo& p : allPasses()) {
       ++index;
@@ -238,7 +226,7 @@ TEST(Pipeline, StopAfterThrowsWithThatPassesIR) {
   PipelineOptions opts;
   opts.stopAfter = "loop-fuse-producers";
   try {
-    compileModel(modelPath("mlp"), {}, opts, "cuda");
+    compileModel(test::fixturePath("mlp"), {}, opts, "cuda");
     FAIL() << "expected StopRequested";
   } catch (const StopRequested& s) {
     EXPECT_EQ(s.pass, "loop-fuse-producers");

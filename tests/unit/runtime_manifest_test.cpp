@@ -3,6 +3,8 @@
 #include <unistd.h>
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -12,23 +14,10 @@
 
 namespace kiln::runtime {
 namespace {
+using test::TempDir;
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = fs::temp_directory_path() / fmt::format("kiln_rt_{}_{}_{}", info->test_suite_name(), info->name(), ::getpid());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 BufferInfo buffer(int64_t id, std::string name, BufferKind kind, Shape shape, int64_t offset) {
   BufferInfo b;

@@ -1,0 +1,33 @@
+// Helpers shared by kiln's unit tests.
+#pragma once
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "kiln/support/files.h"
+
+namespace kiln::test {
+
+// models/fixtures/<name>.pt in the source tree.
+inline std::string fixturePath(const std::string& name) {
+  return (std::filesystem::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
+}
+
+// A fresh, empty directory under the system temp dir, removed when the test ends (with kiln::removeTree,
+// not std::filesystem::remove_all: see kiln/support/files.h).
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() / fmt::format("kiln-test-{}-{}", ::getpid(), rd());
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { removeTree(path.string()); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+}  // namespace kiln::test
