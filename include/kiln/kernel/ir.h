@@ -122,7 +122,7 @@ void verify(const Program& p);
 // InternalError naming the kernel. Outputs and temporaries start poisoned (NaN).
 std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs);
 
-// Lowering (passes/kernel/lower_from_tile.cpp) is declared in kiln/tile/ir.h's sibling header
-// kiln/kernel/lower.h, since it sees two levels.
+// The lowering into this level (passes/kernel/lower_from_tile.cpp) is declared in kiln/kernel/lower.h, the
+// one header that sees both Tile IR and Kernel IR.
 
 }  // namespace kiln::kernel
