@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <cstring>
-#include <random>
 
 #include "kiln/driver/pipeline.h"
+#include "kiln/driver/run_cache.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
 #include "kiln/support/files.h"
@@ -40,17 +40,6 @@ std::optional<DType> parseCast(const std::string& text) {
   return t;
 }
 
-// For a check: results are compared at the tolerance of the lowest precision the model computes in (an f32
-// output of a bf16 model carries bf16 rounding from inside).
-DType checkType(const kernel::Program& kp, DType out) {
-  DType t = out;
-  for (auto& b : kp.buffers)
-    if ((b.kind == loop::Buffer::Kind::Input || b.kind == loop::Buffer::Kind::Weight) &&
-        (b.dtype == DType::F16 || b.dtype == DType::BF16) && tolerance(b.dtype) > tolerance(t))
-      t = b.dtype;
-  return t;
-}
-
 std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>& texts) {
   std::vector<frontend::InputOverride> out;
   for (auto& t : texts) out.push_back(frontend::parseInputOverride(t));
@@ -78,39 +67,44 @@ void writeOutputFile(const std::string& path, const std::string& text) {
   }
 }
 
-std::string hexHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
+// What `kiln run` needs to know of a compiled model, from a fresh compile or from a cached manifest.
+struct RunPlan {
+  std::string name;
+  size_t kernels = 0;
+  std::vector<std::pair<DType, Shape>> inputs, outputs;
+  std::vector<DType> storedTypes;  // dtypes of the inputs and weights
+};
+
+RunPlan planOf(const kernel::Program& kp) {
+  RunPlan p{kp.modelName, kp.kernels.size(), {}, {}, {}};
+  for (int i : kp.inputs) p.inputs.emplace_back(kp.buffers[i].dtype, kp.buffers[i].shape);
+  for (int i : kp.outputs) p.outputs.emplace_back(kp.buffers[i].dtype, kp.buffers[i].shape);
+  for (auto& b : kp.buffers)
+    if (b.kind == loop::Buffer::Kind::Input || b.kind == loop::Buffer::Kind::Weight) p.storedTypes.push_back(b.dtype);
+  return p;
 }
 
-// Compiled kernels for a GPU run are cached by model content, input shapes, --dtype, kiln version and build,
-// and arch.
-fs::path cacheDirFor(const RunCommand& c, const kernel::Program& kp) {
-  // The model's content, hashed in chunks (a 1.1B-parameter archive is 4.4 GB).
-  std::ifstream in(c.model, std::ios::binary);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64-bit words
-  std::vector<char> chunk(1 << 20);
-  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
-    size_t n = static_cast<size_t>(in.gcount()), i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, chunk.data() + i, 8);
-      h = (h ^ w) * 1099511628211ull;
-    }
-    for (; i < n; ++i) h = (h ^ static_cast<unsigned char>(chunk[i])) * 1099511628211ull;
-  }
-  std::string key = fmt::format("{:016x}", h);
-  for (int i : kp.inputs) key += fmt::format("|{}:{}", shapeString(kp.buffers[i].shape), dtypeName(kp.buffers[i].dtype));
-  key += fmt::format("|{}|{}|{}", KILN_VERSION, c.arch, c.dtype);
-  // The kiln build itself: a rebuilt compiler may emit different kernels under the same version number.
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) key += fmt::format("|{}|{}|{}", self.string(), fs::file_size(self, ec), fs::last_write_time(self, ec).time_since_epoch().count());
-  const char* env = std::getenv("KILN_CACHE_DIR");
-  const char* home = std::getenv("HOME");
-  fs::path root = env ? fs::path(env) : home ? fs::path(home) / ".cache" / "kiln" : fs::temp_directory_path() / "kiln-cache";
-  return root / (kp.modelName + "-" + hexHash(key));
+RunPlan planOf(const runtime::Manifest& m) {
+  RunPlan p{m.model, m.kernels.size(), {}, {}, {}};
+  for (int64_t id : m.inputs) p.inputs.emplace_back(m.findBuffer(id)->dtype, m.findBuffer(id)->shape);
+  for (int64_t id : m.outputs) p.outputs.emplace_back(m.findBuffer(id)->dtype, m.findBuffer(id)->shape);
+  for (auto& b : m.buffers)
+    if (b.kind == runtime::BufferKind::Input || b.kind == runtime::BufferKind::Weight) p.storedTypes.push_back(b.dtype);
+  return p;
+}
+
+// For a check: results are compared at the tolerance of the lowest precision the model computes in (an f32
+// output of a bf16 model carries bf16 rounding from inside).
+DType checkType(const RunPlan& plan, DType out) {
+  DType t = out;
+  for (DType d : plan.storedTypes)
+    if ((d == DType::F16 || d == DType::BF16) && tolerance(d) > tolerance(t)) t = d;
+  return t;
+}
+
+// Debugging flags ask to watch the compiler work, so `kiln run` compiles (and refreshes the cache) with them.
+bool wantsToWatchCompile(const PipelineOptions& o) {
+  return o.verbosity > 0 || !o.printAfter.empty() || !o.dumpDir.empty() || o.timePasses || o.stopAfter;
 }
 
 }  // namespace
@@ -149,40 +143,48 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
 int runRun(const RunCommand& c, std::ostream& out) {
   auto inputs = parseInputs(c.inputs);
   auto cast = parseCast(c.dtype);
-  Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast);
-  const kernel::Program& kp = compiled.kernelIR;
-  std::vector<HostTensor> args;
-  for (size_t i = 0; i < kp.inputs.size(); ++i) {
-    const loop::Buffer& b = kp.buffers[kp.inputs[i]];
-    args.push_back(randomTensor(b.dtype, b.shape, c.seed * 7919 + i));
-  }
-  std::vector<HostTensor> results;
+  std::vector<HostTensor> args, results;
+  auto makeArgs = [&](const RunPlan& plan) {
+    for (size_t i = 0; i < plan.inputs.size(); ++i)
+      args.push_back(randomTensor(plan.inputs[i].first, plan.inputs[i].second, c.seed * 7919 + i));
+  };
+  RunPlan plan;
   std::string device;
   if (c.interpret) {
-    results = kernel::interpret(kp, args);
+    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast);
+    plan = planOf(compiled.kernelIR);
+    makeArgs(plan);
+    results = kernel::interpret(compiled.kernelIR, args);
     device = "CPU (Kernel-IR interpreter)";
   } else {
     std::string why;
     if (!runtime::gpuAvailable(&why))
       userError("kiln run needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
-    fs::path dir = cacheDirFor(c, kp);
+    fs::path dir = runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, c.arch});
     std::error_code ec;
-    if (!fs::exists(dir / runtime::kManifestFileName, ec))
-      cuda::writeArtifacts(kp, compiled.cudaIR, dir, cuda::ArtifactOptions{c.arch, true});
+    if (fs::exists(dir / runtime::kManifestFileName, ec) && !wantsToWatchCompile(c.pipeline)) {
+      out << fmt::format("kiln: compiled nothing: kernels from the cache {}\n", dir.string());
+    } else {
+      auto start = std::chrono::steady_clock::now();
+      Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast);
+      cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{c.arch, true});
+      out << fmt::format("kiln: compiled {} kernels in {:.1f} s into the cache {}\n", compiled.kernelIR.kernels.size(),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), dir.string());
+    }
     runtime::Model model(dir);
+    plan = planOf(model.manifest());
+    makeArgs(plan);
     device = model.deviceName();
     std::vector<std::vector<std::byte>> bytes;
     for (auto& a : args) bytes.push_back(toBytes(a));
     auto outs = model.run(bytes);
-    for (size_t i = 0; i < outs.size(); ++i) {
-      const loop::Buffer& b = kp.buffers[kp.outputs[i]];
-      results.push_back(fromBytes(b.dtype, b.shape, outs[i]));
-    }
+    for (size_t i = 0; i < outs.size(); ++i)
+      results.push_back(fromBytes(plan.outputs[i].first, plan.outputs[i].second, outs[i]));
     if (c.benchIters > 0)
       out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} back-to-back forwards after 3 warm-up forwards)\n",
-                         kp.kernels.size(), model.timeMs(3, c.benchIters), c.benchIters);
+                         plan.kernels, model.timeMs(3, c.benchIters), c.benchIters);
   }
-  out << fmt::format("kiln: ran {} ({} kernels) on {}\n", kp.modelName, kp.kernels.size(), device);
+  out << fmt::format("kiln: ran {} ({} kernels) on {}\n", plan.name, plan.kernels, device);
   if (!c.check) {
     for (size_t i = 0; i < results.size(); ++i) {
       double sum = 0;
@@ -206,7 +208,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
   bool ok = true;
   for (size_t i = 0; i < results.size(); ++i) {
     Comparison cmp = compare(results[i], ref[i]);
-    DType ct = checkType(kp, ref[i].dtype);
+    DType ct = checkType(plan, ref[i].dtype);
     bool pass = passes(cmp, ct);
     ok = ok && pass;
     out << fmt::format("  output {}: {}[{}] rel_l2 {:.3e} max_abs {:.3e} (tolerance {:.0e}){} {}\n", i,

@@ -1,0 +1,28 @@
+// The compile cache of `kiln run`: compiled artifacts (manifest, cubins, weights) in one directory per model
+// content, input overrides, --dtype, target arch and kiln build, under $KILN_CACHE_DIR (default
+// ~/.cache/kiln). The key is computed from the command line and the model file alone, before anything is
+// compiled, so a second run of the same model and shapes reads the manifest and compiles nothing.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct RunCacheKey {
+  std::string modelPath;
+  std::vector<std::string> inputOverrides;  // --input texts, in order (the recorded shapes are in the model file)
+  std::string dtype;                        // --dtype, "" for none
+  std::string arch;                         // "sm_90"
+};
+
+// The cache root: $KILN_CACHE_DIR, else $HOME/.cache/kiln, else <tmp>/kiln-cache.
+std::filesystem::path runCacheRoot();
+
+// ROOT/<model file stem>-<16 hex digits>. The digits hash the model file's bytes (in chunks: a 1.1B-parameter
+// archive is 4.4 GB), the key's other fields, kiln's version, and the running kiln binary's path, size and
+// modification time (a rebuilt compiler may emit different kernels under the same version number).
+// Throws UserError when the model file cannot be read.
+std::filesystem::path runCacheDir(const RunCacheKey& key);
+
+}  // namespace kiln
