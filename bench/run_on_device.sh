@@ -18,11 +18,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 LIMIT=${BENCH_LIMIT_SECONDS:-480}
 NAME=${BENCH_NAME:-$(date -u +%F)-h200}
 
-# build/ does not travel with the tree; one left by an earlier call on this (warm) machine builds incrementally
-if [ ! -f build/.built-on-device ]; then rm -rf build; fi
-KILN_TARGET=kiln KILN_JOBS=$(nproc) bash scripts/build.sh > "$OUT/build.log" 2>&1 \
-  || { tail -30 "$OUT/build.log"; exit 1; }
-touch build/.built-on-device
+bash scripts/device_build.sh "$OUT/build.log" || exit 1
 echo "kiln built in $((SECONDS - start)) s"
 
 resume=()

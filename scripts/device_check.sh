@@ -15,8 +15,7 @@ export KILN_CACHE_DIR=$LOG/cache
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   nvcc --version | tail -1; g++ --version | head -1; git rev-parse --short HEAD 2>/dev/null || true
 } > "$LOG/versions.txt" 2>&1
-rm -rf build  # the tree travels without build outputs only sometimes; always build afresh
-KILN_TARGET=kiln KILN_JOBS=$(nproc) bash scripts/build.sh > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+bash scripts/device_build.sh "$LOG/build.log" || exit 1
 rows=()
 for pt in models/fixtures/*.pt; do
   m=$(basename "$pt" .pt)
