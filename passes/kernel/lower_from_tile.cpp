@@ -9,6 +9,7 @@
 // Common subexpressions are computed once per scope.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -241,14 +242,82 @@ class KernelBuilder {
 
 }  // namespace
 
-Program lowerFromTile(const tile::Program& tp) {
+std::string reuseKey(const tile::Program& tp, size_t index, std::vector<int>& buffers) {
+  const loop::Kernel& k = tp.loop.kernels[index];
+  buffers.clear();
+  bool readsIndices = false;
+  std::map<int, int> order;
+  auto canonical = [&](int b) {
+    auto [it, fresh] = order.emplace(b, static_cast<int>(buffers.size()));
+    if (fresh) buffers.push_back(b);
+    return it->second;
+  };
+  loop::Program canon;
+  loop::Kernel ck = k;
+  ck.name = "k";
+  ck.output = canonical(k.output);
+  for (auto& st : ck.stages) st.value = loop::renumberBuffers(st.value, canonical);
+  ck.result = loop::renumberBuffers(ck.result, canonical);
+  auto noteIndexLoads = [&](const loop::ExprP& e, auto& self) -> void {
+    if (!e) return;
+    for (auto& i : e->index) forEachIndexLoad(i, [&](const IndexNode&) { readsIndices = true; });
+    for (auto& a : e->args) self(a, self);
+  };
+  for (auto& st : k.stages) noteIndexLoads(st.value, noteIndexLoads);
+  noteIndexLoads(k.result, noteIndexLoads);
+  if (readsIndices) return "";
+  std::string key;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const loop::Buffer& b = tp.loop.buffers[buffers[i]];
+    canon.buffers.push_back(loop::Buffer{b.kind, fmt::format("${}", i), b.dtype, b.shape, nullptr});
+    key += fmt::format("{} {} {}\n", loop::bufferKindName(b.kind), dtypeName(b.dtype), shapeString(b.shape));
+  }
+  // Variable ids are not printed by name; the lowering uses them, so they are part of the key.
+  for (auto& a : k.parallel) key += fmt::format("p{}:{} ", a.var, a.extent);
+  for (auto& st : k.stages)
+    for (auto& a : st.axes) key += fmt::format("r{}:{} ", a.var, a.extent);
+  const tile::Schedule& s = tp.schedules[index];
+  key += fmt::format("rows {} {}", k.rowAxes, tile::strategyName(s.strategy));
+  for (auto& [knob, value] : s.knobs) key += fmt::format(" {}={}", knob, value);
+  return key + "\n" + loop::printKernelBody(canon, ck);
+}
+
+Program lowerFromTile(const tile::Program& tp, const LowerOptions& options, LowerStats* stats) {
   Program p;
   p.modelName = tp.loop.modelName;
   p.buffers = tp.loop.buffers;
   p.inputs = tp.loop.inputs;
   p.outputs = tp.loop.outputs;
-  for (size_t i = 0; i < tp.loop.kernels.size(); ++i)
-    p.kernels.push_back(KernelBuilder(tp, tp.loop.kernels[i], tp.schedules[i]).build());
+  struct Lowered {
+    size_t kernel;             // index into p.kernels
+    std::vector<int> buffers;  // its buffers in canonical order
+  };
+  std::map<std::string, Lowered> lowered;
+  LowerStats counts;
+  for (size_t i = 0; i < tp.loop.kernels.size(); ++i) {
+    const loop::Kernel& lk = tp.loop.kernels[i];
+    std::vector<int> buffers;
+    std::string key = options.reuseIdenticalKernels ? reuseKey(tp, i, buffers) : "";
+    auto it = key.empty() ? lowered.end() : lowered.find(key);
+    if (it == lowered.end()) {
+      p.kernels.push_back(KernelBuilder(tp, lk, tp.schedules[i]).build());
+      if (!key.empty()) lowered.emplace(std::move(key), Lowered{p.kernels.size() - 1, std::move(buffers)});
+      ++counts.lowered;
+      continue;
+    }
+    Kernel k = p.kernels[it->second.kernel];
+    k.name = lk.name;
+    k.origins = lk.origins;
+    const std::vector<int>& first = it->second.buffers;
+    for (Param& param : k.params) {
+      auto pos = std::find(first.begin(), first.end(), param.buffer) - first.begin();
+      param.buffer = buffers.at(static_cast<size_t>(pos));
+      param.name = p.buffers[param.buffer].name;
+    }
+    p.kernels.push_back(std::move(k));
+    ++counts.reused;
+  }
+  if (stats) *stats = counts;
   return p;
 }
 

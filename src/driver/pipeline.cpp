@@ -1,6 +1,9 @@
 #include "kiln/driver/pipeline.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <iostream>
 
 #include "kiln/kernel/lower.h"
 #include "kiln/support/error.h"
@@ -44,7 +47,11 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-cooperative-reduce", tile::cooperativeReduce);
   if (until < 4) return run.printTimings(), c;
 
-  c.kernelIR = run.produce("kernel-lower-from-tile", [&] { return kernel::lowerFromTile(c.tileIR); });
+  kernel::LowerStats lowering;
+  c.kernelIR = run.produce("kernel-lower-from-tile", [&] { return kernel::lowerFromTile(c.tileIR, {}, &lowering); });
+  if (opts.verbosity > 0)  // identical decoder layers are lowered once
+    (opts.log ? *opts.log : std::cerr) << fmt::format("  {} kernels: {} lowered, {} copied from an identical kernel\n",
+                                                      c.kernelIR.kernels.size(), lowering.lowered, lowering.reused);
   if (until < 5) return run.printTimings(), c;
 
   c.cudaIR = run.produce("cuda-emit", [&] { return cuda::emit(c.kernelIR); });

@@ -5,6 +5,23 @@
 
 namespace kiln::kernel {
 
-Program lowerFromTile(const tile::Program& p);
+struct LowerOptions {
+  // Kernels that are the same computation on other buffers (each decoder layer's, in a Llama) are lowered once:
+  // later ones get a copy of the first one's Kernel IR with their own buffers bound to its parameters. The
+  // result is identical to lowering each kernel on its own (tests compare both); false does that.
+  bool reuseIdenticalKernels = true;
+};
+
+struct LowerStats {
+  int lowered = 0;  // kernels built from their schedule
+  int reused = 0;   // kernels copied from an identical one lowered earlier
+};
+
+Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, LowerStats* stats = nullptr);
+
+// The key under which a kernel is reused: its loop nest and schedule with every buffer replaced by its order of
+// first appearance, kind, dtype and shape. Fills `buffers` with the kernel's buffer ids in that order. Empty
+// for kernels that are never reused (those reading indices from memory: their Kernel IR names the buffer).
+std::string reuseKey(const tile::Program& p, size_t kernel, std::vector<int>& buffers);
 
 }  // namespace kiln::kernel
