@@ -141,6 +141,10 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
 }
 
 int runRun(const RunCommand& c, std::ostream& out) {
+  if (c.benchIters < 0) usageError("--bench needs a positive number of forwards, not {}", c.benchIters);
+  if (c.benchRotateMb < 0) usageError("--rotate-mb needs a size in MB >= 0, not {}", c.benchRotateMb);
+  if ((c.benchGraph || c.benchRotateMb > 0) && c.benchIters == 0) usageError("--graph and --rotate-mb time forwards: add --bench N");
+  if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
   auto inputs = parseInputs(c.inputs);
   auto cast = parseCast(c.dtype);
   std::vector<HostTensor> args, results;
@@ -180,9 +184,14 @@ int runRun(const RunCommand& c, std::ostream& out) {
     auto outs = model.run(bytes);
     for (size_t i = 0; i < outs.size(); ++i)
       results.push_back(fromBytes(plan.outputs[i].first, plan.outputs[i].second, outs[i]));
-    if (c.benchIters > 0)
-      out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} back-to-back forwards after 3 warm-up forwards)\n",
-                         plan.kernels, model.timeMs(3, c.benchIters), c.benchIters);
+    if (c.benchIters > 0) {
+      runtime::Timing t = model.time(runtime::TimingOptions{3, c.benchIters, c.benchGraph,
+                                                            static_cast<int64_t>(c.benchRotateMb * 1e6)});
+      std::string how = t.graph ? "replayed from one CUDA graph" : "launched back to back";
+      if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
+      out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
+                         plan.kernels, t.msPerForward, t.forwards, how);
+    }
   }
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", plan.name, plan.kernels, device);
   if (!c.check) {

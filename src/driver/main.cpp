@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   r->add_option("--input", run.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
   r->add_option("--arch", run.arch, "GPU architecture for nvcc (default sm_90)");
   r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");
+  r->add_flag("--graph", run.benchGraph, "with --bench: replay the forward from one CUDA graph instead of launching each kernel");
+  r->add_option("--rotate-mb", run.benchRotateMb, "with --bench: cycle over copies of the whole arena (weights too) touching at least this many MB, so no forward finds its data in L2");
   r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(r, run.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
 

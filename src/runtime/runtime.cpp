@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -26,7 +27,9 @@ namespace {
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncSetAttribute) X(cuMemAlloc)          \
   X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuLaunchKernel) X(cuGetErrorName)            \
   X(cuGetErrorString) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)          \
-  X(cuEventDestroy)
+  X(cuEventDestroy) X(cuMemcpyDtoD) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)                     \
+  X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 // The Driver API, resolved once per process. Members are named fn_<unversioned name>; their types come from the
 // (versioned) prototypes in cuda.h.
@@ -139,11 +142,11 @@ struct Model::Impl {
   CUdeviceptr ptr(const BufferInfo& b) const { return arena + static_cast<CUdeviceptr>(b.offset); }
   void makeCurrent() const { KILN_CU(cuCtxSetCurrent, "", ctx); }
 
-  void launch(size_t i, bool sync) {
+  void launch(size_t i, bool sync, void** args = nullptr, CUstream stream = nullptr) {
     const KernelInfo& k = m.kernels[i];
     std::string where = fmt::format(" for kernel '{}'", k.name);
     KILN_CU(cuLaunchKernel, where, funcs[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
-            static_cast<unsigned>(k.sharedBytes), nullptr, argPtrs[i].data(), nullptr);
+            static_cast<unsigned>(k.sharedBytes), stream, args ? args : argPtrs[i].data(), nullptr);
     if (sync) KILN_CU(cuCtxSynchronize, fmt::format(" after kernel '{}'", k.name));
   }
 
@@ -278,31 +281,117 @@ std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std
   return out;
 }
 
-double Model::timeMs(int warmup, int iters) {
-  if (iters <= 0 || warmup < 0) userError("kiln runtime: timing needs iters > 0 and warmup >= 0, got {} and {}", iters, warmup);
-  Impl& s = *impl_;
-  s.makeCurrent();
-  for (int w = 0; w < warmup; ++w)
-    for (size_t i = 0; i < s.m.kernels.size(); ++i) s.launch(i, /*sync=*/false);
-  KILN_CU(cuCtxSynchronize, " after warm-up");
+namespace {
 
-  struct Events {  // destroyed on every path, including a failed launch
-    CUevent start = nullptr, stop = nullptr;
-    ~Events() {
-      if (start) driver().fn_cuEventDestroy(start);
-      if (stop) driver().fn_cuEventDestroy(stop);
+// Everything one timing allocates, released on every path (a failed launch throws).
+struct TimingResources {
+  std::vector<CUdeviceptr> copies;  // arena copies for rotation
+  CUstream stream = nullptr;
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CUevent start = nullptr, stop = nullptr;
+  ~TimingResources() {
+    const Driver& d = driver();
+    if (stream) d.fn_cuStreamSynchronize(stream);
+    if (exec) d.fn_cuGraphExecDestroy(exec);
+    if (graph) d.fn_cuGraphDestroy(graph);
+    if (start) d.fn_cuEventDestroy(start);
+    if (stop) d.fn_cuEventDestroy(stop);
+    if (stream) d.fn_cuStreamDestroy(stream);
+    for (CUdeviceptr p : copies) d.fn_cuMemFree(p);
+  }
+};
+
+}  // namespace
+
+Timing Model::time(const TimingOptions& o) {
+  if (o.iters <= 0 || o.warmup < 0)
+    userError("kiln runtime: timing needs iters > 0 and warmup >= 0, got {} and {}", o.iters, o.warmup);
+  Impl& s = *impl_;
+  const Manifest& m = s.m;
+  s.makeCurrent();
+  TimingResources r;
+  Timing t;
+  t.graph = o.graph;
+
+  // Rotation: whole copies of the arena (weights, inputs, activations), each forward on the next copy, so that
+  // no forward finds the previous one's data in L2. At most half of the free memory and 512 copies.
+  int64_t sets = 1;
+  if (o.rotateBytes > 0 && m.arenaBytes > 0) {
+    sets = std::clamp<int64_t>((o.rotateBytes + m.arenaBytes - 1) / m.arenaBytes, 2, 512);
+    size_t freeBytes = 0, totalBytes = 0;
+    KILN_CU(cuMemGetInfo, "", &freeBytes, &totalBytes);
+    sets = std::max<int64_t>(1, std::min<int64_t>(sets, 1 + static_cast<int64_t>(freeBytes / 2) / m.arenaBytes));
+  }
+  for (int64_t c = 1; c < sets; ++c) {
+    CUdeviceptr p = 0;
+    KILN_CU(cuMemAlloc, fmt::format(" allocating arena copy {} of {} for timing", c, sets - 1), &p,
+            static_cast<size_t>(m.arenaBytes));
+    r.copies.push_back(p);
+    KILN_CU(cuMemcpyDtoD, " copying the arena for timing", p, s.arena, static_cast<size_t>(m.arenaBytes));
+  }
+  t.sets = static_cast<int>(sets);
+  t.rotatedBytes = sets > 1 ? sets * m.arenaBytes : 0;
+  // Kernel arguments per copy: the same offsets from another base.
+  std::vector<std::vector<std::vector<CUdeviceptr>>> values(static_cast<size_t>(sets));
+  std::vector<std::vector<std::vector<void*>>> args(static_cast<size_t>(sets));
+  for (int64_t c = 0; c < sets; ++c) {
+    CUdeviceptr base = c == 0 ? s.arena : r.copies[static_cast<size_t>(c - 1)];
+    auto& vals = values[static_cast<size_t>(c)];
+    vals.resize(m.kernels.size());
+    for (size_t i = 0; i < m.kernels.size(); ++i)
+      for (int64_t id : m.kernels[i].params)
+        vals[i].push_back(base + static_cast<CUdeviceptr>(m.findBuffer(id)->offset));
+    for (auto& kv : vals) {
+      std::vector<void*>& ptrs = args[static_cast<size_t>(c)].emplace_back();
+      for (CUdeviceptr& v : kv) ptrs.push_back(&v);
     }
-  } ev;
-  KILN_CU(cuEventCreate, "", &ev.start, CU_EVENT_DEFAULT);
-  KILN_CU(cuEventCreate, "", &ev.stop, CU_EVENT_DEFAULT);
-  KILN_CU(cuEventRecord, "", ev.start, nullptr);
-  for (int it = 0; it < iters; ++it)
-    for (size_t i = 0; i < s.m.kernels.size(); ++i) s.launch(i, /*sync=*/false);
-  KILN_CU(cuEventRecord, "", ev.stop, nullptr);
-  KILN_CU(cuEventSynchronize, " while timing", ev.stop);
+  }
+
+  KILN_CU(cuStreamCreate, "", &r.stream, CU_STREAM_NON_BLOCKING);
+  auto forward = [&](int64_t set) {
+    for (size_t i = 0; i < m.kernels.size(); ++i)
+      s.launch(i, false, args[static_cast<size_t>(set)][i].data(), r.stream);
+  };
+  // One graph holds one forward on every copy in turn; it is replayed until at least `iters` forwards ran.
+  int64_t replays = (o.iters + sets - 1) / sets, forwards = o.graph ? replays * sets : o.iters;
+  if (o.graph) {
+    KILN_CU(cuStreamBeginCapture, " capturing the forward in a CUDA graph", r.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    try {
+      for (int64_t c = 0; c < sets; ++c) forward(c);
+    } catch (...) {
+      CUgraph partial = nullptr;
+      driver().fn_cuStreamEndCapture(r.stream, &partial);
+      if (partial) driver().fn_cuGraphDestroy(partial);
+      throw;
+    }
+    KILN_CU(cuStreamEndCapture, " capturing the forward in a CUDA graph", r.stream, &r.graph);
+    KILN_CU(cuGraphInstantiate, " instantiating the CUDA graph", &r.exec, r.graph, 0ULL);
+  }
+  auto run = [&](int64_t count) {  // count forwards (graph replays of `sets` forwards each)
+    if (o.graph) {
+      for (int64_t g = 0; g < (count + sets - 1) / sets; ++g) KILN_CU(cuGraphLaunch, " replaying the CUDA graph", r.exec, r.stream);
+    } else {
+      for (int64_t f = 0; f < count; ++f) forward(f % sets);
+    }
+  };
+  run(std::max<int64_t>(o.warmup, o.graph ? 1 : 0));
+  KILN_CU(cuStreamSynchronize, " after warm-up", r.stream);
+  KILN_CU(cuEventCreate, "", &r.start, CU_EVENT_DEFAULT);
+  KILN_CU(cuEventCreate, "", &r.stop, CU_EVENT_DEFAULT);
+  KILN_CU(cuEventRecord, "", r.start, r.stream);
+  run(forwards);
+  KILN_CU(cuEventRecord, "", r.stop, r.stream);
+  KILN_CU(cuEventSynchronize, " while timing", r.stop);
   float ms = 0;
-  KILN_CU(cuEventElapsedTime, "", &ms, ev.start, ev.stop);
-  return static_cast<double>(ms) / iters;
+  KILN_CU(cuEventElapsedTime, "", &ms, r.start, r.stop);
+  t.forwards = static_cast<int>(forwards);
+  t.msPerForward = static_cast<double>(ms) / static_cast<double>(forwards);
+  return t;
+}
+
+double Model::timeMs(int warmup, int iters) {
+  return time(TimingOptions{warmup, iters, /*graph=*/false, /*rotateBytes=*/0}).msPerForward;
 }
 
 std::string Model::deviceName() const { return impl_->name; }

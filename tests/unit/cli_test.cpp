@@ -297,6 +297,14 @@ TEST(Cli, RunCheckF32LlamaUsesTheF32Tolerance) {
   EXPECT_TRUE(contains(r.out, "(tolerance 1e-05) PASS")) << describe(r);
 }
 
+TEST(Cli, BenchFlagsWithoutOrAgainstBench) {
+  expectOneLineError(kiln({"run", kMlp, "--graph"}), 2, {"--graph", "--bench N"});
+  expectOneLineError(kiln({"run", kMlp, "--rotate-mb", "150"}), 2, {"--rotate-mb", "--bench N"});
+  expectOneLineError(kiln({"run", kMlp, "--bench", "10", "--rotate-mb", "-1"}), 2, {"--rotate-mb", "-1"});
+  expectOneLineError(kiln({"run", kMlp, "--bench", "-3"}), 2, {"--bench", "-3"});
+  expectOneLineError(kiln({"run", kMlp, "--bench", "10", "--interpret"}), 2, {"--bench", "--interpret"});
+}
+
 TEST(Cli, RunWithoutGpuSuggestsInterpret) {
   if (runtime::gpuAvailable()) GTEST_SKIP() << "this machine has a CUDA GPU";
   expectOneLineError(kiln({"run", kMlp}), 1, {"GPU", "--interpret"});

@@ -33,6 +33,8 @@ struct RunCommand {
   uint64_t seed = 0;
   std::string arch = "sm_90";
   int benchIters = 0;               // --bench N: time N forward passes on the GPU
+  bool benchGraph = false;          // --graph: time replays of one CUDA graph
+  double benchRotateMb = 0;         // --rotate-mb M: rotate over arena copies touching >= M MB
   std::string dtype;                // --dtype f16|bf16
   PipelineOptions pipeline;
 };

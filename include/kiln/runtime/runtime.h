@@ -6,6 +6,7 @@
 // <cuda.h>; the Driver API types stay inside runtime.cpp.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -19,6 +20,22 @@ namespace kiln::runtime {
 // (if given) says which of those failed, e.g. "no CUDA driver (libcuda.so.1) on this machine". Never throws, so
 // callers (tests, `kiln run`) can skip GPU work with a clear reason instead of crashing.
 bool gpuAvailable(std::string* why = nullptr);
+
+struct TimingOptions {
+  int warmup = 3;            // untimed forwards first (with a graph: at least one replay)
+  int iters = 100;           // forwards to time (with a graph and rotation: rounded up to whole replays)
+  bool graph = true;         // capture the kernels in one CUDA graph and replay it (no per-launch CPU cost)
+  int64_t rotateBytes = 0;   // > 0: cycle over copies of the whole arena (weights included) until at least this
+                             // many bytes are touched, so that a forward does not find its data in L2
+};
+
+struct Timing {
+  double msPerForward = 0;
+  int forwards = 0;          // forwards timed
+  int sets = 1;              // arena copies cycled (1: no rotation)
+  int64_t rotatedBytes = 0;  // sets * arena bytes when rotating
+  bool graph = false;
+};
 
 // One compiled model loaded onto device 0.
 //
@@ -46,9 +63,11 @@ class Model {
   // kernel that caused it. Returns the outputs' bytes in manifest().outputs order.
   std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs);
 
-  // Milliseconds per forward pass: `warmup` untimed passes, then `iters` back-to-back passes between two CUDA
-  // events (no per-kernel synchronization, no copies). Uses whatever the arena holds (the inputs of the last
-  // run(), zeros before the first), so call run() first when timing depends on the data.
+  // GPU time per forward pass (CUDA events around back-to-back passes on one stream, after warm-up; no
+  // per-kernel synchronization, no copies). Uses whatever the arena holds (the inputs of the last run(), zeros
+  // before the first), so call run() first when timing depends on the data.
+  Timing time(const TimingOptions& options);
+  // time() with direct launches on one arena: `warmup` untimed passes, then `iters` timed ones.
   double timeMs(int warmup, int iters);
 
   std::string deviceName() const;  // e.g. "NVIDIA H200"
