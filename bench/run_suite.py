@@ -345,6 +345,7 @@ class Options:
     l2_bytes: int
     dry_interpret_mflop: float
     jobs: int
+    kiln_graph: bool = False
 
 
 def key(case, dtype):
@@ -432,6 +433,16 @@ def measure(case, dtype, opts, prep):
             kiln.update({"ms": float(m.group(2)), "bench_iters": iters, "method": "kiln --bench (hot, mean)"})
         else:
             kiln["bench_error"] = first_error_line(err) or first_error_line(out) or f"rc {rc}"
+        if opts.kiln_graph:   # the same forwards replayed from one CUDA graph: hot, then rotated like PyTorch's sets
+            for variant, extra in (("graph_hot", []), ("graph_rotated", ["--rotate-mb", L2_FACTOR * opts.l2_bytes / 1e6])):
+                rc, out, err, _ = run_kiln(opts.kiln, ["run", path, "--bench", iters, "--graph", *extra],
+                                           opts.kiln_timeout, kiln_env(opts))
+                m = re.search(r"(\d+) kernels, ([0-9.eE+-]+) ms per forward \(CUDA events around (\d+) forwards", out)
+                sets = re.search(r"rotating over (\d+) copies of the arena \(([0-9.]+) MB\)", out)
+                kiln[variant] = ({"ms": float(m.group(2)), "forwards": int(m.group(3)),
+                                  **({"sets": int(sets.group(1)), "rotated_mb": float(sets.group(2))} if sets else {})}
+                                 if rc == 0 and m else
+                                 {"error": first_error_line(err) or first_error_line(out) or f"rc {rc}"})
     timer = GpuTimer(opts.repeats, opts.target_ms) if opts.device == "cuda" else CpuTimer(opts.repeats, 0)
     try:
         row.update(measure_torch(case, dtype, opts.device, timer, opts.modes, opts.l2_bytes,
@@ -578,6 +589,9 @@ def parse_args(argv=None):
     ap.add_argument("--dry-interpret-mflop", type=float, default=100.0,
                     help="dry run: also `kiln run --check --interpret` for cases of at most this many MFLOP")
     ap.add_argument("--skip-kiln", action="store_true")
+    ap.add_argument("--kiln-graph", action="store_true",
+                    help="also time kiln's forwards replayed from one CUDA graph, hot and rotated over arena copies "
+                         "(kiln.graph_hot / kiln.graph_rotated in the JSON)")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile (eager and kiln only)")
     ap.add_argument("--prepare-one", nargs=2, metavar=("CASE", "DTYPE"), help=argparse.SUPPRESS)
     ap.add_argument("--options-json", help=argparse.SUPPRESS)
@@ -644,7 +658,7 @@ def main(argv=None):
         opts = Options(kiln=str(kiln.resolve()), workdir=str(workdir), device=device, dry_run=args.dry_run,
                        modes=modes, kiln_timeout=args.kiln_timeout, kiln_target_ms=args.kiln_target_ms,
                        repeats=args.repeats, target_ms=args.target_ms, skip_kiln=args.skip_kiln, l2_bytes=l2,
-                       dry_interpret_mflop=args.dry_interpret_mflop, jobs=jobs)
+                       dry_interpret_mflop=args.dry_interpret_mflop, jobs=jobs, kiln_graph=args.kiln_graph)
         stopped = False
         chunk = 2 * jobs
         last_prepare_s = 0.0   # a batch is prepared only if the last one's time still fits before the limit
