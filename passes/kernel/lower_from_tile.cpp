@@ -14,6 +14,7 @@
 #include <map>
 
 #include "kiln/kernel/lower.h"
+#include "kiln/tile/contraction.h"
 #include "kiln/support/error.h"
 
 namespace kiln::kernel {
@@ -41,7 +42,8 @@ class KernelBuilder {
     k_.origins = lk_.origins;
     param(lk_.output, true);
     if (s_.strategy == tile::Strategy::ThreadPerOutput) threadPerOutput();
-    else blockPerRow();
+    else if (s_.strategy == tile::Strategy::BlockPerRow) blockPerRow();
+    else tiledContraction();
     return std::move(k_);
   }
 
@@ -230,6 +232,135 @@ class KernelBuilder {
     unflatten(inner, idxVar(kLinearVar, "c"), perRow, write);
     storeResult(write, rowValues);
     k_.body.push_back(forLoop(kLinearVar, "c", threadIdx(), idxConst(perRow), threads, std::move(write)));
+  }
+
+  // A block per output tile of a matrix product (tile/contraction.h). Block b: tile column tn = b mod tilesN,
+  // tile row tm = (b div tilesN) mod tilesM, the other output axes from b div (tilesM*tilesN). Thread t: column
+  // group tx = t mod (tile_n/micro_n), row group ty = t div (tile_n/micro_n); it owns rows ty + i*TY and
+  // columns tx + j*TX of the tile (TY, TX: the thread grid), so neighbouring threads touch neighbouring
+  // columns. Per step of tile_k: every operand slice is copied into shared memory as [k][row] (rows padded by
+  // one so that the copy's k-neighbours fall in different banks; zeros outside the matrix), a barrier, then each
+  // thread multiplies its rows by its columns, a barrier.
+  void tiledContraction() {
+    auto c = tile::findContraction(lk_, static_cast<int>(s_.knob("m_axis")), static_cast<int>(s_.knob("n_axis")));
+    KILN_ASSERT(c.has_value(), "kernel {}: tiled_contraction on a kernel that is not a contraction", lk_.name);
+    const int64_t tm = s_.knob("tile_m"), tn = s_.knob("tile_n"), tk = s_.knob("tile_k");
+    const int64_t um = s_.knob("micro_m"), un = s_.knob("micro_n");
+    const int64_t gx = tn / un, gy = tm / um, threads = gx * gy;
+    const int64_t tilesM = (c->m + tm - 1) / tm, tilesN = (c->n + tn - 1) / tn;
+    const loop::Axis& mAxis = lk_.parallel[static_cast<size_t>(c->mAxis)];
+    const loop::Axis& nAxis = lk_.parallel[static_cast<size_t>(c->nAxis)];
+    k_.block = {threads, 1, 1};
+    k_.grid = {c->outerPoints * tilesM * tilesN, 1, 1};
+    extents_[kThreadIdx] = threads;
+    extents_[kBlockIdx] = k_.grid[0];
+    // Index variables of the schedule, numbered past the Loop-IR ones.
+    int next = kFirstLoopVar + lk_.maxVar() + 1;
+    auto defVar = [&](Block& out, const std::string& name, Idx value, int64_t extent) {
+      int id = next++;
+      out.push_back(defIdx(id, name, simplify(value, extents_)));
+      extents_[id] = extent;
+      return idxVar(id, name);
+    };
+    Idx tileN = defVar(k_.body, "tn", mod(blockIdx(), tilesN), tilesN);
+    Idx tileM = defVar(k_.body, "tm", mod(floorDiv(blockIdx(), tilesN), tilesM), tilesM);
+    std::vector<loop::Axis> outer;
+    for (size_t d = 0; d < lk_.parallel.size(); ++d)
+      if (static_cast<int>(d) != c->mAxis && static_cast<int>(d) != c->nAxis) outer.push_back(lk_.parallel[d]);
+    unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), c->outerPoints, k_.body);
+    Idx tx = defVar(k_.body, "tx", mod(threadIdx(), gx), gx);
+    Idx ty = defVar(k_.body, "ty", floorDiv(threadIdx(), gx), gy);
+
+    // Accumulators acc<stage>_<i>_<j> and the operand tiles in shared memory.
+    std::vector<std::vector<int>> acc(lk_.stages.size());
+    for (size_t st = 0; st < lk_.stages.size(); ++st)
+      for (int64_t i = 0; i < um; ++i)
+        for (int64_t j = 0; j < un; ++j) {
+          acc[st].push_back(slot(fmt::format("acc{}_{}_{}", st, i, j)));
+          k_.body.push_back(assign(acc[st].back(), fconst(0.f)));
+        }
+    std::vector<int> sharedA, sharedB;
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      sharedA.push_back(static_cast<int>(k_.shared.size()));
+      k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), tk * (tm + 1)});
+      sharedB.push_back(static_cast<int>(k_.shared.size()));
+      k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), tk * (tn + 1)});
+    }
+
+    Block steps;
+    int kStepVar = next++;
+    Idx k0 = idxVar(kStepVar, "k0");
+    extents_[kStepVar] = c->k;
+    // Copies operand `e` of a stage for rows [tile*rows, +rows) and k in [k0, k0 + tk) into shared buffer `buf`.
+    auto stage = [&](const loop::ExprP& e, int rowVar, const std::string& rowName, int64_t rowExtent, Idx tileIdx,
+                     int64_t rows, int kVar, const std::string& kName, int buf, Block& out) {
+      int flatVar = next++;
+      Idx flat = idxVar(flatVar, "e");
+      extents_[flatVar] = rows * tk;
+      Block body;
+      Idx kk = defVar(body, "kk", mod(flat, tk), tk);
+      Idx rr = defVar(body, "rr", floorDiv(flat, tk), rows);
+      Idx slotIdx = simplify(kk * idxConst(rows + 1) + rr, extents_);  // rows + 1: k-neighbours in other banks
+      body.push_back(storeShared(buf, slotIdx, fconst(0.f)));
+      Block inside;
+      inside.push_back(defIdx(rowVar + kFirstLoopVar, rowName, simplify(tileIdx * idxConst(rows) + rr, extents_)));
+      extents_[rowVar + kFirstLoopVar] = rowExtent;
+      inside.push_back(defIdx(kVar + kFirstLoopVar, kName, simplify(k0 + kk, extents_)));
+      extents_[kVar + kFirstLoopVar] = c->k;
+      std::map<std::string, FE> cse;
+      FE v = lower(e, inside, cse);
+      inside.push_back(storeShared(buf, slotIdx, v));
+      Idx row = simplify(tileIdx * idxConst(rows) + rr, extents_), kAt = simplify(k0 + kk, extents_);
+      body.push_back(ifLess(row, idxConst(rowExtent), Block{ifLess(kAt, idxConst(c->k), std::move(inside))}));
+      out.push_back(forLoop(flatVar, "e", threadIdx(), idxConst(rows * tk), threads, std::move(body)));
+    };
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      const loop::Axis& kAxis = lk_.stages[st].axes[0];
+      stage(c->stages[st].a, mAxis.var, mAxis.name, c->m, tileM, tm, kAxis.var, kAxis.name, sharedA[st], steps);
+      stage(c->stages[st].b, nAxis.var, nAxis.name, c->n, tileN, tn, kAxis.var, kAxis.name, sharedB[st], steps);
+    }
+    steps.push_back(barrier());
+    int kkVar = next++;
+    Idx kk = idxVar(kkVar, "kk");
+    extents_[kkVar] = tk;
+    Block inner;
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      std::vector<FE> a, b;
+      for (int64_t i = 0; i < um; ++i) {
+        int sl = slot(fmt::format("a{}_{}", st, i));
+        inner.push_back(assign(sl, loadShared(sharedA[st], simplify(kk * idxConst(tm + 1) + ty + idxConst(i * gy), extents_))));
+        a.push_back(fvar(sl));
+      }
+      for (int64_t j = 0; j < un; ++j) {
+        int sl = slot(fmt::format("b{}_{}", st, j));
+        inner.push_back(assign(sl, loadShared(sharedB[st], simplify(kk * idxConst(tn + 1) + tx + idxConst(j * gx), extents_))));
+        b.push_back(fvar(sl));
+      }
+      for (int64_t i = 0; i < um; ++i)
+        for (int64_t j = 0; j < un; ++j) {
+          int s = acc[st][static_cast<size_t>(i * un + j)];
+          inner.push_back(assign(s, fapply(Fn::Add, {fvar(s), fapply(Fn::Mul, {a[static_cast<size_t>(i)], b[static_cast<size_t>(j)]})})));
+        }
+    }
+    steps.push_back(forLoop(kkVar, "kk", idxConst(0), idxConst(tk), 1, std::move(inner)));
+    steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
+    k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(c->k), tk, std::move(steps)));
+
+    // The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.
+    accs_.assign(lk_.stages.size(), -1);
+    extents_[mAxis.var + kFirstLoopVar] = c->m;
+    extents_[nAxis.var + kFirstLoopVar] = c->n;
+    for (int64_t i = 0; i < um; ++i)
+      for (int64_t j = 0; j < un; ++j) {
+        Idx row = simplify(tileM * idxConst(tm) + ty + idxConst(i * gy), extents_);
+        Idx col = simplify(tileN * idxConst(tn) + tx + idxConst(j * gx), extents_);
+        Block store;
+        store.push_back(defIdx(mAxis.var + kFirstLoopVar, mAxis.name, row));
+        store.push_back(defIdx(nAxis.var + kFirstLoopVar, nAxis.name, col));
+        for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = acc[st][static_cast<size_t>(i * un + j)];
+        storeResult(store);
+        k_.body.push_back(ifLess(row, idxConst(c->m), Block{ifLess(col, idxConst(c->n), std::move(store))}));
+      }
   }
 
   const tile::Program& tp_;

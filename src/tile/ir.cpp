@@ -3,12 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/support/error.h"
+#include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
 
 namespace kiln::tile {
 
 const char* strategyName(Strategy s) {
-  return s == Strategy::ThreadPerOutput ? "thread_per_output" : "block_per_row";
+  switch (s) {
+    case Strategy::ThreadPerOutput: return "thread_per_output";
+    case Strategy::BlockPerRow: return "block_per_row";
+    case Strategy::TiledContraction: return "tiled_contraction";
+  }
+  return "?";
 }
 
 int64_t Schedule::knob(const std::string& name) const {
@@ -55,6 +61,17 @@ void verify(const Program& p) {
       KILN_ASSERT(!k.stages.empty(), "kernel {}: block_per_row needs a reduction", k.name);
       int64_t t = s.knob("threads");
       KILN_ASSERT(t >= 32 && t <= 1024 && (t & (t - 1)) == 0, "kernel {}: threads={} must be a power of two in [32, 1024]", k.name, t);
+    } else if (s.strategy == Strategy::TiledContraction) {
+      auto c = findContraction(k, static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
+      KILN_ASSERT(c.has_value(), "kernel {}: tiled_contraction on a kernel that is not a contraction over m_axis={} n_axis={}",
+                  k.name, s.knob("m_axis"), s.knob("n_axis"));
+      int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n"), tk = s.knob("tile_k"), um = s.knob("micro_m"), un = s.knob("micro_n");
+      KILN_ASSERT(tm > 0 && tn > 0 && tk > 0 && um > 0 && un > 0 && tm % um == 0 && tn % un == 0,
+                  "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, tm, tn, tk, um, un);
+      int64_t threads = (tm / um) * (tn / un);
+      KILN_ASSERT(threads >= 32 && threads <= 1024, "kernel {}: tiled_contraction with {} threads", k.name, threads);
+      KILN_ASSERT(static_cast<int64_t>(c->stages.size()) * (tm + tn + 2) * tk * 4 <= 48 * 1024,
+                  "kernel {}: operand tiles exceed 48 KiB of shared memory", k.name);
     } else {
       int64_t b = s.knob("block");
       KILN_ASSERT(b >= 1 && b <= 1024, "kernel {}: block={} out of [1, 1024]", k.name, b);

@@ -7,6 +7,9 @@
 //   block_per_row       one block per row of a staged kernel (per output point for a plain reduction);
 //                       its threads stride over each stage's (flattened) reduction axes, combine partial
 //                       results by a shared-memory tree, then stride over the row's outputs   knobs: threads
+//   tiled_contraction   matrix products (tile/contraction.h): a block per tile_m x tile_n output tile,
+//                       operand slices of tile_k staged in shared memory, a micro_m x micro_n register tile
+//                       per thread      knobs: tile_m, tile_n, tile_k, micro_m, micro_n, m_axis, n_axis
 #pragma once
 #include <map>
 #include <nlohmann/json_fwd.hpp>
@@ -16,7 +19,7 @@
 
 namespace kiln::tile {
 
-enum class Strategy { ThreadPerOutput, BlockPerRow };
+enum class Strategy { ThreadPerOutput, BlockPerRow, TiledContraction };
 const char* strategyName(Strategy s);
 
 struct Schedule {
@@ -37,6 +40,9 @@ void verify(const Program& p);
 // Passes
 Program lowerFromLoop(const loop::Program& p);  // tile-lower-from-loop
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
+// One wave of blocks on an H200 (132 SMs): below it a matrix product is better left to the other schedules.
+constexpr int64_t kTiledContractionMinTiles = 132;
+bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
 
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;

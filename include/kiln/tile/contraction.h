@@ -1,0 +1,31 @@
+// Recognising matrix products in Loop IR, for the tiled schedule (tile-tiled-contractions) and its lowering.
+//
+// A kernel is a contraction when every stage sums, over one axis k of the same extent K, the product of two
+// operands: A, which reads the output axis m but not the output axis n, and B, which reads n but not m. Other
+// output axes (batch, heads) may appear in both. The result may apply any epilogue to the stages' totals (bias,
+// residual, scale, silu(gate)·up). Examples: a linear layer (m = tokens, n = features), attention's q·kᵀ and p·v
+// (per batch and head), the gate/up pair of a SwiGLU MLP (two stages sharing A).
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "kiln/loop/ir.h"
+
+namespace kiln::tile {
+
+struct Contraction {
+  int mAxis = -1, nAxis = -1;  // positions in Kernel::parallel
+  int64_t m = 0, n = 0, k = 0;
+  struct Stage {
+    loop::ExprP a, b;  // the two factors of the stage's value
+    int kVar = -1;     // the stage's reduction variable
+  };
+  std::vector<Stage> stages;
+  int64_t outerPoints = 1;  // product of the other output axes' extents
+};
+
+// The contraction a kernel is, with m and n the widest axes that separate its operands; nullopt otherwise.
+// Given axes (from a schedule's knobs) are used instead of choosing.
+std::optional<Contraction> findContraction(const loop::Kernel& k, int mAxis = -1, int nAxis = -1);
+
+}  // namespace kiln::tile

@@ -1,0 +1,42 @@
+// tile-tiled-contractions: gives matrix products (tile/contraction.h) the tiled schedule. One block of 256
+// threads (16 x 16) computes a tile_m x tile_n tile of the output for one point of the other axes; each thread
+// holds a micro_m x micro_n register tile of accumulators (rows ty + i*16, columns tx + j*16). The reduction
+// runs in steps of tile_k: the block stages each operand's tile_m x tile_k and tile_n x tile_k slices in
+// shared memory (consecutive threads read consecutive k), synchronises, and every thread reads its rows and
+// columns from shared memory: each operand element fetched from global memory serves tile_n (or tile_m)
+// products instead of one.
+//
+// The tile is the largest of 64, 32, 16 that still gives at least `minTiles` blocks (default
+// kTiledContractionMinTiles: one wave on the H200's 132 SMs); with fewer than that even at 16, the kernel keeps
+// its schedule (a long reduction with few outputs is better served by tile-cooperative-reduce's block per
+// output row). Reductions shorter than 8, and products with m or n below 16 (matrix-vector products, e.g. one
+// token of decoding), keep theirs too.
+#include <algorithm>
+
+#include "kiln/tile/contraction.h"
+#include "kiln/tile/ir.h"
+
+namespace kiln::tile {
+
+bool tileContractions(Program& p, int64_t minTiles) {
+  bool changed = false;
+  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
+    auto c = findContraction(p.loop.kernels[i]);
+    if (!c || c->k < 8 || c->m < 16 || c->n < 16) continue;  // a matrix-vector product is not worth a tile
+    auto tiles = [&](int64_t t) { return c->outerPoints * ((c->m + t - 1) / t) * ((c->n + t - 1) / t); };
+    int64_t tile = 0;
+    for (int64_t t : {64, 32, 16})
+      if (tiles(t) >= minTiles) {
+        tile = t;
+        break;
+      }
+    if (tile == 0) continue;
+    p.schedules[i] = Schedule{Strategy::TiledContraction,
+                              {{"tile_m", tile}, {"tile_n", tile}, {"tile_k", 16}, {"micro_m", tile / 16},
+                               {"micro_n", tile / 16}, {"m_axis", c->mAxis}, {"n_axis", c->nAxis}}};
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::tile

@@ -1,0 +1,82 @@
+#include "kiln/tile/contraction.h"
+
+#include <set>
+
+namespace kiln::tile {
+namespace {
+
+std::set<int> varsOf(const loop::ExprP& e) {
+  std::set<int> vars;
+  std::function<void(const loop::ExprP&)> visit = [&](const loop::ExprP& x) {
+    for (auto& i : x->index) forEachVar(i, [&](int v) { vars.insert(v); });
+    for (auto& a : x->args) visit(a);
+  };
+  visit(e);
+  return vars;
+}
+
+bool readsAcc(const loop::ExprP& e) {
+  if (e->kind == loop::Expr::Kind::Acc) return true;
+  for (auto& a : e->args)
+    if (readsAcc(a)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::optional<Contraction> findContraction(const loop::Kernel& k, int mAxis, int nAxis) {
+  if (k.stages.empty()) return std::nullopt;
+  Contraction c;
+  c.k = -1;
+  // Factors and their variables, per stage.
+  std::vector<std::pair<loop::ExprP, loop::ExprP>> factors;
+  std::vector<std::pair<std::set<int>, std::set<int>>> vars;
+  for (auto& s : k.stages) {
+    if (s.fn != loop::ReduceFn::Sum || s.axes.size() != 1) return std::nullopt;
+    if (c.k >= 0 && s.axes[0].extent != c.k) return std::nullopt;
+    c.k = s.axes[0].extent;
+    const loop::ExprP& v = s.value;
+    if (v->kind != loop::Expr::Kind::Apply || v->fn != tensor::Fn::Mul || v->args.size() != 2) return std::nullopt;
+    if (readsAcc(v)) return std::nullopt;
+    factors.emplace_back(v->args[0], v->args[1]);
+    vars.emplace_back(varsOf(v->args[0]), varsOf(v->args[1]));
+  }
+  auto separates = [&](int axis, const std::set<int>& with, const std::set<int>& without) {
+    int var = k.parallel[static_cast<size_t>(axis)].var;
+    return with.count(var) && !without.count(var);
+  };
+  if (mAxis < 0 || nAxis < 0) {  // choose from stage 0: the widest axis only one factor reads, for each side
+    auto widest = [&](const std::set<int>& with, const std::set<int>& without) {
+      int best = -1;
+      for (int d = 0; d < static_cast<int>(k.parallel.size()); ++d)
+        if (separates(d, with, without) && (best < 0 || k.parallel[static_cast<size_t>(d)].extent >= k.parallel[static_cast<size_t>(best)].extent))
+          best = d;
+      return best;
+    };
+    mAxis = widest(vars[0].first, vars[0].second);
+    nAxis = widest(vars[0].second, vars[0].first);
+  }
+  if (mAxis < 0 || nAxis < 0 || mAxis == nAxis || mAxis >= static_cast<int>(k.parallel.size()) ||
+      nAxis >= static_cast<int>(k.parallel.size()))
+    return std::nullopt;
+  c.mAxis = mAxis;
+  c.nAxis = nAxis;
+  c.m = k.parallel[static_cast<size_t>(mAxis)].extent;
+  c.n = k.parallel[static_cast<size_t>(nAxis)].extent;
+  for (size_t d = 0; d < k.parallel.size(); ++d)
+    if (static_cast<int>(d) != mAxis && static_cast<int>(d) != nAxis) c.outerPoints *= k.parallel[d].extent;
+  for (size_t s = 0; s < k.stages.size(); ++s) {
+    auto [x, y] = factors[s];
+    auto [vx, vy] = vars[s];
+    if (!(separates(mAxis, vx, vy) && separates(nAxis, vy, vx))) {
+      std::swap(x, y);
+      std::swap(vx, vy);
+    }
+    int kVar = k.stages[s].axes[0].var;
+    if (!separates(mAxis, vx, vy) || !separates(nAxis, vy, vx) || !vx.count(kVar) || !vy.count(kVar)) return std::nullopt;
+    c.stages.push_back(Contraction::Stage{x, y, kVar});
+  }
+  return c;
+}
+
+}  // namespace kiln::tile

@@ -1,0 +1,130 @@
+// tile-tiled-contractions and its lowering: every matrix product of the fixtures, tiled (the fixtures are too
+// small for the default rule, so the test asks for tiling whatever the block count), must compute what the
+// Loop-IR interpreter computes, pass Kernel IR's verifier (barriers, shared bounds) and compile with nvcc.
+#include <gtest/gtest.h>
+
+#include "kiln/cuda/emitter.h"
+#include "kiln/driver/pipeline.h"
+#include "kiln/kernel/lower.h"
+#include "kiln/support/error.h"
+#include "kiln/tile/contraction.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+
+struct Tiled {
+  Compiled c;
+  int tiledKernels = 0;
+  kernel::Program kernelIR;
+};
+
+// Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape.
+Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}) {
+  Tiled t;
+  // The small fixtures get 32 tokens, so that their products have m >= 16 (the rule's minimum).
+  std::vector<frontend::InputOverride> inputs;
+  if (model == "linear") inputs.push_back(frontend::parseInputOverride("x=2x32x64"));
+  if (model == "mlp") inputs.push_back(frontend::parseInputOverride("x=1x32x64"));
+  t.c = compileModel(test::fixturePath(model), inputs, PipelineOptions{}, "tile");
+  tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
+  for (auto& s : t.c.tileIR.schedules)
+    if (s.strategy == tile::Strategy::TiledContraction && !tiles.empty()) {
+      s.knobs["tile_m"] = tiles[0];
+      s.knobs["tile_n"] = tiles[1];
+      s.knobs["micro_m"] = tiles[2];
+      s.knobs["micro_n"] = tiles[3];
+    }
+  tile::verify(t.c.tileIR);
+  for (auto& s : t.c.tileIR.schedules) t.tiledKernels += s.strategy == tile::Strategy::TiledContraction;
+  t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
+  kernel::verify(t.kernelIR);
+  return t;
+}
+
+class TiledContraction : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TiledContraction, KernelInterpreterMatchesLoopInterpreter) {
+  Tiled t = tileEverything(GetParam());
+  EXPECT_GT(t.tiledKernels, 0) << "no matrix product recognised in " << GetParam();
+  for (uint64_t seed : {1u, 2u}) {
+    std::vector<HostTensor> inputs;
+    for (size_t i = 0; i < t.kernelIR.inputs.size(); ++i) {
+      const loop::Buffer& b = t.kernelIR.buffers[t.kernelIR.inputs[i]];
+      inputs.push_back(randomTensor(b.dtype, b.shape, seed * 1000 + i));
+    }
+    auto want = loop::interpret(t.c.loopIR, inputs);
+    auto got = kernel::interpret(t.kernelIR, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      Comparison cmp = compare(got[i], want[i]);
+      // The same k order as the Loop-IR loop: only the rounding of the epilogue may differ.
+      EXPECT_LE(cmp.relL2, 1e-6) << GetParam() << " output " << i << " seed " << seed;
+      EXPECT_FALSE(cmp.hasNaN) << GetParam();
+    }
+  }
+}
+
+// The pass picks 64x64 (4x4 per thread) for these; the smaller and non-square shapes are lowered the same way.
+TEST(TiledContractionShapes, EveryTileShapeMatchesTheLoopInterpreter) {
+  for (std::vector<int64_t> tiles : {std::vector<int64_t>{16, 16, 1, 1}, {32, 32, 2, 2}, {32, 64, 2, 4}, {64, 16, 4, 1}}) {
+    Tiled t = tileEverything("llama_tiny", tiles);
+    std::vector<HostTensor> inputs;
+    for (size_t i = 0; i < t.kernelIR.inputs.size(); ++i) {
+      const loop::Buffer& b = t.kernelIR.buffers[t.kernelIR.inputs[i]];
+      inputs.push_back(randomTensor(b.dtype, b.shape, 7 + i));
+    }
+    auto want = loop::interpret(t.c.loopIR, inputs);
+    auto got = kernel::interpret(t.kernelIR, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << fmt::format("tiles {}", fmt::join(tiles, "x"));
+  }
+}
+
+TEST_P(TiledContraction, NvccCompilesTheTiledKernels) {
+  Tiled t = tileEverything(GetParam());
+  cuda::Module m = cuda::emit(t.kernelIR);
+  test::TempDir tmp;
+  try {
+    cuda::writeArtifacts(t.kernelIR, m, tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
+  } catch (const UserError& e) {
+    FAIL() << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TiledContraction,
+                         ::testing::Values("linear", "mlp", "attention", "llama_tiny", "hf_llama_tiny",
+                                           "hf_llama_tiny_bf16"));
+
+TEST(TiledContractionRule, RecognisesLlamaProductsAndNothingElse) {
+  Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "loop");
+  std::vector<std::string> found;
+  for (auto& k : c.loopIR.kernels)
+    if (tile::findContraction(k)) found.push_back(k.name);
+  // Per layer: q/k/v, scores, p·v, o projection, gate/up, down; then the LM head. Not the norms, softmax, rotary.
+  EXPECT_EQ(found.size(), 2u * 6u + 1u) << fmt::format("{}", fmt::join(found, ", "));
+  auto scores = tile::findContraction(c.loopIR.kernels[4]);  // q·kᵀ: m = query position, n = key position
+  ASSERT_TRUE(scores.has_value());
+  EXPECT_EQ(scores->m, 16);
+  EXPECT_EQ(scores->n, 16);
+  EXPECT_EQ(scores->k, 16);
+  EXPECT_EQ(scores->outerPoints, 4);  // heads
+}
+
+TEST(TiledContractionRule, MatrixVectorProductsAreNeverTiled) {
+  // One token: every projection has m = 1 (and attention m = n = 1), so even without a block-count floor
+  // nothing is tiled.
+  Compiled c = compileModel(test::fixturePath("hf_llama_tiny"), {frontend::parseInputOverride("input_ids=1x1:i64")},
+                            PipelineOptions{}, "tile");
+  EXPECT_FALSE(tile::tileContractions(c.tileIR, /*minTiles=*/1));
+}
+
+TEST(TiledContractionRule, SmallProductsKeepTheirScheduleByDefault) {
+  // 16 tokens: at most a few 16x16 tiles per product, far below one wave of blocks.
+  Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
+  for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
+}
+
+}  // namespace
+}  // namespace kiln
