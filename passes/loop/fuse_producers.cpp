@@ -33,7 +33,9 @@ int64_t loadIterations(const Kernel& k, int buffer) {
   return total;
 }
 
-ExprP inlineInto(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents) {
+}  // namespace
+
+ExprP inlineProducer(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents) {
   return mapLoads(e, [&](const Expr& l) -> ExprP {
     if (l.buffer != producer.output) return std::make_shared<Expr>(l);
     // The producer's parallel variables take the values of this load's indices.
@@ -46,7 +48,12 @@ ExprP inlineInto(const ExprP& e, const Kernel& producer, const VarExtents& consu
   });
 }
 
-}  // namespace
+std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, const std::vector<std::string>& consumer) {
+  std::vector<std::string> origins = producer;
+  for (auto& o : consumer)
+    if (std::find(origins.begin(), origins.end(), o) == origins.end()) origins.push_back(o);
+  return origins;
+}
 
 std::string fusionRefusal(const Program& p, int producer) {
   const Kernel& k = p.kernels[producer];
@@ -77,12 +84,9 @@ bool fuseProducers(Program& p) {
       Kernel& k = p.kernels[c];
       if (loadIterations(k, producer.output) == 0) continue;
       VarExtents ext = k.extents();
-      for (auto& s : k.stages) s.value = inlineInto(s.value, producer, ext);
-      k.result = inlineInto(k.result, producer, ext);
-      std::vector<std::string> origins = producer.origins;
-      for (auto& o : k.origins)
-        if (std::find(origins.begin(), origins.end(), o) == origins.end()) origins.push_back(o);
-      k.origins = std::move(origins);
+      for (auto& s : k.stages) s.value = inlineProducer(s.value, producer, ext);
+      k.result = inlineProducer(k.result, producer, ext);
+      k.origins = mergeOrigins(producer.origins, k.origins);
       changed = true;
     }
   }

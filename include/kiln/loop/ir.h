@@ -127,6 +127,11 @@ bool eliminateDeadBuffers(Program& p);            // loop-eliminate-dead-buffers
 // into its consumers, or empty when it may be.
 std::string fusionRefusal(const Program& p, int producer);
 constexpr int64_t kMaxFusionWorkGrowth = 8;
+// e with every load of the producer's output replaced by the producer's result at that load's indices
+// (`consumerExtents`: the consumer's variables, for simplifying the substituted indices).
+ExprP inlineProducer(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents);
+// The producer's Torch ops followed by the consumer's not already among them (a fused kernel's origins).
+std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, const std::vector<std::string>& consumer);
 bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
 // For `kiln compile --explain-fusion`: each kernel's Torch ops, and for every kernel whose buffer other

@@ -43,6 +43,7 @@ bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 // One wave of blocks on an H200 (132 SMs): below it a matrix product is better left to the other schedules.
 constexpr int64_t kTiledContractionMinTiles = 132;
 bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
+bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
 
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;
