@@ -86,8 +86,13 @@ def first_error_line(text):
     return lines[-1][:400] if lines else ""
 
 
+KILN_EXTRA_ARGS = []   # --kiln-args: appended to every `kiln compile` / `kiln run` (e.g. --enable-pass NAME)
+
+
 def run_kiln(kiln, args, timeout, env=None):
     """Runs kiln; returns (rc, stdout, stderr, seconds). rc is 'timeout' when it ran past `timeout`."""
+    if args and args[0] in ("compile", "run"):
+        args = [*args, *KILN_EXTRA_ARGS]
     start = time.perf_counter()
     try:
         p = subprocess.run([str(kiln), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
@@ -346,6 +351,7 @@ class Options:
     dry_interpret_mflop: float
     jobs: int
     kiln_graph: bool = False
+    kiln_args: tuple = ()
 
 
 def key(case, dtype):
@@ -589,6 +595,8 @@ def parse_args(argv=None):
     ap.add_argument("--dry-interpret-mflop", type=float, default=100.0,
                     help="dry run: also `kiln run --check --interpret` for cases of at most this many MFLOP")
     ap.add_argument("--skip-kiln", action="store_true")
+    ap.add_argument("--kiln-args", default="", help="extra arguments for every kiln compile/run, e.g. "
+                    "'--enable-pass tile-tiled-contractions' (recorded in the JSON's args)")
     ap.add_argument("--kiln-graph", action="store_true",
                     help="also time kiln's forwards replayed from one CUDA graph, hot and rotated over arena copies "
                          "(kiln.graph_hot / kiln.graph_rotated in the JSON)")
@@ -621,6 +629,7 @@ def main(argv=None):
 
     if args.prepare_one:                               # worker mode
         opts = Options(**json.loads(args.options_json))
+        KILN_EXTRA_ARGS[:] = list(opts.kiln_args)
         case = next(c for c in suite.CASES if c.name == args.prepare_one[0])
         print("PREPARED " + json.dumps(prepare(case, args.prepare_one[1], opts)), flush=True)
         return 0
@@ -658,7 +667,9 @@ def main(argv=None):
         opts = Options(kiln=str(kiln.resolve()), workdir=str(workdir), device=device, dry_run=args.dry_run,
                        modes=modes, kiln_timeout=args.kiln_timeout, kiln_target_ms=args.kiln_target_ms,
                        repeats=args.repeats, target_ms=args.target_ms, skip_kiln=args.skip_kiln, l2_bytes=l2,
-                       dry_interpret_mflop=args.dry_interpret_mflop, jobs=jobs, kiln_graph=args.kiln_graph)
+                       dry_interpret_mflop=args.dry_interpret_mflop, jobs=jobs, kiln_graph=args.kiln_graph,
+                       kiln_args=tuple(args.kiln_args.split()))
+        KILN_EXTRA_ARGS[:] = list(opts.kiln_args)
         stopped = False
         chunk = 2 * jobs
         last_prepare_s = 0.0   # a batch is prepared only if the last one's time still fits before the limit

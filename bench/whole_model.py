@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO / "models"))
 import cases as suite  # noqa: E402
 import hf_llama  # noqa: E402
 from kiln_export import export  # noqa: E402
+import run_suite  # noqa: E402
 from run_suite import TOLERANCE, first_error_line, parse_kiln_run, rel_l2, run_kiln, versions, write_results  # noqa: E402
 
 DEFAULT_CONFIGS = "bf16:1:128,f32:1:128,bf16:8:128,f32:8:128,bf16:1:1,f32:1:1"
@@ -205,12 +206,14 @@ def parse_args(argv=None):
     ap.add_argument("--target-ms", type=float, default=200.0, help="aimed length of one timed PyTorch repeat")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--commit", default=None)
+    ap.add_argument("--kiln-args", default="", help="extra arguments for every kiln run, e.g. '--enable-pass NAME'")
     return ap.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     args.sides = set(args.sides.split(","))
+    run_suite.KILN_EXTRA_ARGS[:] = args.kiln_args.split()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device: use --device cpu --preset tiny for a smoke test")
     torch.set_grad_enabled(False)

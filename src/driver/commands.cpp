@@ -164,7 +164,10 @@ int runRun(const RunCommand& c, std::ostream& out) {
     std::string why;
     if (!runtime::gpuAvailable(&why))
       userError("kiln run needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
-    fs::path dir = runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, c.arch});
+    std::vector<std::string> passChoices;
+    for (auto& p : c.pipeline.enable) passChoices.push_back("+" + p);
+    for (auto& p : c.pipeline.disable) passChoices.push_back("-" + p);
+    fs::path dir = runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, c.arch, passChoices});
     std::error_code ec;
     if (fs::exists(dir / runtime::kManifestFileName, ec) && !wantsToWatchCompile(c.pipeline)) {
       out << fmt::format("kiln: compiled nothing: kernels from the cache {}\n", dir.string());

@@ -10,29 +10,47 @@
 
 namespace {
 
-void addPipelineFlags(CLI::App* cmd, kiln::PipelineOptions& p, std::vector<std::string>& printAfter, std::string& stopAfter,
-                      bool& printAfterAll, bool& noVerify) {
+// Flags of `compile` and `run` that are parsed into PipelineOptions after validation.
+struct PipelineFlags {
+  std::vector<std::string> printAfter, enable, disable;
+  std::string stopAfter;
+  bool printAfterAll = false, noVerify = false;
+};
+
+void addPipelineFlags(CLI::App* cmd, kiln::PipelineOptions& p, PipelineFlags& f) {
+  cmd->add_option("--enable-pass", f.enable, "run PASS, which is off by default (kiln passes marks them) (repeatable)")->type_name("PASS");
+  cmd->add_option("--disable-pass", f.disable, "skip PASS, a pass within a level (repeatable)")->type_name("PASS");
   cmd->add_flag("-v,--verbose", p.verbosity, "-v names each pass as it runs; -vv also prints a diff of the IR after each pass that changed it");
-  cmd->add_flag("--print-after-all", printAfterAll, "same as -vv");
-  cmd->add_option("--print-after", printAfter, "print the IR after PASS (repeatable)")->type_name("PASS");
-  cmd->add_option("--stop-after", stopAfter, "stop after PASS and print its IR")->type_name("PASS");
+  cmd->add_flag("--print-after-all", f.printAfterAll, "same as -vv");
+  cmd->add_option("--print-after", f.printAfter, "print the IR after PASS (repeatable)")->type_name("PASS");
+  cmd->add_option("--stop-after", f.stopAfter, "stop after PASS and print its IR")->type_name("PASS");
   cmd->add_option("--dump-dir", p.dumpDir, "write the IR after every pass to DIR, one numbered file per pass")->type_name("DIR");
   cmd->add_flag("--time-passes", p.timePasses, "report the time each pass took");
-  cmd->add_flag("--no-verify", noVerify, "skip the IR verifiers between passes");
+  cmd->add_flag("--no-verify", f.noVerify, "skip the IR verifiers between passes");
 }
 
-void finishPipelineFlags(kiln::PipelineOptions& p, const std::vector<std::string>& printAfter, const std::string& stopAfter,
-                         bool printAfterAll, bool noVerify) {
-  for (auto& n : printAfter) {
+void finishPipelineFlags(kiln::PipelineOptions& p, const PipelineFlags& f) {
+  for (auto& n : f.printAfter) {
     kiln::checkPassName(n);
     p.printAfter.insert(n);
   }
-  if (!stopAfter.empty()) {
-    kiln::checkPassName(stopAfter);
-    p.stopAfter = stopAfter;
+  if (!f.stopAfter.empty()) {
+    kiln::checkPassName(f.stopAfter);
+    p.stopAfter = f.stopAfter;
   }
-  if (printAfterAll) p.verbosity = std::max(p.verbosity, 2);
-  p.verify = !noVerify;
+  for (auto& n : f.enable) {
+    kiln::checkPassName(n);
+    p.enable.insert(n);
+  }
+  for (auto& n : f.disable) {
+    kiln::checkPassName(n);
+    if (kiln::isLowering(*kiln::findPass(n)))
+      kiln::usageError("--disable-pass {}: it produces the {} IR, which later passes need; only passes within a level can be skipped",
+                       n, kiln::findPass(n)->level);
+    p.disable.insert(n);
+  }
+  if (f.printAfterAll) p.verbosity = std::max(p.verbosity, 2);
+  p.verify = !f.noVerify;
 }
 
 }  // namespace
@@ -43,9 +61,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", KILN_VERSION);
 
   kiln::CompileCommand compile;
-  std::vector<std::string> printAfter;
-  std::string stopAfter;
-  bool printAfterAll = false, noVerify = false;
+  PipelineFlags flags;  // shared by compile and run (only one is parsed)
   auto* c = app.add_subcommand("compile", "compile a model and print one IR level, or emit CUDA artifacts");
   c->add_option("model", compile.model, "TorchScript model (.pt)")->required();
   c->add_option("--ir", compile.ir, "level to print: torch, tensor, loop, tile, kernel, cuda (default loop)");
@@ -57,7 +73,7 @@ int main(int argc, char** argv) {
   c->add_flag("--no-nvcc", compile.noCompile, "with --emit: skip compiling cubins");
   c->add_flag("--explain-fusion", compile.explainFusion, "for every Loop-IR kernel, the Torch ops it holds; for every producer left unfused, the rule that refused it");
   c->add_option("--dtype", compile.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
-  addPipelineFlags(c, compile.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+  addPipelineFlags(c, compile.pipeline, flags);
 
   kiln::RunCommand run;
   auto* r = app.add_subcommand("run", "run a model on seeded random inputs (GPU, or --interpret on the CPU)");
@@ -71,7 +87,7 @@ int main(int argc, char** argv) {
   r->add_flag("--graph", run.benchGraph, "with --bench: replay the forward from one CUDA graph instead of launching each kernel");
   r->add_option("--rotate-mb", run.benchRotateMb, "with --bench: cycle over copies of the whole arena (weights too) touching at least this many MB, so no forward finds its data in L2");
   r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
-  addPipelineFlags(r, run.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+  addPipelineFlags(r, run.pipeline, flags);
 
   auto* passes = app.add_subcommand("passes", "list every pass");
   auto* ops = app.add_subcommand("ops", "list the supported aten ops");
@@ -91,7 +107,9 @@ int main(int argc, char** argv) {
 
   try {
     if (passes->parsed()) {
-      for (auto& p : kiln::allPasses()) std::cout << fmt::format("{:30} {}\n", p.name, p.description);
+      for (auto& p : kiln::allPasses())
+        std::cout << fmt::format("{:30} {}{}\n", p.name, p.description,
+                                 p.onByDefault ? "" : " [off by default: --enable-pass " + p.name + "]");
       return 0;
     }
     if (ops->parsed()) {
@@ -99,10 +117,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (c->parsed()) {
-      finishPipelineFlags(compile.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+      finishPipelineFlags(compile.pipeline, flags);
       return kiln::runCompile(compile, std::cout);
     }
-    finishPipelineFlags(run.pipeline, printAfter, stopAfter, printAfterAll, noVerify);
+    finishPipelineFlags(run.pipeline, flags);
     return kiln::runRun(run, std::cout);
   } catch (const kiln::UsageError& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";

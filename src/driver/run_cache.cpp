@@ -49,6 +49,7 @@ fs::path runCacheDir(const RunCacheKey& key) {
   std::string text = fmt::format("{:016x}", hashFile(key.modelPath));
   for (auto& o : key.inputOverrides) text += "|input " + o;
   text += fmt::format("|dtype {}|arch {}|kiln {}", key.dtype, key.arch, KILN_VERSION);
+  for (auto& p : key.passChoices) text += "|pass " + p;
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec)

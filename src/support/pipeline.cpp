@@ -12,9 +12,11 @@ namespace kiln {
 
 const std::vector<PassInfo>& allPasses() {
   static const std::vector<PassInfo> passes = {
-#define KILN_PASS(name, level, desc) {name, level, desc},
+#define KILN_PASS(name, level, desc) {name, level, desc, true},
+#define KILN_PASS_OFF(name, level, desc) {name, level, desc, false},
 #include "kiln/support/passes.def"
 #undef KILN_PASS
+#undef KILN_PASS_OFF
   };
   return passes;
 }
@@ -25,9 +27,30 @@ const PassInfo* findPass(const std::string& name) {
   return nullptr;
 }
 
+bool isLowering(const PassInfo& pass) {
+  for (auto& p : allPasses())
+    if (p.level == pass.level) return p.name == pass.name;
+  return false;
+}
+
 const std::vector<std::string>& allLevels() {
   static const std::vector<std::string> levels = {"torch", "tensor", "loop", "tile", "kernel", "cuda"};
   return levels;
+}
+
+bool PipelineOptions::runs(const PassInfo& pass) const {
+  if (disable.count(pass.name)) return false;
+  return pass.onByDefault || enable.count(pass.name) > 0;
+}
+
+bool PassRunner::skipped(const std::string& name) {
+  const PassInfo* info = findPass(name);
+  KILN_ASSERT(info, "pass '{}' is not in passes.def", name);
+  if (opts_.runs(*info)) return false;
+  if (opts_.verbosity > 0)
+    *opts_.log << fmt::format("kiln: pass {} skipped ({})\n", name,
+                              opts_.disable.count(name) ? "--disable-pass" : "off by default; --enable-pass runs it");
+  return true;
 }
 
 PassRunner::PassRunner(PipelineOptions opts) : opts_(std::move(opts)) {

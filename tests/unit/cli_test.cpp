@@ -305,6 +305,37 @@ TEST(Cli, BenchFlagsWithoutOrAgainstBench) {
   expectOneLineError(kiln({"run", kMlp, "--bench", "10", "--interpret"}), 2, {"--bench", "--interpret"});
 }
 
+// Passes not yet checked on a GPU are off by default; --enable-pass runs them, and kiln says which were skipped.
+TEST(Cli, PassesOffByDefaultRunWithEnablePass) {
+  Result list = kiln({"passes"});
+  EXPECT_TRUE(contains(list.out, "[off by default: --enable-pass tile-tiled-contractions]")) << describe(list);
+  std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v"};
+  Result plain = kiln(args);
+  EXPECT_EQ(plain.code, 0) << describe(plain);
+  EXPECT_FALSE(contains(plain.out, "tiled_contraction")) << describe(plain);
+  EXPECT_TRUE(contains(plain.err, "pass tile-tiled-contractions skipped")) << describe(plain);
+  args.insert(args.end(), {"--enable-pass", "tile-tiled-contractions"});
+  Result tiled = kiln(args);
+  EXPECT_EQ(tiled.code, 0) << describe(tiled);
+  EXPECT_TRUE(contains(tiled.out, "schedule tiled_contraction(")) << describe(tiled);
+  Result run = kiln({"run", "models/fixtures/linear.pt", "--check", "--interpret", "--input", "x=2x512x64",
+                     "--enable-pass", "tile-tiled-contractions"});
+  EXPECT_EQ(run.code, 0) << describe(run);
+  EXPECT_TRUE(contains(run.out, "check passed")) << describe(run);
+}
+
+TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
+  expectOneLineError(kiln({"compile", kMlp, "--enable-pass", "tile-no-such-pass"}), 2, {"tile-no-such-pass", "kiln passes"});
+  expectOneLineError(kiln({"compile", kMlp, "--disable-pass", "tile-lower-from-loop"}), 2,
+                     {"tile-lower-from-loop", "produces the tile IR"});
+}
+
+TEST(Cli, DisablePassSkipsIt) {
+  Result r = kiln({"compile", kMlp, "--ir", "loop", "--disable-pass", "loop-fuse-producers", "-v"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.err, "pass loop-fuse-producers skipped (--disable-pass)")) << describe(r);
+}
+
 TEST(Cli, RunWithoutGpuSuggestsInterpret) {
   if (runtime::gpuAvailable()) GTEST_SKIP() << "this machine has a CUDA GPU";
   expectOneLineError(kiln({"run", kMlp}), 1, {"GPU", "--interpret"});

@@ -14,6 +14,7 @@ struct RunCacheKey {
   std::vector<std::string> inputOverrides;  // --input texts, in order (the recorded shapes are in the model file)
   std::string dtype;                        // --dtype, "" for none
   std::string arch;                         // "sm_90"
+  std::vector<std::string> passChoices;     // "+PASS" for --enable-pass, "-PASS" for --disable-pass, sorted
 };
 
 // The cache root: $KILN_CACHE_DIR, else $HOME/.cache/kiln, else <tmp>/kiln-cache.

@@ -16,9 +16,13 @@ namespace kiln {
 
 struct PassInfo {
   std::string name, level, description;
+  bool onByDefault = true;  // false: a pass not yet checked on the GPU, run only with --enable-pass NAME
 };
 const std::vector<PassInfo>& allPasses();
 const PassInfo* findPass(const std::string& name);
+// Whether the pass produces its level's IR (the first of its level: an import, a lowering or the emitter)
+// rather than rewriting an IR in place.
+bool isLowering(const PassInfo& pass);
 const std::vector<std::string>& allLevels();  // torch, tensor, loop, tile, kernel, cuda
 
 struct PipelineOptions {
@@ -29,6 +33,8 @@ struct PipelineOptions {
   bool timePasses = false;
   bool verify = true;
   std::ostream* log = nullptr;       // where -v, diffs and timings go (stderr by default)
+  std::set<std::string> enable, disable;  // --enable-pass / --disable-pass: in-level passes to run or skip
+  bool runs(const PassInfo& pass) const;  // whether the pipeline runs this in-level pass
 };
 
 // Thrown by PassRunner when --stop-after's pass has run; carries that pass's IR text.
@@ -41,9 +47,10 @@ class PassRunner {
   explicit PassRunner(PipelineOptions opts);
   ~PassRunner();
 
-  // Runs an in-level pass: fn(ir) returns whether it changed something.
+  // Runs an in-level pass: fn(ir) returns whether it changed something. Skipped when the options say so.
   template <class IR, class Fn>
   void pass(IR& ir, const std::string& name, Fn&& fn) {
+    if (skipped(name)) return;
     auto t0 = std::chrono::steady_clock::now();
     bool changed = fn(ir);
     finish(name, t0, changed, [&] { return print(ir); }, [&] { verify(ir); });
@@ -61,6 +68,7 @@ class PassRunner {
   void printTimings();
 
  private:
+  bool skipped(const std::string& name);  // not run per opts_.runs(); says so under -v
   void finish(const std::string& name, std::chrono::steady_clock::time_point t0, bool changed,
               const std::function<std::string()>& text, const std::function<void()>& verifyFn);
 
