@@ -140,9 +140,20 @@ TEST(TiledContractionRule, MatrixVectorProductsAreNeverTiled) {
   EXPECT_FALSE(tile::tileContractions(c.tileIR, /*minTiles=*/1));
 }
 
-TEST(TiledContractionRule, SmallProductsKeepTheirScheduleByDefault) {
+TEST(TiledContractionRule, OffByDefaultUntilCheckedOnAGpu) {
+  Compiled c = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
+  for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
+  PipelineOptions enabled;
+  enabled.enable = {"tile-tiled-contractions"};
+  Compiled t = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, enabled, "tile");
+  EXPECT_EQ(t.tileIR.schedules[0].strategy, tile::Strategy::TiledContraction);
+}
+
+TEST(TiledContractionRule, SmallProductsKeepTheirSchedule) {
   // 16 tokens: at most a few 16x16 tiles per product, far below one wave of blocks.
-  Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
+  PipelineOptions enabled;
+  enabled.enable = {"tile-tiled-contractions"};
+  Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, enabled, "tile");
   for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
 }
 
