@@ -348,7 +348,8 @@ Timing Model::time(const TimingOptions& o) {
     }
   }
 
-  KILN_CU(cuStreamCreate, "", &r.stream, CU_STREAM_NON_BLOCKING);
+  // Capture needs a stream of its own; direct launches use the default stream, as run() does.
+  if (o.graph) KILN_CU(cuStreamCreate, "", &r.stream, CU_STREAM_NON_BLOCKING);
   auto forward = [&](int64_t set) {
     for (size_t i = 0; i < m.kernels.size(); ++i)
       s.launch(i, false, args[static_cast<size_t>(set)][i].data(), r.stream);
