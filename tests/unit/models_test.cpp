@@ -196,14 +196,16 @@ INSTANTIATE_TEST_SUITE_P(Dtype, Casts,
                            return info.param.model + "_" + std::string(dtypeName(info.param.dtype));
                          });
 
-// Every registered pass runs, in registry order, for at least one model; --dump-dir writes one numbered file
-// per pass ("04-tensor-compose-index-maps.txt").
+// Every registered pass (those off by default enabled) runs, in registry order, for at least one model;
+// --dump-dir writes one numbered file per pass ("04-tensor-compose-index-maps.txt").
 TEST(Pipeline, EveryPassRunsAndIsDumped) {
   std::set<std::string> seen;
   for (const std::string& model : {std::string("mlp"), std::string("softmax")}) {
     TempDir tmp;
     PipelineOptions opts;
     opts.dumpDir = tmp.path.string();
+    for (const PassInfo& p : allPasses())
+      if (!p.onByDefault) opts.enable.insert(p.name);
     compileModel(test::fixturePath(model), {}, opts, "cuda");
     int index = 0;
     for (const PassInfo& p : allPasses()) {
