@@ -6,14 +6,17 @@
 
 namespace kiln::loop {
 
-bool eliminateDeadBuffers(Program& p) {
+namespace {
+
+bool eliminate(Program& p, bool deadKernels) {
   std::vector<bool> read(p.buffers.size(), false);
   for (int o : p.outputs) read[o] = true;
   for (int i : p.inputs) read[i] = true;
   std::vector<Kernel> kept;
   for (size_t i = p.kernels.size(); i-- > 0;) {
     Kernel& k = p.kernels[i];
-    if (!read[k.output]) continue;
+    if (!read[k.output] && deadKernels) continue;
+    read[k.output] = true;
     auto mark = [&](int b, bool) { read[b] = true; };
     forEachKernelRead(k, mark);
     kept.insert(kept.begin(), std::move(k));
@@ -46,5 +49,10 @@ bool eliminateDeadBuffers(Program& p) {
   p.buffers = std::move(buffers);
   return changed;
 }
+
+}  // namespace
+
+bool eliminateDeadBuffers(Program& p) { return eliminate(p, true); }
+bool eliminateUnusedBuffers(Program& p) { return eliminate(p, false); }
 
 }  // namespace kiln::loop

@@ -69,7 +69,7 @@ bool fuseOperandProducers(Program& p) {
       }
     }
   }
-  if (changed) loop::eliminateDeadBuffers(p.loop);  // the producers' buffers; renumbers kernels k0, k1, ...
+  if (changed) loop::eliminateUnusedBuffers(p.loop);  // the producers' buffers; renumbers kernels k0, k1, ...
   return changed;
 }
 

@@ -153,6 +153,13 @@ std::string compileWithNvcc(const fs::path& dir, const std::vector<std::string>&
   return log;
 }
 
+std::string nvccIdentity() {
+  std::error_code ec;
+  fs::path nvcc = fs::canonical(KILN_NVCC, ec);
+  if (ec) return KILN_NVCC;
+  return fmt::format("{} {} {}", nvcc.string(), fs::file_size(nvcc, ec), fs::last_write_time(nvcc, ec).time_since_epoch().count());
+}
+
 void writeArtifacts(const kernel::Program& p, const Module& m, const fs::path& dir, const ArtifactOptions& opts) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {

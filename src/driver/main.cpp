@@ -49,6 +49,12 @@ void finishPipelineFlags(kiln::PipelineOptions& p, const PipelineFlags& f) {
                        n, kiln::findPass(n)->level);
     p.disable.insert(n);
   }
+  std::vector<std::string> printed = f.printAfter;
+  if (!f.stopAfter.empty()) printed.push_back(f.stopAfter);
+  for (const std::string& n : printed)
+    if (!p.runs(*kiln::findPass(n)))
+      kiln::usageError("pass {} does not run{}, so there is no IR after it to print or stop at", n,
+                       p.disable.count(n) ? " (--disable-pass)" : fmt::format(" (off by default: add --enable-pass {})", n));
   if (f.printAfterAll) p.verbosity = std::max(p.verbosity, 2);
   p.verify = !f.noVerify;
 }

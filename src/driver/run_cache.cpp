@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "kiln/cuda/emitter.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -50,6 +51,7 @@ fs::path runCacheDir(const RunCacheKey& key) {
   for (auto& o : key.inputOverrides) text += "|input " + o;
   text += fmt::format("|dtype {}|arch {}|kiln {}", key.dtype, key.arch, KILN_VERSION);
   for (auto& p : key.passChoices) text += "|pass " + p;
+  text += "|nvcc " + cuda::nvccIdentity();
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec)

@@ -330,6 +330,8 @@ Timing Model::time(const TimingOptions& o) {
     r.copies.push_back(p);
     KILN_CU(cuMemcpyDtoD, " copying the arena for timing", p, s.arena, static_cast<size_t>(m.arenaBytes));
   }
+  // The copies run on the legacy stream and may still be in flight; a graph replays on a non-blocking stream.
+  KILN_CU(cuCtxSynchronize, " after copying the arena for timing");
   t.sets = static_cast<int>(sets);
   t.rotatedBytes = sets > 1 ? sets * m.arenaBytes : 0;
   // Kernel arguments per copy: the same offsets from another base.

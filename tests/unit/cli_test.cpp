@@ -330,6 +330,13 @@ TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
                      {"tile-lower-from-loop", "produces the tile IR"});
 }
 
+TEST(Cli, StopOrPrintAfterAPassThatDoesNotRun) {
+  expectOneLineError(kiln({"compile", kMlp, "--stop-after", "tile-tiled-contractions"}), 2,
+                     {"tile-tiled-contractions", "--enable-pass"});
+  expectOneLineError(kiln({"compile", kMlp, "--print-after", "loop-fuse-rows", "--disable-pass", "loop-fuse-rows"}), 2,
+                     {"loop-fuse-rows", "--disable-pass"});
+}
+
 TEST(Cli, DisablePassSkipsIt) {
   Result r = kiln({"compile", kMlp, "--ir", "loop", "--disable-pass", "loop-fuse-producers", "-v"});
   EXPECT_EQ(r.code, 0) << describe(r);

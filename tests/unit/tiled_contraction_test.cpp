@@ -140,6 +140,18 @@ TEST(TiledContractionRule, MatrixVectorProductsAreNeverTiled) {
   EXPECT_FALSE(tile::tileContractions(c.tileIR, /*minTiles=*/1));
 }
 
+// Operand fusion removes only the producers it inlined: with dead kernels left in the program (their pass
+// disabled), the schedules still match the kernels one to one (the verifier runs after every pass).
+TEST(TiledContractionRule, OperandFusionKeepsSchedulesAlignedWithDeadKernelsAround) {
+  PipelineOptions opts;
+  opts.enable = {"tile-tiled-contractions", "tile-fuse-operand-producers"};
+  opts.disable = {"loop-eliminate-dead-buffers"};
+  for (const char* input : {"input_ids=1x256:i64", "input_ids=1x16:i64"}) {
+    Compiled c = compileModel(test::fixturePath("hf_llama_tiny"), {frontend::parseInputOverride(input)}, opts, "kernel");
+    EXPECT_EQ(c.tileIR.schedules.size(), c.tileIR.loop.kernels.size()) << input;
+  }
+}
+
 TEST(TiledContractionRule, OffByDefaultUntilCheckedOnAGpu) {
   Compiled c = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
   for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);

@@ -38,6 +38,10 @@ struct ArtifactOptions {
 void writeArtifacts(const kernel::Program& p, const Module& m, const std::filesystem::path& dir,
                     const ArtifactOptions& opts);
 
+// The nvcc writeArtifacts runs: its path, and the size and modification time of the file it resolves to (for
+// cache keys: a replaced toolkit may compile the same source differently). Empty fields if it is not found.
+std::string nvccIdentity();
+
 // Compiles .cu files in `dir` with nvcc into cubins next to them; warnings are errors. Returns the log.
 std::string compileWithNvcc(const std::filesystem::path& dir, const std::vector<std::string>& files,
                             const std::string& arch);

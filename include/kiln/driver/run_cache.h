@@ -21,8 +21,10 @@ struct RunCacheKey {
 std::filesystem::path runCacheRoot();
 
 // ROOT/<model file stem>-<16 hex digits>. The digits hash the model file's bytes (in chunks: a 1.1B-parameter
-// archive is 4.4 GB), the key's other fields, kiln's version, and the running kiln binary's path, size and
-// modification time (a rebuilt compiler may emit different kernels under the same version number).
+// archive is 4.4 GB), the key's other fields, kiln's version, the running kiln binary's path, size and
+// modification time (a rebuilt compiler may emit different kernels under the same version number) and nvcc's.
+// Not in the key: the LibTorch shared libraries kiln loads (an upgraded torch without a kiln rebuild) — clear
+// the cache after changing them.
 // Throws UserError when the model file cannot be read.
 std::filesystem::path runCacheDir(const RunCacheKey& key);
 

@@ -122,6 +122,8 @@ float roundTo(DType t, float v);
 Program lowerFromTensor(const tensor::Graph& g);  // loop-lower-from-tensor
 bool fuseProducers(Program& p);                   // loop-fuse-producers
 bool eliminateDeadBuffers(Program& p);            // loop-eliminate-dead-buffers
+// Only the buffers no kernel reads or writes (keeps every kernel, so lists parallel to the kernels stay valid).
+bool eliminateUnusedBuffers(Program& p);
 
 // The fusion rule, exposed for --explain-fusion and tests: why producer kernel `producer` is not inlined
 // into its consumers, or empty when it may be.
