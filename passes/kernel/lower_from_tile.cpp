@@ -235,43 +235,123 @@ class KernelBuilder {
   }
 
   // A block per output tile of a matrix product (tile/contraction.h). Block b: tile column tn = b mod tilesN,
-  // tile row tm = (b div tilesN) mod tilesM, the other output axes from b div (tilesM*tilesN). Thread t: column
-  // group tx = t mod (tile_n/micro_n), row group ty = t div (tile_n/micro_n); it owns rows ty + i*TY and
-  // columns tx + j*TX of the tile (TY, TX: the thread grid), so neighbouring threads touch neighbouring
-  // columns. Per step of tile_k: every operand slice is copied into shared memory as [k][row] (rows padded by
-  // one so that the copy's k-neighbours fall in different banks; zeros outside the matrix), a barrier, then each
-  // thread multiplies its rows by its columns, a barrier.
+  // tile row tm = (b div tilesN) mod tilesM, the other output axes from b div (tilesM*tilesN). Per step of tile_k,
+  // every operand slice is copied into shared memory as [k][row] (rows padded by one so that the copy's
+  // k-neighbours fall in different banks; zeros outside the matrix), a barrier, the block multiplies, a barrier.
+  // The multiplication and the epilogue are per thread on CUDA cores (multiplyOnCudaCores) or per warp on
+  // tensor cores (multiplyOnTensorCores, knob mma=1).
   void tiledContraction() {
     auto c = tile::findContraction(lk_, static_cast<int>(s_.knob("m_axis")), static_cast<int>(s_.knob("n_axis")));
     KILN_ASSERT(c.has_value(), "kernel {}: tiled_contraction on a kernel that is not a contraction", lk_.name);
-    const int64_t tm = s_.knob("tile_m"), tn = s_.knob("tile_n"), tk = s_.knob("tile_k");
-    const int64_t um = s_.knob("micro_m"), un = s_.knob("micro_n");
-    const int64_t gx = tn / un, gy = tm / um, threads = gx * gy;
-    const int64_t tilesM = (c->m + tm - 1) / tm, tilesN = (c->n + tn - 1) / tn;
-    const loop::Axis& mAxis = lk_.parallel[static_cast<size_t>(c->mAxis)];
-    const loop::Axis& nAxis = lk_.parallel[static_cast<size_t>(c->nAxis)];
+    Tiling t;
+    t.c = *c;
+    t.tm = s_.knob("tile_m");
+    t.tn = s_.knob("tile_n");
+    t.tk = s_.knob("tile_k");
+    const bool mma = s_.knobs.count("mma_bf16") || s_.knobs.count("mma_f16");
+    const int64_t threads = mma ? 128 : (t.tn / s_.knob("micro_n")) * (t.tm / s_.knob("micro_m"));
+    const int64_t tilesM = (t.c.m + t.tm - 1) / t.tm, tilesN = (t.c.n + t.tn - 1) / t.tn;
+    t.mAxis = lk_.parallel[static_cast<size_t>(t.c.mAxis)];
+    t.nAxis = lk_.parallel[static_cast<size_t>(t.c.nAxis)];
     k_.block = {threads, 1, 1};
-    k_.grid = {c->outerPoints * tilesM * tilesN, 1, 1};
+    k_.grid = {t.c.outerPoints * tilesM * tilesN, 1, 1};
     extents_[kThreadIdx] = threads;
     extents_[kBlockIdx] = k_.grid[0];
-    // Index variables of the schedule, numbered past the Loop-IR ones.
-    int next = kFirstLoopVar + lk_.maxVar() + 1;
-    auto defVar = [&](Block& out, const std::string& name, Idx value, int64_t extent) {
-      int id = next++;
-      out.push_back(defIdx(id, name, simplify(value, extents_)));
-      extents_[id] = extent;
-      return idxVar(id, name);
-    };
-    Idx tileN = defVar(k_.body, "tn", mod(blockIdx(), tilesN), tilesN);
-    Idx tileM = defVar(k_.body, "tm", mod(floorDiv(blockIdx(), tilesN), tilesM), tilesM);
+    next_ = kFirstLoopVar + lk_.maxVar() + 1;
+    t.tileN = defVar(k_.body, "tn", mod(blockIdx(), tilesN), tilesN);
+    t.tileM = defVar(k_.body, "tm", mod(floorDiv(blockIdx(), tilesN), tilesM), tilesM);
     std::vector<loop::Axis> outer;
     for (size_t d = 0; d < lk_.parallel.size(); ++d)
-      if (static_cast<int>(d) != c->mAxis && static_cast<int>(d) != c->nAxis) outer.push_back(lk_.parallel[d]);
-    unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), c->outerPoints, k_.body);
+      if (static_cast<int>(d) != t.c.mAxis && static_cast<int>(d) != t.c.nAxis) outer.push_back(lk_.parallel[d]);
+    unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), t.c.outerPoints, k_.body);
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      t.sharedA.push_back(static_cast<int>(k_.shared.size()));
+      k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), t.tk * (t.tm + 1)});
+      t.sharedB.push_back(static_cast<int>(k_.shared.size()));
+      k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), t.tk * (t.tn + 1)});
+    }
+    // Thread coordinates and accumulators (zeroed) come first; the reduction loop then stages and multiplies.
+    Block steps;
+    int kStepVar = next_++;
+    t.k0 = idxVar(kStepVar, "k0");
+    extents_[kStepVar] = t.c.k;
+    std::function<void(Block&)> multiply = mma ? multiplyOnTensorCores(t) : multiplyOnCudaCores(t);
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      const loop::Axis& kAxis = lk_.stages[st].axes[0];
+      stageOperand(t, t.c.stages[st].a, t.mAxis, t.c.m, t.tileM, t.tm, kAxis, t.sharedA[st], steps);
+      stageOperand(t, t.c.stages[st].b, t.nAxis, t.c.n, t.tileN, t.tn, kAxis, t.sharedB[st], steps);
+    }
+    steps.push_back(barrier());
+    multiply(steps);
+    steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
+    k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(t.c.k), t.tk, std::move(steps)));
+    // The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.
+    accs_.assign(lk_.stages.size(), -1);
+    extents_[t.mAxis.var + kFirstLoopVar] = t.c.m;
+    extents_[t.nAxis.var + kFirstLoopVar] = t.c.n;
+    for (const Owned& o : t.owned) {
+      Block store;
+      store.push_back(defIdx(t.mAxis.var + kFirstLoopVar, t.mAxis.name, o.row));
+      store.push_back(defIdx(t.nAxis.var + kFirstLoopVar, t.nAxis.name, o.col));
+      for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = o.acc[st];
+      storeResult(store);
+      k_.body.push_back(ifLess(o.row, idxConst(t.c.m), Block{ifLess(o.col, idxConst(t.c.n), std::move(store))}));
+    }
+  }
+
+  struct Owned {         // one output a thread holds: its row and column in the matrix, its accumulator per stage
+    Idx row, col;
+    std::vector<int> acc;
+  };
+  struct Tiling {
+    tile::Contraction c;
+    int64_t tm = 0, tn = 0, tk = 0;
+    loop::Axis mAxis, nAxis;
+    Idx tileM, tileN, k0;
+    std::vector<int> sharedA, sharedB;
+    std::vector<Owned> owned;
+  };
+
+  int next_ = 0;  // next free index variable id of the tiled schedule
+
+  Idx defVar(Block& out, const std::string& name, Idx value, int64_t extent) {
+    int id = next_++;
+    out.push_back(defIdx(id, name, simplify(value, extents_)));
+    extents_[id] = extent;
+    return idxVar(id, name);
+  }
+
+  // Copies operand `e` of a stage for rows [tile*rows, +rows) and k in [k0, k0 + tk) into shared buffer `buf`.
+  void stageOperand(const Tiling& t, const loop::ExprP& e, const loop::Axis& rowAxis, int64_t rowExtent, const Idx& tileIdx,
+                    int64_t rows, const loop::Axis& kAxis, int buf, Block& out) {
+    const int64_t threads = k_.block[0];
+    int flatVar = next_++;
+    Idx flat = idxVar(flatVar, "e");
+    extents_[flatVar] = rows * t.tk;
+    Block body;
+    Idx kk = defVar(body, "kk", mod(flat, t.tk), t.tk);
+    Idx rr = defVar(body, "rr", floorDiv(flat, t.tk), rows);
+    Idx slotIdx = simplify(kk * idxConst(rows + 1) + rr, extents_);  // rows + 1: k-neighbours in other banks
+    body.push_back(storeShared(buf, slotIdx, fconst(0.f)));
+    Block inside;
+    Idx row = simplify(tileIdx * idxConst(rows) + rr, extents_), kAt = simplify(t.k0 + kk, extents_);
+    inside.push_back(defIdx(rowAxis.var + kFirstLoopVar, rowAxis.name, row));
+    extents_[rowAxis.var + kFirstLoopVar] = rowExtent;
+    inside.push_back(defIdx(kAxis.var + kFirstLoopVar, kAxis.name, kAt));
+    extents_[kAxis.var + kFirstLoopVar] = t.c.k;
+    std::map<std::string, FE> cse;
+    FE v = lower(e, inside, cse);
+    inside.push_back(storeShared(buf, slotIdx, v));
+    body.push_back(ifLess(row, idxConst(rowExtent), Block{ifLess(kAt, idxConst(t.c.k), std::move(inside))}));
+    out.push_back(forLoop(flatVar, "e", threadIdx(), idxConst(rows * t.tk), threads, std::move(body)));
+  }
+
+  // CUDA cores: thread (tx, ty) = (t mod TX, t div TX) owns rows ty + i*TY and columns tx + j*TX of the tile (TY x TX
+  // threads, micro_m x micro_n outputs each), so neighbouring threads touch neighbouring columns.
+  std::function<void(Block&)> multiplyOnCudaCores(Tiling& t) {
+    const int64_t um = s_.knob("micro_m"), un = s_.knob("micro_n"), gx = t.tn / un, gy = t.tm / um;
     Idx tx = defVar(k_.body, "tx", mod(threadIdx(), gx), gx);
     Idx ty = defVar(k_.body, "ty", floorDiv(threadIdx(), gx), gy);
-
-    // Accumulators acc<stage>_<i>_<j> and the operand tiles in shared memory.
     std::vector<std::vector<int>> acc(lk_.stages.size());
     for (size_t st = 0; st < lk_.stages.size(); ++st)
       for (int64_t i = 0; i < um; ++i)
@@ -279,88 +359,101 @@ class KernelBuilder {
           acc[st].push_back(slot(fmt::format("acc{}_{}_{}", st, i, j)));
           k_.body.push_back(assign(acc[st].back(), fconst(0.f)));
         }
-    std::vector<int> sharedA, sharedB;
-    for (size_t st = 0; st < lk_.stages.size(); ++st) {
-      sharedA.push_back(static_cast<int>(k_.shared.size()));
-      k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), tk * (tm + 1)});
-      sharedB.push_back(static_cast<int>(k_.shared.size()));
-      k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), tk * (tn + 1)});
-    }
-
-    Block steps;
-    int kStepVar = next++;
-    Idx k0 = idxVar(kStepVar, "k0");
-    extents_[kStepVar] = c->k;
-    // Copies operand `e` of a stage for rows [tile*rows, +rows) and k in [k0, k0 + tk) into shared buffer `buf`.
-    auto stage = [&](const loop::ExprP& e, int rowVar, const std::string& rowName, int64_t rowExtent, Idx tileIdx,
-                     int64_t rows, int kVar, const std::string& kName, int buf, Block& out) {
-      int flatVar = next++;
-      Idx flat = idxVar(flatVar, "e");
-      extents_[flatVar] = rows * tk;
-      Block body;
-      Idx kk = defVar(body, "kk", mod(flat, tk), tk);
-      Idx rr = defVar(body, "rr", floorDiv(flat, tk), rows);
-      Idx slotIdx = simplify(kk * idxConst(rows + 1) + rr, extents_);  // rows + 1: k-neighbours in other banks
-      body.push_back(storeShared(buf, slotIdx, fconst(0.f)));
-      Block inside;
-      inside.push_back(defIdx(rowVar + kFirstLoopVar, rowName, simplify(tileIdx * idxConst(rows) + rr, extents_)));
-      extents_[rowVar + kFirstLoopVar] = rowExtent;
-      inside.push_back(defIdx(kVar + kFirstLoopVar, kName, simplify(k0 + kk, extents_)));
-      extents_[kVar + kFirstLoopVar] = c->k;
-      std::map<std::string, FE> cse;
-      FE v = lower(e, inside, cse);
-      inside.push_back(storeShared(buf, slotIdx, v));
-      Idx row = simplify(tileIdx * idxConst(rows) + rr, extents_), kAt = simplify(k0 + kk, extents_);
-      body.push_back(ifLess(row, idxConst(rowExtent), Block{ifLess(kAt, idxConst(c->k), std::move(inside))}));
-      out.push_back(forLoop(flatVar, "e", threadIdx(), idxConst(rows * tk), threads, std::move(body)));
-    };
-    for (size_t st = 0; st < lk_.stages.size(); ++st) {
-      const loop::Axis& kAxis = lk_.stages[st].axes[0];
-      stage(c->stages[st].a, mAxis.var, mAxis.name, c->m, tileM, tm, kAxis.var, kAxis.name, sharedA[st], steps);
-      stage(c->stages[st].b, nAxis.var, nAxis.name, c->n, tileN, tn, kAxis.var, kAxis.name, sharedB[st], steps);
-    }
-    steps.push_back(barrier());
-    int kkVar = next++;
-    Idx kk = idxVar(kkVar, "kk");
-    extents_[kkVar] = tk;
-    Block inner;
-    for (size_t st = 0; st < lk_.stages.size(); ++st) {
-      std::vector<FE> a, b;
-      for (int64_t i = 0; i < um; ++i) {
-        int sl = slot(fmt::format("a{}_{}", st, i));
-        inner.push_back(assign(sl, loadShared(sharedA[st], simplify(kk * idxConst(tm + 1) + ty + idxConst(i * gy), extents_))));
-        a.push_back(fvar(sl));
-      }
-      for (int64_t j = 0; j < un; ++j) {
-        int sl = slot(fmt::format("b{}_{}", st, j));
-        inner.push_back(assign(sl, loadShared(sharedB[st], simplify(kk * idxConst(tn + 1) + tx + idxConst(j * gx), extents_))));
-        b.push_back(fvar(sl));
-      }
-      for (int64_t i = 0; i < um; ++i)
-        for (int64_t j = 0; j < un; ++j) {
-          int s = acc[st][static_cast<size_t>(i * un + j)];
-          inner.push_back(assign(s, fapply(Fn::Add, {fvar(s), fapply(Fn::Mul, {a[static_cast<size_t>(i)], b[static_cast<size_t>(j)]})})));
-        }
-    }
-    steps.push_back(forLoop(kkVar, "kk", idxConst(0), idxConst(tk), 1, std::move(inner)));
-    steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
-    k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(c->k), tk, std::move(steps)));
-
-    // The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.
-    accs_.assign(lk_.stages.size(), -1);
-    extents_[mAxis.var + kFirstLoopVar] = c->m;
-    extents_[nAxis.var + kFirstLoopVar] = c->n;
     for (int64_t i = 0; i < um; ++i)
       for (int64_t j = 0; j < un; ++j) {
-        Idx row = simplify(tileM * idxConst(tm) + ty + idxConst(i * gy), extents_);
-        Idx col = simplify(tileN * idxConst(tn) + tx + idxConst(j * gx), extents_);
-        Block store;
-        store.push_back(defIdx(mAxis.var + kFirstLoopVar, mAxis.name, row));
-        store.push_back(defIdx(nAxis.var + kFirstLoopVar, nAxis.name, col));
-        for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = acc[st][static_cast<size_t>(i * un + j)];
-        storeResult(store);
-        k_.body.push_back(ifLess(row, idxConst(c->m), Block{ifLess(col, idxConst(c->n), std::move(store))}));
+        Owned o{simplify(t.tileM * idxConst(t.tm) + ty + idxConst(i * gy), extents_),
+                simplify(t.tileN * idxConst(t.tn) + tx + idxConst(j * gx), extents_), {}};
+        for (size_t st = 0; st < lk_.stages.size(); ++st) o.acc.push_back(acc[st][static_cast<size_t>(i * un + j)]);
+        t.owned.push_back(std::move(o));
       }
+    return [this, &t, um, un, gx, gy, tx, ty, acc](Block& steps) {
+      int kkVar = next_++;
+      Idx kk = idxVar(kkVar, "kk");
+      extents_[kkVar] = t.tk;
+      Block inner;
+      for (size_t st = 0; st < lk_.stages.size(); ++st) {
+        std::vector<FE> a, b;
+        for (int64_t i = 0; i < um; ++i) {
+          int sl = slot(fmt::format("a{}_{}", st, i));
+          inner.push_back(assign(sl, loadShared(t.sharedA[st], simplify(kk * idxConst(t.tm + 1) + ty + idxConst(i * gy), extents_))));
+          a.push_back(fvar(sl));
+        }
+        for (int64_t j = 0; j < un; ++j) {
+          int sl = slot(fmt::format("b{}_{}", st, j));
+          inner.push_back(assign(sl, loadShared(t.sharedB[st], simplify(kk * idxConst(t.tn + 1) + tx + idxConst(j * gx), extents_))));
+          b.push_back(fvar(sl));
+        }
+        for (int64_t i = 0; i < um; ++i)
+          for (int64_t j = 0; j < un; ++j) {
+            int s = acc[st][static_cast<size_t>(i * un + j)];
+            inner.push_back(assign(s, fapply(Fn::Add, {fvar(s), fapply(Fn::Mul, {a[static_cast<size_t>(i)], b[static_cast<size_t>(j)]})})));
+          }
+      }
+      steps.push_back(forLoop(kkVar, "kk", idxConst(0), idxConst(t.tk), 1, std::move(inner)));
+    };
+  }
+
+  // Tensor cores: 4 warps in a 2 x 2 grid, each owning a (tile_m/2) x (tile_n/2) quarter of the tile as
+  // (tile_m/32) x (tile_n/16) mma tiles of 16 x 8. Per 16 of k, a warp reads its A fragments (16 x 16 per mma row)
+  // and B fragments (16 x 8 per mma column) from shared memory in the lane layout of kernel::mma and issues one
+  // mma per (row, column) pair; lane (g, t) owns the outputs of its C fragments.
+  std::function<void(Block&)> multiplyOnTensorCores(Tiling& t) {
+    const DType type = s_.knobs.count("mma_bf16") ? DType::BF16 : DType::F16;
+    const int64_t wm = t.tm / 2, wn = t.tn / 2, mi = wm / kMmaM, ni = wn / kMmaN;
+    Idx warp = defVar(k_.body, "warp", floorDiv(threadIdx(), 32), 4);
+    Idx lane = defVar(k_.body, "lane", mod(threadIdx(), 32), 32);
+    Idx g = defVar(k_.body, "g", floorDiv(lane, 4), 8);
+    Idx q = defVar(k_.body, "t", mod(lane, 4), 4);
+    Idx warpRow = defVar(k_.body, "wr", floorDiv(warp, 2), 2);
+    Idx warpCol = defVar(k_.body, "wc", mod(warp, 2), 2);
+    // acc[stage][(i*ni + j)*4 + e]: element e of the C fragment of mma tile (i, j).
+    std::vector<std::vector<int>> acc(lk_.stages.size());
+    for (size_t st = 0; st < lk_.stages.size(); ++st)
+      for (int64_t i = 0; i < mi; ++i)
+        for (int64_t j = 0; j < ni; ++j)
+          for (int e = 0; e < 4; ++e) {
+            acc[st].push_back(slot(fmt::format("c{}_{}_{}_{}", st, i, j, e)));
+            k_.body.push_back(assign(acc[st].back(), fconst(0.f)));
+          }
+    // Lane (g, t) element e of C: row g + 8*(e/2), column 2t + e%2 (kernel::mmaElementC).
+    for (int64_t i = 0; i < mi; ++i)
+      for (int64_t j = 0; j < ni; ++j)
+        for (int e = 0; e < 4; ++e) {
+          Idx row = t.tileM * idxConst(t.tm) + warpRow * idxConst(wm) + idxConst(i * kMmaM + 8 * (e / 2)) + g;
+          Idx col = t.tileN * idxConst(t.tn) + warpCol * idxConst(wn) + idxConst(j * kMmaN + e % 2) + q * idxConst(2);
+          Owned o{simplify(row, extents_), simplify(col, extents_), {}};
+          for (size_t st = 0; st < lk_.stages.size(); ++st) o.acc.push_back(acc[st][static_cast<size_t>((i * ni + j) * 4 + e)]);
+          t.owned.push_back(std::move(o));
+        }
+    KILN_ASSERT(t.tk == kMmaK, "kernel {}: tensor-core tiles take tile_k = {}, not {}", lk_.name, kMmaK, t.tk);
+    return [this, &t, type, wm, wn, mi, ni, g, q, warpRow, warpCol, acc](Block& inner) {
+      const Idx kk = idxConst(0);  // one mma k-step per staged slice (tile_k = 16)
+      for (size_t st = 0; st < lk_.stages.size(); ++st) {
+        // A[row][k] of the warp's mma row i: shared a[(kk + k) * (tm+1) + warp row offset + 16 i + row].
+        std::vector<std::vector<int>> a(static_cast<size_t>(mi)), b(static_cast<size_t>(ni));
+        for (int64_t i = 0; i < mi; ++i)
+          for (int e = 0; e < 8; ++e) {
+            int sl = slot(fmt::format("fa{}_{}_{}", st, i, e));
+            Idx r = g + idxConst(8 * ((e / 2) % 2)), col = q * idxConst(2) + idxConst(e % 2 + 8 * (e / 4));
+            Idx at = (kk + col) * idxConst(t.tm + 1) + warpRow * idxConst(wm) + idxConst(i * kMmaM) + r;
+            inner.push_back(assign(sl, loadShared(t.sharedA[st], simplify(at, extents_))));
+            a[static_cast<size_t>(i)].push_back(sl);
+          }
+        for (int64_t j = 0; j < ni; ++j)
+          for (int e = 0; e < 4; ++e) {
+            int sl = slot(fmt::format("fb{}_{}_{}", st, j, e));
+            Idx r = q * idxConst(2) + idxConst(e % 2 + 8 * (e / 2));
+            Idx at = (kk + r) * idxConst(t.tn + 1) + warpCol * idxConst(wn) + idxConst(j * kMmaN) + g;
+            inner.push_back(assign(sl, loadShared(t.sharedB[st], simplify(at, extents_))));
+            b[static_cast<size_t>(j)].push_back(sl);
+          }
+        for (int64_t i = 0; i < mi; ++i)
+          for (int64_t j = 0; j < ni; ++j) {
+            std::vector<int> c(acc[st].begin() + (i * ni + j) * 4, acc[st].begin() + (i * ni + j) * 4 + 4);
+            inner.push_back(mma(type, a[static_cast<size_t>(i)], b[static_cast<size_t>(j)], c));
+          }
+      }
+    };
   }
 
   const tile::Program& tp_;

@@ -4,7 +4,8 @@
 // column: the producer's work is repeated ceil(n / tile_n) times for A (ceil(m / tile_m) for B), and the
 // fusion is refused when that exceeds loop::kMaxFusionWorkGrowth, the bound of loop-fuse-producers (which,
 // before tiling, must assume one evaluation per output and so refuses these). Saves a kernel and a round trip
-// of the operand through memory.
+// of the operand through memory. Into a product on tensor cores only from a producer whose buffer has the
+// tensor cores' operand type (their rounding then reproduces the store's).
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
 
@@ -35,6 +36,9 @@ bool fusible(const Program& p, size_t pi, size_t c) {
   const Schedule& s = p.schedules[c];
   auto con = findContraction(k, static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
   if (!con) return false;
+  // Tensor cores round their operands to bf16 (f16): exactly what storing the producer's result did only if its
+  // buffer has that type.
+  if (auto mma = scheduledTensorCoreType(s); mma && p.loop.buffers[x].dtype != *mma) return false;
   const int64_t nTiles = (con->n + s.knob("tile_n") - 1) / s.knob("tile_n");
   const int64_t mTiles = (con->m + s.knob("tile_m") - 1) / s.knob("tile_m");
   int64_t evaluations = 0;  // of the producer's result, over the whole tiled kernel

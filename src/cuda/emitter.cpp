@@ -121,6 +121,14 @@ class Emitter {
         }
         case K::StoreShared: out += fmt::format("{}{}[{}] = {};\n", pad, shared_[s.target], idx(s.a), fe(s.value)); break;
         case K::Barrier: out += pad + "__syncthreads();\n"; break;
+        case K::Mma: {
+          std::vector<std::string> c, ab;
+          for (size_t i = 12; i < 16; ++i) c.push_back(floats_[s.fragment[i]]);
+          for (size_t i = 0; i < 12; ++i) ab.push_back(floats_[s.fragment[i]]);
+          out += fmt::format("{}kiln::mma_m16n8k16<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
+                             fmt::join(ab, ", "));
+          break;
+        }
       }
     }
   }

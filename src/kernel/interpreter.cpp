@@ -58,6 +58,10 @@ void scanBlock(const Block& body, int depth, Dims& d) {
       KILN_ASSERT(s.var >= 0, "assignment to negative float slot {}", s.var);
       d.maxSlot = std::max(d.maxSlot, s.var);
     }
+    for (int slot : s.fragment) {
+      KILN_ASSERT(slot >= 0, "mma fragment with negative float slot {}", slot);
+      d.maxSlot = std::max(d.maxSlot, slot);
+    }
     if (s.a) scanIdx(s.a, d);
     if (s.b) scanIdx(s.b, d);
     if (s.value) scanExpr(s.value, d);
@@ -137,6 +141,39 @@ struct Machine {
                                                                                         : eval(*e.args[1], t);
     }
     return 0.f;
+  }
+
+  // One mma.m16n8k16 per warp: gather the tiles from the lanes' fragment slots (the layout of kernel/ir.h),
+  // multiply in f32 after rounding A and B to the operand type, accumulate over k in order, scatter D.
+  void mmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
+    if (T % 32 != 0) raise(fmt::format("kernel {}: mma in a block of {} threads (not whole warps)", k.name, T));
+    for (int64_t w = 0; w < T / 32; ++w) {
+      int64_t active = std::count(mask.begin() + w * 32, mask.begin() + w * 32 + 32, uint8_t{1});
+      if (active == 0) continue;
+      if (active != 32)
+        raise(fmt::format("kernel {}: mma reached by {} of 32 lanes of warp {} (block {})", k.name, active, w, block));
+      float a[kMmaM][kMmaK], b[kMmaK][kMmaN], c[kMmaM][kMmaN];
+      auto slot = [&](int lane, int i) -> float& { return floats[(w * 32 + lane) * nf + s.fragment[static_cast<size_t>(i)]]; };
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int i = 0; i < 8; ++i) {
+          auto [r, col] = mmaElementA(lane, i);
+          a[r][col] = loop::roundTo(s.operandType, slot(lane, i));
+        }
+        for (int i = 0; i < 4; ++i) {
+          auto [r, col] = mmaElementB(lane, i);
+          b[r][col] = loop::roundTo(s.operandType, slot(lane, 8 + i));
+          auto [cr, cc] = mmaElementC(lane, i);
+          c[cr][cc] = slot(lane, 12 + i);
+        }
+      }
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < 4; ++i) {
+          auto [r, col] = mmaElementC(lane, i);
+          float acc = c[r][col];
+          for (int kk = 0; kk < kMmaK; ++kk) acc += a[r][kk] * b[kk][col];
+          slot(lane, 12 + i) = acc;
+        }
+    }
   }
 
   void exec(const Block& body, int depth) {
@@ -222,6 +259,7 @@ struct Machine {
             }
           break;
         }
+        case Stmt::Kind::Mma: mmaStep(s, mask); break;
         case Stmt::Kind::Barrier: {
           int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
           if (n != T)

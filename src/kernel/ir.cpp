@@ -123,6 +123,34 @@ Stmt storeShared(int buffer, Idx index, FE value) {
 
 Stmt barrier() { return makeStmt(Stmt::Kind::Barrier); }
 
+Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<int> c) {
+  KILN_ASSERT(a.size() == 8 && b.size() == 4 && c.size() == 4, "mma: fragments of {}, {}, {} slots (want 8, 4, 4)", a.size(),
+              b.size(), c.size());
+  KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
+              dtypeName(operandType));
+  Stmt s = makeStmt(Stmt::Kind::Mma);
+  s.operandType = operandType;
+  s.fragment = std::move(a);
+  s.fragment.insert(s.fragment.end(), b.begin(), b.end());
+  s.fragment.insert(s.fragment.end(), c.begin(), c.end());
+  return s;
+}
+
+std::pair<int, int> mmaElementA(int lane, int i) {
+  int g = lane / 4, t = lane % 4;
+  return {g + 8 * ((i / 2) % 2), 2 * t + i % 2 + 8 * (i / 4)};
+}
+
+std::pair<int, int> mmaElementB(int lane, int i) {
+  int g = lane / 4, t = lane % 4;
+  return {2 * t + i % 2 + 8 * (i / 2), g};
+}
+
+std::pair<int, int> mmaElementC(int lane, int i) {
+  int g = lane / 4, t = lane % 4;
+  return {g + 8 * (i / 2), 2 * t + i % 2};
+}
+
 int64_t Kernel::sharedBytes() const {
   int64_t bytes = 0;
   for (auto& s : shared) bytes += s.elements * 4;

@@ -73,6 +73,16 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
             fmt::format("{}store shared {}[{}] = {}", ind, sharedName(k, s.target), idxString(s.a), exprString(k, s.value)));
         break;
       case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
+      case Stmt::Kind::Mma: {
+        auto slots = [&](size_t from, size_t n) {
+          std::vector<std::string> names;
+          for (size_t i = from; i < from + n; ++i) names.push_back("%" + k.floatVars.at(static_cast<size_t>(s.fragment[i])));
+          return fmt::format("{}", fmt::join(names, ", "));
+        };
+        lines.push_back(fmt::format("{}mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", ind, dtypeName(s.operandType), slots(12, 4),
+                                    slots(0, 8), slots(8, 4)));
+        break;
+      }
     }
   }
 }

@@ -257,6 +257,17 @@ struct Verifier {
           if (!divergence.empty())
             fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
           break;
+        case Stmt::Kind::Mma:
+          // Warp-collective: every lane of every warp must execute it. Block-uniform control flow guarantees that.
+          if (!divergence.empty()) fail("mma under thread-dependent control flow `{}` (lanes of a warp may skip it)", divergence);
+          if (k.block[0] % 32 != 0) fail("mma in a block of {} threads (not whole warps)", k.block[0]);
+          if (st.fragment.size() != 16) fail("mma with {} fragment slots (want 16)", st.fragment.size());
+          for (int slot : st.fragment) {
+            if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+              fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());
+            if (!assigned[slot]) fail("mma reads float variable %{} before any assignment", k.floatVars[slot]);
+          }
+          break;
       }
     }
   }

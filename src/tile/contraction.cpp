@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "kiln/tile/ir.h"
+
 namespace kiln::tile {
 namespace {
 
@@ -77,6 +79,28 @@ std::optional<Contraction> findContraction(const loop::Kernel& k, int mAxis, int
     c.stages.push_back(Contraction::Stage{x, y, kVar});
   }
   return c;
+}
+
+std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c) {
+  std::optional<DType> type;
+  auto operand = [&](loop::ExprP e) {
+    while (e->kind == loop::Expr::Kind::Apply && e->fn == tensor::Fn::Cast && e->castTo == DType::F32) e = e->args[0];
+    if (e->kind != loop::Expr::Kind::Load) return false;
+    DType t = p.buffers[static_cast<size_t>(e->buffer)].dtype;
+    if (t != DType::BF16 && t != DType::F16) return false;
+    if (type && *type != t) return false;
+    type = t;
+    return true;
+  };
+  for (auto& st : c.stages)
+    if (!operand(st.a) || !operand(st.b)) return std::nullopt;
+  return type;
+}
+
+std::optional<DType> scheduledTensorCoreType(const Schedule& s) {
+  if (s.knobs.count("mma_bf16")) return DType::BF16;
+  if (s.knobs.count("mma_f16")) return DType::F16;
+  return std::nullopt;
 }
 
 }  // namespace kiln::tile

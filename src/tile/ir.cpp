@@ -65,11 +65,18 @@ void verify(const Program& p) {
       auto c = findContraction(k, static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
       KILN_ASSERT(c.has_value(), "kernel {}: tiled_contraction on a kernel that is not a contraction over m_axis={} n_axis={}",
                   k.name, s.knob("m_axis"), s.knob("n_axis"));
-      int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n"), tk = s.knob("tile_k"), um = s.knob("micro_m"), un = s.knob("micro_n");
-      KILN_ASSERT(tm > 0 && tn > 0 && tk > 0 && um > 0 && un > 0 && tm % um == 0 && tn % un == 0,
-                  "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, tm, tn, tk, um, un);
-      int64_t threads = (tm / um) * (tn / un);
-      KILN_ASSERT(threads >= 32 && threads <= 1024, "kernel {}: tiled_contraction with {} threads", k.name, threads);
+      int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n"), tk = s.knob("tile_k");
+      if (auto mma = scheduledTensorCoreType(s)) {
+        KILN_ASSERT((tm == 32 || tm == 64) && (tn == 32 || tn == 64) && tk == 16,
+                    "kernel {}: tensor-core tiles are 32 or 64 on each side with tile_k 16, not {}x{}x{}",
+                    k.name, tm, tn, tk);
+      } else {
+        int64_t um = s.knob("micro_m"), un = s.knob("micro_n");
+        KILN_ASSERT(tm > 0 && tn > 0 && tk > 0 && um > 0 && un > 0 && tm % um == 0 && tn % un == 0,
+                    "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, tm, tn, tk, um, un);
+        int64_t threads = (tm / um) * (tn / un);
+        KILN_ASSERT(threads >= 32 && threads <= 1024, "kernel {}: tiled_contraction with {} threads", k.name, threads);
+      }
       KILN_ASSERT(static_cast<int64_t>(c->stages.size()) * (tm + tn + 2) * tk * 4 <= 48 * 1024,
                   "kernel {}: operand tiles exceed 48 KiB of shared memory", k.name);
     } else {

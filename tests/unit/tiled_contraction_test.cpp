@@ -3,6 +3,8 @@
 // Loop-IR interpreter computes, pass Kernel IR's verifier (barriers, shared bounds) and compile with nvcc.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "kiln/cuda/emitter.h"
 #include "kiln/driver/pipeline.h"
 #include "kiln/kernel/lower.h"
@@ -167,6 +169,105 @@ TEST(TiledContractionRule, SmallProductsKeepTheirSchedule) {
   enabled.enable = {"tile-tiled-contractions"};
   Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, enabled, "tile");
   for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Tensor cores: every product of a bf16/f16 model, tiled whatever its size, moved onto mma.sync, then the
+// operand fusion. Tensor cores round their operands to the model's type, which is what storing them did, so the
+// result must equal the Loop-IR interpreter's on the program before any tile-level change.
+struct TensorCoreCase {
+  std::string model;
+  std::optional<DType> cast;
+  std::vector<int64_t> tile;  // {tile_m, tile_n}; empty: the pass's choice (64 x 64 here)
+};
+
+struct OnTensorCores {
+  Compiled c;
+  kernel::Program kernelIR;
+  int mmaKernels = 0;
+};
+
+OnTensorCores onTensorCores(const TensorCoreCase& tc) {
+  OnTensorCores t;
+  t.c = compileModel(test::fixturePath(tc.model), {}, PipelineOptions{}, "tile", tc.cast);
+  tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
+  for (auto& s : t.c.tileIR.schedules)
+    if (s.strategy == tile::Strategy::TiledContraction && !tc.tile.empty()) {
+      s.knobs["tile_m"] = tc.tile[0];
+      s.knobs["tile_n"] = tc.tile[1];
+    }
+  tile::tensorCoreContractions(t.c.tileIR);
+  tile::fuseOperandProducers(t.c.tileIR);
+  tile::verify(t.c.tileIR);
+  for (auto& s : t.c.tileIR.schedules) t.mmaKernels += tile::scheduledTensorCoreType(s).has_value();
+  t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
+  kernel::verify(t.kernelIR);
+  return t;
+}
+
+class TensorCores : public ::testing::TestWithParam<TensorCoreCase> {};
+
+TEST_P(TensorCores, KernelInterpreterMatchesTheUntiledLoopProgram) {
+  OnTensorCores t = onTensorCores(GetParam());
+  EXPECT_GE(t.mmaKernels, 5) << "per layer at least q/k/v, q·kᵀ, p·v, o, gate/up and down should use tensor cores";
+  auto inputs = randomInputs(t.kernelIR, 3);
+  auto got = kernel::interpret(t.kernelIR, inputs);
+  auto want = loop::interpret(t.c.loopIR, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    Comparison cmp = compare(got[i], want[i]);
+    EXPECT_LE(cmp.relL2, 1e-6) << GetParam().model << " output " << i;
+    EXPECT_FALSE(cmp.hasNaN);
+  }
+}
+
+TEST_P(TensorCores, NvccCompilesTheMmaKernels) {
+  OnTensorCores t = onTensorCores(GetParam());
+  test::TempDir tmp;
+  try {
+    cuda::writeArtifacts(t.kernelIR, cuda::emit(t.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
+  } catch (const UserError& e) {
+    FAIL() << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, TensorCores,
+    ::testing::Values(TensorCoreCase{"hf_llama_tiny_bf16", std::nullopt, {}}, TensorCoreCase{"llama_tiny", DType::BF16, {}},
+                      TensorCoreCase{"llama_tiny", DType::F16, {}}, TensorCoreCase{"llama_tiny", DType::BF16, {32, 32}},
+                      TensorCoreCase{"llama_tiny", DType::F16, {32, 64}}),
+    [](const ::testing::TestParamInfo<TensorCoreCase>& info) {
+      std::string name = info.param.model + "_" + (info.param.cast ? std::string(dtypeName(*info.param.cast)) : "native");
+      for (int64_t t : info.param.tile) name += "_" + std::to_string(t);
+      return name;
+    });
+
+TEST(TensorCoreRule, F32ProductsStayOnCudaCores) {
+  OnTensorCores t = onTensorCores({"llama_tiny", std::nullopt, {}});
+  EXPECT_EQ(t.mmaKernels, 0);
+}
+
+// The fragment layout of kernel::mma covers each tile element exactly once across the 32 lanes.
+TEST(TensorCoreRule, FragmentLayoutCoversEveryElementOnce) {
+  std::set<std::pair<int, int>> a, b, c;
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) a.insert(kernel::mmaElementA(lane, i));
+    for (int i = 0; i < 4; ++i) {
+      b.insert(kernel::mmaElementB(lane, i));
+      c.insert(kernel::mmaElementC(lane, i));
+    }
+  }
+  EXPECT_EQ(a.size(), 16u * 16u);
+  EXPECT_EQ(b.size(), 16u * 8u);
+  EXPECT_EQ(c.size(), 16u * 8u);
+  EXPECT_EQ(kernel::mmaElementA(5, 6), std::make_pair(1 + 8, 2 + 8));  // lane 5: g = 1, t = 1; a6: row g+8, col 2t+8
+  EXPECT_EQ(kernel::mmaElementB(5, 3), std::make_pair(2 + 1 + 8, 1));  // b3: row 2t+1+8, col g
+  EXPECT_EQ(kernel::mmaElementC(5, 2), std::make_pair(1 + 8, 2));      // c2: row g+8, col 2t
 }
 
 }  // namespace

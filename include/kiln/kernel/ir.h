@@ -59,6 +59,7 @@ struct Stmt {
     StoreGlobal,  // param[index] = value (converted to the buffer's dtype)
     StoreShared,  // shared[index] = value
     Barrier,      // __syncthreads(): every thread of the block must reach it
+    Mma,          // warp-wide tensor-core product, see mma() below
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -68,6 +69,8 @@ struct Stmt {
   int target = -1;         // StoreGlobal: param; StoreShared: shared buffer
   FE value;                // Assign, stores
   Block body;              // For, If
+  std::vector<int> fragment;      // Mma: float slots a0..a7, b0..b3, c0..c3
+  DType operandType = DType::BF16;  // Mma: A and B are rounded to this type (bf16 or f16)
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -76,6 +79,18 @@ Stmt ifLess(Idx lhs, Idx rhs, Block body);
 Stmt storeGlobal(int param, Idx index, FE value);
 Stmt storeShared(int buffer, Idx index, FE value);
 Stmt barrier();
+// D = A·B + C on one 16x16 (A) by 16x8 (B) tile per warp, in f32 (PTX mma.sync.aligned.m16n8k16.row.col.f32
+// with bf16/f16 operands). Every lane of a warp must execute it together (like a barrier, but per warp). Lane
+// l holds, with g = l / 4 and t = l % 4 (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+//   a0..a7: A[g + 8*((i/2)%2)][2t + i%2 + 8*(i/4)]   b0..b3: B[2t + i%2 + 8*(i/2)][g]
+//   c0..c3: C[g + 8*(i/2)][2t + i%2], overwritten with D.
+// A and B values are rounded to `operandType` first.
+Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<int> c);
+constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
+// The (row, column) of element i of a lane's A, B or C fragment (the layout above).
+std::pair<int, int> mmaElementA(int lane, int i);
+std::pair<int, int> mmaElementB(int lane, int i);
+std::pair<int, int> mmaElementC(int lane, int i);
 
 struct Param {
   int buffer;           // program buffer id (loop::Program numbering)

@@ -28,4 +28,12 @@ struct Contraction {
 // Given axes (from a schedule's knobs) are used instead of choosing.
 std::optional<Contraction> findContraction(const loop::Kernel& k, int mAxis = -1, int nAxis = -1);
 
+// The type tensor cores can multiply this contraction's operands in without changing their values: bf16 (or f16)
+// when every operand of every stage is a load of a bf16 (f16) buffer, possibly converted to f32. nullopt otherwise.
+std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c);
+
+// The tensor-core type a tiled_contraction schedule asks for (knob mma_bf16 or mma_f16), if any.
+struct Schedule;
+std::optional<DType> scheduledTensorCoreType(const Schedule& s);
+
 }  // namespace kiln::tile

@@ -9,7 +9,9 @@
 //                       results by a shared-memory tree, then stride over the row's outputs   knobs: threads
 //   tiled_contraction   matrix products (tile/contraction.h): a block per tile_m x tile_n output tile,
 //                       operand slices of tile_k staged in shared memory, a micro_m x micro_n register tile
-//                       per thread      knobs: tile_m, tile_n, tile_k, micro_m, micro_n, m_axis, n_axis
+//                       per thread      knobs: tile_m, tile_n, tile_k, micro_m, micro_n, m_axis, n_axis;
+//                       on tensor cores (mma_bf16=1 or mma_f16=1 instead of micro_m/micro_n): 4 warps of
+//                       16 x 8 mma tiles over a 32 x 32 or 64 x 64 tile
 #pragma once
 #include <map>
 #include <nlohmann/json_fwd.hpp>
@@ -43,6 +45,7 @@ bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 // One wave of blocks on an H200 (132 SMs): below it a matrix product is better left to the other schedules.
 constexpr int64_t kTiledContractionMinTiles = 132;
 bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
+bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
 bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
 
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
