@@ -32,19 +32,24 @@ for pt in models/fixtures/*.pt; do
 done
 # A Llama big enough for the tiled schedule of matrix products (32x32 and 64x64 tiles; the fixtures are too small
 # for it), made here: kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens, compiled with the passes that are off
-# by default until this check passes on a GPU. Checked, then under both sanitizers.
-TILED=(--enable-pass tile-tiled-contractions --enable-pass tile-fuse-operand-producers)
-python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
-  --batch 2 --seq 256 --no-check -o "$LOG/llama_medium.pt" > "$LOG/export-llama_medium.log" 2>&1
-./build/kiln compile "$LOG/llama_medium.pt" --ir tile "${TILED[@]}" 2>/dev/null | grep -c tiled_contraction > "$LOG/llama_medium-tiled.txt"
-./build/kiln run "$LOG/llama_medium.pt" "${TILED[@]}" --check --bench 20 > "$LOG/check-llama_medium.log" 2>&1; rc=$?
-err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-llama_medium.log" | awk '{print $2}' | head -1)
-ms=$(grep -o '[0-9.]* ms per forward' "$LOG/check-llama_medium.log" | awk '{print $1}')
-compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/llama_medium.pt" "${TILED[@]}" > "$LOG/memcheck-llama_medium.log" 2>&1; mc=$?
-compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/llama_medium.pt" "${TILED[@]}" > "$LOG/racecheck-llama_medium.log" 2>&1; rcc=$?
-rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "llama_medium($(cat "$LOG/llama_medium-tiled.txt") tiled)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "${ms:--}" "$([ $mc = 0 ] && echo clean || echo "$mc")" "$([ $rcc = 0 ] && echo clean || echo "$rcc")")")
-echo "${rows[-1]}"
-rm -f "$LOG/llama_medium.pt"
+# by default until this check passes on a GPU; in f32 (CUDA cores) and bf16 (tensor cores). Checked, then under both
+# sanitizers.
+TILED=(--enable-pass tile-tiled-contractions --enable-pass tile-tensor-core-contractions --enable-pass tile-fuse-operand-producers)
+for dt in f32 bf16; do
+  m=llama_medium_$dt
+  python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
+    --batch 2 --seq 256 --dtype $dt --no-check -o "$LOG/$m.pt" > "$LOG/export-$m.log" 2>&1
+  ./build/kiln compile "$LOG/$m.pt" --ir tile "${TILED[@]}" 2>/dev/null | grep -o 'tiled_contraction([^)]*)' | sort | uniq -c > "$LOG/$m-schedules.txt"
+  tiled=$(awk '{n += $1} END {print n + 0}' "$LOG/$m-schedules.txt"); mma=$(grep mma_ "$LOG/$m-schedules.txt" | awk '{n += $1} END {print n + 0}')
+  ./build/kiln run "$LOG/$m.pt" "${TILED[@]}" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
+  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
+  ms=$(grep -o '[0-9.]* ms per forward' "$LOG/check-$m.log" | awk '{print $1}')
+  compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/$m.pt" "${TILED[@]}" > "$LOG/memcheck-$m.log" 2>&1; mc=$?
+  compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/$m.pt" "${TILED[@]}" > "$LOG/racecheck-$m.log" 2>&1; rcc=$?
+  rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "$m($tiled tiled,$mma mma)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "${ms:--}" "$([ $mc = 0 ] && echo clean || echo "$mc")" "$([ $rcc = 0 ] && echo clean || echo "$rcc")")")
+  echo "${rows[-1]}"
+  rm -f "$LOG/$m.pt"
+done
 
 for dt in bf16 f16; do
   ./build/kiln run models/fixtures/llama_tiny.pt --check --dtype $dt > "$LOG/check-llama_tiny-$dt.log" 2>&1; rc=$?
