@@ -34,15 +34,6 @@ const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm"
 
 
 
-std::vector<HostTensor> randomInputs(const kernel::Program& kp, uint64_t seed) {
-  std::vector<HostTensor> inputs;
-  for (size_t i = 0; i < kp.inputs.size(); ++i) {
-    const loop::Buffer& b = kp.buffers[kp.inputs[i]];
-    inputs.push_back(randomTensor(b.dtype, b.shape, seed * 1000 + i));
-  }
-  return inputs;
-}
-
 bool isFloat(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // The dtype whose DESIGN.md §4 tolerance a comparison uses: the lowest floating-point precision among the
@@ -81,7 +72,7 @@ TEST_P(Models, InterpretersMatchLibTorch) {
   ASSERT_FALSE(c.kernelIR.kernels.empty());
   for (uint64_t seed : {11u, 12345u}) {
     SCOPED_TRACE(fmt::format("{} seed {}", GetParam(), seed));
-    auto inputs = randomInputs(c.kernelIR, seed);
+    auto inputs = test::randomInputs(c.kernelIR, seed);
     auto ref = frontend::runReference(path, inputs, /*onGpu=*/false);
     ASSERT_FALSE(ref.empty());
     expectMatches(loop::interpret(c.loopIR, inputs), ref, c.kernelIR, "Loop IR interpreter");
@@ -172,7 +163,7 @@ TEST_P(Casts, InterpretersMatchLibTorchCastTheSameWay) {
     weights += param;
   }
   EXPECT_GT(weights, 0);
-  auto inputs = randomInputs(c.kernelIR, 21);
+  auto inputs = test::randomInputs(c.kernelIR, 21);
   auto ref = frontend::runReference(path, inputs, /*onGpu=*/false, dtype);
   ASSERT_EQ(ref.size(), c.kernelIR.outputs.size());
   auto check = [&](const std::vector<HostTensor>& out, const char* what) {

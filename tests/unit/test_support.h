@@ -7,7 +7,9 @@
 #include <random>
 #include <string>
 
+#include "kiln/kernel/ir.h"
 #include "kiln/support/files.h"
+#include "kiln/support/host_tensor.h"
 
 namespace kiln::test {
 
@@ -29,5 +31,15 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+// Seeded random values for every input of a compiled program (input i of seed s: randomTensor seed s*1000 + i).
+inline std::vector<HostTensor> randomInputs(const kernel::Program& kp, uint64_t seed) {
+  std::vector<HostTensor> inputs;
+  for (size_t i = 0; i < kp.inputs.size(); ++i) {
+    const loop::Buffer& b = kp.buffers[kp.inputs[i]];
+    inputs.push_back(randomTensor(b.dtype, b.shape, seed * 1000 + i));
+  }
+  return inputs;
+}
 
 }  // namespace kiln::test

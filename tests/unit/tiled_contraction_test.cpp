@@ -47,15 +47,6 @@ Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}) 
 
 class TiledContraction : public ::testing::TestWithParam<std::string> {};
 
-std::vector<HostTensor> randomInputs(const kernel::Program& kp, uint64_t seed) {
-  std::vector<HostTensor> inputs;
-  for (size_t i = 0; i < kp.inputs.size(); ++i) {
-    const loop::Buffer& b = kp.buffers[kp.inputs[i]];
-    inputs.push_back(randomTensor(b.dtype, b.shape, seed * 1000 + i));
-  }
-  return inputs;
-}
-
 // The tiled kernels against the Loop-IR interpreter of the same (tiled, fused) program: the same k order, so only
 // the epilogue's rounding may differ. And against LibTorch at DESIGN.md's tolerance: the fusion of a bf16
 // producer into an operand skips the rounding of its stored value, as loop-fuse-producers does.
@@ -63,7 +54,7 @@ TEST_P(TiledContraction, KernelInterpreterMatchesLoopInterpreterAndLibTorch) {
   Tiled t = tileEverything(GetParam());
   EXPECT_GT(t.tiledKernels, 0) << "no matrix product recognised in " << GetParam();
   for (uint64_t seed : {1u, 2u}) {
-    auto inputs = randomInputs(t.kernelIR, seed);
+    auto inputs = test::randomInputs(t.kernelIR, seed);
     auto got = kernel::interpret(t.kernelIR, inputs);
     auto want = loop::interpret(t.c.tileIR.loop, inputs);
     auto ref = frontend::runReference(test::fixturePath(GetParam()), inputs, /*onGpu=*/false);
@@ -81,7 +72,7 @@ TEST_P(TiledContraction, KernelInterpreterMatchesLoopInterpreterAndLibTorch) {
 TEST(TiledContractionShapes, EveryTileShapeMatchesTheLoopInterpreter) {
   for (std::vector<int64_t> tiles : {std::vector<int64_t>{16, 16, 1, 1}, {32, 32, 2, 2}, {32, 64, 2, 4}, {64, 16, 4, 1}}) {
     Tiled t = tileEverything("llama_tiny", tiles);
-    auto inputs = randomInputs(t.kernelIR, 7);
+    auto inputs = test::randomInputs(t.kernelIR, 7);
     auto want = loop::interpret(t.c.tileIR.loop, inputs);
     auto got = kernel::interpret(t.kernelIR, inputs);
     ASSERT_EQ(got.size(), want.size());
@@ -215,7 +206,7 @@ class TensorCores : public ::testing::TestWithParam<TensorCoreCase> {};
 TEST_P(TensorCores, KernelInterpreterMatchesTheUntiledLoopProgram) {
   OnTensorCores t = onTensorCores(GetParam());
   EXPECT_GE(t.mmaKernels, 5) << "per layer at least q/k/v, q·kᵀ, p·v, o, gate/up and down should use tensor cores";
-  auto inputs = randomInputs(t.kernelIR, 3);
+  auto inputs = test::randomInputs(t.kernelIR, 3);
   auto got = kernel::interpret(t.kernelIR, inputs);
   auto want = loop::interpret(t.c.loopIR, inputs);
   ASSERT_EQ(got.size(), want.size());
