@@ -157,6 +157,22 @@ def markdown(meta, rows, source_names):
                 f"{ratio(eh / k if k and eh else None)} | {ratio(ch / k if k and ch else None)} | {kiln_note(r)} |")
         lines.append("")
 
+    graphed = [r for r in rows if isinstance((r.get("kiln") or {}).get("graph_rotated"), dict)]
+    if graphed:  # run_suite.py --kiln-graph: kiln timed like PyTorch (one CUDA graph, rotated inputs and weights)
+        lines += ["## kiln from one CUDA graph (`--kiln-graph`)", "",
+                  "Like-for-like with PyTorch's rotated figures: kiln's forwards replayed from one CUDA graph, cycling "
+                  "over copies of its whole arena (weights included) that together exceed 3× L2.", "",
+                  "| case | dtype | kiln launches (hot) | kiln graph hot | kiln graph rot | copies | eager rot | compile rot | "
+                  "eager rot / kiln graph rot | compile rot / kiln graph rot |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in graphed:
+            k = r["kiln"]
+            gh, gr = k.get("graph_hot", {}).get("ms"), k["graph_rotated"].get("ms")
+            er, cr = torch_ms(r, "eager", "rotated"), torch_ms(r, "compile", "rotated")
+            lines.append(f"| {r['case']} | {r['dtype']} | {us(kiln_ms(r))} | {us(gh)} | {us(gr)} | "
+                         f"{k['graph_rotated'].get('sets', k['graph_rotated'].get('error', '–'))} | {us(er)} | {us(cr)} | "
+                         f"{ratio(er / gr if er and gr else None)} | {ratio(cr / gr if cr and gr else None)} |")
+        lines.append("")
+
     timed = sorted((r for r in rows if kiln_ms(r)), key=lambda r: r["floor_ms"] / kiln_ms(r))
     if timed:
         lines += ["## Furthest from the floor (kiln)", "",

@@ -76,6 +76,13 @@ def markdown(metas, rows, names):
                    f"{'–' if k is None else format(100 * r['floor_ms'] / k, '.2g') + '%'} | "
                    + " | ".join(side_cell(r, s) for s, _ in SIDES) + " | "
                    + " | ".join(ratio(s) for s, _ in SIDES) + f" | {r.get('kiln', {}).get('kernels', '–')} |")
+    graphed = [r for r in rows if isinstance(r.get("kiln", {}).get("graph"), dict)]
+    if graphed:
+        out += ["", "kiln replaying its forward from one CUDA graph (`whole_model.py --kiln-graph`):", "",
+                "| config | kiln launches | kiln graph |", "|---|---|---|"]
+        for r in graphed:
+            g = r["kiln"]["graph"]
+            out.append(f"| {r['config']} | {ms(r['kiln'].get('ms'))} | {ms(g['ms']) if 'ms' in g else g.get('error')} |")
     out += ["", "## Correctness and compile time", "",
             "| config | kiln rel L2 vs LibTorch | torch.compile rel L2 vs eager | kiln compile s (cold) | "
             "kiln 2nd run s (cache) | torch.compile first call s | reduce-overhead first call s | trace s |",

@@ -138,6 +138,11 @@ def run_kiln_side(opts, pt, env):
         return res
     res.update({"ms": timed["ms_check_run"], "bench_iters": iters,
                 "method": "kiln --bench: mean over back-to-back forwards after 3 warm-up forwards"})
+    if opts.kiln_graph:  # kiln's fastest mode: the forward's kernels replayed from one CUDA graph
+        rc, out, err, _ = run_kiln(opts.kiln, ["run", pt, "--bench", iters, "--graph"], opts.kiln_timeout, env)
+        graph = parse_kiln_run(rc, out, err)
+        res["graph"] = ({"ms": graph["ms_check_run"]} if rc == 0 and graph["ms_check_run"] is not None else
+                        {"error": first_error_line(err) or first_error_line(out) or f"rc {rc}"})
     return res
 
 
@@ -207,6 +212,7 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--commit", default=None)
     ap.add_argument("--kiln-args", default="", help="extra arguments for every kiln run, e.g. '--enable-pass NAME'")
+    ap.add_argument("--kiln-graph", action="store_true", help="also time kiln's forwards replayed from one CUDA graph")
     return ap.parse_args(argv)
 
 
