@@ -415,12 +415,14 @@ class KernelBuilder {
             acc[st].push_back(slot(fmt::format("c{}_{}_{}_{}", st, i, j, e)));
             k_.body.push_back(assign(acc[st].back(), fconst(0.f)));
           }
-    // Lane (g, t) element e of C: row g + 8*(e/2), column 2t + e%2 (kernel::mmaElementC).
+    // The fragment layouts of kernel::mma (mmaElementA/B/C) are lane 0's element offsets plus (g, 2t) for A and C,
+    // (2t, g) for B, with g = lane / 4 and t = lane % 4.
     for (int64_t i = 0; i < mi; ++i)
       for (int64_t j = 0; j < ni; ++j)
         for (int e = 0; e < 4; ++e) {
-          Idx row = t.tileM * idxConst(t.tm) + warpRow * idxConst(wm) + idxConst(i * kMmaM + 8 * (e / 2)) + g;
-          Idx col = t.tileN * idxConst(t.tn) + warpCol * idxConst(wn) + idxConst(j * kMmaN + e % 2) + q * idxConst(2);
+          auto [dr, dc] = mmaElementC(0, e);
+          Idx row = t.tileM * idxConst(t.tm) + warpRow * idxConst(wm) + idxConst(i * kMmaM + dr) + g;
+          Idx col = t.tileN * idxConst(t.tn) + warpCol * idxConst(wn) + idxConst(j * kMmaN + dc) + q * idxConst(2);
           Owned o{simplify(row, extents_), simplify(col, extents_), {}};
           for (size_t st = 0; st < lk_.stages.size(); ++st) o.acc.push_back(acc[st][static_cast<size_t>((i * ni + j) * 4 + e)]);
           t.owned.push_back(std::move(o));
@@ -434,7 +436,8 @@ class KernelBuilder {
         for (int64_t i = 0; i < mi; ++i)
           for (int e = 0; e < 8; ++e) {
             int sl = slot(fmt::format("fa{}_{}_{}", st, i, e));
-            Idx r = g + idxConst(8 * ((e / 2) % 2)), col = q * idxConst(2) + idxConst(e % 2 + 8 * (e / 4));
+            auto [dr, dc] = mmaElementA(0, e);
+            Idx r = g + idxConst(dr), col = q * idxConst(2) + idxConst(dc);
             Idx at = (kk + col) * idxConst(t.tm + 1) + warpRow * idxConst(wm) + idxConst(i * kMmaM) + r;
             inner.push_back(assign(sl, loadShared(t.sharedA[st], simplify(at, extents_))));
             a[static_cast<size_t>(i)].push_back(sl);
@@ -442,7 +445,7 @@ class KernelBuilder {
         for (int64_t j = 0; j < ni; ++j)
           for (int e = 0; e < 4; ++e) {
             int sl = slot(fmt::format("fb{}_{}_{}", st, j, e));
-            Idx r = q * idxConst(2) + idxConst(e % 2 + 8 * (e / 2));
+            Idx r = q * idxConst(2) + idxConst(mmaElementB(0, e).first);
             Idx at = (kk + r) * idxConst(t.tn + 1) + warpCol * idxConst(wn) + idxConst(j * kMmaN) + g;
             inner.push_back(assign(sl, loadShared(t.sharedB[st], simplify(at, extents_))));
             b[static_cast<size_t>(j)].push_back(sl);

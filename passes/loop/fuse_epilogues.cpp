@@ -99,8 +99,7 @@ bool fuseEpilogues(Program& p) {
       prod.parallel = cons.parallel;
       prod.rowAxes = static_cast<int>(prod.parallel.size());
       prod.output = cons.output;
-      for (auto& o : cons.origins)
-        if (std::find(prod.origins.begin(), prod.origins.end(), o) == prod.origins.end()) prod.origins.push_back(o);
+      prod.origins = mergeOrigins(prod.origins, cons.origins);
       p.kernels.erase(p.kernels.begin() + static_cast<long>(readers[0]));
       changed = again = true;
     }

@@ -94,10 +94,7 @@ void merge(Kernel& c, const Kernel& prod, int k) {
   c.stages = std::move(stages);
   c.result = replace(c.result);
   c.rowAxes = rowAxes;
-  std::vector<std::string> origins = prod.origins;
-  for (auto& o : c.origins)
-    if (std::find(origins.begin(), origins.end(), o) == origins.end()) origins.push_back(o);
-  c.origins = std::move(origins);
+  c.origins = mergeOrigins(prod.origins, c.origins);
 }
 
 

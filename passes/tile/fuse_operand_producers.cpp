@@ -18,18 +18,15 @@ int loadsOf(const loop::ExprP& e, int buffer) {
   return n;
 }
 
-// Whether kernel `c` of p may absorb producer `pi` (writing buffer x) into its operands.
-bool fusible(const Program& p, size_t pi, size_t c) {
+// Whether kernel `c` of p may absorb producer `pi` (writing buffer x) into its operands; `readers`: per buffer,
+// the kernels that read it (loop::readersOfBuffers).
+bool fusible(const Program& p, const std::vector<std::vector<int>>& readers, size_t pi, size_t c) {
   const loop::Kernel& producer = p.loop.kernels[pi];
   const loop::Kernel& k = p.loop.kernels[c];
   const int x = producer.output;
   if (!producer.stages.empty() || p.loop.buffers[x].kind != loop::Buffer::Kind::Temp) return false;
   // Only this kernel reads x, only inside its stages, never as an index.
-  for (size_t other = 0; other < p.loop.kernels.size(); ++other) {
-    bool reads = false;
-    loop::forEachKernelRead(p.loop.kernels[other], [&](int b, bool) { reads = reads || b == x; });
-    if (reads && other != c) return false;
-  }
+  if (readers[static_cast<size_t>(x)] != std::vector<int>{static_cast<int>(c)}) return false;
   bool asIndex = false;
   loop::forEachKernelRead(k, [&](int b, bool idx) { asIndex = asIndex || (b == x && idx); });
   if (asIndex || loadsOf(k.result, x) > 0) return false;
@@ -55,10 +52,11 @@ bool fuseOperandProducers(Program& p) {
   bool changed = false;
   for (bool again = true; again;) {
     again = false;
+    const auto readers = loop::readersOfBuffers(p.loop);
     for (size_t c = 0; c < p.loop.kernels.size() && !again; ++c) {
       if (p.schedules[c].strategy != Strategy::TiledContraction) continue;
       for (size_t pi = 0; pi < c && !again; ++pi) {
-        if (!fusible(p, pi, c)) continue;
+        if (!fusible(p, readers, pi, c)) continue;
         loop::Kernel fused = p.loop.kernels[c];
         const loop::Kernel& producer = p.loop.kernels[pi];
         VarExtents ext = fused.extents();

@@ -393,10 +393,6 @@ Timing Model::time(const TimingOptions& o) {
   return t;
 }
 
-double Model::timeMs(int warmup, int iters) {
-  return time(TimingOptions{warmup, iters, /*graph=*/false, /*rotateBytes=*/0}).msPerForward;
-}
-
 std::string Model::deviceName() const { return impl_->name; }
 int Model::computeCapability() const { return impl_->cc; }
 const Manifest& Model::manifest() const { return impl_->m; }

@@ -67,8 +67,6 @@ class Model {
   // per-kernel synchronization, no copies). Uses whatever the arena holds (the inputs of the last run(), zeros
   // before the first), so call run() first when timing depends on the data.
   Timing time(const TimingOptions& options);
-  // time() with direct launches on one arena: `warmup` untimed passes, then `iters` timed ones.
-  double timeMs(int warmup, int iters);
 
   std::string deviceName() const;  // e.g. "NVIDIA H200"
   int computeCapability() const;   // major*10 + minor, e.g. 90
