@@ -52,8 +52,6 @@ import math
 import os
 import pathlib
 import re
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -68,8 +66,10 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import cases as suite  # noqa: E402
 from export_cases import export_case  # noqa: E402
+import harness  # noqa: E402
+from harness import (TOLERANCE, first_error_line, kiln_dry, parse_kiln_run, rel_l2, run_kiln,  # noqa: E402
+                     versions, write_results)
 
-TOLERANCE = {"f32": 1e-5, "bf16": 2e-2}      # relative L2 error, DESIGN.md section 4
 COMPILE_MODES = {"compile": "default", "compile_max_autotune": "max-autotune-no-cudagraphs"}
 MIN_SETS, MAX_SETS, L2_FACTOR = 2, 512, 3
 KILN_CHECK_ITERS = 3   # the check run's timing only picks N for the timing run
@@ -77,99 +77,11 @@ KILN_CHECK_ITERS = 3   # the check run's timing only picks N for the timing run
 
 # ------------------------------------------------------------------------------------------------- kiln
 
-def first_error_line(text):
-    """kiln's one-line user error, or the first line that looks like one."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in lines:
-        if re.search(r"error|unsupported|not supported|cannot|FAIL|failed", ln, re.IGNORECASE):
-            return ln[:400]
-    return lines[-1][:400] if lines else ""
-
-
-KILN_EXTRA_ARGS = []   # --kiln-args: appended to every `kiln compile` / `kiln run` (e.g. --enable-pass NAME)
-
-
-def run_kiln(kiln, args, timeout, env=None):
-    """Runs kiln; returns (rc, stdout, stderr, seconds). rc is 'timeout' when it ran past `timeout`."""
-    if args and args[0] in ("compile", "run"):
-        args = [*args, *KILN_EXTRA_ARGS]
-    start = time.perf_counter()
-    try:
-        p = subprocess.run([str(kiln), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
-        return p.returncode, p.stdout, p.stderr, time.perf_counter() - start
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return "timeout", out, err, time.perf_counter() - start
-
-
-def parse_kiln_run(rc, out, err):
-    rel = [float(x) for x in re.findall(r"rel_l2 ([0-9.eE+-]+|nan|inf)", out)]
-    bench = re.search(r"(\d+) kernels, ([0-9.eE+-]+) ms per forward", out)
-    passed = rc == 0 and "check passed" in out
-    res = {"rc": rc, "check": "PASS" if passed else "FAIL",
-           "rel_l2": max(rel) if rel else None,
-           "kernels": int(bench.group(1)) if bench else None,
-           "ms_check_run": float(bench.group(2)) if bench else None}
-    if not passed:
-        res["error"] = first_error_line(err) or first_error_line(out)
-    return res
-
-
-def kiln_dry(kiln, pt, workdir, timeout, interpret):
-    """`kiln compile --ir loop`, then `--emit cuda` (nvcc when on PATH), then, if `interpret`,
-    `kiln run --check --interpret` (kiln's Kernel IR in its CPU interpreter vs LibTorch). Returns a dict."""
-    res = {}
-    rc, out, err, secs = run_kiln(kiln, ["compile", pt, "--ir", "loop"], timeout)
-    res["loop"] = {"rc": rc, "seconds": round(secs, 2)}
-    if rc != 0:
-        res["loop"]["error"] = first_error_line(err) or first_error_line(out)
-        res["status"] = "loop_failed"
-        return res
-    emit_dir = pathlib.Path(workdir) / (pathlib.Path(pt).stem + ".emit")
-    args = ["compile", pt, "--emit", "cuda", "-o", emit_dir]
-    if shutil.which("nvcc") is None:
-        args.append("--no-nvcc")
-    rc, out, err, secs = run_kiln(kiln, args, timeout)
-    shutil.rmtree(emit_dir, ignore_errors=True)
-    res["emit"] = {"rc": rc, "seconds": round(secs, 2), "nvcc": "--no-nvcc" not in args}
-    kernels = re.search(r"wrote (\d+) kernels", out)
-    if kernels:
-        res["kernels"] = int(kernels.group(1))
-    if rc != 0:
-        res["emit"]["error"] = first_error_line(err) or first_error_line(out)
-        res["status"] = "emit_failed"
-        return res
-    res["status"] = "ok"
-    if interpret:
-        rc, out, err, secs = run_kiln(kiln, ["run", pt, "--check", "--interpret"], timeout)
-        res["interpret"] = parse_kiln_run(rc, out, err)
-        res["interpret"]["seconds"] = round(secs, 2)
-        if res["interpret"]["check"] != "PASS":
-            res["status"] = "interpret_check_failed"
-    return res
-
-
 def kiln_bench_iters(ms, target_ms):
     return int(min(5000, max(KILN_CHECK_ITERS, math.ceil(target_ms / max(ms, 1e-4)))))
 
 
 # ---------------------------------------------------------------------------------------------- PyTorch
-
-def as_tuple(out):
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-def rel_l2(a, b):
-    """Largest relative L2 error over the outputs, computed in float64."""
-    worst = 0.0
-    for x, y in zip(as_tuple(a), as_tuple(b)):
-        x, y = x.double(), y.double()
-        denom = torch.linalg.vector_norm(y).item()
-        err = torch.linalg.vector_norm(x - y).item()
-        worst = max(worst, err / denom if denom > 0 else err)
-    return worst
-
 
 def set_bytes(state, inputs):
     return sum(t.numel() * t.element_size() for t in [*state.values(), *inputs.values()])
@@ -473,49 +385,6 @@ def add_fractions(row):
 
 # ------------------------------------------------------------------------------------------ the run
 
-def versions(args, kiln):
-    v = {"python": sys.version.split()[0], "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-         "host": socket.gethostname(), "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat()}
-    try:
-        import triton
-        v["triton"] = triton.__version__
-    except ImportError:
-        pass
-    commit = args.commit
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True, timeout=10).stdout.strip() or None
-            dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            if commit and dirty:
-                commit += "+dirty"
-        except (OSError, subprocess.SubprocessError):
-            commit = None
-    v["kiln_commit"] = commit
-    rc, out, err, _ = run_kiln(kiln, ["--version"], 30)
-    v["kiln_version"] = (out or err).strip()
-    if shutil.which("nvidia-smi"):
-        p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                           capture_output=True, text=True)
-        v["gpu"] = p.stdout.strip()
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        v["device_name"] = props.name
-        v["l2_bytes"] = getattr(props, "L2_cache_size", None)
-        v["cuda_runtime"] = torch.version.cuda
-    if shutil.which("nvcc"):
-        v["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    return v
-
-
-def write_results(path, meta, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"meta": meta, "results": rows}, indent=1, default=str))
-    tmp.replace(path)
-
-
 def load_resume(paths):
     rows = {}
     for p in paths or []:
@@ -629,7 +498,7 @@ def main(argv=None):
 
     if args.prepare_one:                               # worker mode
         opts = Options(**json.loads(args.options_json))
-        KILN_EXTRA_ARGS[:] = list(opts.kiln_args)
+        harness.KILN_EXTRA_ARGS[:] = list(opts.kiln_args)
         case = next(c for c in suite.CASES if c.name == args.prepare_one[0])
         print("PREPARED " + json.dumps(prepare(case, args.prepare_one[1], opts)), flush=True)
         return 0
@@ -669,7 +538,7 @@ def main(argv=None):
                        repeats=args.repeats, target_ms=args.target_ms, skip_kiln=args.skip_kiln, l2_bytes=l2,
                        dry_interpret_mflop=args.dry_interpret_mflop, jobs=jobs, kiln_graph=args.kiln_graph,
                        kiln_args=tuple(args.kiln_args.split()))
-        KILN_EXTRA_ARGS[:] = list(opts.kiln_args)
+        harness.KILN_EXTRA_ARGS[:] = list(opts.kiln_args)
         stopped = False
         chunk = 2 * jobs
         last_prepare_s = 0.0   # a batch is prepared only if the last one's time still fits before the limit

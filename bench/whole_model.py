@@ -24,12 +24,10 @@ to --out (default bench/results/<UTC date>-h200-model.json); the table is printe
 """
 import argparse
 import datetime
-import json
 import os
 import pathlib
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,8 +42,8 @@ sys.path.insert(0, str(REPO / "models"))
 import cases as suite  # noqa: E402
 import hf_llama  # noqa: E402
 from kiln_export import export  # noqa: E402
-import run_suite  # noqa: E402
-from run_suite import TOLERANCE, first_error_line, parse_kiln_run, rel_l2, run_kiln, versions, write_results  # noqa: E402
+import harness  # noqa: E402
+from harness import TOLERANCE, first_error_line, parse_kiln_run, rel_l2, run_kiln, versions, write_results  # noqa: E402
 
 DEFAULT_CONFIGS = "bf16:1:128,f32:1:128,bf16:8:128,f32:8:128,bf16:1:1,f32:1:1"
 MODES = {"compile": "default", "compile_reduce_overhead": "reduce-overhead"}
@@ -219,7 +217,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     args.sides = set(args.sides.split(","))
-    run_suite.KILN_EXTRA_ARGS[:] = args.kiln_args.split()
+    harness.KILN_EXTRA_ARGS[:] = args.kiln_args.split()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device: use --device cpu --preset tiny for a smoke test")
     torch.set_grad_enabled(False)
