@@ -305,23 +305,25 @@ TEST(Cli, BenchFlagsWithoutOrAgainstBench) {
   expectOneLineError(kiln({"run", kMlp, "--bench", "10", "--interpret"}), 2, {"--bench", "--interpret"});
 }
 
-// Passes not yet checked on a GPU are off by default; --enable-pass runs them, and kiln says which were skipped.
-TEST(Cli, PassesOffByDefaultRunWithEnablePass) {
-  Result list = kiln({"passes"});
-  EXPECT_TRUE(contains(list.out, "[off by default: --enable-pass tile-tiled-contractions]")) << describe(list);
+// Large enough matrix products are tiled by default; --disable-pass keeps the one-output-per-thread schedule,
+// and kiln says under -v which passes were skipped. Both schedules pass the check.
+TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v"};
-  Result plain = kiln(args);
-  EXPECT_EQ(plain.code, 0) << describe(plain);
-  EXPECT_FALSE(contains(plain.out, "tiled_contraction")) << describe(plain);
-  EXPECT_TRUE(contains(plain.err, "pass tile-tiled-contractions skipped")) << describe(plain);
-  args.insert(args.end(), {"--enable-pass", "tile-tiled-contractions"});
   Result tiled = kiln(args);
   EXPECT_EQ(tiled.code, 0) << describe(tiled);
   EXPECT_TRUE(contains(tiled.out, "schedule tiled_contraction(")) << describe(tiled);
-  Result run = kiln({"run", "models/fixtures/linear.pt", "--check", "--interpret", "--input", "x=2x512x64",
-                     "--enable-pass", "tile-tiled-contractions"});
-  EXPECT_EQ(run.code, 0) << describe(run);
-  EXPECT_TRUE(contains(run.out, "check passed")) << describe(run);
+  args.insert(args.end(), {"--disable-pass", "tile-tiled-contractions"});
+  Result plain = kiln(args);
+  EXPECT_EQ(plain.code, 0) << describe(plain);
+  EXPECT_FALSE(contains(plain.out, "tiled_contraction")) << describe(plain);
+  EXPECT_TRUE(contains(plain.err, "pass tile-tiled-contractions skipped (--disable-pass)")) << describe(plain);
+  for (bool disable : {false, true}) {
+    std::vector<std::string> run = {"run", "models/fixtures/linear.pt", "--check", "--interpret", "--input", "x=2x512x64"};
+    if (disable) run.insert(run.end(), {"--disable-pass", "tile-tiled-contractions"});
+    Result r = kiln(run);
+    EXPECT_EQ(r.code, 0) << describe(r);
+    EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
+  }
 }
 
 TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
@@ -331,8 +333,8 @@ TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
 }
 
 TEST(Cli, StopOrPrintAfterAPassThatDoesNotRun) {
-  expectOneLineError(kiln({"compile", kMlp, "--stop-after", "tile-tiled-contractions"}), 2,
-                     {"tile-tiled-contractions", "--enable-pass"});
+  expectOneLineError(kiln({"compile", kMlp, "--stop-after", "tile-tiled-contractions", "--disable-pass",
+                           "tile-tiled-contractions"}), 2, {"tile-tiled-contractions", "--disable-pass"});
   expectOneLineError(kiln({"compile", kMlp, "--print-after", "loop-fuse-rows", "--disable-pass", "loop-fuse-rows"}), 2,
                      {"loop-fuse-rows", "--disable-pass"});
 }

@@ -145,13 +145,13 @@ TEST(TiledContractionRule, OperandFusionKeepsSchedulesAlignedWithDeadKernelsArou
   }
 }
 
-TEST(TiledContractionRule, OffByDefaultUntilCheckedOnAGpu) {
-  Compiled c = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
-  for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
-  PipelineOptions enabled;
-  enabled.enable = {"tile-tiled-contractions"};
-  Compiled t = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, enabled, "tile");
+TEST(TiledContractionRule, OnByDefaultAndCanBeDisabled) {
+  Compiled t = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
   EXPECT_EQ(t.tileIR.schedules[0].strategy, tile::Strategy::TiledContraction);
+  PipelineOptions disabled;
+  disabled.disable = {"tile-tiled-contractions"};
+  Compiled c = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, disabled, "tile");
+  for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
 }
 
 TEST(TiledContractionRule, SmallProductsKeepTheirSchedule) {
