@@ -42,8 +42,10 @@ void verify(const Program& p);
 // Passes
 Program lowerFromLoop(const loop::Program& p);  // tile-lower-from-loop
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
-// One wave of blocks on an H200 (132 SMs): below it a matrix product is better left to the other schedules.
+// One wave of blocks on an H200 (132 SMs): the tile size is the largest that still gives this many blocks.
 constexpr int64_t kTiledContractionMinTiles = 132;
+// A product left one thread per output with a reduction this long is tiled (16 x 16) even below a wave.
+constexpr int64_t kTiledContractionLongReduction = 512;
 bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
 bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
 bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
