@@ -32,33 +32,43 @@ for pt in models/fixtures/*.pt; do
 done
 # A Llama big enough for the tiled schedule of matrix products (32x32 and 64x64 tiles; the fixtures are too small
 # for it), made here: kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens, in f32 (CUDA cores) and bf16 (tensor
-# cores). Checked, timed against the plain schedules (the tile passes disabled), then under both sanitizers.
+# cores). Checked, timed against the plain schedules (the tile passes disabled), then under both sanitizers; once
+# with the default passes and once more with every pass registered off by default enabled (`kiln passes` marks
+# them: new kernel code waiting for this check), row "+off".
 timings=()
 PLAIN=(--disable-pass tile-tiled-contractions --disable-pass tile-tensor-core-contractions --disable-pass tile-fuse-operand-producers)
+OFF=()
+for p in $(./build/kiln passes | grep -o 'off by default: --enable-pass [a-z-]*' | awk '{print $NF}'); do OFF+=(--enable-pass "$p"); done
+echo "passes off by default, checked as +off: ${OFF[*]:-none}" >> "$LOG/versions.txt"
+t() { grep -o '[0-9.]* ms per forward' "$1" | awk '{print $1}'; }
 for dt in f32 bf16; do
-  m=llama_medium_$dt
+  base=llama_medium_$dt
   python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
-    --batch 2 --seq 256 --dtype $dt --no-check -o "$LOG/$m.pt" > "$LOG/export-$m.log" 2>&1
-  ./build/kiln compile "$LOG/$m.pt" --ir tile 2>/dev/null | grep -o 'tiled_contraction([^)]*)' | sort | uniq -c > "$LOG/$m-schedules.txt"
-  tiled=$(awk '{n += $1} END {print n + 0}' "$LOG/$m-schedules.txt"); mma=$(grep mma_ "$LOG/$m-schedules.txt" | awk '{n += $1} END {print n + 0}')
-  ./build/kiln run "$LOG/$m.pt" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
-  err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
-  ms=$(grep -o '[0-9.]* ms per forward' "$LOG/check-$m.log" | awk '{print $1}')
-  # the same forward timed three more ways: plain schedules (tile passes off), and tiled from one CUDA graph,
-  # without and with arena rotation (the runtime's timing modes)
-  ./build/kiln run "$LOG/$m.pt" "${PLAIN[@]}" --bench 20 > "$LOG/time-plain-$m.log" 2>&1
-  ./build/kiln run "$LOG/$m.pt" --bench 50 --graph > "$LOG/time-graph-$m.log" 2>&1
-  ./build/kiln run "$LOG/$m.pt" --bench 50 --graph --rotate-mb 200 > "$LOG/time-rotated-$m.log" 2>&1
-  t() { grep -o '[0-9.]* ms per forward' "$1" | awk '{print $1}'; }
-  timings+=("$(printf '%-20s %-12s %-12s %-12s %-12s' "$m" "$(t "$LOG/time-plain-$m.log")" "${ms:--}" "$(t "$LOG/time-graph-$m.log")" "$(t "$LOG/time-rotated-$m.log")")")
-  # bounded (KILN_SANITIZE_SECONDS, default 240): racecheck tracks every shared-memory access of these larger
-  # kernels (124 = ran past the bound)
-  bound=${KILN_SANITIZE_SECONDS:-240}
-  timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/$m.pt" > "$LOG/memcheck-$m.log" 2>&1; mc=$?
-  timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/$m.pt" > "$LOG/racecheck-$m.log" 2>&1; rcc=$?
-  rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "$m($tiled tiled,$mma mma)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "${ms:--}" "$([ $mc = 0 ] && echo clean || echo "$mc")" "$([ $rcc = 0 ] && echo clean || echo "$rcc")")")
-  echo "${rows[-1]}"
-  rm -f "$LOG/$m.pt"
+    --batch 2 --seq 256 --dtype $dt --no-check -o "$LOG/$base.pt" > "$LOG/export-$base.log" 2>&1
+  for variant in default off; do
+    [ $variant = off ] && [ ${#OFF[@]} = 0 ] && continue
+    m=$base; extra=()
+    [ $variant = off ] && { m=$base+off; extra=("${OFF[@]}"); }
+    ./build/kiln compile "$LOG/$base.pt" --ir tile "${extra[@]}" 2>/dev/null | grep -o 'tiled_contraction([^)]*)' | sort | uniq -c > "$LOG/$m-schedules.txt"
+    tiled=$(awk '{n += $1} END {print n + 0}' "$LOG/$m-schedules.txt"); mma=$(grep mma_ "$LOG/$m-schedules.txt" | awk '{n += $1} END {print n + 0}')
+    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
+    err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
+    ms=$(grep -o '[0-9.]* ms per forward' "$LOG/check-$m.log" | awk '{print $1}')
+    # the same forward timed three more ways: plain schedules (tile passes off; once per model), and from one CUDA
+    # graph, without and with arena rotation (the runtime's timing modes)
+    [ $variant = default ] && ./build/kiln run "$LOG/$base.pt" "${PLAIN[@]}" --bench 20 > "$LOG/time-plain-$base.log" 2>&1
+    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --bench 50 --graph > "$LOG/time-graph-$m.log" 2>&1
+    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --bench 50 --graph --rotate-mb 200 > "$LOG/time-rotated-$m.log" 2>&1
+    timings+=("$(printf '%-20s %-12s %-12s %-12s %-12s' "$m" "$(t "$LOG/time-plain-$base.log")" "${ms:--}" "$(t "$LOG/time-graph-$m.log")" "$(t "$LOG/time-rotated-$m.log")")")
+    # bounded (KILN_SANITIZE_SECONDS, default 240): racecheck tracks every shared-memory access of these larger
+    # kernels (124 = ran past the bound)
+    bound=${KILN_SANITIZE_SECONDS:-240}
+    timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/$base.pt" "${extra[@]}" > "$LOG/memcheck-$m.log" 2>&1; mc=$?
+    timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/$base.pt" "${extra[@]}" > "$LOG/racecheck-$m.log" 2>&1; rcc=$?
+    rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "$m($tiled tiled,$mma mma)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "${ms:--}" "$([ $mc = 0 ] && echo clean || echo "$mc")" "$([ $rcc = 0 ] && echo clean || echo "$rcc")")")
+    echo "${rows[-1]}"
+  done
+  rm -f "$LOG/$base.pt"
 done
 
 for dt in bf16 f16; do
@@ -71,7 +81,7 @@ tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
   cat "$LOG/versions.txt"
   printf '%-14s %-6s %-10s %-10s %-9s %-9s\n' model check max_rel_l2 ms/fwd memcheck racecheck
   printf '%s\n' "${rows[@]}"
-  echo "ms per forward: plain schedules (tile passes disabled, launched) | default (tiled): launched, one CUDA graph, graph + 200 MB rotation"
-  printf '%-20s %-12s %-12s %-12s %-12s\n' model plain tiled graph graph+rotate
+  echo "ms per forward: plain schedules (tile passes disabled, launched) | this row's passes: launched, one CUDA graph, graph + 200 MB rotation"
+  printf '%-20s %-12s %-12s %-12s %-12s\n' model plain launched graph graph+rotate
   printf '%s\n' "${timings[@]}"
 } | tee "$OUT/summary.txt"

@@ -396,7 +396,7 @@ class KernelBuilder {
   // Tensor cores: 4 warps in a 2 x 2 grid, each owning a (tile_m/2) x (tile_n/2) quarter of the tile as
   // (tile_m/32) x (tile_n/16) mma tiles of 16 x 8. Per 16 of k, a warp reads its A fragments (16 x 16 per mma row)
   // and B fragments (16 x 8 per mma column) from shared memory in the lane layout of kernel::mma and issues one
-  // mma per (row, column) pair; lane (g, t) owns the outputs of its C fragments.
+  // mma per (row, column) pair, tile_k / 16 times per staged slice; lane (g, t) owns the outputs of its C fragments.
   std::function<void(Block&)> multiplyOnTensorCores(Tiling& t) {
     const DType type = s_.knobs.count("mma_bf16") ? DType::BF16 : DType::F16;
     const int64_t wm = t.tm / 2, wn = t.tn / 2, mi = wm / kMmaM, ni = wn / kMmaN;
@@ -427,34 +427,37 @@ class KernelBuilder {
           for (size_t st = 0; st < lk_.stages.size(); ++st) o.acc.push_back(acc[st][static_cast<size_t>((i * ni + j) * 4 + e)]);
           t.owned.push_back(std::move(o));
         }
-    KILN_ASSERT(t.tk == kMmaK, "kernel {}: tensor-core tiles take tile_k = {}, not {}", lk_.name, kMmaK, t.tk);
+    KILN_ASSERT(t.tk % kMmaK == 0, "kernel {}: tensor-core tiles take tile_k a multiple of {}, not {}", lk_.name, kMmaK, t.tk);
     return [this, &t, type, wm, wn, mi, ni, g, q, warpRow, warpCol, acc](Block& inner) {
-      const Idx kk = idxConst(0);  // one mma k-step per staged slice (tile_k = 16)
       for (size_t st = 0; st < lk_.stages.size(); ++st) {
-        // A[row][k] of the warp's mma row i: shared a[(kk + k) * (tm+1) + warp row offset + 16 i + row].
+        // Fragment registers, reused by every k-step of the staged slice.
         std::vector<std::vector<int>> a(static_cast<size_t>(mi)), b(static_cast<size_t>(ni));
         for (int64_t i = 0; i < mi; ++i)
-          for (int e = 0; e < 8; ++e) {
-            int sl = slot(fmt::format("fa{}_{}_{}", st, i, e));
-            auto [dr, dc] = mmaElementA(0, e);
-            Idx r = g + idxConst(dr), col = q * idxConst(2) + idxConst(dc);
-            Idx at = (kk + col) * idxConst(t.tm + 1) + warpRow * idxConst(wm) + idxConst(i * kMmaM) + r;
-            inner.push_back(assign(sl, loadShared(t.sharedA[st], simplify(at, extents_))));
-            a[static_cast<size_t>(i)].push_back(sl);
-          }
+          for (int e = 0; e < 8; ++e) a[static_cast<size_t>(i)].push_back(slot(fmt::format("fa{}_{}_{}", st, i, e)));
         for (int64_t j = 0; j < ni; ++j)
-          for (int e = 0; e < 4; ++e) {
-            int sl = slot(fmt::format("fb{}_{}_{}", st, j, e));
-            Idx r = q * idxConst(2) + idxConst(mmaElementB(0, e).first);
-            Idx at = (kk + r) * idxConst(t.tn + 1) + warpCol * idxConst(wn) + idxConst(j * kMmaN) + g;
-            inner.push_back(assign(sl, loadShared(t.sharedB[st], simplify(at, extents_))));
-            b[static_cast<size_t>(j)].push_back(sl);
-          }
-        for (int64_t i = 0; i < mi; ++i)
-          for (int64_t j = 0; j < ni; ++j) {
-            std::vector<int> c(acc[st].begin() + (i * ni + j) * 4, acc[st].begin() + (i * ni + j) * 4 + 4);
-            inner.push_back(mma(type, a[static_cast<size_t>(i)], b[static_cast<size_t>(j)], c));
-          }
+          for (int e = 0; e < 4; ++e) b[static_cast<size_t>(j)].push_back(slot(fmt::format("fb{}_{}_{}", st, j, e)));
+        for (int64_t step = 0; step < t.tk / kMmaK; ++step) {  // one mma k-step per 16 of the staged slice
+          const Idx kk = idxConst(step * kMmaK);
+          // A[row][k] of the warp's mma row i: shared a[(kk + k) * (tm+1) + warp row offset + 16 i + row].
+          for (int64_t i = 0; i < mi; ++i)
+            for (int e = 0; e < 8; ++e) {
+              auto [dr, dc] = mmaElementA(0, e);
+              Idx r = g + idxConst(dr), col = q * idxConst(2) + idxConst(dc);
+              Idx at = (kk + col) * idxConst(t.tm + 1) + warpRow * idxConst(wm) + idxConst(i * kMmaM) + r;
+              inner.push_back(assign(a[static_cast<size_t>(i)][static_cast<size_t>(e)], loadShared(t.sharedA[st], simplify(at, extents_))));
+            }
+          for (int64_t j = 0; j < ni; ++j)
+            for (int e = 0; e < 4; ++e) {
+              Idx r = q * idxConst(2) + idxConst(mmaElementB(0, e).first);
+              Idx at = (kk + r) * idxConst(t.tn + 1) + warpCol * idxConst(wn) + idxConst(j * kMmaN) + g;
+              inner.push_back(assign(b[static_cast<size_t>(j)][static_cast<size_t>(e)], loadShared(t.sharedB[st], simplify(at, extents_))));
+            }
+          for (int64_t i = 0; i < mi; ++i)
+            for (int64_t j = 0; j < ni; ++j) {
+              std::vector<int> c(acc[st].begin() + (i * ni + j) * 4, acc[st].begin() + (i * ni + j) * 4 + 4);
+              inner.push_back(mma(type, a[static_cast<size_t>(i)], b[static_cast<size_t>(j)], c));
+            }
+        }
       }
     };
   }

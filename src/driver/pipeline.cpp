@@ -48,6 +48,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });
   run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);
   run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);
+  run.pass(c.tileIR, "tile-deep-k-slices", tile::deepenKSlices);
   if (until < 4) return run.printTimings(), c;
 
   kernel::LowerStats lowering;

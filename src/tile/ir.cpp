@@ -67,8 +67,8 @@ void verify(const Program& p) {
                   k.name, s.knob("m_axis"), s.knob("n_axis"));
       int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n"), tk = s.knob("tile_k");
       if (auto mma = scheduledTensorCoreType(s)) {
-        KILN_ASSERT((tm == 32 || tm == 64) && (tn == 32 || tn == 64) && tk == 16,
-                    "kernel {}: tensor-core tiles are 32 or 64 on each side with tile_k 16, not {}x{}x{}",
+        KILN_ASSERT((tm == 32 || tm == 64) && (tn == 32 || tn == 64) && tk > 0 && tk % 16 == 0,
+                    "kernel {}: tensor-core tiles are 32 or 64 on each side with tile_k a multiple of 16, not {}x{}x{}",
                     k.name, tm, tn, tk);
       } else {
         int64_t um = s.knob("micro_m"), un = s.knob("micro_n");
@@ -77,7 +77,7 @@ void verify(const Program& p) {
         int64_t threads = (tm / um) * (tn / un);
         KILN_ASSERT(threads >= 32 && threads <= 1024, "kernel {}: tiled_contraction with {} threads", k.name, threads);
       }
-      KILN_ASSERT(static_cast<int64_t>(c->stages.size()) * (tm + tn + 2) * tk * 4 <= 48 * 1024,
+      KILN_ASSERT(static_cast<int64_t>(c->stages.size()) * (tm + tn + 2) * tk * 4 <= kStaticSharedBytes,
                   "kernel {}: operand tiles exceed 48 KiB of shared memory", k.name);
     } else {
       int64_t b = s.knob("block");

@@ -326,6 +326,22 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
   }
 }
 
+// A pass whose kernels are not yet checked on a GPU is off by default: `kiln passes` marks it, -v says it was
+// skipped, --enable-pass runs it.
+TEST(Cli, PassesOffByDefaultAreMarkedAndRunWithEnablePass) {
+  Result list = kiln({"passes"});
+  EXPECT_TRUE(contains(list.out, "[off by default: --enable-pass tile-deep-k-slices]")) << describe(list);
+  std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v"};
+  Result plain = kiln(args);
+  EXPECT_EQ(plain.code, 0) << describe(plain);
+  EXPECT_TRUE(contains(plain.out, "tile_k=16")) << describe(plain);
+  EXPECT_TRUE(contains(plain.err, "pass tile-deep-k-slices skipped (off by default")) << describe(plain);
+  args.insert(args.end(), {"--enable-pass", "tile-deep-k-slices"});
+  Result deep = kiln(args);
+  EXPECT_EQ(deep.code, 0) << describe(deep);
+  EXPECT_TRUE(contains(deep.out, "tile_k=64")) << describe(deep);
+}
+
 TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
   expectOneLineError(kiln({"compile", kMlp, "--enable-pass", "tile-no-such-pass"}), 2, {"tile-no-such-pass", "kiln passes"});
   expectOneLineError(kiln({"compile", kMlp, "--disable-pass", "tile-lower-from-loop"}), 2,
@@ -333,6 +349,7 @@ TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
 }
 
 TEST(Cli, StopOrPrintAfterAPassThatDoesNotRun) {
+  expectOneLineError(kiln({"compile", kMlp, "--stop-after", "tile-deep-k-slices"}), 2, {"tile-deep-k-slices", "--enable-pass"});
   expectOneLineError(kiln({"compile", kMlp, "--stop-after", "tile-tiled-contractions", "--disable-pass",
                            "tile-tiled-contractions"}), 2, {"tile-tiled-contractions", "--disable-pass"});
   expectOneLineError(kiln({"compile", kMlp, "--print-after", "loop-fuse-rows", "--disable-pass", "loop-fuse-rows"}), 2,

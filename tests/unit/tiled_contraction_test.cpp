@@ -21,8 +21,9 @@ struct Tiled {
   kernel::Program kernelIR;
 };
 
-// Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape.
-Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}) {
+// Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
+// with `deepK`, tile-deep-k-slices then deepens the staged slices.
+Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}, bool deepK = false) {
   Tiled t;
   // The small fixtures get 32 tokens, so that their products have m >= 16 (the rule's minimum).
   std::vector<frontend::InputOverride> inputs;
@@ -38,6 +39,7 @@ Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}) 
       s.knobs["micro_n"] = tiles[3];
     }
   tile::fuseOperandProducers(t.c.tileIR);
+  if (deepK) tile::deepenKSlices(t.c.tileIR);
   tile::verify(t.c.tileIR);
   for (auto& s : t.c.tileIR.schedules) t.tiledKernels += s.strategy == tile::Strategy::TiledContraction;
   t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
@@ -79,6 +81,59 @@ TEST(TiledContractionShapes, EveryTileShapeMatchesTheLoopInterpreter) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << fmt::format("tiles {}", fmt::join(tiles, "x"));
   }
+}
+
+// Deeper slices (tile-deep-k-slices: tile_k 32 or 64) change only how much of k is staged per barrier pair, and
+// the k order of the sums stays the same, so the result must equal the Loop-IR interpreter's as closely as at 16.
+// Reductions that are not a multiple of the slice (linear's 48) read zeros past the end.
+TEST_P(TiledContraction, DeepKSlicesMatchTheLoopInterpreter) {
+  Tiled t = tileEverything(GetParam(), {}, /*deepK=*/true);
+  int deep = 0;
+  for (auto& s : t.c.tileIR.schedules) deep += s.strategy == tile::Strategy::TiledContraction && s.knob("tile_k") > 16;
+  EXPECT_GT(deep, 0) << GetParam();
+  auto inputs = test::randomInputs(t.kernelIR, 5);
+  auto got = kernel::interpret(t.kernelIR, inputs);
+  auto want = loop::interpret(t.c.tileIR.loop, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam() << " output " << i;
+  test::TempDir tmp;
+  try {
+    cuda::writeArtifacts(t.kernelIR, cuda::emit(t.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
+  } catch (const UserError& e) {
+    FAIL() << e.what();
+  }
+}
+
+// The deepest of 64 and 32 that fits 48 KB of static shared memory, never deeper than k rounded up to 16: the
+// tiny Llama's 64 x 64 tiles take 64 with one stage, 32 for gate/up (two stages: 64 would need 66 KB); its q·kᵀ
+// (k = 16) keeps 16.
+TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
+  Tiled t = tileEverything("llama_tiny", {}, /*deepK=*/true);
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < t.c.tileIR.schedules.size(); ++i) {
+    const tile::Schedule& s = t.c.tileIR.schedules[i];
+    if (s.strategy != tile::Strategy::TiledContraction) continue;
+    auto c = tile::findContraction(t.c.tileIR.loop.kernels[i], static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
+    ASSERT_TRUE(c.has_value());
+    const int64_t tk = s.knob("tile_k"), stages = static_cast<int64_t>(t.c.tileIR.loop.kernels[i].stages.size());
+    const int64_t bytes = [&](int64_t k) { return stages * k * (s.knob("tile_m") + s.knob("tile_n") + 2) * 4; }(tk);
+    EXPECT_LE(bytes, tile::kStaticSharedBytes) << t.c.tileIR.loop.kernels[i].name;
+    EXPECT_LE(tk, (c->k + 15) / 16 * 16) << t.c.tileIR.loop.kernels[i].name;
+    if (tk < 64) {  // a deeper slice would not fit, or would pass the end of k
+      const int64_t deeper = tk * 2;
+      EXPECT_TRUE(stages * deeper * (s.knob("tile_m") + s.knob("tile_n") + 2) * 4 > tile::kStaticSharedBytes ||
+                  deeper > (c->k + 15) / 16 * 16) << t.c.tileIR.loop.kernels[i].name << " tile_k " << tk;
+    }
+    seen.insert(tk);
+  }
+  EXPECT_EQ(seen, (std::set<int64_t>{16, 32, 64}));
+  // Off by default until its kernels have run on a GPU.
+  PipelineOptions opts;
+  Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
+  EXPECT_EQ(plain.tileIR.schedules[0].knob("tile_k"), 16);
+  opts.enable = {"tile-deep-k-slices"};
+  Compiled deep = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
+  EXPECT_EQ(deep.tileIR.schedules[0].knob("tile_k"), 64);
 }
 
 TEST_P(TiledContraction, NvccCompilesTheTiledKernels) {
@@ -211,7 +266,7 @@ struct OnTensorCores {
   int mmaKernels = 0;
 };
 
-OnTensorCores onTensorCores(const TensorCoreCase& tc) {
+OnTensorCores onTensorCores(const TensorCoreCase& tc, bool deepK = false) {
   OnTensorCores t;
   t.c = compileModel(test::fixturePath(tc.model), {}, PipelineOptions{}, "tile", tc.cast);
   tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
@@ -222,6 +277,7 @@ OnTensorCores onTensorCores(const TensorCoreCase& tc) {
     }
   tile::tensorCoreContractions(t.c.tileIR);
   tile::fuseOperandProducers(t.c.tileIR);
+  if (deepK) tile::deepenKSlices(t.c.tileIR);
   tile::verify(t.c.tileIR);
   for (auto& s : t.c.tileIR.schedules) t.mmaKernels += tile::scheduledTensorCoreType(s).has_value();
   t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
@@ -242,6 +298,25 @@ TEST_P(TensorCores, KernelInterpreterMatchesTheUntiledLoopProgram) {
     Comparison cmp = compare(got[i], want[i]);
     EXPECT_LE(cmp.relL2, 1e-6) << GetParam().model << " output " << i;
     EXPECT_FALSE(cmp.hasNaN);
+  }
+}
+
+// With deeper slices each staged slice feeds tile_k / 16 mma k-steps; same k order, same result.
+TEST_P(TensorCores, DeepKSlicesMatchTheUntiledLoopProgram) {
+  OnTensorCores t = onTensorCores(GetParam(), /*deepK=*/true);
+  int deep = 0;
+  for (auto& s : t.c.tileIR.schedules) deep += tile::scheduledTensorCoreType(s).has_value() && s.knob("tile_k") > 16;
+  EXPECT_GT(deep, 0) << GetParam().model;
+  auto inputs = test::randomInputs(t.kernelIR, 4);
+  auto got = kernel::interpret(t.kernelIR, inputs);
+  auto want = loop::interpret(t.c.loopIR, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam().model << " output " << i;
+  test::TempDir tmp;
+  try {
+    cuda::writeArtifacts(t.kernelIR, cuda::emit(t.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
+  } catch (const UserError& e) {
+    FAIL() << e.what();
   }
 }
 

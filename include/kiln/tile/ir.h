@@ -49,6 +49,9 @@ constexpr int64_t kTiledContractionLongReduction = 512;
 bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
 bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
 bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
+// Static shared memory one block may declare (CUDA's limit without opt-in).
+constexpr int64_t kStaticSharedBytes = 48 * 1024;
+bool deepenKSlices(Program& p);                 // tile-deep-k-slices
 
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;
