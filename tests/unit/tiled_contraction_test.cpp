@@ -15,6 +15,16 @@
 namespace kiln {
 namespace {
 
+// nvcc (sm_90) compiles every kernel of `p` without an error or a warning.
+void expectNvccCompiles(const kernel::Program& p) {
+  test::TempDir tmp;
+  try {
+    cuda::writeArtifacts(p, cuda::emit(p), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
+  } catch (const UserError& e) {
+    ADD_FAILURE() << e.what();
+  }
+}
+
 struct Tiled {
   Compiled c;
   int tiledKernels = 0;
@@ -96,12 +106,7 @@ TEST_P(TiledContraction, DeepKSlicesMatchTheLoopInterpreter) {
   auto want = loop::interpret(t.c.tileIR.loop, inputs);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam() << " output " << i;
-  test::TempDir tmp;
-  try {
-    cuda::writeArtifacts(t.kernelIR, cuda::emit(t.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
-  } catch (const UserError& e) {
-    FAIL() << e.what();
-  }
+  expectNvccCompiles(t.kernelIR);
 }
 
 // The deepest of 64 and 32 that fits 48 KB of static shared memory, never deeper than k rounded up to 16: the
@@ -138,13 +143,7 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
 
 TEST_P(TiledContraction, NvccCompilesTheTiledKernels) {
   Tiled t = tileEverything(GetParam());
-  cuda::Module m = cuda::emit(t.kernelIR);
-  test::TempDir tmp;
-  try {
-    cuda::writeArtifacts(t.kernelIR, m, tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
-  } catch (const UserError& e) {
-    FAIL() << e.what();
-  }
+  expectNvccCompiles(t.kernelIR);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TiledContraction,
@@ -312,22 +311,12 @@ TEST_P(TensorCores, DeepKSlicesMatchTheUntiledLoopProgram) {
   auto want = loop::interpret(t.c.loopIR, inputs);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam().model << " output " << i;
-  test::TempDir tmp;
-  try {
-    cuda::writeArtifacts(t.kernelIR, cuda::emit(t.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
-  } catch (const UserError& e) {
-    FAIL() << e.what();
-  }
+  expectNvccCompiles(t.kernelIR);
 }
 
 TEST_P(TensorCores, NvccCompilesTheMmaKernels) {
   OnTensorCores t = onTensorCores(GetParam());
-  test::TempDir tmp;
-  try {
-    cuda::writeArtifacts(t.kernelIR, cuda::emit(t.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90", true});
-  } catch (const UserError& e) {
-    FAIL() << e.what();
-  }
+  expectNvccCompiles(t.kernelIR);
 }
 
 INSTANTIATE_TEST_SUITE_P(
