@@ -55,6 +55,23 @@ def parse_kiln_run(rc, out, err):
     return res
 
 
+PROFILE_ROW = re.compile(r"^\s+(\d+)\s+(\S+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%\s+(\d+ x \d+)\s+(\S+)$")
+
+
+def parse_kiln_profile(out):
+    """The table of `kiln run --bench N --profile` (kiln/driver/kernel_profile.h) as a dict: rows (kernel, launches
+    per forward, us per launch, us per forward, share %, grid x block, source) and the sum in ms per forward."""
+    rows = []
+    for line in out.splitlines():
+        m = PROFILE_ROW.match(line)
+        if m:
+            rows.append({"kernel": m.group(2), "launches": int(m.group(3)), "us_per_launch": float(m.group(4)),
+                         "us_per_forward": float(m.group(5)), "share_pct": float(m.group(6)),
+                         "grid_x_block": m.group(7), "source": m.group(8)})
+    total = re.search(r"sum of the kernels: ([0-9.]+) ms per forward", out)
+    return {"rows": rows, "sum_ms": float(total.group(1)) if total else None}
+
+
 def kiln_dry(kiln, pt, workdir, timeout, interpret):
     """`kiln compile --ir loop`, then `--emit cuda` (nvcc when on PATH), then, if `interpret`,
     `kiln run --check --interpret` (kiln's Kernel IR in its CPU interpreter vs LibTorch). Returns a dict."""

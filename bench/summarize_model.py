@@ -57,7 +57,9 @@ def markdown(metas, rows, names):
            "input_ids → logits.",
            f"- torch {v['torch']} (CUDA {v['torch_cuda']}), triton {v.get('triton', '?')}, transformers "
            f"{v.get('transformers', '?')}; GPU {v.get('gpu', '?')}; {v.get('nvcc', '')}; kiln "
-           f"{', '.join(sorted({m['versions'].get('kiln_commit') or '?' for m in metas}))} (as recorded on the device).",
+           f"{', '.join(sorted({m['versions'].get('kiln_commit') or '?' for m in metas}))}"
+           + (" (corrected after the run: the device's copy of .git lagged behind the tree it ran)."
+              if any("kiln_commit_seen_on_device" in m["versions"] for m in metas) else " (as recorded on the device)."),
            f"- from {', '.join(names)}.",
            "- ms per forward. kiln: `kiln run --bench N`, mean over N back-to-back forwards launched from C++ (no CUDA "
            "graph), timed only after its `--check` against LibTorch on the same GPU passed. eager / torch.compile "
@@ -83,6 +85,15 @@ def markdown(metas, rows, names):
         for r in graphed:
             g = r["kiln"]["graph"]
             out.append(f"| {r['config']} | {ms(r['kiln'].get('ms'))} | {ms(g['ms']) if 'ms' in g else g.get('error')} |")
+    profiled = [r for r in rows if r.get("kiln", {}).get("profile", {}).get("rows")]
+    for r in profiled:
+        p = r["kiln"]["profile"]
+        out += ["", f"Where kiln's time goes, {r['config']} (`kiln run --bench 20 --profile`: each kernel alone, hot L2; "
+                f"sum {ms(p['sum_ms'])} ms per forward; kernels with the same code are one row):", "",
+                "| # | kernel | launches | µs / launch | µs / forward | share | grid × block |", "|---|---|---|---|---|---|---|"]
+        for i, k in enumerate(p["rows"][:10]):
+            out.append(f"| {i + 1} | {k['kernel']} | {k['launches']} | {k['us_per_launch']:.1f} | "
+                       f"{k['us_per_forward']:.1f} | {k['share_pct']:.1f}% | {k['grid_x_block']} |")
     out += ["", "## Correctness and compile time", "",
             "| config | kiln rel L2 vs LibTorch | torch.compile rel L2 vs eager | kiln compile s (cold) | "
             "kiln 2nd run s (cache) | torch.compile first call s | reduce-overhead first call s | trace s |",

@@ -10,7 +10,8 @@ Per config (dtype : batch : seq), in the order given:
   kiln: `kiln run M.pt --check` with an empty compile cache (compile, nvcc, kiln's kernels vs LibTorch on the
     same GPU, DESIGN.md tolerances; it also times one forward); then `kiln run M.pt --bench N` (must say
     "compiled nothing": the cache of the first run), N so the timed loop lasts about --kiln-target-ms. kiln's figure is the mean over N
-    back-to-back forwards launched from C++ through the Driver API (kiln's only mode: no CUDA graph yet).
+    back-to-back forwards launched from C++ through the Driver API; with --kiln-graph also replayed from one CUDA
+    graph; with --kiln-profile also each kernel alone (`kiln run --bench 20 --profile`: where the time goes).
     kiln's compile time is what its first run reports (every pass, writing weights, nvcc).
   eager: model(input_ids) from Python, CUDA events around I calls after warm-up, median of --repeats.
   torch.compile default and mode="reduce-overhead" (CUDA graphs): each after torch._dynamo.reset();
@@ -141,6 +142,10 @@ def run_kiln_side(opts, pt, env):
         graph = parse_kiln_run(rc, out, err)
         res["graph"] = ({"ms": graph["ms_check_run"]} if rc == 0 and graph["ms_check_run"] is not None else
                         {"error": first_error_line(err) or first_error_line(out) or f"rc {rc}"})
+    if opts.kiln_profile:  # each kernel alone, grouped by code, by time per forward
+        rc, out, err, _ = run_kiln(opts.kiln, ["run", pt, "--bench", 20, "--profile"], opts.kiln_timeout, env)
+        res["profile"] = (harness.parse_kiln_profile(out) if rc == 0 else
+                          {"error": first_error_line(err) or first_error_line(out) or f"rc {rc}"})
     return res
 
 
@@ -211,6 +216,7 @@ def parse_args(argv=None):
     ap.add_argument("--commit", default=None)
     ap.add_argument("--kiln-args", default="", help="extra arguments for every kiln run, e.g. '--enable-pass NAME'")
     ap.add_argument("--kiln-graph", action="store_true", help="also time kiln's forwards replayed from one CUDA graph")
+    ap.add_argument("--kiln-profile", action="store_true", help="also time each of kiln's kernels alone (kiln run --profile)")
     return ap.parse_args(argv)
 
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "kiln/driver/kernel_profile.h"
 #include "kiln/driver/pipeline.h"
 #include "kiln/driver/run_cache.h"
 #include "kiln/runtime/runtime.h"
@@ -144,6 +145,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
   if (c.benchIters < 0) usageError("--bench needs a positive number of forwards, not {}", c.benchIters);
   if (c.benchRotateMb < 0) usageError("--rotate-mb needs a size in MB >= 0, not {}", c.benchRotateMb);
   if ((c.benchGraph || c.benchRotateMb > 0) && c.benchIters == 0) usageError("--graph and --rotate-mb time forwards: add --bench N");
+  if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
   auto inputs = parseInputs(c.inputs);
   auto cast = parseCast(c.dtype);
@@ -194,6 +196,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
       if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
       out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
                          plan.kernels, t.msPerForward, t.forwards, how);
+      if (c.profile) out << formatKernelProfile(model.manifest(), model.timeEachKernel(c.benchIters), c.benchIters);
     }
   }
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", plan.name, plan.kernels, device);

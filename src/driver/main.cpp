@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");
   r->add_flag("--graph", run.benchGraph, "with --bench: replay the forward from one CUDA graph instead of launching each kernel");
   r->add_option("--rotate-mb", run.benchRotateMb, "with --bench: cycle over copies of the whole arena (weights too) touching at least this many MB, so no forward finds its data in L2");
+  r->add_flag("--profile", run.profile, "with --bench N: also time each kernel alone (N launches) and list the kernels by GPU time per forward");
   r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(r, run.pipeline, flags);
 

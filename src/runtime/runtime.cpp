@@ -393,6 +393,27 @@ Timing Model::time(const TimingOptions& o) {
   return t;
 }
 
+std::vector<double> Model::timeEachKernel(int launches) {
+  if (launches <= 0) userError("kiln runtime: timing each kernel needs launches > 0, got {}", launches);
+  Impl& s = *impl_;
+  s.makeCurrent();
+  TimingResources r;  // events only; launches on the default stream, as run() does
+  KILN_CU(cuEventCreate, "", &r.start, CU_EVENT_DEFAULT);
+  KILN_CU(cuEventCreate, "", &r.stop, CU_EVENT_DEFAULT);
+  std::vector<double> ms(s.m.kernels.size());
+  for (size_t i = 0; i < s.m.kernels.size(); ++i) {
+    s.launch(i, false);  // warm-up: the module's first launch and the instruction cache
+    KILN_CU(cuEventRecord, "", r.start, nullptr);
+    for (int l = 0; l < launches; ++l) s.launch(i, false);
+    KILN_CU(cuEventRecord, "", r.stop, nullptr);
+    KILN_CU(cuEventSynchronize, fmt::format(" while timing kernel '{}'", s.m.kernels[i].name), r.stop);
+    float elapsed = 0;
+    KILN_CU(cuEventElapsedTime, "", &elapsed, r.start, r.stop);
+    ms[i] = static_cast<double>(elapsed) / launches;
+  }
+  return ms;
+}
+
 std::string Model::deviceName() const { return impl_->name; }
 int Model::computeCapability() const { return impl_->cc; }
 const Manifest& Model::manifest() const { return impl_->m; }

@@ -303,6 +303,7 @@ TEST(Cli, BenchFlagsWithoutOrAgainstBench) {
   expectOneLineError(kiln({"run", kMlp, "--bench", "10", "--rotate-mb", "-1"}), 2, {"--rotate-mb", "-1"});
   expectOneLineError(kiln({"run", kMlp, "--bench", "-3"}), 2, {"--bench", "-3"});
   expectOneLineError(kiln({"run", kMlp, "--bench", "10", "--interpret"}), 2, {"--bench", "--interpret"});
+  expectOneLineError(kiln({"run", kMlp, "--profile"}), 2, {"--profile", "--bench N"});
 }
 
 // Large enough matrix products are tiled by default; --disable-pass keeps the one-output-per-thread schedule,

@@ -35,6 +35,7 @@ struct RunCommand {
   int benchIters = 0;               // --bench N: time N forward passes on the GPU
   bool benchGraph = false;          // --graph: time replays of one CUDA graph
   double benchRotateMb = 0;         // --rotate-mb M: rotate over arena copies touching >= M MB
+  bool profile = false;             // --profile: with --bench N, also time each kernel alone (N launches)
   std::string dtype;                // --dtype f16|bf16
   PipelineOptions pipeline;
 };

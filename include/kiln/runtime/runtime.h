@@ -68,6 +68,12 @@ class Model {
   // before the first), so call run() first when timing depends on the data.
   Timing time(const TimingOptions& options);
 
+  // GPU time of each kernel alone, ms per launch, in manifest().kernels order: one warm-up launch, then
+  // `launches` back-to-back launches of that kernel between two CUDA events on the default stream. A kernel
+  // only reads buffers other kernels wrote and writes its own, so repeating it changes nothing; it runs on what
+  // the arena holds (call run() first), with its inputs hot in L2 after the first launch.
+  std::vector<double> timeEachKernel(int launches);
+
   std::string deviceName() const;  // e.g. "NVIDIA H200"
   int computeCapability() const;   // major*10 + minor, e.g. 90
   const Manifest& manifest() const;
