@@ -40,7 +40,7 @@ PLAIN=(--disable-pass tile-tiled-contractions --disable-pass tile-tensor-core-co
 OFF=()
 for p in $(./build/kiln passes | grep -o 'off by default: --enable-pass [a-z-]*' | awk '{print $NF}'); do OFF+=(--enable-pass "$p"); done
 echo "passes off by default, checked as +off: ${OFF[*]:-none}" >> "$LOG/versions.txt"
-t() { grep -o '[0-9.]* ms per forward' "$1" | awk '{print $1}'; }
+t() { grep -o '[0-9.]* ms per forward (CUDA events' "$1" | awk '{print $1}' | head -1; }
 for dt in f32 bf16; do
   base=llama_medium_$dt
   python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
@@ -68,6 +68,19 @@ for dt in f32 bf16; do
     rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "$m($tiled tiled,$mma mma)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "${ms:--}" "$([ $mc = 0 ] && echo clean || echo "$mc")" "$([ $rcc = 0 ] && echo clean || echo "$rcc")")")
     echo "${rows[-1]}"
   done
+  # With several passes off by default, each alone too (checked and timed, not sanitized): which one helps.
+  offNames=($(./build/kiln passes | grep -o 'off by default: --enable-pass [a-z-]*' | awk '{print $NF}'))
+  if [ ${#offNames[@]} -gt 1 ]; then
+    for p in "${offNames[@]}"; do
+      m=$base+$p
+      ./build/kiln run "$LOG/$base.pt" --enable-pass "$p" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
+      err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
+      ./build/kiln run "$LOG/$base.pt" --enable-pass "$p" --bench 50 --graph > "$LOG/time-graph-$m.log" 2>&1
+      timings+=("$(printf '%-20s %-12s %-12s %-12s %-12s' "$m" "$(t "$LOG/time-plain-$base.log")" "$(t "$LOG/check-$m.log")" "$(t "$LOG/time-graph-$m.log")" "-")")
+      rows+=("$(printf '%-14s %-6s %-10s %-10s %-9s %-9s' "$m" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "${err:--}" "$(t "$LOG/check-$m.log")" - -)")
+      echo "${rows[-1]}"
+    done
+  fi
   rm -f "$LOG/$base.pt"
 done
 

@@ -276,12 +276,27 @@ class KernelBuilder {
     t.k0 = idxVar(kStepVar, "k0");
     extents_[kStepVar] = t.c.k;
     std::function<void(Block&)> multiply = mma ? multiplyOnTensorCores(t) : multiplyOnCudaCores(t);
-    for (size_t st = 0; st < lk_.stages.size(); ++st) {
-      const loop::Axis& kAxis = lk_.stages[st].axes[0];
-      stageOperand(t, t.c.stages[st].a, t.mAxis, t.c.m, t.tileM, t.tm, kAxis, t.sharedA[st], steps);
-      stageOperand(t, t.c.stages[st].b, t.nAxis, t.c.n, t.tileN, t.tn, kAxis, t.sharedB[st], steps);
+    if (s_.knobs.count("prefetch")) {
+      // Registers hold the next slice while the block multiplies this one: store, barrier, load the next slice
+      // (in flight during the multiplication), multiply, barrier. The first slice is loaded before the loop.
+      std::vector<Prefetched> operands;
+      for (size_t st = 0; st < lk_.stages.size(); ++st) {
+        const loop::Axis& kAxis = lk_.stages[st].axes[0];
+        operands.push_back(prefetched(t, t.c.stages[st].a, t.mAxis, t.c.m, t.tileM, t.tm, kAxis, t.sharedA[st]));
+        operands.push_back(prefetched(t, t.c.stages[st].b, t.nAxis, t.c.n, t.tileN, t.tn, kAxis, t.sharedB[st]));
+      }
+      for (const Prefetched& o : operands) loadSlice(t, o, idxConst(0), k_.body);
+      for (const Prefetched& o : operands) storeSlice(o, steps);
+      steps.push_back(barrier());
+      for (const Prefetched& o : operands) loadSlice(t, o, simplify(t.k0 + idxConst(t.tk), extents_), steps);
+    } else {
+      for (size_t st = 0; st < lk_.stages.size(); ++st) {
+        const loop::Axis& kAxis = lk_.stages[st].axes[0];
+        stageOperand(t, t.c.stages[st].a, t.mAxis, t.c.m, t.tileM, t.tm, kAxis, t.sharedA[st], steps);
+        stageOperand(t, t.c.stages[st].b, t.nAxis, t.c.n, t.tileN, t.tn, kAxis, t.sharedB[st], steps);
+      }
+      steps.push_back(barrier());
     }
-    steps.push_back(barrier());
     multiply(steps);
     steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
     k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(t.c.k), t.tk, std::move(steps)));
@@ -344,6 +359,61 @@ class KernelBuilder {
     inside.push_back(storeShared(buf, slotIdx, v));
     body.push_back(ifLess(row, idxConst(rowExtent), Block{ifLess(kAt, idxConst(t.c.k), std::move(inside))}));
     out.push_back(forLoop(flatVar, "e", threadIdx(), idxConst(rows * t.tk), threads, std::move(body)));
+  }
+
+  // One operand slice staged through registers (knob prefetch): thread t holds elements e = t + i * threads of the
+  // rows x tile_k slice, element e being k offset e mod tile_k of row e div tile_k (as stageOperand copies them).
+  struct Prefetched {
+    loop::ExprP value;
+    loop::Axis rowAxis, kAxis;
+    int64_t rowExtent = 0, rows = 0, total = 0;  // total: rows * tile_k elements in the slice
+    Idx tileIdx;
+    int buf = 0;
+    struct Element {
+      Idx e, kk, rr;
+      int reg = 0;
+    };
+    std::vector<Element> elements;
+    bool partial = false;  // the last elements of some threads lie past the slice (guarded by e < rows * tile_k)
+  };
+
+  Prefetched prefetched(const Tiling& t, const loop::ExprP& e, const loop::Axis& rowAxis, int64_t rowExtent, const Idx& tileIdx,
+                        int64_t rows, const loop::Axis& kAxis, int buf) {
+    const int64_t threads = k_.block[0], total = rows * t.tk;
+    Prefetched o{e, rowAxis, kAxis, rowExtent, rows, total, tileIdx, buf, {}, total % threads != 0};
+    for (int64_t i = 0; i * threads < total; ++i) {
+      Idx flat = simplify(threadIdx() + idxConst(i * threads), extents_);
+      Idx kk = defVar(k_.body, fmt::format("pk{}_{}", buf, i), mod(flat, t.tk), t.tk);
+      Idx rr = defVar(k_.body, fmt::format("pr{}_{}", buf, i), floorDiv(flat, t.tk), ((i + 1) * threads - 1) / t.tk + 1);
+      o.elements.push_back({flat, kk, rr, slot(fmt::format("p{}_{}", buf, i))});
+    }
+    return o;
+  }
+
+  // Loads the slice starting at k = kStart into the registers (zeros outside the matrix and past k).
+  void loadSlice(const Tiling& t, const Prefetched& o, const Idx& kStart, Block& out) {
+    for (const auto& el : o.elements) {
+      out.push_back(assign(el.reg, fconst(0.f)));
+      Block inside;
+      Idx row = simplify(o.tileIdx * idxConst(o.rows) + el.rr, extents_), kAt = simplify(kStart + el.kk, extents_);
+      inside.push_back(defIdx(o.rowAxis.var + kFirstLoopVar, o.rowAxis.name, row));
+      extents_[o.rowAxis.var + kFirstLoopVar] = o.rowExtent;
+      inside.push_back(defIdx(o.kAxis.var + kFirstLoopVar, o.kAxis.name, kAt));
+      extents_[o.kAxis.var + kFirstLoopVar] = t.c.k;
+      std::map<std::string, FE> cse;
+      FE v = lower(o.value, inside, cse);
+      inside.push_back(assign(el.reg, v));
+      Stmt guarded = ifLess(row, idxConst(o.rowExtent), Block{ifLess(kAt, idxConst(t.c.k), std::move(inside))});
+      out.push_back(o.partial ? ifLess(el.e, idxConst(o.total), Block{std::move(guarded)}) : std::move(guarded));
+    }
+  }
+
+  // Writes the registers into the shared slice ([k][row], rows padded by one, as stageOperand).
+  void storeSlice(const Prefetched& o, Block& out) {
+    for (const auto& el : o.elements) {
+      Stmt store = storeShared(o.buf, simplify(el.kk * idxConst(o.rows + 1) + el.rr, extents_), fvar(el.reg));
+      out.push_back(o.partial ? ifLess(el.e, idxConst(o.total), Block{std::move(store)}) : std::move(store));
+    }
   }
 
   // CUDA cores: thread (tx, ty) = (t mod TX, t div TX) owns rows ty + i*TY and columns tx + j*TX of the tile (TY x TX

@@ -3,6 +3,7 @@
 // Loop-IR interpreter computes, pass Kernel IR's verifier (barriers, shared bounds) and compile with nvcc.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "kiln/cuda/emitter.h"
@@ -32,8 +33,22 @@ struct Tiled {
 };
 
 // Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
-// with `deepK`, tile-deep-k-slices then deepens the staged slices.
-Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}, bool deepK = false) {
+// The passes, off by default, that change how a tiled product stages its operand slices.
+struct Slices {
+  bool deep = false;      // tile-deep-k-slices
+  bool prefetch = false;  // tile-prefetch-slices
+  std::string name() const { return fmt::format("{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : ""); }
+};
+const Slices kSliceVariants[] = {{true, false}, {false, true}, {true, true}};
+
+void applySlices(tile::Program& p, const Slices& slices) {
+  if (slices.deep) tile::deepenKSlices(p);
+  if (slices.prefetch) tile::prefetchSlices(p);
+}
+
+// Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
+// then the slice passes chosen in `slices`.
+Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}, Slices slices = {}) {
   Tiled t;
   // The small fixtures get 32 tokens, so that their products have m >= 16 (the rule's minimum).
   std::vector<frontend::InputOverride> inputs;
@@ -49,7 +64,7 @@ Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}, 
       s.knobs["micro_n"] = tiles[3];
     }
   tile::fuseOperandProducers(t.c.tileIR);
-  if (deepK) tile::deepenKSlices(t.c.tileIR);
+  applySlices(t.c.tileIR, slices);
   tile::verify(t.c.tileIR);
   for (auto& s : t.c.tileIR.schedules) t.tiledKernels += s.strategy == tile::Strategy::TiledContraction;
   t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
@@ -93,27 +108,32 @@ TEST(TiledContractionShapes, EveryTileShapeMatchesTheLoopInterpreter) {
   }
 }
 
-// Deeper slices (tile-deep-k-slices: tile_k 32 or 64) change only how much of k is staged per barrier pair, and
-// the k order of the sums stays the same, so the result must equal the Loop-IR interpreter's as closely as at 16.
-// Reductions that are not a multiple of the slice (linear's 48) read zeros past the end.
-TEST_P(TiledContraction, DeepKSlicesMatchTheLoopInterpreter) {
-  Tiled t = tileEverything(GetParam(), {}, /*deepK=*/true);
-  int deep = 0;
-  for (auto& s : t.c.tileIR.schedules) deep += s.strategy == tile::Strategy::TiledContraction && s.knob("tile_k") > 16;
-  EXPECT_GT(deep, 0) << GetParam();
-  auto inputs = test::randomInputs(t.kernelIR, 5);
-  auto got = kernel::interpret(t.kernelIR, inputs);
-  auto want = loop::interpret(t.c.tileIR.loop, inputs);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam() << " output " << i;
-  expectNvccCompiles(t.kernelIR);
+// Deeper slices (tile-deep-k-slices: tile_k 32 or 64) and slices prefetched through registers
+// (tile-prefetch-slices) change only how k is staged, not the k order of the sums, so the result must equal the
+// Loop-IR interpreter's as closely as without them. Reductions that are not a multiple of the slice (linear's 48)
+// read zeros past the end; a prefetch past the last slice reads nothing.
+TEST_P(TiledContraction, DeeperAndPrefetchedSlicesMatchTheLoopInterpreter) {
+  for (const Slices& slices : kSliceVariants) {
+    Tiled t = tileEverything(GetParam(), {}, slices);
+    int changed = 0;
+    for (auto& s : t.c.tileIR.schedules)
+      changed += s.strategy == tile::Strategy::TiledContraction && (slices.deep ? s.knob("tile_k") > 16 : s.knobs.count("prefetch") > 0);
+    EXPECT_GT(changed, 0) << GetParam() << " " << slices.name();
+    auto inputs = test::randomInputs(t.kernelIR, 5);
+    auto got = kernel::interpret(t.kernelIR, inputs);
+    auto want = loop::interpret(t.c.tileIR.loop, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam() << " " << slices.name() << " output " << i;
+    expectNvccCompiles(t.kernelIR);
+  }
 }
 
 // The deepest of 64 and 32 that fits 48 KB of static shared memory, never deeper than k rounded up to 16: the
 // tiny Llama's 64 x 64 tiles take 64 with one stage, 32 for gate/up (two stages: 64 would need 66 KB); its q·kᵀ
 // (k = 16) keeps 16.
 TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
-  Tiled t = tileEverything("llama_tiny", {}, /*deepK=*/true);
+  Tiled t = tileEverything("llama_tiny", {}, Slices{true, false});
   std::set<int64_t> seen;
   for (size_t i = 0; i < t.c.tileIR.schedules.size(); ++i) {
     const tile::Schedule& s = t.c.tileIR.schedules[i];
@@ -139,6 +159,28 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
   opts.enable = {"tile-deep-k-slices"};
   Compiled deep = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
   EXPECT_EQ(deep.tileIR.schedules[0].knob("tile_k"), 64);
+}
+
+// Prefetching holds stages x (tile_m + tile_n) x tile_k / threads operand values per thread in registers: a
+// schedule is prefetched only when that is at most kPrefetchRegisters. The slice depths tile-deep-k-slices picks
+// stay within it (at most 64), so the bound is exercised on hand-set knobs: 32 x 32 tiles of 4 x 4 per thread
+// (64 threads) hold tile_k values per thread.
+TEST(PrefetchSlices, OnlyWithinTheRegisterBudgetAndOffByDefault) {
+  for (int64_t tk : {48, 80}) {
+    Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
+    tile::tileContractions(c.tileIR, /*minTiles=*/1);
+    for (auto& s : c.tileIR.schedules)
+      if (s.strategy == tile::Strategy::TiledContraction)
+        for (auto [knob, value] : std::map<std::string, int64_t>{{"tile_m", 32}, {"tile_n", 32}, {"micro_m", 4}, {"micro_n", 4}, {"tile_k", tk}})
+          s.knobs[knob] = value;
+    EXPECT_EQ(tile::prefetchSlices(c.tileIR), tk <= tile::kPrefetchRegisters) << "tile_k " << tk;
+  }
+  Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
+  EXPECT_EQ(plain.tileIR.schedules[0].knobs.count("prefetch"), 0u);
+  PipelineOptions opts;
+  opts.enable = {"tile-prefetch-slices"};
+  Compiled on = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
+  EXPECT_EQ(on.tileIR.schedules[0].knobs.count("prefetch"), 1u);
 }
 
 TEST_P(TiledContraction, NvccCompilesTheTiledKernels) {
@@ -265,7 +307,7 @@ struct OnTensorCores {
   int mmaKernels = 0;
 };
 
-OnTensorCores onTensorCores(const TensorCoreCase& tc, bool deepK = false) {
+OnTensorCores onTensorCores(const TensorCoreCase& tc, Slices slices = {}) {
   OnTensorCores t;
   t.c = compileModel(test::fixturePath(tc.model), {}, PipelineOptions{}, "tile", tc.cast);
   tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
@@ -276,7 +318,7 @@ OnTensorCores onTensorCores(const TensorCoreCase& tc, bool deepK = false) {
     }
   tile::tensorCoreContractions(t.c.tileIR);
   tile::fuseOperandProducers(t.c.tileIR);
-  if (deepK) tile::deepenKSlices(t.c.tileIR);
+  applySlices(t.c.tileIR, slices);
   tile::verify(t.c.tileIR);
   for (auto& s : t.c.tileIR.schedules) t.mmaKernels += tile::scheduledTensorCoreType(s).has_value();
   t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
@@ -300,18 +342,22 @@ TEST_P(TensorCores, KernelInterpreterMatchesTheUntiledLoopProgram) {
   }
 }
 
-// With deeper slices each staged slice feeds tile_k / 16 mma k-steps; same k order, same result.
-TEST_P(TensorCores, DeepKSlicesMatchTheUntiledLoopProgram) {
-  OnTensorCores t = onTensorCores(GetParam(), /*deepK=*/true);
-  int deep = 0;
-  for (auto& s : t.c.tileIR.schedules) deep += tile::scheduledTensorCoreType(s).has_value() && s.knob("tile_k") > 16;
-  EXPECT_GT(deep, 0) << GetParam().model;
-  auto inputs = test::randomInputs(t.kernelIR, 4);
-  auto got = kernel::interpret(t.kernelIR, inputs);
-  auto want = loop::interpret(t.c.loopIR, inputs);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam().model << " output " << i;
-  expectNvccCompiles(t.kernelIR);
+// With deeper slices each staged slice feeds tile_k / 16 mma k-steps; prefetched or not, same k order, same result.
+TEST_P(TensorCores, DeeperAndPrefetchedSlicesMatchTheUntiledLoopProgram) {
+  for (const Slices& slices : kSliceVariants) {
+    OnTensorCores t = onTensorCores(GetParam(), slices);
+    int changed = 0;
+    for (auto& s : t.c.tileIR.schedules)
+      changed += tile::scheduledTensorCoreType(s).has_value() && (slices.deep ? s.knob("tile_k") > 16 : s.knobs.count("prefetch") > 0);
+    EXPECT_GT(changed, 0) << GetParam().model << " " << slices.name();
+    auto inputs = test::randomInputs(t.kernelIR, 4);
+    auto got = kernel::interpret(t.kernelIR, inputs);
+    auto want = loop::interpret(t.c.loopIR, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam().model << " " << slices.name() << " output " << i;
+    expectNvccCompiles(t.kernelIR);
+  }
 }
 
 TEST_P(TensorCores, NvccCompilesTheMmaKernels) {

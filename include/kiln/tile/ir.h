@@ -52,6 +52,9 @@ bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
 // Static shared memory one block may declare (CUDA's limit without opt-in).
 constexpr int64_t kStaticSharedBytes = 48 * 1024;
 bool deepenKSlices(Program& p);                 // tile-deep-k-slices
+// Operand values a thread may hold in registers for the next slice (tile-prefetch-slices).
+constexpr int64_t kPrefetchRegisters = 64;
+bool prefetchSlices(Program& p);                // tile-prefetch-slices
 
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;
