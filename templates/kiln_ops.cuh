@@ -62,7 +62,7 @@ template <>
 __device__ __forceinline__ bool from_f32<bool>(float v) { return v != 0.0f; }
 
 // Tensor cores: one mma.sync.aligned.m16n8k16 per warp, f32 accumulators c0..c3 updated in place (D = A·B + C).
-// The float operands are rounded to bf16 (or f16) pairs; element 2i goes in the low half of register i.
+// pack2 rounds two floats to one bf16 (or f16) pair, `lo` in the low half.
 __device__ __forceinline__ unsigned pack2(__nv_bfloat16, float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<unsigned*>(&v);
@@ -71,21 +71,31 @@ __device__ __forceinline__ unsigned pack2(__half, float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<unsigned*>(&v);
 }
+// A and B packed: register i holds operand elements 2i (low half) and 2i+1, e.g. read as one 32-bit pair from
+// shared memory of the operand type (kernel IR's mma from shared): `pair` loads elements i and i+1 (i even).
+template <typename T>
+__device__ __forceinline__ unsigned pair(const T* at) { return *reinterpret_cast<const unsigned*>(at); }
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16_pairs(float& c0, float& c1, float& c2, float& c3, unsigned a01, unsigned a23,
+                                                   unsigned a45, unsigned a67, unsigned b01, unsigned b23) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                 : "r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b01), "r"(b23));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                 : "r"(a01), "r"(a23), "r"(a45), "r"(a67), "r"(b01), "r"(b23));
+  }
+}
+
+// The float operands are rounded to bf16 (or f16) pairs; element 2i goes in the low half of register i.
 template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float& c0, float& c1, float& c2, float& c3, float a0, float a1, float a2,
                                              float a3, float a4, float a5, float a6, float a7, float b0, float b1,
                                              float b2, float b3) {
-  const unsigned ra0 = pack2(T(), a0, a1), ra1 = pack2(T(), a2, a3), ra2 = pack2(T(), a4, a5), ra3 = pack2(T(), a6, a7);
-  const unsigned rb0 = pack2(T(), b0, b1), rb1 = pack2(T(), b2, b3);
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                 : "r"(ra0), "r"(ra1), "r"(ra2), "r"(ra3), "r"(rb0), "r"(rb1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                 : "r"(ra0), "r"(ra1), "r"(ra2), "r"(ra3), "r"(rb0), "r"(rb1));
-  }
+  mma_m16n8k16_pairs<T>(c0, c1, c2, c3, pack2(T(), a0, a1), pack2(T(), a2, a3), pack2(T(), a4, a5), pack2(T(), a6, a7),
+                        pack2(T(), b0, b1), pack2(T(), b2, b3));
 }
 
 // Rounds through a storage type (Cast).

@@ -249,6 +249,9 @@ class KernelBuilder {
     t.tn = s_.knob("tile_n");
     t.tk = s_.knob("tile_k");
     const bool mma = s_.knobs.count("mma_bf16") || s_.knobs.count("mma_f16");
+    t.pairs = s_.knobs.count("mma_pairs") > 0;
+    KILN_ASSERT(!t.pairs || mma, "kernel {}: mma_pairs without tensor cores", lk_.name);
+    const DType sliceType = !t.pairs ? DType::F32 : s_.knobs.count("mma_bf16") ? DType::BF16 : DType::F16;
     const int64_t threads = mma ? 128 : (t.tn / s_.knob("micro_n")) * (t.tm / s_.knob("micro_m"));
     const int64_t tilesM = (t.c.m + t.tm - 1) / t.tm, tilesN = (t.c.n + t.tn - 1) / t.tn;
     t.mAxis = lk_.parallel[static_cast<size_t>(t.c.mAxis)];
@@ -266,9 +269,9 @@ class KernelBuilder {
     unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), t.c.outerPoints, k_.body);
     for (size_t st = 0; st < lk_.stages.size(); ++st) {
       t.sharedA.push_back(static_cast<int>(k_.shared.size()));
-      k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), t.tk * (t.tm + 1)});
+      k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), sliceElements(t, t.tm), sliceType});
       t.sharedB.push_back(static_cast<int>(k_.shared.size()));
-      k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), t.tk * (t.tn + 1)});
+      k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), sliceElements(t, t.tn), sliceType});
     }
     // Thread coordinates and accumulators (zeroed) come first; the reduction loop then stages and multiplies.
     Block steps;
@@ -286,7 +289,7 @@ class KernelBuilder {
         operands.push_back(prefetched(t, t.c.stages[st].b, t.nAxis, t.c.n, t.tileN, t.tn, kAxis, t.sharedB[st]));
       }
       for (const Prefetched& o : operands) loadSlice(t, o, idxConst(0), k_.body);
-      for (const Prefetched& o : operands) storeSlice(o, steps);
+      for (const Prefetched& o : operands) storeSlice(t, o, steps);
       steps.push_back(barrier());
       for (const Prefetched& o : operands) loadSlice(t, o, simplify(t.k0 + idxConst(t.tk), extents_), steps);
     } else {
@@ -321,6 +324,7 @@ class KernelBuilder {
   struct Tiling {
     tile::Contraction c;
     int64_t tm = 0, tn = 0, tk = 0;
+    bool pairs = false;  // knob mma_pairs: slices in the operand type, [row][k], read by mma as 32-bit pairs
     loop::Axis mAxis, nAxis;
     Idx tileM, tileN, k0;
     std::vector<int> sharedA, sharedB;
@@ -336,6 +340,17 @@ class KernelBuilder {
     return idxVar(id, name);
   }
 
+  // Shared slices of an operand: [k][row] f32 with rows padded by one (k-neighbours of a copy fall in other banks;
+  // threads reading one k broadcast), or with mma_pairs [row][k] in the operand type, k padded by kPairPad so that
+  // the 8 rows of a fragment's pairs fall in different banks and every pair stays 4-byte aligned.
+  static constexpr int64_t kPairPad = 8;
+  int64_t sliceElements(const Tiling& t, int64_t rows) const {
+    return t.pairs ? rows * (t.tk + kPairPad) : t.tk * (rows + 1);
+  }
+  Idx sliceSlot(const Tiling& t, const Idx& kk, const Idx& rr, int64_t rows) {
+    return simplify(t.pairs ? rr * idxConst(t.tk + kPairPad) + kk : kk * idxConst(rows + 1) + rr, extents_);
+  }
+
   // Copies operand `e` of a stage for rows [tile*rows, +rows) and k in [k0, k0 + tk) into shared buffer `buf`.
   void stageOperand(const Tiling& t, const loop::ExprP& e, const loop::Axis& rowAxis, int64_t rowExtent, const Idx& tileIdx,
                     int64_t rows, const loop::Axis& kAxis, int buf, Block& out) {
@@ -346,7 +361,7 @@ class KernelBuilder {
     Block body;
     Idx kk = defVar(body, "kk", mod(flat, t.tk), t.tk);
     Idx rr = defVar(body, "rr", floorDiv(flat, t.tk), rows);
-    Idx slotIdx = simplify(kk * idxConst(rows + 1) + rr, extents_);  // rows + 1: k-neighbours in other banks
+    Idx slotIdx = sliceSlot(t, kk, rr, rows);
     body.push_back(storeShared(buf, slotIdx, fconst(0.f)));
     Block inside;
     Idx row = simplify(tileIdx * idxConst(rows) + rr, extents_), kAt = simplify(t.k0 + kk, extents_);
@@ -409,9 +424,9 @@ class KernelBuilder {
   }
 
   // Writes the registers into the shared slice ([k][row], rows padded by one, as stageOperand).
-  void storeSlice(const Prefetched& o, Block& out) {
+  void storeSlice(const Tiling& t, const Prefetched& o, Block& out) {
     for (const auto& el : o.elements) {
-      Stmt store = storeShared(o.buf, simplify(el.kk * idxConst(o.rows + 1) + el.rr, extents_), fvar(el.reg));
+      Stmt store = storeShared(o.buf, sliceSlot(t, el.kk, el.rr, o.rows), fvar(el.reg));
       out.push_back(o.partial ? ifLess(el.e, idxConst(o.total), Block{std::move(store)}) : std::move(store));
     }
   }
@@ -499,6 +514,30 @@ class KernelBuilder {
         }
     KILN_ASSERT(t.tk % kMmaK == 0, "kernel {}: tensor-core tiles take tile_k a multiple of {}, not {}", lk_.name, kMmaK, t.tk);
     return [this, &t, type, wm, wn, mi, ni, g, q, warpRow, warpCol, acc](Block& inner) {
+      if (t.pairs) {  // fragments straight from the [row][k] slices: pair j of A is elements 2j, 2j+1 (k, k+1)
+        const int64_t stride = t.tk + kPairPad;
+        for (size_t st = 0; st < lk_.stages.size(); ++st)
+          for (int64_t step = 0; step < t.tk / kMmaK; ++step) {
+            const Idx kk = idxConst(step * kMmaK);
+            for (int64_t i = 0; i < mi; ++i)
+              for (int64_t j = 0; j < ni; ++j) {
+                std::vector<Idx> aPairs, bPairs;
+                for (int e = 0; e < 8; e += 2) {
+                  auto [dr, dc] = mmaElementA(0, e);
+                  Idx row = warpRow * idxConst(wm) + idxConst(i * kMmaM + dr) + g;
+                  aPairs.push_back(simplify(row * idxConst(stride) + kk + idxConst(dc) + q * idxConst(2), extents_));
+                }
+                for (int e = 0; e < 4; e += 2) {
+                  auto [dk, dn] = mmaElementB(0, e);
+                  Idx col = warpCol * idxConst(wn) + idxConst(j * kMmaN + dn) + g;
+                  bPairs.push_back(simplify(col * idxConst(stride) + kk + idxConst(dk) + q * idxConst(2), extents_));
+                }
+                std::vector<int> c(acc[st].begin() + (i * ni + j) * 4, acc[st].begin() + (i * ni + j) * 4 + 4);
+                inner.push_back(mmaFromShared(type, t.sharedA[st], std::move(aPairs), t.sharedB[st], std::move(bPairs), c));
+              }
+          }
+        return;
+      }
       for (size_t st = 0; st < lk_.stages.size(); ++st) {
         // Fragment registers, reused by every k-step of the staged slice.
         std::vector<std::vector<int>> a(static_cast<size_t>(mi)), b(static_cast<size_t>(ni));

@@ -63,7 +63,8 @@ class Emitter {
     out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
                        k_.name, fmt::join(args, ", "));
     for (size_t i = 0; i < k_.shared.size(); ++i)
-      out += fmt::format("  __shared__ float {}[{}];\n", shared_[i], k_.shared[i].elements);
+      out += fmt::format("  __shared__ {}{} {}[{}];\n", k_.shared[i].dtype == DType::F32 ? "" : "__align__(16) ",
+                         cudaTypeName(k_.shared[i].dtype), shared_[i], k_.shared[i].elements);
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
     block(k_.body, 1, out);
     out += "}\n";
@@ -83,7 +84,9 @@ class Emitter {
       case K::Const: return floatLiteral(e->value);
       case K::Var: return floats_[e->var];
       case K::LoadGlobal: return fmt::format("kiln::to_f32({}[{}])", params_[e->param], idx(e->index));
-      case K::LoadShared: return fmt::format("{}[{}]", shared_[e->shared], idx(e->index));
+      case K::LoadShared:
+        if (k_.shared[e->shared].dtype == DType::F32) return fmt::format("{}[{}]", shared_[e->shared], idx(e->index));
+        return fmt::format("kiln::to_f32({}[{}])", shared_[e->shared], idx(e->index));
       case K::Select: return fmt::format("({} < {} ? {} : {})", idx(e->index), idx(e->bound), fe(e->args[0]), fe(e->args[1]));
       case K::Apply: {
         if (e->fn == tensor::Fn::Cast) return fmt::format("kiln::round_to<{}>({})", cudaTypeName(e->castTo), fe(e->args[0]));
@@ -119,9 +122,24 @@ class Emitter {
                              fe(s.value));
           break;
         }
-        case K::StoreShared: out += fmt::format("{}{}[{}] = {};\n", pad, shared_[s.target], idx(s.a), fe(s.value)); break;
+        case K::StoreShared:
+          if (k_.shared[s.target].dtype == DType::F32)
+            out += fmt::format("{}{}[{}] = {};\n", pad, shared_[s.target], idx(s.a), fe(s.value));
+          else
+            out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, shared_[s.target], idx(s.a),
+                               cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
+          break;
         case K::Barrier: out += pad + "__syncthreads();\n"; break;
         case K::Mma: {
+          if (!s.pairs.empty()) {  // A and B as 32-bit pairs straight from shared memory
+            std::vector<std::string> c, ab;
+            for (int slot : s.fragment) c.push_back(floats_[slot]);
+            for (size_t i = 0; i < s.pairs.size(); ++i)
+              ab.push_back(fmt::format("kiln::pair(&{}[{}])", shared_[i < 4 ? s.sharedA : s.sharedB], idx(s.pairs[i])));
+            out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
+                               fmt::join(ab, ", "));
+            break;
+          }
           std::vector<std::string> c, ab;
           for (size_t i = 12; i < 16; ++i) c.push_back(floats_[s.fragment[i]]);
           for (size_t i = 0; i < 12; ++i) ab.push_back(floats_[s.fragment[i]]);

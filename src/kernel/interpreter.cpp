@@ -64,6 +64,7 @@ void scanBlock(const Block& body, int depth, Dims& d) {
     }
     if (s.a) scanIdx(s.a, d);
     if (s.b) scanIdx(s.b, d);
+    for (auto& pair : s.pairs) scanIdx(pair, d);
     if (s.value) scanExpr(s.value, d);
     if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::If) scanBlock(s.body, depth + 1, d);
   }
@@ -153,17 +154,35 @@ struct Machine {
       if (active != 32)
         raise(fmt::format("kernel {}: mma reached by {} of 32 lanes of warp {} (block {})", k.name, active, w, block));
       float a[kMmaM][kMmaK], b[kMmaK][kMmaN], c[kMmaM][kMmaN];
+      const bool fromShared = !s.pairs.empty();
+      const int cFirst = fromShared ? 0 : 12;  // where the accumulators start among the fragment slots
       auto slot = [&](int lane, int i) -> float& { return floats[(w * 32 + lane) * nf + s.fragment[static_cast<size_t>(i)]]; };
+      // Operand element i of a lane: its fragment slot, or element i % 2 of pair i / 2 in shared memory.
+      auto operand = [&](int lane, int i, bool isA) -> float {
+        if (!fromShared) return slot(lane, isA ? i : 8 + i);
+        const int buffer = isA ? s.sharedA : s.sharedB;
+        const Idx& at = s.pairs[static_cast<size_t>((isA ? 0 : 4) + i / 2)];
+        int64_t first = evaluate(at, env[w * 32 + lane], &loader);
+        const std::vector<float>& data = shared[buffer];
+        if (first % 2 != 0 || first < 0 || first + 1 >= static_cast<int64_t>(data.size()))
+          raise(fmt::format("kernel {}: lane {} of warp {} reads an mma pair at shared {}[{}] (must be even and inside its {} "
+                            "elements; index {})", k.name, lane, w, k.shared[buffer].name, first, data.size(), toString(at)));
+        int64_t e = first + i % 2;
+        if (!written[buffer][e])
+          raise(fmt::format("kernel {}: lane {} of warp {} reads shared {}[{}] that no thread wrote (mma pair, block {})", k.name,
+                            lane, w, k.shared[buffer].name, e, block));
+        return data[e];
+      };
       for (int lane = 0; lane < 32; ++lane) {
         for (int i = 0; i < 8; ++i) {
           auto [r, col] = mmaElementA(lane, i);
-          a[r][col] = loop::roundTo(s.operandType, slot(lane, i));
+          a[r][col] = loop::roundTo(s.operandType, operand(lane, i, true));
         }
         for (int i = 0; i < 4; ++i) {
           auto [r, col] = mmaElementB(lane, i);
-          b[r][col] = loop::roundTo(s.operandType, slot(lane, 8 + i));
+          b[r][col] = loop::roundTo(s.operandType, operand(lane, i, false));
           auto [cr, cc] = mmaElementC(lane, i);
-          c[cr][cc] = slot(lane, 12 + i);
+          c[cr][cc] = slot(lane, cFirst + i);
         }
       }
       for (int lane = 0; lane < 32; ++lane)
@@ -171,7 +190,7 @@ struct Machine {
           auto [r, col] = mmaElementC(lane, i);
           float acc = c[r][col];
           for (int kk = 0; kk < kMmaK; ++kk) acc += a[r][kk] * b[kk][col];
-          slot(lane, 12 + i) = acc;
+          slot(lane, cFirst + i) = acc;
         }
     }
   }
@@ -250,7 +269,7 @@ struct Machine {
               raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
                                 k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));
             idxTmp[t] = i;
-            valTmp[t] = eval(*s.value, t);
+            valTmp[t] = loop::roundTo(k.shared[s.target].dtype, eval(*s.value, t));  // f32 buffers: unchanged
           }
           for (int64_t t = 0; t < T; ++t)
             if (mask[t]) {

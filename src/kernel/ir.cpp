@@ -136,6 +136,22 @@ Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<
   return s;
 }
 
+Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int sharedB, std::vector<Idx> bPairs,
+                   std::vector<int> c) {
+  KILN_ASSERT(aPairs.size() == 4 && bPairs.size() == 2 && c.size() == 4, "mma from shared: {}, {} pairs and {} slots (want 4, 2, 4)",
+              aPairs.size(), bPairs.size(), c.size());
+  KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
+              dtypeName(operandType));
+  Stmt s = makeStmt(Stmt::Kind::Mma);
+  s.operandType = operandType;
+  s.sharedA = sharedA;
+  s.sharedB = sharedB;
+  s.pairs = std::move(aPairs);
+  s.pairs.insert(s.pairs.end(), bPairs.begin(), bPairs.end());
+  s.fragment = std::move(c);
+  return s;
+}
+
 std::pair<int, int> mmaElementA(int lane, int i) {
   int g = lane / 4, t = lane % 4;
   return {g + 8 * ((i / 2) % 2), 2 * t + i % 2 + 8 * (i / 4)};
@@ -153,7 +169,7 @@ std::pair<int, int> mmaElementC(int lane, int i) {
 
 int64_t Kernel::sharedBytes() const {
   int64_t bytes = 0;
-  for (auto& s : shared) bytes += s.elements * 4;
+  for (auto& s : shared) bytes += s.elements * dtypeBytes(s.dtype);
   return bytes;
 }
 

@@ -74,6 +74,18 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
         break;
       case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
       case Stmt::Kind::Mma: {
+        if (!s.pairs.empty()) {  // A and B pairs straight from shared memory
+          auto pairs = [&](int buffer, size_t from, size_t n) {
+            std::vector<std::string> at;
+            for (size_t i = from; i < from + n; ++i) at.push_back(fmt::format("{}[{}]", sharedName(k, buffer), idxString(s.pairs[i])));
+            return fmt::format("{}", fmt::join(at, ", "));
+          };
+          std::vector<std::string> c;
+          for (int slot : s.fragment) c.push_back("%" + k.floatVars.at(static_cast<size_t>(slot)));
+          lines.push_back(fmt::format("{}mma.m16n8k16.{} {{{}}} += pairs {{{}}} x pairs {{{}}}", ind, dtypeName(s.operandType),
+                                      fmt::join(c, ", "), pairs(s.sharedA, 0, 4), pairs(s.sharedB, 4, 2)));
+          break;
+        }
         auto slots = [&](size_t from, size_t n) {
           std::vector<std::string> names;
           for (size_t i = from; i < from + n; ++i) names.push_back("%" + k.floatVars.at(static_cast<size_t>(s.fragment[i])));
@@ -117,7 +129,7 @@ std::string print(const Program& p) {
     std::vector<std::string> params;
     for (auto& prm : k.params) params.push_back(paramString(p, prm));
     out += fmt::format("  params: {}\n", fmt::join(params, ", "));
-    for (auto& s : k.shared) out += fmt::format("  shared {}: f32[{}]\n", s.name, s.elements);
+    for (auto& s : k.shared) out += fmt::format("  shared {}: {}[{}]\n", s.name, dtypeName(s.dtype), s.elements);
     if (!k.floatVars.empty()) {
       std::vector<std::string> fv;
       for (size_t i = 0; i < k.floatVars.size(); ++i) fv.push_back(floatName(k, static_cast<int>(i)));
@@ -157,7 +169,8 @@ nlohmann::json toJson(const Program& p) {
                               {"elements", prm.elements},
                               {"written", prm.written}});
     kj["shared"] = nlohmann::json::array();
-    for (auto& s : k.shared) kj["shared"].push_back({{"name", s.name}, {"elements", s.elements}});
+    for (auto& s : k.shared)
+      kj["shared"].push_back({{"name", s.name}, {"dtype", dtypeName(s.dtype)}, {"elements", s.elements}});
     kj["body"] = bodyLines(k);
     j["kernels"].push_back(kj);
   }

@@ -261,7 +261,21 @@ struct Verifier {
           // Warp-collective: every lane of every warp must execute it. Block-uniform control flow guarantees that.
           if (!divergence.empty()) fail("mma under thread-dependent control flow `{}` (lanes of a warp may skip it)", divergence);
           if (k.block[0] % 32 != 0) fail("mma in a block of {} threads (not whole warps)", k.block[0]);
-          if (st.fragment.size() != 16) fail("mma with {} fragment slots (want 16)", st.fragment.size());
+          if (!st.pairs.empty()) {  // A and B as pairs of the operand type straight from shared memory
+            if (st.pairs.size() != 6 || st.fragment.size() != 4)
+              fail("mma from shared with {} pairs and {} accumulator slots (want 6 and 4)", st.pairs.size(), st.fragment.size());
+            for (size_t i = 0; i < st.pairs.size(); ++i) {
+              int buffer = i < 4 ? st.sharedA : st.sharedB;
+              checkIdx(st.pairs[i], s, "an mma pair");
+              checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
+              checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
+              if (k.shared[buffer].dtype != st.operandType)
+                fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
+                     dtypeName(k.shared[buffer].dtype));
+            }
+          } else if (st.fragment.size() != 16) {
+            fail("mma with {} fragment slots (want 16)", st.fragment.size());
+          }
           for (int slot : st.fragment) {
             if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
               fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());

@@ -77,7 +77,10 @@ void verify(const Program& p) {
         int64_t threads = (tm / um) * (tn / un);
         KILN_ASSERT(threads >= 32 && threads <= 1024, "kernel {}: tiled_contraction with {} threads", k.name, threads);
       }
-      KILN_ASSERT(static_cast<int64_t>(c->stages.size()) * (tm + tn + 2) * tk * 4 <= kStaticSharedBytes,
+      const bool pairs = s.knobs.count("mma_pairs") > 0;  // slices of 2-byte elements, [row][k + 8]
+      KILN_ASSERT(!pairs || scheduledTensorCoreType(s), "kernel {}: mma_pairs without tensor cores", k.name);
+      const int64_t sliceBytes = pairs ? (tm + tn) * (tk + 8) * 2 : (tm + tn + 2) * tk * 4;
+      KILN_ASSERT(static_cast<int64_t>(c->stages.size()) * sliceBytes <= kStaticSharedBytes,
                   "kernel {}: operand tiles exceed 48 KiB of shared memory", k.name);
     } else {
       int64_t b = s.knob("block");

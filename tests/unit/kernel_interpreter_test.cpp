@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kiln/kernel/ir.h"
+#include "kiln/loop/ir.h"
 #include "kiln/support/error.h"
 
 namespace kiln::kernel {
@@ -88,6 +89,65 @@ Program blockReduce(int64_t n, int64_t written = 128) {
   }
   k.body.push_back(ifLess(tid, idxConst(1), {storeGlobal(1, idxConst(0), loadShared(0, idxConst(0)))}));
   return program(n, 1, std::move(k));
+}
+
+// One warp: A (16 x 16, x[0..256)) and B (8 x 16 as [n][k], x[256..384)) copied into bf16 shared memory
+// ([row][k], `stride` elements per row), then one mma reading its registers as pairs from there, y = A·Bᵀ
+// (16 x 8). `shift` moves every pair index (1: misaligned pairs); `sharedType` is the slices' element type;
+// `aElements` (0: 16 x stride) the size of A's slice.
+Program mmaFromSharedPairs(int64_t shift = 0, DType sharedType = DType::BF16, int64_t stride = 24, int64_t aElements = 0) {
+  Kernel k;
+  k.name = "k_mma";
+  k.block = {32, 1, 1};
+  k.floatVars = {"c0", "c1", "c2", "c3"};
+  k.shared = {SharedBuffer{"a", aElements ? aElements : 16 * stride, sharedType}, SharedBuffer{"b", 8 * stride, sharedType}};
+  const int kTid = 2, kG = 3, kT = 4, kE = 5, kR = 6;
+  Idx tid = idxVar(kTid, "tid"), g = idxVar(kG, "g"), t = idxVar(kT, "t"), e = idxVar(kE, "e");
+  k.body.push_back(defIdx(kTid, "tid", threadIdx()));
+  k.body.push_back(defIdx(kG, "g", floorDiv(tid, 4)));
+  k.body.push_back(defIdx(kT, "t", mod(tid, 4)));
+  // Copy A and B: element e of A is row e / 16, k e % 16; element e of B is n e / 16, k e % 16.
+  Block copyA, copyB;
+  copyA.push_back(defIdx(kR, "r", floorDiv(e, 16)));
+  const int64_t copyStride = aElements ? aElements / 16 : stride;  // a short A slice is filled densely
+  copyA.push_back(storeShared(0, idxVar(kR, "r") * idxConst(copyStride) + mod(e, 16), loadGlobal(0, e)));
+  copyB.push_back(defIdx(kR, "r", floorDiv(e, 16)));
+  copyB.push_back(storeShared(1, idxVar(kR, "r") * idxConst(stride) + mod(e, 16), loadGlobal(0, e + idxConst(256))));
+  k.body.push_back(forLoop(kE, "e", tid, idxConst(256), 32, std::move(copyA)));
+  k.body.push_back(forLoop(kE, "e", tid, idxConst(128), 32, std::move(copyB)));
+  k.body.push_back(barrier());
+  for (int i = 0; i < 4; ++i) k.body.push_back(assign(i, fconst(0.f)));
+  auto at = [&](Idx row, int64_t kOffset) { return row * idxConst(stride) + t * idxConst(2) + idxConst(kOffset + shift); };
+  Idx g8 = g + idxConst(8);
+  k.body.push_back(mmaFromShared(DType::BF16, 0, {at(g, 0), at(g8, 0), at(g, 8), at(g8, 8)}, 1, {at(g, 0), at(g, 8)}, {0, 1, 2, 3}));
+  for (int i = 0; i < 4; ++i)  // c_i is D[g + 8 (i / 2)][2t + i % 2]
+    k.body.push_back(storeGlobal(1, (g + idxConst(8 * (i / 2))) * idxConst(8) + t * idxConst(2) + idxConst(i % 2), fvar(i)));
+  return program(384, 128, std::move(k));
+}
+
+TEST(KernelInterpreter, MmaReadsBf16PairsFromSharedMemory) {
+  HostTensor x = ramp(384);
+  auto out = interpret(mmaFromSharedPairs(), {x});
+  ASSERT_EQ(out[0].values.size(), 128u);
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      float want = 0.f;  // bf16 operands (rounded when stored to shared memory), f32 accumulation in k order
+      for (int kk = 0; kk < 16; ++kk)
+        want += loop::roundTo(DType::BF16, x.values[r * 16 + kk]) * loop::roundTo(DType::BF16, x.values[256 + n * 16 + kk]);
+      EXPECT_FLOAT_EQ(out[0].values[r * 8 + n], want) << "D[" << r << "][" << n << "]";
+    }
+  verify(mmaFromSharedPairs());
+}
+
+TEST(KernelInterpreter, MmaPairsMustBeAlignedAndOfTheOperandType) {
+  std::string msg = errorOf([&] { interpret(mmaFromSharedPairs(/*shift=*/1), {ramp(384)}); });
+  EXPECT_NE(msg.find("kernel k_mma: lane 0 of warp 0 reads an mma pair at shared a[1] (must be even"), std::string::npos) << msg;
+  msg = errorOf([&] { verify(mmaFromSharedPairs(0, DType::F32)); });
+  EXPECT_NE(msg.find("mma.bf16 reads pairs from shared a of type f32"), std::string::npos) << msg;
+  // Pairs read at 24 elements per row from an A slice of 256: the verifier bounds every pair.
+  msg = errorOf([&] { verify(mmaFromSharedPairs(0, DType::BF16, 24, /*aElements=*/256)); });
+  EXPECT_NE(msg.find("mma pair shared a["), std::string::npos) << msg;
+  EXPECT_NE(msg.find("outside the buffer's 256 elements"), std::string::npos) << msg;
 }
 
 TEST(KernelInterpreter, ElementwiseOneThreadPerElement) {

@@ -37,13 +37,18 @@ struct Tiled {
 struct Slices {
   bool deep = false;      // tile-deep-k-slices
   bool prefetch = false;  // tile-prefetch-slices
-  std::string name() const { return fmt::format("{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : ""); }
+  bool pairs = false;     // tile-mma-operand-pairs (tensor cores only)
+  std::string name() const {
+    return fmt::format("{}{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : "", pairs ? "+pairs" : "");
+  }
 };
 const Slices kSliceVariants[] = {{true, false}, {false, true}, {true, true}};
+const Slices kTensorCoreSliceVariants[] = {{true, false}, {false, true}, {true, true}, {false, false, true}, {true, true, true}};
 
 void applySlices(tile::Program& p, const Slices& slices) {
   if (slices.deep) tile::deepenKSlices(p);
   if (slices.prefetch) tile::prefetchSlices(p);
+  if (slices.pairs) tile::pairMmaOperands(p);
 }
 
 // Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
@@ -342,13 +347,15 @@ TEST_P(TensorCores, KernelInterpreterMatchesTheUntiledLoopProgram) {
   }
 }
 
-// With deeper slices each staged slice feeds tile_k / 16 mma k-steps; prefetched or not, same k order, same result.
-TEST_P(TensorCores, DeeperAndPrefetchedSlicesMatchTheUntiledLoopProgram) {
-  for (const Slices& slices : kSliceVariants) {
+// With deeper slices each staged slice feeds tile_k / 16 mma k-steps; prefetched or not, with the fragments read as
+// pairs from bf16/f16 slices or not: same k order, same rounding of A and B, same result.
+TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
+  for (const Slices& slices : kTensorCoreSliceVariants) {
     OnTensorCores t = onTensorCores(GetParam(), slices);
     int changed = 0;
     for (auto& s : t.c.tileIR.schedules)
-      changed += tile::scheduledTensorCoreType(s).has_value() && (slices.deep ? s.knob("tile_k") > 16 : s.knobs.count("prefetch") > 0);
+      changed += tile::scheduledTensorCoreType(s).has_value() &&
+                 (slices.deep ? s.knob("tile_k") > 16 : slices.prefetch ? s.knobs.count("prefetch") > 0 : s.knobs.count("mma_pairs") > 0);
     EXPECT_GT(changed, 0) << GetParam().model << " " << slices.name();
     auto inputs = test::randomInputs(t.kernelIR, 4);
     auto got = kernel::interpret(t.kernelIR, inputs);

@@ -69,8 +69,10 @@ struct Stmt {
   int target = -1;         // StoreGlobal: param; StoreShared: shared buffer
   FE value;                // Assign, stores
   Block body;              // For, If
-  std::vector<int> fragment;      // Mma: float slots a0..a7, b0..b3, c0..c3
+  std::vector<int> fragment;      // Mma: float slots a0..a7, b0..b3, c0..c3 (from shared: c0..c3 only)
   DType operandType = DType::BF16;  // Mma: A and B are rounded to this type (bf16 or f16)
+  int sharedA = -1, sharedB = -1;   // Mma from shared: the buffers A and B are read from
+  std::vector<Idx> pairs;           // Mma from shared: element index of pairs a01 a23 a45 a67 b01 b23
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -86,6 +88,11 @@ Stmt barrier();
 //   c0..c3: C[g + 8*(i/2)][2t + i%2], overwritten with D.
 // A and B values are rounded to `operandType` first.
 Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<int> c);
+// The same product with A and B read straight from shared memory of the operand type, two elements (one 32-bit
+// register) at a time: element pair j of A is sharedA[aPairs[j]], sharedA[aPairs[j] + 1] (fragment elements 2j
+// and 2j+1), likewise for B; every pair index must be even (the registers are aligned 32-bit loads).
+Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int sharedB, std::vector<Idx> bPairs,
+                   std::vector<int> c);
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 // The (row, column) of element i of a lane's A, B or C fragment (the layout above).
 std::pair<int, int> mmaElementA(int lane, int i);
@@ -102,7 +109,8 @@ struct Param {
 
 struct SharedBuffer {
   std::string name;
-  int64_t elements;     // f32 elements
+  int64_t elements;
+  DType dtype = DType::F32;  // f32, or bf16/f16: stores round to it, loads widen to f32
 };
 
 struct Kernel {

@@ -55,6 +55,7 @@ bool deepenKSlices(Program& p);                 // tile-deep-k-slices
 // Operand values a thread may hold in registers for the next slice (tile-prefetch-slices).
 constexpr int64_t kPrefetchRegisters = 64;
 bool prefetchSlices(Program& p);                // tile-prefetch-slices
+bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;

@@ -1,0 +1,24 @@
+// tile-mma-operand-pairs: tensor-core products keep their operand slices in shared memory in the operand type
+// (bf16 or f16) instead of f32, laid out [row][k] (k contiguous, padded by 8), and every mma reads its A and B
+// registers straight from there as 32-bit pairs (kernel::mmaFromShared). Without it each lane loads its 12 fragment
+// elements one by one from f32 slices, converts them and packs them into 6 registers per mma; with it, 6 loads and
+// no conversion (rounding happens once, when the slice is stored — to the same values, since tensor-core schedules
+// only read operands of their type), and the slices take half the shared memory. Off by default until its kernels
+// have run on a GPU.
+#include "kiln/tile/contraction.h"
+#include "kiln/tile/ir.h"
+
+namespace kiln::tile {
+
+bool pairMmaOperands(Program& p) {
+  bool changed = false;
+  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
+    Schedule& s = p.schedules[i];
+    if (!scheduledTensorCoreType(s) || s.knobs.count("mma_pairs")) continue;
+    s.knobs["mma_pairs"] = 1;
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::tile
