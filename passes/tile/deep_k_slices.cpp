@@ -3,8 +3,9 @@
 // memory, synchronises, multiplies and synchronises again, so at tile_k 16 a block waits for memory 16 products
 // at a time (a 32 x 32 tensor-core tile issues 2 mma per warp between two barriers); a deeper slice puts 4x as
 // many loads in flight per wait and divides the barriers by 4. The slice must fit the 48 KB of static shared
-// memory a block may declare: per stage (t_k x (tile_m + 1) + t_k x (tile_n + 1)) f32 values; the deepest of 64
-// and 32 that fits is taken, else the schedule keeps 16. Never deeper than the reduction rounded up to 16.
+// memory a block may declare (tile::operandSliceBytes: f32 slices, or half that and a little padding when
+// tile-mma-operand-pairs, which runs first, keeps them in bf16/f16); the deepest of 64 and 32 that fits is taken,
+// else the schedule keeps 16. Never deeper than the reduction rounded up to 16.
 //
 // Off by default until its kernels have run on a GPU (scripts/device_check.sh checks and times it). The
 // lowering is the same code at any tile_k (kernel-lower-from-tile: a k loop per slice on CUDA cores, tile_k / 16
@@ -26,8 +27,7 @@ bool deepenKSlices(Program& p) {
     const int64_t stages = static_cast<int64_t>(p.loop.kernels[i].stages.size());
     const int64_t roundedK = (c->k + 15) / 16 * 16;
     for (int64_t tk : {64, 32}) {
-      const int64_t bytes = stages * tk * (s.knob("tile_m") + 1 + s.knob("tile_n") + 1) * 4;
-      if (tk > roundedK || bytes > kStaticSharedBytes) continue;
+      if (tk > roundedK || operandSliceBytes(s, stages, tk) > kStaticSharedBytes) continue;
       s.knobs["tile_k"] = tk;
       changed = true;
       break;

@@ -48,9 +48,9 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });
   run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);
   run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);
+  run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);  // before the depth: halves the slices' bytes
   run.pass(c.tileIR, "tile-deep-k-slices", tile::deepenKSlices);
   run.pass(c.tileIR, "tile-prefetch-slices", tile::prefetchSlices);  // after the slice depth is chosen
-  run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);
   if (until < 4) return run.printTimings(), c;
 
   kernel::LowerStats lowering;

@@ -51,6 +51,11 @@ nlohmann::json toJson(const Program& p) {
   return j;
 }
 
+int64_t operandSliceBytes(const Schedule& s, int64_t stages, int64_t tileK) {
+  const int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n");
+  return stages * (s.knobs.count("mma_pairs") ? (tm + tn) * (tileK + 8) * 2 : (tm + tn + 2) * tileK * 4);
+}
+
 void verify(const Program& p) {
   loop::verify(p.loop);
   KILN_ASSERT(p.schedules.size() == p.loop.kernels.size(), "{} schedules for {} kernels", p.schedules.size(), p.loop.kernels.size());
@@ -77,10 +82,8 @@ void verify(const Program& p) {
         int64_t threads = (tm / um) * (tn / un);
         KILN_ASSERT(threads >= 32 && threads <= 1024, "kernel {}: tiled_contraction with {} threads", k.name, threads);
       }
-      const bool pairs = s.knobs.count("mma_pairs") > 0;  // slices of 2-byte elements, [row][k + 8]
-      KILN_ASSERT(!pairs || scheduledTensorCoreType(s), "kernel {}: mma_pairs without tensor cores", k.name);
-      const int64_t sliceBytes = pairs ? (tm + tn) * (tk + 8) * 2 : (tm + tn + 2) * tk * 4;
-      KILN_ASSERT(static_cast<int64_t>(c->stages.size()) * sliceBytes <= kStaticSharedBytes,
+      KILN_ASSERT(!s.knobs.count("mma_pairs") || scheduledTensorCoreType(s), "kernel {}: mma_pairs without tensor cores", k.name);
+      KILN_ASSERT(operandSliceBytes(s, static_cast<int64_t>(c->stages.size()), tk) <= kStaticSharedBytes,
                   "kernel {}: operand tiles exceed 48 KiB of shared memory", k.name);
     } else {
       int64_t b = s.knob("block");

@@ -45,10 +45,10 @@ struct Slices {
 const Slices kSliceVariants[] = {{true, false}, {false, true}, {true, true}};
 const Slices kTensorCoreSliceVariants[] = {{true, false}, {false, true}, {true, true}, {false, false, true}, {true, true, true}};
 
-void applySlices(tile::Program& p, const Slices& slices) {
+void applySlices(tile::Program& p, const Slices& slices) {  // in pipeline order
+  if (slices.pairs) tile::pairMmaOperands(p);
   if (slices.deep) tile::deepenKSlices(p);
   if (slices.prefetch) tile::prefetchSlices(p);
-  if (slices.pairs) tile::pairMmaOperands(p);
 }
 
 // Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
@@ -146,12 +146,11 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
     auto c = tile::findContraction(t.c.tileIR.loop.kernels[i], static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
     ASSERT_TRUE(c.has_value());
     const int64_t tk = s.knob("tile_k"), stages = static_cast<int64_t>(t.c.tileIR.loop.kernels[i].stages.size());
-    const int64_t bytes = [&](int64_t k) { return stages * k * (s.knob("tile_m") + s.knob("tile_n") + 2) * 4; }(tk);
-    EXPECT_LE(bytes, tile::kStaticSharedBytes) << t.c.tileIR.loop.kernels[i].name;
+    EXPECT_LE(tile::operandSliceBytes(s, stages, tk), tile::kStaticSharedBytes) << t.c.tileIR.loop.kernels[i].name;
     EXPECT_LE(tk, (c->k + 15) / 16 * 16) << t.c.tileIR.loop.kernels[i].name;
     if (tk < 64) {  // a deeper slice would not fit, or would pass the end of k
       const int64_t deeper = tk * 2;
-      EXPECT_TRUE(stages * deeper * (s.knob("tile_m") + s.knob("tile_n") + 2) * 4 > tile::kStaticSharedBytes ||
+      EXPECT_TRUE(tile::operandSliceBytes(s, stages, deeper) > tile::kStaticSharedBytes ||
                   deeper > (c->k + 15) / 16 * 16) << t.c.tileIR.loop.kernels[i].name << " tile_k " << tk;
     }
     seen.insert(tk);

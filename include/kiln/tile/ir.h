@@ -51,6 +51,9 @@ bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
 bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
 // Static shared memory one block may declare (CUDA's limit without opt-in).
 constexpr int64_t kStaticSharedBytes = 48 * 1024;
+// Shared memory of a tiled contraction's operand slices at depth `tileK`: per stage, f32 [k][row + 1] slices of A
+// and B, or with mma_pairs 2-byte [row][k + 8] ones (kernel-lower-from-tile's layouts).
+int64_t operandSliceBytes(const Schedule& s, int64_t stages, int64_t tileK);
 bool deepenKSlices(Program& p);                 // tile-deep-k-slices
 // Operand values a thread may hold in registers for the next slice (tile-prefetch-slices).
 constexpr int64_t kPrefetchRegisters = 64;
