@@ -51,7 +51,8 @@ for dt in f32 bf16; do
     [ $variant = off ] && { m=$base+off; extra=("${OFF[@]}"); }
     ./build/kiln compile "$LOG/$base.pt" --ir tile "${extra[@]}" 2>/dev/null | grep -o 'tiled_contraction([^)]*)' | sort | uniq -c > "$LOG/$m-schedules.txt"
     tiled=$(awk '{n += $1} END {print n + 0}' "$LOG/$m-schedules.txt"); mma=$(grep mma_ "$LOG/$m-schedules.txt" | awk '{n += $1} END {print n + 0}')
-    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --check --bench 20 --profile > "$LOG/check-$m.log" 2>&1; rc=$?
+    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
+    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --bench 20 --profile > "$LOG/profile-$m.log" 2>&1
     err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
     ms=$(grep -o '[0-9.]* ms per forward (CUDA events' "$LOG/check-$m.log" | awk '{print $1}' | head -1)
     # the same forward timed three more ways: plain schedules (tile passes off; once per model), and from one CUDA
@@ -97,7 +98,7 @@ tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
   echo "ms per forward: plain schedules (tile passes disabled, launched) | this row's passes: launched, one CUDA graph, graph + 200 MB rotation"
   printf '%-20s %-12s %-12s %-12s %-12s\n' model plain launched graph graph+rotate
   printf '%s\n' "${timings[@]}"
-  for f in "$LOG"/check-llama_medium_bf16*.log; do   # where the time goes (kiln run --profile), top kernels
+  for f in "$LOG"/profile-llama_medium_bf16*.log; do   # where the time goes (kiln run --profile), top kernels
     [ -f "$f" ] && { echo "$(basename "$f" .log):"; sed -n '/kernel profile/,/sum of the kernels/p' "$f" | grep -v 'sum of the kernels' | sed -n '2,8p'; grep 'sum of the kernels' "$f"; }
   done
 } | tee "$OUT/summary.txt"

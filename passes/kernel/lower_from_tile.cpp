@@ -236,10 +236,10 @@ class KernelBuilder {
 
   // A block per output tile of a matrix product (tile/contraction.h). Block b: tile column tn = b mod tilesN,
   // tile row tm = (b div tilesN) mod tilesM, the other output axes from b div (tilesM*tilesN). Per step of tile_k,
-  // every operand slice is copied into shared memory as [k][row] (rows padded by one so that the copy's
-  // k-neighbours fall in different banks; zeros outside the matrix), a barrier, the block multiplies, a barrier.
+  // every operand slice is copied into shared memory (layouts at sliceSlot; zeros outside the matrix), a barrier,
+  // the block multiplies, a barrier; with knob prefetch the copy goes through registers loaded a step ahead.
   // The multiplication and the epilogue are per thread on CUDA cores (multiplyOnCudaCores) or per warp on
-  // tensor cores (multiplyOnTensorCores, knob mma=1).
+  // tensor cores (multiplyOnTensorCores, knobs mma_bf16 / mma_f16, and mma_pairs).
   void tiledContraction() {
     auto c = tile::findContraction(lk_, static_cast<int>(s_.knob("m_axis")), static_cast<int>(s_.knob("n_axis")));
     KILN_ASSERT(c.has_value(), "kernel {}: tiled_contraction on a kernel that is not a contraction", lk_.name);
@@ -385,11 +385,11 @@ class KernelBuilder {
     Idx tileIdx;
     int buf = 0;
     struct Element {
-      Idx e, kk, rr;
+      Idx kk, rr;
       int reg = 0;
     };
     std::vector<Element> elements;
-    bool partial = false;  // the last elements of some threads lie past the slice (guarded by e < rows * tile_k)
+    bool partial = false;  // the last elements of some threads lie past the slice (guarded by rr < rows)
   };
 
   Prefetched prefetched(const Tiling& t, const loop::ExprP& e, const loop::Axis& rowAxis, int64_t rowExtent, const Idx& tileIdx,
@@ -400,7 +400,7 @@ class KernelBuilder {
       Idx flat = simplify(threadIdx() + idxConst(i * threads), extents_);
       Idx kk = defVar(k_.body, fmt::format("pk{}_{}", buf, i), mod(flat, t.tk), t.tk);
       Idx rr = defVar(k_.body, fmt::format("pr{}_{}", buf, i), floorDiv(flat, t.tk), ((i + 1) * threads - 1) / t.tk + 1);
-      o.elements.push_back({flat, kk, rr, slot(fmt::format("p{}_{}", buf, i))});
+      o.elements.push_back({kk, rr, slot(fmt::format("p{}_{}", buf, i))});
     }
     return o;
   }
@@ -419,15 +419,16 @@ class KernelBuilder {
       FE v = lower(o.value, inside, cse);
       inside.push_back(assign(el.reg, v));
       Stmt guarded = ifLess(row, idxConst(o.rowExtent), Block{ifLess(kAt, idxConst(t.c.k), std::move(inside))});
-      out.push_back(o.partial ? ifLess(el.e, idxConst(o.total), Block{std::move(guarded)}) : std::move(guarded));
+      // e < rows * tile_k, said as rr < rows (kk < tile_k always): a variable bound the verifier can narrow on
+      out.push_back(o.partial ? ifLess(el.rr, idxConst(o.rows), Block{std::move(guarded)}) : std::move(guarded));
     }
   }
 
-  // Writes the registers into the shared slice ([k][row], rows padded by one, as stageOperand).
+  // Writes the registers into the shared slice (sliceSlot's layout, as stageOperand).
   void storeSlice(const Tiling& t, const Prefetched& o, Block& out) {
     for (const auto& el : o.elements) {
       Stmt store = storeShared(o.buf, sliceSlot(t, el.kk, el.rr, o.rows), fvar(el.reg));
-      out.push_back(o.partial ? ifLess(el.e, idxConst(o.total), Block{std::move(store)}) : std::move(store));
+      out.push_back(o.partial ? ifLess(el.rr, idxConst(o.rows), Block{std::move(store)}) : std::move(store));
     }
   }
 

@@ -22,7 +22,8 @@ bool prefetchSlices(Program& p) {
     const int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n"), tk = s.knob("tile_k");
     const int64_t threads = scheduledTensorCoreType(s) ? 128 : (tm / s.knob("micro_m")) * (tn / s.knob("micro_n"));
     const int64_t stages = static_cast<int64_t>(p.loop.kernels[i].stages.size());
-    const int64_t perThread = (stages * (tm + tn) * tk + threads - 1) / threads;
+    // as the lowering allocates them: per operand slice, ceil(rows * tile_k / threads) registers
+    const int64_t perThread = stages * ((tm * tk + threads - 1) / threads + (tn * tk + threads - 1) / threads);
     if (perThread > kPrefetchRegisters) continue;
     s.knobs["prefetch"] = 1;
     changed = true;

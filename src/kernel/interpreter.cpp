@@ -155,6 +155,10 @@ struct Machine {
         raise(fmt::format("kernel {}: mma reached by {} of 32 lanes of warp {} (block {})", k.name, active, w, block));
       float a[kMmaM][kMmaK], b[kMmaK][kMmaN], c[kMmaM][kMmaN];
       const bool fromShared = !s.pairs.empty();
+      if (fromShared)
+        KILN_ASSERT(s.sharedA >= 0 && s.sharedA < static_cast<int>(shared.size()) && s.sharedB >= 0 &&
+                        s.sharedB < static_cast<int>(shared.size()),
+                    "kernel {}: mma reads shared buffers #{} and #{} of {}", k.name, s.sharedA, s.sharedB, shared.size());
       const int cFirst = fromShared ? 0 : 12;  // where the accumulators start among the fragment slots
       auto slot = [&](int lane, int i) -> float& { return floats[(w * 32 + lane) * nf + s.fragment[static_cast<size_t>(i)]]; };
       // Operand element i of a lane: its fragment slot, or element i % 2 of pair i / 2 in shared memory.

@@ -10,7 +10,8 @@
 //  * no barrier under control flow that depends on the thread (threadIdx.x, or any index variable derived
 //    from it): such a barrier is reached by only part of the block;
 //  * shared-memory indices within bounds wherever interval arithmetic can bound them, using the launch
-//    extents, For bounds and the guards of enclosing ifs.
+//    extents, For bounds and the guards of enclosing ifs;
+//  * an mma reading pairs from shared memory: buffers of its operand type, pair indices provably even.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -129,6 +130,16 @@ struct Verifier {
 
   std::optional<Range> bound(const Idx& e, const Scope& s) {
     return intersect(interval(e, s.ranges, nullptr), interval(e, s.ranges, &s.defs));
+  }
+
+  // Even for every value of its variables: an even constant, a product with an even factor, a sum of even terms.
+  static bool provablyEven(const Idx& e) {
+    switch (e->op) {
+      case IndexNode::Op::Const: return e->value % 2 == 0;
+      case IndexNode::Op::Mul: return provablyEven(e->a) || provablyEven(e->b);
+      case IndexNode::Op::Add: return provablyEven(e->a) && provablyEven(e->b);
+      default: return false;
+    }
   }
 
   void checkSharedIndex(int buffer, const Idx& index, const Scope& s, const char* what) {
@@ -269,6 +280,8 @@ struct Verifier {
               checkIdx(st.pairs[i], s, "an mma pair");
               checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
               checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
+              if (!provablyEven(st.pairs[i]))
+                fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(st.pairs[i]));
               if (k.shared[buffer].dtype != st.operandType)
                 fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
                      dtypeName(k.shared[buffer].dtype));

@@ -142,6 +142,8 @@ TEST(KernelInterpreter, MmaReadsBf16PairsFromSharedMemory) {
 TEST(KernelInterpreter, MmaPairsMustBeAlignedAndOfTheOperandType) {
   std::string msg = errorOf([&] { interpret(mmaFromSharedPairs(/*shift=*/1), {ramp(384)}); });
   EXPECT_NE(msg.find("kernel k_mma: lane 0 of warp 0 reads an mma pair at shared a[1] (must be even"), std::string::npos) << msg;
+  msg = errorOf([&] { verify(mmaFromSharedPairs(/*shift=*/1)); });
+  EXPECT_NE(msg.find("is not provably even"), std::string::npos) << msg;
   msg = errorOf([&] { verify(mmaFromSharedPairs(0, DType::F32)); });
   EXPECT_NE(msg.find("mma.bf16 reads pairs from shared a of type f32"), std::string::npos) << msg;
   // Pairs read at 24 elements per row from an A slice of 256: the verifier bounds every pair.

@@ -187,6 +187,26 @@ TEST(PrefetchSlices, OnlyWithinTheRegisterBudgetAndOffByDefault) {
   EXPECT_EQ(on.tileIR.schedules[0].knobs.count("prefetch"), 1u);
 }
 
+// A slice that does not split evenly over the threads (16 x 24 = 384 values for 256 threads): the second register
+// of a thread is guarded (rr < rows); the verifier must see the guard and the result must not change.
+TEST(PrefetchSlices, SlicesNotAMultipleOfTheThreadsMatchTheLoopInterpreter) {
+  Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
+  tile::tileContractions(c.tileIR, /*minTiles=*/1);
+  for (auto& s : c.tileIR.schedules)
+    if (s.strategy == tile::Strategy::TiledContraction)
+      for (auto [knob, value] : std::map<std::string, int64_t>{{"tile_m", 16}, {"tile_n", 16}, {"micro_m", 1}, {"micro_n", 1}, {"tile_k", 24}})
+        s.knobs[knob] = value;
+  ASSERT_TRUE(tile::prefetchSlices(c.tileIR));
+  tile::verify(c.tileIR);
+  kernel::Program k = kernel::lowerFromTile(c.tileIR);
+  kernel::verify(k);
+  auto inputs = test::randomInputs(k, 9);
+  auto got = kernel::interpret(k, inputs);
+  auto want = loop::interpret(c.tileIR.loop, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << "output " << i;
+}
+
 TEST_P(TiledContraction, NvccCompilesTheTiledKernels) {
   Tiled t = tileEverything(GetParam());
   expectNvccCompiles(t.kernelIR);
