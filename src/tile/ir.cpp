@@ -72,8 +72,9 @@ void verify(const Program& p) {
                   k.name, s.knob("m_axis"), s.knob("n_axis"));
       int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n"), tk = s.knob("tile_k");
       if (auto mma = scheduledTensorCoreType(s)) {
-        KILN_ASSERT((tm == 32 || tm == 64) && (tn == 32 || tn == 64) && tk > 0 && tk % 16 == 0,
-                    "kernel {}: tensor-core tiles are 32 or 64 on each side with tile_k a multiple of 16, not {}x{}x{}",
+        auto side = [](int64_t t) { return t == 32 || t == 64 || t == 128; };
+        KILN_ASSERT(side(tm) && side(tn) && tk > 0 && tk % 16 == 0,
+                    "kernel {}: tensor-core tiles are 32, 64 or 128 on each side with tile_k a multiple of 16, not {}x{}x{}",
                     k.name, tm, tn, tk);
       } else {
         int64_t um = s.knob("micro_m"), un = s.knob("micro_n");

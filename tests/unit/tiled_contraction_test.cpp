@@ -38,14 +38,19 @@ struct Slices {
   bool deep = false;      // tile-deep-k-slices
   bool prefetch = false;  // tile-prefetch-slices
   bool pairs = false;     // tile-mma-operand-pairs (tensor cores only)
+  bool large = false;     // tile-large-mma-tiles, whatever the block count (tensor cores only)
   std::string name() const {
-    return fmt::format("{}{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : "", pairs ? "+pairs" : "");
+    return fmt::format("{}{}{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : "", pairs ? "+pairs" : "",
+                       large ? "+large" : "");
   }
 };
 const Slices kSliceVariants[] = {{true, false}, {false, true}, {true, true}};
-const Slices kTensorCoreSliceVariants[] = {{true, false}, {false, true}, {true, true}, {false, false, true}, {true, true, true}};
+const Slices kTensorCoreSliceVariants[] = {{true, false},       {false, true},      {true, true},
+                                           {false, false, true}, {true, true, true}, {false, false, false, true},
+                                           {true, true, true, true}};
 
-void applySlices(tile::Program& p, const Slices& slices) {  // in pipeline order
+// The passes after tile-fuse-operand-producers, in pipeline order (`large` runs before it: onTensorCores).
+void applySlices(tile::Program& p, const Slices& slices) {
   if (slices.pairs) tile::pairMmaOperands(p);
   if (slices.deep) tile::deepenKSlices(p);
   if (slices.prefetch) tile::prefetchSlices(p);
@@ -341,6 +346,7 @@ OnTensorCores onTensorCores(const TensorCoreCase& tc, Slices slices = {}) {
       s.knobs["tile_n"] = tc.tile[1];
     }
   tile::tensorCoreContractions(t.c.tileIR);
+  if (slices.large) tile::enlargeMmaTiles(t.c.tileIR, /*minTiles=*/1);
   tile::fuseOperandProducers(t.c.tileIR);
   applySlices(t.c.tileIR, slices);
   tile::verify(t.c.tileIR);
@@ -367,14 +373,19 @@ TEST_P(TensorCores, KernelInterpreterMatchesTheUntiledLoopProgram) {
 }
 
 // With deeper slices each staged slice feeds tile_k / 16 mma k-steps; prefetched or not, with the fragments read as
-// pairs from bf16/f16 slices or not: same k order, same rounding of A and B, same result.
+// pairs from bf16/f16 slices or not, in 128 x 128 tiles (warps of 64 x 64) or not: same k order, same rounding of
+// A and B, same result.
 TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
   for (const Slices& slices : kTensorCoreSliceVariants) {
+    if (slices.large && !GetParam().tile.empty()) continue;  // only 64 x 64 tiles are enlarged
     OnTensorCores t = onTensorCores(GetParam(), slices);
     int changed = 0;
     for (auto& s : t.c.tileIR.schedules)
       changed += tile::scheduledTensorCoreType(s).has_value() &&
-                 (slices.deep ? s.knob("tile_k") > 16 : slices.prefetch ? s.knobs.count("prefetch") > 0 : s.knobs.count("mma_pairs") > 0);
+                 (slices.deep       ? s.knob("tile_k") > 16
+                  : slices.prefetch ? s.knobs.count("prefetch") > 0
+                  : slices.pairs    ? s.knobs.count("mma_pairs") > 0
+                                    : s.knob("tile_m") == 128);
     EXPECT_GT(changed, 0) << GetParam().model << " " << slices.name();
     auto inputs = test::randomInputs(t.kernelIR, 4);
     auto got = kernel::interpret(t.kernelIR, inputs);
@@ -383,6 +394,27 @@ TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam().model << " " << slices.name() << " output " << i;
     expectNvccCompiles(t.kernelIR);
+  }
+}
+
+// 128 x 128 tiles only from 64 x 64 tensor-core tiles of one reduction stage (gate/up's two stages keep 64: their
+// accumulators would need 256 registers), and only while they still make `minTiles` blocks.
+TEST(LargeMmaTiles, SingleStageSixtyFourTilesThatStillFillTheGpu) {
+  for (int64_t minTiles : {int64_t{1}, int64_t{1} << 40}) {
+    OnTensorCores t = onTensorCores(TensorCoreCase{"llama_tiny", DType::BF16, {}});
+    tile::enlargeMmaTiles(t.c.tileIR, minTiles);
+    int large = 0, twoStage = 0;
+    for (size_t i = 0; i < t.c.tileIR.schedules.size(); ++i) {
+      const tile::Schedule& s = t.c.tileIR.schedules[i];
+      if (!tile::scheduledTensorCoreType(s)) continue;
+      const bool stages2 = t.c.tileIR.loop.kernels[i].stages.size() == 2;
+      twoStage += stages2;
+      large += s.knob("tile_m") == 128;
+      EXPECT_EQ(s.knob("tile_m"), stages2 || minTiles > 1 ? 64 : 128) << t.c.tileIR.loop.kernels[i].name;
+      EXPECT_EQ(s.knob("tile_n"), s.knob("tile_m"));
+    }
+    EXPECT_GT(twoStage, 0);
+    EXPECT_EQ(large > 0, minTiles == 1);
   }
 }
 

@@ -48,6 +48,7 @@ constexpr int64_t kTiledContractionMinTiles = 132;
 constexpr int64_t kTiledContractionLongReduction = 512;
 bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
 bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
+bool enlargeMmaTiles(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-large-mma-tiles
 bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
 // Static shared memory one block may declare (CUDA's limit without opt-in).
 constexpr int64_t kStaticSharedBytes = 48 * 1024;
