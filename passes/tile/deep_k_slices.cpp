@@ -10,8 +10,6 @@
 // Off by default until its kernels have run on a GPU (scripts/device_check.sh checks and times it). The
 // lowering is the same code at any tile_k (kernel-lower-from-tile: a k loop per slice on CUDA cores, tile_k / 16
 // mma k-steps on tensor cores).
-#include <algorithm>
-
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
 
