@@ -23,6 +23,7 @@ import pathlib
 import re
 import sys
 import tempfile
+import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -76,6 +77,8 @@ def parse_args(argv):
     ap.add_argument("--jobs", type=int, default=8, help="parallel check runs (compiles)")
     ap.add_argument("--target-ms", type=float, default=200.0, help="aimed length of one timed loop")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--limit-seconds", type=float, default=450.0,
+                    help="stop timing new rows after this much wall time (the JSON holds what ran; 450 s leaves a fresh device call room to build kiln)")
     ap.add_argument("--out", default=None, help="JSON (default /tmp/kiln-variants-<UTC date>.json)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: checks through --interpret, no timing (tests this script without a GPU)")
@@ -92,6 +95,9 @@ def main(argv=None):
     if not chosen:
         sys.exit(f"no case matches --filter {args.filter!r} (python3 bench/cases.py lists them)")
     out = pathlib.Path(args.out or f"/tmp/kiln-variants-{datetime.datetime.now(datetime.timezone.utc):%F}.json")
+    meta = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(), "variants": variants,
+            "off_by_default": off, "device": args.device, "not_timed": []}
+    start = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-variants-") as workdir:
         paths = {(c.name, d): export_case(c, d, workdir, args.device) for c in chosen for d in dtypes}
@@ -110,7 +116,9 @@ def main(argv=None):
             checks = list(pool.map(check, jobs))
         for (c, d, v), res in zip(jobs, checks):
             row = {"case": c.name, "dtype": d, "variant": v, "flops": c.flops, "floor_ms": c.floor_s(d) * 1e3, **res}
-            if res["check"] == "PASS" and args.device == "cuda":
+            if time.perf_counter() - start > args.limit_seconds:
+                meta["not_timed"].append(f"{c.name}:{d}:{v}")
+            elif res["check"] == "PASS" and args.device == "cuda":
                 probe = harness.run_kiln(args.kiln, ["run", paths[(c.name, d)], "--bench", 3, *variant_args(v, off)],
                                          args.timeout)
                 first = harness.parse_kiln_run(*probe[:3])["ms_check_run"] or 1.0
@@ -122,11 +130,11 @@ def main(argv=None):
                 row["bench_iters"] = iters
                 row["tflops"] = c.flops / (row["ms"] * 1e-3) / 1e12 if row["ms"] else None
             rows.append(row)
+            out.write_text(json.dumps({"meta": meta, "results": rows}, indent=1))  # after every row: a cut run keeps them
             print(f"{c.name:34s} {d:5s} {v:60.60s} {row['check']:4s} "
                   f"{'' if row.get('ms') is None else format(row['ms'] * 1e3, '10.1f') + ' us'}", flush=True)
-    meta = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(), "variants": variants,
-            "off_by_default": off, "device": args.device}
-    out.write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
+    if meta["not_timed"]:
+        print(f"\n{len(meta['not_timed'])} rows checked but not timed (--limit-seconds {args.limit_seconds:.0f})")
     print()
     print(table(rows, variants))
     print(f"\nwrote {out}")
