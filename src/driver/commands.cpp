@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "kiln/driver/kernel_profile.h"
 #include "kiln/driver/pipeline.h"
@@ -156,6 +157,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
   };
   RunPlan plan;
   std::string device;
+  std::unique_ptr<runtime::Model> gpuModel;  // kept for --profile, which runs last (after the check is reported)
   if (c.interpret) {
     Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast);
     plan = planOf(compiled.kernelIR);
@@ -180,7 +182,8 @@ int runRun(const RunCommand& c, std::ostream& out) {
       out << fmt::format("kiln: compiled {} kernels in {:.1f} s into the cache {}\n", compiled.kernelIR.kernels.size(),
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), dir.string());
     }
-    runtime::Model model(dir);
+    gpuModel = std::make_unique<runtime::Model>(dir);
+    runtime::Model& model = *gpuModel;
     plan = planOf(model.manifest());
     makeArgs(plan);
     device = model.deviceName();
@@ -196,16 +199,21 @@ int runRun(const RunCommand& c, std::ostream& out) {
       if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
       out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
                          plan.kernels, t.msPerForward, t.forwards, how);
-      if (c.profile) out << formatKernelProfile(model.manifest(), model.timeEachKernel(c.benchIters), c.benchIters);
     }
+    if (!c.profile) gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always
   }
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", plan.name, plan.kernels, device);
+  auto profile = [&] {  // each kernel alone: last, so that a failure here cannot hide the check's verdict
+    if (c.profile && gpuModel)
+      out << formatKernelProfile(gpuModel->manifest(), gpuModel->timeEachKernel(c.benchIters), c.benchIters);
+  };
   if (!c.check) {
     for (size_t i = 0; i < results.size(); ++i) {
       double sum = 0;
       for (float v : results[i].values) sum += v;
       out << fmt::format("  output {}: {}[{}] sum {:.6g}\n", i, dtypeName(results[i].dtype), shapeString(results[i].shape), sum);
     }
+    profile();
     return 0;
   }
   std::vector<HostTensor> ref;
@@ -231,6 +239,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
                        cmp.hasNaN ? " NaN/Inf" : cmp.shapeMismatch ? " shape mismatch" : "", pass ? "PASS" : "FAIL");
   }
   out << (ok ? "kiln: check passed against LibTorch\n" : "kiln: check FAILED against LibTorch\n");
+  profile();
   return ok ? 0 : 1;
 }
 
