@@ -5,15 +5,7 @@
 # the table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-start=$SECONDS
-OUT=${OUT:-/tmp/kiln-bench}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-LIMIT=${BENCH_LIMIT_SECONDS:-480}
-NAME=${BENCH_NAME:-$(date -u +%F)-h200}
-bash scripts/device_build.sh "$OUT/build.log" || exit 1
-echo "kiln built in $((SECONDS - start)) s"
-left=$((LIMIT - (SECONDS - start)))
+source bench/device_setup.sh
 python3 bench/whole_model.py --out "$OUT/$NAME-model.json" --limit-seconds "$left" "$@" > "$OUT/model.log" 2>&1
 rc=$?
 tail -n 30 "$OUT/model.log"

@@ -11,19 +11,10 @@
 # and suite.log (the device tool returns only what is under $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-start=$SECONDS
-OUT=${OUT:-/tmp/kiln-bench}
-mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-LIMIT=${BENCH_LIMIT_SECONDS:-480}
-NAME=${BENCH_NAME:-$(date -u +%F)-h200}
-
-bash scripts/device_build.sh "$OUT/build.log" || exit 1
-echo "kiln built in $((SECONDS - start)) s"
+source bench/device_setup.sh
 
 resume=()
 for f in bench/results/"$NAME"*.json; do [ -f "$f" ] && resume+=("$f"); done
-left=$((LIMIT - (SECONDS - start)))
 python3 bench/run_suite.py --out "$OUT/$NAME.json" --resume "${resume[@]}" --limit-seconds "$left" "$@" \
   > "$OUT/suite.log" 2>&1
 rc=$?
