@@ -279,25 +279,23 @@ class KernelBuilder {
     t.k0 = idxVar(kStepVar, "k0");
     extents_[kStepVar] = t.c.k;
     std::function<void(Block&)> multiply = mma ? multiplyOnTensorCores(t) : multiplyOnCudaCores(t);
+    std::vector<OperandSlice> operands;  // per stage, A then B
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      const loop::Axis& kAxis = lk_.stages[st].axes[0];
+      operands.push_back({t.c.stages[st].a, t.mAxis, kAxis, t.c.m, t.tm, t.tileM, t.sharedA[st]});
+      operands.push_back({t.c.stages[st].b, t.nAxis, kAxis, t.c.n, t.tn, t.tileN, t.sharedB[st]});
+    }
     if (s_.knobs.count("prefetch")) {
       // Registers hold the next slice while the block multiplies this one: store, barrier, load the next slice
       // (in flight during the multiplication), multiply, barrier. The first slice is loaded before the loop.
-      std::vector<Prefetched> operands;
-      for (size_t st = 0; st < lk_.stages.size(); ++st) {
-        const loop::Axis& kAxis = lk_.stages[st].axes[0];
-        operands.push_back(prefetched(t, t.c.stages[st].a, t.mAxis, t.c.m, t.tileM, t.tm, kAxis, t.sharedA[st]));
-        operands.push_back(prefetched(t, t.c.stages[st].b, t.nAxis, t.c.n, t.tileN, t.tn, kAxis, t.sharedB[st]));
-      }
-      for (const Prefetched& o : operands) loadSlice(t, o, idxConst(0), k_.body);
-      for (const Prefetched& o : operands) storeSlice(t, o, steps);
+      std::vector<Prefetched> prefetch;
+      for (const OperandSlice& o : operands) prefetch.push_back(prefetched(t, o));
+      for (const Prefetched& o : prefetch) loadSlice(t, o, idxConst(0), k_.body);
+      for (const Prefetched& o : prefetch) storeSlice(t, o, steps);
       steps.push_back(barrier());
-      for (const Prefetched& o : operands) loadSlice(t, o, simplify(t.k0 + idxConst(t.tk), extents_), steps);
+      for (const Prefetched& o : prefetch) loadSlice(t, o, simplify(t.k0 + idxConst(t.tk), extents_), steps);
     } else {
-      for (size_t st = 0; st < lk_.stages.size(); ++st) {
-        const loop::Axis& kAxis = lk_.stages[st].axes[0];
-        stageOperand(t, t.c.stages[st].a, t.mAxis, t.c.m, t.tileM, t.tm, kAxis, t.sharedA[st], steps);
-        stageOperand(t, t.c.stages[st].b, t.nAxis, t.c.n, t.tileN, t.tn, kAxis, t.sharedB[st], steps);
-      }
+      for (const OperandSlice& o : operands) stageOperand(t, o, steps);
       steps.push_back(barrier());
     }
     multiply(steps);
@@ -351,39 +349,51 @@ class KernelBuilder {
     return simplify(t.pairs ? rr * idxConst(t.tk + kPairPad) + kk : kk * idxConst(rows + 1) + rr, extents_);
   }
 
-  // Copies operand `e` of a stage for rows [tile*rows, +rows) and k in [k0, k0 + tk) into shared buffer `buf`.
-  void stageOperand(const Tiling& t, const loop::ExprP& e, const loop::Axis& rowAxis, int64_t rowExtent, const Idx& tileIdx,
-                    int64_t rows, const loop::Axis& kAxis, int buf, Block& out) {
+  // One operand of a stage: `value` at rows [tile * rows, + rows) of `rowAxis` (extent rowExtent) and k along
+  // `kAxis`, staged slice by slice into shared buffer `buf`.
+  struct OperandSlice {
+    loop::ExprP value;
+    loop::Axis rowAxis, kAxis;
+    int64_t rowExtent = 0, rows = 0;
+    Idx tileIdx;
+    int buf = 0;
+  };
+
+  // The operand's value at slice row rr and k = kStart + kk, handed to `sink` (a store or an assignment) under the
+  // guards row < rowExtent and k < K: nothing is read outside the matrix.
+  Stmt guardedOperandLoad(const Tiling& t, const OperandSlice& o, const Idx& rr, const Idx& kk, const Idx& kStart,
+                          const std::function<Stmt(FE)>& sink) {
+    Block inside;
+    Idx row = simplify(o.tileIdx * idxConst(o.rows) + rr, extents_), kAt = simplify(kStart + kk, extents_);
+    inside.push_back(defIdx(o.rowAxis.var + kFirstLoopVar, o.rowAxis.name, row));
+    extents_[o.rowAxis.var + kFirstLoopVar] = o.rowExtent;
+    inside.push_back(defIdx(o.kAxis.var + kFirstLoopVar, o.kAxis.name, kAt));
+    extents_[o.kAxis.var + kFirstLoopVar] = t.c.k;
+    std::map<std::string, FE> cse;
+    FE v = lower(o.value, inside, cse);
+    inside.push_back(sink(v));
+    return ifLess(row, idxConst(o.rowExtent), Block{ifLess(kAt, idxConst(t.c.k), std::move(inside))});
+  }
+
+  // Copies the operand's slice at k in [k0, k0 + tk) into its shared buffer (zeros outside the matrix).
+  void stageOperand(const Tiling& t, const OperandSlice& o, Block& out) {
     const int64_t threads = k_.block[0];
     int flatVar = next_++;
     Idx flat = idxVar(flatVar, "e");
-    extents_[flatVar] = rows * t.tk;
+    extents_[flatVar] = o.rows * t.tk;
     Block body;
     Idx kk = defVar(body, "kk", mod(flat, t.tk), t.tk);
-    Idx rr = defVar(body, "rr", floorDiv(flat, t.tk), rows);
-    Idx slotIdx = sliceSlot(t, kk, rr, rows);
-    body.push_back(storeShared(buf, slotIdx, fconst(0.f)));
-    Block inside;
-    Idx row = simplify(tileIdx * idxConst(rows) + rr, extents_), kAt = simplify(t.k0 + kk, extents_);
-    inside.push_back(defIdx(rowAxis.var + kFirstLoopVar, rowAxis.name, row));
-    extents_[rowAxis.var + kFirstLoopVar] = rowExtent;
-    inside.push_back(defIdx(kAxis.var + kFirstLoopVar, kAxis.name, kAt));
-    extents_[kAxis.var + kFirstLoopVar] = t.c.k;
-    std::map<std::string, FE> cse;
-    FE v = lower(e, inside, cse);
-    inside.push_back(storeShared(buf, slotIdx, v));
-    body.push_back(ifLess(row, idxConst(rowExtent), Block{ifLess(kAt, idxConst(t.c.k), std::move(inside))}));
-    out.push_back(forLoop(flatVar, "e", threadIdx(), idxConst(rows * t.tk), threads, std::move(body)));
+    Idx rr = defVar(body, "rr", floorDiv(flat, t.tk), o.rows);
+    Idx slotIdx = sliceSlot(t, kk, rr, o.rows);
+    body.push_back(storeShared(o.buf, slotIdx, fconst(0.f)));
+    body.push_back(guardedOperandLoad(t, o, rr, kk, t.k0, [&](FE v) { return storeShared(o.buf, slotIdx, v); }));
+    out.push_back(forLoop(flatVar, "e", threadIdx(), idxConst(o.rows * t.tk), threads, std::move(body)));
   }
 
   // One operand slice staged through registers (knob prefetch): thread t holds elements e = t + i * threads of the
   // rows x tile_k slice, element e being k offset e mod tile_k of row e div tile_k (as stageOperand copies them).
   struct Prefetched {
-    loop::ExprP value;
-    loop::Axis rowAxis, kAxis;
-    int64_t rowExtent = 0, rows = 0, total = 0;  // total: rows * tile_k elements in the slice
-    Idx tileIdx;
-    int buf = 0;
+    OperandSlice operand;
     struct Element {
       Idx kk, rr;
       int reg = 0;
@@ -392,44 +402,36 @@ class KernelBuilder {
     bool partial = false;  // the last elements of some threads lie past the slice (guarded by rr < rows)
   };
 
-  Prefetched prefetched(const Tiling& t, const loop::ExprP& e, const loop::Axis& rowAxis, int64_t rowExtent, const Idx& tileIdx,
-                        int64_t rows, const loop::Axis& kAxis, int buf) {
-    const int64_t threads = k_.block[0], total = rows * t.tk;
-    Prefetched o{e, rowAxis, kAxis, rowExtent, rows, total, tileIdx, buf, {}, total % threads != 0};
+  Prefetched prefetched(const Tiling& t, const OperandSlice& operand) {
+    const int64_t threads = k_.block[0], total = operand.rows * t.tk;
+    Prefetched o{operand, {}, total % threads != 0};
     for (int64_t i = 0; i * threads < total; ++i) {
       Idx flat = simplify(threadIdx() + idxConst(i * threads), extents_);
-      Idx kk = defVar(k_.body, fmt::format("pk{}_{}", buf, i), mod(flat, t.tk), t.tk);
-      Idx rr = defVar(k_.body, fmt::format("pr{}_{}", buf, i), floorDiv(flat, t.tk), ((i + 1) * threads - 1) / t.tk + 1);
-      o.elements.push_back({kk, rr, slot(fmt::format("p{}_{}", buf, i))});
+      Idx kk = defVar(k_.body, fmt::format("pk{}_{}", operand.buf, i), mod(flat, t.tk), t.tk);
+      Idx rr = defVar(k_.body, fmt::format("pr{}_{}", operand.buf, i), floorDiv(flat, t.tk), ((i + 1) * threads - 1) / t.tk + 1);
+      o.elements.push_back({kk, rr, slot(fmt::format("p{}_{}", operand.buf, i))});
     }
     return o;
+  }
+
+  // e < rows * tile_k, said as rr < rows (kk < tile_k always): a variable bound the verifier can narrow on.
+  Stmt insideSlice(const Prefetched& o, const Prefetched::Element& el, Stmt s) {
+    return o.partial ? ifLess(el.rr, idxConst(o.operand.rows), Block{std::move(s)}) : s;
   }
 
   // Loads the slice starting at k = kStart into the registers (zeros outside the matrix and past k).
   void loadSlice(const Tiling& t, const Prefetched& o, const Idx& kStart, Block& out) {
     for (const auto& el : o.elements) {
       out.push_back(assign(el.reg, fconst(0.f)));
-      Block inside;
-      Idx row = simplify(o.tileIdx * idxConst(o.rows) + el.rr, extents_), kAt = simplify(kStart + el.kk, extents_);
-      inside.push_back(defIdx(o.rowAxis.var + kFirstLoopVar, o.rowAxis.name, row));
-      extents_[o.rowAxis.var + kFirstLoopVar] = o.rowExtent;
-      inside.push_back(defIdx(o.kAxis.var + kFirstLoopVar, o.kAxis.name, kAt));
-      extents_[o.kAxis.var + kFirstLoopVar] = t.c.k;
-      std::map<std::string, FE> cse;
-      FE v = lower(o.value, inside, cse);
-      inside.push_back(assign(el.reg, v));
-      Stmt guarded = ifLess(row, idxConst(o.rowExtent), Block{ifLess(kAt, idxConst(t.c.k), std::move(inside))});
-      // e < rows * tile_k, said as rr < rows (kk < tile_k always): a variable bound the verifier can narrow on
-      out.push_back(o.partial ? ifLess(el.rr, idxConst(o.rows), Block{std::move(guarded)}) : std::move(guarded));
+      out.push_back(insideSlice(o, el, guardedOperandLoad(t, o.operand, el.rr, el.kk, kStart,
+                                                          [&](FE v) { return assign(el.reg, v); })));
     }
   }
 
   // Writes the registers into the shared slice (sliceSlot's layout, as stageOperand).
   void storeSlice(const Tiling& t, const Prefetched& o, Block& out) {
-    for (const auto& el : o.elements) {
-      Stmt store = storeShared(o.buf, sliceSlot(t, el.kk, el.rr, o.rows), fvar(el.reg));
-      out.push_back(o.partial ? ifLess(el.rr, idxConst(o.rows), Block{std::move(store)}) : std::move(store));
-    }
+    for (const auto& el : o.elements)
+      out.push_back(insideSlice(o, el, storeShared(o.operand.buf, sliceSlot(t, el.kk, el.rr, o.operand.rows), fvar(el.reg))));
   }
 
   // CUDA cores: thread (tx, ty) = (t mod TX, t div TX) owns rows ty + i*TY and columns tx + j*TX of the tile (TY x TX
