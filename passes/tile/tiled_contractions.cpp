@@ -7,20 +7,19 @@
 // products instead of one.
 //
 // The tile is the largest of 64, 32, 16 that still gives at least `minTiles` blocks (default
-// kTiledContractionMinTiles: one wave on the H200's 132 SMs). With fewer than that even at 16, a product keeps its
-// schedule when it is block_per_row (tile-cooperative-reduce's block per output row serves a long reduction with
-// few outputs well: 2 TFLOP/s for TinyLlama's k_proj at 32 tokens on the H200) or its reduction is shorter than
-// kTiledContractionLongReduction; a thread_per_output product with a long reduction is tiled at 16 regardless,
-// because there each thread runs the whole reduction alone, threads of a warp reading different weight rows
-// (0.2-0.5 TFLOP/s measured for TinyLlama's k_proj at 128 tokens and Qwen2.5-7B's at 32, against 2-6 TFLOP/s for
-// 16 x 16 tiles at similar sizes: bench/results/2026-11-30-h200-tiled.md). Reductions shorter than 8, and
-// products with m or n below 16 (matrix-vector products, e.g. one token of decoding), are never tiled.
-#include <algorithm>
-
+// kTiledContractionMinTiles: one wave on the H200's 132 SMs); with fewer than that even at 16, the kernel keeps
+// its schedule (but see tile-tile-long-reductions). Reductions shorter than 8, and products with m or n below 16
+// (matrix-vector products, e.g. one token of decoding), keep theirs too.
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
 
 namespace kiln::tile {
+
+Schedule tiledSchedule(const Contraction& c, int64_t tile) {
+  return Schedule{Strategy::TiledContraction,
+                  {{"tile_m", tile}, {"tile_n", tile}, {"tile_k", 16}, {"micro_m", tile / 16}, {"micro_n", tile / 16},
+                   {"m_axis", c.mAxis}, {"n_axis", c.nAxis}}};
+}
 
 bool tileContractions(Program& p, int64_t minTiles) {
   bool changed = false;
@@ -34,12 +33,8 @@ bool tileContractions(Program& p, int64_t minTiles) {
         tile = t;
         break;
       }
-    bool alone = p.schedules[i].strategy == Strategy::ThreadPerOutput && c->k >= kTiledContractionLongReduction;
-    if (tile == 0 && alone) tile = 16;
     if (tile == 0) continue;
-    p.schedules[i] = Schedule{Strategy::TiledContraction,
-                              {{"tile_m", tile}, {"tile_n", tile}, {"tile_k", 16}, {"micro_m", tile / 16},
-                               {"micro_n", tile / 16}, {"m_axis", c->mAxis}, {"n_axis", c->nAxis}}};
+    p.schedules[i] = tiledSchedule(*c, tile);
     changed = true;
   }
   return changed;

@@ -46,6 +46,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   c.tileIR = run.produce("tile-lower-from-loop", [&] { return tile::lowerFromLoop(c.loopIR); });
   run.pass(c.tileIR, "tile-cooperative-reduce", tile::cooperativeReduce);
   run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });
+  run.pass(c.tileIR, "tile-tile-long-reductions", tile::tileLongReductions);
   run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);
   run.pass(c.tileIR, "tile-large-mma-tiles", [](tile::Program& p) { return tile::enlargeMmaTiles(p); });
   run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);

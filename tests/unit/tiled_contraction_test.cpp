@@ -279,9 +279,9 @@ TEST(TiledContractionRule, OnByDefaultAndCanBeDisabled) {
   for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
 }
 
-// Below a wave of 16 x 16 tiles, a product whose threads would each run a long reduction alone is tiled anyway:
-// probs·v of attention at 512 tokens (m 512, n 32, k 512: 64 tiles) — but not at 256 tokens (k 256), where
-// tile-cooperative-reduce's block per row keeps it.
+// tile-tile-long-reductions (off by default): below a wave of 16 x 16 tiles, a product whose threads would each
+// run a long reduction alone is tiled anyway: probs·v of attention at 512 tokens (m 512, n 32, k 512: 64 tiles) —
+// but not at 256 tokens (k 256), where tile-cooperative-reduce's block per row keeps it.
 TEST(TiledContractionRule, LongReductionsLeftToOneThreadAreTiledBelowAWave) {
   auto scheduleOfLongestProduct = [](const char* input, PipelineOptions opts) {
     Compiled c = compileModel(test::fixturePath("attention"), {frontend::parseInputOverride(input)}, opts, "tile");
@@ -294,15 +294,15 @@ TEST(TiledContractionRule, LongReductionsLeftToOneThreadAreTiledBelowAWave) {
       }
     return std::make_pair(k, c.tileIR.schedules.at(longest));
   };
-  PipelineOptions untiled;
-  untiled.disable = {"tile-tiled-contractions"};
-  auto [k512, before] = scheduleOfLongestProduct("x=1x512x32", untiled);
+  PipelineOptions enabled;
+  enabled.enable = {"tile-tile-long-reductions"};
+  auto [k512, before] = scheduleOfLongestProduct("x=1x512x32", PipelineOptions{});
   EXPECT_EQ(k512, 512);
   EXPECT_EQ(before.strategy, tile::Strategy::ThreadPerOutput);
-  auto [k, after] = scheduleOfLongestProduct("x=1x512x32", PipelineOptions{});
+  auto [k, after] = scheduleOfLongestProduct("x=1x512x32", enabled);
   ASSERT_EQ(after.strategy, tile::Strategy::TiledContraction);
   EXPECT_EQ(after.knob("tile_m"), 16);
-  auto [k256, shorter] = scheduleOfLongestProduct("x=1x256x32", PipelineOptions{});
+  auto [k256, shorter] = scheduleOfLongestProduct("x=1x256x32", enabled);
   EXPECT_EQ(k256, 256);
   EXPECT_NE(shorter.strategy, tile::Strategy::TiledContraction);
 }

@@ -36,4 +36,8 @@ std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c
 struct Schedule;
 std::optional<DType> scheduledTensorCoreType(const Schedule& s);
 
+// The tiled_contraction schedule of `c` with square tiles of `tile` (16, 32 or 64), 16 deep, a (tile/16)^2
+// register tile per thread on CUDA cores (tile-tiled-contractions' schedule; later tile passes refine it).
+Schedule tiledSchedule(const Contraction& c, int64_t tile);
+
 }  // namespace kiln::tile

@@ -46,6 +46,7 @@ bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 constexpr int64_t kTiledContractionMinTiles = 132;
 // A product left one thread per output with a reduction this long is tiled (16 x 16) even below a wave.
 constexpr int64_t kTiledContractionLongReduction = 512;
+bool tileLongReductions(Program& p);            // tile-tile-long-reductions
 bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
 bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
 bool enlargeMmaTiles(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-large-mma-tiles
