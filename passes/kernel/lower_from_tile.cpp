@@ -517,57 +517,47 @@ class KernelBuilder {
         }
     KILN_ASSERT(t.tk % kMmaK == 0, "kernel {}: tensor-core tiles take tile_k a multiple of {}, not {}", lk_.name, kMmaK, t.tk);
     return [this, &t, type, wm, wn, mi, ni, g, q, warpRow, warpCol, acc](Block& inner) {
-      if (t.pairs) {  // fragments straight from the [row][k] slices: pair j of A is elements 2j, 2j+1 (k, k+1)
-        const int64_t stride = t.tk + kPairPad;
-        for (size_t st = 0; st < lk_.stages.size(); ++st)
-          for (int64_t step = 0; step < t.tk / kMmaK; ++step) {
-            const Idx kk = idxConst(step * kMmaK);
-            for (int64_t i = 0; i < mi; ++i)
-              for (int64_t j = 0; j < ni; ++j) {
-                std::vector<Idx> aPairs, bPairs;
-                for (int e = 0; e < 8; e += 2) {
-                  auto [dr, dc] = mmaElementA(0, e);
-                  Idx row = warpRow * idxConst(wm) + idxConst(i * kMmaM + dr) + g;
-                  aPairs.push_back(simplify(row * idxConst(stride) + kk + idxConst(dc) + q * idxConst(2), extents_));
-                }
-                for (int e = 0; e < 4; e += 2) {
-                  auto [dk, dn] = mmaElementB(0, e);
-                  Idx col = warpCol * idxConst(wn) + idxConst(j * kMmaN + dn) + g;
-                  bPairs.push_back(simplify(col * idxConst(stride) + kk + idxConst(dk) + q * idxConst(2), extents_));
-                }
-                std::vector<int> c(acc[st].begin() + (i * ni + j) * 4, acc[st].begin() + (i * ni + j) * 4 + 4);
-                inner.push_back(mmaFromShared(type, t.sharedA[st], std::move(aPairs), t.sharedB[st], std::move(bPairs), c));
-              }
-          }
-        return;
-      }
       for (size_t st = 0; st < lk_.stages.size(); ++st) {
-        // Fragment registers, reused by every k-step of the staged slice.
+        // Fragment registers (without mma_pairs), reused by every k-step of the staged slice.
         std::vector<std::vector<int>> a(static_cast<size_t>(mi)), b(static_cast<size_t>(ni));
-        for (int64_t i = 0; i < mi; ++i)
-          for (int e = 0; e < 8; ++e) a[static_cast<size_t>(i)].push_back(slot(fmt::format("fa{}_{}_{}", st, i, e)));
-        for (int64_t j = 0; j < ni; ++j)
-          for (int e = 0; e < 4; ++e) b[static_cast<size_t>(j)].push_back(slot(fmt::format("fb{}_{}_{}", st, j, e)));
+        if (!t.pairs) {
+          for (int64_t i = 0; i < mi; ++i)
+            for (int e = 0; e < 8; ++e) a[static_cast<size_t>(i)].push_back(slot(fmt::format("fa{}_{}_{}", st, i, e)));
+          for (int64_t j = 0; j < ni; ++j)
+            for (int e = 0; e < 4; ++e) b[static_cast<size_t>(j)].push_back(slot(fmt::format("fb{}_{}_{}", st, j, e)));
+        }
         for (int64_t step = 0; step < t.tk / kMmaK; ++step) {  // one mma k-step per 16 of the staged slice
           const Idx kk = idxConst(step * kMmaK);
-          // A[row][k] of the warp's mma row i: shared a[(kk + k) * (tm+1) + warp row offset + 16 i + row].
-          for (int64_t i = 0; i < mi; ++i)
-            for (int e = 0; e < 8; ++e) {
-              auto [dr, dc] = mmaElementA(0, e);
-              Idx r = g + idxConst(dr), col = q * idxConst(2) + idxConst(dc);
-              Idx at = (kk + col) * idxConst(t.tm + 1) + warpRow * idxConst(wm) + idxConst(i * kMmaM) + r;
-              inner.push_back(assign(a[static_cast<size_t>(i)][static_cast<size_t>(e)], loadShared(t.sharedA[st], simplify(at, extents_))));
-            }
-          for (int64_t j = 0; j < ni; ++j)
-            for (int e = 0; e < 4; ++e) {
-              Idx r = q * idxConst(2) + idxConst(mmaElementB(0, e).first);
-              Idx at = (kk + r) * idxConst(t.tn + 1) + warpCol * idxConst(wn) + idxConst(j * kMmaN) + g;
-              inner.push_back(assign(b[static_cast<size_t>(j)][static_cast<size_t>(e)], loadShared(t.sharedB[st], simplify(at, extents_))));
-            }
+          // Where fragment element e of the warp's mma row i (column j) lies in the slice: A[row][k] at slice row
+          // warp row offset + 16 i + row; B[k][n] at slice row warp column offset + 8 j + n (sliceSlot's layout).
+          auto atA = [&](int64_t i, int e) {
+            auto [dr, dc] = mmaElementA(0, e);
+            return sliceSlot(t, kk + idxConst(dc) + q * idxConst(2), warpRow * idxConst(wm) + idxConst(i * kMmaM + dr) + g, t.tm);
+          };
+          auto atB = [&](int64_t j, int e) {
+            auto [dk, dn] = mmaElementB(0, e);
+            return sliceSlot(t, kk + idxConst(dk) + q * idxConst(2), warpCol * idxConst(wn) + idxConst(j * kMmaN + dn) + g, t.tn);
+          };
+          if (!t.pairs) {
+            for (int64_t i = 0; i < mi; ++i)
+              for (int e = 0; e < 8; ++e)
+                inner.push_back(assign(a[static_cast<size_t>(i)][static_cast<size_t>(e)], loadShared(t.sharedA[st], atA(i, e))));
+            for (int64_t j = 0; j < ni; ++j)
+              for (int e = 0; e < 4; ++e)
+                inner.push_back(assign(b[static_cast<size_t>(j)][static_cast<size_t>(e)], loadShared(t.sharedB[st], atB(j, e))));
+          }
           for (int64_t i = 0; i < mi; ++i)
             for (int64_t j = 0; j < ni; ++j) {
               std::vector<int> c(acc[st].begin() + (i * ni + j) * 4, acc[st].begin() + (i * ni + j) * 4 + 4);
-              inner.push_back(mma(type, a[static_cast<size_t>(i)], b[static_cast<size_t>(j)], c));
+              if (!t.pairs) {
+                inner.push_back(mma(type, a[static_cast<size_t>(i)], b[static_cast<size_t>(j)], c));
+                continue;
+              }
+              // Straight from the [row][k] slices: pair p is fragment elements 2p and 2p+1 (k and k+1).
+              std::vector<Idx> aPairs, bPairs;
+              for (int e = 0; e < 8; e += 2) aPairs.push_back(atA(i, e));
+              for (int e = 0; e < 4; e += 2) bPairs.push_back(atB(j, e));
+              inner.push_back(mmaFromShared(type, t.sharedA[st], std::move(aPairs), t.sharedB[st], std::move(bPairs), c));
             }
         }
       }
