@@ -5,6 +5,7 @@
 #include "kiln/cuda/emitter.h"
 #include "kiln/driver/pipeline.h"
 #include "kiln/kernel/lower.h"
+#include "kiln/tile/reuse_key.h"
 #include "test_support.h"
 
 namespace kiln {
@@ -54,13 +55,13 @@ TEST(KernelReuseKey, BuffersOfTheSameKernelInAnotherLayerGetTheSameKey) {
   Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
   std::vector<int> first, second;
   // kernel 1 is layer 0's q/k/v projection, kernel 12 layer 1's (11 kernels per layer).
-  std::string a = kernel::reuseKey(c.tileIR, 1, first), b = kernel::reuseKey(c.tileIR, 12, second);
+  std::string a = tile::reuseKey(c.tileIR, 1, first), b = tile::reuseKey(c.tileIR, 12, second);
   EXPECT_FALSE(a.empty());
   EXPECT_EQ(a, b);
   ASSERT_EQ(first.size(), second.size());
   for (size_t i = 0; i < first.size(); ++i) EXPECT_NE(first[i], second[i]) << "canonical buffer " << i;
   // The embedding gather reads token ids as indices: never reused.
-  EXPECT_TRUE(kernel::reuseKey(c.tileIR, 0, first).empty());
+  EXPECT_TRUE(tile::reuseKey(c.tileIR, 0, first).empty());
 }
 
 }  // namespace

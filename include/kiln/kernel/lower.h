@@ -19,9 +19,4 @@ struct LowerStats {
 
 Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, LowerStats* stats = nullptr);
 
-// The key under which a kernel is reused: its loop nest and schedule with every buffer replaced by its order of
-// first appearance, kind, dtype and shape. Fills `buffers` with the kernel's buffer ids in that order. Empty
-// for kernels that are never reused (those reading indices from memory: their Kernel IR names the buffer).
-std::string reuseKey(const tile::Program& p, size_t kernel, std::vector<int>& buffers);
-
 }  // namespace kiln::kernel

@@ -1,0 +1,52 @@
+// tile::reuseKey (kiln/tile/reuse_key.h): a kernel's identity up to its buffers, for kernel-lower-from-tile.
+#include "kiln/tile/reuse_key.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "kiln/loop/ir.h"
+
+namespace kiln::tile {
+
+std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers) {
+  const loop::Kernel& k = tp.loop.kernels[index];
+  buffers.clear();
+  bool readsIndices = false;
+  std::map<int, int> order;
+  auto canonical = [&](int b) {
+    auto [it, fresh] = order.emplace(b, static_cast<int>(buffers.size()));
+    if (fresh) buffers.push_back(b);
+    return it->second;
+  };
+  loop::Program canon;
+  loop::Kernel ck = k;
+  ck.name = "k";
+  ck.output = canonical(k.output);
+  for (auto& st : ck.stages) st.value = loop::renumberBuffers(st.value, canonical);
+  ck.result = loop::renumberBuffers(ck.result, canonical);
+  auto noteIndexLoads = [&](const loop::ExprP& e, auto& self) -> void {
+    if (!e) return;
+    for (auto& i : e->index) forEachIndexLoad(i, [&](const IndexNode&) { readsIndices = true; });
+    for (auto& a : e->args) self(a, self);
+  };
+  for (auto& st : k.stages) noteIndexLoads(st.value, noteIndexLoads);
+  noteIndexLoads(k.result, noteIndexLoads);
+  if (readsIndices) return "";
+  std::string key;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const loop::Buffer& b = tp.loop.buffers[buffers[i]];
+    canon.buffers.push_back(loop::Buffer{b.kind, fmt::format("${}", i), b.dtype, b.shape, nullptr});
+    key += fmt::format("{} {} {}\n", loop::bufferKindName(b.kind), dtypeName(b.dtype), shapeString(b.shape));
+  }
+  // Variable ids are not printed by name; the lowering uses them, so they are part of the key.
+  for (auto& a : k.parallel) key += fmt::format("p{}:{} ", a.var, a.extent);
+  for (auto& st : k.stages)
+    for (auto& a : st.axes) key += fmt::format("r{}:{} ", a.var, a.extent);
+  const Schedule& s = tp.schedules[index];
+  key += fmt::format("rows {} {}", k.rowAxes, strategyName(s.strategy));
+  for (auto& [knob, value] : s.knobs) key += fmt::format(" {}={}", knob, value);
+  return key + "\n" + loop::printKernelBody(canon, ck);
+}
+
+}  // namespace kiln::tile
