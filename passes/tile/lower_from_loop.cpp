@@ -4,8 +4,8 @@
 
 namespace kiln::tile {
 
-Program lowerFromLoop(const loop::Program& p) {
-  Program t{p, {}};
+Program lowerFromLoop(const loop::Program& p, const Target& target) {
+  Program t{p, {}, target};
   for (const loop::Kernel& k : p.kernels) {
     int64_t points = k.parallelPoints();
     int64_t block = std::min<int64_t>(256, (points + 31) / 32 * 32);

@@ -20,7 +20,8 @@ int levelIndex(const std::string& level) {
 }  // namespace
 
 Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
-                      const PipelineOptions& opts, const std::string& untilLevel, std::optional<DType> castTo) {
+                      const PipelineOptions& opts, const std::string& untilLevel, std::optional<DType> castTo,
+                      const Target& target) {
   const int until = levelIndex(untilLevel);
   PassRunner run(opts);
   Compiled c;
@@ -43,7 +44,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.loopIR, "loop-eliminate-dead-buffers", loop::eliminateDeadBuffers);  // removes what fusion inlined
   if (until < 3) return run.printTimings(), c;
 
-  c.tileIR = run.produce("tile-lower-from-loop", [&] { return tile::lowerFromLoop(c.loopIR); });
+  c.tileIR = run.produce("tile-lower-from-loop", [&] { return tile::lowerFromLoop(c.loopIR, target); });
   run.pass(c.tileIR, "tile-cooperative-reduce", tile::cooperativeReduce);
   run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });
   run.pass(c.tileIR, "tile-tile-long-reductions", tile::tileLongReductions);

@@ -8,6 +8,7 @@
 #include "kiln/kernel/ir.h"
 #include "kiln/loop/ir.h"
 #include "kiln/support/pipeline.h"
+#include "kiln/support/target.h"
 #include "kiln/tensor/ir.h"
 #include "kiln/tile/ir.h"
 #include "kiln/torch/ir.h"
@@ -24,10 +25,10 @@ struct Compiled {
 };
 
 // Runs every pass up to and including the last pass of `untilLevel` (torch ... cuda). Throws
-// StopRequested when opts.stopAfter names a pass that ran.
+// StopRequested when opts.stopAfter names a pass that ran. Tile passes size schedules for `target`.
 Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
                       const PipelineOptions& opts, const std::string& untilLevel = "cuda",
-                      std::optional<DType> castTo = std::nullopt);
+                      std::optional<DType> castTo = std::nullopt, const Target& target = defaultTarget());
 
 // The text (or JSON) of one level of a compiled model.
 std::string printLevel(const Compiled& c, const std::string& level, bool json = false);

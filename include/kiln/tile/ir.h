@@ -18,6 +18,7 @@
 #include <string>
 
 #include "kiln/loop/ir.h"
+#include "kiln/support/target.h"
 
 namespace kiln::tile {
 
@@ -33,6 +34,7 @@ struct Schedule {
 struct Program {
   loop::Program loop;                // buffers and kernels' computations
   std::vector<Schedule> schedules;   // one per loop kernel
+  Target target = defaultTarget();   // the GPU the schedules are for
 };
 
 std::string print(const Program& p);
@@ -40,7 +42,7 @@ nlohmann::json toJson(const Program& p);
 void verify(const Program& p);
 
 // Passes
-Program lowerFromLoop(const loop::Program& p);  // tile-lower-from-loop
+Program lowerFromLoop(const loop::Program& p, const Target& target = defaultTarget());  // tile-lower-from-loop
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 // One wave of blocks on an H200 (132 SMs): the tile size is the largest that still gives this many blocks.
 constexpr int64_t kTiledContractionMinTiles = 132;
