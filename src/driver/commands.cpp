@@ -32,6 +32,17 @@ void checkLevelName(const std::string& level) {
     usageError("unknown IR level '{}'; choose one of: {}", level, fmt::join(levels, ", "));
 }
 
+// A bad --arch is a bad option (exit code 2), found before any work; it never reaches nvcc.
+const Target& checkArch(const std::string& arch) {
+  try {
+    return targetFor(arch);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const UserError& e) {
+    throw UsageError(e.what());
+  }
+}
+
 namespace {
 
 std::optional<DType> parseCast(const std::string& text) {
@@ -112,6 +123,7 @@ bool wantsToWatchCompile(const PipelineOptions& o) {
 }  // namespace
 
 int runCompile(const CompileCommand& c, std::ostream& out) {
+  const Target& target = checkArch(c.arch);
   checkLevelName(c.ir);
   if (!c.emit.empty() && c.emit != "cuda") usageError("--emit supports 'cuda', not '{}'", c.emit);
   if (!c.emit.empty() && c.output.empty()) usageError("--emit cuda needs -o DIR");
@@ -119,7 +131,8 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
   std::string until = c.emit.empty() ? c.ir : "cuda";
   Compiled compiled;
   try {
-    compiled = compileModel(c.model, inputs, c.pipeline, c.explainFusion && c.emit.empty() ? "loop" : until, parseCast(c.dtype));
+    compiled = compileModel(c.model, inputs, c.pipeline, c.explainFusion && c.emit.empty() ? "loop" : until, parseCast(c.dtype),
+                            target);
   } catch (const StopRequested& stop) {
     if (c.output.empty() || !c.emit.empty()) out << stop.irText;
     else writeOutputFile(c.output, stop.irText);
@@ -132,7 +145,7 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
     return 0;
   }
   if (!c.emit.empty()) {
-    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, c.output, cuda::ArtifactOptions{c.arch, !c.noCompile});
+    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, c.output, cuda::ArtifactOptions{target.arch, !c.noCompile});
     out << fmt::format("kiln: wrote {} kernels of {} to {}\n", compiled.cudaIR.sources.size(), compiled.cudaIR.modelName, c.output);
     return 0;
   }
@@ -143,6 +156,7 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
 }
 
 int runRun(const RunCommand& c, std::ostream& out) {
+  const Target& target = checkArch(c.arch);
   if (c.benchIters < 0) usageError("--bench needs a positive number of forwards, not {}", c.benchIters);
   if (c.benchRotateMb < 0) usageError("--rotate-mb needs a size in MB >= 0, not {}", c.benchRotateMb);
   if ((c.benchGraph || c.benchRotateMb > 0) && c.benchIters == 0) usageError("--graph and --rotate-mb time forwards: add --bench N");
@@ -159,7 +173,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
   std::string device;
   std::unique_ptr<runtime::Model> gpuModel;  // kept for --profile, which runs last (after the check is reported)
   if (c.interpret) {
-    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast);
+    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast, target);
     plan = planOf(compiled.kernelIR);
     makeArgs(plan);
     results = kernel::interpret(compiled.kernelIR, args);
@@ -171,14 +185,14 @@ int runRun(const RunCommand& c, std::ostream& out) {
     std::vector<std::string> passChoices;
     for (auto& p : c.pipeline.enable) passChoices.push_back("+" + p);
     for (auto& p : c.pipeline.disable) passChoices.push_back("-" + p);
-    fs::path dir = runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, c.arch, passChoices});
+    fs::path dir = runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, target.arch, passChoices});
     std::error_code ec;
     if (fs::exists(dir / runtime::kManifestFileName, ec) && !wantsToWatchCompile(c.pipeline)) {
       out << fmt::format("kiln: compiled nothing: kernels from the cache {}\n", dir.string());
     } else {
       auto start = std::chrono::steady_clock::now();
-      Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast);
-      cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{c.arch, true});
+      Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast, target);
+      cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});
       out << fmt::format("kiln: compiled {} kernels in {:.1f} s into the cache {}\n", compiled.kernelIR.kernels.size(),
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), dir.string());
     }

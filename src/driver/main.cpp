@@ -6,6 +6,7 @@
 
 #include "kiln/driver/commands.h"
 #include "kiln/support/error.h"
+#include "kiln/support/target.h"
 #include "kiln/tensor/ir.h"
 
 namespace {
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   c->add_option("--emit", compile.emit, "write artifacts: 'cuda' (.cu, cubins, manifest.json, weights.bin) into -o DIR");
   c->add_option("-o,--output", compile.output, "output file (--ir) or directory (--emit)");
   c->add_option("--input", compile.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
-  c->add_option("--arch", compile.arch, "GPU architecture for nvcc (default sm_90)");
+  c->add_option("--arch", compile.arch, "target GPU: " + kiln::knownArchList() + " (default sm_90a)");
   c->add_flag("--no-nvcc", compile.noCompile, "with --emit: skip compiling cubins");
   c->add_flag("--explain-fusion", compile.explainFusion, "for every Loop-IR kernel, the Torch ops it holds; for every producer left unfused, the rule that refused it");
   c->add_option("--dtype", compile.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
   r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
   r->add_option("--seed", run.seed, "seed of the random inputs (default 0)");
   r->add_option("--input", run.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
-  r->add_option("--arch", run.arch, "GPU architecture for nvcc (default sm_90)");
+  r->add_option("--arch", run.arch, "target GPU: " + kiln::knownArchList() + " (default sm_90a)");
   r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");
   r->add_flag("--graph", run.benchGraph, "with --bench: replay the forward from one CUDA graph instead of launching each kernel");
   r->add_option("--rotate-mb", run.benchRotateMb, "with --bench: cycle over copies of the whole arena (weights too) touching at least this many MB, so no forward finds its data in L2");

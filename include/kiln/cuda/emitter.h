@@ -28,7 +28,7 @@ nlohmann::json toJson(const Module& m);
 void verify(const Module& m);
 
 struct ArtifactOptions {
-  std::string arch = "sm_90";
+  std::string arch = "sm_90a";
   bool compile = true;  // run nvcc to produce cubins
 };
 

@@ -8,6 +8,7 @@
 
 #include "kiln/frontend/frontend.h"
 #include "kiln/support/pipeline.h"
+#include "kiln/support/target.h"
 
 namespace kiln {
 
@@ -18,7 +19,7 @@ struct CompileCommand {
   bool json = false;
   std::string emit;                 // --emit cuda
   std::string output;               // -o FILE (--ir) or DIR (--emit)
-  std::string arch = "sm_90";
+  std::string arch = "sm_90a";       // --arch: a Target (kiln/support/target.h)
   bool noCompile = false;           // --no-nvcc: write .cu and manifest without cubins
   bool explainFusion = false;       // --explain-fusion: print the Loop-IR fusion report
   std::string dtype;                // --dtype f16|bf16: cast the model's weights and float inputs
@@ -31,7 +32,7 @@ struct RunCommand {
   bool check = false;
   bool interpret = false;
   uint64_t seed = 0;
-  std::string arch = "sm_90";
+  std::string arch = "sm_90a";       // --arch: a Target (kiln/support/target.h)
   int benchIters = 0;               // --bench N: time N forward passes on the GPU
   bool benchGraph = false;          // --graph: time replays of one CUDA graph
   double benchRotateMb = 0;         // --rotate-mb M: rotate over arena copies touching >= M MB
@@ -46,5 +47,7 @@ int runRun(const RunCommand& c, std::ostream& out);
 // Validates pass and level names given on the command line; throws UsageError.
 void checkPassName(const std::string& name);
 void checkLevelName(const std::string& level);
+// The Target `--arch` names; a UsageError naming the known ones if there is none.
+const Target& checkArch(const std::string& arch);
 
 }  // namespace kiln

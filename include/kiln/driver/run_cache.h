@@ -13,7 +13,7 @@ struct RunCacheKey {
   std::string modelPath;
   std::vector<std::string> inputOverrides;  // --input texts, in order (the recorded shapes are in the model file)
   std::string dtype;                        // --dtype, "" for none
-  std::string arch;                         // "sm_90"
+  std::string arch;                         // "sm_90a"
   std::vector<std::string> passChoices;     // "+PASS" for --enable-pass, "-PASS" for --disable-pass, sorted
 };
 
