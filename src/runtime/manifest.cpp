@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "kiln/support/error.h"
+#include "kiln/support/target.h"
 
 namespace kiln::runtime {
 
@@ -242,6 +245,43 @@ void writeManifest(const Manifest& m, const std::filesystem::path& dir) {
   if (!out) userError("{}: cannot open for writing", file.string());
   out << toJson(m).dump(2) << "\n";
   if (!out) userError("{}: write failed", file.string());
+}
+
+namespace {
+
+// "sm_90a" -> {90, true} (the last digit is the minor version); {-1, false} if `arch` is not sm_<2-5 digits>[a].
+std::pair<int, bool> parseArch(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return {-1, false};
+  size_t i = 3;
+  int v = 0;
+  for (; i < arch.size() && i < 8 && isdigit(static_cast<unsigned char>(arch[i])); ++i) v = v * 10 + (arch[i] - '0');
+  if (i < 5) return {-1, false};
+  bool specific = i < arch.size() && arch[i] == 'a';
+  if (i + (specific ? 1 : 0) != arch.size()) return {-1, false};
+  return {v, specific};
+}
+
+bool runsOn(int number, bool specific, int major, int minor) {
+  return number / 10 == major && (specific ? number % 10 == minor : number % 10 <= minor);
+}
+
+}  // namespace
+
+std::string archMismatch(const std::string& arch, int major, int minor) {
+  auto [number, specific] = parseArch(arch);
+  if (number < 0 || runsOn(number, specific, major, minor)) return "";
+  std::string runs = specific ? fmt::format("only on compute capability {}.{} (architecture-specific features)",
+                                            number / 10, number % 10)
+                     : number % 10 == 0 ? fmt::format("on compute capability {}.x", number / 10)
+                                        : fmt::format("on compute capability {}.{} or a later {}.x", number / 10, number % 10, number / 10);
+  std::string fix;  // the most specific known target that runs here
+  for (const Target& t : knownTargets()) {
+    auto [n, a] = parseArch(t.arch);
+    if (runsOn(n, a, major, minor)) fix = t.arch;
+  }
+  return fmt::format("{} cubins run {}, and the device is {}.{}; {}", arch, runs, major, minor,
+                     fix.empty() ? fmt::format("kiln has no target for it (it knows {})", knownArchList())
+                                 : fmt::format("recompile with --arch {}", fix));
 }
 
 }  // namespace kiln::runtime

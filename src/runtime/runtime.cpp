@@ -103,15 +103,6 @@ std::vector<char> readFile(const fs::path& p, const char* what) {
   return data;
 }
 
-// Parses "sm_90" / "sm_90a" into 90; -1 if the string has another form.
-int archNumber(const std::string& arch) {
-  if (arch.rfind("sm_", 0) != 0) return -1;
-  int v = 0;
-  size_t i = 3;
-  for (; i < arch.size() && isdigit(static_cast<unsigned char>(arch[i])); ++i) v = v * 10 + (arch[i] - '0');
-  return i > 3 ? v : -1;
-}
-
 }  // namespace
 
 bool gpuAvailable(std::string* why) {
@@ -177,11 +168,9 @@ void Model::Impl::load() {
   KILN_CU(cuDevicePrimaryCtxRetain, "", &ctx, dev);
   makeCurrent();
 
-  // A cubin runs only on its own major version with an equal or newer minor; say so before the driver gives
-  // a bare CUDA_ERROR_NO_BINARY_FOR_GPU.
-  if (int want = archNumber(m.arch); want > 0 && (want / 10 != major || want % 10 > minor))
-    userError("kiln runtime: {} was compiled for {} but device 0 ({}) is sm_{}; recompile with --arch sm_{}",
-              quoted(dir), m.arch, name, cc, cc);
+  // Say so before the driver gives a bare CUDA_ERROR_NO_BINARY_FOR_GPU.
+  if (std::string why = archMismatch(m.arch, major, minor); !why.empty())
+    userError("kiln runtime: {} cannot run on device 0 ({}): {}", quoted(dir), name, why);
 
   for (const KernelInfo& k : m.kernels) {
     fs::path file = dir / k.cubin;

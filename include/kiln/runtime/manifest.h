@@ -47,7 +47,7 @@ struct KernelInfo {
 struct Manifest {
   std::string kilnVersion;
   std::string model;
-  std::string arch;  // "sm_90"
+  std::string arch;  // nvcc's -arch value: "sm_90a" (kiln/support/target.h)
   int64_t arenaBytes = 0;
   std::string weightsFile = "weights.bin";
   std::vector<BufferInfo> buffers;  // buffers[i].id == i is not required; look up with findBuffer
@@ -78,5 +78,11 @@ void writeManifest(const Manifest& m, const std::filesystem::path& dir);
 // bytes == numel * dtypeBytes, weights have a weight_offset, inputs/outputs/params refer to existing buffers of
 // the right kind, launch dimensions positive. Throws UserError prefixed by `what` (usually the file path).
 void validate(const Manifest& m, const std::string& what);
+
+// Whether cubins compiled for `arch` run on a device of compute capability major.minor: "" if they do, else one
+// line saying why not and which --arch to recompile with. sm_XY runs on compute capability X.y for y >= Y;
+// sm_XYa (architecture-specific features such as wgmma) only on exactly X.Y. An arch that is not of the form
+// sm_<digits>[a] is not checked (""): the driver then reports what it finds.
+std::string archMismatch(const std::string& arch, int major, int minor);
 
 }  // namespace kiln::runtime
