@@ -19,7 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "kiln/cuda/emitter.h"
+#include "kiln/runtime/manifest.h"
 #include "kiln/runtime/runtime.h"
+#include "kiln/support/error.h"
+#include "kiln/support/target.h"
 #include "kiln/support/files.h"
 #include "kiln/support/pipeline.h"
 
@@ -55,10 +59,10 @@ struct Result {
   std::string out, err;
 };
 
-// Runs `kiln ARGS...` in the repository root with stdout and stderr captured.
-Result kiln(const std::vector<std::string>& args) {
+// Runs `kiln ARGS...` in `cwd` (the repository root unless given) with stdout and stderr captured.
+Result kiln(const std::vector<std::string>& args, const fs::path& cwd = KILN_SOURCE_DIR) {
   TempDir tmp;
-  std::string cmd = fmt::format("cd {} && {}", quote(KILN_SOURCE_DIR), quote(KILN_BINARY));
+  std::string cmd = fmt::format("cd {} && {}", quote(cwd.string()), quote(KILN_BINARY));
   for (auto& a : args) cmd += fmt::format(" {}", quote(a));
   cmd += fmt::format(" >{} 2>{} </dev/null", quote((tmp.path / "out").string()), quote((tmp.path / "err").string()));
   int status = std::system(cmd.c_str());
@@ -178,6 +182,49 @@ TEST(Cli, EmitIntoForeignNonEmptyDirectoryLeavesItUnchanged) {
   EXPECT_EQ(listDir(dir), std::vector<std::string>{"notes.txt"});
   EXPECT_EQ(readFile(dir / "notes.txt"), "keep me\n");
   EXPECT_EQ(listDir(tmp.path), std::vector<std::string>{"mine"}) << "a temporary directory was left behind";
+}
+
+TEST(Cli, UnknownArchRefusedNamingTheKnownTargets) {
+  TempDir tmp;
+  fs::path out = tmp.path / "out";
+  expectOneLineError(kiln({"compile", kMlp, "--emit", "cuda", "-o", out.string(), "--arch", "sm_75"}), 2,
+                     {"--arch", "'sm_75'", knownArchList()});
+  expectOneLineError(kiln({"compile", kMlp, "--arch", "sm_90A"}), 2, {"'sm_90A'", knownArchList()});
+  expectOneLineError(kiln({"run", kMlp, "--interpret", "--arch", "sm_75"}), 2, {"'sm_75'", knownArchList()});
+  EXPECT_TRUE(listDir(tmp.path).empty()) << "left behind: " << fmt::format("{}", fmt::join(listDir(tmp.path), ", "));
+}
+
+// --arch reaches nvcc only as one element of its argument vector, and only after it names a Target: no shell
+// ever sees it, nor a file name.
+TEST(Cli, ArchCannotRunAShellCommand) {
+  const std::string injection = "sm_90 -o x; touch INJECTED; #";
+  TempDir tmp;
+  fs::path out = tmp.path / "out";
+  std::string model = (fs::path(KILN_SOURCE_DIR) / kMlp).string();
+  expectOneLineError(kiln({"compile", model, "--emit", "cuda", "-o", out.string(), "--arch", injection}, tmp.path), 2,
+                     {"--arch", knownArchList()});
+  expectOneLineError(kiln({"run", model, "--arch", injection}, tmp.path), 2, {"--arch", knownArchList()});
+  EXPECT_TRUE(listDir(tmp.path).empty()) << "left behind: " << fmt::format("{}", fmt::join(listDir(tmp.path), ", "));
+  EXPECT_FALSE(fs::exists(fs::path(KILN_SOURCE_DIR) / "INJECTED"));
+
+  // Past the validation, straight to nvcc: it refuses the architecture, and nothing runs the rest.
+  fs::path src = tmp.path / "src";
+  fs::create_directories(src);
+  std::ofstream(src / "k.cu") << "extern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }\n";
+  try {
+    cuda::compileWithNvcc(src, {"k.cu"}, injection);
+    ADD_FAILURE() << "nvcc accepted -arch=" << injection;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("Unsupported gpu architecture"), std::string::npos) << e.what();
+  }
+  // A file name that would end a single-quoted shell word compiles as the name it is.
+  const std::string name = "x'; touch INJECTED; '.cu";
+  std::ofstream(src / name) << "extern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }\n";
+  EXPECT_EQ(cuda::compileWithNvcc(src, {name}, "sm_80"), "");
+  EXPECT_TRUE(fs::exists(src / "x'; touch INJECTED; '.cubin"));
+  EXPECT_EQ(listDir(src), (std::vector<std::string>{"k.cu", name, "x'; touch INJECTED; '.cubin"}));
+  EXPECT_EQ(listDir(tmp.path), std::vector<std::string>{"src"});
+  EXPECT_FALSE(fs::exists(fs::current_path() / "INJECTED"));
 }
 
 // ---- success paths ----
@@ -361,6 +408,22 @@ TEST(Cli, DisablePassSkipsIt) {
   Result r = kiln({"compile", kMlp, "--ir", "loop", "--disable-pass", "loop-fuse-producers", "-v"});
   EXPECT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(contains(r.err, "pass loop-fuse-producers skipped (--disable-pass)")) << describe(r);
+}
+
+TEST(Cli, EmitCudaForSm80AndTheDefaultSm90a) {
+  TempDir tmp;
+  fs::path out = tmp.path / "sm80";
+  Result r = kiln({"compile", kMlp, "--emit", "cuda", "-o", out.string(), "--arch", "sm_80"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  runtime::Manifest m = runtime::readManifest(out);
+  EXPECT_EQ(m.arch, "sm_80");
+  ASSERT_FALSE(m.kernels.empty());
+  for (const runtime::KernelInfo& k : m.kernels) EXPECT_GT(fs::file_size(out / k.cubin), 0u) << k.cubin;
+
+  fs::path plain = tmp.path / "default";
+  r = kiln({"compile", kMlp, "--emit", "cuda", "--no-nvcc", "-o", plain.string()});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(runtime::readManifest(plain).arch, "sm_90a");
 }
 
 TEST(Cli, RunWithoutGpuSuggestsInterpret) {
