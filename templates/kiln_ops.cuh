@@ -98,6 +98,48 @@ __device__ __forceinline__ void mma_m16n8k16(float& c0, float& c1, float& c2, fl
                         pack2(T(), b0, b1), pack2(T(), b2, b3));
 }
 
+// Vector global memory access (Kernel IR's loadVector / storeVector): W consecutive elements of T moved by one
+// 4-, 8- or 16-byte instruction; p must be aligned to W * sizeof(T) bytes (the verifier proves the element index
+// is a multiple of W; the runtime's arena aligns every buffer to 256 bytes). Values are f32 in registers.
+template <int Bytes>
+struct vec_word;
+template <>
+struct vec_word<4> { using type = unsigned; };
+template <>
+struct vec_word<8> { using type = uint2; };
+template <>
+struct vec_word<16> { using type = uint4; };
+
+template <int W, typename T>
+struct vec_traits {
+  static_assert(W >= 2 && (W & (W - 1)) == 0, "vector width must be a power of two >= 2");
+  static_assert(W * sizeof(T) >= 4 && W * sizeof(T) <= 16, "a vector access moves 4 to 16 bytes");
+  using word = typename vec_word<static_cast<int>(W * sizeof(T))>::type;
+};
+
+// v0..v{W-1} = p[0..W) converted to f32.
+template <int W, typename T, typename... F>
+__device__ __forceinline__ void load_vec(const T* p, F&... v) {
+  static_assert(sizeof...(F) == W && (std::is_same_v<F, float> && ...), "load_vec<W> fills W floats");
+  using Word = typename vec_traits<W, T>::word;
+  const Word word = *reinterpret_cast<const Word*>(p);
+  const T* e = reinterpret_cast<const T*>(&word);
+  int i = 0;
+  ((v = to_f32(e[i++])), ...);
+}
+
+// p[0..W) = v0..v{W-1} rounded to T.
+template <int W, typename T, typename... F>
+__device__ __forceinline__ void store_vec(T* p, F... v) {
+  static_assert(sizeof...(F) == W && (std::is_same_v<F, float> && ...), "store_vec<W> takes W floats");
+  using Word = typename vec_traits<W, T>::word;
+  Word word;
+  T* e = reinterpret_cast<T*>(&word);
+  int i = 0;
+  ((e[i++] = from_f32<T>(v)), ...);
+  *reinterpret_cast<Word*>(p) = word;
+}
+
 // Rounds through a storage type (Cast).
 template <typename T>
 __device__ __forceinline__ float round_to(float v) { return to_f32(from_f32<T>(v)); }

@@ -130,6 +130,23 @@ class Emitter {
                                cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
           break;
         case K::Barrier: out += pad + "__syncthreads();\n"; break;
+        case K::LoadVector: {
+          std::vector<std::string> slots;
+          for (int slot : s.fragment) slots.push_back(floats_[slot]);
+          out += fmt::format("{}kiln::load_vec<{}>({} + ({}), {});\n", pad, s.fragment.size(), params_[s.target], idx(s.a),
+                             fmt::join(slots, ", "));
+          break;
+        }
+        case K::StoreVector: {
+          std::vector<std::string> values;
+          for (auto& v : s.values) values.push_back(fe(v));
+          out += fmt::format("{}kiln::store_vec<{}>({} + ({}), {});\n", pad, s.values.size(), params_[s.target], idx(s.a),
+                             fmt::join(values, ", "));
+          break;
+        }
+        case K::ShuffleXor:
+          out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
+          break;
         case K::Mma: {
           if (!s.pairs.empty()) {  // A and B as 32-bit pairs straight from shared memory
             std::vector<std::string> c, ab;

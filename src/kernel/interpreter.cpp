@@ -66,6 +66,11 @@ void scanBlock(const Block& body, int depth, Dims& d) {
     if (s.b) scanIdx(s.b, d);
     for (auto& pair : s.pairs) scanIdx(pair, d);
     if (s.value) scanExpr(s.value, d);
+    for (auto& v : s.values) scanExpr(v, d);
+    if (s.kind == Stmt::Kind::ShuffleXor) {
+      KILN_ASSERT(s.var >= 0 && s.srcSlot >= 0, "shuffle with negative float slot {} or {}", s.var, s.srcSlot);
+      d.maxSlot = std::max({d.maxSlot, s.var, s.srcSlot});
+    }
     if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::If) scanBlock(s.body, depth + 1, d);
   }
 }
@@ -199,6 +204,37 @@ struct Machine {
     }
   }
 
+  // The first element of a vector access by thread t: in bounds and a multiple of the width, as the hardware's
+  // aligned vector instructions require.
+  int64_t vectorStart(const Stmt& s, int64_t t, size_t width, const char* verb) {
+    KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: vector access to parameter #{} of {}",
+                k.name, s.target, k.params.size());
+    const Param& prm = k.params[s.target];
+    const int64_t n = static_cast<int64_t>(buffers[prm.buffer].size()), w = static_cast<int64_t>(width);
+    int64_t i = evaluate(s.a, env[t], &loader);
+    if (i < 0 || i + w > n)
+      raise(fmt::format("kernel {}: thread {} of block {} {}{} {}[{}..{}] out of bounds ({} elements; index {})", k.name, t, block,
+                        verb, width, prm.name, i, i + w - 1, n, toString(s.a)));
+    if (i % w != 0)
+      raise(fmt::format("kernel {}: thread {} of block {} {}{} {}[{}]: misaligned vector access (index not a multiple of {}; "
+                        "index {})", k.name, t, block, verb, width, prm.name, i, width, toString(s.a)));
+    return i;
+  }
+
+  // __shfl_xor_sync over full warps: every lane reads src of lane ^ mask before any lane writes dst.
+  void shuffleStep(const Stmt& s, const std::vector<uint8_t>& mask) {
+    if (T % 32 != 0) raise(fmt::format("kernel {}: shuffle in a block of {} threads (not whole warps)", k.name, T));
+    float got[32];
+    for (int64_t w = 0; w < T / 32; ++w) {
+      int64_t active = std::count(mask.begin() + w * 32, mask.begin() + w * 32 + 32, uint8_t{1});
+      if (active == 0) continue;
+      if (active != 32)
+        raise(fmt::format("kernel {}: shuffle reached by {} of 32 lanes of warp {} (block {})", k.name, active, w, block));
+      for (int lane = 0; lane < 32; ++lane) got[lane] = floats[(w * 32 + (lane ^ s.laneMask)) * nf + s.srcSlot];
+      for (int lane = 0; lane < 32; ++lane) floats[(w * 32 + lane) * nf + s.var] = got[lane];
+    }
+  }
+
   void exec(const Block& body, int depth) {
     const std::vector<uint8_t>& mask = masks[depth];
     for (const Stmt& s : body) {
@@ -283,6 +319,30 @@ struct Machine {
           break;
         }
         case Stmt::Kind::Mma: mmaStep(s, mask); break;
+        case Stmt::Kind::ShuffleXor: shuffleStep(s, mask); break;
+        case Stmt::Kind::LoadVector:
+          for (int64_t t = 0; t < T; ++t) {
+            if (!mask[t]) continue;
+            int64_t i = vectorStart(s, t, s.fragment.size(), "loads vector");
+            const std::vector<float>& data = buffers[k.params[s.target].buffer];
+            for (size_t e = 0; e < s.fragment.size(); ++e) floats[t * nf + s.fragment[e]] = data[i + static_cast<int64_t>(e)];
+          }
+          break;
+        case Stmt::Kind::StoreVector: {
+          const size_t w = s.values.size();
+          std::vector<float> vals(static_cast<size_t>(T) * w);
+          for (int64_t t = 0; t < T; ++t) {
+            if (!mask[t]) continue;
+            idxTmp[t] = vectorStart(s, t, w, "stores vector");
+            DType dtype = p.buffers[k.params[s.target].buffer].dtype;
+            for (size_t e = 0; e < w; ++e) vals[t * w + e] = loop::roundTo(dtype, eval(*s.values[e], t));
+          }
+          std::vector<float>& data = buffers[k.params[s.target].buffer];
+          for (int64_t t = 0; t < T; ++t)
+            if (mask[t])
+              for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];
+          break;
+        }
         case Stmt::Kind::Barrier: {
           int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
           if (n != T)

@@ -152,6 +152,52 @@ Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int 
   return s;
 }
 
+Stmt loadVector(int param, Idx index, std::vector<int> slots) {
+  const size_t w = slots.size();
+  KILN_ASSERT(param >= 0 && index, "loadVector: bad param {} or null index", param);
+  KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "loadVector: width {} (want 2, 4 or 8)", w);
+  for (int slot : slots) KILN_ASSERT(slot >= 0, "loadVector: negative float slot {}", slot);
+  Stmt s = makeStmt(Stmt::Kind::LoadVector);
+  s.target = param;
+  s.a = std::move(index);
+  s.fragment = std::move(slots);
+  return s;
+}
+
+Stmt storeVector(int param, Idx index, std::vector<FE> values) {
+  const size_t w = values.size();
+  KILN_ASSERT(param >= 0 && index, "storeVector: bad param {} or null index", param);
+  KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "storeVector: width {} (want 2, 4 or 8)", w);
+  for (auto& v : values) KILN_ASSERT(v != nullptr, "storeVector: null value");
+  Stmt s = makeStmt(Stmt::Kind::StoreVector);
+  s.target = param;
+  s.a = std::move(index);
+  s.values = std::move(values);
+  return s;
+}
+
+Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask) {
+  KILN_ASSERT(dstSlot >= 0 && srcSlot >= 0, "shuffleXor: bad slots {} <- {}", dstSlot, srcSlot);
+  KILN_ASSERT(laneMask >= 1 && laneMask <= 16 && (laneMask & (laneMask - 1)) == 0,
+              "shuffleXor: lane mask {} (want 1, 2, 4, 8 or 16)", laneMask);
+  Stmt s = makeStmt(Stmt::Kind::ShuffleXor);
+  s.var = dstSlot;
+  s.srcSlot = srcSlot;
+  s.laneMask = laneMask;
+  return s;
+}
+
+Block warpAllReduce(Fn combine, int slot, int tmpSlot) {
+  KILN_ASSERT(tensor::arity(combine) == 2, "warpAllReduce: {} is not binary", tensor::fnName(combine));
+  KILN_ASSERT(slot != tmpSlot, "warpAllReduce: value and temporary share slot {}", slot);
+  Block b;
+  for (int m = 16; m >= 1; m /= 2) {
+    b.push_back(shuffleXor(tmpSlot, slot, m));
+    b.push_back(assign(slot, fapply(combine, {fvar(slot), fvar(tmpSlot)})));
+  }
+  return b;
+}
+
 std::pair<int, int> mmaElementA(int lane, int i) {
   int g = lane / 4, t = lane % 4;
   return {g + 8 * ((i / 2) % 2), 2 * t + i % 2 + 8 * (i / 4)};

@@ -73,6 +73,23 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
             fmt::format("{}store shared {}[{}] = {}", ind, sharedName(k, s.target), idxString(s.a), exprString(k, s.value)));
         break;
       case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
+      case Stmt::Kind::LoadVector: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
+        lines.push_back(fmt::format("{}{} = load{} {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size(), paramName(k, s.target),
+                                    idxString(s.a)));
+        break;
+      }
+      case Stmt::Kind::StoreVector: {
+        std::vector<std::string> values;
+        for (auto& v : s.values) values.push_back(exprString(k, v));
+        lines.push_back(fmt::format("{}store{} {}[{}] = ({})", ind, s.values.size(), paramName(k, s.target), idxString(s.a),
+                                    fmt::join(values, ", ")));
+        break;
+      }
+      case Stmt::Kind::ShuffleXor:
+        lines.push_back(fmt::format("{}{} = shfl.xor {}, {}", ind, floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask));
+        break;
       case Stmt::Kind::Mma: {
         if (!s.pairs.empty()) {  // A and B pairs straight from shared memory
           auto pairs = [&](int buffer, size_t from, size_t n) {

@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "kiln/cuda/emitter.h"
 #include "kiln/kernel/ir.h"
 #include "kiln/loop/ir.h"
 #include "kiln/support/error.h"
+#include "test_support.h"
 
 namespace kiln::kernel {
 namespace {
@@ -267,6 +269,160 @@ TEST(KernelPrinter, PrintsStatementsAndJson) {
   EXPECT_EQ(j["kernels"][0]["shared_bytes"], 512);
   EXPECT_EQ(j["kernels"][0]["block"][0], 128);
   EXPECT_FALSE(j["kernels"][0]["body"].empty());
+}
+
+// nvcc compiles every kernel of `p` for sm_90a without an error or a warning.
+void expectNvccCompiles(const Program& p) {
+  test::TempDir tmp;
+  try {
+    cuda::writeArtifacts(p, cuda::emit(p), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90a", true});
+  } catch (const UserError& e) {
+    ADD_FAILURE() << e.what();
+  }
+}
+
+// y = x*2 + 1 on n elements of `dtype`, `width` at a time: one thread per vector, vector loads into float slots
+// v0.., vector stores of the results. `shift` moves the load index (misaligned), `guard` off lets the surplus
+// threads of the last block run past the end.
+Program vectorProgram(DType dtype, int width, int64_t n = 512, int64_t shift = 0, bool guard = true) {
+  Program p;
+  p.modelName = "handwritten";
+  loop::Buffer x = buffer(loop::Buffer::Kind::Input, "x", n), y = buffer(loop::Buffer::Kind::Output, "y", n);
+  x.dtype = y.dtype = dtype;
+  p.buffers = {x, y};
+  p.inputs = {kX};
+  p.outputs = {kY};
+  Kernel k;
+  k.name = "k_vec";
+  k.params = {Param{kX, "x", dtype, n, false}, Param{kY, "y", dtype, n, true}};
+  k.block = {64, 1, 1};
+  k.grid = {(n / width + 63) / 64, 1, 1};
+  std::vector<int> slots;
+  std::vector<FE> results;
+  for (int i = 0; i < width; ++i) {
+    k.floatVars.push_back(fmt::format("v{}", i));
+    slots.push_back(i);
+    results.push_back(fapply(Fn::Add, {fapply(Fn::Mul, {fvar(i), fconst(2.f)}), fconst(1.f)}));
+  }
+  Idx v = idxVar(2, "p");
+  k.body.push_back(defIdx(2, "p", blockIdx() * idxConst(64) + threadIdx()));
+  Block body = {loadVector(0, idxMul(v, width) + idxConst(shift), slots), storeVector(1, idxMul(v, width), results)};
+  if (guard) k.body.push_back(ifLess(v, idxConst(n / width), std::move(body)));
+  else k.body.insert(k.body.end(), body.begin(), body.end());
+  p.kernels.push_back(std::move(k));
+  return p;
+}
+
+TEST(KernelInterpreter, VectorLoadsAndStores) {
+  for (auto [dtype, width] : {std::pair{DType::F32, 4}, {DType::F32, 2}, {DType::BF16, 8}, {DType::F16, 4}, {DType::BF16, 2}}) {
+    Program p = vectorProgram(dtype, width);
+    verify(p);
+    HostTensor x = ramp(512);
+    x.dtype = dtype;
+    auto out = interpret(p, {x});
+    ASSERT_EQ(out[0].values.size(), 512u);
+    for (int i = 0; i < 512; ++i) {
+      float want = loop::roundTo(dtype, loop::roundTo(dtype, x.values[i]) * 2.f + 1.f);
+      ASSERT_EQ(out[0].values[i], want) << dtypeName(dtype) << " x" << width << " at " << i;
+    }
+    expectNvccCompiles(p);
+  }
+  std::string cu = cuda::emit(vectorProgram(DType::BF16, 8)).sources[0].text;
+  EXPECT_NE(cu.find("kiln::load_vec<8>(in0 + (p*8), v0, v1, v2, v3, v4, v5, v6, v7);"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("kiln::store_vec<8>(out + (p*8), kiln::add(kiln::mul(v0, 2.0f), 1.0f), "), std::string::npos) << cu;
+  std::string text = print(vectorProgram(DType::F32, 4));
+  EXPECT_NE(text.find("    %v0, %v1, %v2, %v3 = load4 x[p*4]\n"
+                      "    store4 y[p*4] = (add(mul(%v0, 2), 1), add(mul(%v1, 2), 1), add(mul(%v2, 2), 1), add(mul(%v3, 2), 1))"),
+            std::string::npos)
+      << text;
+}
+
+TEST(KernelInterpreter, VectorAccessFaults) {
+  // Misaligned: the index is not a multiple of the width.
+  std::string msg = errorOf([&] { interpret(vectorProgram(DType::F32, 4, 512, /*shift=*/2), {ramp(512)}); });
+  EXPECT_NE(msg.find("kernel k_vec: thread 0 of block 0 loads vector4 x[2]: misaligned vector access"), std::string::npos) << msg;
+  msg = errorOf([&] { verify(vectorProgram(DType::F32, 4, 512, 2)); });
+  EXPECT_NE(msg.find("kernel k_vec: vector access not provably aligned: load4 x[p*4 + 2]"), std::string::npos) << msg;
+  // A multiple of 8 is a multiple of 4: shifted by a whole vector it is aligned (but runs off the end).
+  msg = errorOf([&] { verify(vectorProgram(DType::F32, 4, 512, 4)); });
+  EXPECT_NE(msg.find("load4 x[p*4 + 4] reaches elements [4, 515], outside the parameter's 512 elements"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(vectorProgram(DType::F32, 4, 512, 4), {ramp(512)}); });
+  EXPECT_NE(msg.find("kernel k_vec: thread 63 of block 1 loads vector4 x[512..515] out of bounds (512 elements"), std::string::npos)
+      << msg;
+  // Unguarded: 64 threads of 4 elements for 200 elements.
+  msg = errorOf([&] { verify(vectorProgram(DType::F32, 4, 200, 0, /*guard=*/false)); });
+  EXPECT_NE(msg.find("outside the parameter's 200 elements"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(vectorProgram(DType::F32, 4, 200, 0, false), {ramp(200)}); });
+  EXPECT_NE(msg.find("thread 50 of block 0 loads vector4 x[200..203] out of bounds"), std::string::npos) << msg;
+  // 32 bytes is wider than any vector instruction.
+  msg = errorOf([&] { verify(vectorProgram(DType::F32, 8)); });
+  EXPECT_NE(msg.find("load8 of f32 x: vectors are 2, 4 or 8 elements of f32, bf16 or f16 in 4 to 16 bytes"), std::string::npos)
+      << msg;
+  EXPECT_THROW(loadVector(0, idxConst(0), {0, 1, 2}), InternalError);
+}
+
+// Each warp of 64 threads all-reduces its 32 values of x with `combine`; every lane stores the result.
+Program warpReduce(Fn combine, int64_t guardBelow = 0, int64_t threads = 64) {
+  Kernel k;
+  k.name = "k_warp";
+  k.block = {threads, 1, 1};
+  k.floatVars = {"v", "tmp"};
+  Idx tid = idxVar(2, "tid");
+  k.body.push_back(defIdx(2, "tid", threadIdx()));
+  k.body.push_back(assign(0, loadGlobal(0, tid)));
+  Block reduce = warpAllReduce(combine, 0, 1);
+  if (guardBelow) k.body.push_back(ifLess(tid, idxConst(guardBelow), std::move(reduce)));
+  else k.body.insert(k.body.end(), reduce.begin(), reduce.end());
+  k.body.push_back(storeGlobal(1, tid, fvar(0)));
+  return program(threads, threads, std::move(k));
+}
+
+TEST(KernelInterpreter, WarpShuffleAllReduce) {
+  HostTensor x = ramp(64);
+  for (Fn fn : {Fn::Add, Fn::Max}) {
+    Program p = warpReduce(fn);
+    verify(p);
+    auto out = interpret(p, {x});
+    for (int w = 0; w < 2; ++w) {
+      double sum = 0;
+      float mx = x.values[w * 32];
+      for (int l = 0; l < 32; ++l) {
+        sum += x.values[w * 32 + l];
+        mx = std::max(mx, x.values[w * 32 + l]);
+      }
+      for (int l = 0; l < 32; ++l) {
+        float got = out[0].values[w * 32 + l];
+        EXPECT_EQ(got, out[0].values[w * 32]) << "lanes of a butterfly agree exactly; lane " << l;
+        if (fn == Fn::Add) EXPECT_NEAR(got, sum, 1e-5 * std::abs(sum)) << "warp " << w;
+        else EXPECT_EQ(got, mx) << "warp " << w;
+      }
+    }
+    expectNvccCompiles(p);
+  }
+  std::string text = print(warpReduce(Fn::Add));
+  EXPECT_NE(text.find("  %tmp = shfl.xor %v, 16\n  %v = add(%v, %tmp)\n  %tmp = shfl.xor %v, 8\n"), std::string::npos) << text;
+  std::string cu = cuda::emit(warpReduce(Fn::Add)).sources[0].text;
+  EXPECT_NE(cu.find("  tmp = __shfl_xor_sync(0xffffffffu, v, 16);\n  v = kiln::add(v, tmp);\n"), std::string::npos) << cu;
+  // One shuffle swaps neighbours; src == dst is read by every lane before any writes.
+  Program swap = warpReduce(Fn::Add);
+  Kernel& k = swap.kernels[0];
+  k.body.erase(k.body.begin() + 2, k.body.end() - 1);
+  k.body.insert(k.body.end() - 1, shuffleXor(0, 0, 1));
+  auto out = interpret(swap, {x});
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(out[0].values[t], x.values[t ^ 1]) << t;
+}
+
+TEST(KernelInterpreter, WarpShuffleFaults) {
+  std::string msg = errorOf([&] { verify(warpReduce(Fn::Add, /*guardBelow=*/48)); });
+  EXPECT_NE(msg.find("kernel k_warp: shuffle under thread-dependent control flow `if (tid < 48)`"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(warpReduce(Fn::Add, 48), {ramp(64)}); });
+  EXPECT_NE(msg.find("kernel k_warp: shuffle reached by 16 of 32 lanes of warp 1 (block 0)"), std::string::npos) << msg;
+  msg = errorOf([&] { verify(warpReduce(Fn::Add, 0, /*threads=*/48)); });
+  EXPECT_NE(msg.find("shuffle in a block of 48 threads (not whole warps)"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(warpReduce(Fn::Add, 0, 48), {ramp(48)}); });
+  EXPECT_NE(msg.find("shuffle in a block of 48 threads"), std::string::npos) << msg;
+  EXPECT_THROW(shuffleXor(0, 1, 3), InternalError);
+  EXPECT_THROW(shuffleXor(0, 1, 32), InternalError);
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ struct Stmt {
     StoreShared,  // shared[index] = value
     Barrier,      // __syncthreads(): every thread of the block must reach it
     Mma,          // warp-wide tensor-core product, see mma() below
+    LoadVector,   // float slots = param[index .. index + W), one aligned vector load, see loadVector()
+    StoreVector,  // param[index .. index + W) = values, one aligned vector store, see storeVector()
+    ShuffleXor,   // float var = src of lane ^ laneMask (warp-collective), see shuffleXor()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -73,6 +76,9 @@ struct Stmt {
   DType operandType = DType::BF16;  // Mma: A and B are rounded to this type (bf16 or f16)
   int sharedA = -1, sharedB = -1;   // Mma from shared: the buffers A and B are read from
   std::vector<Idx> pairs;           // Mma from shared: element index of pairs a01 a23 a45 a67 b01 b23
+  std::vector<FE> values;           // StoreVector: one value per element
+  int srcSlot = -1;                 // ShuffleXor: the float slot read in the partner lane
+  int laneMask = 0;                 // ShuffleXor
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -93,6 +99,25 @@ Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<
 // and 2j+1), likewise for B; every pair index must be even (the registers are aligned 32-bit loads).
 Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int sharedB, std::vector<Idx> bPairs,
                    std::vector<int> c);
+// Vector global memory access: W = slots.size() (or values.size()) consecutive elements starting at `index`,
+// moved by one aligned W * dtype-bytes load or store (4, 8 or 16 bytes; W a power of two >= 2; f32, bf16 or f16
+// parameters). `index` must be a multiple of W (the verifier requires a proof: kernel parameters start 256-byte
+// aligned in the runtime's arena, so element alignment is address alignment).
+// loadVector: slots[i] = param[index + i] converted to f32. The stored elements are the buffer's own values.
+Stmt loadVector(int param, Idx index, std::vector<int> slots);
+// storeVector: param[index + i] = values[i] rounded to the parameter's dtype (as storeGlobal). All values are
+// evaluated before any element is written.
+Stmt storeVector(int param, Idx index, std::vector<FE> values);
+// Warp shuffle: float slot dst = float slot src as held by lane (lane ^ laneMask) of the same warp, laneMask a
+// power of two in 1..16 (__shfl_xor_sync with a full mask). Warp-collective like mma: every lane of a warp
+// executes it together (never under thread-dependent control flow; blocks of whole warps). All lanes read src
+// before any writes dst, so dst == src is allowed.
+Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask);
+// The butterfly all-reduce of float slot `slot` over a warp: for m = 16, 8, 4, 2, 1,
+//   tmp = shuffleXor(slot, m); slot = combine(slot, tmp)
+// after which every lane holds combine over all 32 lanes' values (combine: a binary Fn, e.g. Add or Max).
+Block warpAllReduce(Fn combine, int slot, int tmpSlot);
+
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 // The (row, column) of element i of a lane's A, B or C fragment (the layout above).
 std::pair<int, int> mmaElementA(int lane, int i);
