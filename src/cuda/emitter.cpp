@@ -62,9 +62,21 @@ class Emitter {
     }
     out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
                        k_.name, fmt::join(args, ", "));
-    for (size_t i = 0; i < k_.shared.size(); ++i)
-      out += fmt::format("  __shared__ {}{} {}[{}];\n", k_.shared[i].dtype == DType::F32 ? "" : "__align__(16) ",
-                         cudaTypeName(k_.shared[i].dtype), shared_[i], k_.shared[i].elements);
+    std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
+    for (size_t i = 0; i < k_.shared.size(); ++i) {
+      const kernel::SharedBuffer& sb = k_.shared[i];
+      if (!sb.dynamic) {
+        out += fmt::format("  __shared__ {}{} {}[{}];\n", sb.dtype == DType::F32 ? "" : "__align__(16) ", cudaTypeName(sb.dtype),
+                           shared_[i], sb.elements);
+        continue;
+      }
+      if (dynamicBase.empty()) {
+        dynamicBase = cIdentifier("kiln_dynamic_shared", used);
+        out += fmt::format("  extern __shared__ __align__(16) unsigned char {}[];\n", dynamicBase);
+      }
+      out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} elements\n", cudaTypeName(sb.dtype),
+                         shared_[i], dynamicBase, k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements);
+    }
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
     block(k_.body, 1, out);
     out += "}\n";

@@ -215,8 +215,30 @@ std::pair<int, int> mmaElementC(int lane, int i) {
 
 int64_t Kernel::sharedBytes() const {
   int64_t bytes = 0;
-  for (auto& s : shared) bytes += s.elements * dtypeBytes(s.dtype);
+  for (auto& s : shared)
+    if (!s.dynamic) bytes += s.elements * dtypeBytes(s.dtype);
   return bytes;
+}
+
+namespace {
+constexpr int64_t kDynamicAlignment = 16;  // the widest shared access (16-byte vectors, cp.async, ldmatrix rows)
+int64_t alignUp(int64_t v) { return (v + kDynamicAlignment - 1) / kDynamicAlignment * kDynamicAlignment; }
+}  // namespace
+
+int64_t Kernel::dynamicSharedOffset(int buffer) const {
+  KILN_ASSERT(buffer >= 0 && buffer < static_cast<int>(shared.size()) && shared[buffer].dynamic,
+              "kernel {}: shared buffer #{} is not a dynamic shared buffer", name, buffer);
+  int64_t offset = 0;
+  for (int i = 0; i < buffer; ++i)
+    if (shared[i].dynamic) offset = alignUp(offset + shared[i].elements * dtypeBytes(shared[i].dtype));
+  return offset;
+}
+
+int64_t Kernel::dynamicBuffersBytes() const {
+  int64_t end = 0;
+  for (int i = 0; i < static_cast<int>(shared.size()); ++i)
+    if (shared[i].dynamic) end = dynamicSharedOffset(i) + shared[i].elements * dtypeBytes(shared[i].dtype);
+  return end;
 }
 
 FE fselect(Idx lhs, Idx bound, FE a, FE b) {

@@ -146,7 +146,12 @@ std::string print(const Program& p) {
     std::vector<std::string> params;
     for (auto& prm : k.params) params.push_back(paramString(p, prm));
     out += fmt::format("  params: {}\n", fmt::join(params, ", "));
-    for (auto& s : k.shared) out += fmt::format("  shared {}: {}[{}]\n", s.name, dtypeName(s.dtype), s.elements);
+    for (size_t i = 0; i < k.shared.size(); ++i) {
+      const SharedBuffer& s = k.shared[i];
+      out += fmt::format("  shared {}: {}[{}]", s.name, dtypeName(s.dtype), s.elements);
+      if (s.dynamic) out += fmt::format(" dynamic at byte {}", k.dynamicSharedOffset(static_cast<int>(i)));
+      out += "\n";
+    }
     if (!k.floatVars.empty()) {
       std::vector<std::string> fv;
       for (size_t i = 0; i < k.floatVars.size(); ++i) fv.push_back(floatName(k, static_cast<int>(i)));
@@ -186,8 +191,12 @@ nlohmann::json toJson(const Program& p) {
                               {"elements", prm.elements},
                               {"written", prm.written}});
     kj["shared"] = nlohmann::json::array();
-    for (auto& s : k.shared)
-      kj["shared"].push_back({{"name", s.name}, {"dtype", dtypeName(s.dtype)}, {"elements", s.elements}});
+    for (size_t i = 0; i < k.shared.size(); ++i) {
+      const SharedBuffer& s = k.shared[i];
+      nlohmann::json sj{{"name", s.name}, {"dtype", dtypeName(s.dtype)}, {"elements", s.elements}};
+      if (s.dynamic) sj["dynamic_offset"] = k.dynamicSharedOffset(static_cast<int>(i));
+      kj["shared"].push_back(sj);
+    }
     kj["body"] = bodyLines(k);
     j["kernels"].push_back(kj);
   }

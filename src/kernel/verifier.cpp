@@ -1,6 +1,7 @@
 // Kernel IR verifier: the static hardware rules (include/kiln/kernel/ir.h).
 //
-//  * launch dimensions within CUDA's limits; shared memory within 48 KiB static, 227 KiB in all;
+//  * launch dimensions within CUDA's limits; static shared memory within the target's 48 KiB, static + dynamic
+//    within its per-block maximum (227 KiB on sm_90), the dynamic buffers' layout within dynamicSharedBytes;
 //  * every parameter names an existing program buffer with its dtype and size; every load/store names an
 //    existing parameter or shared buffer; stores go only to parameters marked written;
 //  * every index variable is defined before use and only used inside the block that defines it (a DefIdx
@@ -411,11 +412,16 @@ struct Verifier {
     if (threads > 1024) fail("{} threads per block (at most 1024)", threads);
     for (auto& sb : k.shared)
       if (sb.elements < 1) fail("shared buffer {} has {} elements", sb.name, sb.elements);
-    if (k.sharedBytes() > 48 * 1024) fail("{} bytes of static shared memory (at most 48 KiB)", k.sharedBytes());
-    if (k.dynamicSharedBytes < 0 || k.dynamicSharedBytes > 227 * 1024)
-      fail("{} bytes of dynamic shared memory (at most 227 KiB)", k.dynamicSharedBytes);
-    if (k.sharedBytes() + k.dynamicSharedBytes > 227 * 1024)
-      fail("{} bytes of shared memory in all (at most 227 KiB per block)", k.sharedBytes() + k.dynamicSharedBytes);
+    const Target& target = p.target;
+    if (k.sharedBytes() > target.staticSharedPerBlock)
+      fail("{} bytes of static shared memory (at most {} on {}; mark large buffers dynamic)", k.sharedBytes(),
+           target.staticSharedPerBlock, target.arch);
+    if (k.dynamicSharedBytes < k.dynamicBuffersBytes())
+      fail("dynamic shared buffers need {} bytes but the kernel launches with {} bytes of dynamic shared memory",
+           k.dynamicBuffersBytes(), k.dynamicSharedBytes);
+    if (k.sharedBytes() + k.dynamicSharedBytes > target.maxSharedPerBlock)
+      fail("{} bytes of shared memory in all ({} static + {} dynamic; at most {} per block on {})",
+           k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
     for (auto& prm : k.params) {
       if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
         fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());

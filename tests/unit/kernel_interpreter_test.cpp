@@ -425,5 +425,78 @@ TEST(KernelInterpreter, WarpShuffleFaults) {
   EXPECT_THROW(shuffleXor(0, 1, 32), InternalError);
 }
 
+// The block reduction with its shared buffer in dynamic shared memory, after `bigElements` bf16 elements of
+// another dynamic buffer (written once, so that the emitted code references it).
+Program dynamicReduce(int64_t bigElements) {
+  Program p = blockReduce(1000);
+  Kernel& k = p.kernels[0];
+  k.shared[0].dynamic = true;
+  k.shared.push_back(SharedBuffer{"big", bigElements, DType::BF16, /*dynamic=*/true});
+  k.body.push_back(ifLess(threadIdx(), idxConst(1), {storeShared(1, idxConst(bigElements - 1), fconst(1.f))}));
+  k.dynamicSharedBytes = k.dynamicBuffersBytes();
+  return p;
+}
+
+TEST(KernelInterpreter, DynamicSharedMemory) {
+  Program p = dynamicReduce(40000);
+  const Kernel& k = p.kernels[0];
+  EXPECT_EQ(k.sharedBytes(), 0);
+  EXPECT_EQ(k.dynamicSharedOffset(0), 0);
+  EXPECT_EQ(k.dynamicSharedOffset(1), 512);
+  EXPECT_EQ(k.dynamicBuffersBytes(), 512 + 80000);
+  verify(p);
+  HostTensor x = ramp(1000);
+  double ref = std::accumulate(x.values.begin(), x.values.end(), 0.0);
+  EXPECT_NEAR(interpret(p, {x})[0].values[0], ref, 1e-4 * std::abs(ref));
+  std::string text = print(p);
+  EXPECT_NE(text.find("shared 0 bytes (dynamic 80512 bytes)"), std::string::npos) << text;
+  EXPECT_NE(text.find("  shared red: f32[128] dynamic at byte 0\n  shared big: bf16[40000] dynamic at byte 512\n"),
+            std::string::npos) << text;
+  EXPECT_EQ(toJson(p)["kernels"][0]["shared"][1]["dynamic_offset"], 512);
+  std::string cu = cuda::emit(p).sources[0].text;
+  EXPECT_NE(cu.find("  extern __shared__ __align__(16) unsigned char kiln_dynamic_shared[];\n"
+                    "  float* const red = reinterpret_cast<float*>(kiln_dynamic_shared + 0);  // 128 elements\n"
+                    "  __nv_bfloat16* const big = reinterpret_cast<__nv_bfloat16*>(kiln_dynamic_shared + 512);"),
+            std::string::npos) << cu;
+  expectNvccCompiles(p);
+  // A dynamic buffer after one of 3 bf16 elements starts at the next 16 bytes.
+  Kernel odd = k;
+  odd.shared = {SharedBuffer{"a", 3, DType::BF16, true}, SharedBuffer{"s", 4, DType::F32}, SharedBuffer{"b", 1, DType::F32, true}};
+  EXPECT_EQ(odd.dynamicSharedOffset(2), 16);
+  EXPECT_EQ(odd.dynamicBuffersBytes(), 20);
+  EXPECT_EQ(odd.sharedBytes(), 16);
+}
+
+TEST(KernelVerifier, SharedMemoryLimitsComeFromTheTarget) {
+  {
+    Program p = dynamicReduce(40000);
+    p.kernels[0].dynamicSharedBytes = 80000;
+    std::string msg = errorOf([&] { verify(p); });
+    EXPECT_NE(msg.find("dynamic shared buffers need 80512 bytes but the kernel launches with 80000 bytes"), std::string::npos) << msg;
+  }
+  {
+    Program p = dynamicReduce(120000);  // 240512 bytes
+    std::string msg = errorOf([&] { verify(p); });
+    EXPECT_NE(msg.find("240512 bytes of shared memory in all (0 static + 240512 dynamic; at most 232448 per block on sm_90a)"),
+              std::string::npos) << msg;
+  }
+  {
+    Program p = dynamicReduce(51000);  // 102512 bytes: fine on the H200, too much for the L40S
+    EXPECT_NO_THROW(verify(p));
+    p.target = targetFor("sm_89");
+    std::string msg = errorOf([&] { verify(p); });
+    EXPECT_NE(msg.find("at most 101376 per block on sm_89"), std::string::npos) << msg;
+  }
+  {
+    Program p = dynamicReduce(100);
+    p.kernels[0].shared.push_back(SharedBuffer{"static_big", 12 * 1024});  // 48 KiB of f32 + 512 more bytes
+    p.kernels[0].shared[0].dynamic = false;
+    p.kernels[0].dynamicSharedBytes = p.kernels[0].dynamicBuffersBytes();
+    std::string msg = errorOf([&] { verify(p); });
+    EXPECT_NE(msg.find("49664 bytes of static shared memory (at most 49152 on sm_90a; mark large buffers dynamic)"),
+              std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::kernel

@@ -16,6 +16,7 @@
 #include "kiln/loop/ir.h"
 #include "kiln/support/host_tensor.h"
 #include "kiln/support/index_expr.h"
+#include "kiln/support/target.h"
 
 namespace kiln::kernel {
 
@@ -136,6 +137,10 @@ struct SharedBuffer {
   std::string name;
   int64_t elements;
   DType dtype = DType::F32;  // f32, or bf16/f16: stores round to it, loads widen to f32
+  // Placed in the kernel's dynamic shared memory (`extern __shared__`) instead of static storage: how a block
+  // gets more than 48 KiB. Dynamic buffers are laid out in declaration order, each at a 16-byte aligned offset
+  // (Kernel::dynamicSharedOffset); Kernel::dynamicSharedBytes must cover them.
+  bool dynamic = false;
 };
 
 struct Kernel {
@@ -145,10 +150,14 @@ struct Kernel {
   std::vector<std::string> floatVars;    // float slot names
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int64_t, 3> block{1, 1, 1};
-  int64_t dynamicSharedBytes = 0;        // > 48 KiB requires the launch attribute (manifest shared_bytes)
+  // Dynamic shared memory per block, passed at launch (the manifest's kernels[].shared_bytes; the runtime sets
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB). At least dynamicBuffersBytes().
+  int64_t dynamicSharedBytes = 0;
   Block body;
   std::vector<std::string> origins;      // Torch ops it holds (from Loop IR)
-  int64_t sharedBytes() const;           // static shared memory in bytes
+  int64_t sharedBytes() const;           // static shared memory in bytes (buffers not marked dynamic)
+  int64_t dynamicBuffersBytes() const;   // end of the last dynamic buffer in the dynamic layout
+  int64_t dynamicSharedOffset(int buffer) const;  // byte offset of dynamic buffer `buffer` (16-byte aligned)
 };
 
 struct Program {
@@ -156,13 +165,14 @@ struct Program {
   std::vector<loop::Buffer> buffers;     // same buffers and ids as the Loop IR
   std::vector<int> inputs, outputs;
   std::vector<Kernel> kernels;           // launch order
+  Target target = defaultTarget();       // the verifier's shared-memory limits and instruction set
 };
 
 std::string print(const Program& p);
 nlohmann::json toJson(const Program& p);
-// Static hardware rules: no barrier under thread-divergent control flow; shared memory within 48 KiB
-// static (227 KiB with the dynamic attribute); shared indices within bounds; every variable defined
-// before use; launch dimensions within limits.
+// Static hardware rules: no barrier under thread-divergent control flow; static shared memory within the
+// target's 48 KiB, static + dynamic within its per-block maximum (227 KiB on sm_90); shared indices within
+// bounds; every variable defined before use; launch dimensions within limits.
 void verify(const Program& p);
 
 // Executes the kernels on the CPU, one block at a time, all threads of a block in lockstep. Shared
