@@ -140,6 +140,26 @@ __device__ __forceinline__ void store_vec(T* p, F... v) {
   *reinterpret_cast<Word*>(p) = word;
 }
 
+// Asynchronous copies (Kernel IR's cpAsync / cpAsyncCommit / cpAsyncWait; sm_80+): Bytes (4, 8 or 16) from global
+// to shared memory, both addresses aligned to Bytes; only the first `valid_bytes` are read, the rest of the
+// destination is zero-filled. 16-byte copies bypass L1 (.cg), smaller ones cannot (.ca).
+template <int Bytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int valid_bytes = Bytes) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid_bytes) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(Bytes), "r"(valid_bytes) : "memory");
+}
+// Closes the thread's open group of copies.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most Pending of the thread's committed groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
 // Rounds through a storage type (Cast).
 template <typename T>
 __device__ __forceinline__ float round_to(float v) { return to_f32(from_f32<T>(v)); }

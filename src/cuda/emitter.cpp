@@ -62,12 +62,15 @@ class Emitter {
     }
     out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
                        k_.name, fmt::join(args, ", "));
+    std::set<int> asyncTargets;
+    collectAsyncTargets(k_.body, asyncTargets);
     std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
     for (size_t i = 0; i < k_.shared.size(); ++i) {
       const kernel::SharedBuffer& sb = k_.shared[i];
       if (!sb.dynamic) {
-        out += fmt::format("  __shared__ {}{} {}[{}];\n", sb.dtype == DType::F32 ? "" : "__align__(16) ", cudaTypeName(sb.dtype),
-                           shared_[i], sb.elements);
+        const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));  // 16-byte copies land there
+        out += fmt::format("  __shared__ {}{} {}[{}];\n", aligned ? "__align__(16) " : "", cudaTypeName(sb.dtype), shared_[i],
+                           sb.elements);
         continue;
       }
       if (dynamicBase.empty()) {
@@ -84,6 +87,13 @@ class Emitter {
   }
 
  private:
+  static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out) {
+    for (const kernel::Stmt& s : b) {
+      if (s.kind == kernel::Stmt::Kind::CpAsync) out.insert(s.target);
+      collectAsyncTargets(s.body, out);
+    }
+  }
+
   // Index variables print with their C names (threadIdx.x, blockIdx.x, p0, r0, i, j).
   std::string idx(const Idx& e) {
     Idx named = mapIndexLoads(e, [&](const IndexNode& l, const Idx& flat) { return idxLoad(l.buffer, params_[l.buffer], flat); });
@@ -156,6 +166,12 @@ class Emitter {
                              fmt::join(values, ", "));
           break;
         }
+        case K::CpAsync:
+          out += fmt::format("{}kiln::cp_async<{}>(&{}[{}], &{}[{}]{});\n", pad, s.bytes, shared_[s.target], idx(s.a), params_[s.param],
+                             idx(s.b), s.validBytes ? ", " + idx(s.validBytes) : std::string());
+          break;
+        case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
+        case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); break;
         case K::ShuffleXor:
           out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
           break;

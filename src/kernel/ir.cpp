@@ -198,6 +198,29 @@ Block warpAllReduce(Fn combine, int slot, int tmpSlot) {
   return b;
 }
 
+Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int bytes, Idx validBytesOrNull) {
+  KILN_ASSERT(sharedBuf >= 0 && param >= 0 && sharedIndex && globalIndex, "cpAsync: bad shared buffer {}, param {} or null index",
+              sharedBuf, param);
+  KILN_ASSERT(bytes == 4 || bytes == 8 || bytes == 16, "cpAsync: {} bytes (want 4, 8 or 16)", bytes);
+  Stmt s = makeStmt(Stmt::Kind::CpAsync);
+  s.target = sharedBuf;
+  s.a = std::move(sharedIndex);
+  s.param = param;
+  s.b = std::move(globalIndex);
+  s.bytes = bytes;
+  s.validBytes = std::move(validBytesOrNull);
+  return s;
+}
+
+Stmt cpAsyncCommit() { return makeStmt(Stmt::Kind::CpAsyncCommit); }
+
+Stmt cpAsyncWait(int pendingGroups) {
+  KILN_ASSERT(pendingGroups >= 0, "cpAsyncWait: {} pending groups", pendingGroups);
+  Stmt s = makeStmt(Stmt::Kind::CpAsyncWait);
+  s.pendingGroups = pendingGroups;
+  return s;
+}
+
 std::pair<int, int> mmaElementA(int lane, int i) {
   int g = lane / 4, t = lane % 4;
   return {g + 8 * ((i / 2) % 2), 2 * t + i % 2 + 8 * (i / 4)};

@@ -87,6 +87,13 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
                                     fmt::join(values, ", ")));
         break;
       }
+      case Stmt::Kind::CpAsync:
+        lines.push_back(fmt::format("{}cp.async{} shared {}[{}] <- {}[{}]{}", ind, s.bytes, sharedName(k, s.target), idxString(s.a),
+                                    paramName(k, s.param), idxString(s.b),
+                                    s.validBytes ? fmt::format(" valid {} bytes", idxString(s.validBytes)) : std::string()));
+        break;
+      case Stmt::Kind::CpAsyncCommit: lines.push_back(ind + "cp.async.commit"); break;
+      case Stmt::Kind::CpAsyncWait: lines.push_back(fmt::format("{}cp.async.wait {}", ind, s.pendingGroups)); break;
       case Stmt::Kind::ShuffleXor:
         lines.push_back(fmt::format("{}{} = shfl.xor {}, {}", ind, floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask));
         break;

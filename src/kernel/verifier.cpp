@@ -15,7 +15,9 @@
 //  * an mma reading pairs from shared memory: buffers of its operand type, pair indices provably even;
 //  * vector loads and stores: 4 to 16 bytes of f32/bf16/f16, the index provably a multiple of the width (with
 //    DefIdx and loop variables expanded), within the parameter where interval arithmetic bounds it;
-//  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps.
+//  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps;
+//  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
+//    in bounds where known. (Whether every read waits for its copy is checked by the interpreter, not here.)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -206,6 +208,42 @@ struct Verifier {
            r->first, r->second + static_cast<int64_t>(width) - 1, prm.elements);
   }
 
+  // cp.async: an instruction of the target; same dtype on both sides; both indices provably aligned to the copy;
+  // the shared range within its buffer and, without a valid-bytes operand, the global range within its parameter.
+  void checkCpAsync(const Stmt& st, const Scope& s) {
+    checkIdx(st.a, s, "a cp.async shared index");
+    checkIdx(st.b, s, "a cp.async global index");
+    if (st.validBytes) checkIdx(st.validBytes, s, "cp.async valid bytes");
+    if (!p.target.cpAsync) fail("cp.async on {}, which does not have it", p.target.arch);
+    if (st.bytes != 4 && st.bytes != 8 && st.bytes != 16) fail("cp.async of {} bytes (want 4, 8 or 16)", st.bytes);
+    if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
+      fail("cp.async from parameter #{} of {}", st.param, k.params.size());
+    if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+      fail("cp.async into shared buffer #{} of {}", st.target, k.shared.size());
+    const Param& prm = k.params[st.param];
+    const SharedBuffer& sb = k.shared[st.target];
+    if (prm.dtype != sb.dtype || st.bytes % dtypeBytes(sb.dtype) != 0)
+      fail("cp.async{} copies {} {} into shared {} of {} (same dtype, whole elements)", st.bytes, dtypeName(prm.dtype), prm.name,
+           sb.name, dtypeName(sb.dtype));
+    const int64_t n = st.bytes / dtypeBytes(sb.dtype);
+    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+    for (const Idx& at : {st.a, st.b})
+      if (!provablyMultipleOf(expand(at, s), n, extents))
+        fail("cp.async not provably aligned: cp.async{} shared {}[{}] <- {}[{}] needs indices that are multiples of {} (index {} "
+             "expanded: {})", st.bytes, sb.name, toString(st.a), prm.name, toString(st.b), n, toString(at), toString(expand(at, s)));
+    checkSharedIndex(st.target, st.a, s, "cp.async into");
+    checkSharedIndex(st.target, st.a + idxConst(n - 1), s, "cp.async into");
+    if (!s.reachable) return;
+    if (st.validBytes) {
+      if (auto r = bound(st.validBytes, s); r && (r->first < 0 || r->second > st.bytes))
+        fail("cp.async{} valid bytes {} range over [{}, {}], outside 0..{}", st.bytes, toString(st.validBytes), r->first, r->second,
+             st.bytes);
+    } else if (auto r = bound(st.b, s); r && (r->first < 0 || r->second + n > prm.elements)) {
+      fail("cp.async{} reads {}[{}] over elements [{}, {}], outside the parameter's {} elements", st.bytes, prm.name,
+           toString(st.b), r->first, r->second + n - 1, prm.elements);
+    }
+  }
+
   // Warp-collective statements: every lane of every warp executes them; block-uniform control flow guarantees it.
   void checkWarpCollective(const char* what) {
     if (!divergence.empty()) fail("{} under thread-dependent control flow `{}` (lanes of a warp may skip it)", what, divergence);
@@ -363,6 +401,11 @@ struct Verifier {
           for (auto& v : st.values) checkExpr(v, s);
           checkVectorAccess(st.target, st.a, st.values.size(), s, "store");
           if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+          break;
+        case Stmt::Kind::CpAsync: checkCpAsync(st, s); break;
+        case Stmt::Kind::CpAsyncCommit: break;
+        case Stmt::Kind::CpAsyncWait:
+          if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
           break;
         case Stmt::Kind::ShuffleXor:
           checkWarpCollective("shuffle");

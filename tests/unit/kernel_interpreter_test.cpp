@@ -498,5 +498,89 @@ TEST(KernelVerifier, SharedMemoryLimitsComeFromTheTarget) {
   }
 }
 
+// Two cp.async groups per thread of 64: x[0..256) into shared `lo` (16-byte copies), then x[256..500) into
+// shared `hi` with a valid-bytes operand that zero-fills past the end of x (500 elements); wait for the first
+// group, barrier, copy `lo` to y[0..256) (elements other threads copied), wait for the rest, barrier, copy `hi`.
+struct AsyncOptions {
+  int firstWait = 1;       // 2: the first group is never waited for before the reads
+  bool firstBarrier = true;
+  int64_t shift = 0;       // added to the shared index of the first copies (misaligned when not a multiple of 4)
+};
+Program asyncCopy(AsyncOptions o = {}) {
+  Kernel k;
+  k.name = "k_async";
+  k.block = {64, 1, 1};
+  k.shared = {SharedBuffer{"lo", 260}, SharedBuffer{"hi", 256}};
+  Idx tid = idxVar(2, "tid"), i = idxVar(3, "i");
+  k.body.push_back(defIdx(2, "tid", threadIdx()));
+  k.body.push_back(cpAsync(0, idxMul(tid, 4) + idxConst(o.shift), 0, idxMul(tid, 4), 16));
+  k.body.push_back(cpAsyncCommit());
+  Idx left = idxConst(500 - 256) + idxMul(tid, -4);  // elements of x left from this thread's first
+  k.body.push_back(cpAsync(1, idxMul(tid, 4), 0, idxMul(tid, 4) + idxConst(256), 16,
+                           idxMin(idxConst(16), idxMax(idxConst(0), idxMul(left, 4)))));
+  k.body.push_back(cpAsyncCommit());
+  k.body.push_back(cpAsyncWait(o.firstWait));
+  if (o.firstBarrier) k.body.push_back(barrier());
+  k.body.push_back(forLoop(3, "i", tid, idxConst(256), 64, {storeGlobal(1, i, loadShared(0, i))}));
+  k.body.push_back(cpAsyncWait(0));
+  k.body.push_back(barrier());
+  k.body.push_back(forLoop(3, "i", tid, idxConst(256), 64, {storeGlobal(1, i + idxConst(256), loadShared(1, i))}));
+  return program(500, 512, std::move(k));
+}
+
+TEST(KernelInterpreter, CpAsyncGroups) {
+  Program p = asyncCopy();
+  verify(p);
+  HostTensor x = ramp(500);
+  auto out = interpret(p, {x});
+  for (int e = 0; e < 512; ++e) ASSERT_EQ(out[0].values[e], e < 500 ? x.values[e] : 0.f) << e;
+  std::string text = print(p);
+  EXPECT_NE(text.find("  cp.async16 shared lo[tid*4] <- x[tid*4]\n  cp.async.commit\n"
+                      "  cp.async16 shared hi[tid*4] <- x[tid*4 + 256] valid min(16, max(0, (tid*-4 + 244)*4)) bytes\n"
+                      "  cp.async.commit\n  cp.async.wait 1\n  barrier\n"),
+            std::string::npos) << text;
+  std::string cu = cuda::emit(p).sources[0].text;
+  EXPECT_NE(cu.find("  __shared__ __align__(16) float lo[260];\n"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("  kiln::cp_async<16>(&lo[tid*4], &in0[tid*4]);\n  kiln::cp_async_commit();\n"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("  kiln::cp_async<16>(&hi[tid*4], &in0[tid*4 + 256], min(16, max(0, (tid*-4 + 244)*4)));\n"), std::string::npos)
+      << cu;
+  EXPECT_NE(cu.find("  kiln::cp_async_wait<1>();\n"), std::string::npos) << cu;
+  expectNvccCompiles(p);
+}
+
+TEST(KernelInterpreter, CpAsyncFaults) {
+  // Not waited for: a barrier alone completes nothing.
+  std::string msg = errorOf([&] { interpret(asyncCopy({.firstWait = 2}), {ramp(500)}); });
+  EXPECT_NE(msg.find("kernel k_async: thread 0 of block 0: read of shared memory whose cp.async has not been waited for: lo[0] "
+                     "(copied by thread 0)"), std::string::npos) << msg;
+  // Waited for, but another thread's copy is read without a barrier after the wait.
+  msg = errorOf([&] { interpret(asyncCopy({.firstBarrier = false}), {ramp(500)}); });
+  EXPECT_NE(msg.find("kernel k_async: thread 1 of block 0 reads shared lo[1], which thread 0's cp.async wrote, with no barrier "
+                     "after that thread's wait"), std::string::npos) << msg;
+  // Misaligned destination.
+  msg = errorOf([&] { interpret(asyncCopy({.shift = 2}), {ramp(500)}); });
+  EXPECT_NE(msg.find("thread 0 of block 0: cp.async16 shared lo[2] <- x[0]: misaligned"), std::string::npos) << msg;
+  msg = errorOf([&] { verify(asyncCopy({.shift = 2})); });
+  EXPECT_NE(msg.find("kernel k_async: cp.async not provably aligned: cp.async16 shared lo[tid*4 + 2] <- x[tid*4]"), std::string::npos)
+      << msg;
+  // Shifted by a whole copy: aligned, but past the end of `lo`.
+  msg = errorOf([&] { verify(asyncCopy({.shift = 8})); });
+  EXPECT_NE(msg.find("cp.async into shared lo[tid*4 + 8] indexes [8, 260], outside the buffer's 260 elements"), std::string::npos)
+      << msg;
+  // Without the valid-bytes operand the second copy reads past x.
+  Program unguarded = asyncCopy();
+  unguarded.kernels[0].body[3].validBytes = nullptr;
+  msg = errorOf([&] { verify(unguarded); });
+  EXPECT_NE(msg.find("cp.async16 reads x[tid*4 + 256] over elements [256, 511], outside the parameter's 500 elements"),
+            std::string::npos) << msg;
+  msg = errorOf([&] { interpret(unguarded, {ramp(500)}); });
+  EXPECT_NE(msg.find("thread 61 of block 0: cp.async16 shared hi[244] <- x[500]: reads [500, 503], out of bounds"), std::string::npos)
+      << msg;
+  Program old = asyncCopy();
+  old.target.cpAsync = false;
+  EXPECT_NE(errorOf([&] { verify(old); }).find("cp.async on sm_90a, which does not have it"), std::string::npos);
+  EXPECT_THROW(cpAsync(0, idxConst(0), 0, idxConst(0), 12), InternalError);
+}
+
 }  // namespace
 }  // namespace kiln::kernel

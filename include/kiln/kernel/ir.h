@@ -64,6 +64,9 @@ struct Stmt {
     LoadVector,   // float slots = param[index .. index + W), one aligned vector load, see loadVector()
     StoreVector,  // param[index .. index + W) = values, one aligned vector store, see storeVector()
     ShuffleXor,   // float var = src of lane ^ laneMask (warp-collective), see shuffleXor()
+    CpAsync,      // asynchronous global -> shared copy of 4, 8 or 16 bytes, see cpAsync()
+    CpAsyncCommit,  // closes the thread's open cp.async group
+    CpAsyncWait,    // waits for all but the newest `pendingGroups` committed groups of the thread
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -80,6 +83,10 @@ struct Stmt {
   std::vector<FE> values;           // StoreVector: one value per element
   int srcSlot = -1;                 // ShuffleXor: the float slot read in the partner lane
   int laneMask = 0;                 // ShuffleXor
+  int param = -1;                   // CpAsync: the global source parameter (target: the shared buffer; a, b: indices)
+  int bytes = 0;                    // CpAsync: bytes copied
+  Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
+  int pendingGroups = 0;            // CpAsyncWait
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -118,6 +125,19 @@ Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask);
 //   tmp = shuffleXor(slot, m); slot = combine(slot, tmp)
 // after which every lane holds combine over all 32 lanes' values (combine: a binary Fn, e.g. Add or Max).
 Block warpAllReduce(Fn combine, int slot, int tmpSlot);
+
+// Asynchronous copy (PTX cp.async, sm_80+): `bytes` (4, 8 or 16) bytes from param[globalIndex..] to
+// sharedBuf[sharedIndex..], both of the same dtype, both element indices multiples of bytes / element size
+// (aligned addresses). With validBytesOrNull non-null only that many leading bytes (a multiple of the element
+// size, 0..bytes) are read from global memory and the rest of the destination is zero-filled (the src-size
+// operand: how tails and padding are copied without a branch); with 0 nothing is read.
+// Each thread's copies join its open group; cpAsyncCommit() closes the group; cpAsyncWait(n) blocks the thread
+// until all but its n most recently committed groups have landed. Until then the destination elements may not
+// be read (or written) by any thread; after the wait they are visible to the waiting thread only, and to the
+// rest of the block after a following barrier (a barrier alone completes nothing).
+Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int bytes, Idx validBytesOrNull = nullptr);
+Stmt cpAsyncCommit();
+Stmt cpAsyncWait(int pendingGroups);
 
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 // The (row, column) of element i of a lane's A, B or C fragment (the layout above).
