@@ -160,6 +160,40 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
+// ldmatrix (Kernel IR's ldmatrix; sm_75+): Count (1, 2, 4) 8x8 matrices of T (bf16 or f16) from shared memory, this
+// lane's `row` being row (lane % 8) of matrix (lane / 8) (16-byte aligned; ignored for lanes >= 8 * Count). Each
+// 32-bit result register holds two elements, the lower column in the low half; they arrive widened to f32, two
+// floats per matrix in matrix order (v0, v1 from matrix 0, ...).
+template <typename T>
+__device__ __forceinline__ void unpack2(unsigned r, float& lo, float& hi) {
+  const T* e = reinterpret_cast<const T*>(&r);
+  lo = to_f32(e[0]);
+  hi = to_f32(e[1]);
+}
+template <int Count, bool Trans, typename T, typename... F>
+__device__ __forceinline__ void ldmatrix(const T* row, F&... v) {
+  static_assert(sizeof(T) == 2, "ldmatrix loads 16-bit elements");
+  static_assert(sizeof...(F) == 2 * Count && (std::is_same_v<F, float> && ...), "ldmatrix.x<Count> fills 2 * Count floats");
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  unsigned r[4];
+  if constexpr (Count == 1 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(at) : "memory");
+  else if constexpr (Count == 1)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(at) : "memory");
+  else if constexpr (Count == 2 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
+  else if constexpr (Count == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
+  else if constexpr (Count == 4 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at) : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at) : "memory");
+  float* out[] = {&v...};
+  for (int j = 0; j < Count; ++j) unpack2<T>(r[j], *out[2 * j], *out[2 * j + 1]);
+}
+
 // Rounds through a storage type (Cast).
 template <typename T>
 __device__ __forceinline__ float round_to(float v) { return to_f32(from_f32<T>(v)); }

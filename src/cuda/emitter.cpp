@@ -170,6 +170,13 @@ class Emitter {
           out += fmt::format("{}kiln::cp_async<{}>(&{}[{}], &{}[{}]{});\n", pad, s.bytes, shared_[s.target], idx(s.a), params_[s.param],
                              idx(s.b), s.validBytes ? ", " + idx(s.validBytes) : std::string());
           break;
+        case K::Ldmatrix: {
+          std::vector<std::string> slots;
+          for (int slot : s.fragment) slots.push_back(floats_[slot]);
+          out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, s.fragment.size() / 2, s.transpose ? "true" : "false",
+                             shared_[s.target], idx(s.a), fmt::join(slots, ", "));
+          break;
+        }
         case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
         case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); break;
         case K::ShuffleXor:

@@ -224,6 +224,7 @@ void Machine::exec(const Block& body, int depth) {
       }
       case Stmt::Kind::Mma: mmaStep(s, mask); break;
       case Stmt::Kind::ShuffleXor: shuffleStep(s, mask); break;
+      case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); break;
       case Stmt::Kind::LoadVector:
         for (int64_t t = 0; t < T; ++t) {
           if (!mask[t]) continue;

@@ -73,6 +73,7 @@ struct Machine {
   // interpreter_warp.cpp
   void mmaStep(const Stmt& s, const std::vector<uint8_t>& mask);
   void shuffleStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void ldmatrixStep(const Stmt& s, const std::vector<uint8_t>& mask);
   // Threads active in warp w under `mask`: 0 or 32, else an error naming `what`.
   int64_t warpActive(int64_t w, const std::vector<uint8_t>& mask, const char* what);
 

@@ -80,4 +80,38 @@ void Machine::shuffleStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   }
 }
 
+// ldmatrix per warp: lanes 0 .. 8*count-1 supply the row addresses, every lane receives two elements per matrix.
+void Machine::ldmatrixStep(const Stmt& s, const std::vector<uint8_t>& mask) {
+  if (T % 32 != 0) raise(fmt::format("kernel {}: ldmatrix in a block of {} threads (not whole warps)", k.name, T));
+  KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: ldmatrix from shared buffer #{} of {}",
+              k.name, s.target, shared.size());
+  const int count = static_cast<int>(s.fragment.size()) / 2;
+  const std::vector<float>& data = shared[s.target];
+  float m[4][8][8];
+  for (int64_t w = 0; w < T / 32; ++w) {
+    if (warpActive(w, mask, "ldmatrix") == 0) continue;
+    for (int lane = 0; lane < 8 * count; ++lane) {
+      const int64_t t = w * 32 + lane;
+      const int64_t row = evaluate(s.a, env[t], &loader);
+      if (row % 8 != 0 || row < 0 || row + 8 > static_cast<int64_t>(data.size()))
+        raise(fmt::format("kernel {}: lane {} of warp {} supplies ldmatrix row shared {}[{}] (must be a multiple of 8 with 8 "
+                          "elements inside its {}: 16-byte aligned rows; index {})", k.name, lane, w, k.shared[s.target].name, row,
+                          data.size(), toString(s.a)));
+      for (int c = 0; c < 8; ++c) {
+        checkSharedRead(s.target, row + c, t);
+        if (!written[s.target][row + c])
+          raise(fmt::format("kernel {}: lane {} of warp {} reads shared {}[{}] that no thread wrote (ldmatrix row, block {})",
+                            k.name, lane, w, k.shared[s.target].name, row + c, block));
+        m[lane / 8][lane % 8][c] = data[row + c];
+      }
+    }
+    for (int lane = 0; lane < 32; ++lane)
+      for (int j = 0; j < count; ++j)
+        for (int e = 0; e < 2; ++e) {
+          const int g = lane / 4, col = 2 * (lane % 4) + e;
+          floats[(w * 32 + lane) * nf + s.fragment[2 * j + e]] = s.transpose ? m[j][col][g] : m[j][g][col];
+        }
+  }
+}
+
 }  // namespace kiln::kernel::interp

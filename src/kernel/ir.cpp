@@ -221,6 +221,19 @@ Stmt cpAsyncWait(int pendingGroups) {
   return s;
 }
 
+Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vector<int> slots) {
+  KILN_ASSERT(sharedBuf >= 0 && rowIndex, "ldmatrix: bad shared buffer {} or null row index", sharedBuf);
+  KILN_ASSERT(count == 1 || count == 2 || count == 4, "ldmatrix: {} matrices (want 1, 2 or 4)", count);
+  KILN_ASSERT(static_cast<int>(slots.size()) == 2 * count, "ldmatrix.x{}: {} slots (want {})", count, slots.size(), 2 * count);
+  for (int slot : slots) KILN_ASSERT(slot >= 0, "ldmatrix: negative float slot {}", slot);
+  Stmt s = makeStmt(Stmt::Kind::Ldmatrix);
+  s.target = sharedBuf;
+  s.a = std::move(rowIndex);
+  s.transpose = transpose;
+  s.fragment = std::move(slots);
+  return s;
+}
+
 std::pair<int, int> mmaElementA(int lane, int i) {
   int g = lane / 4, t = lane % 4;
   return {g + 8 * ((i / 2) % 2), 2 * t + i % 2 + 8 * (i / 4)};

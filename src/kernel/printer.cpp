@@ -92,6 +92,13 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
                                     paramName(k, s.param), idxString(s.b),
                                     s.validBytes ? fmt::format(" valid {} bytes", idxString(s.validBytes)) : std::string()));
         break;
+      case Stmt::Kind::Ldmatrix: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
+        lines.push_back(fmt::format("{}{} = ldmatrix.x{}{} shared {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size() / 2,
+                                    s.transpose ? ".trans" : "", sharedName(k, s.target), idxString(s.a)));
+        break;
+      }
       case Stmt::Kind::CpAsyncCommit: lines.push_back(ind + "cp.async.commit"); break;
       case Stmt::Kind::CpAsyncWait: lines.push_back(fmt::format("{}cp.async.wait {}", ind, s.pendingGroups)); break;
       case Stmt::Kind::ShuffleXor:

@@ -244,6 +244,27 @@ struct Verifier {
     }
   }
 
+  // ldmatrix: warp-collective, an instruction of the target, b16 matrices, rows provably 16-byte aligned and in bounds.
+  void checkLdmatrix(const Stmt& st, const Scope& s) {
+    checkWarpCollective("ldmatrix");
+    checkIdx(st.a, s, "an ldmatrix row index");
+    if (!p.target.ldmatrix) fail("ldmatrix on {}, which does not have it", p.target.arch);
+    const size_t n = st.fragment.size();
+    if (n != 2 && n != 4 && n != 8) fail("ldmatrix with {} slots (want 2, 4 or 8)", n);
+    if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+      fail("ldmatrix from shared buffer #{} of {}", st.target, k.shared.size());
+    const SharedBuffer& sb = k.shared[st.target];
+    if (sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix from shared {} of type {} (want bf16 or f16)", sb.name,
+                                                                dtypeName(sb.dtype));
+    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+    if (!provablyMultipleOf(expand(st.a, s), 8, extents))
+      fail("ldmatrix row not provably aligned: shared {}[{}] must be a multiple of 8 elements (16 bytes; expanded: {})", sb.name,
+           toString(st.a), toString(expand(st.a, s)));
+    checkSharedIndex(st.target, st.a, s, "ldmatrix row");
+    checkSharedIndex(st.target, st.a + idxConst(7), s, "ldmatrix row");
+    for (int slot : st.fragment) checkSlotWrite(slot, "ldmatrix");
+  }
+
   // Warp-collective statements: every lane of every warp executes them; block-uniform control flow guarantees it.
   void checkWarpCollective(const char* what) {
     if (!divergence.empty()) fail("{} under thread-dependent control flow `{}` (lanes of a warp may skip it)", what, divergence);
@@ -404,6 +425,7 @@ struct Verifier {
           break;
         case Stmt::Kind::CpAsync: checkCpAsync(st, s); break;
         case Stmt::Kind::CpAsyncCommit: break;
+        case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); break;
         case Stmt::Kind::CpAsyncWait:
           if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
           break;

@@ -9,48 +9,13 @@
 #include "kiln/kernel/ir.h"
 #include "kiln/loop/ir.h"
 #include "kiln/support/error.h"
-#include "test_support.h"
+#include "kernel_test_support.h"
 
 namespace kiln::kernel {
 namespace {
 
-constexpr int kX = 0, kY = 1;  // buffer ids
+using namespace kernel_test;
 
-loop::Buffer buffer(loop::Buffer::Kind kind, std::string name, int64_t n) {
-  loop::Buffer b;
-  b.kind = kind;
-  b.name = std::move(name);
-  b.dtype = DType::F32;
-  b.shape = {n};
-  return b;
-}
-
-// x: f32[n] input, y: f32[outN] output; one kernel reading x (param 0) and writing y (param 1).
-Program program(int64_t n, int64_t outN, Kernel k) {
-  Program p;
-  p.modelName = "handwritten";
-  p.buffers = {buffer(loop::Buffer::Kind::Input, "x", n), buffer(loop::Buffer::Kind::Output, "y", outN)};
-  p.inputs = {kX};
-  p.outputs = {kY};
-  k.params = {Param{kX, "x", DType::F32, n, false}, Param{kY, "y", DType::F32, outN, true}};
-  p.kernels.push_back(std::move(k));
-  return p;
-}
-
-HostTensor ramp(int64_t n) {
-  HostTensor t{DType::F32, {n}, {}};
-  for (int64_t i = 0; i < n; ++i) t.values.push_back(std::sin(0.37f * static_cast<float>(i)) + 0.5f);
-  return t;
-}
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InternalError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // y[p] = x[p]*2 + 1, one thread per element; `guard` keeps the 24 surplus threads from storing.
 Program elementwise(bool guard) {
@@ -269,16 +234,6 @@ TEST(KernelPrinter, PrintsStatementsAndJson) {
   EXPECT_EQ(j["kernels"][0]["shared_bytes"], 512);
   EXPECT_EQ(j["kernels"][0]["block"][0], 128);
   EXPECT_FALSE(j["kernels"][0]["body"].empty());
-}
-
-// nvcc compiles every kernel of `p` for sm_90a without an error or a warning.
-void expectNvccCompiles(const Program& p) {
-  test::TempDir tmp;
-  try {
-    cuda::writeArtifacts(p, cuda::emit(p), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90a", true});
-  } catch (const UserError& e) {
-    ADD_FAILURE() << e.what();
-  }
 }
 
 // y = x*2 + 1 on n elements of `dtype`, `width` at a time: one thread per vector, vector loads into float slots

@@ -67,6 +67,7 @@ struct Stmt {
     CpAsync,      // asynchronous global -> shared copy of 4, 8 or 16 bytes, see cpAsync()
     CpAsyncCommit,  // closes the thread's open cp.async group
     CpAsyncWait,    // waits for all but the newest `pendingGroups` committed groups of the thread
+    Ldmatrix,       // warp-collective load of 8x8 b16 matrices from shared into fragment slots, see ldmatrix()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -87,6 +88,7 @@ struct Stmt {
   int bytes = 0;                    // CpAsync: bytes copied
   Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
   int pendingGroups = 0;            // CpAsyncWait
+  bool transpose = false;           // Ldmatrix: .trans
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -138,6 +140,15 @@ Block warpAllReduce(Fn combine, int slot, int tmpSlot);
 Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int bytes, Idx validBytesOrNull = nullptr);
 Stmt cpAsyncCommit();
 Stmt cpAsyncWait(int pendingGroups);
+
+// ldmatrix.sync.aligned.m8n8.x{count}{.trans}.shared.b16 (sm_75+): loads count (1, 2 or 4) 8x8 matrices of a bf16
+// or f16 shared buffer. Lane 8j + r supplies in `rowIndex` the element index of row r of matrix j (8 contiguous
+// elements, 16-byte aligned: a multiple of 8); lanes at or above 8 * count supply nothing (their index is not
+// evaluated). Lane l, with g = l / 4 and t = l % 4, receives for matrix j
+//   slots[2j], slots[2j + 1] = M_j[g][2t], M_j[g][2t + 1]     (transpose: M_j[2t][g], M_j[2t + 1][g])
+// widened to f32: exactly the A / B fragment layout of mma() when the matrices are its 8x8 quarters.
+// Warp-collective like mma.
+Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vector<int> slots);
 
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 // The (row, column) of element i of a lane's A, B or C fragment (the layout above).
