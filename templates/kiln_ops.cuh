@@ -98,6 +98,102 @@ __device__ __forceinline__ void mma_m16n8k16(float& c0, float& c1, float& c2, fl
                         pack2(T(), b0, b1), pack2(T(), b2, b3));
 }
 
+// Vector global memory access (Kernel IR's loadVector / storeVector): W consecutive elements of T moved by one
+// 4-, 8- or 16-byte instruction; p must be aligned to W * sizeof(T) bytes (the verifier proves the element index
+// is a multiple of W; the runtime's arena aligns every buffer to 256 bytes). Values are f32 in registers.
+template <int Bytes>
+struct vec_word;
+template <>
+struct vec_word<4> { using type = unsigned; };
+template <>
+struct vec_word<8> { using type = uint2; };
+template <>
+struct vec_word<16> { using type = uint4; };
+
+template <int W, typename T>
+struct vec_traits {
+  static_assert(W >= 2 && (W & (W - 1)) == 0, "vector width must be a power of two >= 2");
+  static_assert(W * sizeof(T) >= 4 && W * sizeof(T) <= 16, "a vector access moves 4 to 16 bytes");
+  using word = typename vec_word<static_cast<int>(W * sizeof(T))>::type;
+};
+
+// v0..v{W-1} = p[0..W) converted to f32.
+template <int W, typename T, typename... F>
+__device__ __forceinline__ void load_vec(const T* p, F&... v) {
+  static_assert(sizeof...(F) == W && (std::is_same_v<F, float> && ...), "load_vec<W> fills W floats");
+  using Word = typename vec_traits<W, T>::word;
+  const Word word = *reinterpret_cast<const Word*>(p);
+  const T* e = reinterpret_cast<const T*>(&word);
+  int i = 0;
+  ((v = to_f32(e[i++])), ...);
+}
+
+// p[0..W) = v0..v{W-1} rounded to T.
+template <int W, typename T, typename... F>
+__device__ __forceinline__ void store_vec(T* p, F... v) {
+  static_assert(sizeof...(F) == W && (std::is_same_v<F, float> && ...), "store_vec<W> takes W floats");
+  using Word = typename vec_traits<W, T>::word;
+  Word word;
+  T* e = reinterpret_cast<T*>(&word);
+  int i = 0;
+  ((e[i++] = from_f32<T>(v)), ...);
+  *reinterpret_cast<Word*>(p) = word;
+}
+
+// Asynchronous copies (Kernel IR's cpAsync / cpAsyncCommit / cpAsyncWait; sm_80+): Bytes (4, 8 or 16) from global
+// to shared memory, both addresses aligned to Bytes; only the first `valid_bytes` are read, the rest of the
+// destination is zero-filled. 16-byte copies bypass L1 (.cg), smaller ones cannot (.ca).
+template <int Bytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int valid_bytes = Bytes) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (Bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid_bytes) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(Bytes), "r"(valid_bytes) : "memory");
+}
+// Closes the thread's open group of copies.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most Pending of the thread's committed groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+// ldmatrix (Kernel IR's ldmatrix; sm_75+): Count (1, 2, 4) 8x8 matrices of T (bf16 or f16) from shared memory, this
+// lane's `row` being row (lane % 8) of matrix (lane / 8) (16-byte aligned; ignored for lanes >= 8 * Count). Each
+// 32-bit result register holds two elements, the lower column in the low half; they arrive widened to f32, two
+// floats per matrix in matrix order (v0, v1 from matrix 0, ...).
+template <typename T>
+__device__ __forceinline__ void unpack2(unsigned r, float& lo, float& hi) {
+  const T* e = reinterpret_cast<const T*>(&r);
+  lo = to_f32(e[0]);
+  hi = to_f32(e[1]);
+}
+template <int Count, bool Trans, typename T, typename... F>
+__device__ __forceinline__ void ldmatrix(const T* row, F&... v) {
+  static_assert(sizeof(T) == 2, "ldmatrix loads 16-bit elements");
+  static_assert(sizeof...(F) == 2 * Count && (std::is_same_v<F, float> && ...), "ldmatrix.x<Count> fills 2 * Count floats");
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  unsigned r[4];
+  if constexpr (Count == 1 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(at) : "memory");
+  else if constexpr (Count == 1)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(at) : "memory");
+  else if constexpr (Count == 2 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
+  else if constexpr (Count == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
+  else if constexpr (Count == 4 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at) : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at) : "memory");
+  float* out[] = {&v...};
+  for (int j = 0; j < Count; ++j) unpack2<T>(r[j], *out[2 * j], *out[2 * j + 1]);
+}
+
 // Rounds through a storage type (Cast).
 template <typename T>
 __device__ __forceinline__ float round_to(float v) { return to_f32(from_f32<T>(v)); }

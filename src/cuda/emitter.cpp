@@ -62,9 +62,24 @@ class Emitter {
     }
     out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
                        k_.name, fmt::join(args, ", "));
-    for (size_t i = 0; i < k_.shared.size(); ++i)
-      out += fmt::format("  __shared__ {}{} {}[{}];\n", k_.shared[i].dtype == DType::F32 ? "" : "__align__(16) ",
-                         cudaTypeName(k_.shared[i].dtype), shared_[i], k_.shared[i].elements);
+    std::set<int> asyncTargets;
+    collectAsyncTargets(k_.body, asyncTargets);
+    std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
+    for (size_t i = 0; i < k_.shared.size(); ++i) {
+      const kernel::SharedBuffer& sb = k_.shared[i];
+      if (!sb.dynamic) {
+        const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));  // 16-byte copies land there
+        out += fmt::format("  __shared__ {}{} {}[{}];\n", aligned ? "__align__(16) " : "", cudaTypeName(sb.dtype), shared_[i],
+                           sb.elements);
+        continue;
+      }
+      if (dynamicBase.empty()) {
+        dynamicBase = cIdentifier("kiln_dynamic_shared", used);
+        out += fmt::format("  extern __shared__ __align__(16) unsigned char {}[];\n", dynamicBase);
+      }
+      out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} elements\n", cudaTypeName(sb.dtype),
+                         shared_[i], dynamicBase, k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements);
+    }
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
     block(k_.body, 1, out);
     out += "}\n";
@@ -72,6 +87,13 @@ class Emitter {
   }
 
  private:
+  static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out) {
+    for (const kernel::Stmt& s : b) {
+      if (s.kind == kernel::Stmt::Kind::CpAsync) out.insert(s.target);
+      collectAsyncTargets(s.body, out);
+    }
+  }
+
   // Index variables print with their C names (threadIdx.x, blockIdx.x, p0, r0, i, j).
   std::string idx(const Idx& e) {
     Idx named = mapIndexLoads(e, [&](const IndexNode& l, const Idx& flat) { return idxLoad(l.buffer, params_[l.buffer], flat); });
@@ -130,6 +152,36 @@ class Emitter {
                                cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
           break;
         case K::Barrier: out += pad + "__syncthreads();\n"; break;
+        case K::LoadVector: {
+          std::vector<std::string> slots;
+          for (int slot : s.fragment) slots.push_back(floats_[slot]);
+          out += fmt::format("{}kiln::load_vec<{}>({} + ({}), {});\n", pad, s.fragment.size(), params_[s.target], idx(s.a),
+                             fmt::join(slots, ", "));
+          break;
+        }
+        case K::StoreVector: {
+          std::vector<std::string> values;
+          for (auto& v : s.values) values.push_back(fe(v));
+          out += fmt::format("{}kiln::store_vec<{}>({} + ({}), {});\n", pad, s.values.size(), params_[s.target], idx(s.a),
+                             fmt::join(values, ", "));
+          break;
+        }
+        case K::CpAsync:
+          out += fmt::format("{}kiln::cp_async<{}>(&{}[{}], &{}[{}]{});\n", pad, s.bytes, shared_[s.target], idx(s.a), params_[s.param],
+                             idx(s.b), s.validBytes ? ", " + idx(s.validBytes) : std::string());
+          break;
+        case K::Ldmatrix: {
+          std::vector<std::string> slots;
+          for (int slot : s.fragment) slots.push_back(floats_[slot]);
+          out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, s.fragment.size() / 2, s.transpose ? "true" : "false",
+                             shared_[s.target], idx(s.a), fmt::join(slots, ", "));
+          break;
+        }
+        case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
+        case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); break;
+        case K::ShuffleXor:
+          out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
+          break;
         case K::Mma: {
           if (!s.pairs.empty()) {  // A and B as 32-bit pairs straight from shared memory
             std::vector<std::string> c, ab;

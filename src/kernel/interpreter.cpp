@@ -2,27 +2,29 @@
 // under an active mask (DESIGN.md §4). A statement completes for every active thread before the next one
 // starts, so a barrier reached by the whole block is a no-op and one reached by part of it is an error.
 // Shared memory is fresh per block and remembers which elements some thread wrote; reading any other
-// element is an error. Outputs and temporaries start as NaN.
+// element is an error. Outputs and temporaries start as NaN. The machine's state is in interpreter_machine.h;
+// warp-collective statements and cp.async live in their own files.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "interpreter_machine.h"
 #include "kiln/kernel/ir.h"
 #include "kiln/support/error.h"
 
 namespace kiln::kernel {
+namespace interp {
 namespace {
 
 constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
-
-[[noreturn]] void raise(std::string what) { throw InternalError(std::move(what)); }
 
 struct Dims {
   int maxVar = kBlockIdx;  // largest index variable id
   int maxSlot = -1;        // largest float slot
   int depth = 0;           // deepest For/If nesting
+  bool async = false;      // has cp.async statements
 };
 
 void scanIdx(const Idx& e, Dims& d) {
@@ -66,279 +68,247 @@ void scanBlock(const Block& body, int depth, Dims& d) {
     if (s.b) scanIdx(s.b, d);
     for (auto& pair : s.pairs) scanIdx(pair, d);
     if (s.value) scanExpr(s.value, d);
+    for (auto& v : s.values) scanExpr(v, d);
+    if (s.kind == Stmt::Kind::ShuffleXor) {
+      KILN_ASSERT(s.var >= 0 && s.srcSlot >= 0, "shuffle with negative float slot {} or {}", s.var, s.srcSlot);
+      d.maxSlot = std::max({d.maxSlot, s.var, s.srcSlot});
+    }
+    if (s.validBytes) scanIdx(s.validBytes, d);
+    d.async = d.async || s.kind == Stmt::Kind::CpAsync;
     if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::If) scanBlock(s.body, depth + 1, d);
   }
 }
 
-struct Machine {
-  const Program& p;
-  const Kernel& k;
-  std::vector<std::vector<float>>& buffers;  // program buffers
-  int64_t T = 0;                             // threads per block
-  int64_t block = 0;                         // current block
-  int nf = 0;                                // float slots
+}  // namespace
 
-  std::vector<std::vector<int64_t>> env;     // per thread: index variables
-  std::vector<float> floats;                 // per thread: float slots (thread-major)
-  std::vector<std::vector<float>> shared;
-  std::vector<std::vector<uint8_t>> written;
-  std::vector<std::vector<uint8_t>> masks;   // per nesting depth
-  std::vector<std::vector<int64_t>> ends;    // per nesting depth: For end per thread
-  std::vector<int64_t> idxTmp;               // per thread, for stores
-  std::vector<float> valTmp;
-
-  IndexLoader loader;                        // index values read from memory (gathers)
-
-  Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)
-      : p(prog), k(kern), buffers(bufs) {
-    loader = [this](int param, int64_t flat) {
-      const std::vector<float>& data = paramData(param);
-      if (flat < 0 || flat >= static_cast<int64_t>(data.size()))
-        raise(fmt::format("kernel {}: index read {}[{}] out of bounds", k.name, k.params[param].name, flat));
-      return static_cast<int64_t>(data[flat]);
-    };
-  }
-
-  const std::vector<float>& paramData(int param) {
-    KILN_ASSERT(param >= 0 && param < static_cast<int>(k.params.size()), "kernel {}: parameter #{} of {}", k.name, param,
-                k.params.size());
-    return buffers[k.params[param].buffer];
-  }
-
-  float eval(const FExpr& e, int64_t t) {
-    switch (e.kind) {
-      case FExpr::Kind::Const: return e.value;
-      case FExpr::Kind::Var: return floats[t * nf + e.var];
-      case FExpr::Kind::LoadGlobal: {
-        const std::vector<float>& data = paramData(e.param);
-        int64_t i = evaluate(e.index, env[t], &loader);
-        if (i < 0 || i >= static_cast<int64_t>(data.size()))
-          raise(fmt::format("kernel {}: thread {} of block {} loads {}[{}] out of bounds ({} elements; index {})", k.name, t,
-                            block, k.params[e.param].name, i, data.size(), toString(e.index)));
-        return data[i];
-      }
-      case FExpr::Kind::LoadShared: {
-        KILN_ASSERT(e.shared >= 0 && e.shared < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
-                    k.name, e.shared, shared.size());
-        int64_t i = evaluate(e.index, env[t], &loader);
-        const std::vector<float>& data = shared[e.shared];
-        if (i < 0 || i >= static_cast<int64_t>(data.size()))
-          raise(fmt::format("kernel {}: thread {} of block {} loads shared {}[{}] out of bounds ({} elements; index {})", k.name,
-                            t, block, k.shared[e.shared].name, i, data.size(), toString(e.index)));
-        if (!written[e.shared][i])
-          raise(fmt::format("kernel {}: thread {} reads shared {}[{}] that no thread wrote (block {}, index {})", k.name, t,
-                            k.shared[e.shared].name, i, block, toString(e.index)));
-        return data[i];
-      }
-      case FExpr::Kind::Apply: {
-        float a = eval(*e.args[0], t);
-        if (e.fn == Fn::Cast) return loop::roundTo(e.castTo, a);
-        float b = e.args.size() > 1 ? eval(*e.args[1], t) : 0.f;
-        float c = e.args.size() > 2 ? eval(*e.args[2], t) : 0.f;
-        return tensor::applyFn(e.fn, a, b, c);
-      }
-      case FExpr::Kind::Select:
-        return evaluate(e.index, env[t], &loader) < evaluate(e.bound, env[t], &loader) ? eval(*e.args[0], t)
-                                                                                        : eval(*e.args[1], t);
+float Machine::eval(const FExpr& e, int64_t t) {
+  switch (e.kind) {
+    case FExpr::Kind::Const: return e.value;
+    case FExpr::Kind::Var: return floats[t * nf + e.var];
+    case FExpr::Kind::LoadGlobal: {
+      const std::vector<float>& data = paramData(e.param);
+      int64_t i = evaluate(e.index, env[t], &loader);
+      if (i < 0 || i >= static_cast<int64_t>(data.size()))
+        raise(fmt::format("kernel {}: thread {} of block {} loads {}[{}] out of bounds ({} elements; index {})", k.name, t,
+                          block, k.params[e.param].name, i, data.size(), toString(e.index)));
+      return data[i];
     }
-    return 0.f;
-  }
-
-  // One mma.m16n8k16 per warp: gather the tiles from the lanes' fragment slots (the layout of kernel/ir.h),
-  // multiply in f32 after rounding A and B to the operand type, accumulate over k in order, scatter D.
-  void mmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
-    if (T % 32 != 0) raise(fmt::format("kernel {}: mma in a block of {} threads (not whole warps)", k.name, T));
-    for (int64_t w = 0; w < T / 32; ++w) {
-      int64_t active = std::count(mask.begin() + w * 32, mask.begin() + w * 32 + 32, uint8_t{1});
-      if (active == 0) continue;
-      if (active != 32)
-        raise(fmt::format("kernel {}: mma reached by {} of 32 lanes of warp {} (block {})", k.name, active, w, block));
-      float a[kMmaM][kMmaK], b[kMmaK][kMmaN], c[kMmaM][kMmaN];
-      const bool fromShared = !s.pairs.empty();
-      if (fromShared)
-        KILN_ASSERT(s.sharedA >= 0 && s.sharedA < static_cast<int>(shared.size()) && s.sharedB >= 0 &&
-                        s.sharedB < static_cast<int>(shared.size()),
-                    "kernel {}: mma reads shared buffers #{} and #{} of {}", k.name, s.sharedA, s.sharedB, shared.size());
-      const int cFirst = fromShared ? 0 : 12;  // where the accumulators start among the fragment slots
-      auto slot = [&](int lane, int i) -> float& { return floats[(w * 32 + lane) * nf + s.fragment[static_cast<size_t>(i)]]; };
-      // Operand element i of a lane: its fragment slot, or element i % 2 of pair i / 2 in shared memory.
-      auto operand = [&](int lane, int i, bool isA) -> float {
-        if (!fromShared) return slot(lane, isA ? i : 8 + i);
-        const int buffer = isA ? s.sharedA : s.sharedB;
-        const Idx& at = s.pairs[static_cast<size_t>((isA ? 0 : 4) + i / 2)];
-        int64_t first = evaluate(at, env[w * 32 + lane], &loader);
-        const std::vector<float>& data = shared[buffer];
-        if (first % 2 != 0 || first < 0 || first + 1 >= static_cast<int64_t>(data.size()))
-          raise(fmt::format("kernel {}: lane {} of warp {} reads an mma pair at shared {}[{}] (must be even and inside its {} "
-                            "elements; index {})", k.name, lane, w, k.shared[buffer].name, first, data.size(), toString(at)));
-        int64_t e = first + i % 2;
-        if (!written[buffer][e])
-          raise(fmt::format("kernel {}: lane {} of warp {} reads shared {}[{}] that no thread wrote (mma pair, block {})", k.name,
-                            lane, w, k.shared[buffer].name, e, block));
-        return data[e];
-      };
-      for (int lane = 0; lane < 32; ++lane) {
-        for (int i = 0; i < 8; ++i) {
-          auto [r, col] = mmaElementA(lane, i);
-          a[r][col] = loop::roundTo(s.operandType, operand(lane, i, true));
-        }
-        for (int i = 0; i < 4; ++i) {
-          auto [r, col] = mmaElementB(lane, i);
-          b[r][col] = loop::roundTo(s.operandType, operand(lane, i, false));
-          auto [cr, cc] = mmaElementC(lane, i);
-          c[cr][cc] = slot(lane, cFirst + i);
-        }
-      }
-      for (int lane = 0; lane < 32; ++lane)
-        for (int i = 0; i < 4; ++i) {
-          auto [r, col] = mmaElementC(lane, i);
-          float acc = c[r][col];
-          for (int kk = 0; kk < kMmaK; ++kk) acc += a[r][kk] * b[kk][col];
-          slot(lane, cFirst + i) = acc;
-        }
+    case FExpr::Kind::LoadShared: {
+      KILN_ASSERT(e.shared >= 0 && e.shared < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
+                  k.name, e.shared, shared.size());
+      int64_t i = evaluate(e.index, env[t], &loader);
+      const std::vector<float>& data = shared[e.shared];
+      if (i < 0 || i >= static_cast<int64_t>(data.size()))
+        raise(fmt::format("kernel {}: thread {} of block {} loads shared {}[{}] out of bounds ({} elements; index {})", k.name,
+                          t, block, k.shared[e.shared].name, i, data.size(), toString(e.index)));
+      checkSharedRead(e.shared, i, t);
+      if (!written[e.shared][i])
+        raise(fmt::format("kernel {}: thread {} reads shared {}[{}] that no thread wrote (block {}, index {})", k.name, t,
+                          k.shared[e.shared].name, i, block, toString(e.index)));
+      return data[i];
     }
+    case FExpr::Kind::Apply: {
+      float a = eval(*e.args[0], t);
+      if (e.fn == Fn::Cast) return loop::roundTo(e.castTo, a);
+      float b = e.args.size() > 1 ? eval(*e.args[1], t) : 0.f;
+      float c = e.args.size() > 2 ? eval(*e.args[2], t) : 0.f;
+      return tensor::applyFn(e.fn, a, b, c);
+    }
+    case FExpr::Kind::Select:
+      return evaluate(e.index, env[t], &loader) < evaluate(e.bound, env[t], &loader) ? eval(*e.args[0], t)
+                                                                                      : eval(*e.args[1], t);
   }
+  return 0.f;
+}
 
-  void exec(const Block& body, int depth) {
-    const std::vector<uint8_t>& mask = masks[depth];
-    for (const Stmt& s : body) {
-      switch (s.kind) {
-        case Stmt::Kind::DefIdx:
-          for (int64_t t = 0; t < T; ++t)
-            if (mask[t]) env[t][s.var] = evaluate(s.a, env[t], &loader);
-          break;
-        case Stmt::Kind::Assign:
-          for (int64_t t = 0; t < T; ++t)
-            if (mask[t]) floats[t * nf + s.var] = eval(*s.value, t);
-          break;
-        case Stmt::Kind::For: {
-          std::vector<int64_t>& end = ends[depth];
-          std::vector<uint8_t>& inner = masks[depth + 1];
-          for (int64_t t = 0; t < T; ++t)
-            if (mask[t]) {
-              env[t][s.var] = evaluate(s.a, env[t], &loader);
-              end[t] = evaluate(s.b, env[t], &loader);
-            }
-          for (;;) {
-            bool any = false;
-            for (int64_t t = 0; t < T; ++t) {
-              inner[t] = mask[t] && env[t][s.var] < end[t];
-              any = any || inner[t];
-            }
-            if (!any) break;
-            exec(s.body, depth + 1);
-            for (int64_t t = 0; t < T; ++t)
-              if (inner[t]) env[t][s.var] += s.step;
+// The first element of a vector access by thread t: in bounds and a multiple of the width, as the hardware's
+// aligned vector instructions require.
+int64_t Machine::vectorStart(const Stmt& s, int64_t t, size_t width, const char* verb) {
+  KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: vector access to parameter #{} of {}",
+              k.name, s.target, k.params.size());
+  const Param& prm = k.params[s.target];
+  const int64_t n = static_cast<int64_t>(buffers[prm.buffer].size()), w = static_cast<int64_t>(width);
+  int64_t i = evaluate(s.a, env[t], &loader);
+  if (i < 0 || i + w > n)
+    raise(fmt::format("kernel {}: thread {} of block {} {}{} {}[{}..{}] out of bounds ({} elements; index {})", k.name, t, block,
+                      verb, width, prm.name, i, i + w - 1, n, toString(s.a)));
+  if (i % w != 0)
+    raise(fmt::format("kernel {}: thread {} of block {} {}{} {}[{}]: misaligned vector access (index not a multiple of {}; "
+                      "index {})", k.name, t, block, verb, width, prm.name, i, width, toString(s.a)));
+  return i;
+}
+
+void Machine::exec(const Block& body, int depth) {
+  const std::vector<uint8_t>& mask = masks[depth];
+  for (const Stmt& s : body) {
+    switch (s.kind) {
+      case Stmt::Kind::DefIdx:
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t]) env[t][s.var] = evaluate(s.a, env[t], &loader);
+        break;
+      case Stmt::Kind::Assign:
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t]) floats[t * nf + s.var] = eval(*s.value, t);
+        break;
+      case Stmt::Kind::For: {
+        std::vector<int64_t>& end = ends[depth];
+        std::vector<uint8_t>& inner = masks[depth + 1];
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t]) {
+            env[t][s.var] = evaluate(s.a, env[t], &loader);
+            end[t] = evaluate(s.b, env[t], &loader);
           }
-          break;
-        }
-        case Stmt::Kind::If: {
-          std::vector<uint8_t>& inner = masks[depth + 1];
+        for (;;) {
           bool any = false;
           for (int64_t t = 0; t < T; ++t) {
-            inner[t] = mask[t] && evaluate(s.a, env[t], &loader) < evaluate(s.b, env[t], &loader);
+            inner[t] = mask[t] && env[t][s.var] < end[t];
             any = any || inner[t];
           }
-          if (any) exec(s.body, depth + 1);
-          break;
-        }
-        case Stmt::Kind::StoreGlobal: {
-          KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: store to parameter #{} of {}",
-                      k.name, s.target, k.params.size());
-          const Param& prm = k.params[s.target];
-          std::vector<float>& data = buffers[prm.buffer];
-          DType dtype = p.buffers[prm.buffer].dtype;
-          // Every active thread evaluates before any writes: the statement completes in lockstep.
-          for (int64_t t = 0; t < T; ++t) {
-            if (!mask[t]) continue;
-            int64_t i = evaluate(s.a, env[t], &loader);
-            if (i < 0 || i >= static_cast<int64_t>(data.size()))
-              raise(fmt::format("kernel {}: thread {} of block {} stores {}[{}] out of bounds ({} elements; index {})", k.name,
-                                t, block, prm.name, i, data.size(), toString(s.a)));
-            idxTmp[t] = i;
-            valTmp[t] = loop::roundTo(dtype, eval(*s.value, t));
-          }
+          if (!any) break;
+          exec(s.body, depth + 1);
           for (int64_t t = 0; t < T; ++t)
-            if (mask[t]) data[idxTmp[t]] = valTmp[t];
-          break;
+            if (inner[t]) env[t][s.var] += s.step;
         }
-        case Stmt::Kind::StoreShared: {
-          KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
-                      k.name, s.target, shared.size());
-          std::vector<float>& data = shared[s.target];
-          for (int64_t t = 0; t < T; ++t) {
-            if (!mask[t]) continue;
-            int64_t i = evaluate(s.a, env[t], &loader);
-            if (i < 0 || i >= static_cast<int64_t>(data.size()))
-              raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
-                                k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));
-            idxTmp[t] = i;
-            valTmp[t] = loop::roundTo(k.shared[s.target].dtype, eval(*s.value, t));  // f32 buffers: unchanged
-          }
-          for (int64_t t = 0; t < T; ++t)
-            if (mask[t]) {
-              data[idxTmp[t]] = valTmp[t];
-              written[s.target][idxTmp[t]] = 1;
-            }
-          break;
-        }
-        case Stmt::Kind::Mma: mmaStep(s, mask); break;
-        case Stmt::Kind::Barrier: {
-          int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
-          if (n != T)
-            raise(fmt::format("kernel {}: barrier reached by {} of {} threads (barrier under divergent control flow; block {})",
-                              k.name, n, T, block));
-          break;
-        }
+        break;
       }
+      case Stmt::Kind::If: {
+        std::vector<uint8_t>& inner = masks[depth + 1];
+        bool any = false;
+        for (int64_t t = 0; t < T; ++t) {
+          inner[t] = mask[t] && evaluate(s.a, env[t], &loader) < evaluate(s.b, env[t], &loader);
+          any = any || inner[t];
+        }
+        if (any) exec(s.body, depth + 1);
+        break;
+      }
+      case Stmt::Kind::StoreGlobal: {
+        KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: store to parameter #{} of {}",
+                    k.name, s.target, k.params.size());
+        const Param& prm = k.params[s.target];
+        std::vector<float>& data = buffers[prm.buffer];
+        DType dtype = p.buffers[prm.buffer].dtype;
+        // Every active thread evaluates before any writes: the statement completes in lockstep.
+        for (int64_t t = 0; t < T; ++t) {
+          if (!mask[t]) continue;
+          int64_t i = evaluate(s.a, env[t], &loader);
+          if (i < 0 || i >= static_cast<int64_t>(data.size()))
+            raise(fmt::format("kernel {}: thread {} of block {} stores {}[{}] out of bounds ({} elements; index {})", k.name,
+                              t, block, prm.name, i, data.size(), toString(s.a)));
+          idxTmp[t] = i;
+          valTmp[t] = loop::roundTo(dtype, eval(*s.value, t));
+        }
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t]) data[idxTmp[t]] = valTmp[t];
+        break;
+      }
+      case Stmt::Kind::StoreShared: {
+        KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
+                    k.name, s.target, shared.size());
+        std::vector<float>& data = shared[s.target];
+        for (int64_t t = 0; t < T; ++t) {
+          if (!mask[t]) continue;
+          int64_t i = evaluate(s.a, env[t], &loader);
+          if (i < 0 || i >= static_cast<int64_t>(data.size()))
+            raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
+                              k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));
+          idxTmp[t] = i;
+          valTmp[t] = loop::roundTo(k.shared[s.target].dtype, eval(*s.value, t));  // f32 buffers: unchanged
+        }
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t]) {
+            checkSharedWrite(s.target, idxTmp[t], t);
+            data[idxTmp[t]] = valTmp[t];
+            written[s.target][idxTmp[t]] = 1;
+          }
+        break;
+      }
+      case Stmt::Kind::Mma: mmaStep(s, mask); break;
+      case Stmt::Kind::ShuffleXor: shuffleStep(s, mask); break;
+      case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); break;
+      case Stmt::Kind::LoadVector:
+        for (int64_t t = 0; t < T; ++t) {
+          if (!mask[t]) continue;
+          int64_t i = vectorStart(s, t, s.fragment.size(), "loads vector");
+          const std::vector<float>& data = buffers[k.params[s.target].buffer];
+          for (size_t e = 0; e < s.fragment.size(); ++e) floats[t * nf + s.fragment[e]] = data[i + static_cast<int64_t>(e)];
+        }
+        break;
+      case Stmt::Kind::StoreVector: {
+        const size_t w = s.values.size();
+        std::vector<float> vals(static_cast<size_t>(T) * w);
+        for (int64_t t = 0; t < T; ++t) {
+          if (!mask[t]) continue;
+          idxTmp[t] = vectorStart(s, t, w, "stores vector");
+          DType dtype = p.buffers[k.params[s.target].buffer].dtype;
+          for (size_t e = 0; e < w; ++e) vals[t * w + e] = loop::roundTo(dtype, eval(*s.values[e], t));
+        }
+        std::vector<float>& data = buffers[k.params[s.target].buffer];
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t])
+            for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];
+        break;
+      }
+      case Stmt::Kind::Barrier: {
+        int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
+        if (n != T)
+          raise(fmt::format("kernel {}: barrier reached by {} of {} threads (barrier under divergent control flow; block {})",
+                            k.name, n, T, block));
+        barrierStep();
+        break;
+      }
+      case Stmt::Kind::CpAsync: cpAsyncStep(s, mask); break;
+      case Stmt::Kind::CpAsyncCommit: cpAsyncCommitStep(mask); break;
+      case Stmt::Kind::CpAsyncWait: cpAsyncWaitStep(s, mask); break;
     }
   }
+}
 
-  void run() {
-    KILN_ASSERT(k.grid[1] == 1 && k.grid[2] == 1 && k.block[1] == 1 && k.block[2] == 1,
-                "kernel {}: the interpreter runs one-dimensional launches only (grid ({},{},{}) block ({},{},{}))", k.name,
-                k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2]);
-    KILN_ASSERT(k.grid[0] >= 1 && k.block[0] >= 1, "kernel {}: empty launch grid {} block {}", k.name, k.grid[0], k.block[0]);
-    for (auto& prm : k.params)
-      KILN_ASSERT(prm.buffer >= 0 && prm.buffer < static_cast<int>(p.buffers.size()), "kernel {}: parameter {} names buffer #{}",
-                  k.name, prm.name, prm.buffer);
-    for (auto& sb : k.shared)
-      KILN_ASSERT(sb.elements >= 0, "kernel {}: shared buffer {} has {} elements", k.name, sb.name, sb.elements);
-    Dims d;
-    try {
-      scanBlock(k.body, 0, d);
-    } catch (const InternalError& e) {
-      raise(fmt::format("kernel {}: {}", k.name, e.what()));
-    }
-    KILN_ASSERT(d.maxSlot < static_cast<int>(k.floatVars.size()), "kernel {}: float slot {} used but {} declared", k.name,
-                d.maxSlot, k.floatVars.size());
-    T = k.block[0];
-    nf = static_cast<int>(k.floatVars.size());
-    env.assign(T, std::vector<int64_t>(d.maxVar + 1, 0));
-    floats.assign(T * nf, kPoison);
-    masks.assign(d.depth + 1, std::vector<uint8_t>(T, 0));
-    ends.assign(d.depth + 1, std::vector<int64_t>(T, 0));
-    idxTmp.assign(T, 0);
-    valTmp.assign(T, 0.f);
-    shared.resize(k.shared.size());
-    written.resize(k.shared.size());
-    std::fill(masks[0].begin(), masks[0].end(), uint8_t{1});
-    for (block = 0; block < k.grid[0]; ++block) {
-      for (size_t i = 0; i < k.shared.size(); ++i) {
-        shared[i].assign(k.shared[i].elements, kPoison);
-        written[i].assign(k.shared[i].elements, 0);
-      }
-      std::fill(floats.begin(), floats.end(), kPoison);
-      for (int64_t t = 0; t < T; ++t) {
-        env[t][kThreadIdx] = t;
-        env[t][kBlockIdx] = block;
-      }
-      exec(k.body, 0);
-    }
+void Machine::run() {
+  KILN_ASSERT(k.grid[1] == 1 && k.grid[2] == 1 && k.block[1] == 1 && k.block[2] == 1,
+              "kernel {}: the interpreter runs one-dimensional launches only (grid ({},{},{}) block ({},{},{}))", k.name,
+              k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2]);
+  KILN_ASSERT(k.grid[0] >= 1 && k.block[0] >= 1, "kernel {}: empty launch grid {} block {}", k.name, k.grid[0], k.block[0]);
+  for (auto& prm : k.params)
+    KILN_ASSERT(prm.buffer >= 0 && prm.buffer < static_cast<int>(p.buffers.size()), "kernel {}: parameter {} names buffer #{}",
+                k.name, prm.name, prm.buffer);
+  for (auto& sb : k.shared)
+    KILN_ASSERT(sb.elements >= 0, "kernel {}: shared buffer {} has {} elements", k.name, sb.name, sb.elements);
+  Dims d;
+  try {
+    scanBlock(k.body, 0, d);
+  } catch (const InternalError& e) {
+    raise(fmt::format("kernel {}: {}", k.name, e.what()));
   }
-};
+  KILN_ASSERT(d.maxSlot < static_cast<int>(k.floatVars.size()), "kernel {}: float slot {} used but {} declared", k.name,
+              d.maxSlot, k.floatVars.size());
+  T = k.block[0];
+  async = d.async;
+  nf = static_cast<int>(k.floatVars.size());
+  env.assign(T, std::vector<int64_t>(d.maxVar + 1, 0));
+  floats.assign(T * nf, kPoison);
+  masks.assign(d.depth + 1, std::vector<uint8_t>(T, 0));
+  ends.assign(d.depth + 1, std::vector<int64_t>(T, 0));
+  idxTmp.assign(T, 0);
+  valTmp.assign(T, 0.f);
+  shared.resize(k.shared.size());
+  written.resize(k.shared.size());
+  std::fill(masks[0].begin(), masks[0].end(), uint8_t{1});
+  for (block = 0; block < k.grid[0]; ++block) {
+    for (size_t i = 0; i < k.shared.size(); ++i) {
+      shared[i].assign(k.shared[i].elements, kPoison);
+      written[i].assign(k.shared[i].elements, 0);
+    }
+    std::fill(floats.begin(), floats.end(), kPoison);
+    if (async) resetAsync();
+    for (int64_t t = 0; t < T; ++t) {
+      env[t][kThreadIdx] = t;
+      env[t][kBlockIdx] = block;
+    }
+    exec(k.body, 0);
+  }
+}
 
-}  // namespace
+}  // namespace interp
 
 std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs) {
   KILN_ASSERT(inputs.size() == p.inputs.size(), "kernel IR interpreter: {} inputs given for {} model inputs", inputs.size(),
@@ -352,7 +322,7 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
       buffers[b] = info.weight->values;
       for (float& v : buffers[b]) v = loop::roundTo(info.dtype, v);  // as uploaded in the buffer's dtype
     } else {
-      buffers[b].assign(numel(info.shape), kPoison);
+      buffers[b].assign(numel(info.shape), interp::kPoison);
     }
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -365,7 +335,7 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
     buffers[b] = inputs[i].values;
     for (float& v : buffers[b]) v = loop::roundTo(info.dtype, v);
   }
-  for (const Kernel& k : p.kernels) Machine(p, k, buffers).run();
+  for (const Kernel& k : p.kernels) interp::Machine(p, k, buffers).run();
   std::vector<HostTensor> out;
   for (int b : p.outputs) {
     KILN_ASSERT(b >= 0 && b < static_cast<int>(p.buffers.size()), "kernel IR interpreter: output buffer #{}", b);

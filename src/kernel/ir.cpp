@@ -152,6 +152,88 @@ Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int 
   return s;
 }
 
+Stmt loadVector(int param, Idx index, std::vector<int> slots) {
+  const size_t w = slots.size();
+  KILN_ASSERT(param >= 0 && index, "loadVector: bad param {} or null index", param);
+  KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "loadVector: width {} (want 2, 4 or 8)", w);
+  for (int slot : slots) KILN_ASSERT(slot >= 0, "loadVector: negative float slot {}", slot);
+  Stmt s = makeStmt(Stmt::Kind::LoadVector);
+  s.target = param;
+  s.a = std::move(index);
+  s.fragment = std::move(slots);
+  return s;
+}
+
+Stmt storeVector(int param, Idx index, std::vector<FE> values) {
+  const size_t w = values.size();
+  KILN_ASSERT(param >= 0 && index, "storeVector: bad param {} or null index", param);
+  KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "storeVector: width {} (want 2, 4 or 8)", w);
+  for (auto& v : values) KILN_ASSERT(v != nullptr, "storeVector: null value");
+  Stmt s = makeStmt(Stmt::Kind::StoreVector);
+  s.target = param;
+  s.a = std::move(index);
+  s.values = std::move(values);
+  return s;
+}
+
+Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask) {
+  KILN_ASSERT(dstSlot >= 0 && srcSlot >= 0, "shuffleXor: bad slots {} <- {}", dstSlot, srcSlot);
+  KILN_ASSERT(laneMask >= 1 && laneMask <= 16 && (laneMask & (laneMask - 1)) == 0,
+              "shuffleXor: lane mask {} (want 1, 2, 4, 8 or 16)", laneMask);
+  Stmt s = makeStmt(Stmt::Kind::ShuffleXor);
+  s.var = dstSlot;
+  s.srcSlot = srcSlot;
+  s.laneMask = laneMask;
+  return s;
+}
+
+Block warpAllReduce(Fn combine, int slot, int tmpSlot) {
+  KILN_ASSERT(tensor::arity(combine) == 2, "warpAllReduce: {} is not binary", tensor::fnName(combine));
+  KILN_ASSERT(slot != tmpSlot, "warpAllReduce: value and temporary share slot {}", slot);
+  Block b;
+  for (int m = 16; m >= 1; m /= 2) {
+    b.push_back(shuffleXor(tmpSlot, slot, m));
+    b.push_back(assign(slot, fapply(combine, {fvar(slot), fvar(tmpSlot)})));
+  }
+  return b;
+}
+
+Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int bytes, Idx validBytesOrNull) {
+  KILN_ASSERT(sharedBuf >= 0 && param >= 0 && sharedIndex && globalIndex, "cpAsync: bad shared buffer {}, param {} or null index",
+              sharedBuf, param);
+  KILN_ASSERT(bytes == 4 || bytes == 8 || bytes == 16, "cpAsync: {} bytes (want 4, 8 or 16)", bytes);
+  Stmt s = makeStmt(Stmt::Kind::CpAsync);
+  s.target = sharedBuf;
+  s.a = std::move(sharedIndex);
+  s.param = param;
+  s.b = std::move(globalIndex);
+  s.bytes = bytes;
+  s.validBytes = std::move(validBytesOrNull);
+  return s;
+}
+
+Stmt cpAsyncCommit() { return makeStmt(Stmt::Kind::CpAsyncCommit); }
+
+Stmt cpAsyncWait(int pendingGroups) {
+  KILN_ASSERT(pendingGroups >= 0, "cpAsyncWait: {} pending groups", pendingGroups);
+  Stmt s = makeStmt(Stmt::Kind::CpAsyncWait);
+  s.pendingGroups = pendingGroups;
+  return s;
+}
+
+Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vector<int> slots) {
+  KILN_ASSERT(sharedBuf >= 0 && rowIndex, "ldmatrix: bad shared buffer {} or null row index", sharedBuf);
+  KILN_ASSERT(count == 1 || count == 2 || count == 4, "ldmatrix: {} matrices (want 1, 2 or 4)", count);
+  KILN_ASSERT(static_cast<int>(slots.size()) == 2 * count, "ldmatrix.x{}: {} slots (want {})", count, slots.size(), 2 * count);
+  for (int slot : slots) KILN_ASSERT(slot >= 0, "ldmatrix: negative float slot {}", slot);
+  Stmt s = makeStmt(Stmt::Kind::Ldmatrix);
+  s.target = sharedBuf;
+  s.a = std::move(rowIndex);
+  s.transpose = transpose;
+  s.fragment = std::move(slots);
+  return s;
+}
+
 std::pair<int, int> mmaElementA(int lane, int i) {
   int g = lane / 4, t = lane % 4;
   return {g + 8 * ((i / 2) % 2), 2 * t + i % 2 + 8 * (i / 4)};
@@ -169,8 +251,30 @@ std::pair<int, int> mmaElementC(int lane, int i) {
 
 int64_t Kernel::sharedBytes() const {
   int64_t bytes = 0;
-  for (auto& s : shared) bytes += s.elements * dtypeBytes(s.dtype);
+  for (auto& s : shared)
+    if (!s.dynamic) bytes += s.elements * dtypeBytes(s.dtype);
   return bytes;
+}
+
+namespace {
+constexpr int64_t kDynamicAlignment = 16;  // the widest shared access (16-byte vectors, cp.async, ldmatrix rows)
+int64_t alignUp(int64_t v) { return (v + kDynamicAlignment - 1) / kDynamicAlignment * kDynamicAlignment; }
+}  // namespace
+
+int64_t Kernel::dynamicSharedOffset(int buffer) const {
+  KILN_ASSERT(buffer >= 0 && buffer < static_cast<int>(shared.size()) && shared[buffer].dynamic,
+              "kernel {}: shared buffer #{} is not a dynamic shared buffer", name, buffer);
+  int64_t offset = 0;
+  for (int i = 0; i < buffer; ++i)
+    if (shared[i].dynamic) offset = alignUp(offset + shared[i].elements * dtypeBytes(shared[i].dtype));
+  return offset;
+}
+
+int64_t Kernel::dynamicBuffersBytes() const {
+  int64_t end = 0;
+  for (int i = 0; i < static_cast<int>(shared.size()); ++i)
+    if (shared[i].dynamic) end = dynamicSharedOffset(i) + shared[i].elements * dtypeBytes(shared[i].dtype);
+  return end;
 }
 
 FE fselect(Idx lhs, Idx bound, FE a, FE b) {

@@ -73,6 +73,37 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
             fmt::format("{}store shared {}[{}] = {}", ind, sharedName(k, s.target), idxString(s.a), exprString(k, s.value)));
         break;
       case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
+      case Stmt::Kind::LoadVector: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
+        lines.push_back(fmt::format("{}{} = load{} {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size(), paramName(k, s.target),
+                                    idxString(s.a)));
+        break;
+      }
+      case Stmt::Kind::StoreVector: {
+        std::vector<std::string> values;
+        for (auto& v : s.values) values.push_back(exprString(k, v));
+        lines.push_back(fmt::format("{}store{} {}[{}] = ({})", ind, s.values.size(), paramName(k, s.target), idxString(s.a),
+                                    fmt::join(values, ", ")));
+        break;
+      }
+      case Stmt::Kind::CpAsync:
+        lines.push_back(fmt::format("{}cp.async{} shared {}[{}] <- {}[{}]{}", ind, s.bytes, sharedName(k, s.target), idxString(s.a),
+                                    paramName(k, s.param), idxString(s.b),
+                                    s.validBytes ? fmt::format(" valid {} bytes", idxString(s.validBytes)) : std::string()));
+        break;
+      case Stmt::Kind::Ldmatrix: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
+        lines.push_back(fmt::format("{}{} = ldmatrix.x{}{} shared {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size() / 2,
+                                    s.transpose ? ".trans" : "", sharedName(k, s.target), idxString(s.a)));
+        break;
+      }
+      case Stmt::Kind::CpAsyncCommit: lines.push_back(ind + "cp.async.commit"); break;
+      case Stmt::Kind::CpAsyncWait: lines.push_back(fmt::format("{}cp.async.wait {}", ind, s.pendingGroups)); break;
+      case Stmt::Kind::ShuffleXor:
+        lines.push_back(fmt::format("{}{} = shfl.xor {}, {}", ind, floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask));
+        break;
       case Stmt::Kind::Mma: {
         if (!s.pairs.empty()) {  // A and B pairs straight from shared memory
           auto pairs = [&](int buffer, size_t from, size_t n) {
@@ -129,7 +160,12 @@ std::string print(const Program& p) {
     std::vector<std::string> params;
     for (auto& prm : k.params) params.push_back(paramString(p, prm));
     out += fmt::format("  params: {}\n", fmt::join(params, ", "));
-    for (auto& s : k.shared) out += fmt::format("  shared {}: {}[{}]\n", s.name, dtypeName(s.dtype), s.elements);
+    for (size_t i = 0; i < k.shared.size(); ++i) {
+      const SharedBuffer& s = k.shared[i];
+      out += fmt::format("  shared {}: {}[{}]", s.name, dtypeName(s.dtype), s.elements);
+      if (s.dynamic) out += fmt::format(" dynamic at byte {}", k.dynamicSharedOffset(static_cast<int>(i)));
+      out += "\n";
+    }
     if (!k.floatVars.empty()) {
       std::vector<std::string> fv;
       for (size_t i = 0; i < k.floatVars.size(); ++i) fv.push_back(floatName(k, static_cast<int>(i)));
@@ -169,8 +205,12 @@ nlohmann::json toJson(const Program& p) {
                               {"elements", prm.elements},
                               {"written", prm.written}});
     kj["shared"] = nlohmann::json::array();
-    for (auto& s : k.shared)
-      kj["shared"].push_back({{"name", s.name}, {"dtype", dtypeName(s.dtype)}, {"elements", s.elements}});
+    for (size_t i = 0; i < k.shared.size(); ++i) {
+      const SharedBuffer& s = k.shared[i];
+      nlohmann::json sj{{"name", s.name}, {"dtype", dtypeName(s.dtype)}, {"elements", s.elements}};
+      if (s.dynamic) sj["dynamic_offset"] = k.dynamicSharedOffset(static_cast<int>(i));
+      kj["shared"].push_back(sj);
+    }
     kj["body"] = bodyLines(k);
     j["kernels"].push_back(kj);
   }

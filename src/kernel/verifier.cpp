@@ -1,6 +1,7 @@
 // Kernel IR verifier: the static hardware rules (include/kiln/kernel/ir.h).
 //
-//  * launch dimensions within CUDA's limits; shared memory within 48 KiB static, 227 KiB in all;
+//  * launch dimensions within CUDA's limits; static shared memory within the target's 48 KiB, static + dynamic
+//    within its per-block maximum (227 KiB on sm_90), the dynamic buffers' layout within dynamicSharedBytes;
 //  * every parameter names an existing program buffer with its dtype and size; every load/store names an
 //    existing parameter or shared buffer; stores go only to parameters marked written;
 //  * every index variable is defined before use and only used inside the block that defines it (a DefIdx
@@ -11,7 +12,12 @@
 //    from it): such a barrier is reached by only part of the block;
 //  * shared-memory indices within bounds wherever interval arithmetic can bound them, using the launch
 //    extents, For bounds and the guards of enclosing ifs;
-//  * an mma reading pairs from shared memory: buffers of its operand type, pair indices provably even.
+//  * an mma reading pairs from shared memory: buffers of its operand type, pair indices provably even;
+//  * vector loads and stores: 4 to 16 bytes of f32/bf16/f16, the index provably a multiple of the width (with
+//    DefIdx and loop variables expanded), within the parameter where interval arithmetic bounds it;
+//  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps;
+//  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
+//    in bounds where known. (Whether every read waits for its copy is checked by the interpreter, not here.)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -82,6 +88,18 @@ std::optional<Range> interval(const Idx& e, const Ranges& ranges, const std::map
       return Range{0, bhi - 1};
     case Op::Min: return Range{std::min(alo, blo), std::min(ahi, bhi)};
     case Op::Max: return Range{std::max(alo, blo), std::max(ahi, bhi)};
+    case Op::Xor: {
+      if (alo < 0 || blo < 0) return std::nullopt;
+      int64_t top = 1;
+      while (top <= std::max(ahi, bhi)) top *= 2;
+      return Range{0, top - 1};
+    }
+    case Op::Shl:
+      if (blo != bhi || blo < 0 || blo > 24) return std::nullopt;
+      return checked(alo * (int64_t{1} << blo), ahi * (int64_t{1} << blo));
+    case Op::Shr:
+      if (blo != bhi || blo < 0) return std::nullopt;
+      return Range{alo >> blo, ahi >> blo};
     default: return std::nullopt;
   }
 }
@@ -103,6 +121,9 @@ struct Verifier {
     std::set<int> varying;     // thread-varying index variables in scope
     Ranges ranges;             // bounds of variables (opaque view of DefIdx variables)
     std::map<int, Idx> defs;   // DefIdx definitions in scope
+    // Every variable in scope expanded down to threadIdx, blockIdx and one fresh variable per loop (a loop
+    // variable is begin + step * trip), for proofs of alignment.
+    std::map<int, Idx> expanded;
     bool reachable = true;     // false when the block provably never runs (bounds are then meaningless)
   };
   std::vector<bool> assigned;  // float slots assigned so far in program order
@@ -140,6 +161,126 @@ struct Verifier {
       case IndexNode::Op::Add: return provablyEven(e->a) && provablyEven(e->b);
       default: return false;
     }
+  }
+
+  static constexpr int kTripVar = 1 << 20;  // + loop variable id: the trip count of that loop, in `expanded`
+
+  Idx expand(const Idx& e, const Scope& s) {
+    return substitute(e, [&](int v, const std::string&) -> Idx {
+      auto it = s.expanded.find(v);
+      return it == s.expanded.end() ? nullptr : it->second;
+    });
+  }
+
+  // `c*v + k` (c > 0) in a few structural forms: the variable, its coefficient and the constant.
+  struct AffineVar {
+    int var;
+    int64_t coef, constant;
+  };
+  static std::optional<AffineVar> affineVar(const Idx& e) {
+    using Op = IndexNode::Op;
+    if (e->op == Op::Var) return AffineVar{e->var, 1, 0};
+    if (e->op == Op::Mul && e->a->op == Op::Var && constValue(e->b) && *constValue(e->b) > 0)
+      return AffineVar{e->a->var, *constValue(e->b), 0};
+    if (e->op == Op::Add && constValue(e->b))
+      if (auto inner = affineVar(e->a); inner && inner->constant == 0)
+        return AffineVar{inner->var, inner->coef, *constValue(e->b)};
+    return std::nullopt;
+  }
+
+  // A vector access of `width` elements of parameter `param` at `index`: width and dtype, provable alignment,
+  // bounds where known.
+  void checkVectorAccess(int param, const Idx& index, size_t width, const Scope& s, const char* what) {
+    if (param < 0 || param >= static_cast<int>(k.params.size())) fail("{} of parameter #{} of {}", what, param, k.params.size());
+    const Param& prm = k.params[param];
+    const int64_t bytes = static_cast<int64_t>(width) * dtypeBytes(prm.dtype);
+    if (width < 2 || (width & (width - 1)) != 0 || bytes < 4 || bytes > 16 ||
+        (prm.dtype != DType::F32 && prm.dtype != DType::BF16 && prm.dtype != DType::F16))
+      fail("{}{} of {} {}: vectors are 2, 4 or 8 elements of f32, bf16 or f16 in 4 to 16 bytes", what, width,
+           dtypeName(prm.dtype), prm.name);
+    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+    if (!provablyMultipleOf(expand(index, s), static_cast<int64_t>(width), extents))
+      fail("vector access not provably aligned: {}{} {}[{}] needs an index that is a multiple of {} (expanded: {})", what,
+           width, prm.name, toString(index), width, toString(expand(index, s)));
+    if (!s.reachable) return;
+    if (auto r = bound(index, s); r && (r->first < 0 || r->second + static_cast<int64_t>(width) > prm.elements))
+      fail("{}{} {}[{}] reaches elements [{}, {}], outside the parameter's {} elements", what, width, prm.name, toString(index),
+           r->first, r->second + static_cast<int64_t>(width) - 1, prm.elements);
+  }
+
+  // cp.async: an instruction of the target; same dtype on both sides; both indices provably aligned to the copy;
+  // the shared range within its buffer and, without a valid-bytes operand, the global range within its parameter.
+  void checkCpAsync(const Stmt& st, const Scope& s) {
+    checkIdx(st.a, s, "a cp.async shared index");
+    checkIdx(st.b, s, "a cp.async global index");
+    if (st.validBytes) checkIdx(st.validBytes, s, "cp.async valid bytes");
+    if (!p.target.cpAsync) fail("cp.async on {}, which does not have it", p.target.arch);
+    if (st.bytes != 4 && st.bytes != 8 && st.bytes != 16) fail("cp.async of {} bytes (want 4, 8 or 16)", st.bytes);
+    if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
+      fail("cp.async from parameter #{} of {}", st.param, k.params.size());
+    if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+      fail("cp.async into shared buffer #{} of {}", st.target, k.shared.size());
+    const Param& prm = k.params[st.param];
+    const SharedBuffer& sb = k.shared[st.target];
+    if (prm.dtype != sb.dtype || st.bytes % dtypeBytes(sb.dtype) != 0)
+      fail("cp.async{} copies {} {} into shared {} of {} (same dtype, whole elements)", st.bytes, dtypeName(prm.dtype), prm.name,
+           sb.name, dtypeName(sb.dtype));
+    const int64_t n = st.bytes / dtypeBytes(sb.dtype);
+    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+    for (const Idx& at : {st.a, st.b})
+      if (!provablyMultipleOf(expand(at, s), n, extents))
+        fail("cp.async not provably aligned: cp.async{} shared {}[{}] <- {}[{}] needs indices that are multiples of {} (index {} "
+             "expanded: {})", st.bytes, sb.name, toString(st.a), prm.name, toString(st.b), n, toString(at), toString(expand(at, s)));
+    checkSharedIndex(st.target, st.a, s, "cp.async into");
+    checkSharedIndex(st.target, st.a + idxConst(n - 1), s, "cp.async into");
+    if (!s.reachable) return;
+    if (st.validBytes) {
+      if (auto r = bound(st.validBytes, s); r && (r->first < 0 || r->second > st.bytes))
+        fail("cp.async{} valid bytes {} range over [{}, {}], outside 0..{}", st.bytes, toString(st.validBytes), r->first, r->second,
+             st.bytes);
+    } else if (auto r = bound(st.b, s); r && (r->first < 0 || r->second + n > prm.elements)) {
+      fail("cp.async{} reads {}[{}] over elements [{}, {}], outside the parameter's {} elements", st.bytes, prm.name,
+           toString(st.b), r->first, r->second + n - 1, prm.elements);
+    }
+  }
+
+  // ldmatrix: warp-collective, an instruction of the target, b16 matrices, rows provably 16-byte aligned and in bounds.
+  void checkLdmatrix(const Stmt& st, const Scope& s) {
+    checkWarpCollective("ldmatrix");
+    checkIdx(st.a, s, "an ldmatrix row index");
+    if (!p.target.ldmatrix) fail("ldmatrix on {}, which does not have it", p.target.arch);
+    const size_t n = st.fragment.size();
+    if (n != 2 && n != 4 && n != 8) fail("ldmatrix with {} slots (want 2, 4 or 8)", n);
+    if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+      fail("ldmatrix from shared buffer #{} of {}", st.target, k.shared.size());
+    const SharedBuffer& sb = k.shared[st.target];
+    if (sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix from shared {} of type {} (want bf16 or f16)", sb.name,
+                                                                dtypeName(sb.dtype));
+    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+    if (!provablyMultipleOf(expand(st.a, s), 8, extents))
+      fail("ldmatrix row not provably aligned: shared {}[{}] must be a multiple of 8 elements (16 bytes; expanded: {})", sb.name,
+           toString(st.a), toString(expand(st.a, s)));
+    checkSharedIndex(st.target, st.a, s, "ldmatrix row");
+    checkSharedIndex(st.target, st.a + idxConst(7), s, "ldmatrix row");
+    for (int slot : st.fragment) checkSlotWrite(slot, "ldmatrix");
+  }
+
+  // Warp-collective statements: every lane of every warp executes them; block-uniform control flow guarantees it.
+  void checkWarpCollective(const char* what) {
+    if (!divergence.empty()) fail("{} under thread-dependent control flow `{}` (lanes of a warp may skip it)", what, divergence);
+    if (k.block[0] % 32 != 0) fail("{} in a block of {} threads (not whole warps)", what, k.block[0]);
+  }
+
+  void checkSlotRead(int slot, const char* what) {
+    if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+      fail("{} float slot {} out of range ({} float variables)", what, slot, k.floatVars.size());
+    if (!assigned[slot]) fail("{} reads float variable %{} before any assignment", what, k.floatVars[slot]);
+  }
+
+  void checkSlotWrite(int slot, const char* what) {
+    if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+      fail("{} writes float slot {} of {}", what, slot, k.floatVars.size());
+    assigned[slot] = true;
   }
 
   void checkSharedIndex(int buffer, const Idx& index, const Scope& s, const char* what) {
@@ -198,6 +339,7 @@ struct Verifier {
           if (varies(st.a, s)) s.varying.insert(st.var);
           if (auto r = bound(st.a, s)) s.ranges[st.var] = *r;
           s.defs[st.var] = st.a;
+          s.expanded[st.var] = expand(st.a, s);
           break;
         }
         case Stmt::Kind::Assign:
@@ -214,6 +356,7 @@ struct Verifier {
           defineVar(st.var, st.name, inner);
           bool divergent = varies(st.a, s) || varies(st.b, s);
           if (divergent) inner.varying.insert(st.var);
+          inner.expanded[st.var] = expand(st.a, s) + idxVar(kTripVar + st.var, st.name + "_trip") * idxConst(st.step);
           auto rb = bound(st.a, s), re = bound(st.b, s);
           if (rb && re) {
             if (re->second - 1 < rb->first) inner.reachable = false;
@@ -230,13 +373,14 @@ struct Verifier {
           checkIdx(st.a, s, "a condition");
           checkIdx(st.b, s, "a condition");
           Scope inner = s;
-          // Narrow a variable compared with a bounded expression: `v < b` gives v <= max(b) - 1, `a < v` gives
-          // v >= min(a) + 1.
+          // Narrow a variable compared with a bounded expression: `c*v + k < b` gives v <= (max(b) - 1 - k) / c,
+          // `a < v` gives v >= min(a) + 1.
           auto ra = bound(st.a, s), rb = bound(st.b, s);
           if (ra && rb && ra->first >= rb->second) inner.reachable = false;
-          if (rb && st.a->op == IndexNode::Op::Var) {
-            auto cur = bound(st.a, s);
-            if (cur) inner.ranges[st.a->var] = Range{cur->first, std::min(cur->second, rb->second - 1)};
+          if (auto av = affineVar(st.a); rb && av) {
+            auto cur = bound(idxVar(av->var, ""), s);
+            if (cur)
+              inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
           }
           if (ra && st.b->op == IndexNode::Op::Var) {
             auto cur = bound(st.b, inner);
@@ -268,10 +412,32 @@ struct Verifier {
           if (!divergence.empty())
             fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
           break;
+        case Stmt::Kind::LoadVector:
+          checkIdx(st.a, s, "a vector load");
+          checkVectorAccess(st.target, st.a, st.fragment.size(), s, "load");
+          for (int slot : st.fragment) checkSlotWrite(slot, "vector load");
+          break;
+        case Stmt::Kind::StoreVector:
+          checkIdx(st.a, s, "a vector store");
+          for (auto& v : st.values) checkExpr(v, s);
+          checkVectorAccess(st.target, st.a, st.values.size(), s, "store");
+          if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+          break;
+        case Stmt::Kind::CpAsync: checkCpAsync(st, s); break;
+        case Stmt::Kind::CpAsyncCommit: break;
+        case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); break;
+        case Stmt::Kind::CpAsyncWait:
+          if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
+          break;
+        case Stmt::Kind::ShuffleXor:
+          checkWarpCollective("shuffle");
+          if (st.laneMask < 1 || st.laneMask > 16 || (st.laneMask & (st.laneMask - 1)) != 0)
+            fail("shuffle with lane mask {} (want 1, 2, 4, 8 or 16)", st.laneMask);
+          checkSlotRead(st.srcSlot, "shuffle");
+          checkSlotWrite(st.var, "shuffle");
+          break;
         case Stmt::Kind::Mma:
-          // Warp-collective: every lane of every warp must execute it. Block-uniform control flow guarantees that.
-          if (!divergence.empty()) fail("mma under thread-dependent control flow `{}` (lanes of a warp may skip it)", divergence);
-          if (k.block[0] % 32 != 0) fail("mma in a block of {} threads (not whole warps)", k.block[0]);
+          checkWarpCollective("mma");
           if (!st.pairs.empty()) {  // A and B as pairs of the operand type straight from shared memory
             if (st.pairs.size() != 6 || st.fragment.size() != 4)
               fail("mma from shared with {} pairs and {} accumulator slots (want 6 and 4)", st.pairs.size(), st.fragment.size());
@@ -311,11 +477,16 @@ struct Verifier {
     if (threads > 1024) fail("{} threads per block (at most 1024)", threads);
     for (auto& sb : k.shared)
       if (sb.elements < 1) fail("shared buffer {} has {} elements", sb.name, sb.elements);
-    if (k.sharedBytes() > 48 * 1024) fail("{} bytes of static shared memory (at most 48 KiB)", k.sharedBytes());
-    if (k.dynamicSharedBytes < 0 || k.dynamicSharedBytes > 227 * 1024)
-      fail("{} bytes of dynamic shared memory (at most 227 KiB)", k.dynamicSharedBytes);
-    if (k.sharedBytes() + k.dynamicSharedBytes > 227 * 1024)
-      fail("{} bytes of shared memory in all (at most 227 KiB per block)", k.sharedBytes() + k.dynamicSharedBytes);
+    const Target& target = p.target;
+    if (k.sharedBytes() > target.staticSharedPerBlock)
+      fail("{} bytes of static shared memory (at most {} on {}; mark large buffers dynamic)", k.sharedBytes(),
+           target.staticSharedPerBlock, target.arch);
+    if (k.dynamicSharedBytes < k.dynamicBuffersBytes())
+      fail("dynamic shared buffers need {} bytes but the kernel launches with {} bytes of dynamic shared memory",
+           k.dynamicBuffersBytes(), k.dynamicSharedBytes);
+    if (k.sharedBytes() + k.dynamicSharedBytes > target.maxSharedPerBlock)
+      fail("{} bytes of shared memory in all ({} static + {} dynamic; at most {} per block on {})",
+           k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
     for (auto& prm : k.params) {
       if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
         fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());

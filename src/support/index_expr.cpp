@@ -157,6 +157,29 @@ Idx idxMax(const Idx& a, const Idx& b) {
   return make(Op::Max, a, b);
 }
 
+Idx idxXor(const Idx& a, const Idx& b) {
+  auto ca = constValue(a), cb = constValue(b);
+  if (ca && cb) return idxConst(*ca ^ *cb);
+  if (ca == 0) return b;
+  if (cb == 0) return a;
+  if (ca) return make(Op::Xor, b, a);  // constant last
+  return make(Op::Xor, a, b);
+}
+
+Idx shl(const Idx& a, int64_t c) {
+  KILN_ASSERT(c >= 0 && c < 63, "shift left by {}", c);
+  if (c == 0) return a;
+  if (auto v = constValue(a)) return idxConst(static_cast<int64_t>(static_cast<uint64_t>(*v) << c));
+  return make(Op::Shl, a, idxConst(c));
+}
+
+Idx shr(const Idx& a, int64_t c) {
+  KILN_ASSERT(c >= 0 && c < 63, "shift right by {}", c);
+  if (c == 0) return a;
+  if (auto v = constValue(a)) return idxConst(*v >> c);
+  return make(Op::Shr, a, idxConst(c));
+}
+
 namespace {
 
 // Bounds with "unknown" as an infinite bound, so that min/max clamps of data-dependent values
@@ -198,6 +221,19 @@ Bounds bounds(const Idx& e, const VarExtents& ext) {
     case Op::FloorDiv:
       if (blo != bhi || blo <= 0) return {kLo, kHi};
       return {floorDivInt(alo, blo), floorDivInt(ahi, blo)};
+    case Op::Xor: {  // non-negative operands: below the next power of two above the larger maximum
+      if (alo < 0 || blo < 0) return {kLo, kHi};
+      int64_t top = 1;
+      while (top <= std::max(ahi, bhi)) top *= 2;
+      return {0, top - 1};
+    }
+    case Op::Shl:
+      if (blo != bhi || blo < 0 || blo > 30 || std::abs(alo) > (int64_t{1} << 32) || std::abs(ahi) > (int64_t{1} << 32))
+        return {kLo, kHi};
+      return {alo * (int64_t{1} << blo), ahi * (int64_t{1} << blo)};
+    case Op::Shr:
+      if (blo != bhi || blo < 0) return {kLo, kHi};
+      return {alo >> blo, ahi >> blo};
     default: return {kLo, kHi};
   }
 }
@@ -215,6 +251,17 @@ Idx simplify(const Idx& e, const VarExtents& ext) {
     case Op::Const:
     case Op::Var: return e;
     case Op::Load: return idxLoad(e->buffer, e->name, simplify(e->a, ext));
+    case Op::Xor: {
+      Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
+      // x ^ c adds c when c's set bits all lie above x's range (non-negative x).
+      if (auto c = constValue(b); c && *c > 0) {
+        int64_t lowBit = *c & -*c;
+        if (auto ra = idxRange(a, ext); ra && ra->first >= 0 && ra->second < lowBit) return simplify(a + b, ext);
+      }
+      return idxXor(a, b);
+    }
+    case Op::Shl: return shl(simplify(e->a, ext), e->b->value);
+    case Op::Shr: return shr(simplify(e->a, ext), e->b->value);
     case Op::Add:
     case Op::Mul: {
       Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
@@ -287,6 +334,59 @@ Idx simplify(const Idx& e, const VarExtents& ext) {
   return e;
 }
 
+namespace {
+
+int64_t lowestSetBit(int64_t v) { return v & -v; }
+
+// A positive g that divides e for every assignment, or 0 when e is always 0 (every m divides it).
+int64_t knownDivisor(const Idx& e, const VarExtents& ext) {
+  constexpr int64_t kCap = int64_t{1} << 40;  // products beyond this give up on the larger factor (still sound)
+  switch (e->op) {
+    case Op::Const: return std::abs(e->value);
+    case Op::Var: {
+      auto it = ext.find(e->var);
+      return it != ext.end() && it->second == 1 ? 0 : 1;
+    }
+    case Op::Load: return 1;
+    default: break;
+  }
+  int64_t da = knownDivisor(e->a, ext), db = knownDivisor(e->b, ext);
+  switch (e->op) {
+    case Op::Add:
+    case Op::Min:
+    case Op::Max: return std::gcd(da, db);  // gcd(0, x) = x
+    case Op::Mul:
+      if (da == 0 || db == 0) return 0;
+      return da <= kCap / db ? da * db : std::max(da, db);
+    case Op::FloorDiv:  // b is a positive constant d
+      if (da == 0) return 0;
+      return da % db == 0 ? da / db : 1;
+    case Op::Mod: return da == 0 ? 0 : std::gcd(da, db);  // x mod d = x - d*(x floordiv d)
+    case Op::Xor:  // bits below the lowest set bit of both divisors' power-of-two parts stay clear
+      if (da == 0) return db;
+      if (db == 0) return da;
+      return std::min(lowestSetBit(da), lowestSetBit(db));
+    case Op::Shl:
+      if (da == 0) return 0;
+      return da <= (kCap >> e->b->value) ? da << e->b->value : da;
+    case Op::Shr: {
+      if (da == 0) return 0;
+      int64_t p = int64_t{1} << e->b->value;
+      return da % p == 0 ? da / p : 1;  // an exact shift divides the multiple by 2^c
+    }
+    default: return 1;
+  }
+}
+
+}  // namespace
+
+bool provablyMultipleOf(const Idx& e, int64_t m, const VarExtents& extents) {
+  KILN_ASSERT(m > 0, "provablyMultipleOf: modulus {} must be positive", m);
+  if (m == 1) return true;
+  int64_t g = knownDivisor(e, extents);
+  return g == 0 || g % m == 0;
+}
+
 Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& f) {
   switch (e->op) {
     case Op::Const: return e;
@@ -301,6 +401,9 @@ Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& 
     case Op::Min: return idxMin(substitute(e->a, f), substitute(e->b, f));
     case Op::Max: return idxMax(substitute(e->a, f), substitute(e->b, f));
     case Op::Load: return idxLoad(e->buffer, e->name, substitute(e->a, f));
+    case Op::Xor: return idxXor(substitute(e->a, f), substitute(e->b, f));
+    case Op::Shl: return shl(substitute(e->a, f), e->b->value);
+    case Op::Shr: return shr(substitute(e->a, f), e->b->value);
   }
   return e;
 }
@@ -344,13 +447,20 @@ int64_t evaluate(const Idx& e, const std::vector<int64_t>& env, const IndexLoade
     case Op::Load:
       KILN_ASSERT(load, "index {} reads memory but no loader was given", e->name);
       return (*load)(e->buffer, evaluate(e->a, env, load));
+    case Op::Xor: return evaluate(e->a, env, load) ^ evaluate(e->b, env, load);
+    case Op::Shl: return static_cast<int64_t>(static_cast<uint64_t>(evaluate(e->a, env, load)) << evaluate(e->b, env, load));
+    case Op::Shr: return evaluate(e->a, env, load) >> evaluate(e->b, env, load);
   }
   return 0;
 }
 
 namespace {
+// Xor and the shifts bind more loosely than + in C; their non-atomic operands are always parenthesized.
 int precedence(Op op) {
   switch (op) {
+    case Op::Xor:
+    case Op::Shl:
+    case Op::Shr: return 0;
     case Op::Add: return 1;
     case Op::Mul:
     case Op::FloorDiv:
@@ -371,8 +481,8 @@ std::string toString(const Idx& e, bool c) {
     case Op::Const: return std::to_string(e->value);
     case Op::Var: return e->name;
     case Op::Add: {
-      if (auto k = constValue(e->b); k && *k < 0) return fmt::format("{} - {}", toString(e->a, c), -*k);
-      return fmt::format("{} + {}", toString(e->a, c), toString(e->b, c));
+      if (auto k = constValue(e->b); k && *k < 0) return fmt::format("{} - {}", sub(e->a, 1), -*k);
+      return fmt::format("{} + {}", sub(e->a, 1), sub(e->b, 1));
     }
     case Op::Mul: return fmt::format("{}*{}", sub(e->a, 2), sub(e->b, 3));
     // Index values are never negative in kiln's kernels, so C's / and % equal floordiv and mod there.
@@ -381,6 +491,9 @@ std::string toString(const Idx& e, bool c) {
     case Op::Min: return fmt::format("min({}, {})", toString(e->a, c), toString(e->b, c));
     case Op::Max: return fmt::format("max({}, {})", toString(e->a, c), toString(e->b, c));
     case Op::Load: return fmt::format(fmt::runtime(c ? "(int){}[{}]" : "{}[{}]"), e->name, toString(e->a, c));
+    case Op::Xor: return fmt::format("{} ^ {}", sub(e->a, 3), sub(e->b, 3));
+    case Op::Shl: return fmt::format("{} << {}", sub(e->a, 3), sub(e->b, 3));
+    case Op::Shr: return fmt::format("{} >> {}", sub(e->a, 3), sub(e->b, 3));
   }
   return "?";
 }

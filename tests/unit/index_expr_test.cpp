@@ -192,5 +192,90 @@ TEST(IndexExprSmallRemainder, MatchesEvaluationOnRandomSums) {
   }
 }
 
+// provablyMultipleOf must never claim a multiple that is not one: checked at every point of the extents.
+void expectMultipleSound(const Idx& e, int64_t m, const VarExtents& ext) {
+  if (!provablyMultipleOf(e, m, ext)) return;
+  std::vector<int64_t> env(8, 0);
+  std::function<void(VarExtents::const_iterator)> walk = [&](VarExtents::const_iterator it) {
+    if (it == ext.end()) {
+      ASSERT_EQ(evaluate(e, env) % m, 0) << toString(e) << " claimed a multiple of " << m;
+      return;
+    }
+    for (int64_t v = 0; v < it->second; ++v) {
+      env[it->first] = v;
+      walk(std::next(it));
+    }
+  };
+  walk(ext.begin());
+}
+
+TEST(IndexExpr, ProvablyMultipleOf) {
+  VarExtents ext{{0, 5}, {1, 9}, {2, 1}};
+  EXPECT_TRUE(provablyMultipleOf(idxConst(24), 8, ext));
+  EXPECT_TRUE(provablyMultipleOf(idxConst(0), 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(idxConst(20), 8, ext));
+  EXPECT_TRUE(provablyMultipleOf(p0, 1, ext));
+  EXPECT_FALSE(provablyMultipleOf(p0, 2, ext));
+  EXPECT_TRUE(provablyMultipleOf(p2, 4, ext));  // extent 1: always 0
+  EXPECT_TRUE(provablyMultipleOf(idxMul(p0, 8), 4, ext));
+  EXPECT_TRUE(provablyMultipleOf(idxMul(p0, 8) + idxMul(p1, 16) + idxConst(24), 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(idxMul(p0, 8) + p1, 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(idxMul(p0, 8) + idxConst(4), 8, ext));
+  EXPECT_TRUE(provablyMultipleOf(idxMul(p0, 4) * idxMul(p1, 2), 8, ext));  // multiples multiply
+  EXPECT_TRUE(provablyMultipleOf(floorDiv(idxMul(p0, 32), 4), 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(floorDiv(idxMul(p0, 32), 8), 8, ext));
+  EXPECT_TRUE(provablyMultipleOf(mod(idxMul(p0, 8), 64), 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(mod(idxMul(p0, 8), 12), 8, ext));  // 8 mod 12 = 8, 16 mod 12 = 4
+  EXPECT_TRUE(provablyMultipleOf(idxMin(idxMul(p0, 8), idxConst(16)), 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(idxLoad(0, "ids", p0), 2, ext));
+  EXPECT_THROW(provablyMultipleOf(p0, 0, ext), InternalError);
+  Idx cases[] = {idxMul(p0, 8) + idxMul(p1, 4),       mod(idxMul(p0, 6), 9),         floorDiv(idxMul(p0, 24), 3),
+                 idxXor(idxMul(p0, 8), idxConst(16)), idxXor(idxMul(p0, 8), p1),      shl(idxMul(p1, 3), 2),
+                 shr(idxMul(p0, 24), 2),              shr(idxMul(p0, 12), 3),        idxMul(p0, 3) * idxMul(p1, 6)};
+  for (const Idx& e : cases)
+    for (int64_t m : {2, 3, 4, 6, 8, 16}) expectMultipleSound(e, m, ext);
+}
+
+TEST(IndexExpr, XorAndShifts) {
+  VarExtents ext{{0, 8}, {1, 16}};
+  EXPECT_EQ(constValue(idxXor(idxConst(6), idxConst(3))), 5);
+  EXPECT_TRUE(sameIdx(idxXor(p0, idxConst(0)), p0));
+  EXPECT_TRUE(sameIdx(idxXor(idxConst(0), p0), p0));
+  EXPECT_EQ(constValue(shl(idxConst(3), 4)), 48);
+  EXPECT_EQ(constValue(shr(idxConst(-7), 1)), -4);  // arithmetic: floor
+  EXPECT_TRUE(sameIdx(shl(p0, 0), p0));
+  EXPECT_THROW(shl(p0, -1), InternalError);
+  // C operators; xor and shifts parenthesize non-atomic operands (they bind more loosely than + in C).
+  Idx swz = idxXor(mod(p1, 8), floorDiv(p0, 2)) + idxMul(p0, 64);
+  EXPECT_EQ(toString(swz, true), "((p1 % 8) ^ (p0 / 2)) + p0*64");
+  EXPECT_EQ(toString(shl(p0 + p1, 3)), "(p0 + p1) << 3");
+  EXPECT_EQ(toString(idxMul(shr(p1, 2), 4)), "(p1 >> 2)*4");
+  std::vector<int64_t> env{5, 13};
+  EXPECT_EQ(evaluate(swz, env), ((13 % 8) ^ (5 / 2)) + 5 * 64);
+  EXPECT_EQ(evaluate(shl(p1, 2) + shr(p1, 2), env), (13 << 2) + (13 >> 2));
+  // Ranges: xor of non-negative operands stays below the next power of two above the larger maximum.
+  EXPECT_EQ(idxRange(idxXor(p0, p1), ext), (std::pair<int64_t, int64_t>{0, 15}));
+  EXPECT_EQ(idxRange(idxXor(p0, idxConst(8)), ext), (std::pair<int64_t, int64_t>{0, 15}));
+  EXPECT_EQ(idxRange(shl(p0, 2), ext), (std::pair<int64_t, int64_t>{0, 28}));
+  EXPECT_EQ(idxRange(shr(p1, 2), ext), (std::pair<int64_t, int64_t>{0, 3}));
+  // Simplify: folding, x ^ 0, and x ^ c = x + c when c's bits lie above x's range.
+  EXPECT_TRUE(sameIdx(simplify(idxXor(p0, idxConst(3) + idxConst(-3)), ext), p0));
+  EXPECT_EQ(toString(simplify(idxXor(p0, idxConst(8)), ext)), "p0 + 8");
+  EXPECT_EQ(toString(simplify(idxXor(p0, idxConst(4)), ext)), "p0 ^ 4");
+  EXPECT_EQ(toString(simplify(shl(p0 + p0, 1), ext)), "(p0*2) << 1");
+  for (const Idx& e : {idxXor(p0, idxConst(8)), idxXor(p0, idxConst(4)), idxXor(p0, p1), shl(p0 + p1, 2), shr(p1 + p0, 1),
+                       mod(idxXor(p1, p0) + idxMul(p0, 16), 16)})
+    expectSound(e, ext);
+  // Multiples: x ^ c is a multiple of m when x and c are.
+  EXPECT_TRUE(provablyMultipleOf(idxXor(idxMul(p0, 8), idxConst(16)), 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(idxXor(idxMul(p0, 8), idxConst(4)), 8, ext));
+  EXPECT_TRUE(provablyMultipleOf(shl(p0, 3), 8, ext));
+  EXPECT_TRUE(provablyMultipleOf(shr(idxMul(p0, 32), 2), 8, ext));
+  EXPECT_FALSE(provablyMultipleOf(shr(idxMul(p0, 8), 2), 8, ext));
+  // substitute keeps the operators.
+  Idx sub = substitute(idxXor(p0, shl(p1, 1)), [](int v, const std::string&) { return v == 0 ? idxConst(3) : nullptr; });
+  EXPECT_EQ(toString(sub), "(p1 << 1) ^ 3");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #include "kiln/loop/ir.h"
 #include "kiln/support/host_tensor.h"
 #include "kiln/support/index_expr.h"
+#include "kiln/support/target.h"
 
 namespace kiln::kernel {
 
@@ -60,6 +61,13 @@ struct Stmt {
     StoreShared,  // shared[index] = value
     Barrier,      // __syncthreads(): every thread of the block must reach it
     Mma,          // warp-wide tensor-core product, see mma() below
+    LoadVector,   // float slots = param[index .. index + W), one aligned vector load, see loadVector()
+    StoreVector,  // param[index .. index + W) = values, one aligned vector store, see storeVector()
+    ShuffleXor,   // float var = src of lane ^ laneMask (warp-collective), see shuffleXor()
+    CpAsync,      // asynchronous global -> shared copy of 4, 8 or 16 bytes, see cpAsync()
+    CpAsyncCommit,  // closes the thread's open cp.async group
+    CpAsyncWait,    // waits for all but the newest `pendingGroups` committed groups of the thread
+    Ldmatrix,       // warp-collective load of 8x8 b16 matrices from shared into fragment slots, see ldmatrix()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -73,6 +81,14 @@ struct Stmt {
   DType operandType = DType::BF16;  // Mma: A and B are rounded to this type (bf16 or f16)
   int sharedA = -1, sharedB = -1;   // Mma from shared: the buffers A and B are read from
   std::vector<Idx> pairs;           // Mma from shared: element index of pairs a01 a23 a45 a67 b01 b23
+  std::vector<FE> values;           // StoreVector: one value per element
+  int srcSlot = -1;                 // ShuffleXor: the float slot read in the partner lane
+  int laneMask = 0;                 // ShuffleXor
+  int param = -1;                   // CpAsync: the global source parameter (target: the shared buffer; a, b: indices)
+  int bytes = 0;                    // CpAsync: bytes copied
+  Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
+  int pendingGroups = 0;            // CpAsyncWait
+  bool transpose = false;           // Ldmatrix: .trans
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -93,6 +109,47 @@ Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<
 // and 2j+1), likewise for B; every pair index must be even (the registers are aligned 32-bit loads).
 Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int sharedB, std::vector<Idx> bPairs,
                    std::vector<int> c);
+// Vector global memory access: W = slots.size() (or values.size()) consecutive elements starting at `index`,
+// moved by one aligned W * dtype-bytes load or store (4, 8 or 16 bytes; W a power of two >= 2; f32, bf16 or f16
+// parameters). `index` must be a multiple of W (the verifier requires a proof: kernel parameters start 256-byte
+// aligned in the runtime's arena, so element alignment is address alignment).
+// loadVector: slots[i] = param[index + i] converted to f32. The stored elements are the buffer's own values.
+Stmt loadVector(int param, Idx index, std::vector<int> slots);
+// storeVector: param[index + i] = values[i] rounded to the parameter's dtype (as storeGlobal). All values are
+// evaluated before any element is written.
+Stmt storeVector(int param, Idx index, std::vector<FE> values);
+// Warp shuffle: float slot dst = float slot src as held by lane (lane ^ laneMask) of the same warp, laneMask a
+// power of two in 1..16 (__shfl_xor_sync with a full mask). Warp-collective like mma: every lane of a warp
+// executes it together (never under thread-dependent control flow; blocks of whole warps). All lanes read src
+// before any writes dst, so dst == src is allowed.
+Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask);
+// The butterfly all-reduce of float slot `slot` over a warp: for m = 16, 8, 4, 2, 1,
+//   tmp = shuffleXor(slot, m); slot = combine(slot, tmp)
+// after which every lane holds combine over all 32 lanes' values (combine: a binary Fn, e.g. Add or Max).
+Block warpAllReduce(Fn combine, int slot, int tmpSlot);
+
+// Asynchronous copy (PTX cp.async, sm_80+): `bytes` (4, 8 or 16) bytes from param[globalIndex..] to
+// sharedBuf[sharedIndex..], both of the same dtype, both element indices multiples of bytes / element size
+// (aligned addresses). With validBytesOrNull non-null only that many leading bytes (a multiple of the element
+// size, 0..bytes) are read from global memory and the rest of the destination is zero-filled (the src-size
+// operand: how tails and padding are copied without a branch); with 0 nothing is read.
+// Each thread's copies join its open group; cpAsyncCommit() closes the group; cpAsyncWait(n) blocks the thread
+// until all but its n most recently committed groups have landed. Until then the destination elements may not
+// be read (or written) by any thread; after the wait they are visible to the waiting thread only, and to the
+// rest of the block after a following barrier (a barrier alone completes nothing).
+Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int bytes, Idx validBytesOrNull = nullptr);
+Stmt cpAsyncCommit();
+Stmt cpAsyncWait(int pendingGroups);
+
+// ldmatrix.sync.aligned.m8n8.x{count}{.trans}.shared.b16 (sm_75+): loads count (1, 2 or 4) 8x8 matrices of a bf16
+// or f16 shared buffer. Lane 8j + r supplies in `rowIndex` the element index of row r of matrix j (8 contiguous
+// elements, 16-byte aligned: a multiple of 8); lanes at or above 8 * count supply nothing (their index is not
+// evaluated). Lane l, with g = l / 4 and t = l % 4, receives for matrix j
+//   slots[2j], slots[2j + 1] = M_j[g][2t], M_j[g][2t + 1]     (transpose: M_j[2t][g], M_j[2t + 1][g])
+// widened to f32: exactly the A / B fragment layout of mma() when the matrices are its 8x8 quarters.
+// Warp-collective like mma.
+Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vector<int> slots);
+
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 // The (row, column) of element i of a lane's A, B or C fragment (the layout above).
 std::pair<int, int> mmaElementA(int lane, int i);
@@ -111,6 +168,10 @@ struct SharedBuffer {
   std::string name;
   int64_t elements;
   DType dtype = DType::F32;  // f32, or bf16/f16: stores round to it, loads widen to f32
+  // Placed in the kernel's dynamic shared memory (`extern __shared__`) instead of static storage: how a block
+  // gets more than 48 KiB. Dynamic buffers are laid out in declaration order, each at a 16-byte aligned offset
+  // (Kernel::dynamicSharedOffset); Kernel::dynamicSharedBytes must cover them.
+  bool dynamic = false;
 };
 
 struct Kernel {
@@ -120,10 +181,14 @@ struct Kernel {
   std::vector<std::string> floatVars;    // float slot names
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int64_t, 3> block{1, 1, 1};
-  int64_t dynamicSharedBytes = 0;        // > 48 KiB requires the launch attribute (manifest shared_bytes)
+  // Dynamic shared memory per block, passed at launch (the manifest's kernels[].shared_bytes; the runtime sets
+  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB). At least dynamicBuffersBytes().
+  int64_t dynamicSharedBytes = 0;
   Block body;
   std::vector<std::string> origins;      // Torch ops it holds (from Loop IR)
-  int64_t sharedBytes() const;           // static shared memory in bytes
+  int64_t sharedBytes() const;           // static shared memory in bytes (buffers not marked dynamic)
+  int64_t dynamicBuffersBytes() const;   // end of the last dynamic buffer in the dynamic layout
+  int64_t dynamicSharedOffset(int buffer) const;  // byte offset of dynamic buffer `buffer` (16-byte aligned)
 };
 
 struct Program {
@@ -131,13 +196,14 @@ struct Program {
   std::vector<loop::Buffer> buffers;     // same buffers and ids as the Loop IR
   std::vector<int> inputs, outputs;
   std::vector<Kernel> kernels;           // launch order
+  Target target = defaultTarget();       // the verifier's shared-memory limits and instruction set
 };
 
 std::string print(const Program& p);
 nlohmann::json toJson(const Program& p);
-// Static hardware rules: no barrier under thread-divergent control flow; shared memory within 48 KiB
-// static (227 KiB with the dynamic attribute); shared indices within bounds; every variable defined
-// before use; launch dimensions within limits.
+// Static hardware rules: no barrier under thread-divergent control flow; static shared memory within the
+// target's 48 KiB, static + dynamic within its per-block maximum (227 KiB on sm_90); shared indices within
+// bounds; every variable defined before use; launch dimensions within limits.
 void verify(const Program& p);
 
 // Executes the kernels on the CPU, one block at a time, all threads of a block in lockstep. Shared

@@ -18,7 +18,9 @@ struct IndexNode;
 using Idx = std::shared_ptr<const IndexNode>;
 
 struct IndexNode {
-  enum class Op { Const, Var, Add, Mul, FloorDiv, Mod, Min, Max, Load };
+  // Xor, Shl, Shr: C's `^`, `<<` and `>>` on two's-complement integers (Shr is arithmetic, i.e. floordiv by 2^c);
+  // the shift amount b is a non-negative constant.
+  enum class Op { Const, Var, Add, Mul, FloorDiv, Mod, Min, Max, Load, Xor, Shl, Shr };
   Op op;
   int64_t value = 0;   // Const
   int var = -1;        // Var: id, unique within the expression's scope
@@ -38,6 +40,10 @@ Idx floorDiv(const Idx& a, int64_t d);
 Idx mod(const Idx& a, int64_t d);
 Idx idxMin(const Idx& a, const Idx& b);
 Idx idxMax(const Idx& a, const Idx& b);
+// Bitwise: a ^ b (swizzles), a << c and a >> c (c >= 0, constant).
+Idx idxXor(const Idx& a, const Idx& b);
+Idx shl(const Idx& a, int64_t c);
+Idx shr(const Idx& a, int64_t c);
 // An index read from memory (gather: table[ids[i]]): the value of buffer[flat], printed as name[flat].
 Idx idxLoad(int buffer, std::string name, const Idx& flat);
 
@@ -51,6 +57,12 @@ using VarExtents = std::map<int, int64_t>;
 Idx simplify(const Idx& e, const VarExtents& extents);
 // Smallest and largest value of e over the extents; nullopt when a variable's extent is unknown.
 std::optional<std::pair<int64_t, int64_t>> idxRange(const Idx& e, const VarExtents& extents);
+
+// True only if e is a multiple of m (m > 0) for every assignment within the extents: structural (constants,
+// sums and min/max of multiples, products with a factor that is one, mod d with both operand and d multiples,
+// xor and shifts of multiples of powers of two); a variable is a multiple only when its extent is 1 (always 0).
+// False means "not proven", never "not a multiple".
+bool provablyMultipleOf(const Idx& e, int64_t m, const VarExtents& extents);
 
 // Replace variables: f(var id) returns a replacement or nullptr to keep the variable.
 Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& f);

@@ -1,0 +1,113 @@
+// The Kernel-IR interpreter's cp.async (interpreter_machine.h). A copy reads global memory when issued and
+// lands in shared memory only when its thread waits for its group; until then any read or write of the
+// destination by any thread is an error. A landed element is visible to the waiting thread at once and to the
+// rest of the block after the next barrier (cp.async.wait_group orders only the executing thread's copies;
+// __syncthreads after it is what publishes them), so a missing barrier is an error too.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "interpreter_machine.h"
+
+namespace kiln::kernel::interp {
+
+void Machine::resetAsync() {
+  inFlight.resize(k.shared.size());
+  landed.resize(k.shared.size());
+  for (size_t b = 0; b < k.shared.size(); ++b) {
+    inFlight[b].assign(static_cast<size_t>(k.shared[b].elements), -1);
+    landed[b].assign(static_cast<size_t>(k.shared[b].elements), -1);
+  }
+  openGroup.assign(static_cast<size_t>(T), {});
+  committed.assign(static_cast<size_t>(T), {});
+}
+
+void Machine::checkSharedRead(int buffer, int64_t i, int64_t t) {
+  if (!async) return;
+  if (int32_t owner = inFlight[buffer][i]; owner >= 0)
+    raise(fmt::format("kernel {}: thread {} of block {}: read of shared memory whose cp.async has not been waited for: {}[{}] "
+                      "(copied by thread {})", k.name, t, block, k.shared[buffer].name, i, owner));
+  if (int32_t owner = landed[buffer][i]; owner >= 0 && owner != t)
+    raise(fmt::format("kernel {}: thread {} of block {} reads shared {}[{}], which thread {}'s cp.async wrote, with no barrier "
+                      "after that thread's wait", k.name, t, block, k.shared[buffer].name, i, owner));
+}
+
+void Machine::checkSharedWrite(int buffer, int64_t i, int64_t t) {
+  if (!async) return;
+  if (int32_t owner = inFlight[buffer][i]; owner >= 0)
+    raise(fmt::format("kernel {}: thread {} of block {} stores to shared {}[{}] while thread {}'s cp.async into it has not "
+                      "been waited for", k.name, t, block, k.shared[buffer].name, i, owner));
+  landed[buffer][i] = -1;
+}
+
+void Machine::cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask) {
+  KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.shared.size()) && s.param >= 0 &&
+                  s.param < static_cast<int>(k.params.size()),
+              "kernel {}: cp.async from parameter #{} into shared buffer #{}", k.name, s.param, s.target);
+  const SharedBuffer& sb = k.shared[s.target];
+  const Param& prm = k.params[s.param];
+  const int64_t elemBytes = dtypeBytes(sb.dtype);
+  if (prm.dtype != sb.dtype || s.bytes % elemBytes != 0)
+    raise(fmt::format("kernel {}: cp.async{} copies {} {} into shared {} of {}", k.name, s.bytes, dtypeName(prm.dtype), prm.name,
+                      sb.name, dtypeName(sb.dtype)));
+  const int64_t n = s.bytes / elemBytes;
+  const std::vector<float>& src = paramData(s.param);
+  std::vector<float>& dst = shared[s.target];
+  for (int64_t t = 0; t < T; ++t) {
+    if (!mask[t]) continue;
+    const int64_t si = evaluate(s.a, env[t], &loader), gi = evaluate(s.b, env[t], &loader);
+    const int64_t valid = s.validBytes ? evaluate(s.validBytes, env[t], &loader) : s.bytes;
+    auto where = [&] { return fmt::format("kernel {}: thread {} of block {}: cp.async{} shared {}[{}] <- {}[{}]", k.name, t, block,
+                                          s.bytes, sb.name, si, prm.name, gi); };
+    if (valid < 0 || valid > s.bytes || valid % elemBytes != 0)
+      raise(fmt::format("{}: {} valid bytes (want a multiple of {} in 0..{})", where(), valid, elemBytes, s.bytes));
+    if (si % n != 0 || gi % n != 0)
+      raise(fmt::format("{}: misaligned (both element indices must be multiples of {})", where(), n));
+    if (si < 0 || si + n > static_cast<int64_t>(dst.size()))
+      raise(fmt::format("{}: out of bounds of the shared buffer's {} elements", where(), dst.size()));
+    const int64_t read = valid / elemBytes;
+    if (read > 0 && (gi < 0 || gi + read > static_cast<int64_t>(src.size())))
+      raise(fmt::format("{}: reads [{}, {}], out of bounds of {}'s {} elements", where(), gi, gi + read - 1, prm.name, src.size()));
+    Copy copy{s.target, si, std::vector<float>(static_cast<size_t>(n), 0.f)};  // zero-filled past the valid bytes
+    for (int64_t j = 0; j < read; ++j) copy.values[j] = src[gi + j];
+    for (int64_t j = 0; j < n; ++j) {
+      if (int32_t owner = inFlight[s.target][si + j]; owner >= 0)
+        raise(fmt::format("{}: overlaps element {} of thread {}'s copy that has not been waited for", where(), si + j, owner));
+      inFlight[s.target][si + j] = static_cast<int32_t>(t);
+    }
+    openGroup[t].push_back(std::move(copy));
+  }
+}
+
+void Machine::cpAsyncCommitStep(const std::vector<uint8_t>& mask) {
+  for (int64_t t = 0; t < T; ++t)
+    if (mask[t] && async) {
+      committed[t].push_back(std::move(openGroup[t]));
+      openGroup[t].clear();
+    }
+}
+
+void Machine::cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
+  if (!async) return;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!mask[t]) continue;
+    while (static_cast<int64_t>(committed[t].size()) > s.pendingGroups) {
+      for (const Copy& c : committed[t].front())
+        for (size_t j = 0; j < c.values.size(); ++j) {
+          const int64_t e = c.start + static_cast<int64_t>(j);
+          shared[c.buffer][e] = c.values[j];
+          written[c.buffer][e] = 1;
+          inFlight[c.buffer][e] = -1;
+          landed[c.buffer][e] = static_cast<int32_t>(t);
+        }
+      committed[t].pop_front();
+    }
+  }
+}
+
+void Machine::barrierStep() {
+  if (!async) return;
+  for (auto& l : landed) std::fill(l.begin(), l.end(), -1);
+}
+
+}  // namespace kiln::kernel::interp

@@ -1,0 +1,90 @@
+// The Kernel-IR interpreter's machine state, shared by the files that implement it (internal to src/kernel):
+//   interpreter.cpp        the lockstep executor: expressions, control flow, global and shared loads/stores;
+//   interpreter_warp.cpp   warp-collective statements: mma, shuffles, ldmatrix;
+//   interpreter_async.cpp  cp.async groups and the shared-memory visibility rules they bring.
+#pragma once
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel/ir.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel::interp {
+
+[[noreturn]] inline void raise(std::string what) { throw InternalError(std::move(what)); }
+
+struct Machine {
+  const Program& p;
+  const Kernel& k;
+  std::vector<std::vector<float>>& buffers;  // program buffers
+  int64_t T = 0;                             // threads per block
+  int64_t block = 0;                         // current block
+  int nf = 0;                                // float slots
+
+  std::vector<std::vector<int64_t>> env;     // per thread: index variables
+  std::vector<float> floats;                 // per thread: float slots (thread-major)
+  std::vector<std::vector<float>> shared;
+  std::vector<std::vector<uint8_t>> written;
+  std::vector<std::vector<uint8_t>> masks;   // per nesting depth
+  std::vector<std::vector<int64_t>> ends;    // per nesting depth: For end per thread
+  std::vector<int64_t> idxTmp;               // per thread, for stores
+  std::vector<float> valTmp;
+
+  IndexLoader loader;                        // index values read from memory (gathers)
+
+  // cp.async state, kept only when the kernel has cp.async statements.
+  struct Copy {
+    int buffer;
+    int64_t start;
+    std::vector<float> values;  // read from global memory when issued (kernels never write what they copy)
+  };
+  bool async = false;
+  std::vector<std::vector<int32_t>> inFlight;  // per shared element: the thread whose copy into it has not landed, or -1
+  std::vector<std::vector<int32_t>> landed;    // per shared element: the thread whose waited-for copy wrote it, until the
+                                               // next barrier makes it visible to the block; or -1
+  std::vector<std::vector<Copy>> openGroup;    // per thread: copies issued since its last commit
+  std::vector<std::deque<std::vector<Copy>>> committed;  // per thread: committed groups not yet waited for, oldest first
+
+  Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)
+      : p(prog), k(kern), buffers(bufs) {
+    loader = [this](int param, int64_t flat) {
+      const std::vector<float>& data = paramData(param);
+      if (flat < 0 || flat >= static_cast<int64_t>(data.size()))
+        raise(fmt::format("kernel {}: index read {}[{}] out of bounds", k.name, k.params[param].name, flat));
+      return static_cast<int64_t>(data[flat]);
+    };
+  }
+
+  const std::vector<float>& paramData(int param) {
+    KILN_ASSERT(param >= 0 && param < static_cast<int>(k.params.size()), "kernel {}: parameter #{} of {}", k.name, param,
+                k.params.size());
+    return buffers[k.params[param].buffer];
+  }
+
+  void run();
+  void exec(const Block& body, int depth);
+  float eval(const FExpr& e, int64_t t);
+  int64_t vectorStart(const Stmt& s, int64_t t, size_t width, const char* verb);
+
+  // interpreter_warp.cpp
+  void mmaStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void shuffleStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void ldmatrixStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  // Threads active in warp w under `mask`: 0 or 32, else an error naming `what`.
+  int64_t warpActive(int64_t w, const std::vector<uint8_t>& mask, const char* what);
+
+  // interpreter_async.cpp
+  void resetAsync();                                   // at the start of every block
+  void checkSharedRead(int buffer, int64_t i, int64_t t);   // cp.async visibility of one element read by thread t
+  void checkSharedWrite(int buffer, int64_t i, int64_t t);  // no store into an element a copy has not landed in
+  void cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void cpAsyncCommitStep(const std::vector<uint8_t>& mask);
+  void cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void barrierStep();                                  // publishes landed copies to the block
+};
+
+}  // namespace kiln::kernel::interp
