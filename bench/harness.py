@@ -2,6 +2,7 @@
 comparing outputs, recording versions, writing results atomically."""
 import datetime
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -121,6 +122,25 @@ def rel_l2(a, b):
     return worst
 
 
+def resolve_commit(given=None):
+    """(commit, where it came from): --commit, else $KILN_COMMIT, else `git rev-parse` here (+dirty). On the device
+    the last can be wrong: its copy of .git can lag behind the tree it was given, so pass the SHA in."""
+    if given:
+        return given, "--commit"
+    if os.environ.get("KILN_COMMIT"):
+        return os.environ["KILN_COMMIT"], "KILN_COMMIT"
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        if commit and dirty:
+            commit += "+dirty"
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return commit, "git rev-parse here (on the device its .git can lag behind the tree: pass --commit)"
+
+
 def versions(args, kiln):
     v = {"python": sys.version.split()[0], "torch": torch.__version__, "torch_cuda": torch.version.cuda,
          "host": socket.gethostname(), "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat()}
@@ -129,18 +149,7 @@ def versions(args, kiln):
         v["triton"] = triton.__version__
     except ImportError:
         pass
-    commit = args.commit
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True, timeout=10).stdout.strip() or None
-            dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            if commit and dirty:
-                commit += "+dirty"
-        except (OSError, subprocess.SubprocessError):
-            commit = None
-    v["kiln_commit"] = commit
+    v["kiln_commit"], v["kiln_commit_source"] = resolve_commit(getattr(args, "commit", None))
     rc, out, err, _ = run_kiln(kiln, ["--version"], 30)
     v["kiln_version"] = (out or err).strip()
     if shutil.which("nvidia-smi"):
