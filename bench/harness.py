@@ -166,6 +166,27 @@ def versions(args, kiln):
     return v
 
 
+TORCH_COMPILE_SIDES = ("torch_compile", "torch_compile_max_autotune")
+
+
+def normalize_row(row, meta, source=None):
+    """A results row in today's layout. Before 2026-12 torch.compile's entries were called compile and
+    compile_max_autotune and carried no stamp of their own: renamed, and stamped with their file's date and commit
+    (`source`, if given, names that file)."""
+    for old, new in (("compile", "torch_compile"), ("compile_max_autotune", "torch_compile_max_autotune")):
+        if old in row and new not in row:
+            row[new] = row.pop(old)
+    v = meta.get("versions") or {}
+    stamp = {"date_utc": meta.get("date_utc") or v.get("date_utc"), "commit": meta.get("commit") or v.get("kiln_commit"),
+             "torch": v.get("torch")}
+    if source:
+        stamp["source"] = source
+    for side in TORCH_COMPILE_SIDES:
+        if isinstance(row.get(side), dict) and "measured" not in row[side]:
+            row[side]["measured"] = stamp
+    return row
+
+
 def write_results(path, meta, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
