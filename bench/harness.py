@@ -150,8 +150,11 @@ def versions(args, kiln):
     except ImportError:
         pass
     v["kiln_commit"], v["kiln_commit_source"] = resolve_commit(getattr(args, "commit", None))
-    rc, out, err, _ = run_kiln(kiln, ["--version"], 30)
-    v["kiln_version"] = (out or err).strip()
+    try:
+        rc, out, err, _ = run_kiln(kiln, ["--version"], 30)
+        v["kiln_version"] = (out or err).strip()
+    except OSError as e:   # not built (--skip-kiln)
+        v["kiln_version"] = f"not run: {e}"
     if shutil.which("nvidia-smi"):
         p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                            capture_output=True, text=True)

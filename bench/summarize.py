@@ -70,9 +70,15 @@ def kiln_fig(row, variant):
     return t.get("ms") if isinstance(t, dict) else None
 
 
-def basis(rows):
-    """'rotated' when kiln has rotated CUDA-graph figures (compared with PyTorch rotated), else 'hot' (old JSONs)."""
-    return "rotated" if any(kiln_fig(r, "rotated") for r in rows) else "hot"
+def basis(rows, meta=None):
+    """'rotated' when kiln was timed rotated (compared with PyTorch rotated), else 'hot' (JSONs from before 2026-12,
+    or a run with --kiln-timings hot)."""
+    asked = ((meta or {}).get("args") or {}).get("kiln_timings")
+    return "rotated" if any(kiln_fig(r, "rotated") for r in rows) or (asked and "rotated" in asked) else "hot"
+
+
+def kiln_label(rows, b):
+    return "kiln graph" if b == "rotated" or any(kiln_fig(r, "hot") for r in rows) else "kiln (launched)"
 
 
 def kiln_ms(row, b):
@@ -168,7 +174,7 @@ def compile_provenance(rows):
 
 # ------------------------------------------------------------------------------------------------ the .md
 
-def memory_bound_section(rows, b):
+def memory_bound_section(rows, b, label="kiln graph"):
     """The memory-bound kinds against the HBM floor (bytes / 4.2 TB/s), kiln vs eager vs torch.compile."""
     from cases import BANDWIDTH, MEMORY_BOUND_KINDS
     mine = [r for r in rows if r["kind"] in MEMORY_BOUND_KINDS]
@@ -176,11 +182,11 @@ def memory_bound_section(rows, b):
         return []
     what = ("rotated: each side cycles over copies of its data (≥ 3× L2, at most 512 copies), so its figure "
             "reads HBM, not L2" if b == "rotated" else
-            "hot (this run has no rotated kiln figure): small cases may be served from L2 and beat the HBM floor")
+            "hot (no rotated kiln figure in this run): small cases may be served from L2 and beat the HBM floor")
     lines = [f"## Memory-bound kinds ({', '.join(MEMORY_BOUND_KINDS)}) against the HBM floor", "",
              f"µs per forward, {what}. HBM floor = bytes / {BANDWIDTH / 1e12:.1f} TB/s (every input and weight read "
              "once, every output written once); % of floor = floor / time. kiln / torch.compile < 1: kiln faster.", "",
-             f"| case | dtype | MB | HBM floor | {'kiln graph' if b == 'rotated' else 'kiln (launched)'} | eager | "
+             f"| case | dtype | MB | HBM floor | {label} | eager | "
              "torch.compile | kiln / torch.compile | "
              "kiln % of floor | eager % of floor | torch.compile % of floor | notes |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -209,7 +215,7 @@ def memory_bound_section(rows, b):
 
 def markdown(meta, rows, source_names):
     v = meta.get("versions", {})
-    b = basis(rows)
+    b = basis(rows, meta)
     dtypes = [d for d in ("f32", "bf16") if any(r["dtype"] == d for r in rows)]
     date = (meta.get("date_utc") or v.get("date_utc") or "")[:10]
     commit = meta.get("commit") or v.get("kiln_commit")
@@ -225,6 +231,10 @@ def markdown(meta, rows, source_names):
         lines.append("- times in µs per forward. kiln, after its `--check` passed: `kiln run --bench N --graph` (N "
                      "forwards replayed from one CUDA graph, CUDA events, the mean); *rot* with `--rotate-mb` (cycling "
                      "over copies of its whole arena, weights included, ≥ 3× L2), *hot* on one arena.")
+    elif kiln_label(rows, b) == "kiln graph":
+        lines.append("- times in µs per forward. kiln, after its `--check` passed: `kiln run --bench N --graph` (N "
+                     "forwards replayed from one CUDA graph on one arena, CUDA events, the mean): a *hot* figure, "
+                     "compared with PyTorch's hot figures.")
     else:
         lines.append("- times in µs per forward. kiln, after its `--check` passed: `kiln run --bench N` (kernels "
                      "launched one by one, N forwards on one input set, the mean): a *hot* figure; this run has no "
@@ -259,7 +269,7 @@ def markdown(meta, rows, source_names):
                 lines.append(f"- {dtype} {label}: {ratio(g)}")
     lines.append("")
 
-    lines += memory_bound_section(rows, b)
+    lines += memory_bound_section(rows, b, kiln_label(rows, b))
 
     for dtype in dtypes:
         head = ["case", "floor", "bound", "kiln rot", "kiln hot", *(["kiln launched"] if launch_too else []),
@@ -306,7 +316,8 @@ def chart(rows, path):
     width = max(12, 0.22 * max(sum(1 for r in rows if r["dtype"] == d) for d in dtypes))
     fig, axes = plt.subplots(len(dtypes), 1, figsize=(width, 5.5 * len(dtypes)), squeeze=False)
     series = [("kiln graph (rotated)", lambda r: kiln_fig(r, "rotated"), "o", "tab:red"),
-              ("kiln graph (hot)" if b == "rotated" else "kiln launched (hot)", lambda r: kiln_ms(r, "hot"), "o",
+              ("kiln graph (hot)" if kiln_label(rows, "hot") == "kiln graph" else "kiln launched (hot)",
+               lambda r: kiln_ms(r, "hot"), "o",
                "lightsalmon"),
               ("eager (rotated)", lambda r: torch_ms(r, "eager", "rotated"), "s", "tab:blue"),
               ("torch.compile (rotated)", lambda r: torch_ms(r, "torch_compile", "rotated"), "^", "tab:green"),
