@@ -194,6 +194,10 @@ class Case:
     def floor_s(self, dtype):
         return max(self.bytes(dtype) / BANDWIDTH, self.flops / PEAK_FLOPS[dtype])
 
+    def hbm_floor_s(self, dtype):
+        """bytes / HBM bandwidth: the floor of a memory-bound case."""
+        return self.bytes(dtype) / BANDWIDTH
+
     def floor_bound(self, dtype):
         """'memory' or 'compute': which term sets the floor."""
         return "memory" if self.bytes(dtype) / BANDWIDTH >= self.flops / PEAK_FLOPS[dtype] else "compute"
@@ -284,12 +288,27 @@ def all_cases(sdpa_gqa="flag"):
 CASES = all_cases()
 
 
+MEMORY_BOUND_KINDS = ("rmsnorm", "softmax", "silu_mul")   # no matrix product: bound by HBM bandwidth
+
+
+def _names(case, term):
+    """Whether `term` ("silu_mul", "s32", "tinyllama/q_proj", a whole name) is a run of case.name's '/' parts."""
+    parts, want = case.name.split("/"), term.split("/")
+    return any(parts[i:i + len(want)] == want for i in range(len(parts) - len(want) + 1))
+
+
 def select(cases=None, filter_substring=None):
+    """The cases matching any comma-separated term of `filter_substring`. A term that names a model, kind or
+    seq (or a run of them: "tinyllama/q_proj", a whole case name) matches exactly, so "silu_mul" is not
+    "silu_mul_down"; a term that names none of them is matched as a substring ("qwen", "proj")."""
     cases = CASES if cases is None else cases
     if not filter_substring:
         return list(cases)
-    subs = [s for s in filter_substring.split(",") if s]
-    return [c for c in cases if any(s in c.name for s in subs)]
+    chosen = set()
+    for term in (t.strip() for t in filter_substring.split(",") if t.strip()):
+        exact = {c.name for c in cases if _names(c, term)}
+        chosen |= exact or {c.name for c in cases if term in c.name}
+    return [c for c in cases if c.name in chosen]
 
 
 def dtypes_for(arg):

@@ -2,6 +2,7 @@
 comparing outputs, recording versions, writing results atomically."""
 import datetime
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -121,6 +122,25 @@ def rel_l2(a, b):
     return worst
 
 
+def resolve_commit(given=None):
+    """(commit, where it came from): --commit, else $KILN_COMMIT, else `git rev-parse` here (+dirty). On the device
+    the last can be wrong: its copy of .git can lag behind the tree it was given, so pass the SHA in."""
+    if given:
+        return given, "--commit"
+    if os.environ.get("KILN_COMMIT"):
+        return os.environ["KILN_COMMIT"], "KILN_COMMIT"
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        if commit and dirty:
+            commit += "+dirty"
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return commit, "git rev-parse here (on the device its .git can lag behind the tree: pass --commit)"
+
+
 def versions(args, kiln):
     v = {"python": sys.version.split()[0], "torch": torch.__version__, "torch_cuda": torch.version.cuda,
          "host": socket.gethostname(), "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat()}
@@ -129,20 +149,12 @@ def versions(args, kiln):
         v["triton"] = triton.__version__
     except ImportError:
         pass
-    commit = args.commit
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True, timeout=10).stdout.strip() or None
-            dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            if commit and dirty:
-                commit += "+dirty"
-        except (OSError, subprocess.SubprocessError):
-            commit = None
-    v["kiln_commit"] = commit
-    rc, out, err, _ = run_kiln(kiln, ["--version"], 30)
-    v["kiln_version"] = (out or err).strip()
+    v["kiln_commit"], v["kiln_commit_source"] = resolve_commit(getattr(args, "commit", None))
+    try:
+        rc, out, err, _ = run_kiln(kiln, ["--version"], 30)
+        v["kiln_version"] = (out or err).strip()
+    except OSError as e:   # not built (--skip-kiln)
+        v["kiln_version"] = f"not run: {e}"
     if shutil.which("nvidia-smi"):
         p = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                            capture_output=True, text=True)
@@ -155,6 +167,27 @@ def versions(args, kiln):
     if shutil.which("nvcc"):
         v["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     return v
+
+
+TORCH_COMPILE_SIDES = ("torch_compile", "torch_compile_max_autotune")
+
+
+def normalize_row(row, meta, source=None):
+    """A results row in today's layout. Before 2026-12 torch.compile's entries were called compile and
+    compile_max_autotune and carried no stamp of their own: renamed, and stamped with their file's date and commit
+    (`source`, if given, names that file)."""
+    for old, new in (("compile", "torch_compile"), ("compile_max_autotune", "torch_compile_max_autotune")):
+        if old in row and new not in row:
+            row[new] = row.pop(old)
+    v = meta.get("versions") or {}
+    stamp = {"date_utc": meta.get("date_utc") or v.get("date_utc"), "commit": meta.get("commit") or v.get("kiln_commit"),
+             "torch": v.get("torch")}
+    if source:
+        stamp["source"] = source
+    for side in TORCH_COMPILE_SIDES:
+        if isinstance(row.get(side), dict) and "measured" not in row[side]:
+            row[side]["measured"] = stamp
+    return row
 
 
 def write_results(path, meta, rows):

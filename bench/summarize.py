@@ -1,46 +1,89 @@
 """Tables and a chart from kernel-suite results.
 
-    python3 bench/summarize.py bench/results/2026-12-01-h200.json [more.json ...] [-o bench/results/2026-12-01-h200]
+    python3 bench/summarize.py RESULTS.json [more.json ...] [-o PREFIX] [--compile-from EARLIER.json ...] [--no-chart]
 
-writes PREFIX.md (tables, geomeans, counts, best and worst cases, the cases furthest from their floor) and
-PREFIX.png (kiln vs eager vs torch.compile per case, log scale). Several JSONs (parts of one suite) are merged;
-a later file's row for a case replaces an earlier one's. PREFIX defaults to the first JSON's path without .json.
+writes PREFIX.md and PREFIX.png (PREFIX: the first JSON's path without .json). Several JSONs (parts of one suite)
+are merged; a later file's row replaces an earlier one's. --compile-from takes torch.compile's figures, for the rows
+that have none (a run without --compile), from earlier JSONs; the .md says where and when each was measured (every
+torch.compile entry carries its own `measured` stamp: date, kiln commit, torch).
 
-Speed-ups are PyTorch time / kiln time (> 1: kiln is faster). The headline compares with PyTorch's "hot" figure
-(one input set repeated), because that is how kiln's `--bench` times (its runtime cannot rotate inputs yet);
-the tables also give PyTorch with rotated inputs, the figure a real model would see.
+The .md: a summary per dtype (geomean of PyTorch time / kiln time, > 1: kiln faster, the cases kiln wins, best and
+worst), the memory-bound kinds (rmsnorm, softmax, silu_mul) against the HBM floor, a table per dtype, the rows
+furthest from their floor. kiln is compared like for like: its CUDA-graph figure rotated over copies of its arena
+against PyTorch's rotated figure. Results from before 2026-12, which have only kiln's launched figure on one input
+set, are compared with PyTorch's hot figure instead (the .md says which).
 """
 import argparse
+import copy
 import json
 import math
 import pathlib
 import sys
 
-SIDES = {"eager": "eager", "compile": "torch.compile", "compile_max_autotune": "torch.compile max-autotune"}
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from harness import TORCH_COMPILE_SIDES, normalize_row  # noqa: E402
+
+SIDES = {"eager": "eager", "torch_compile": "torch.compile", "torch_compile_max_autotune": "torch.compile max-autotune"}
 
 
-def load(paths):
-    """Merged (meta of the first file, rows in the suite's order: model, kind, seq)."""
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+def read(path, source=None):
+    data = json.loads(pathlib.Path(path).read_text())
+    return data["meta"], [normalize_row(r, data["meta"], source) for r in data["results"]]
+
+
+def load(paths, compile_from=()):
+    """(meta of the first file, rows in the suite's order: model, kind, seq; torch.compile merged from compile_from)."""
     from cases import KINDS
     meta, rows = None, {}
     for p in paths:
-        data = json.loads(pathlib.Path(p).read_text())
-        meta = meta or data["meta"]
-        for r in data["results"]:
+        m, rs = read(p)
+        meta = meta or m
+        for r in rs:
             rows[(r["case"], r["dtype"])] = r
+    for p in compile_from:
+        _, rs = read(p, pathlib.Path(p).name)
+        for r in rs:
+            mine = rows.get((r["case"], r["dtype"]))
+            if mine is not None and not any(s in mine for s in TORCH_COMPILE_SIDES):
+                for s in TORCH_COMPILE_SIDES:
+                    if s in r:
+                        mine[s] = copy.deepcopy(r[s])
     order = lambda r: (r["model"], KINDS.index(r["kind"]) if r["kind"] in KINDS else 99, r["seq"])  # noqa: E731
     return meta, sorted(rows.values(), key=order)
 
 
+# ------------------------------------------------------------------------------------------------ figures
+
 def torch_ms(row, side, variant):
-    t = row.get(side, {}).get(variant)
+    t = (row.get(side) or {}).get(variant)
     return t.get("ms") if isinstance(t, dict) else None
 
 
-def kiln_ms(row):
+def kiln_fig(row, variant):
+    """kiln's ms: variant rotated / hot (one CUDA graph, run_suite's default) or launch (kernels launched one by one,
+    the only figure before 2026-12); None unless its check passed."""
     k = row.get("kiln") or {}
-    return k.get("ms") if k.get("check") == "PASS" else None
+    if k.get("check") != "PASS":
+        return None
+    t = k if variant == "launch" else k.get("graph_" + variant)
+    return t.get("ms") if isinstance(t, dict) else None
+
+
+def basis(rows, meta=None):
+    """'rotated' when kiln was timed rotated (compared with PyTorch rotated), else 'hot' (JSONs from before 2026-12,
+    or a run with --kiln-timings hot)."""
+    asked = ((meta or {}).get("args") or {}).get("kiln_timings")
+    return "rotated" if any(kiln_fig(r, "rotated") for r in rows) or (asked and "rotated" in asked) else "hot"
+
+
+def kiln_label(rows, b):
+    return "kiln graph" if b == "rotated" or any(kiln_fig(r, "hot") for r in rows) else "kiln (launched)"
+
+
+def kiln_ms(row, b):
+    """kiln's headline figure on basis b: rotated graph; or hot graph, else the launched figure (also hot)."""
+    return kiln_fig(row, "rotated") if b == "rotated" else (kiln_fig(row, "hot") or kiln_fig(row, "launch"))
 
 
 def geomean(xs):
@@ -65,6 +108,10 @@ def ratio(x):
     return "–" if x is None else f"{x:.2f}×"
 
 
+def div(a, b):
+    return a / b if a and b else None
+
+
 def kiln_note(row):
     k = row.get("kiln")
     for bad in ("export_error", "prepare_error", "torch_error"):
@@ -75,22 +122,22 @@ def kiln_note(row):
     if k.get("check") == "FAIL":
         rel = k.get("rel_l2")
         return f"kiln check FAIL (rel_l2 {rel:.2e})" if rel is not None else f"kiln FAIL: {k.get('error', '')}"
+    notes = [f"kiln {v}: {k[v]['error']}" for v in ("graph_rotated", "graph_hot")
+             if isinstance(k.get(v), dict) and "error" in k[v]]
     if k.get("bench_error"):
-        return f"kiln bench: {k['bench_error']}"
-    notes = []
+        notes.append(f"kiln bench: {k['bench_error']}")
     for side in SIDES:
         if side in row and row[side].get("check") not in (None, "PASS"):
             notes.append(f"{SIDES[side]} {row[side]['check']} {row[side].get('error', '')}".strip())
     return "; ".join(notes)
 
 
-def summary_stats(rows, dtype, variant):
-    """Geomeans, counts, best and worst of PyTorch/kiln for one dtype."""
+def summary_stats(rows, dtype, b):
+    """Geomeans, counts, best and worst of PyTorch / kiln for one dtype, on basis b."""
     mine = [r for r in rows if r["dtype"] == dtype]
-    out = {"dtype": dtype, "cases": len(mine), "kiln_pass": sum(1 for r in mine if kiln_ms(r))}
+    out = {"dtype": dtype, "cases": len(mine), "kiln_pass": sum(1 for r in mine if (r.get("kiln") or {}).get("check") == "PASS")}
     for side in SIDES:
-        pairs = [(r, torch_ms(r, side, variant) / kiln_ms(r)) for r in mine
-                 if kiln_ms(r) and torch_ms(r, side, variant)]
+        pairs = [(r, torch_ms(r, side, b) / kiln_ms(r, b)) for r in mine if kiln_ms(r, b) and torch_ms(r, side, b)]
         if not pairs:
             continue
         pairs.sort(key=lambda p: p[1])
@@ -100,88 +147,162 @@ def summary_stats(rows, dtype, variant):
     return out
 
 
+def stamp_label(m):
+    date = (m.get("date_utc") or "?")[:10]
+    where = f"from {m['source']}, " if m.get("source") else ""
+    return f"{where}measured {date} (kiln {m.get('commit') or '?'}, torch {m.get('torch') or '?'})"
+
+
+def compile_provenance(rows):
+    """Lines saying where each torch.compile column's figures come from."""
+    lines = []
+    for side in TORCH_COMPILE_SIDES:
+        groups = {}
+        for r in rows:
+            if isinstance(r.get(side), dict):
+                label = stamp_label(r[side].get("measured") or {})
+                groups[label] = groups.get(label, 0) + 1
+        missing = sum(1 for r in rows if side not in r)
+        if groups:
+            parts = [f"{n} rows {label}" for label, n in sorted(groups.items(), key=lambda g: -g[1])]
+            lines.append(f"- {SIDES[side]}: " + "; ".join(parts) + (f"; {missing} rows without" if missing else ""))
+    if not lines:
+        lines.append("- torch.compile: not measured in this run (run_suite.py --compile, or summarize.py "
+                     "--compile-from an earlier JSON)")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------ the .md
+
+def memory_bound_section(rows, b, label="kiln graph"):
+    """The memory-bound kinds against the HBM floor (bytes / 4.2 TB/s), kiln vs eager vs torch.compile."""
+    from cases import BANDWIDTH, MEMORY_BOUND_KINDS
+    mine = [r for r in rows if r["kind"] in MEMORY_BOUND_KINDS]
+    if not mine:
+        return []
+    what = ("rotated: each side cycles over copies of its data (≥ 3× L2, at most 512 copies), so its figure "
+            "reads HBM, not L2" if b == "rotated" else
+            "hot (no rotated kiln figure in this run): small cases may be served from L2 and beat the HBM floor")
+    lines = [f"## Memory-bound kinds ({', '.join(MEMORY_BOUND_KINDS)}) against the HBM floor", "",
+             f"µs per forward, {what}. HBM floor = bytes / {BANDWIDTH / 1e12:.1f} TB/s (every input and weight read "
+             "once, every output written once); % of floor = floor / time. kiln / torch.compile < 1: kiln faster.", "",
+             f"| case | dtype | MB | HBM floor | {label} | eager | "
+             "torch.compile | kiln / torch.compile | "
+             "kiln % of floor | eager % of floor | torch.compile % of floor | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in mine:
+        floor = r["bytes"] / BANDWIDTH * 1e3
+        k, e, c = kiln_ms(r, b), torch_ms(r, "eager", b), torch_ms(r, "torch_compile", b)
+        lines.append(f"| {r['case']} | {r['dtype']} | {r['bytes'] / 1e6:.2f} | {us(floor)} | {us(k)} | {us(e)} | "
+                     f"{us(c)} | {ratio(div(k, c))} | {pct(div(floor, k))} | {pct(div(floor, e))} | "
+                     f"{pct(div(floor, c))} | {kiln_note(r)} |")
+    lines.append("")
+    for dtype in ("f32", "bf16"):
+        d = [r for r in mine if r["dtype"] == dtype]
+        if not d:
+            continue
+        fl = lambda r: r["bytes"] / BANDWIDTH * 1e3  # noqa: E731
+        g_ratio = geomean([div(kiln_ms(r, b), torch_ms(r, "torch_compile", b)) for r in d])
+        parts = [f"kiln / torch.compile geomean {ratio(g_ratio)}" if g_ratio else None]
+        for side, label in (("kiln", "kiln"), ("eager", "eager"), ("torch_compile", "torch.compile")):
+            g = geomean([div(fl(r), kiln_ms(r, b) if side == "kiln" else torch_ms(r, side, b)) for r in d])
+            if g:
+                parts.append(f"{label} at {pct(g)} of the floor (geomean)")
+        lines.append(f"- {dtype}: " + "; ".join(p for p in parts if p))
+    lines.append("")
+    return lines
+
+
 def markdown(meta, rows, source_names):
     v = meta.get("versions", {})
+    b = basis(rows, meta)
     dtypes = [d for d in ("f32", "bf16") if any(r["dtype"] == d for r in rows)]
-    lines = [f"# kiln kernel suite on the H200 — {v.get('date_utc', '')[:10]}", ""]
-    lines += [f"- kiln {v.get('kiln_commit')} ({v.get('kiln_version', '')}); torch {v.get('torch')} "
+    date = (meta.get("date_utc") or v.get("date_utc") or "")[:10]
+    commit = meta.get("commit") or v.get("kiln_commit")
+    source = meta.get("commit_source") or v.get("kiln_commit_source") or "as recorded on the device"
+    launch_too = b == "rotated" and any(kiln_fig(r, "launch") for r in rows)
+    lines = [f"# kiln kernel suite on the H200 — {date}", ""]
+    lines += [f"- kiln {commit} ({source}; {v.get('kiln_version', '')}); torch {v.get('torch')} "
               f"(CUDA {v.get('torch_cuda')}), triton {v.get('triton', '–')}; GPU {v.get('gpu', v.get('device_name'))}; "
               f"{v.get('nvcc', '')}",
               f"- from {', '.join(source_names)}; {len(rows)} case×dtype rows"
-              + (f"; not run: {len(meta['not_run'])}" if meta.get("not_run") else ""),
-              "- times in µs per forward. kiln: `kiln run --bench N`, mean of N back-to-back forwards on one input "
-              "set, after its own `--check` passed. PyTorch: median over CUDA-graph replays of K iterations; "
-              "*rot* = rotating over independent weight+input sets (≥ 3× L2), *hot* = one set repeated "
-              "(as kiln's figure). torch.compile is timed only if it matches eager (rel L2 ≤ 1e-5 f32, 2e-2 bf16).",
+              + (f"; not run: {len(meta['not_run'])}" if meta.get("not_run") else "")]
+    if b == "rotated":
+        lines.append("- times in µs per forward. kiln, after its `--check` passed: `kiln run --bench N --graph` (N "
+                     "forwards replayed from one CUDA graph, CUDA events, the mean); *rot* with `--rotate-mb` (cycling "
+                     "over copies of its whole arena, weights included, ≥ 3× L2), *hot* on one arena.")
+    elif kiln_label(rows, b) == "kiln graph":
+        lines.append("- times in µs per forward. kiln, after its `--check` passed: `kiln run --bench N --graph` (N "
+                     "forwards replayed from one CUDA graph on one arena, CUDA events, the mean): a *hot* figure, "
+                     "compared with PyTorch's hot figures.")
+    else:
+        lines.append("- times in µs per forward. kiln, after its `--check` passed: `kiln run --bench N` (kernels "
+                     "launched one by one, N forwards on one input set, the mean): a *hot* figure; this run has no "
+                     "CUDA-graph figure of kiln, so kiln is compared with PyTorch's hot figures.")
+    lines += ["- PyTorch: median over CUDA-graph replays of K iterations; *rot* = rotating over independent "
+              "weight+input sets (≥ 3× L2), *hot* = one set repeated. torch.compile (default mode) is timed only if "
+              "it matches eager (rel L2 ≤ 1e-5 f32, 2e-2 bf16).",
+              *compile_provenance(rows),
               "- floor = max(bytes once / 4.2 TB/s, flops / peak (767 TFLOP/s bf16, 50 TFLOP/s f32)); "
               "% of floor = floor / time.", ""]
 
     lines += ["## Summary", "",
-              "Speed-up = PyTorch time / kiln time (> 1: kiln faster); geomean over the cases where both ran.", "",
+              f"Speed-up = PyTorch time / kiln time (> 1: kiln faster), both *{b}*; geomean over the cases where both "
+              "ran.", "",
               "| dtype | kiln passed | vs | geomean speed-up | kiln faster | best | worst |",
               "|---|---|---|---|---|---|---|"]
     for dtype in dtypes:
-        s = summary_stats(rows, dtype, "hot")
+        s = summary_stats(rows, dtype, b)
         for side, label in SIDES.items():
             if side not in s:
                 continue
             x = s[side]
-            lines.append(f"| {dtype} | {s['kiln_pass']}/{s['cases']} | {label} (hot) | "
+            lines.append(f"| {dtype} | {s['kiln_pass']}/{s['cases']} | {label} ({b}) | "
                          f"{ratio(x['geomean'])} | {x['kiln_faster']}/{x['n']} | "
                          f"{x['best'][0]} {ratio(x['best'][1])} | {x['worst'][0]} {ratio(x['worst'][1])} |")
-    lines += ["", "What L2 gives PyTorch (geomean of rotated time / hot time; > 1: the hot figure is flattered, and so "
-              "is kiln's until its runtime rotates inputs):", ""]
+    lines += ["", "What L2 gives (geomean of rotated time / hot time; > 1: the hot figure is flattered):", ""]
     for dtype in dtypes:
-        for side, label in SIDES.items():
-            g = geomean([torch_ms(r, side, "rotated") / torch_ms(r, side, "hot") for r in rows
-                         if r["dtype"] == dtype and torch_ms(r, side, "rotated") and torch_ms(r, side, "hot")])
+        for side, label in [("kiln", "kiln graph"), *SIDES.items()]:
+            get = (lambda r, var: kiln_fig(r, var)) if side == "kiln" else (lambda r, var, s=side: torch_ms(r, s, var))
+            g = geomean([div(get(r, "rotated"), get(r, "hot")) for r in rows if r["dtype"] == dtype])
             if g:
                 lines.append(f"- {dtype} {label}: {ratio(g)}")
     lines.append("")
 
+    lines += memory_bound_section(rows, b, kiln_label(rows, b))
+
     for dtype in dtypes:
-        lines += [f"## {dtype}", "",
-                  "| case | floor | bound | kiln | kernels | eager rot | eager hot | compile rot | compile hot | "
-                  "kiln % floor | eager % floor (rot) | compile % floor (rot) | eager hot / kiln | "
-                  "compile hot / kiln | notes |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        head = ["case", "floor", "bound", "kiln rot", "kiln hot", *(["kiln launched"] if launch_too else []),
+                "kernels", "eager rot", "eager hot", "compile rot", "compile hot", "kiln % floor",
+                "eager % floor", "compile % floor", "eager / kiln", "compile / kiln", "notes"]
+        lines += [f"## {dtype}", "", f"% of floor and the ratios on the *{b}* figures.", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in (r for r in rows if r["dtype"] == dtype):
-            k = kiln_ms(r)
+            k = kiln_ms(r, b)
             floor = r["floor_ms"]
-            eh, ch = torch_ms(r, "eager", "hot"), torch_ms(r, "compile", "hot")
-            er, cr = torch_ms(r, "eager", "rotated"), torch_ms(r, "compile", "rotated")
-            lines.append(
-                f"| {r['case']} | {us(floor)} | {r['floor_bound']} | {us(k)} | {(r.get('kiln') or {}).get('kernels') or '–'} | "
-                f"{us(er)} | {us(eh)} | {us(cr)} | {us(ch)} | {pct(floor / k if k else None)} | "
-                f"{pct(floor / er if er else None)} | {pct(floor / cr if cr else None)} | "
-                f"{ratio(eh / k if k and eh else None)} | {ratio(ch / k if k and ch else None)} | {kiln_note(r)} |")
+            e, c = torch_ms(r, "eager", b), torch_ms(r, "torch_compile", b)
+            cells = [r["case"], us(floor), r["floor_bound"], us(kiln_fig(r, "rotated")),
+                     us(kiln_fig(r, "hot") or (None if launch_too else kiln_fig(r, "launch"))),
+                     *([us(kiln_fig(r, "launch"))] if launch_too else []),
+                     str((r.get("kiln") or {}).get("kernels") or "–"),
+                     us(torch_ms(r, "eager", "rotated")), us(torch_ms(r, "eager", "hot")),
+                     us(torch_ms(r, "torch_compile", "rotated")), us(torch_ms(r, "torch_compile", "hot")),
+                     pct(div(floor, k)), pct(div(floor, e)), pct(div(floor, c)),
+                     ratio(div(e, k)), ratio(div(c, k)), kiln_note(r)]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
 
-    graphed = [r for r in rows if isinstance((r.get("kiln") or {}).get("graph_rotated"), dict)]
-    if graphed:  # run_suite.py --kiln-graph: kiln timed like PyTorch (one CUDA graph, rotated inputs and weights)
-        lines += ["## kiln from one CUDA graph (`--kiln-graph`)", "",
-                  "Like-for-like with PyTorch's rotated figures: kiln's forwards replayed from one CUDA graph, cycling "
-                  "over copies of its whole arena (weights included) that together exceed 3× L2.", "",
-                  "| case | dtype | kiln launches (hot) | kiln graph hot | kiln graph rot | copies | eager rot | compile rot | "
-                  "eager rot / kiln graph rot | compile rot / kiln graph rot |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in graphed:
-            k = r["kiln"]
-            gh, gr = k.get("graph_hot", {}).get("ms"), k["graph_rotated"].get("ms")
-            er, cr = torch_ms(r, "eager", "rotated"), torch_ms(r, "compile", "rotated")
-            lines.append(f"| {r['case']} | {r['dtype']} | {us(kiln_ms(r))} | {us(gh)} | {us(gr)} | "
-                         f"{k['graph_rotated'].get('sets', k['graph_rotated'].get('error', '–'))} | {us(er)} | {us(cr)} | "
-                         f"{ratio(er / gr if er and gr else None)} | {ratio(cr / gr if cr and gr else None)} |")
-        lines.append("")
-
-    timed = sorted((r for r in rows if kiln_ms(r)), key=lambda r: r["floor_ms"] / kiln_ms(r))
+    timed = sorted((r for r in rows if kiln_ms(r, b)), key=lambda r: r["floor_ms"] / kiln_ms(r, b))
     if timed:
-        lines += ["## Furthest from the floor (kiln)", "",
-                  "| case | dtype | bound | kiln | floor | % of floor | eager rot % of floor |", "|---|---|---|---|---|---|---|"]
+        lines += [f"## Furthest from the floor (kiln, {b})", "",
+                  "| case | dtype | bound | kiln | floor | % of floor | eager % of floor |", "|---|---|---|---|---|---|---|"]
         for r in timed[:12]:
-            er = torch_ms(r, "eager", "rotated")
-            lines.append(f"| {r['case']} | {r['dtype']} | {r['floor_bound']} | {us(kiln_ms(r))} | {us(r['floor_ms'])} | "
-                         f"{pct(r['floor_ms'] / kiln_ms(r))} | {pct(r['floor_ms'] / er if er else None)} |")
+            e = torch_ms(r, "eager", b)
+            lines.append(f"| {r['case']} | {r['dtype']} | {r['floor_bound']} | {us(kiln_ms(r, b))} | {us(r['floor_ms'])} | "
+                         f"{pct(r['floor_ms'] / kiln_ms(r, b))} | {pct(div(r['floor_ms'], e))} |")
         lines.append("")
+    if meta.get("not_run"):
+        lines += ["## Not run", "", ", ".join(meta["not_run"]), ""]
     return "\n".join(lines)
 
 
@@ -190,14 +311,18 @@ def chart(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    b = basis(rows)
     dtypes = [d for d in ("f32", "bf16") if any(r["dtype"] == d for r in rows)]
     width = max(12, 0.22 * max(sum(1 for r in rows if r["dtype"] == d) for d in dtypes))
     fig, axes = plt.subplots(len(dtypes), 1, figsize=(width, 5.5 * len(dtypes)), squeeze=False)
-    series = [("kiln", lambda r: kiln_ms(r), "o", "tab:red"),
+    series = [("kiln graph (rotated)", lambda r: kiln_fig(r, "rotated"), "o", "tab:red"),
+              ("kiln graph (hot)" if kiln_label(rows, "hot") == "kiln graph" else "kiln launched (hot)",
+               lambda r: kiln_ms(r, "hot"), "o",
+               "lightsalmon"),
               ("eager (rotated)", lambda r: torch_ms(r, "eager", "rotated"), "s", "tab:blue"),
-              ("torch.compile (rotated)", lambda r: torch_ms(r, "compile", "rotated"), "^", "tab:green"),
+              ("torch.compile (rotated)", lambda r: torch_ms(r, "torch_compile", "rotated"), "^", "tab:green"),
               ("eager (hot)", lambda r: torch_ms(r, "eager", "hot"), "s", "lightsteelblue"),
-              ("torch.compile (hot)", lambda r: torch_ms(r, "compile", "hot"), "^", "lightgreen"),
+              ("torch.compile (hot)", lambda r: torch_ms(r, "torch_compile", "hot"), "^", "lightgreen"),
               ("floor", lambda r: r["floor_ms"], "_", "black")]
     for ax, dtype in zip(axes[:, 0], dtypes):
         mine = [r for r in rows if r["dtype"] == dtype]
@@ -206,9 +331,8 @@ def chart(rows, path):
             pts = [(x, get(r) * 1e3) for x, r in zip(xs, mine) if get(r)]
             if pts:
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=label,
-                           s=60 if marker == "_" else 22, zorder=3 if label == "kiln" else 2)
-        failed = [x for x, r in zip(xs, mine) if not kiln_ms(r)]
-        for x in failed:
+                           s=60 if marker == "_" else 22, zorder=3 if label.startswith("kiln graph (r") else 2)
+        for x in (x for x, r in zip(xs, mine) if not kiln_ms(r, b)):
             ax.axvspan(x - 0.4, x + 0.4, color="tab:red", alpha=0.08, lw=0)
         ax.set_yscale("log")
         ax.set_ylabel("µs per forward (log)")
@@ -227,9 +351,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", help="results JSON(s) from run_suite.py")
     ap.add_argument("-o", "--prefix", default=None, help="output prefix (default: first JSON without .json)")
+    ap.add_argument("--compile-from", nargs="+", default=[], metavar="JSON",
+                    help="earlier results JSON(s) whose torch.compile figures fill the rows that have none")
     ap.add_argument("--no-chart", action="store_true")
     args = ap.parse_args(argv)
-    meta, rows = load(args.results)
+    meta, rows = load(args.results, args.compile_from)
     if meta.get("dry_run"):
         sys.exit("these are dry-run results (no timings): nothing to summarise")
     prefix = pathlib.Path(args.prefix or str(pathlib.Path(args.results[0]).with_suffix("")))
