@@ -1,9 +1,9 @@
 // tile-cooperative-reduce: gives a block to each row of a kernel that writes a whole row after its stages
 // (a fused softmax or RMSNorm), or whose reductions are long (some stage reduces at least
 // kCooperativeReduceMinExtent points) while its outputs are too few to occupy the GPU one thread each
-// (fewer than kCooperativeReduceMaxOutputs: a matrix-vector product, a small matmul). Its threads (knob `threads`: the longest stage or row rounded up to a power of two,
-// 32..256) stride over each reduction, combine partial results through shared memory, then stride over the
-// row's outputs. Short reductions stay serial per thread, where one thread's loop is cheaper than a
+// (fewer than kCooperativeReduceMaxOutputs: a matrix-vector product, a small matmul). Its threads (threadsPerRow: the longest stage or row rounded up to a power of two,
+// 32..256) stride over each reduction, combine partial results by warp shuffles (and the warps' totals through shared
+// memory), then stride over the row's outputs. Short reductions stay serial per thread, where one thread's loop is cheaper than a
 // block-wide combine.
 #include <algorithm>
 
@@ -15,7 +15,7 @@ bool cooperativeReduce(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     const loop::Kernel& k = p.loop.kernels[i];
-    if (k.stages.empty() || p.schedules[i].strategy == Strategy::BlockPerRow) continue;
+    if (k.stages.empty() || std::holds_alternative<RowReduction>(p.schedules[i])) continue;
     int64_t longest = 1;
     for (auto& s : k.stages) {
       int64_t extent = 1;
@@ -27,7 +27,10 @@ bool cooperativeReduce(Program& p) {
     if (perRow == 1 && !fewLongReductions) continue;
     int64_t threads = 32;
     while (threads < std::max(longest, perRow) && threads < 256) threads *= 2;
-    p.schedules[i] = Schedule{Strategy::BlockPerRow, {{"threads", threads}}};
+    RowReduction r;
+    r.threadsPerRow = threads;
+    r.combine = RowReduction::Combine::WarpShuffle;
+    p.schedules[i] = r;
     changed = true;
   }
   return changed;

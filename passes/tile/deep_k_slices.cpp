@@ -11,22 +11,21 @@
 // lowering is the same code at any tile_k (kernel-lower-from-tile: a k loop per slice on CUDA cores, tile_k / 16
 // mma k-steps on tensor cores).
 #include "kiln/tile/contraction.h"
-#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::tile {
 
 bool deepenKSlices(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
-    Schedule& s = p.schedules[i];
-    if (s.strategy != Strategy::TiledContraction || s.knob("tile_k") != 16) continue;
-    auto c = findContraction(p.loop.kernels[i], static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
-    if (!c) continue;
+    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (!s || s->tileK != 16) continue;
+    Contraction c = contractionOf(*s, p.loop.kernels[i]);
     const int64_t stages = static_cast<int64_t>(p.loop.kernels[i].stages.size());
-    const int64_t roundedK = (c->k + 15) / 16 * 16;
+    const int64_t roundedK = (c.k + 15) / 16 * 16;
     for (int64_t tk : {64, 32}) {
-      if (tk > roundedK || operandSliceBytes(s, stages, tk) > kStaticSharedBytes) continue;
-      s.knobs["tile_k"] = tk;
+      if (tk > roundedK || operandSliceBytes(*s, stages, tk) > p.target.staticSharedPerBlock) continue;
+      s->tileK = tk;
       changed = true;
       break;
     }

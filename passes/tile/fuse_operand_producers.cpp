@@ -7,7 +7,7 @@
 // of the operand through memory. Into a product on tensor cores only from a producer whose buffer has the
 // tensor cores' operand type (their rounding then reproduces the store's).
 #include "kiln/tile/contraction.h"
-#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::tile {
 namespace {
@@ -30,14 +30,13 @@ bool fusible(const Program& p, const std::vector<std::vector<int>>& readers, siz
   bool asIndex = false;
   loop::forEachKernelRead(k, [&](int b, bool idx) { asIndex = asIndex || (b == x && idx); });
   if (asIndex || loadsOf(k.result, x) > 0) return false;
-  const Schedule& s = p.schedules[c];
-  auto con = findContraction(k, static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
+  const auto& s = std::get<TiledContraction>(p.schedules[c]);
+  auto con = findContraction(k, s.mAxis, s.nAxis);
   if (!con) return false;
   // Tensor cores round their operands to bf16 (f16): exactly what storing the producer's result did only if its
   // buffer has that type.
-  if (auto mma = scheduledTensorCoreType(s); mma && p.loop.buffers[x].dtype != *mma) return false;
-  const int64_t nTiles = (con->n + s.knob("tile_n") - 1) / s.knob("tile_n");
-  const int64_t mTiles = (con->m + s.knob("tile_m") - 1) / s.knob("tile_m");
+  if (auto mma = scheduledTensorCoreType(p.schedules[c]); mma && p.loop.buffers[x].dtype != *mma) return false;
+  const int64_t nTiles = tilesN(s, *con), mTiles = tilesM(s, *con);
   int64_t evaluations = 0;  // of the producer's result, over the whole tiled kernel
   for (auto& st : con->stages) {
     evaluations += loadsOf(st.a, x) * con->outerPoints * con->m * con->k * nTiles;
@@ -54,7 +53,7 @@ bool fuseOperandProducers(Program& p) {
     again = false;
     const auto readers = loop::readersOfBuffers(p.loop);
     for (size_t c = 0; c < p.loop.kernels.size() && !again; ++c) {
-      if (p.schedules[c].strategy != Strategy::TiledContraction) continue;
+      if (!std::holds_alternative<TiledContraction>(p.schedules[c])) continue;
       for (size_t pi = 0; pi < c && !again; ++pi) {
         if (!fusible(p, readers, pi, c)) continue;
         loop::Kernel fused = p.loop.kernels[c];
@@ -62,8 +61,8 @@ bool fuseOperandProducers(Program& p) {
         VarExtents ext = fused.extents();
         for (auto& st : fused.stages) st.value = loop::inlineProducer(st.value, producer, ext);
         fused.origins = loop::mergeOrigins(producer.origins, fused.origins);
-        const Schedule& s = p.schedules[c];
-        if (!findContraction(fused, static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")))) continue;
+        const auto& s = std::get<TiledContraction>(p.schedules[c]);
+        if (!findContraction(fused, s.mAxis, s.nAxis)) continue;
         p.loop.kernels[c] = std::move(fused);
         p.loop.kernels.erase(p.loop.kernels.begin() + static_cast<std::ptrdiff_t>(pi));
         p.schedules.erase(p.schedules.begin() + static_cast<std::ptrdiff_t>(pi));

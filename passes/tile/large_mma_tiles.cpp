@@ -5,20 +5,20 @@
 // accumulators grow to 128 per thread, so only kernels with one reduction stage qualify (gate/up's two would need
 // 256 registers for them alone). Off by default until its kernels have run on a GPU.
 #include "kiln/tile/contraction.h"
-#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::tile {
 
 bool enlargeMmaTiles(Program& p, int64_t minTiles) {
+  if (minTiles == 0) minTiles = p.target.smCount;
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
-    Schedule& s = p.schedules[i];
-    if (!scheduledTensorCoreType(s) || s.knob("tile_m") != 64 || s.knob("tile_n") != 64) continue;
+    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (!s || s->instruction != TiledContraction::Instruction::MmaSync || s->tileM != 64 || s->tileN != 64) continue;
     if (p.loop.kernels[i].stages.size() != 1) continue;
-    auto c = findContraction(p.loop.kernels[i], static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
-    if (!c || c->outerPoints * ((c->m + 127) / 128) * ((c->n + 127) / 128) < minTiles) continue;
-    s.knobs["tile_m"] = 128;
-    s.knobs["tile_n"] = 128;
+    Contraction c = contractionOf(*s, p.loop.kernels[i]);
+    if (c.outerPoints * ((c.m + 127) / 128) * ((c.n + 127) / 128) < minTiles) continue;
+    s->tileM = s->tileN = 128;
     changed = true;
   }
   return changed;

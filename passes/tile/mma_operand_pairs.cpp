@@ -6,16 +6,17 @@
 // only read operands of their type), and the slices take about 56-75 % of the shared memory (2-byte elements, k
 // padded by 8: 75 % at tile_k 16, 56 % at 64). Off by default until its kernels have run on a GPU.
 #include "kiln/tile/contraction.h"
-#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::tile {
 
 bool pairMmaOperands(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
-    Schedule& s = p.schedules[i];
-    if (!scheduledTensorCoreType(s) || s.knobs.count("mma_pairs")) continue;
-    s.knobs["mma_pairs"] = 1;
+    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (!s || s->instruction != TiledContraction::Instruction::MmaSync || s->a.layout == TiledContraction::SharedLayout::RowPairs)
+      continue;
+    s->a.layout = s->b.layout = TiledContraction::SharedLayout::RowPairs;
     changed = true;
   }
   return changed;

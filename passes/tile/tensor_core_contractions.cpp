@@ -5,23 +5,20 @@
 // bf16 (f16) pairs on the way into the tensor cores, which changes no value since they were read from bf16 (f16)
 // buffers. Kernels whose operands compute anything (a fused producer, a cast to a narrower type) stay on CUDA cores.
 #include "kiln/tile/contraction.h"
-#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::tile {
 
 bool tensorCoreContractions(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
-    Schedule& s = p.schedules[i];
-    if (s.strategy != Strategy::TiledContraction || scheduledTensorCoreType(s)) continue;
-    if (s.knob("tile_m") < 32 || s.knob("tile_n") < 32) continue;
-    auto c = findContraction(p.loop.kernels[i], static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
-    if (!c) continue;
-    auto type = tensorCoreType(p.loop, *c);
+    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (!s || s->instruction != TiledContraction::Instruction::Ffma || s->tileM < 32 || s->tileN < 32) continue;
+    auto type = tensorCoreType(p.loop, contractionOf(*s, p.loop.kernels[i]));
     if (!type) continue;
-    s.knobs.erase("micro_m");
-    s.knobs.erase("micro_n");
-    s.knobs[*type == DType::BF16 ? "mma_bf16" : "mma_f16"] = 1;
+    s->instruction = TiledContraction::Instruction::MmaSync;
+    s->mmaType = *type;
+    s->microM = s->microN = 1;
     changed = true;
   }
   return changed;

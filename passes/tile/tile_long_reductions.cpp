@@ -14,7 +14,7 @@ namespace kiln::tile {
 bool tileLongReductions(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
-    if (p.schedules[i].strategy != Strategy::ThreadPerOutput) continue;
+    if (!std::holds_alternative<PointwiseMap>(p.schedules[i])) continue;
     auto c = findContraction(p.loop.kernels[i]);
     if (!c || c->k < kTiledContractionLongReduction || c->m < 16 || c->n < 16) continue;
     p.schedules[i] = tiledSchedule(*c, 16);

@@ -7,7 +7,7 @@
 // products instead of one.
 //
 // The tile is the largest of 64, 32, 16 that still gives at least `minTiles` blocks (default
-// kTiledContractionMinTiles: one wave on the H200's 132 SMs); with fewer than that even at 16, the kernel keeps
+// one block per SM of the Target: a wave); with fewer than that even at 16, the kernel keeps
 // its schedule (but see tile-tile-long-reductions). Reductions shorter than 8, and products with m or n below 16
 // (matrix-vector products, e.g. one token of decoding), keep theirs too.
 #include "kiln/tile/contraction.h"
@@ -15,13 +15,18 @@
 
 namespace kiln::tile {
 
-Schedule tiledSchedule(const Contraction& c, int64_t tile) {
-  return Schedule{Strategy::TiledContraction,
-                  {{"tile_m", tile}, {"tile_n", tile}, {"tile_k", 16}, {"micro_m", tile / 16}, {"micro_n", tile / 16},
-                   {"m_axis", c.mAxis}, {"n_axis", c.nAxis}}};
+TiledContraction tiledSchedule(const Contraction& c, int64_t tile) {
+  TiledContraction t;
+  t.mAxis = c.mAxis;
+  t.nAxis = c.nAxis;
+  t.tileM = t.tileN = tile;
+  t.tileK = 16;
+  t.microM = t.microN = tile / 16;
+  return t;
 }
 
 bool tileContractions(Program& p, int64_t minTiles) {
+  if (minTiles == 0) minTiles = p.target.smCount;
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto c = findContraction(p.loop.kernels[i]);

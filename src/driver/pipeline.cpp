@@ -46,6 +46,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
 
   c.tileIR = run.produce("tile-lower-from-loop", [&] { return tile::lowerFromLoop(c.loopIR, target); });
   run.pass(c.tileIR, "tile-cooperative-reduce", tile::cooperativeReduce);
+  run.pass(c.tileIR, "tile-vectorize-accesses", tile::vectorizeAccesses);  // after the row reductions are chosen
   run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });
   run.pass(c.tileIR, "tile-tile-long-reductions", tile::tileLongReductions);
   run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);

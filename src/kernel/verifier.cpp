@@ -61,6 +61,7 @@ std::optional<Range> interval(const Idx& e, const Ranges& ranges, const std::map
       if (auto it = ranges.find(e->var); it != ranges.end()) return it->second;
       return std::nullopt;
     }
+    case Op::Load: return std::nullopt;  // a value read from memory: unbounded
     default: break;
   }
   auto ra = interval(e->a, ranges, defs);

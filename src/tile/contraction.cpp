@@ -97,10 +97,4 @@ std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c
   return type;
 }
 
-std::optional<DType> scheduledTensorCoreType(const Schedule& s) {
-  if (s.knobs.count("mma_bf16")) return DType::BF16;
-  if (s.knobs.count("mma_f16")) return DType::F16;
-  return std::nullopt;
-}
-
 }  // namespace kiln::tile

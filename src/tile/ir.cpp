@@ -1,42 +1,88 @@
+#include "kiln/tile/ir.h"
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
 #include "kiln/support/error.h"
-#include "kiln/tile/contraction.h"
-#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::tile {
-
-const char* strategyName(Strategy s) {
-  switch (s) {
-    case Strategy::ThreadPerOutput: return "thread_per_output";
-    case Strategy::BlockPerRow: return "block_per_row";
-    case Strategy::TiledContraction: return "tiled_contraction";
-  }
-  return "?";
-}
-
-int64_t Schedule::knob(const std::string& name) const {
-  auto it = knobs.find(name);
-  KILN_ASSERT(it != knobs.end(), "schedule {} has no knob '{}'", strategyName(strategy), name);
-  return it->second;
-}
-
 namespace {
-std::string scheduleString(const Schedule& s) {
-  std::string knobs;
-  for (auto& [k, v] : s.knobs) knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ", ", k, v);
-  return fmt::format("{}({})", strategyName(s.strategy), knobs);
+
+using TC = TiledContraction;
+
+const char* combineName(RowReduction::Combine c) {
+  return c == RowReduction::Combine::SharedTree ? "shared_tree" : "warp_shuffle";
 }
+const char* instructionName(TC::Instruction i) { return i == TC::Instruction::Ffma ? "ffma" : "mma.sync.m16n8k16"; }
+const char* layoutName(TC::SharedLayout l) { return l == TC::SharedLayout::KMajorF32 ? "k_major_f32" : "row_pairs"; }
+const char* copyName(TC::Copy c) { return c == TC::Copy::Plain ? "plain" : "register_prefetch"; }
+
+std::string operandString(const TC& s, const TC::Operand& o, int64_t rows) {
+  const bool pairs = o.layout == TC::SharedLayout::RowPairs;
+  return fmt::format("{} {} {}", copyName(o.copy), layoutName(o.layout),
+                     pairs ? fmt::format("[{}][{}+{}]:{}", rows, s.tileK, kPairPad, dtypeName(sliceType(s, o)))
+                           : fmt::format("[{}][{}+1]:f32", s.tileK, rows));
+}
+
 }  // namespace
 
+const char* strategyName(const Schedule& s) {
+  if (std::holds_alternative<PointwiseMap>(s)) return "pointwise_map";
+  if (std::holds_alternative<RowReduction>(s)) return "row_reduction";
+  return "tiled_contraction";
+}
+
+std::string describe(const Schedule& s, const loop::Kernel& k, const loop::Program& p) {
+  std::string launch = fmt::format("grid {} x {} threads", gridBlocks(s, k), threadsPerBlock(s));
+  if (int64_t shared = sharedBytes(s, k); shared > 0) launch += fmt::format(", {} B shared", shared);
+  if (auto* m = std::get_if<PointwiseMap>(&s)) return fmt::format("pointwise_map vector {}  ({})", m->vector, launch);
+  if (auto* r = std::get_if<RowReduction>(&s))
+    return fmt::format("row_reduction {} rows of {}: {} threads per row, {} rows per block, vector {}, combine {}{}  ({})",
+                       rowsOf(k), rowWidth(k), r->threadsPerRow, r->rowsPerBlock, r->vector, combineName(r->combine),
+                       r->rowInRegisters ? ", row in registers" : "", launch);
+  const auto& t = std::get<TiledContraction>(s);
+  Contraction c = contractionOf(t, k);
+  std::string instr = t.instruction == TC::Instruction::Ffma
+                          ? fmt::format("ffma micro {}x{}", t.microM, t.microN)
+                          : fmt::format("{}.{} warps 2x2 of {}x{}", instructionName(t.instruction), dtypeName(t.mmaType),
+                                        t.tileM / 2, t.tileN / 2);
+  (void)p;
+  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({})",
+                     k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
+                     t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
+                     operandString(t, t.b, t.tileN), launch);
+}
+
+nlohmann::json toJson(const Schedule& s) {
+  nlohmann::json j{{"strategy", strategyName(s)}};
+  if (auto* m = std::get_if<PointwiseMap>(&s)) {
+    j["threads"] = m->threads;
+    j["vector"] = m->vector;
+  } else if (auto* r = std::get_if<RowReduction>(&s)) {
+    j["threads_per_row"] = r->threadsPerRow;
+    j["rows_per_block"] = r->rowsPerBlock;
+    j["vector"] = r->vector;
+    j["combine"] = combineName(r->combine);
+    j["row_in_registers"] = r->rowInRegisters;
+  } else {
+    const auto& t = std::get<TiledContraction>(s);
+    auto operand = [](const TC::Operand& o) { return nlohmann::json{{"copy", copyName(o.copy)}, {"layout", layoutName(o.layout)}}; };
+    j.update({{"m_axis", t.mAxis}, {"n_axis", t.nAxis}, {"tile_m", t.tileM}, {"tile_n", t.tileN}, {"tile_k", t.tileK},
+              {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
+    if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
+    else j["mma_type"] = dtypeName(t.mmaType);
+  }
+  return j;
+}
+
 std::string print(const Program& p) {
-  std::string out = fmt::format("// kiln tile IR: {}\n", p.loop.modelName);
+  std::string out = fmt::format("// kiln tile IR: {} (target {}, {} SMs)\n", p.loop.modelName, p.target.arch, p.target.smCount);
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     const loop::Kernel& k = p.loop.kernels[i];
-    out += fmt::format("\nkernel {} writes {}  schedule {}  // {}\n", k.name, p.loop.buffers[k.output].name,
-                       scheduleString(p.schedules[i]), fmt::join(k.origins, "; "));
+    out += fmt::format("\nkernel {} writes {}  // {}\n  schedule {}\n", k.name, p.loop.buffers[k.output].name,
+                       fmt::join(k.origins, "; "), describe(p.schedules[i], k, p.loop));
     out += loop::printKernelBody(p.loop, k);
   }
   return out;
@@ -45,52 +91,84 @@ std::string print(const Program& p) {
 nlohmann::json toJson(const Program& p) {
   nlohmann::json j = loop::toJson(p.loop);
   j["level"] = "tile";
-  for (size_t i = 0; i < p.schedules.size(); ++i) {
-    j["kernels"][i]["schedule"] = {{"strategy", strategyName(p.schedules[i].strategy)}, {"knobs", p.schedules[i].knobs}};
-  }
+  j["target"] = p.target.arch;
+  for (size_t i = 0; i < p.schedules.size(); ++i) j["kernels"][i]["schedule"] = toJson(p.schedules[i]);
   return j;
 }
 
-int64_t operandSliceBytes(const Schedule& s, int64_t stages, int64_t tileK) {
-  const int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n");
-  return stages * (s.knobs.count("mma_pairs") ? (tm + tn) * (tileK + 8) * 2 : (tm + tn + 2) * tileK * 4);
+namespace {
+
+bool powerOfTwo(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// A vector is as many points as one 16-byte store of the output holds (loads of wider types are split).
+void verifyVector(const loop::Program& p, const loop::Kernel& k, int64_t vector, int64_t innermost) {
+  const int64_t bytes = dtypeBytes(p.buffers[static_cast<size_t>(k.output)].dtype);
+  KILN_ASSERT(powerOfTwo(vector) && vector * bytes <= Target::kVectorBytes,
+              "kernel {}: vector {} is not a power of two of at most 16 bytes of output", k.name, vector);
+  KILN_ASSERT(innermost % vector == 0, "kernel {}: vector {} does not divide the innermost extent {}", k.name, vector, innermost);
 }
+
+void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) {
+  const Target& target = p.target;
+  const int64_t threads = threadsPerBlock(s);
+  KILN_ASSERT(threads >= 1 && threads <= target.maxThreadsPerBlock, "kernel {}: {} threads per block on {}", k.name, threads,
+              target.arch);
+  KILN_ASSERT(sharedBytes(s, k) <= target.staticSharedPerBlock, "kernel {}: {} B of static shared memory exceed {}'s {} B",
+              k.name, sharedBytes(s, k), target.arch, target.staticSharedPerBlock);
+  if (auto* m = std::get_if<PointwiseMap>(&s)) {
+    KILN_ASSERT(m->threads % Target::kWarpSize == 0, "kernel {}: {} threads is not whole warps", k.name, m->threads);
+    verifyVector(p.loop, k, m->vector, k.parallel.empty() ? 1 : k.parallel.back().extent);
+    return;
+  }
+  if (auto* r = std::get_if<RowReduction>(&s)) {
+    KILN_ASSERT(!k.stages.empty(), "kernel {}: row_reduction needs a reduction", k.name);
+    KILN_ASSERT(powerOfTwo(r->threadsPerRow) && r->threadsPerRow >= Target::kWarpSize,
+                "kernel {}: {} threads per row must be a power of two of at least a warp", k.name, r->threadsPerRow);
+    KILN_ASSERT(r->rowsPerBlock >= 1 && (r->rowsPerBlock == 1 || r->combine == RowReduction::Combine::WarpShuffle),
+                "kernel {}: several rows per block need warp-shuffle combines", k.name);
+    const int64_t width = rowWidth(k);
+    if (r->vector > 1 || r->rowInRegisters) {
+      // Vector and register-resident rows walk each stage's reduction and the row's write with one flat index.
+      KILN_ASSERT(static_cast<size_t>(k.rowAxes) + 1 == k.parallel.size(),
+                  "kernel {}: vector or register rows need one axis per row", k.name);
+      for (auto& st : k.stages)
+        KILN_ASSERT(st.axes.size() == 1 && st.axes[0].extent == width, "kernel {}: a stage does not span the row", k.name);
+      verifyVector(p.loop, k, r->vector, width);
+    }
+    return;
+  }
+  const auto& t = std::get<TiledContraction>(s);
+  Contraction c = contractionOf(t, k);
+  (void)c;
+  const int64_t stages = static_cast<int64_t>(k.stages.size());
+  if (t.instruction == TC::Instruction::MmaSync) {
+    auto side = [](int64_t v) { return v == 32 || v == 64 || v == 128; };
+    KILN_ASSERT(side(t.tileM) && side(t.tileN) && t.tileK > 0 && t.tileK % 16 == 0,
+                "kernel {}: tensor-core tiles are 32, 64 or 128 on each side with tile_k a multiple of 16, not {}x{}x{}",
+                k.name, t.tileM, t.tileN, t.tileK);
+    KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: mma on {}", k.name, dtypeName(t.mmaType));
+  } else {
+    KILN_ASSERT(t.tileM > 0 && t.tileN > 0 && t.tileK > 0 && t.microM > 0 && t.microN > 0 && t.tileM % t.microM == 0 &&
+                    t.tileN % t.microN == 0,
+                "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, t.tileM, t.tileN, t.tileK, t.microM,
+                t.microN);
+    KILN_ASSERT(threads >= Target::kWarpSize, "kernel {}: tiled_contraction with {} threads", k.name, threads);
+    KILN_ASSERT(t.a.layout == TC::SharedLayout::KMajorF32 && t.b.layout == TC::SharedLayout::KMajorF32,
+                "kernel {}: CUDA-core products read k-major f32 slices", k.name);
+  }
+  KILN_ASSERT(t.a.layout == t.b.layout && t.a.copy == t.b.copy,
+              "kernel {}: the lowering stages both operands alike (layout and copy)", k.name);
+  const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
+  KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
+              k.name, registers);
+}
+
+}  // namespace
 
 void verify(const Program& p) {
   loop::verify(p.loop);
   KILN_ASSERT(p.schedules.size() == p.loop.kernels.size(), "{} schedules for {} kernels", p.schedules.size(), p.loop.kernels.size());
-  for (size_t i = 0; i < p.schedules.size(); ++i) {
-    const Schedule& s = p.schedules[i];
-    const loop::Kernel& k = p.loop.kernels[i];
-    if (s.strategy == Strategy::BlockPerRow) {
-      KILN_ASSERT(!k.stages.empty(), "kernel {}: block_per_row needs a reduction", k.name);
-      int64_t t = s.knob("threads");
-      KILN_ASSERT(t >= 32 && t <= 1024 && (t & (t - 1)) == 0, "kernel {}: threads={} must be a power of two in [32, 1024]", k.name, t);
-    } else if (s.strategy == Strategy::TiledContraction) {
-      auto c = findContraction(k, static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
-      KILN_ASSERT(c.has_value(), "kernel {}: tiled_contraction on a kernel that is not a contraction over m_axis={} n_axis={}",
-                  k.name, s.knob("m_axis"), s.knob("n_axis"));
-      int64_t tm = s.knob("tile_m"), tn = s.knob("tile_n"), tk = s.knob("tile_k");
-      if (auto mma = scheduledTensorCoreType(s)) {
-        auto side = [](int64_t t) { return t == 32 || t == 64 || t == 128; };
-        KILN_ASSERT(side(tm) && side(tn) && tk > 0 && tk % 16 == 0,
-                    "kernel {}: tensor-core tiles are 32, 64 or 128 on each side with tile_k a multiple of 16, not {}x{}x{}",
-                    k.name, tm, tn, tk);
-      } else {
-        int64_t um = s.knob("micro_m"), un = s.knob("micro_n");
-        KILN_ASSERT(tm > 0 && tn > 0 && tk > 0 && um > 0 && un > 0 && tm % um == 0 && tn % un == 0,
-                    "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, tm, tn, tk, um, un);
-        int64_t threads = (tm / um) * (tn / un);
-        KILN_ASSERT(threads >= 32 && threads <= 1024, "kernel {}: tiled_contraction with {} threads", k.name, threads);
-      }
-      KILN_ASSERT(!s.knobs.count("mma_pairs") || scheduledTensorCoreType(s), "kernel {}: mma_pairs without tensor cores", k.name);
-      KILN_ASSERT(operandSliceBytes(s, static_cast<int64_t>(c->stages.size()), tk) <= kStaticSharedBytes,
-                  "kernel {}: operand tiles exceed 48 KiB of shared memory", k.name);
-    } else {
-      int64_t b = s.knob("block");
-      KILN_ASSERT(b >= 1 && b <= 1024, "kernel {}: block={} out of [1, 1024]", k.name, b);
-    }
-  }
+  for (size_t i = 0; i < p.schedules.size(); ++i) verifySchedule(p, p.schedules[i], p.loop.kernels[i]);
 }
 
 }  // namespace kiln::tile

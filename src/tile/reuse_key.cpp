@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "kiln/loop/ir.h"
 
@@ -44,8 +45,7 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   for (auto& st : k.stages)
     for (auto& a : st.axes) key += fmt::format("r{}:{} ", a.var, a.extent);
   const Schedule& s = tp.schedules[index];
-  key += fmt::format("rows {} {}", k.rowAxes, strategyName(s.strategy));
-  for (auto& [knob, value] : s.knobs) key += fmt::format(" {}={}", knob, value);
+  key += fmt::format("rows {} {}", k.rowAxes, toJson(s).dump());
   return key + "\n" + loop::printKernelBody(canon, ck);
 }
 

@@ -10,7 +10,7 @@
 #include "kiln/driver/pipeline.h"
 #include "kiln/kernel/lower.h"
 #include "kiln/support/error.h"
-#include "kiln/tile/contraction.h"
+#include "kiln/tile/layout.h"
 #include "test_support.h"
 
 namespace kiln {
@@ -31,6 +31,13 @@ struct Tiled {
   int tiledKernels = 0;
   kernel::Program kernelIR;
 };
+
+// Square tiles of `tile` with micro x micro outputs per thread (CUDA cores), `tk` deep.
+void setTiles(tile::TiledContraction& s, int64_t tile, int64_t micro, int64_t tk) {
+  s.tileM = s.tileN = tile;
+  s.microM = s.microN = micro;
+  s.tileK = tk;
+}
 
 // Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
 // The passes, off by default, that change how a tiled product stages its operand slices.
@@ -67,16 +74,16 @@ Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}, 
   t.c = compileModel(test::fixturePath(model), inputs, PipelineOptions{}, "tile");
   tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
   for (auto& s : t.c.tileIR.schedules)
-    if (s.strategy == tile::Strategy::TiledContraction && !tiles.empty()) {
-      s.knobs["tile_m"] = tiles[0];
-      s.knobs["tile_n"] = tiles[1];
-      s.knobs["micro_m"] = tiles[2];
-      s.knobs["micro_n"] = tiles[3];
+    if (auto* tc = std::get_if<tile::TiledContraction>(&s); tc && !tiles.empty()) {
+      tc->tileM = tiles[0];
+      tc->tileN = tiles[1];
+      tc->microM = tiles[2];
+      tc->microN = tiles[3];
     }
   tile::fuseOperandProducers(t.c.tileIR);
   applySlices(t.c.tileIR, slices);
   tile::verify(t.c.tileIR);
-  for (auto& s : t.c.tileIR.schedules) t.tiledKernels += s.strategy == tile::Strategy::TiledContraction;
+  for (auto& s : t.c.tileIR.schedules) t.tiledKernels += std::holds_alternative<tile::TiledContraction>(s);
   t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
   kernel::verify(t.kernelIR);
   return t;
@@ -127,7 +134,8 @@ TEST_P(TiledContraction, DeeperAndPrefetchedSlicesMatchTheLoopInterpreter) {
     Tiled t = tileEverything(GetParam(), {}, slices);
     int changed = 0;
     for (auto& s : t.c.tileIR.schedules)
-      changed += s.strategy == tile::Strategy::TiledContraction && (slices.deep ? s.knob("tile_k") > 16 : s.knobs.count("prefetch") > 0);
+      if (auto* tc = std::get_if<tile::TiledContraction>(&s))
+        changed += slices.deep ? tc->tileK > 16 : tc->a.copy == tile::TiledContraction::Copy::RegisterPrefetch;
     EXPECT_GT(changed, 0) << GetParam() << " " << slices.name();
     auto inputs = test::randomInputs(t.kernelIR, 5);
     auto got = kernel::interpret(t.kernelIR, inputs);
@@ -146,16 +154,17 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
   Tiled t = tileEverything("llama_tiny", {}, Slices{true, false});
   std::set<int64_t> seen;
   for (size_t i = 0; i < t.c.tileIR.schedules.size(); ++i) {
-    const tile::Schedule& s = t.c.tileIR.schedules[i];
-    if (s.strategy != tile::Strategy::TiledContraction) continue;
-    auto c = tile::findContraction(t.c.tileIR.loop.kernels[i], static_cast<int>(s.knob("m_axis")), static_cast<int>(s.knob("n_axis")));
+    const auto* s = std::get_if<tile::TiledContraction>(&t.c.tileIR.schedules[i]);
+    if (!s) continue;
+    auto c = tile::findContraction(t.c.tileIR.loop.kernels[i], s->mAxis, s->nAxis);
     ASSERT_TRUE(c.has_value());
-    const int64_t tk = s.knob("tile_k"), stages = static_cast<int64_t>(t.c.tileIR.loop.kernels[i].stages.size());
-    EXPECT_LE(tile::operandSliceBytes(s, stages, tk), tile::kStaticSharedBytes) << t.c.tileIR.loop.kernels[i].name;
+    const int64_t tk = s->tileK, stages = static_cast<int64_t>(t.c.tileIR.loop.kernels[i].stages.size());
+    const int64_t shared = t.c.tileIR.target.staticSharedPerBlock;
+    EXPECT_LE(tile::operandSliceBytes(*s, stages, tk), shared) << t.c.tileIR.loop.kernels[i].name;
     EXPECT_LE(tk, (c->k + 15) / 16 * 16) << t.c.tileIR.loop.kernels[i].name;
     if (tk < 64) {  // a deeper slice would not fit, or would pass the end of k
       const int64_t deeper = tk * 2;
-      EXPECT_TRUE(tile::operandSliceBytes(s, stages, deeper) > tile::kStaticSharedBytes ||
+      EXPECT_TRUE(tile::operandSliceBytes(*s, stages, deeper) > shared ||
                   deeper > (c->k + 15) / 16 * 16) << t.c.tileIR.loop.kernels[i].name << " tile_k " << tk;
     }
     seen.insert(tk);
@@ -164,10 +173,10 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
   // Off by default until its kernels have run on a GPU.
   PipelineOptions opts;
   Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
-  EXPECT_EQ(plain.tileIR.schedules[0].knob("tile_k"), 16);
+  EXPECT_EQ(std::get<tile::TiledContraction>(plain.tileIR.schedules[0]).tileK, 16);
   opts.enable = {"tile-deep-k-slices"};
   Compiled deep = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
-  EXPECT_EQ(deep.tileIR.schedules[0].knob("tile_k"), 64);
+  EXPECT_EQ(std::get<tile::TiledContraction>(deep.tileIR.schedules[0]).tileK, 64);
 }
 
 // Prefetching holds stages x (tile_m + tile_n) x tile_k / threads operand values per thread in registers: a
@@ -179,17 +188,15 @@ TEST(PrefetchSlices, OnlyWithinTheRegisterBudgetAndOffByDefault) {
     Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
     tile::tileContractions(c.tileIR, /*minTiles=*/1);
     for (auto& s : c.tileIR.schedules)
-      if (s.strategy == tile::Strategy::TiledContraction)
-        for (auto [knob, value] : std::map<std::string, int64_t>{{"tile_m", 32}, {"tile_n", 32}, {"micro_m", 4}, {"micro_n", 4}, {"tile_k", tk}})
-          s.knobs[knob] = value;
+      if (auto* tc = std::get_if<tile::TiledContraction>(&s)) setTiles(*tc, 32, 4, tk);
     EXPECT_EQ(tile::prefetchSlices(c.tileIR), tk <= tile::kPrefetchRegisters) << "tile_k " << tk;
   }
   Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
-  EXPECT_EQ(plain.tileIR.schedules[0].knobs.count("prefetch"), 0u);
+  EXPECT_EQ(std::get<tile::TiledContraction>(plain.tileIR.schedules[0]).a.copy, tile::TiledContraction::Copy::Plain);
   PipelineOptions opts;
   opts.enable = {"tile-prefetch-slices"};
   Compiled on = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
-  EXPECT_EQ(on.tileIR.schedules[0].knobs.count("prefetch"), 1u);
+  EXPECT_EQ(std::get<tile::TiledContraction>(on.tileIR.schedules[0]).a.copy, tile::TiledContraction::Copy::RegisterPrefetch);
 }
 
 // A slice that does not split evenly over the threads (16 x 24 = 384 values for 256 threads): the second register
@@ -198,9 +205,7 @@ TEST(PrefetchSlices, SlicesNotAMultipleOfTheThreadsMatchTheLoopInterpreter) {
   Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
   tile::tileContractions(c.tileIR, /*minTiles=*/1);
   for (auto& s : c.tileIR.schedules)
-    if (s.strategy == tile::Strategy::TiledContraction)
-      for (auto [knob, value] : std::map<std::string, int64_t>{{"tile_m", 16}, {"tile_n", 16}, {"micro_m", 1}, {"micro_n", 1}, {"tile_k", 24}})
-        s.knobs[knob] = value;
+    if (auto* tc = std::get_if<tile::TiledContraction>(&s)) setTiles(*tc, 16, 1, 24);
   ASSERT_TRUE(tile::prefetchSlices(c.tileIR));
   tile::verify(c.tileIR);
   kernel::Program k = kernel::lowerFromTile(c.tileIR);
@@ -272,11 +277,11 @@ TEST(TiledContractionRule, OperandFusionKeepsSchedulesAlignedWithDeadKernelsArou
 
 TEST(TiledContractionRule, OnByDefaultAndCanBeDisabled) {
   Compiled t = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
-  EXPECT_EQ(t.tileIR.schedules[0].strategy, tile::Strategy::TiledContraction);
+  EXPECT_TRUE(std::holds_alternative<tile::TiledContraction>(t.tileIR.schedules[0]));
   PipelineOptions disabled;
   disabled.disable = {"tile-tiled-contractions"};
   Compiled c = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, disabled, "tile");
-  for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
+  for (auto& s : c.tileIR.schedules) EXPECT_FALSE(std::holds_alternative<tile::TiledContraction>(s));
 }
 
 // tile-tile-long-reductions (off by default): below a wave of 16 x 16 tiles, a product whose threads would each
@@ -298,13 +303,13 @@ TEST(TiledContractionRule, LongReductionsLeftToOneThreadAreTiledBelowAWave) {
   enabled.enable = {"tile-tile-long-reductions"};
   auto [k512, before] = scheduleOfLongestProduct("x=1x512x32", PipelineOptions{});
   EXPECT_EQ(k512, 512);
-  EXPECT_EQ(before.strategy, tile::Strategy::ThreadPerOutput);
+  EXPECT_TRUE(std::holds_alternative<tile::PointwiseMap>(before));
   auto [k, after] = scheduleOfLongestProduct("x=1x512x32", enabled);
-  ASSERT_EQ(after.strategy, tile::Strategy::TiledContraction);
-  EXPECT_EQ(after.knob("tile_m"), 16);
+  ASSERT_TRUE(std::holds_alternative<tile::TiledContraction>(after));
+  EXPECT_EQ(std::get<tile::TiledContraction>(after).tileM, 16);
   auto [k256, shorter] = scheduleOfLongestProduct("x=1x256x32", enabled);
   EXPECT_EQ(k256, 256);
-  EXPECT_NE(shorter.strategy, tile::Strategy::TiledContraction);
+  EXPECT_FALSE(std::holds_alternative<tile::TiledContraction>(shorter));
 }
 
 TEST(TiledContractionRule, SmallProductsKeepTheirSchedule) {
@@ -312,7 +317,7 @@ TEST(TiledContractionRule, SmallProductsKeepTheirSchedule) {
   PipelineOptions enabled;
   enabled.enable = {"tile-tiled-contractions"};
   Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, enabled, "tile");
-  for (auto& s : c.tileIR.schedules) EXPECT_NE(s.strategy, tile::Strategy::TiledContraction);
+  for (auto& s : c.tileIR.schedules) EXPECT_FALSE(std::holds_alternative<tile::TiledContraction>(s));
 }
 
 }  // namespace
@@ -341,9 +346,9 @@ OnTensorCores onTensorCores(const TensorCoreCase& tc, Slices slices = {}) {
   t.c = compileModel(test::fixturePath(tc.model), {}, PipelineOptions{}, "tile", tc.cast);
   tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
   for (auto& s : t.c.tileIR.schedules)
-    if (s.strategy == tile::Strategy::TiledContraction && !tc.tile.empty()) {
-      s.knobs["tile_m"] = tc.tile[0];
-      s.knobs["tile_n"] = tc.tile[1];
+    if (auto* tiled = std::get_if<tile::TiledContraction>(&s); tiled && !tc.tile.empty()) {
+      tiled->tileM = tc.tile[0];
+      tiled->tileN = tc.tile[1];
     }
   tile::tensorCoreContractions(t.c.tileIR);
   if (slices.large) tile::enlargeMmaTiles(t.c.tileIR, /*minTiles=*/1);
@@ -381,11 +386,11 @@ TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
     OnTensorCores t = onTensorCores(GetParam(), slices);
     int changed = 0;
     for (auto& s : t.c.tileIR.schedules)
-      changed += tile::scheduledTensorCoreType(s).has_value() &&
-                 (slices.deep       ? s.knob("tile_k") > 16
-                  : slices.prefetch ? s.knobs.count("prefetch") > 0
-                  : slices.pairs    ? s.knobs.count("mma_pairs") > 0
-                                    : s.knob("tile_m") == 128);
+      if (auto* tc = std::get_if<tile::TiledContraction>(&s); tc && tile::scheduledTensorCoreType(s))
+        changed += slices.deep       ? tc->tileK > 16
+                   : slices.prefetch ? tc->a.copy == tile::TiledContraction::Copy::RegisterPrefetch
+                   : slices.pairs    ? tc->a.layout == tile::TiledContraction::SharedLayout::RowPairs
+                                     : tc->tileM == 128;
     EXPECT_GT(changed, 0) << GetParam().model << " " << slices.name();
     auto inputs = test::randomInputs(t.kernelIR, 4);
     auto got = kernel::interpret(t.kernelIR, inputs);
@@ -405,13 +410,13 @@ TEST(LargeMmaTiles, SingleStageSixtyFourTilesThatStillFillTheGpu) {
     tile::enlargeMmaTiles(t.c.tileIR, minTiles);
     int large = 0, twoStage = 0;
     for (size_t i = 0; i < t.c.tileIR.schedules.size(); ++i) {
-      const tile::Schedule& s = t.c.tileIR.schedules[i];
-      if (!tile::scheduledTensorCoreType(s)) continue;
+      if (!tile::scheduledTensorCoreType(t.c.tileIR.schedules[i])) continue;
+      const auto& s = std::get<tile::TiledContraction>(t.c.tileIR.schedules[i]);
       const bool stages2 = t.c.tileIR.loop.kernels[i].stages.size() == 2;
       twoStage += stages2;
-      large += s.knob("tile_m") == 128;
-      EXPECT_EQ(s.knob("tile_m"), stages2 || minTiles > 1 ? 64 : 128) << t.c.tileIR.loop.kernels[i].name;
-      EXPECT_EQ(s.knob("tile_n"), s.knob("tile_m"));
+      large += s.tileM == 128;
+      EXPECT_EQ(s.tileM, stages2 || minTiles > 1 ? 64 : 128) << t.c.tileIR.loop.kernels[i].name;
+      EXPECT_EQ(s.tileN, s.tileM);
     }
     EXPECT_GT(twoStage, 0);
     EXPECT_EQ(large > 0, minTiles == 1);

@@ -32,12 +32,9 @@ std::optional<Contraction> findContraction(const loop::Kernel& k, int mAxis = -1
 // when every operand of every stage is a load of a bf16 (f16) buffer, possibly converted to f32. nullopt otherwise.
 std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c);
 
-// The tensor-core type a tiled_contraction schedule asks for (knob mma_bf16 or mma_f16), if any.
-struct Schedule;
-std::optional<DType> scheduledTensorCoreType(const Schedule& s);
-
-// The tiled_contraction schedule of `c` with square tiles of `tile` (16, 32 or 64), 16 deep, a (tile/16)^2
+// The TiledContraction schedule of `c` with square tiles of `tile` (16, 32 or 64), 16 deep, a (tile/16)^2
 // register tile per thread on CUDA cores (tile-tiled-contractions' schedule; later tile passes refine it).
-Schedule tiledSchedule(const Contraction& c, int64_t tile);
+struct TiledContraction;
+TiledContraction tiledSchedule(const Contraction& c, int64_t tile);
 
 }  // namespace kiln::tile

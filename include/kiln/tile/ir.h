@@ -1,35 +1,78 @@
-// Tile IR: the GPU schedule of each kernel (DESIGN.md §1). The computation is the Loop-IR kernel; the
-// schedule says how its axes map onto the grid, blocks and threads. Every choice is a named knob the
-// autotuner can set later.
+// Tile IR: the GPU schedule of each kernel (DESIGN.md §1). The computation is the Loop-IR kernel; the schedule
+// is a typed struct per strategy holding every decision a CUDA engineer would make by hand. Tile passes decide
+// by writing its fields; kernel-lower-from-tile only carries a schedule out. Quantities that follow from a
+// schedule and its kernel (threads per block, grid, shared-memory bytes, slice layouts) are computed in one
+// place, tile/layout.h, which the passes, the verifier, the printer and the lowering all use.
 //
-//   thread_per_output   parallel axes flattened onto blockIdx.x*block + threadIdx.x; each thread runs the
-//                       whole reduction for its output serially         knobs: block
-//   block_per_row       one block per row of a staged kernel (per output point for a plain reduction);
-//                       its threads stride over each stage's (flattened) reduction axes, combine partial
-//                       results by a shared-memory tree, then stride over the row's outputs   knobs: threads
-//   tiled_contraction   matrix products (tile/contraction.h): a block per tile_m x tile_n output tile,
-//                       operand slices of tile_k staged in shared memory, a micro_m x micro_n register tile
-//                       per thread      knobs: tile_m, tile_n, tile_k, micro_m, micro_n, m_axis, n_axis;
-//                       on tensor cores (mma_bf16=1 or mma_f16=1 instead of micro_m/micro_n): 4 warps of
-//                       16 x 8 mma tiles over a 32 x 32 or 64 x 64 tile
+//   PointwiseMap     the output's points flattened onto blockIdx.x*threads + threadIdx.x; each thread computes
+//                    `vector` consecutive points of the innermost axis and runs any reduction serially
+//   RowReduction     `threadsPerRow` threads (a warp or a whole block) per row of a kernel with reduction
+//                    stages: they split each stage's reduction, combine by warp shuffles (and shared memory
+//                    across warps) or by a shared-memory tree, then split the row's outputs
+//   TiledContraction a matrix product (tile/contraction.h): a block per tileM x tileN output tile, operand
+//                    slices of tileK staged in shared memory, multiplied on CUDA cores (a microM x microN
+//                    register tile per thread) or on tensor cores (mma.sync m16n8k16 per warp)
 #pragma once
-#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "kiln/loop/ir.h"
 #include "kiln/support/target.h"
 
 namespace kiln::tile {
 
-enum class Strategy { ThreadPerOutput, BlockPerRow, TiledContraction };
-const char* strategyName(Strategy s);
-
-struct Schedule {
-  Strategy strategy = Strategy::ThreadPerOutput;
-  std::map<std::string, int64_t> knobs;  // "block" (threads per block), "threads" (block_per_output)
-  int64_t knob(const std::string& name) const;
+struct PointwiseMap {
+  int64_t threads = 256;  // per block, a multiple of the warp size
+  int64_t vector = 1;     // consecutive points of the innermost output axis per thread, stored with one access
 };
+
+struct RowReduction {
+  enum class Combine {
+    SharedTree,   // partials in shared memory, halved with a barrier per step
+    WarpShuffle,  // butterfly shuffles within each warp, then the warps' totals through shared memory
+  };
+  int64_t threadsPerRow = 256;  // a power of two in [32, 1024]
+  int64_t rowsPerBlock = 1;     // rows one block handles side by side (threadsPerRow threads each)
+  int64_t vector = 1;           // consecutive elements of the row's innermost axis per access
+  Combine combine = Combine::SharedTree;
+  // The row's elements are loaded once into registers (each thread its share) and serve every stage and the
+  // write; otherwise every stage and the write read memory again.
+  bool rowInRegisters = false;
+};
+
+struct TiledContraction {
+  enum class Instruction {
+    Ffma,     // CUDA cores, f32 fused multiply-add, microM x microN outputs per thread
+    MmaSync,  // tensor cores, mma.sync.aligned.m16n8k16 with f32 accumulation, a 2 x 2 grid of warps
+  };
+  enum class SharedLayout {
+    KMajorF32,    // [k][row + 1] f32: threads reading one k broadcast, copies spread over banks
+    RowPairs,     // [row][k + 8] in the operand type: mma registers read as aligned 32-bit pairs
+  };
+  enum class Copy {
+    Plain,             // each step: load from global memory, store to shared, barrier, multiply, barrier
+    RegisterPrefetch,  // the next slice is loaded into registers while the block multiplies this one
+  };
+  struct Operand {
+    Copy copy = Copy::Plain;
+    SharedLayout layout = SharedLayout::KMajorF32;
+  };
+  int mAxis = -1, nAxis = -1;  // positions in the kernel's parallel axes
+  int64_t tileM = 0, tileN = 0, tileK = 16;
+  Instruction instruction = Instruction::Ffma;
+  DType mmaType = DType::BF16;  // MmaSync: the operands' type (bf16 or f16)
+  int64_t microM = 1, microN = 1;  // Ffma
+  Operand a, b;
+  // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
+};
+
+using Schedule = std::variant<PointwiseMap, RowReduction, TiledContraction>;
+const char* strategyName(const Schedule& s);
+// One line: every field, and what follows from it for kernel k (threads, grid, shared bytes).
+std::string describe(const Schedule& s, const loop::Kernel& k, const loop::Program& p);
+nlohmann::json toJson(const Schedule& s);
 
 struct Program {
   loop::Program loop;                // buffers and kernels' computations
@@ -39,31 +82,28 @@ struct Program {
 
 std::string print(const Program& p);
 nlohmann::json toJson(const Program& p);
+// Every schedule fits its kernel and the Target: thread counts, shared memory, vector widths that divide the
+// innermost extent and fit 16 bytes, tile shapes the lowering supports, accumulator registers.
 void verify(const Program& p);
 
 // Passes
 Program lowerFromLoop(const loop::Program& p, const Target& target = defaultTarget());  // tile-lower-from-loop
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
-// One wave of blocks on an H200 (132 SMs): the tile size is the largest that still gives this many blocks.
-constexpr int64_t kTiledContractionMinTiles = 132;
-// A product left one thread per output with a reduction this long is tiled (16 x 16) even below a wave.
-constexpr int64_t kTiledContractionLongReduction = 512;
+bool vectorizeAccesses(Program& p);             // tile-vectorize-accesses
 bool tileLongReductions(Program& p);            // tile-tile-long-reductions
-bool tileContractions(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-tiled-contractions
+// The tile size is the largest of 64, 32, 16 that still gives a wave of blocks (minTiles; 0: the Target's SMs).
+bool tileContractions(Program& p, int64_t minTiles = 0);  // tile-tiled-contractions
 bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
-bool enlargeMmaTiles(Program& p, int64_t minTiles = kTiledContractionMinTiles);  // tile-large-mma-tiles
+bool enlargeMmaTiles(Program& p, int64_t minTiles = 0);  // tile-large-mma-tiles
 bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
-// Static shared memory one block may declare (CUDA's limit without opt-in).
-constexpr int64_t kStaticSharedBytes = 48 * 1024;
-// Shared memory of a tiled contraction's operand slices at depth `tileK`: per stage, f32 [k][row + 1] slices of A
-// and B, or with mma_pairs 2-byte [row][k + 8] ones (kernel-lower-from-tile's layouts).
-int64_t operandSliceBytes(const Schedule& s, int64_t stages, int64_t tileK);
 bool deepenKSlices(Program& p);                 // tile-deep-k-slices
-// Operand values a thread may hold in registers for the next slice (tile-prefetch-slices).
-constexpr int64_t kPrefetchRegisters = 64;
 bool prefetchSlices(Program& p);                // tile-prefetch-slices
 bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 
+// A product left one thread per output with a reduction this long is tiled (16 x 16) even below a wave.
+constexpr int64_t kTiledContractionLongReduction = 512;
+// Operand values a thread may hold in registers for the next slice (tile-prefetch-slices).
+constexpr int64_t kPrefetchRegisters = 64;
 // Reductions at least this long get a block per row (see cooperative_reduce.cpp).
 constexpr int64_t kCooperativeReduceMinExtent = 64;
 // ... and only while there are fewer outputs than this (about 16 resident warps on each of 132 SMs x 8).

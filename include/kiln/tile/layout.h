@@ -1,0 +1,44 @@
+// What follows from a schedule and its kernel: threads, grid, shared memory, operand-slice layouts, registers.
+// The single source of these facts for the Tile passes, the Tile-IR verifier and printer, and
+// kernel-lower-from-tile: a pass sizes a schedule with the same numbers the lowering will realise.
+#pragma once
+#include "kiln/support/index_expr.h"
+#include "kiln/tile/contraction.h"
+#include "kiln/tile/ir.h"
+
+namespace kiln::tile {
+
+int64_t threadsPerBlock(const Schedule& s);
+int64_t gridBlocks(const Schedule& s, const loop::Kernel& k);
+// Shared memory one block declares, in bytes.
+int64_t sharedBytes(const Schedule& s, const loop::Kernel& k);
+
+// Row reductions: the rows of k (row-axis points) and the elements of each row's write.
+int64_t rowsOf(const loop::Kernel& k);
+int64_t rowWidth(const loop::Kernel& k);
+// Shared floats a row reduction uses to combine partial results: one per thread (tree) or per warp (shuffles).
+int64_t combineSlots(const RowReduction& r);
+
+// Tiled contractions.
+// The contraction a schedule multiplies (its m and n axes); an internal error if k is not one.
+Contraction contractionOf(const TiledContraction& s, const loop::Kernel& k);
+int64_t tilesM(const TiledContraction& s, const Contraction& c);
+int64_t tilesN(const TiledContraction& s, const Contraction& c);
+// The type of the operand slices in shared memory: f32, or with RowPairs the tensor cores' operand type.
+DType sliceType(const TiledContraction& s, const TiledContraction::Operand& o);
+// Elements of one slice of `rows` rows at depth tileK in the operand's layout (padding included):
+// KMajorF32 [k][rows + 1]; RowPairs [rows][k + kPairPad].
+constexpr int64_t kPairPad = 8;
+int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t tileK);
+// Where element (k offset kk, row rr) of a slice lies.
+Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, int64_t rows, int64_t tileK);
+// Bytes of every stage's A and B slices at depth tileK (a schedule's tileK by default).
+int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t tileK);
+// Accumulator registers per thread, and the registers RegisterPrefetch adds (per operand slice,
+// ceil(rows * tileK / threads) values).
+int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages);
+int64_t prefetchRegisters(const TiledContraction& s, int64_t stages);
+// The tensor-core operand type the schedule multiplies in, if it uses tensor cores.
+std::optional<DType> scheduledTensorCoreType(const Schedule& s);
+
+}  // namespace kiln::tile

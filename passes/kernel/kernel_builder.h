@@ -1,0 +1,121 @@
+// kernel-lower-from-tile's builder (internal to passes/kernel): turns one Loop-IR kernel and its typed schedule into
+// Kernel IR. The common machinery (parameters, float slots, Loop-IR expressions lowered with common
+// subexpressions shared, the result's store) is in kernel_builder.cpp; each strategy is carried out in its own
+// file: lower_pointwise.cpp, lower_row_reduction.cpp, lower_contraction.cpp. Every number a strategy needs that
+// follows from the schedule (threads, grid, slice layouts) comes from tile/layout.h, never recomputed here.
+//
+// Loop-IR variable v becomes Kernel-IR variable v + kFirstLoopVar; loads become flat row-major indices.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel/lower.h"
+#include "kiln/tile/contraction.h"
+#include "kiln/tile/layout.h"
+
+namespace kiln::kernel::detail {
+
+constexpr int kLinearVar = 2;     // the flat output (or reduction) position
+constexpr int kFirstLoopVar = 3;  // Loop-IR variables are shifted past the reserved ones
+
+Idx rowMajor(const std::vector<Idx>& index, const Shape& shape, const VarExtents& ext);
+
+class KernelBuilder {
+ public:
+  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s) : tp_(tp), lk_(lk), s_(s) {}
+  Kernel build();
+
+ private:
+  using Cse = std::map<std::string, FE>;
+
+  // Strategies (one file each).
+  void pointwise(const tile::PointwiseMap& m);
+  void rowReduction(const tile::RowReduction& r);
+  void tiledContraction(const tile::TiledContraction& s);
+  // Row reductions: each stage's accumulator combined over the threads of the row (lower_row_reduction.cpp).
+  void combineAcrossRow(const tile::RowReduction& r, size_t stage, const Idx& rowInBlock, Block& out);
+
+  // Common machinery (kernel_builder.cpp).
+  int param(int buffer, bool written);
+  int slot(const std::string& name);
+  Idx var(const loop::Axis& a) { return idxVar(a.var + kFirstLoopVar, a.name); }
+  Idx shifted(const Idx& e);  // a Loop-IR index in Kernel-IR terms
+  void unflatten(const std::vector<loop::Axis>& axes, const Idx& flat, int64_t flatExtent, Block& out);
+  FE lower(const loop::ExprP& e, Block& out, Cse& cse);
+  Idx flatIndex(const loop::Expr& load);  // a Load's flat element index in Kernel-IR terms
+  Idx outputIndex();
+  // The output's flat index with Loop-IR variable `var` (a parallel axis) at `value` (a Loop-IR index).
+  Idx outputIndexAt(int var, const Idx& value);
+  // e with Loop-IR variable `var` replaced by `value` in every index.
+  static loop::ExprP atAxis(const loop::ExprP& e, int var, const Idx& value);
+  void storeResult(Block& out, Cse cse = {});
+  bool rowInvariant(const loop::ExprP& e) const;
+  void hoistRowInvariants(const loop::ExprP& e, Block& out, Cse& cse);
+  void accumulate(size_t stage, Block& body);
+  void makeAccumulators();
+  // A fresh Kernel-IR index variable defined as `value` in `out`, ranging over [0, extent).
+  Idx defVar(Block& out, const std::string& name, Idx value, int64_t extent);
+  int freshLoopVar();    // a Loop-IR variable id no axis of the kernel uses
+  int freshKernelVar();  // a Kernel-IR index variable id nothing else uses (freshLoopVar, shifted)
+
+  // Vector accesses (kernel_builder.cpp). `copies[v]` is an expression evaluated for V consecutive points of one
+  // axis (copy v at offset v). Every load that reads V consecutive, aligned elements across the copies is read
+  // once with vector loads, its copies entered in `cse` under their own keys, so lowering the copies reuses them.
+  void vectorLoads(const std::vector<loop::ExprP>& copies, Block& out, Cse& cse);
+  // The V copies' values stored with vector stores at the output's flat index of copy 0.
+  void storeVector(const std::vector<FE>& values, const Idx& index, Block& out);
+
+  // Tiled contractions (lower_contraction.cpp).
+  struct Owned {  // one output a thread holds: its row and column in the matrix, its accumulator per stage
+    Idx row, col;
+    std::vector<int> acc;
+  };
+  struct Tiling {
+    tile::Contraction c;
+    tile::TiledContraction s;
+    loop::Axis mAxis, nAxis;
+    Idx tileM, tileN, k0;
+    std::vector<int> sharedA, sharedB;
+    std::vector<Owned> owned;
+  };
+  struct OperandSlice {  // one operand of a stage, staged slice by slice into shared buffer `buf`
+    loop::ExprP value;
+    loop::Axis rowAxis, kAxis;
+    int64_t rowExtent = 0, rows = 0;
+    Idx tileIdx;
+    int buf = 0;
+    const tile::TiledContraction::Operand* staging = nullptr;
+  };
+  struct Prefetched {  // a slice staged through registers
+    OperandSlice operand;
+    struct Element {
+      Idx kk, rr;
+      int reg = 0;
+    };
+    std::vector<Element> elements;
+    bool partial = false;  // the last elements of some threads lie past the slice (guarded by rr < rows)
+  };
+  Idx sliceSlot(const Tiling& t, const OperandSlice& o, const Idx& kk, const Idx& rr);
+  Stmt guardedOperandLoad(const Tiling& t, const OperandSlice& o, const Idx& rr, const Idx& kk, const Idx& kStart,
+                          const std::function<Stmt(FE)>& sink);
+  void stageOperand(const Tiling& t, const OperandSlice& o, Block& out);
+  Prefetched prefetched(const Tiling& t, const OperandSlice& operand);
+  Stmt insideSlice(const Prefetched& o, const Prefetched::Element& el, Stmt s);
+  void loadSlice(const Tiling& t, const Prefetched& o, const Idx& kStart, Block& out);
+  void storeSlice(const Tiling& t, const Prefetched& o, Block& out);
+  std::function<void(Block&)> multiplyOnCudaCores(Tiling& t);
+  std::function<void(Block&)> multiplyOnTensorCores(Tiling& t);
+
+  const tile::Program& tp_;
+  const loop::Kernel& lk_;
+  const tile::Schedule& s_;
+  Kernel k_;
+  std::vector<int> accs_;
+  VarExtents extents_;
+  int nextLoopVar_ = -1;
+  std::vector<int> cVars_;  // row reductions with the row in registers: the Loop-IR variable of each vector a thread holds
+};
+
+}  // namespace kiln::kernel::detail

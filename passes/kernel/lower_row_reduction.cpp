@@ -1,0 +1,159 @@
+// kernel-lower-from-tile for RowReduction schedules (kernel_builder.h). Block b handles rows b*R .. b*R + R - 1
+// (R = rowsPerBlock), threadsPerRow threads (T) each; thread t of a row:
+//   general form (vector 1, row not in registers): each stage's reduction axes flattened and strided by T, the
+//     partial results combined across the row, then the row's outputs strided by T;
+//   row form (one axis per row, every stage spanning it): the row's W elements as W/V vectors of V; thread t
+//     takes vectors t, t + T, ... . With rowInRegisters every load of those vectors is issued once, up front
+//     (vector loads where consecutive and aligned) and serves every stage and the write; otherwise each stage and
+//     the write loop over the vectors again.
+// Combining across the row: WarpShuffle = butterfly shuffles within each warp, then (T > 32) each warp's total
+// through shared memory `red` (a slot per warp) read back by every thread of the row; SharedTree = one slot per
+// thread halved with a barrier per step (R = 1). Barriers are reached by every thread of the block.
+#include <fmt/format.h>
+
+#include "kernel_builder.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel::detail {
+namespace {
+
+Fn combineFn(loop::ReduceFn fn) { return fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max; }
+
+}  // namespace
+
+void KernelBuilder::combineAcrossRow(const tile::RowReduction& r, size_t stage, const Idx& rowInBlock, Block& out) {
+  const int acc = accs_[stage];
+  const Fn combine = combineFn(lk_.stages[stage].fn);
+  const int64_t threads = r.threadsPerRow * r.rowsPerBlock;
+  if (r.combine == tile::RowReduction::Combine::SharedTree) {
+    out.push_back(storeShared(0, threadIdx(), fvar(acc)));
+    out.push_back(barrier());
+    for (int64_t half = threads / 2; half >= 1; half /= 2) {
+      Block step{storeShared(0, threadIdx(), fapply(combine, {loadShared(0, threadIdx()), loadShared(0, threadIdx() + idxConst(half))}))};
+      out.push_back(ifLess(threadIdx(), idxConst(half), std::move(step)));
+      out.push_back(barrier());
+    }
+    out.push_back(assign(acc, loadShared(0, idxConst(0))));
+    out.push_back(barrier());  // everyone has read the total before the next stage reuses `red`
+    return;
+  }
+  const int tmp = slot(fmt::format("shfl{}", stage));
+  for (Stmt& s : warpAllReduce(combine, acc, tmp)) out.push_back(std::move(s));
+  const int64_t warpsPerRow = r.threadsPerRow / Target::kWarpSize;
+  if (warpsPerRow == 1) return;
+  // Lane 0 of each warp publishes the warp's total; every thread of the row then combines its row's warps.
+  Idx warp = simplify(floorDiv(threadIdx(), Target::kWarpSize), extents_);
+  Idx lane = simplify(mod(threadIdx(), Target::kWarpSize), extents_);
+  out.push_back(ifLess(lane, idxConst(1), Block{storeShared(0, warp, fvar(acc))}));
+  out.push_back(barrier());
+  out.push_back(assign(acc, loadShared(0, simplify(rowInBlock * idxConst(warpsPerRow), extents_))));
+  for (int64_t w = 1; w < warpsPerRow; ++w)
+    out.push_back(assign(acc, fapply(combine, {fvar(acc), loadShared(0, simplify(rowInBlock * idxConst(warpsPerRow) + idxConst(w), extents_))})));
+  out.push_back(barrier());  // everyone has read the totals before the next stage reuses `red`
+}
+
+void KernelBuilder::rowReduction(const tile::RowReduction& r) {
+  const int64_t rows = tile::rowsOf(lk_), perRow = tile::rowWidth(lk_), threads = tile::threadsPerBlock(r);
+  k_.block = {threads, 1, 1};
+  k_.grid = {tile::gridBlocks(r, lk_), 1, 1};
+  extents_[kThreadIdx] = threads;
+  extents_[kBlockIdx] = k_.grid[0];
+  if (!lk_.stages.empty() && tile::combineSlots(r) > 0) k_.shared.push_back(SharedBuffer{"red", tile::combineSlots(r)});
+  Idx t = threadIdx(), rowInBlock = idxConst(0), row = blockIdx();
+  if (r.rowsPerBlock > 1) {
+    t = defVar(k_.body, "t", mod(threadIdx(), r.threadsPerRow), r.threadsPerRow);
+    rowInBlock = defVar(k_.body, "rb", floorDiv(threadIdx(), r.threadsPerRow), r.rowsPerBlock);
+    row = defVar(k_.body, "row", blockIdx() * idxConst(r.rowsPerBlock) + rowInBlock, rows);
+  }
+  std::vector<loop::Axis> rowAxes(lk_.parallel.begin(), lk_.parallel.begin() + lk_.rowAxes);
+  std::vector<loop::Axis> inner(lk_.parallel.begin() + lk_.rowAxes, lk_.parallel.end());
+  unflatten(rowAxes, row, rows, k_.body);
+  makeAccumulators();
+  const bool rowForm = r.vector > 1 || r.rowInRegisters;
+  if (!rowForm) {
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      const loop::Reduction& red = lk_.stages[st];
+      int64_t extent = 1;
+      for (auto& a : red.axes) extent *= a.extent;
+      k_.body.push_back(assign(accs_[st], fconst(tensor::reduceInit(red.fn))));
+      Block body;
+      extents_[kLinearVar] = extent;
+      unflatten(red.axes, idxVar(kLinearVar, "j"), extent, body);
+      accumulate(st, body);
+      k_.body.push_back(forLoop(kLinearVar, "j", t, idxConst(extent), r.threadsPerRow, std::move(body)));
+      combineAcrossRow(r, st, rowInBlock, k_.body);
+    }
+    Cse rowValues;
+    hoistRowInvariants(lk_.result, k_.body, rowValues);
+    Block write;
+    extents_[kLinearVar] = perRow;
+    unflatten(inner, idxVar(kLinearVar, "c"), perRow, write);
+    storeResult(write, rowValues);
+    k_.body.push_back(forLoop(kLinearVar, "c", t, idxConst(perRow), r.threadsPerRow, std::move(write)));
+    return;
+  }
+  // Row form: element e of the row is the inner axis p and every stage's axis at e; vector c holds c*V .. c*V+V-1.
+  const int64_t vector = r.vector, vectors = perRow / vector;
+  const loop::Axis p = lk_.parallel.back();
+  auto copiesAt = [&](const loop::ExprP& e, const Idx& c, int stageAxis) {
+    std::vector<loop::ExprP> copies;
+    for (int64_t v = 0; v < vector; ++v) {
+      Idx at = c * idxConst(vector) + idxConst(v);
+      copies.push_back(atAxis(stageAxis >= 0 ? atAxis(e, stageAxis, at) : e, p.var, at));
+    }
+    return copies;
+  };
+  // Runs `work(c, block)` for each vector c this thread takes: unrolled when the row sits in registers (a fixed
+  // set of vectors, the last guarded where T does not divide them), else a loop strided by T.
+  Cse shared;  // the loads (and values) of the row kept in registers across stages and the write
+  auto forEachVector = [&](Block& out, const std::function<void(const Idx& c, Block& body, Cse& cse)>& work) {
+    if (!r.rowInRegisters) {
+      int cv = freshLoopVar();
+      extents_[cv + kFirstLoopVar] = vectors;
+      Block body;
+      Cse cse;
+      work(idxVar(cv, "c"), body, cse);
+      out.push_back(forLoop(cv + kFirstLoopVar, "c", t, idxConst(vectors), r.threadsPerRow, std::move(body)));
+      return;
+    }
+    for (int64_t j = 0; j * r.threadsPerRow < vectors; ++j) {
+      int cv = cVars_.size() > static_cast<size_t>(j) ? cVars_[static_cast<size_t>(j)] : (cVars_.push_back(freshLoopVar()), cVars_.back());
+      Block body;
+      body.push_back(defIdx(cv + kFirstLoopVar, fmt::format("c{}", j), simplify(t + idxConst(j * r.threadsPerRow), extents_)));
+      extents_[cv + kFirstLoopVar] = vectors;
+      work(idxVar(cv, fmt::format("c{}", j)), body, shared);
+      if ((j + 1) * r.threadsPerRow > vectors)
+        out.push_back(ifLess(simplify(t + idxConst(j * r.threadsPerRow), extents_), idxConst(vectors), std::move(body)));
+      else
+        for (Stmt& s : body) out.push_back(std::move(s));
+    }
+  };
+  if (r.rowInRegisters)  // every load of the row's vectors, once
+    forEachVector(k_.body, [&](const Idx& c, Block& body, Cse& cse) {
+      for (size_t st = 0; st < lk_.stages.size(); ++st) vectorLoads(copiesAt(lk_.stages[st].value, c, lk_.stages[st].axes[0].var), body, cse);
+      vectorLoads(copiesAt(lk_.result, c, -1), body, cse);
+    });
+  for (size_t st = 0; st < lk_.stages.size(); ++st) {
+    const loop::Reduction& red = lk_.stages[st];
+    k_.body.push_back(assign(accs_[st], fconst(tensor::reduceInit(red.fn))));
+    forEachVector(k_.body, [&](const Idx& c, Block& body, Cse& cse) {
+      auto copies = copiesAt(red.value, c, red.axes[0].var);
+      vectorLoads(copies, body, cse);
+      for (const loop::ExprP& e : copies)
+        body.push_back(assign(accs_[st], fapply(combineFn(red.fn), {fvar(accs_[st]), lower(e, body, cse)})));
+    });
+    combineAcrossRow(r, st, rowInBlock, k_.body);
+  }
+  hoistRowInvariants(lk_.result, k_.body, shared);
+  forEachVector(k_.body, [&](const Idx& c, Block& body, Cse& cse) {
+    Cse local = r.rowInRegisters ? Cse{} : shared;  // a loop body may reuse the hoisted row values
+    Cse& use = r.rowInRegisters ? cse : local;
+    auto copies = copiesAt(lk_.result, c, -1);
+    vectorLoads(copies, body, use);
+    std::vector<FE> values;
+    for (const loop::ExprP& e : copies) values.push_back(lower(e, body, use));
+    storeVector(values, outputIndexAt(p.var, c * idxConst(vector)), body);
+  });
+}
+
+}  // namespace kiln::kernel::detail

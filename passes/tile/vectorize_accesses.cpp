@@ -1,0 +1,78 @@
+// tile-vectorize-accesses: memory-bound kernels move 16 bytes per access and size their rows by their length.
+//
+// * Pointwise maps without reductions (silu·mul, residual adds, casts): each thread computes `vector` = 16 bytes of
+//   output (8 bf16/f16, 4 f32) consecutive along the innermost axis, when that axis divides; loads that read those
+//   points consecutively become vector loads in the lowering, the store one vector store.
+// * Row reductions whose row is one axis that every stage reduces over (RMSNorm, softmax, LayerNorm): rows are read
+//   as vectors of 16 bytes (as far as the row divides); threadsPerRow is the smallest power of two (>= a warp)
+//   that still gives every thread one vector, halved while the rows would more than fill the Target's resident
+//   threads and each thread keeps at most kMaxVectorsPerThread vectors; short rows share a block (rowsPerBlock,
+//   up to 128 threads, a divisor of the rows); the row's vectors stay in registers (read once for every stage and
+//   the write) when a thread holds at most kMaxVectorsPerThread of them.
+// Precondition: tile-cooperative-reduce has chosen row reductions. Postcondition: the verifier's vector rules
+// (powers of two, 16 bytes of output, dividing the innermost extent).
+#include <algorithm>
+
+#include "kiln/tile/layout.h"
+
+namespace kiln::tile {
+namespace {
+
+constexpr int64_t kMaxVectorsPerThread = 8;
+
+bool vectorType(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+
+// The widest power of two of at most 16 bytes of `out` that divides `extent`.
+int64_t vectorWidth(DType out, int64_t extent) {
+  if (!vectorType(out)) return 1;
+  int64_t v = Target::kVectorBytes / dtypeBytes(out);
+  while (v > 1 && extent % v != 0) v /= 2;
+  return v;
+}
+
+bool rowForm(const loop::Kernel& k) {
+  if (static_cast<size_t>(k.rowAxes) + 1 != k.parallel.size() || k.stages.empty()) return false;
+  const int64_t width = rowWidth(k);
+  for (auto& st : k.stages)
+    if (st.axes.size() != 1 || st.axes[0].extent != width) return false;
+  return true;
+}
+
+}  // namespace
+
+bool vectorizeAccesses(Program& p) {
+  bool changed = false;
+  const Target& target = p.target;
+  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
+    const loop::Kernel& k = p.loop.kernels[i];
+    const DType out = p.loop.buffers[static_cast<size_t>(k.output)].dtype;
+    if (auto* m = std::get_if<PointwiseMap>(&p.schedules[i])) {
+      if (!k.stages.empty() || k.parallel.empty() || m->vector != 1) continue;
+      const int64_t v = vectorWidth(out, k.parallel.back().extent);
+      if (v == 1) continue;
+      m->vector = v;
+      m->threads = std::min<int64_t>(m->threads, (k.parallelPoints() / v + 31) / 32 * 32);
+      changed = true;
+      continue;
+    }
+    auto* r = std::get_if<RowReduction>(&p.schedules[i]);
+    if (!r || r->vector != 1 || r->rowInRegisters || !rowForm(k)) continue;
+    const int64_t rows = rowsOf(k), vector = vectorWidth(out, rowWidth(k)), vectors = rowWidth(k) / vector;
+    int64_t threads = Target::kWarpSize;
+    while (threads < vectors && threads < target.maxThreadsPerBlock) threads *= 2;
+    const int64_t resident = target.smCount * target.maxThreadsPerSm;
+    while (threads > Target::kWarpSize && rows * threads > resident && (vectors + threads / 2 - 1) / (threads / 2) <= kMaxVectorsPerThread)
+      threads /= 2;
+    int64_t rowsPerBlock = 1;
+    while (threads * rowsPerBlock * 2 <= 128 && rows % (rowsPerBlock * 2) == 0) rowsPerBlock *= 2;
+    r->threadsPerRow = threads;
+    r->rowsPerBlock = rowsPerBlock;
+    r->vector = vector;
+    r->combine = RowReduction::Combine::WarpShuffle;
+    r->rowInRegisters = (vectors + threads - 1) / threads <= kMaxVectorsPerThread;
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::tile

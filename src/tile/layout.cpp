@@ -1,0 +1,107 @@
+#include "kiln/tile/layout.h"
+
+#include "kiln/support/error.h"
+
+namespace kiln::tile {
+namespace {
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int64_t rowsOf(const loop::Kernel& k) { return k.rowPoints(); }
+int64_t rowWidth(const loop::Kernel& k) { return k.parallelPoints() / k.rowPoints(); }
+
+int64_t combineSlots(const RowReduction& r) {
+  const int64_t threads = r.threadsPerRow * r.rowsPerBlock;
+  if (r.combine == RowReduction::Combine::SharedTree) return threads;
+  return r.threadsPerRow == Target::kWarpSize ? 0 : threads / Target::kWarpSize;  // one warp per row: shuffles only
+}
+
+int64_t threadsPerBlock(const Schedule& s) {
+  return std::visit(Overloaded{
+                        [](const PointwiseMap& m) { return m.threads; },
+                        [](const RowReduction& r) { return r.threadsPerRow * r.rowsPerBlock; },
+                        [](const TiledContraction& t) {
+                          return t.instruction == TiledContraction::Instruction::MmaSync
+                                     ? int64_t{128}
+                                     : (t.tileM / t.microM) * (t.tileN / t.microN);
+                        },
+                    },
+                    s);
+}
+
+int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
+  return std::visit(Overloaded{
+                        [&](const PointwiseMap& m) { return ceilDiv(k.parallelPoints() / m.vector, m.threads); },
+                        [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
+                        [&](const TiledContraction& t) {
+                          Contraction c = contractionOf(t, k);
+                          return c.outerPoints * tilesM(t, c) * tilesN(t, c);
+                        },
+                    },
+                    s);
+}
+
+int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
+  if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
+  if (auto* t = std::get_if<TiledContraction>(&s)) return operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
+  return 0;
+}
+
+Contraction contractionOf(const TiledContraction& s, const loop::Kernel& k) {
+  auto c = findContraction(k, s.mAxis, s.nAxis);
+  KILN_ASSERT(c.has_value(), "kernel {}: tiled_contraction on a kernel that is not a contraction over m_axis={} n_axis={}",
+              k.name, s.mAxis, s.nAxis);
+  return *c;
+}
+
+int64_t tilesM(const TiledContraction& s, const Contraction& c) { return ceilDiv(c.m, s.tileM); }
+int64_t tilesN(const TiledContraction& s, const Contraction& c) { return ceilDiv(c.n, s.tileN); }
+
+DType sliceType(const TiledContraction& s, const TiledContraction::Operand& o) {
+  return o.layout == TiledContraction::SharedLayout::RowPairs ? s.mmaType : DType::F32;
+}
+
+int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t tileK) {
+  return o.layout == TiledContraction::SharedLayout::RowPairs ? rows * (tileK + kPairPad) : tileK * (rows + 1);
+}
+
+Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, int64_t rows, int64_t tileK) {
+  return o.layout == TiledContraction::SharedLayout::RowPairs ? rr * idxConst(tileK + kPairPad) + kk
+                                                               : kk * idxConst(rows + 1) + rr;
+}
+
+int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t tileK) {
+  auto bytes = [&](const TiledContraction::Operand& o, int64_t rows) {
+    return sliceElements(o, rows, tileK) * dtypeBytes(sliceType(s, o));
+  };
+  return stages * (bytes(s.a, s.tileM) + bytes(s.b, s.tileN));
+}
+
+int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages) {
+  return stages * s.tileM * s.tileN / threadsPerBlock(s);
+}
+
+int64_t prefetchRegisters(const TiledContraction& s, int64_t stages) {
+  const int64_t threads = threadsPerBlock(s);
+  int64_t regs = 0;
+  if (s.a.copy == TiledContraction::Copy::RegisterPrefetch) regs += ceilDiv(s.tileM * s.tileK, threads);
+  if (s.b.copy == TiledContraction::Copy::RegisterPrefetch) regs += ceilDiv(s.tileN * s.tileK, threads);
+  return stages * regs;
+}
+
+std::optional<DType> scheduledTensorCoreType(const Schedule& s) {
+  auto* t = std::get_if<TiledContraction>(&s);
+  if (!t || t->instruction != TiledContraction::Instruction::MmaSync) return std::nullopt;
+  return t->mmaType;
+}
+
+}  // namespace kiln::tile
