@@ -117,22 +117,29 @@ void KernelBuilder::rowReduction(const tile::RowReduction& r) {
       return;
     }
     for (int64_t j = 0; j * r.threadsPerRow < vectors; ++j) {
-      int cv = cVars_.size() > static_cast<size_t>(j) ? cVars_[static_cast<size_t>(j)] : (cVars_.push_back(freshLoopVar()), cVars_.back());
+      const Idx c = idxVar(cVars_.at(static_cast<size_t>(j)), fmt::format("c{}", j));
       Block body;
-      body.push_back(defIdx(cv + kFirstLoopVar, fmt::format("c{}", j), simplify(t + idxConst(j * r.threadsPerRow), extents_)));
-      extents_[cv + kFirstLoopVar] = vectors;
-      work(idxVar(cv, fmt::format("c{}", j)), body, shared);
+      work(c, body, shared);
       if ((j + 1) * r.threadsPerRow > vectors)
-        out.push_back(ifLess(simplify(t + idxConst(j * r.threadsPerRow), extents_), idxConst(vectors), std::move(body)));
+        out.push_back(ifLess(idxVar(cVars_[static_cast<size_t>(j)] + kFirstLoopVar, fmt::format("c{}", j)), idxConst(vectors),
+                             std::move(body)));
       else
         for (Stmt& s : body) out.push_back(std::move(s));
     }
   };
-  if (r.rowInRegisters)  // every load of the row's vectors, once
+  if (r.rowInRegisters) {
+    // Vector c_j = t + j*T of the row, defined once for every phase (the last ones guarded by c_j < W/V where used).
+    for (int64_t j = 0; j * r.threadsPerRow < vectors; ++j) {
+      cVars_.push_back(freshLoopVar());
+      k_.body.push_back(defIdx(cVars_.back() + kFirstLoopVar, fmt::format("c{}", j), simplify(t + idxConst(j * r.threadsPerRow), extents_)));
+      extents_[cVars_.back() + kFirstLoopVar] = (j + 1) * r.threadsPerRow;
+    }
+    // every load of the row's vectors, once
     forEachVector(k_.body, [&](const Idx& c, Block& body, Cse& cse) {
       for (size_t st = 0; st < lk_.stages.size(); ++st) vectorLoads(copiesAt(lk_.stages[st].value, c, lk_.stages[st].axes[0].var), body, cse);
       vectorLoads(copiesAt(lk_.result, c, -1), body, cse);
     });
+  }
   for (size_t st = 0; st < lk_.stages.size(); ++st) {
     const loop::Reduction& red = lk_.stages[st];
     k_.body.push_back(assign(accs_[st], fconst(tensor::reduceInit(red.fn))));

@@ -2,7 +2,8 @@
 //
 // * Pointwise maps without reductions (silu·mul, residual adds, casts): each thread computes `vector` = 16 bytes of
 //   output (8 bf16/f16, 4 f32) consecutive along the innermost axis, when that axis divides; loads that read those
-//   points consecutively become vector loads in the lowering, the store one vector store.
+//   points consecutively become vector loads in the lowering, the store one vector store. Blocks shrink (to 64
+//   threads) until the grid covers every SM twice, where the kernel is that large.
 // * Row reductions whose row is one axis that every stage reduces over (RMSNorm, softmax, LayerNorm): rows are read
 //   as vectors of 16 bytes (as far as the row divides); threadsPerRow is the smallest power of two (>= a warp)
 //   that still gives every thread one vector, halved while the rows would more than fill the Target's resident
@@ -51,7 +52,10 @@ bool vectorizeAccesses(Program& p) {
       const int64_t v = vectorWidth(out, k.parallel.back().extent);
       if (v == 1) continue;
       m->vector = v;
-      m->threads = std::min<int64_t>(m->threads, (k.parallelPoints() / v + 31) / 32 * 32);
+      // Blocks small enough that the vectors spread over every SM twice where there are that many.
+      const int64_t threadsNeeded = k.parallelPoints() / v;
+      while (m->threads > 64 && threadsNeeded < 2 * target.smCount * m->threads) m->threads /= 2;
+      m->threads = std::min<int64_t>(m->threads, (threadsNeeded + 31) / 32 * 32);
       changed = true;
       continue;
     }

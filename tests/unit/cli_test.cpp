@@ -359,7 +359,7 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v"};
   Result tiled = kiln(args);
   EXPECT_EQ(tiled.code, 0) << describe(tiled);
-  EXPECT_TRUE(contains(tiled.out, "schedule tiled_contraction(")) << describe(tiled);
+  EXPECT_TRUE(contains(tiled.out, "schedule tiled_contraction ")) << describe(tiled);
   args.insert(args.end(), {"--disable-pass", "tile-tiled-contractions"});
   Result plain = kiln(args);
   EXPECT_EQ(plain.code, 0) << describe(plain);
@@ -382,12 +382,12 @@ TEST(Cli, PassesOffByDefaultAreMarkedAndRunWithEnablePass) {
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v"};
   Result plain = kiln(args);
   EXPECT_EQ(plain.code, 0) << describe(plain);
-  EXPECT_TRUE(contains(plain.out, "tile_k=16")) << describe(plain);
+  EXPECT_TRUE(contains(plain.out, "x16 (")) << describe(plain);  // tile MxNxK, 16 deep
   EXPECT_TRUE(contains(plain.err, "pass tile-deep-k-slices skipped (off by default")) << describe(plain);
   args.insert(args.end(), {"--enable-pass", "tile-deep-k-slices"});
   Result deep = kiln(args);
   EXPECT_EQ(deep.code, 0) << describe(deep);
-  EXPECT_TRUE(contains(deep.out, "tile_k=64")) << describe(deep);
+  EXPECT_TRUE(contains(deep.out, "x64 (")) << describe(deep);
 }
 
 TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
