@@ -1,7 +1,10 @@
-// kernel-lower-from-tile for PointwiseMap schedules (kernel_builder.h): i = blockIdx.x*threads + threadIdx.x;
-// if (i < points / vector) { the parallel indices of point i*vector; each reduction as a serial loop; the result
-// of `vector` consecutive points of the innermost axis, read with vector loads where they are consecutive and
-// aligned, written with vector stores }.
+// kernel-lower-from-tile for PointwiseMap schedules (kernel_builder.h).
+//   vector 1, one vector per thread: i = blockIdx.x*threads + threadIdx.x; if (i < points) { the parallel indices
+//     of point i; each reduction as a serial loop; store }.
+//   otherwise (no reductions): thread t of block b takes vectors i_u = (b*U + u)*threads + t, u < U
+//     (U = vectorsPerThread), each `vector` consecutive points of the innermost axis. First every vector's loads
+//     (vector loads where its points are consecutive and aligned), then every vector's values and its vector store;
+//     each part under i_u < points/vector where the grid overshoots.
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
@@ -9,32 +12,68 @@
 namespace kiln::kernel::detail {
 
 void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
-  const int64_t vector = m.vector, points = lk_.parallelPoints() / vector, block = m.threads;
+  const int64_t vector = m.vector, perThread = m.vectorsPerThread, points = lk_.parallelPoints() / vector, block = m.threads;
   k_.block = {block, 1, 1};
   k_.grid = {tile::gridBlocks(s_, lk_), 1, 1};
   extents_[kThreadIdx] = block;
   extents_[kBlockIdx] = k_.grid[0];
+  if (vector > 1 || perThread > 1) {
+    const bool guarded = k_.grid[0] * block * perThread != points;
+    struct Part {
+      Idx linear;
+      std::vector<loop::ExprP> copies;  // the result at each point of the vector
+      Idx output;                       // the output's flat index of the vector's first point
+    };
+    std::vector<Part> parts;
+    for (int64_t u = 0; u < perThread; ++u) {
+      Part part;
+      part.linear = defVar(k_.body, fmt::format("i{}", u), (blockIdx() * idxConst(perThread) + idxConst(u)) * idxConst(block) + threadIdx(), points);
+      // Vector u's own variables: each parallel axis renamed (the innermost walked by its vector index q).
+      std::vector<loop::Axis> axes;
+      loop::ExprP result = lk_.result;
+      for (size_t d = 0; d < lk_.parallel.size(); ++d) {
+        const loop::Axis& a = lk_.parallel[d];
+        const bool inner = d + 1 == lk_.parallel.size();
+        axes.push_back(loop::Axis{freshLoopVar(), fmt::format("{}{}", inner ? "q" : a.name, perThread > 1 ? fmt::format("_{}", u) : ""),
+                                  inner ? a.extent / vector : a.extent});
+        if (!inner) result = atAxis(result, a.var, idxVar(axes.back().var, axes.back().name));
+      }
+      unflatten(axes, part.linear, points, k_.body);
+      const loop::Axis& p = lk_.parallel.back();
+      const Idx q = idxVar(axes.back().var, axes.back().name) * idxConst(vector);
+      for (int64_t v = 0; v < vector; ++v) part.copies.push_back(atAxis(result, p.var, q + idxConst(v)));
+      std::vector<Idx> index;
+      for (size_t d = 0; d + 1 < axes.size(); ++d) index.push_back(shifted(idxVar(axes[d].var, axes[d].name)));
+      index.push_back(shifted(q));
+      part.output = rowMajor(index, tp_.loop.buffers[lk_.output].shape, extents_);
+      parts.push_back(std::move(part));
+    }
+    auto inRange = [&](const Part& part, Block body) {
+      if (!guarded) {
+        for (Stmt& s : body) k_.body.push_back(std::move(s));
+        return;
+      }
+      k_.body.push_back(ifLess(part.linear, idxConst(points), std::move(body)));
+    };
+    Cse cse;
+    for (const Part& part : parts) {
+      Block loads;
+      vectorLoads(part.copies, loads, cse);
+      inRange(part, std::move(loads));
+    }
+    for (const Part& part : parts) {
+      Block body;
+      std::vector<FE> values;
+      for (const loop::ExprP& c : part.copies) values.push_back(lower(c, body, cse));
+      storeVector(values, part.output, body);
+      inRange(part, std::move(body));
+    }
+    return;
+  }
   Idx linear = idxVar(kLinearVar, "i");
   k_.body.push_back(defIdx(kLinearVar, "i", blockIdx() * idxConst(block) + threadIdx()));
   extents_[kLinearVar] = points;
   Block guarded;
-  if (vector > 1) {
-    // The innermost axis is walked by its vector index q; copy v of the result reads point q*vector + v.
-    std::vector<loop::Axis> axes = lk_.parallel;
-    const loop::Axis inner = axes.back();
-    axes.back() = loop::Axis{freshLoopVar(), "q", inner.extent / vector};
-    unflatten(axes, linear, points, guarded);
-    const Idx q = idxVar(axes.back().var, "q");
-    std::vector<loop::ExprP> copies;
-    for (int64_t v = 0; v < vector; ++v) copies.push_back(atAxis(lk_.result, inner.var, q * idxConst(vector) + idxConst(v)));
-    Cse cse;
-    vectorLoads(copies, guarded, cse);
-    std::vector<FE> values;
-    for (const loop::ExprP& c : copies) values.push_back(lower(c, guarded, cse));
-    storeVector(values, outputIndexAt(inner.var, q * idxConst(vector)), guarded);
-    k_.body.push_back(ifLess(linear, idxConst(points), std::move(guarded)));
-    return;
-  }
   unflatten(lk_.parallel, linear, points, guarded);
   makeAccumulators();
   for (size_t st = 0; st < lk_.stages.size(); ++st) {

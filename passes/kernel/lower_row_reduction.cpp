@@ -38,6 +38,13 @@ void KernelBuilder::combineAcrossRow(const tile::RowReduction& r, size_t stage, 
     return;
   }
   const int tmp = slot(fmt::format("shfl{}", stage));
+  if (r.threadsPerRow < Target::kWarpSize) {  // a row is threadsPerRow neighbouring lanes: the butterfly's last steps
+    for (int mask = static_cast<int>(r.threadsPerRow) / 2; mask >= 1; mask /= 2) {
+      out.push_back(shuffleXor(tmp, acc, mask));
+      out.push_back(assign(acc, fapply(combine, {fvar(acc), fvar(tmp)})));
+    }
+    return;
+  }
   for (Stmt& s : warpAllReduce(combine, acc, tmp)) out.push_back(std::move(s));
   const int64_t warpsPerRow = r.threadsPerRow / Target::kWarpSize;
   if (warpsPerRow == 1) return;

@@ -8,7 +8,11 @@
 // Costs registers: every thread holds its share of the slices, stages x (tile_m + tile_n) x tile_k / threads values;
 // a schedule is prefetched only when that is at most kPrefetchRegisters (64), leaving the accumulators, fragments
 // and addresses room under the 255 registers a thread may have (the slice depths of tile-deep-k-slices stay within
-// it; hand-set or future larger tiles may not). Off by default until its kernels have run on a GPU.
+// it; hand-set or future larger tiles may not). 
+// Only products on CUDA cores: Measured on the H200 (2026-12-01, bench/results/2026-12-01-h200-variants.md, each pass alone against the
+// default, kiln_variants.py): on CUDA cores (f32) TinyLlama down_proj
+// at 512 tokens 1084 -> 535 us, gate_proj 786 -> 551 us; on tensor cores it doubled their time (768 -> 1259 us,
+// 458 -> 1090 us: the registers it holds cost the mma.sync kernels their occupancy), so they keep plain copies.
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/layout.h"
 
@@ -18,7 +22,8 @@ bool prefetchSlices(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
-    if (!s || s->a.copy == TiledContraction::Copy::RegisterPrefetch) continue;
+    if (!s || s->instruction != TiledContraction::Instruction::Ffma || s->a.copy == TiledContraction::Copy::RegisterPrefetch)
+      continue;
     TiledContraction prefetched = *s;
     prefetched.a.copy = prefetched.b.copy = TiledContraction::Copy::RegisterPrefetch;
     if (prefetchRegisters(prefetched, static_cast<int64_t>(p.loop.kernels[i].stages.size())) > kPrefetchRegisters) continue;

@@ -3,12 +3,14 @@
 // * Pointwise maps without reductions (silu·mul, residual adds, casts): each thread computes `vector` = 16 bytes of
 //   output (8 bf16/f16, 4 f32) consecutive along the innermost axis, when that axis divides; loads that read those
 //   points consecutively become vector loads in the lowering, the store one vector store. Blocks shrink (to 64
-//   threads) until the grid covers every SM twice, where the kernel is that large.
+//   threads) until the grid covers every SM twice, where the kernel is that large; beyond one resident wave of
+//   blocks a thread takes two vectors, their loads issued together.
 // * Row reductions whose row is one axis that every stage reduces over (RMSNorm, softmax, LayerNorm): rows are read
-//   as vectors of 16 bytes (as far as the row divides); threadsPerRow is the smallest power of two (>= a warp)
-//   that still gives every thread one vector, halved while the rows would more than fill the Target's resident
-//   threads and each thread keeps at most kMaxVectorsPerThread vectors; short rows share a block (rowsPerBlock,
-//   up to 128 threads, a divisor of the rows); the row's vectors stay in registers (read once for every stage and
+//   as vectors of 16 bytes (as far as the row divides); threadsPerRow is the smallest power of two that still
+//   gives every thread one vector, halved while the rows would more than fill the Target's resident threads and
+//   each thread keeps at most kMaxVectorsPerThread vectors; rows narrower than a warp share one (shuffles over
+//   their lanes only), and short rows share a block (rowsPerBlock: whole warps, up to 128 threads while the
+//   grid still covers every SM, a divisor of the rows); the row's vectors stay in registers (read once for every stage and
 //   the write) when a thread holds at most kMaxVectorsPerThread of them.
 // Precondition: tile-cooperative-reduce has chosen row reductions. Postcondition: the verifier's vector rules
 // (powers of two, 16 bytes of output, dividing the innermost extent).
@@ -56,19 +58,30 @@ bool vectorizeAccesses(Program& p) {
       const int64_t threadsNeeded = k.parallelPoints() / v;
       while (m->threads > 64 && threadsNeeded < 2 * target.smCount * m->threads) m->threads /= 2;
       m->threads = std::min<int64_t>(m->threads, (threadsNeeded + 31) / 32 * 32);
+      // Beyond one resident wave of blocks, each thread takes two vectors (twice the loads in flight, half the
+      // blocks).
+      const int64_t blocks = (threadsNeeded + m->threads - 1) / m->threads;
+      if (blocks > target.smCount * (target.maxThreadsPerSm / m->threads)) m->vectorsPerThread = 2;
       changed = true;
       continue;
     }
     auto* r = std::get_if<RowReduction>(&p.schedules[i]);
     if (!r || r->vector != 1 || r->rowInRegisters || !rowForm(k)) continue;
     const int64_t rows = rowsOf(k), vector = vectorWidth(out, rowWidth(k)), vectors = rowWidth(k) / vector;
-    int64_t threads = Target::kWarpSize;
+    int64_t threads = 1;
     while (threads < vectors && threads < target.maxThreadsPerBlock) threads *= 2;
     const int64_t resident = target.smCount * target.maxThreadsPerSm;
-    while (threads > Target::kWarpSize && rows * threads > resident && (vectors + threads / 2 - 1) / (threads / 2) <= kMaxVectorsPerThread)
+    while (threads > 1 && rows * threads > resident && (vectors + threads / 2 - 1) / (threads / 2) <= kMaxVectorsPerThread)
       threads /= 2;
-    int64_t rowsPerBlock = 1;
-    while (threads * rowsPerBlock * 2 <= 128 && rows % (rowsPerBlock * 2) == 0) rowsPerBlock *= 2;
+    // Rows narrower than a warp share one: the block holds whole warps, and more rows while the grid still
+    // covers every SM (at most 128 threads); the rows per block must divide the rows.
+    int64_t rowsPerBlock = std::max<int64_t>(1, Target::kWarpSize / threads);
+    if (rows % rowsPerBlock != 0) {
+      threads = Target::kWarpSize;
+      rowsPerBlock = 1;
+    }
+    while (threads * rowsPerBlock * 2 <= 128 && rows % (rowsPerBlock * 2) == 0 && rows / (rowsPerBlock * 2) >= target.smCount)
+      rowsPerBlock *= 2;
     r->threadsPerRow = threads;
     r->rowsPerBlock = rowsPerBlock;
     r->vector = vector;

@@ -50,7 +50,6 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });
   run.pass(c.tileIR, "tile-tile-long-reductions", tile::tileLongReductions);
   run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);
-  run.pass(c.tileIR, "tile-large-mma-tiles", [](tile::Program& p) { return tile::enlargeMmaTiles(p); });
   run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);
   run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);  // before the depth: halves the slices' bytes
   run.pass(c.tileIR, "tile-deep-k-slices", tile::deepenKSlices);

@@ -37,7 +37,8 @@ const char* strategyName(const Schedule& s) {
 std::string describe(const Schedule& s, const loop::Kernel& k, const loop::Program& p) {
   std::string launch = fmt::format("grid {} x {} threads", gridBlocks(s, k), threadsPerBlock(s));
   if (int64_t shared = sharedBytes(s, k); shared > 0) launch += fmt::format(", {} B shared", shared);
-  if (auto* m = std::get_if<PointwiseMap>(&s)) return fmt::format("pointwise_map vector {}  ({})", m->vector, launch);
+  if (auto* m = std::get_if<PointwiseMap>(&s))
+    return fmt::format("pointwise_map vector {}, {} vectors per thread  ({})", m->vector, m->vectorsPerThread, launch);
   if (auto* r = std::get_if<RowReduction>(&s))
     return fmt::format("row_reduction {} rows of {}: {} threads per row, {} rows per block, vector {}, combine {}{}  ({})",
                        rowsOf(k), rowWidth(k), r->threadsPerRow, r->rowsPerBlock, r->vector, combineName(r->combine),
@@ -60,6 +61,7 @@ nlohmann::json toJson(const Schedule& s) {
   if (auto* m = std::get_if<PointwiseMap>(&s)) {
     j["threads"] = m->threads;
     j["vector"] = m->vector;
+    j["vectors_per_thread"] = m->vectorsPerThread;
   } else if (auto* r = std::get_if<RowReduction>(&s)) {
     j["threads_per_row"] = r->threadsPerRow;
     j["rows_per_block"] = r->rowsPerBlock;
@@ -118,12 +120,18 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   if (auto* m = std::get_if<PointwiseMap>(&s)) {
     KILN_ASSERT(m->threads % Target::kWarpSize == 0, "kernel {}: {} threads is not whole warps", k.name, m->threads);
     verifyVector(p.loop, k, m->vector, k.parallel.empty() ? 1 : k.parallel.back().extent);
+    KILN_ASSERT(m->vectorsPerThread >= 1 && (m->vectorsPerThread == 1 || k.stages.empty()),
+                "kernel {}: several vectors per thread only without reductions", k.name);
     return;
   }
   if (auto* r = std::get_if<RowReduction>(&s)) {
     KILN_ASSERT(!k.stages.empty(), "kernel {}: row_reduction needs a reduction", k.name);
-    KILN_ASSERT(powerOfTwo(r->threadsPerRow) && r->threadsPerRow >= Target::kWarpSize,
-                "kernel {}: {} threads per row must be a power of two of at least a warp", k.name, r->threadsPerRow);
+    KILN_ASSERT(powerOfTwo(r->threadsPerRow), "kernel {}: {} threads per row is not a power of two", k.name, r->threadsPerRow);
+    KILN_ASSERT(r->threadsPerRow >= Target::kWarpSize || r->combine == RowReduction::Combine::WarpShuffle,
+                "kernel {}: rows narrower than a warp combine by shuffles", k.name);
+    KILN_ASSERT(threads % Target::kWarpSize == 0, "kernel {}: {} threads per block is not whole warps", k.name, threads);
+    KILN_ASSERT(rowsOf(k) % r->rowsPerBlock == 0, "kernel {}: {} rows per block do not divide {} rows", k.name,
+                r->rowsPerBlock, rowsOf(k));
     KILN_ASSERT(r->rowsPerBlock >= 1 && (r->rowsPerBlock == 1 || r->combine == RowReduction::Combine::WarpShuffle),
                 "kernel {}: several rows per block need warp-shuffle combines", k.name);
     const int64_t width = rowWidth(k);

@@ -22,7 +22,7 @@ int64_t rowWidth(const loop::Kernel& k) { return k.parallelPoints() / k.rowPoint
 int64_t combineSlots(const RowReduction& r) {
   const int64_t threads = r.threadsPerRow * r.rowsPerBlock;
   if (r.combine == RowReduction::Combine::SharedTree) return threads;
-  return r.threadsPerRow == Target::kWarpSize ? 0 : threads / Target::kWarpSize;  // one warp per row: shuffles only
+  return r.threadsPerRow <= Target::kWarpSize ? 0 : threads / Target::kWarpSize;  // a warp or less per row: shuffles only
 }
 
 int64_t threadsPerBlock(const Schedule& s) {
@@ -40,7 +40,7 @@ int64_t threadsPerBlock(const Schedule& s) {
 
 int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
   return std::visit(Overloaded{
-                        [&](const PointwiseMap& m) { return ceilDiv(k.parallelPoints() / m.vector, m.threads); },
+                        [&](const PointwiseMap& m) { return ceilDiv(k.parallelPoints() / m.vector, m.threads * m.vectorsPerThread); },
                         [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
                         [&](const TiledContraction& t) {
                           Contraction c = contractionOf(t, k);

@@ -374,20 +374,20 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
   }
 }
 
-// A pass whose kernels are not yet checked on a GPU is off by default: `kiln passes` marks it, -v says it was
-// skipped, --enable-pass runs it.
-TEST(Cli, PassesOffByDefaultAreMarkedAndRunWithEnablePass) {
+// Every pass is on by default (DESIGN.md §3.10): `kiln passes` marks none off; -v names a disabled one as skipped and
+// --disable-pass tile-deep-k-slices keeps the 16-deep slices the deep ones replace.
+TEST(Cli, EveryPassOnByDefaultAndDisablePassSkipsOne) {
   Result list = kiln({"passes"});
-  EXPECT_TRUE(contains(list.out, "[off by default: --enable-pass tile-deep-k-slices]")) << describe(list);
+  EXPECT_FALSE(contains(list.out, "off by default")) << describe(list);
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v"};
-  Result plain = kiln(args);
-  EXPECT_EQ(plain.code, 0) << describe(plain);
-  EXPECT_TRUE(contains(plain.out, "x16 (")) << describe(plain);  // tile MxNxK, 16 deep
-  EXPECT_TRUE(contains(plain.err, "pass tile-deep-k-slices skipped (off by default")) << describe(plain);
-  args.insert(args.end(), {"--enable-pass", "tile-deep-k-slices"});
   Result deep = kiln(args);
   EXPECT_EQ(deep.code, 0) << describe(deep);
-  EXPECT_TRUE(contains(deep.out, "x64 (")) << describe(deep);
+  EXPECT_TRUE(contains(deep.out, "x64 (")) << describe(deep);  // tile MxNxK, 64 deep
+  args.insert(args.end(), {"--disable-pass", "tile-deep-k-slices"});
+  Result plain = kiln(args);
+  EXPECT_EQ(plain.code, 0) << describe(plain);
+  EXPECT_TRUE(contains(plain.out, "x16 (")) << describe(plain);
+  EXPECT_TRUE(contains(plain.err, "pass tile-deep-k-slices skipped (--disable-pass)")) << describe(plain);
 }
 
 TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
@@ -397,7 +397,6 @@ TEST(Cli, EnableOrDisableUnknownPassOrALowering) {
 }
 
 TEST(Cli, StopOrPrintAfterAPassThatDoesNotRun) {
-  expectOneLineError(kiln({"compile", kMlp, "--stop-after", "tile-deep-k-slices"}), 2, {"tile-deep-k-slices", "--enable-pass"});
   expectOneLineError(kiln({"compile", kMlp, "--stop-after", "tile-tiled-contractions", "--disable-pass",
                            "tile-tiled-contractions"}), 2, {"tile-tiled-contractions", "--disable-pass"});
   expectOneLineError(kiln({"compile", kMlp, "--print-after", "loop-fuse-rows", "--disable-pass", "loop-fuse-rows"}), 2,

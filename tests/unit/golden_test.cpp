@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,8 +20,26 @@ namespace kiln {
 namespace {
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",   "rmsnorm_aten", "softmax",
-                                          "linear",      "mlp",        "attention", "shapes",       "hf_llama_tiny"};
+// A golden: a fixture, compiled at its recorded shapes or at `input` (so that its products are large enough for
+// tiled and tensor-core schedules), optionally cast to bf16.
+struct Golden {
+  std::string name, fixture, input;
+  std::optional<DType> cast;
+};
+const std::vector<Golden> kModels = {
+    {"elementwise", "elementwise", "", {}}, {"reductions", "reductions", "", {}}, {"rmsnorm", "rmsnorm", "", {}},
+    {"rmsnorm_aten", "rmsnorm_aten", "", {}}, {"softmax", "softmax", "", {}}, {"linear", "linear", "", {}},
+    {"mlp", "mlp", "", {}}, {"attention", "attention", "", {}}, {"shapes", "shapes", "", {}},
+    {"hf_llama_tiny", "hf_llama_tiny", "", {}},
+    // Mid-size: a tiled f32 product on CUDA cores (64-deep slices, prefetched) and a bf16 SwiGLU MLP on tensor
+    // cores (operand pairs) with 16-byte vectorized elementwise kernels.
+    {"linear_tiled", "linear", "x=2x512x64", {}}, {"mlp_bf16_tiled", "mlp", "x=4x512x64", DType::BF16}};
+
+Compiled compileGolden(const Golden& g) {
+  std::vector<frontend::InputOverride> inputs;
+  if (!g.input.empty()) inputs.push_back(frontend::parseInputOverride(g.input));
+  return compileModel(test::fixturePath(g.fixture), inputs, PipelineOptions{}, "cuda", g.cast);
+}
 
 
 fs::path goldenPath(const std::string& model, const std::string& level) {
@@ -39,11 +58,11 @@ std::string readFile(const fs::path& p) {
   return s.str();
 }
 
-class GoldenIR : public ::testing::TestWithParam<std::string> {};
+class GoldenIR : public ::testing::TestWithParam<Golden> {};
 
 TEST_P(GoldenIR, EveryLevelMatchesItsDump) {
-  const std::string model = GetParam();
-  Compiled c = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "cuda");
+  const std::string model = GetParam().name;
+  Compiled c = compileGolden(GetParam());
   for (const std::string& level : allLevels()) {
     std::string text = printLevel(c, level);
     fs::path file = goldenPath(model, level);
@@ -62,9 +81,8 @@ TEST_P(GoldenIR, EveryLevelMatchesItsDump) {
 
 // The same model compiled twice prints the same text at every level (no pointer- or hash-order dependence).
 TEST_P(GoldenIR, CompilationIsDeterministic) {
-  const std::string model = GetParam();
-  Compiled a = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "cuda");
-  Compiled b = compileModel(test::fixturePath(model), {}, PipelineOptions{}, "cuda");
+  const std::string model = GetParam().name;
+  Compiled a = compileGolden(GetParam()), b = compileGolden(GetParam());
   for (const std::string& level : allLevels()) {
     std::string ta = printLevel(a, level), tb = printLevel(b, level);
     EXPECT_TRUE(ta == tb) << model << " " << level << " differs between two compilations:\n"
@@ -74,7 +92,7 @@ TEST_P(GoldenIR, CompilationIsDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenIR, ::testing::ValuesIn(kModels),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<Golden>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace kiln

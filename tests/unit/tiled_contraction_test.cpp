@@ -39,28 +39,38 @@ void setTiles(tile::TiledContraction& s, int64_t tile, int64_t micro, int64_t tk
   s.tileK = tk;
 }
 
+// The default pipeline without the passes that refine tiled schedules (the tests apply those by hand).
+PipelineOptions unrefined() {
+  PipelineOptions o;
+  o.disable = {"tile-tile-long-reductions", "tile-mma-operand-pairs", "tile-deep-k-slices", "tile-prefetch-slices"};
+  return o;
+}
+
 // Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
-// The passes, off by default, that change how a tiled product stages its operand slices.
+// The passes that change how a tiled product stages its operand slices, applied by hand to the tiled schedules.
 struct Slices {
   bool deep = false;      // tile-deep-k-slices
   bool prefetch = false;  // tile-prefetch-slices
   bool pairs = false;     // tile-mma-operand-pairs (tensor cores only)
-  bool large = false;     // tile-large-mma-tiles, whatever the block count (tensor cores only)
-  std::string name() const {
-    return fmt::format("{}{}{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : "", pairs ? "+pairs" : "",
-                       large ? "+large" : "");
-  }
+  std::string name() const { return fmt::format("{}{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : "", pairs ? "+pairs" : ""); }
 };
 const Slices kSliceVariants[] = {{true, false}, {false, true}, {true, true}};
-const Slices kTensorCoreSliceVariants[] = {{true, false},       {false, true},      {true, true},
-                                           {false, false, true}, {true, true, true}, {false, false, false, true},
-                                           {true, true, true, true}};
+const Slices kTensorCoreSliceVariants[] = {{true, false}, {false, true}, {true, true}, {false, false, true}, {true, true, true}};
 
-// The passes after tile-fuse-operand-producers, in pipeline order (`large` runs before it: onTensorCores).
+// The passes after tile-fuse-operand-producers, in pipeline order. tile-prefetch-slices prefetches only products on
+// CUDA cores; the lowering prefetches any schedule that asks, so tensor-core schedules get the copy kind by hand.
 void applySlices(tile::Program& p, const Slices& slices) {
   if (slices.pairs) tile::pairMmaOperands(p);
   if (slices.deep) tile::deepenKSlices(p);
-  if (slices.prefetch) tile::prefetchSlices(p);
+  if (!slices.prefetch) return;
+  tile::prefetchSlices(p);
+  for (size_t i = 0; i < p.schedules.size(); ++i)
+    if (auto* s = std::get_if<tile::TiledContraction>(&p.schedules[i]); s && tile::scheduledTensorCoreType(p.schedules[i])) {
+      tile::TiledContraction prefetched = *s;
+      prefetched.a.copy = prefetched.b.copy = tile::TiledContraction::Copy::RegisterPrefetch;
+      if (tile::prefetchRegisters(prefetched, static_cast<int64_t>(p.loop.kernels[i].stages.size())) <= tile::kPrefetchRegisters)
+        *s = prefetched;
+    }
 }
 
 // Tiles every product, with the pass's choice or, given `tiles` = {tile_m, tile_n, micro_m, micro_n}, that shape;
@@ -71,7 +81,7 @@ Tiled tileEverything(const std::string& model, std::vector<int64_t> tiles = {}, 
   std::vector<frontend::InputOverride> inputs;
   if (model == "linear") inputs.push_back(frontend::parseInputOverride("x=2x32x64"));
   if (model == "mlp") inputs.push_back(frontend::parseInputOverride("x=1x32x64"));
-  t.c = compileModel(test::fixturePath(model), inputs, PipelineOptions{}, "tile");
+  t.c = compileModel(test::fixturePath(model), inputs, unrefined(), "tile");
   tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
   for (auto& s : t.c.tileIR.schedules)
     if (auto* tc = std::get_if<tile::TiledContraction>(&s); tc && !tiles.empty()) {
@@ -170,11 +180,12 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
     seen.insert(tk);
   }
   EXPECT_EQ(seen, (std::set<int64_t>{16, 32, 64}));
-  // Off by default until its kernels have run on a GPU.
+  // On by default; --disable-pass keeps the 16-deep slices.
   PipelineOptions opts;
+  opts.disable = {"tile-deep-k-slices"};
   Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
   EXPECT_EQ(std::get<tile::TiledContraction>(plain.tileIR.schedules[0]).tileK, 16);
-  opts.enable = {"tile-deep-k-slices"};
+  opts.disable.clear();
   Compiled deep = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
   EXPECT_EQ(std::get<tile::TiledContraction>(deep.tileIR.schedules[0]).tileK, 64);
 }
@@ -183,26 +194,26 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
 // schedule is prefetched only when that is at most kPrefetchRegisters. The slice depths tile-deep-k-slices picks
 // stay within it (at most 64), so the bound is exercised on hand-set knobs: 32 x 32 tiles of 4 x 4 per thread
 // (64 threads) hold tile_k values per thread.
-TEST(PrefetchSlices, OnlyWithinTheRegisterBudgetAndOffByDefault) {
+TEST(PrefetchSlices, OnlyWithinTheRegisterBudgetAndOnlyOnCudaCores) {
   for (int64_t tk : {48, 80}) {
-    Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
+    Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, unrefined(), "tile");
     tile::tileContractions(c.tileIR, /*minTiles=*/1);
     for (auto& s : c.tileIR.schedules)
       if (auto* tc = std::get_if<tile::TiledContraction>(&s)) setTiles(*tc, 32, 4, tk);
     EXPECT_EQ(tile::prefetchSlices(c.tileIR), tk <= tile::kPrefetchRegisters) << "tile_k " << tk;
   }
-  Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
-  EXPECT_EQ(std::get<tile::TiledContraction>(plain.tileIR.schedules[0]).a.copy, tile::TiledContraction::Copy::Plain);
   PipelineOptions opts;
-  opts.enable = {"tile-prefetch-slices"};
-  Compiled on = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
+  opts.disable = {"tile-prefetch-slices"};
+  Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
+  EXPECT_EQ(std::get<tile::TiledContraction>(plain.tileIR.schedules[0]).a.copy, tile::TiledContraction::Copy::Plain);
+  Compiled on = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
   EXPECT_EQ(std::get<tile::TiledContraction>(on.tileIR.schedules[0]).a.copy, tile::TiledContraction::Copy::RegisterPrefetch);
 }
 
 // A slice that does not split evenly over the threads (16 x 24 = 384 values for 256 threads): the second register
 // of a thread is guarded (rr < rows); the verifier must see the guard and the result must not change.
 TEST(PrefetchSlices, SlicesNotAMultipleOfTheThreadsMatchTheLoopInterpreter) {
-  Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, PipelineOptions{}, "tile");
+  Compiled c = compileModel(test::fixturePath("llama_tiny"), {}, unrefined(), "tile");
   tile::tileContractions(c.tileIR, /*minTiles=*/1);
   for (auto& s : c.tileIR.schedules)
     if (auto* tc = std::get_if<tile::TiledContraction>(&s)) setTiles(*tc, 16, 1, 24);
@@ -284,7 +295,7 @@ TEST(TiledContractionRule, OnByDefaultAndCanBeDisabled) {
   for (auto& s : c.tileIR.schedules) EXPECT_FALSE(std::holds_alternative<tile::TiledContraction>(s));
 }
 
-// tile-tile-long-reductions (off by default): below a wave of 16 x 16 tiles, a product whose threads would each
+// tile-tile-long-reductions: below a wave of 16 x 16 tiles, a product whose threads would each
 // run a long reduction alone is tiled anyway: probs·v of attention at 512 tokens (m 512, n 32, k 512: 64 tiles) —
 // but not at 256 tokens (k 256), where tile-cooperative-reduce's block per row keeps it.
 TEST(TiledContractionRule, LongReductionsLeftToOneThreadAreTiledBelowAWave) {
@@ -299,9 +310,9 @@ TEST(TiledContractionRule, LongReductionsLeftToOneThreadAreTiledBelowAWave) {
       }
     return std::make_pair(k, c.tileIR.schedules.at(longest));
   };
-  PipelineOptions enabled;
-  enabled.enable = {"tile-tile-long-reductions"};
-  auto [k512, before] = scheduleOfLongestProduct("x=1x512x32", PipelineOptions{});
+  PipelineOptions disabled, enabled;
+  disabled.disable = {"tile-tile-long-reductions"};
+  auto [k512, before] = scheduleOfLongestProduct("x=1x512x32", disabled);
   EXPECT_EQ(k512, 512);
   EXPECT_TRUE(std::holds_alternative<tile::PointwiseMap>(before));
   auto [k, after] = scheduleOfLongestProduct("x=1x512x32", enabled);
@@ -343,7 +354,7 @@ struct OnTensorCores {
 
 OnTensorCores onTensorCores(const TensorCoreCase& tc, Slices slices = {}) {
   OnTensorCores t;
-  t.c = compileModel(test::fixturePath(tc.model), {}, PipelineOptions{}, "tile", tc.cast);
+  t.c = compileModel(test::fixturePath(tc.model), {}, unrefined(), "tile", tc.cast);
   tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
   for (auto& s : t.c.tileIR.schedules)
     if (auto* tiled = std::get_if<tile::TiledContraction>(&s); tiled && !tc.tile.empty()) {
@@ -351,7 +362,6 @@ OnTensorCores onTensorCores(const TensorCoreCase& tc, Slices slices = {}) {
       tiled->tileN = tc.tile[1];
     }
   tile::tensorCoreContractions(t.c.tileIR);
-  if (slices.large) tile::enlargeMmaTiles(t.c.tileIR, /*minTiles=*/1);
   tile::fuseOperandProducers(t.c.tileIR);
   applySlices(t.c.tileIR, slices);
   tile::verify(t.c.tileIR);
@@ -382,15 +392,13 @@ TEST_P(TensorCores, KernelInterpreterMatchesTheUntiledLoopProgram) {
 // A and B, same result.
 TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
   for (const Slices& slices : kTensorCoreSliceVariants) {
-    if (slices.large && !GetParam().tile.empty()) continue;  // only 64 x 64 tiles are enlarged
     OnTensorCores t = onTensorCores(GetParam(), slices);
     int changed = 0;
     for (auto& s : t.c.tileIR.schedules)
       if (auto* tc = std::get_if<tile::TiledContraction>(&s); tc && tile::scheduledTensorCoreType(s))
         changed += slices.deep       ? tc->tileK > 16
                    : slices.prefetch ? tc->a.copy == tile::TiledContraction::Copy::RegisterPrefetch
-                   : slices.pairs    ? tc->a.layout == tile::TiledContraction::SharedLayout::RowPairs
-                                     : tc->tileM == 128;
+                                     : tc->a.layout == tile::TiledContraction::SharedLayout::RowPairs;
     EXPECT_GT(changed, 0) << GetParam().model << " " << slices.name();
     auto inputs = test::randomInputs(t.kernelIR, 4);
     auto got = kernel::interpret(t.kernelIR, inputs);
@@ -399,27 +407,6 @@ TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_LE(compare(got[i], want[i]).relL2, 1e-6) << GetParam().model << " " << slices.name() << " output " << i;
     expectNvccCompiles(t.kernelIR);
-  }
-}
-
-// 128 x 128 tiles only from 64 x 64 tensor-core tiles of one reduction stage (gate/up's two stages keep 64: their
-// accumulators would need 256 registers), and only while they still make `minTiles` blocks.
-TEST(LargeMmaTiles, SingleStageSixtyFourTilesThatStillFillTheGpu) {
-  for (int64_t minTiles : {int64_t{1}, int64_t{1} << 40}) {
-    OnTensorCores t = onTensorCores(TensorCoreCase{"llama_tiny", DType::BF16, {}});
-    tile::enlargeMmaTiles(t.c.tileIR, minTiles);
-    int large = 0, twoStage = 0;
-    for (size_t i = 0; i < t.c.tileIR.schedules.size(); ++i) {
-      if (!tile::scheduledTensorCoreType(t.c.tileIR.schedules[i])) continue;
-      const auto& s = std::get<tile::TiledContraction>(t.c.tileIR.schedules[i]);
-      const bool stages2 = t.c.tileIR.loop.kernels[i].stages.size() == 2;
-      twoStage += stages2;
-      large += s.tileM == 128;
-      EXPECT_EQ(s.tileM, stages2 || minTiles > 1 ? 64 : 128) << t.c.tileIR.loop.kernels[i].name;
-      EXPECT_EQ(s.tileN, s.tileM);
-    }
-    EXPECT_GT(twoStage, 0);
-    EXPECT_EQ(large > 0, minTiles == 1);
   }
 }
 

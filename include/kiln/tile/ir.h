@@ -26,6 +26,9 @@ namespace kiln::tile {
 struct PointwiseMap {
   int64_t threads = 256;  // per block, a multiple of the warp size
   int64_t vector = 1;     // consecutive points of the innermost output axis per thread, stored with one access
+  // Vectors one thread computes, `threads` vectors apart (coalesced); all their loads are issued before any of
+  // them is computed, so each thread has that many loads in flight. Kernels without reductions only.
+  int64_t vectorsPerThread = 1;
 };
 
 struct RowReduction {
@@ -33,7 +36,7 @@ struct RowReduction {
     SharedTree,   // partials in shared memory, halved with a barrier per step
     WarpShuffle,  // butterfly shuffles within each warp, then the warps' totals through shared memory
   };
-  int64_t threadsPerRow = 256;  // a power of two in [32, 1024]
+  int64_t threadsPerRow = 256;  // a power of two up to 1024; below 32 (part of a warp) only with WarpShuffle
   int64_t rowsPerBlock = 1;     // rows one block handles side by side (threadsPerRow threads each)
   int64_t vector = 1;           // consecutive elements of the row's innermost axis per access
   Combine combine = Combine::SharedTree;
@@ -94,7 +97,6 @@ bool tileLongReductions(Program& p);            // tile-tile-long-reductions
 // The tile size is the largest of 64, 32, 16 that still gives a wave of blocks (minTiles; 0: the Target's SMs).
 bool tileContractions(Program& p, int64_t minTiles = 0);  // tile-tiled-contractions
 bool tensorCoreContractions(Program& p);        // tile-tensor-core-contractions
-bool enlargeMmaTiles(Program& p, int64_t minTiles = 0);  // tile-large-mma-tiles
 bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
 bool deepenKSlices(Program& p);                 // tile-deep-k-slices
 bool prefetchSlices(Program& p);                // tile-prefetch-slices
