@@ -34,7 +34,7 @@ const char* strategyName(const Schedule& s) {
   return "tiled_contraction";
 }
 
-std::string describe(const Schedule& s, const loop::Kernel& k, const loop::Program& p) {
+std::string describe(const Schedule& s, const loop::Kernel& k) {
   std::string launch = fmt::format("grid {} x {} threads", gridBlocks(s, k), threadsPerBlock(s));
   if (int64_t shared = sharedBytes(s, k); shared > 0) launch += fmt::format(", {} B shared", shared);
   if (auto* m = std::get_if<PointwiseMap>(&s))
@@ -49,7 +49,6 @@ std::string describe(const Schedule& s, const loop::Kernel& k, const loop::Progr
                           ? fmt::format("ffma micro {}x{}", t.microM, t.microN)
                           : fmt::format("{}.{} warps 2x2 of {}x{}", instructionName(t.instruction), dtypeName(t.mmaType),
                                         t.tileM / 2, t.tileN / 2);
-  (void)p;
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({})",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
                      t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
@@ -84,7 +83,7 @@ std::string print(const Program& p) {
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     const loop::Kernel& k = p.loop.kernels[i];
     out += fmt::format("\nkernel {} writes {}  // {}\n  schedule {}\n", k.name, p.loop.buffers[k.output].name,
-                       fmt::join(k.origins, "; "), describe(p.schedules[i], k, p.loop));
+                       fmt::join(k.origins, "; "), describe(p.schedules[i], k));
     out += loop::printKernelBody(p.loop, k);
   }
   return out;
@@ -146,8 +145,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     return;
   }
   const auto& t = std::get<TiledContraction>(s);
-  Contraction c = contractionOf(t, k);
-  (void)c;
+  contractionOf(t, k);  // asserts that the kernel is a contraction over the schedule's axes
   const int64_t stages = static_cast<int64_t>(k.stages.size());
   if (t.instruction == TC::Instruction::MmaSync) {
     auto side = [](int64_t v) { return v == 32 || v == 64 || v == 128; };

@@ -74,7 +74,7 @@ struct TiledContraction {
 using Schedule = std::variant<PointwiseMap, RowReduction, TiledContraction>;
 const char* strategyName(const Schedule& s);
 // One line: every field, and what follows from it for kernel k (threads, grid, shared bytes).
-std::string describe(const Schedule& s, const loop::Kernel& k, const loop::Program& p);
+std::string describe(const Schedule& s, const loop::Kernel& k);
 nlohmann::json toJson(const Schedule& s);
 
 struct Program {
