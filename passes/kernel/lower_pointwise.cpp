@@ -21,6 +21,7 @@ void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
     const bool guarded = k_.grid[0] * block * perThread != points;
     struct Part {
       Idx linear;
+      Block defs;                       // its parallel indices, defined where they are used (under the guard)
       std::vector<loop::ExprP> copies;  // the result at each point of the vector
       Idx output;                       // the output's flat index of the vector's first point
     };
@@ -38,7 +39,7 @@ void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
                                   inner ? a.extent / vector : a.extent});
         if (!inner) result = atAxis(result, a.var, idxVar(axes.back().var, axes.back().name));
       }
-      unflatten(axes, part.linear, points, k_.body);
+      unflatten(axes, part.linear, points, part.defs);
       const loop::Axis& p = lk_.parallel.back();
       const Idx q = idxVar(axes.back().var, axes.back().name) * idxConst(vector);
       for (int64_t v = 0; v < vector; ++v) part.copies.push_back(atAxis(result, p.var, q + idxConst(v)));
@@ -48,7 +49,12 @@ void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
       part.output = rowMajor(index, tp_.loop.buffers[lk_.output].shape, extents_);
       parts.push_back(std::move(part));
     }
-    auto inRange = [&](const Part& part, Block body) {
+    std::vector<bool> defined(parts.size(), false);  // unguarded, each part's indices are defined once, at kernel scope
+    auto inRange = [&](const Part& part, Block work) {
+      const size_t at = static_cast<size_t>(&part - parts.data());
+      Block body = guarded || !defined[at] ? part.defs : Block{};
+      defined[at] = true;
+      for (Stmt& s : work) body.push_back(std::move(s));
       if (!guarded) {
         for (Stmt& s : body) k_.body.push_back(std::move(s));
         return;
