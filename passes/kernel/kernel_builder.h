@@ -79,6 +79,7 @@ class KernelBuilder {
     Idx tileM, tileN, k0;
     std::vector<int> sharedA, sharedB;
     std::vector<Owned> owned;
+    Idx ring;  // pipelined (cp_async) products: the ring slot the multiplication reads; null otherwise
   };
   struct OperandSlice {  // one operand of a stage, staged slice by slice into shared buffer `buf`
     loop::ExprP value;
@@ -107,6 +108,14 @@ class KernelBuilder {
   void storeSlice(const Tiling& t, const Prefetched& o, Block& out);
   std::function<void(Block&)> multiplyOnCudaCores(Tiling& t);
   std::function<void(Block&)> multiplyOnTensorCores(Tiling& t);
+  // Pipelined products (lower_contraction_async.cpp).
+  void copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out);
+  void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
+  // One mma k-step's fragments by ldmatrix.x4: A of each mma row i into a[i] (8 slots), B of mma columns j, j + 1
+  // into b[j], b[j + 1] (4 slots each), from the slices at the ring slot t.ring, k offset kk.
+  void ldmatrixFragments(const Tiling& t, size_t stage, const Idx& kk, const Idx& lane, const Idx& warpRow,
+                         const Idx& warpCol, const std::vector<std::vector<int>>& a, const std::vector<std::vector<int>>& b,
+                         Block& out);
 
   const tile::Program& tp_;
   const loop::Kernel& lk_;

@@ -32,12 +32,16 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   for (size_t d = 0; d < lk_.parallel.size(); ++d)
     if (static_cast<int>(d) != t.c.mAxis && static_cast<int>(d) != t.c.nAxis) outer.push_back(lk_.parallel[d]);
   unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), t.c.outerPoints, k_.body);
+  const bool dynamic = tile::dynamicShared(s);  // a ring of pipelineDepth slices per operand
   for (size_t st = 0; st < lk_.stages.size(); ++st) {
     t.sharedA.push_back(static_cast<int>(k_.shared.size()));
-    k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), tile::sliceElements(s.a, s.tileM, s.tileK), tile::sliceType(s, s.a)});
+    k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), s.pipelineDepth * tile::sliceElements(s.a, s.tileM, s.tileK),
+                                     tile::sliceType(s, s.a), dynamic});
     t.sharedB.push_back(static_cast<int>(k_.shared.size()));
-    k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), tile::sliceElements(s.b, s.tileN, s.tileK), tile::sliceType(s, s.b)});
+    k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), s.pipelineDepth * tile::sliceElements(s.b, s.tileN, s.tileK),
+                                     tile::sliceType(s, s.b), dynamic});
   }
+  if (dynamic) k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
   // Thread coordinates and accumulators (zeroed) come first; the reduction loop then stages and multiplies.
   Block steps;
   int kStepVar = freshKernelVar();
@@ -50,7 +54,9 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     operands.push_back({t.c.stages[st].a, t.mAxis, kAxis, t.c.m, s.tileM, t.tileM, t.sharedA[st], &t.s.a});
     operands.push_back({t.c.stages[st].b, t.nAxis, kAxis, t.c.n, s.tileN, t.tileN, t.sharedB[st], &t.s.b});
   }
-  if (s.a.copy == tile::TiledContraction::Copy::RegisterPrefetch) {
+  if (s.a.copy == tile::TiledContraction::Copy::CpAsync) {
+    pipelinedSteps(t, operands, multiply);
+  } else if (s.a.copy == tile::TiledContraction::Copy::RegisterPrefetch) {
     // Registers hold the next slice while the block multiplies this one: store, barrier, load the next slice
     // (in flight during the multiplication), multiply, barrier. The first slice is loaded before the loop.
     std::vector<Prefetched> prefetch;
@@ -63,9 +69,11 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     for (const OperandSlice& o : operands) stageOperand(t, o, steps);
     steps.push_back(barrier());
   }
-  multiply(steps);
-  steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
-  k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(t.c.k), t.s.tileK, std::move(steps)));
+  if (s.a.copy != tile::TiledContraction::Copy::CpAsync) {
+    multiply(steps);
+    steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
+    k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(t.c.k), t.s.tileK, std::move(steps)));
+  }
   // The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.
   accs_.assign(lk_.stages.size(), -1);
   extents_[t.mAxis.var + kFirstLoopVar] = t.c.m;
@@ -203,7 +211,8 @@ std::function<void(Block&)> KernelBuilder::multiplyOnCudaCores(Tiling& t) {
 // mma per (row, column) pair, tile_k / 16 times per staged slice; lane (g, t) owns the outputs of its C fragments.
 std::function<void(Block&)> KernelBuilder::multiplyOnTensorCores(Tiling& t) {
   const DType type = t.s.mmaType;
-  const bool pairs = t.s.a.layout == tile::TiledContraction::SharedLayout::RowPairs;
+  const bool pairs = t.s.fragments == tile::TiledContraction::Fragments::Pairs;
+  const bool viaLdmatrix = t.s.fragments == tile::TiledContraction::Fragments::Ldmatrix;
   const int64_t wm = t.s.tileM / 2, wn = t.s.tileN / 2, mi = wm / kMmaM, ni = wn / kMmaN;
   Idx warp = defVar(k_.body, "warp", floorDiv(threadIdx(), 32), 4);
   Idx lane = defVar(k_.body, "lane", mod(threadIdx(), 32), 32);
@@ -233,7 +242,7 @@ std::function<void(Block&)> KernelBuilder::multiplyOnTensorCores(Tiling& t) {
         t.owned.push_back(std::move(o));
       }
   KILN_ASSERT(t.s.tileK % kMmaK == 0, "kernel {}: tensor-core tiles take tile_k a multiple of {}, not {}", lk_.name, kMmaK, t.s.tileK);
-  return [this, &t, type, pairs, wm, wn, mi, ni, g, q, warpRow, warpCol, acc](Block& inner) {
+  return [this, &t, type, pairs, viaLdmatrix, wm, wn, mi, ni, lane, g, q, warpRow, warpCol, acc](Block& inner) {
     for (size_t st = 0; st < lk_.stages.size(); ++st) {
       // Fragment registers (without mma_pairs), reused by every k-step of the staged slice.
       std::vector<std::vector<int>> a(static_cast<size_t>(mi)), b(static_cast<size_t>(ni));
@@ -255,7 +264,9 @@ std::function<void(Block&)> KernelBuilder::multiplyOnTensorCores(Tiling& t) {
           auto [dk, dn] = mmaElementB(0, e);
           return simplify(tile::sliceSlot(t.s.b, kk + idxConst(dk) + q * idxConst(2), warpCol * idxConst(wn) + idxConst(j * kMmaN + dn) + g, t.s.tileN, t.s.tileK), extents_);
         };
-        if (!pairs) {
+        if (viaLdmatrix) {
+          ldmatrixFragments(t, st, kk, lane, warpRow, warpCol, a, b, inner);
+        } else if (!pairs) {
           for (int64_t i = 0; i < mi; ++i)
             for (int e = 0; e < 8; ++e)
               inner.push_back(assign(a[static_cast<size_t>(i)][static_cast<size_t>(e)], loadShared(t.sharedA[st], atA(i, e))));

@@ -20,6 +20,7 @@ bool pairMmaOperands(Program& p) {
     if (!s || s->instruction != TiledContraction::Instruction::MmaSync || s->a.layout == TiledContraction::SharedLayout::RowPairs)
       continue;
     s->a.layout = s->b.layout = TiledContraction::SharedLayout::RowPairs;
+    s->fragments = TiledContraction::Fragments::Pairs;
     changed = true;
   }
   return changed;

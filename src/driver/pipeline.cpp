@@ -53,6 +53,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);
   run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);  // before the depth: halves the slices' bytes
   run.pass(c.tileIR, "tile-deep-k-slices", tile::deepenKSlices);
+  run.pass(c.tileIR, "tile-pipeline-async-copies", tile::pipelineAsyncCopies);  // after the slice depth and layout
   run.pass(c.tileIR, "tile-prefetch-slices", tile::prefetchSlices);  // after the slice depth is chosen
   if (until < 4) return run.printTimings(), c;
 

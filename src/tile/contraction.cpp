@@ -98,3 +98,37 @@ std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c
 }
 
 }  // namespace kiln::tile
+
+namespace kiln::tile {
+
+const loop::Expr* plainLoad(const loop::ExprP& operand) {
+  loop::ExprP e = operand;
+  while (e->kind == loop::Expr::Kind::Apply && e->fn == tensor::Fn::Cast && e->castTo == DType::F32) e = e->args[0];
+  return e->kind == loop::Expr::Kind::Load ? e.get() : nullptr;
+}
+
+bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s) {
+  Contraction c = findContraction(k, s.mAxis, s.nAxis).value();
+  if (c.k % kAsyncCopyElements != 0 || s.tileK % kAsyncCopyElements != 0) return false;
+  auto copyable = [&](const loop::ExprP& operand, int kVar) {
+    const loop::Expr* load = plainLoad(operand);
+    if (!load || load->index.empty()) return false;
+    const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
+    if ((b.dtype != DType::BF16 && b.dtype != DType::F16) || b.dtype != s.mmaType || b.shape.back() % kAsyncCopyElements != 0)
+      return false;
+    const Idx& inner = load->index.back();
+    if (inner->op != IndexNode::Op::Var || inner->var != kVar) return false;
+    for (size_t d = 0; d + 1 < load->index.size(); ++d) {
+      bool mentionsK = false, gathers = false;
+      forEachVar(load->index[d], [&](int v) { mentionsK |= v == kVar; });
+      forEachIndexLoad(load->index[d], [&](const IndexNode&) { gathers = true; });
+      if (mentionsK || gathers) return false;
+    }
+    return true;
+  };
+  for (const Contraction::Stage& st : c.stages)
+    if (!copyable(st.a, st.kVar) || !copyable(st.b, st.kVar)) return false;
+  return true;
+}
+
+}  // namespace kiln::tile

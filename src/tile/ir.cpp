@@ -17,13 +17,19 @@ const char* combineName(RowReduction::Combine c) {
 }
 const char* instructionName(TC::Instruction i) { return i == TC::Instruction::Ffma ? "ffma" : "mma.sync.m16n8k16"; }
 const char* layoutName(TC::SharedLayout l) { return l == TC::SharedLayout::KMajorF32 ? "k_major_f32" : "row_pairs"; }
-const char* copyName(TC::Copy c) { return c == TC::Copy::Plain ? "plain" : "register_prefetch"; }
+const char* copyName(TC::Copy c) {
+  return c == TC::Copy::Plain ? "plain" : c == TC::Copy::RegisterPrefetch ? "register_prefetch" : "cp_async";
+}
+const char* fragmentsName(TC::Fragments f) {
+  return f == TC::Fragments::Elements ? "elements" : f == TC::Fragments::Pairs ? "pairs" : "ldmatrix";
+}
 
 std::string operandString(const TC& s, const TC::Operand& o, int64_t rows) {
   const bool pairs = o.layout == TC::SharedLayout::RowPairs;
-  return fmt::format("{} {} {}", copyName(o.copy), layoutName(o.layout),
+  return fmt::format("{} {} {}{}", copyName(o.copy), layoutName(o.layout),
                      pairs ? fmt::format("[{}][{}+{}]:{}", rows, s.tileK, kPairPad, dtypeName(sliceType(s, o)))
-                           : fmt::format("[{}][{}+1]:f32", s.tileK, rows));
+                           : fmt::format("[{}][{}+1]:f32", s.tileK, rows),
+                     s.pipelineDepth > 1 ? fmt::format(" x{} ring", s.pipelineDepth) : "");
 }
 
 }  // namespace
@@ -36,7 +42,8 @@ const char* strategyName(const Schedule& s) {
 
 std::string describe(const Schedule& s, const loop::Kernel& k) {
   std::string launch = fmt::format("grid {} x {} threads", gridBlocks(s, k), threadsPerBlock(s));
-  if (int64_t shared = sharedBytes(s, k); shared > 0) launch += fmt::format(", {} B shared", shared);
+  if (int64_t shared = sharedBytes(s, k); shared > 0)
+    launch += fmt::format(", {} B {}shared", shared, dynamicShared(s) ? "dynamic " : "");
   if (auto* m = std::get_if<PointwiseMap>(&s))
     return fmt::format("pointwise_map vector {}, {} vectors per thread  ({})", m->vector, m->vectorsPerThread, launch);
   if (auto* r = std::get_if<RowReduction>(&s))
@@ -47,8 +54,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
   Contraction c = contractionOf(t, k);
   std::string instr = t.instruction == TC::Instruction::Ffma
                           ? fmt::format("ffma micro {}x{}", t.microM, t.microN)
-                          : fmt::format("{}.{} warps 2x2 of {}x{}", instructionName(t.instruction), dtypeName(t.mmaType),
-                                        t.tileM / 2, t.tileN / 2);
+                          : fmt::format("{}.{} warps 2x2 of {}x{}, fragments {}", instructionName(t.instruction),
+                                        dtypeName(t.mmaType), t.tileM / 2, t.tileN / 2, fragmentsName(t.fragments));
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({})",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
                      t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
@@ -73,7 +80,8 @@ nlohmann::json toJson(const Schedule& s) {
     j.update({{"m_axis", t.mAxis}, {"n_axis", t.nAxis}, {"tile_m", t.tileM}, {"tile_n", t.tileN}, {"tile_k", t.tileK},
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
-    else j["mma_type"] = dtypeName(t.mmaType);
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
+    j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
 }
@@ -114,8 +122,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   const int64_t threads = threadsPerBlock(s);
   KILN_ASSERT(threads >= 1 && threads <= target.maxThreadsPerBlock, "kernel {}: {} threads per block on {}", k.name, threads,
               target.arch);
-  KILN_ASSERT(sharedBytes(s, k) <= target.staticSharedPerBlock, "kernel {}: {} B of static shared memory exceed {}'s {} B",
-              k.name, sharedBytes(s, k), target.arch, target.staticSharedPerBlock);
+  const int64_t sharedLimit = dynamicShared(s) ? target.maxSharedPerBlock : target.staticSharedPerBlock;
+  KILN_ASSERT(sharedBytes(s, k) <= sharedLimit, "kernel {}: {} B of {} shared memory exceed {}'s {} B", k.name,
+              sharedBytes(s, k), dynamicShared(s) ? "dynamic" : "static", target.arch, sharedLimit);
   if (auto* m = std::get_if<PointwiseMap>(&s)) {
     KILN_ASSERT(m->threads % Target::kWarpSize == 0, "kernel {}: {} threads is not whole warps", k.name, m->threads);
     verifyVector(p.loop, k, m->vector, k.parallel.empty() ? 1 : k.parallel.back().extent);
@@ -153,6 +162,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "kernel {}: tensor-core tiles are 32, 64 or 128 on each side with tile_k a multiple of 16, not {}x{}x{}",
                 k.name, t.tileM, t.tileN, t.tileK);
     KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: mma on {}", k.name, dtypeName(t.mmaType));
+    const bool pairs = t.a.layout == TC::SharedLayout::RowPairs;
+    KILN_ASSERT(pairs ? t.fragments != TC::Fragments::Elements : t.fragments == TC::Fragments::Elements,
+                "kernel {}: fragments {} from {} slices", k.name, fragmentsName(t.fragments), layoutName(t.a.layout));
   } else {
     KILN_ASSERT(t.tileM > 0 && t.tileN > 0 && t.tileK > 0 && t.microM > 0 && t.microN > 0 && t.tileM % t.microM == 0 &&
                     t.tileN % t.microN == 0,
@@ -164,6 +176,16 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   }
   KILN_ASSERT(t.a.layout == t.b.layout && t.a.copy == t.b.copy,
               "kernel {}: the lowering stages both operands alike (layout and copy)", k.name);
+  if (t.a.copy == TC::Copy::CpAsync) {
+    KILN_ASSERT(target.cpAsync && target.ldmatrix, "kernel {}: cp.async and ldmatrix on {}, which lacks them", k.name, target.arch);
+    KILN_ASSERT(t.instruction == TC::Instruction::MmaSync && t.fragments == TC::Fragments::Ldmatrix &&
+                    t.pipelineDepth >= 2 && t.pipelineDepth <= 8 && t.tileK % 16 == 0,
+                "kernel {}: cp_async slices feed ldmatrix fragments of mma.sync through a ring of 2 to 8 (depth {})", k.name,
+                t.pipelineDepth);
+    KILN_ASSERT(asyncCopyable(p.loop, k, t), "kernel {}: cp_async on operands that are not k-contiguous bf16/f16 loads", k.name);
+  } else {
+    KILN_ASSERT(t.pipelineDepth == 1, "kernel {}: a ring of {} slices without cp_async copies", k.name, t.pipelineDepth);
+  }
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);

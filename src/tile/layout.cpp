@@ -52,8 +52,14 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
 
 int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
   if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
-  if (auto* t = std::get_if<TiledContraction>(&s)) return operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
+  if (auto* t = std::get_if<TiledContraction>(&s))
+    return t->pipelineDepth * operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
   return 0;
+}
+
+bool dynamicShared(const Schedule& s) {
+  auto* t = std::get_if<TiledContraction>(&s);
+  return t && t->a.copy == TiledContraction::Copy::CpAsync;
 }
 
 Contraction contractionOf(const TiledContraction& s, const loop::Kernel& k) {

@@ -42,7 +42,8 @@ void setTiles(tile::TiledContraction& s, int64_t tile, int64_t micro, int64_t tk
 // The default pipeline without the passes that refine tiled schedules (the tests apply those by hand).
 PipelineOptions unrefined() {
   PipelineOptions o;
-  o.disable = {"tile-tile-long-reductions", "tile-mma-operand-pairs", "tile-deep-k-slices", "tile-prefetch-slices"};
+  o.disable = {"tile-tile-long-reductions", "tile-mma-operand-pairs", "tile-deep-k-slices", "tile-pipeline-async-copies",
+               "tile-prefetch-slices"};
   return o;
 }
 
@@ -52,16 +53,22 @@ struct Slices {
   bool deep = false;      // tile-deep-k-slices
   bool prefetch = false;  // tile-prefetch-slices
   bool pairs = false;     // tile-mma-operand-pairs (tensor cores only)
-  std::string name() const { return fmt::format("{}{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : "", pairs ? "+pairs" : ""); }
+  bool async = false;     // tile-pipeline-async-copies (tensor cores with pairs only)
+  std::string name() const {
+    return fmt::format("{}{}{}{}", deep ? "deep" : "", prefetch ? "+prefetch" : "", pairs ? "+pairs" : "", async ? "+async" : "");
+  }
 };
 const Slices kSliceVariants[] = {{true, false}, {false, true}, {true, true}};
-const Slices kTensorCoreSliceVariants[] = {{true, false}, {false, true}, {true, true}, {false, false, true}, {true, true, true}};
+const Slices kTensorCoreSliceVariants[] = {{true, false},       {false, true},       {true, true},
+                                           {false, false, true}, {true, true, true},  {false, false, true, true},
+                                           {true, false, true, true}};
 
 // The passes after tile-fuse-operand-producers, in pipeline order. tile-prefetch-slices prefetches only products on
 // CUDA cores; the lowering prefetches any schedule that asks, so tensor-core schedules get the copy kind by hand.
 void applySlices(tile::Program& p, const Slices& slices) {
   if (slices.pairs) tile::pairMmaOperands(p);
   if (slices.deep) tile::deepenKSlices(p);
+  if (slices.async) tile::pipelineAsyncCopies(p);
   if (!slices.prefetch) return;
   tile::prefetchSlices(p);
   for (size_t i = 0; i < p.schedules.size(); ++i)
@@ -396,7 +403,8 @@ TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
     int changed = 0;
     for (auto& s : t.c.tileIR.schedules)
       if (auto* tc = std::get_if<tile::TiledContraction>(&s); tc && tile::scheduledTensorCoreType(s))
-        changed += slices.deep       ? tc->tileK > 16
+        changed += slices.async      ? tc->a.copy == tile::TiledContraction::Copy::CpAsync
+                   : slices.deep     ? tc->tileK > 16
                    : slices.prefetch ? tc->a.copy == tile::TiledContraction::Copy::RegisterPrefetch
                                      : tc->a.layout == tile::TiledContraction::SharedLayout::RowPairs;
     EXPECT_GT(changed, 0) << GetParam().model << " " << slices.name();

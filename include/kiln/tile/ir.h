@@ -11,7 +11,8 @@
 //                    across warps) or by a shared-memory tree, then split the row's outputs
 //   TiledContraction a matrix product (tile/contraction.h): a block per tileM x tileN output tile, operand
 //                    slices of tileK staged in shared memory, multiplied on CUDA cores (a microM x microN
-//                    register tile per thread) or on tensor cores (mma.sync m16n8k16 per warp)
+//                    register tile per thread) or on tensor cores (mma.sync m16n8k16 per warp); with cp_async
+//                    copies the slices stream through a ring of pipelineDepth buffers, read by ldmatrix
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -57,6 +58,16 @@ struct TiledContraction {
   enum class Copy {
     Plain,             // each step: load from global memory, store to shared, barrier, multiply, barrier
     RegisterPrefetch,  // the next slice is loaded into registers while the block multiplies this one
+    // 16-byte cp.async straight from global to shared memory into a ring of pipelineDepth slices: the copies
+    // of the next pipelineDepth - 1 slices are in flight while the block multiplies one (operands that are
+    // plain bf16/f16 loads, k contiguous in memory, row_pairs layout; both operands alike)
+    CpAsync,
+  };
+  // How a warp reads its mma fragments from the slices.
+  enum class Fragments {
+    Elements,  // one shared load per element (k_major_f32 slices)
+    Pairs,     // one 32-bit load per pair of elements (row_pairs slices)
+    Ldmatrix,  // ldmatrix.x4: four 8x8 matrices per instruction (row_pairs slices, rows 16-byte aligned)
   };
   struct Operand {
     Copy copy = Copy::Plain;
@@ -68,6 +79,8 @@ struct TiledContraction {
   DType mmaType = DType::BF16;  // MmaSync: the operands' type (bf16 or f16)
   int64_t microM = 1, microN = 1;  // Ffma
   Operand a, b;
+  Fragments fragments = Fragments::Elements;  // MmaSync
+  int64_t pipelineDepth = 1;  // slices in the shared ring (CpAsync: 2 to 4; otherwise 1)
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
 };
 
@@ -101,6 +114,7 @@ bool fuseOperandProducers(Program& p);          // tile-fuse-operand-producers
 bool deepenKSlices(Program& p);                 // tile-deep-k-slices
 bool prefetchSlices(Program& p);                // tile-prefetch-slices
 bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
+bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 
 // A product left one thread per output with a reduction this long is tiled (16 x 16) even below a wave.
 constexpr int64_t kTiledContractionLongReduction = 512;

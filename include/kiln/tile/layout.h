@@ -10,8 +10,11 @@ namespace kiln::tile {
 
 int64_t threadsPerBlock(const Schedule& s);
 int64_t gridBlocks(const Schedule& s, const loop::Kernel& k);
-// Shared memory one block declares, in bytes.
+// Shared memory one block declares, in bytes (every slice of a pipelined product's ring included).
 int64_t sharedBytes(const Schedule& s, const loop::Kernel& k);
+// The schedule's shared memory is dynamic (launch-time size, up to the Target's maxSharedPerBlock): pipelined
+// (cp_async) products. Otherwise it is static, within staticSharedPerBlock.
+bool dynamicShared(const Schedule& s);
 
 // Row reductions: the rows of k (row-axis points) and the elements of each row's write.
 int64_t rowsOf(const loop::Kernel& k);
@@ -32,7 +35,7 @@ constexpr int64_t kPairPad = 8;
 int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t tileK);
 // Where element (k offset kk, row rr) of a slice lies.
 Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, int64_t rows, int64_t tileK);
-// Bytes of every stage's A and B slices at depth tileK (a schedule's tileK by default).
+// Bytes of every stage's A and B slices at depth tileK, one slice each (a pipelined ring holds pipelineDepth).
 int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t tileK);
 // Accumulator registers per thread, and the registers RegisterPrefetch adds (per operand slice,
 // ceil(rows * tileK / threads) values).

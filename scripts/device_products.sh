@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one device call: the matrix-product work in one place. Builds kiln, then
+#   1. llama_medium bf16 (kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens: tiled, tensor-core and pipelined
+#      products): `kiln run --check`, then compute-sanitizer memcheck and racecheck (each bounded by
+#      KILN_SANITIZE_SECONDS, default 90; 124 = ran past the bound), with the default passes;
+#   2. the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph --kiln-profile), with the
+#      default passes and with PRODUCTS_BASELINE_ARGS (default: --disable-pass tile-pipeline-async-copies), so the
+#      change is measured side by side in one run;
+#   3. the suite's nn.Linear-kind rows in bf16 (bench/run_suite.py --filter PRODUCTS_FILTER), for what is left of
+#      BENCH_LIMIT_SECONDS (default 560) of wall time.
+# $OUT gets products.txt (the short summary, also printed last), model*.json, the suite's JSON/.md and logs.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${BENCH_LIMIT_SECONDS:=560}"
+: "${PRODUCTS_FILTER:=q_proj,k_proj,o_proj,gate_proj,down_proj,o_proj_residual,silu_mul_down}"
+: "${PRODUCTS_BASELINE_ARGS:=--disable-pass tile-pipeline-async-copies}"
+NAME=${BENCH_NAME:-$(date -u +%F)-h200-products}
+during_build() { exec nice -n 19 python3 bench/run_suite.py --export-only --dtype bf16 --filter "$PRODUCTS_FILTER" > "$OUT/export.log" 2>&1; }
+source bench/device_setup.sh
+LOG=$(mktemp -d)
+export KILN_CACHE_DIR=$LOG/cache
+summary=()
+t() { grep -o '[0-9.]* ms per forward (CUDA events' "$1" | awk '{print $1}' | head -1; }
+
+python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
+  --batch 2 --seq 256 --dtype bf16 --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
+./build/kiln compile "$LOG/medium.pt" --ir tile > "$LOG/medium-tile.txt" 2>&1
+./build/kiln run "$LOG/medium.pt" --check --bench 20 > "$LOG/check-medium.log" 2>&1; rc=$?
+bound=${KILN_SANITIZE_SECONDS:-90}
+timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" > "$LOG/memcheck-medium.log" 2>&1; mc=$?
+timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" > "$LOG/racecheck-medium.log" 2>&1; rcc=$?
+summary+=("llama_medium bf16: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-medium.log" | head -1), $(t "$LOG/check-medium.log") ms/fwd, memcheck=$mc racecheck=$rcc, pipelined products: $(grep -c 'cp_async' "$LOG/medium-tile.txt")")
+echo "${summary[-1]}"
+
+for variant in default baseline; do
+  extra=(); [ $variant = baseline ] && extra=(--kiln-args "$PRODUCTS_BASELINE_ARGS")
+  python3 bench/whole_model.py --configs bf16:1:128 --sides kiln --kiln-graph --kiln-profile "${extra[@]}" \
+    --commit "${KILN_COMMIT:-unknown}" --out "$OUT/model-$variant.json" > "$LOG/model-$variant.log" 2>&1
+  python3 bench/summarize_model.py "$OUT/model-$variant.json" -o "$LOG/model-$variant" >> "$LOG/model-$variant.log" 2>&1
+  summary+=("whole model bf16 1x128, $variant ${extra[*]}:" "$(tail -n 8 "$LOG/model-$variant.log" | head -n 4)")
+  printf '%s\n' "${summary[-2]}" "${summary[-1]}"
+done
+
+left=$((LIMIT - (SECONDS - start)))
+python3 bench/run_suite.py --dtype bf16 --filter "$PRODUCTS_FILTER" --out "$OUT/$NAME.json" --limit-seconds "$left" \
+  --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite.log" 2>&1
+python3 bench/summarize.py "$OUT/$NAME.json" -o "$OUT/$NAME" >> "$LOG/suite.log" 2>&1
+mv "$OUT/build.log" "$OUT/export.log" "$LOG/" 2>/dev/null; rm -f "$OUT/$NAME.png"   # the device returns at most 8 files
+tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
+{
+  printf '%s\n' "${summary[@]}"
+  for v in default baseline; do [ -f "$LOG/model-$v.md" ] && { echo "== model $v"; grep -A14 -i 'kernel' "$LOG/model-$v.md" | head -30; }; done
+  [ -f "$OUT/$NAME.md" ] && awk '/^## Summary/{p=1} /^What L2/{p=0} p' "$OUT/$NAME.md"
+  [ -f "$OUT/$NAME.md" ] && awk '/^## bf16/{p=1} p' "$OUT/$NAME.md" | cut -d'|' -f1-6,9 | head -50
+  grep -E "rows in|not run" "$LOG/suite.log"
+  echo "total $((SECONDS - start)) s"
+} | tee "$OUT/products.txt"
