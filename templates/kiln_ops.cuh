@@ -170,10 +170,14 @@ __device__ __forceinline__ void unpack2(unsigned r, float& lo, float& hi) {
   lo = to_f32(e[0]);
   hi = to_f32(e[1]);
 }
-template <int Count, bool Trans, typename T, typename... F>
-__device__ __forceinline__ void ldmatrix(const T* row, F&... v) {
+// The registers as loaded (Kernel IR's ldmatrix into pair registers): one per matrix, Count = how many are given,
+// element pairs unconverted, as mma_m16n8k16_pairs takes them.
+template <bool Trans, typename T, typename... R>
+__device__ __forceinline__ void ldmatrix_pairs(const T* row, R&... out) {
   static_assert(sizeof(T) == 2, "ldmatrix loads 16-bit elements");
-  static_assert(sizeof...(F) == 2 * Count && (std::is_same_v<F, float> && ...), "ldmatrix.x<Count> fills 2 * Count floats");
+  constexpr int Count = sizeof...(R);
+  static_assert((Count == 1 || Count == 2 || Count == 4) && (std::is_same_v<R, unsigned> && ...),
+                "ldmatrix.x1/x2/x4 fills 1, 2 or 4 unsigned registers");
   const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
   unsigned r[4];
   if constexpr (Count == 1 && !Trans)
@@ -190,6 +194,16 @@ __device__ __forceinline__ void ldmatrix(const T* row, F&... v) {
   else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at) : "memory");
+  unsigned* dst[] = {&out...};
+  for (int j = 0; j < Count; ++j) *dst[j] = r[j];
+}
+template <int Count, bool Trans, typename T, typename... F>
+__device__ __forceinline__ void ldmatrix(const T* row, F&... v) {
+  static_assert(sizeof...(F) == 2 * Count && (std::is_same_v<F, float> && ...), "ldmatrix.x<Count> fills 2 * Count floats");
+  unsigned r[4];
+  if constexpr (Count == 1) ldmatrix_pairs<Trans>(row, r[0]);
+  else if constexpr (Count == 2) ldmatrix_pairs<Trans>(row, r[0], r[1]);
+  else ldmatrix_pairs<Trans>(row, r[0], r[1], r[2], r[3]);
   float* out[] = {&v...};
   for (int j = 0; j < Count; ++j) unpack2<T>(r[j], *out[2 * j], *out[2 * j + 1]);
 }

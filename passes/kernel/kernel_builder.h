@@ -80,6 +80,7 @@ class KernelBuilder {
     std::vector<int> sharedA, sharedB;
     std::vector<Owned> owned;
     Idx ring;  // pipelined (cp_async) products: the ring slot the multiplication reads; null otherwise
+    Idx copier;  // pipelined products: threadIdx as a signed index variable (the copies' indices have negative terms)
   };
   struct OperandSlice {  // one operand of a stage, staged slice by slice into shared buffer `buf`
     loop::ExprP value;
@@ -111,11 +112,11 @@ class KernelBuilder {
   // Pipelined products (lower_contraction_async.cpp).
   void copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out);
   void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
-  // One mma k-step's fragments by ldmatrix.x4: A of each mma row i into a[i] (8 slots), B of mma columns j, j + 1
-  // into b[j], b[j + 1] (4 slots each), from the slices at the ring slot t.ring, k offset kk.
-  void ldmatrixFragments(const Tiling& t, size_t stage, const Idx& kk, const Idx& lane, const Idx& warpRow,
-                         const Idx& warpCol, const std::vector<std::vector<int>>& a, const std::vector<std::vector<int>>& b,
-                         Block& out);
+  // The multiplication of one staged slice (at ring slot t.ring) with fragments in pair registers loaded by
+  // ldmatrix.x4; acc[stage] as multiplyOnTensorCores lays it out.
+  void ldmatrixSteps(const Tiling& t, int64_t mi, int64_t ni, const Idx& lane, const Idx& warpRow, const Idx& warpCol,
+                     const std::vector<std::vector<int>>& acc, Block& out);
+  int pairReg(const std::string& name);
 
   const tile::Program& tp_;
   const loop::Kernel& lk_;

@@ -33,10 +33,18 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     if (static_cast<int>(d) != t.c.mAxis && static_cast<int>(d) != t.c.nAxis) outer.push_back(lk_.parallel[d]);
   unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), t.c.outerPoints, k_.body);
   const bool dynamic = tile::dynamicShared(s);  // a ring of pipelineDepth slices per operand
+  // Pipelined products copy an A that several stages share once (tile::aSources); the others stage every A.
+  std::vector<size_t> aSource = tile::aSources(t.c);
+  if (!dynamic)
+    for (size_t st = 0; st < aSource.size(); ++st) aSource[st] = st;
   for (size_t st = 0; st < lk_.stages.size(); ++st) {
-    t.sharedA.push_back(static_cast<int>(k_.shared.size()));
-    k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), s.pipelineDepth * tile::sliceElements(s.a, s.tileM, s.tileK),
-                                     tile::sliceType(s, s.a), dynamic});
+    if (aSource[st] != st) {
+      t.sharedA.push_back(t.sharedA[aSource[st]]);
+    } else {
+      t.sharedA.push_back(static_cast<int>(k_.shared.size()));
+      k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), s.pipelineDepth * tile::sliceElements(s.a, s.tileM, s.tileK),
+                                       tile::sliceType(s, s.a), dynamic});
+    }
     t.sharedB.push_back(static_cast<int>(k_.shared.size()));
     k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), s.pipelineDepth * tile::sliceElements(s.b, s.tileN, s.tileK),
                                      tile::sliceType(s, s.b), dynamic});
@@ -51,7 +59,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   std::vector<OperandSlice> operands;  // per stage, A then B
   for (size_t st = 0; st < lk_.stages.size(); ++st) {
     const loop::Axis& kAxis = lk_.stages[st].axes[0];
-    operands.push_back({t.c.stages[st].a, t.mAxis, kAxis, t.c.m, s.tileM, t.tileM, t.sharedA[st], &t.s.a});
+    if (aSource[st] == st) operands.push_back({t.c.stages[st].a, t.mAxis, kAxis, t.c.m, s.tileM, t.tileM, t.sharedA[st], &t.s.a});
     operands.push_back({t.c.stages[st].b, t.nAxis, kAxis, t.c.n, s.tileN, t.tileN, t.sharedB[st], &t.s.b});
   }
   if (s.a.copy == tile::TiledContraction::Copy::CpAsync) {
@@ -242,7 +250,9 @@ std::function<void(Block&)> KernelBuilder::multiplyOnTensorCores(Tiling& t) {
         t.owned.push_back(std::move(o));
       }
   KILN_ASSERT(t.s.tileK % kMmaK == 0, "kernel {}: tensor-core tiles take tile_k a multiple of {}, not {}", lk_.name, kMmaK, t.s.tileK);
-  return [this, &t, type, pairs, viaLdmatrix, wm, wn, mi, ni, lane, g, q, warpRow, warpCol, acc](Block& inner) {
+  if (viaLdmatrix)
+    return [this, &t, mi, ni, lane, warpRow, warpCol, acc](Block& inner) { ldmatrixSteps(t, mi, ni, lane, warpRow, warpCol, acc, inner); };
+  return [this, &t, type, pairs, wm, wn, mi, ni, g, q, warpRow, warpCol, acc](Block& inner) {
     for (size_t st = 0; st < lk_.stages.size(); ++st) {
       // Fragment registers (without mma_pairs), reused by every k-step of the staged slice.
       std::vector<std::vector<int>> a(static_cast<size_t>(mi)), b(static_cast<size_t>(ni));
@@ -264,9 +274,7 @@ std::function<void(Block&)> KernelBuilder::multiplyOnTensorCores(Tiling& t) {
           auto [dk, dn] = mmaElementB(0, e);
           return simplify(tile::sliceSlot(t.s.b, kk + idxConst(dk) + q * idxConst(2), warpCol * idxConst(wn) + idxConst(j * kMmaN + dn) + g, t.s.tileN, t.s.tileK), extents_);
         };
-        if (viaLdmatrix) {
-          ldmatrixFragments(t, st, kk, lane, warpRow, warpCol, a, b, inner);
-        } else if (!pairs) {
+        if (!pairs) {
           for (int64_t i = 0; i < mi; ++i)
             for (int e = 0; e < 8; ++e)
               inner.push_back(assign(a[static_cast<size_t>(i)][static_cast<size_t>(e)], loadShared(t.sharedA[st], atA(i, e))));

@@ -5,6 +5,9 @@
 // eight rows one ldmatrix reads fall in distinct banks.
 #include <fmt/format.h>
 
+#include <map>
+#include <set>
+
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
 
@@ -12,36 +15,40 @@ namespace kiln::kernel::detail {
 
 // Issues (without committing) the copies of operand o's slice at k in [kStart, kStart + tile_k) into ring slot
 // ringSlot: thread t copies 16-byte chunks e = t, t + threads, ... (chunk e: row e / (tile_k / 8), k offset
-// 8 * (e mod tile_k / 8)). Chunks outside the matrix (row >= rows of the operand, k >= K) read nothing and
+// 8 * (e mod tile_k / 8)); unrolled when the chunks divide evenly, so every index is affine in t and k0. Chunks outside the matrix (row >= rows of the operand, k >= K) read nothing and
 // zero-fill (cp.async's src-size operand), their source address clamped inside the matrix.
 void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out) {
   const loop::Expr* load = tile::plainLoad(o.value);
   KILN_ASSERT(load, "kernel {}: a cp_async operand that is not a plain load", lk_.name);
-  const int64_t per = t.s.tileK / tile::kAsyncCopyElements, chunks = o.rows * per;
+  const int64_t per = t.s.tileK / tile::kAsyncCopyElements, chunks = o.rows * per, threads = k_.block[0];
   const int64_t slotElements = tile::sliceElements(*o.staging, o.rows, t.s.tileK);
+  const int64_t K = t.c.k, bytes = tile::kAsyncCopyElements * dtypeBytes(t.s.mmaType);
+  const int rowVar = o.rowAxis.var + kFirstLoopVar, kVar = o.kAxis.var + kFirstLoopVar;
+  extents_[rowVar] = o.rowExtent;
+  extents_[kVar] = K;
+  const Idx source = flatIndex(*load);  // over the operand's row and k variables, substituted per chunk below
+  auto copyChunk = [&](const Idx& e) {
+    Idx kc = simplify(mod(e, per), extents_), rr = simplify(floorDiv(e, per), extents_);
+    Idx row = simplify(o.tileIdx * idxConst(o.rows) + rr, extents_);
+    Idx kAt = simplify(kStart + kc * idxConst(tile::kAsyncCopyElements), extents_);
+    Idx rowIn = idxMin(row, idxConst(o.rowExtent - 1)), kIn = idxMin(kAt, idxConst(K - tile::kAsyncCopyElements));
+    Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
+                          return v == rowVar ? rowIn : v == kVar ? kIn : nullptr;
+                        }), extents_);
+    // `bytes` while row < rows and k <= K - 8 (both multiples of 8 apart), else 0
+    Idx rowsLeft = idxMul(idxAdd(idxMul(row, -1), o.rowExtent), bytes);
+    Idx kLeft = idxMul(idxAdd(idxMul(kAt, -1), K), dtypeBytes(t.s.mmaType));
+    Idx valid = simplify(idxMin(idxMax(idxMin(rowsLeft, kLeft), idxConst(0)), idxConst(bytes)), extents_);
+    Idx dst = ringSlot * idxConst(slotElements) + tile::sliceSlot(*o.staging, kc * idxConst(tile::kAsyncCopyElements), rr, o.rows, t.s.tileK);
+    return cpAsync(o.buf, simplify(dst, extents_), param(load->buffer, false), from, static_cast<int>(bytes), valid);
+  };
+  if (chunks % threads == 0) {  // unrolled: thread t copies chunks t, t + threads, ... (indices affine in t)
+    for (int64_t i = 0; i < chunks / threads; ++i) out.push_back(copyChunk(t.copier + idxConst(i * threads)));
+    return;
+  }
   int chunkVar = freshKernelVar();
-  Idx e = idxVar(chunkVar, "e");
   extents_[chunkVar] = chunks;
-  Block body;
-  Idx kc = defVar(body, "kc", mod(e, per), per);
-  Idx rr = defVar(body, "rr", floorDiv(e, per), o.rows);
-  Idx row = simplify(o.tileIdx * idxConst(o.rows) + rr, extents_);
-  Idx kAt = simplify(kStart + kc * idxConst(tile::kAsyncCopyElements), extents_);
-  const int64_t K = t.c.k;
-  body.push_back(defIdx(o.rowAxis.var + kFirstLoopVar, o.rowAxis.name, simplify(idxMin(row, idxConst(o.rowExtent - 1)), extents_)));
-  extents_[o.rowAxis.var + kFirstLoopVar] = o.rowExtent;
-  body.push_back(defIdx(o.kAxis.var + kFirstLoopVar, o.kAxis.name,
-                        simplify(idxMin(kAt, idxConst(K - tile::kAsyncCopyElements)), extents_)));
-  extents_[o.kAxis.var + kFirstLoopVar] = K;
-  const int64_t bytes = tile::kAsyncCopyElements * dtypeBytes(t.s.mmaType);
-  // bytes while row < rows and k <= K - 8 (both multiples of 8 apart), else 0
-  Idx rowsLeft = idxMul(idxAdd(idxMul(row, -1), o.rowExtent), bytes);
-  Idx kLeft = idxMul(idxAdd(idxMul(kAt, -1), K), dtypeBytes(t.s.mmaType));
-  Idx valid = idxMin(idxMax(idxMin(rowsLeft, kLeft), idxConst(0)), idxConst(bytes));
-  Idx dst = ringSlot * idxConst(slotElements) + tile::sliceSlot(*o.staging, kc * idxConst(tile::kAsyncCopyElements), rr, o.rows, t.s.tileK);
-  body.push_back(cpAsync(o.buf, simplify(dst, extents_), param(load->buffer, false), flatIndex(*load), static_cast<int>(bytes),
-                         simplify(valid, extents_)));
-  out.push_back(forLoop(chunkVar, "e", threadIdx(), idxConst(chunks), k_.block[0], std::move(body)));
+  out.push_back(forLoop(chunkVar, "e", t.copier, idxConst(chunks), threads, Block{copyChunk(idxVar(chunkVar, "e"))}));
 }
 
 // The reduction loop of a pipelined product:
@@ -54,6 +61,7 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
 //   a final wait for the (empty) groups still open.
 void KernelBuilder::pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply) {
   const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k;
+  t.copier = defVar(k_.body, "ct", threadIdx(), k_.block[0]);
   for (int64_t i = 0; i + 1 < depth; ++i) {
     if (i * tk < K)
       for (const OperandSlice& o : operands) copySliceAsync(t, o, idxConst(i * tk), idxConst(i), k_.body);
@@ -76,31 +84,64 @@ void KernelBuilder::pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& o
   k_.body.push_back(cpAsyncWait(0));
 }
 
-// ldmatrix.x4 lane roles (kernel::ldmatrix: lane 8j + r gives row r of matrix j; matrix j fills slots 2j, 2j + 1):
+int KernelBuilder::pairReg(const std::string& name) {
+  k_.pairVars.push_back(name);
+  return static_cast<int>(k_.pairVars.size()) - 1;
+}
+
+// Per 16 of k: each stage's A fragments (a stage whose A is another's shared slice reuses that stage's registers)
+// and B fragments by ldmatrix.x4 into pair registers, then one mma per (mma row, mma column) of the warp.
+// ldmatrix.x4 lane roles (kernel::ldmatrix: lane 8j + r gives row r of matrix j, loaded into register j):
 //   A (16 x 16 at the warp's mma row i): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
-//   (rows 8-15, k 8-15) are a0a1, a2a3, a4a5, a6a7: lane l gives row l mod 16 at k offset 8 (l div 16).
+//   (rows 8-15, k 8-15) are a01, a23, a45, a67: lane l gives row l mod 16 at k offset 8 (l div 16).
 //   B (n rows 16j .. 16j + 15 of the [n][k] slice, two 8-column mma tiles): matrices (n 0-7, k 0-7), (n 0-7,
-//   k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) are b0b1, b2b3 of tile j and of tile j + 1: lane l gives n row
+//   k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) are b01, b23 of tile j and of tile j + 1: lane l gives n row
 //   8 (l div 16) + l mod 8 at k offset 8 ((l div 8) mod 2).
-void KernelBuilder::ldmatrixFragments(const Tiling& t, size_t stage, const Idx& kk, const Idx& lane, const Idx& warpRow,
-                                      const Idx& warpCol, const std::vector<std::vector<int>>& a,
-                                      const std::vector<std::vector<int>>& b, Block& out) {
+void KernelBuilder::ldmatrixSteps(const Tiling& t, int64_t mi, int64_t ni, const Idx& lane, const Idx& warpRow, const Idx& warpCol,
+                                  const std::vector<std::vector<int>>& acc, Block& out) {
+  KILN_ASSERT(ni % 2 == 0, "kernel {}: ldmatrix B fragments come in pairs of mma columns, not {}", lk_.name, ni);
   const int64_t wm = t.s.tileM / 2, wn = t.s.tileN / 2;
   auto at = [&](const tile::TiledContraction::Operand& o, int64_t rows, const Idx& r, const Idx& k) {
     return simplify(t.ring * idxConst(tile::sliceElements(o, rows, t.s.tileK)) + tile::sliceSlot(o, k, r, rows, t.s.tileK), extents_);
   };
-  for (size_t i = 0; i < a.size(); ++i) {
-    Idx r = warpRow * idxConst(wm) + idxConst(static_cast<int64_t>(i) * kMmaM) + mod(lane, 16);
-    Idx k = kk + floorDiv(lane, 16) * idxConst(8);
-    out.push_back(ldmatrix(t.sharedA[stage], at(t.s.a, t.s.tileM, r, k), 4, false, a[i]));
+  // Registers: A per distinct A buffer, B per stage; reused by every k-step.
+  std::map<int, std::vector<std::vector<int>>> aRegs;
+  std::vector<std::vector<std::vector<int>>> bRegs(lk_.stages.size());
+  for (size_t st = 0; st < lk_.stages.size(); ++st) {
+    if (!aRegs.count(t.sharedA[st]))
+      for (int64_t i = 0; i < mi; ++i) {
+        aRegs[t.sharedA[st]].emplace_back();
+        for (int r = 0; r < 4; ++r) aRegs[t.sharedA[st]].back().push_back(pairReg(fmt::format("ra{}_{}_{}", st, i, r)));
+      }
+    for (int64_t j = 0; j < ni; ++j) {
+      bRegs[st].emplace_back();
+      for (int r = 0; r < 2; ++r) bRegs[st].back().push_back(pairReg(fmt::format("rb{}_{}_{}", st, j, r)));
+    }
   }
-  KILN_ASSERT(b.size() % 2 == 0, "kernel {}: ldmatrix B fragments come in pairs of mma columns, not {}", lk_.name, b.size());
-  for (size_t j = 0; j < b.size(); j += 2) {
-    Idx r = warpCol * idxConst(wn) + idxConst(static_cast<int64_t>(j) * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
-    Idx k = kk + mod(floorDiv(lane, 8), 2) * idxConst(8);
-    std::vector<int> slots = b[j];
-    slots.insert(slots.end(), b[j + 1].begin(), b[j + 1].end());
-    out.push_back(ldmatrix(t.sharedB[stage], at(t.s.b, t.s.tileN, r, k), 4, false, slots));
+  for (int64_t step = 0; step < t.s.tileK / kMmaK; ++step) {
+    const Idx kk = idxConst(step * kMmaK);
+    std::set<int> loadedA;
+    for (size_t st = 0; st < lk_.stages.size(); ++st) {
+      const std::vector<std::vector<int>>& a = aRegs[t.sharedA[st]];
+      if (loadedA.insert(t.sharedA[st]).second)
+        for (int64_t i = 0; i < mi; ++i) {
+          Idx r = warpRow * idxConst(wm) + idxConst(i * kMmaM) + mod(lane, 16);
+          Idx k = kk + floorDiv(lane, 16) * idxConst(8);
+          out.push_back(ldmatrixPairs(t.sharedA[st], at(t.s.a, t.s.tileM, r, k), false, a[static_cast<size_t>(i)]));
+        }
+      for (int64_t j = 0; j < ni; j += 2) {
+        Idx r = warpCol * idxConst(wn) + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
+        Idx k = kk + mod(floorDiv(lane, 8), 2) * idxConst(8);
+        std::vector<int> regs = bRegs[st][static_cast<size_t>(j)];
+        regs.insert(regs.end(), bRegs[st][static_cast<size_t>(j + 1)].begin(), bRegs[st][static_cast<size_t>(j + 1)].end());
+        out.push_back(ldmatrixPairs(t.sharedB[st], at(t.s.b, t.s.tileN, r, k), false, regs));
+      }
+      for (int64_t i = 0; i < mi; ++i)
+        for (int64_t j = 0; j < ni; ++j) {
+          std::vector<int> c(acc[st].begin() + (i * ni + j) * 4, acc[st].begin() + (i * ni + j) * 4 + 4);
+          out.push_back(mmaFromPairs(t.s.mmaType, a[static_cast<size_t>(i)], bRegs[st][static_cast<size_t>(j)], c));
+        }
+    }
   }
 }
 

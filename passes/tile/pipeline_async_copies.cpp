@@ -8,7 +8,8 @@
 // a thread waits for its oldest group of copies, the block synchronises once (the slice is complete, and the one
 // about to be overwritten has been read by everyone), issues the copies of the slice depth - 1 ahead and
 // multiplies. A warp's A fragment for one 16 x 16 mma step is one ldmatrix.x4, and B fragments for two 8-column
-// mma tiles another (instead of 6 shared loads per mma).
+// mma tiles another (instead of 6 shared loads per mma). An A operand several stages share (a SwiGLU's gate and
+// up products both read x) is copied once per slice (tile::aSources).
 //
 // Depth: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the Target's shared memory (so a
 // block's barrier never idles the SM) and fits one block's maximum; never more than the slices K has, plus one.
@@ -28,7 +29,7 @@ bool pipelineAsyncCopies(Program& p) {
         s->a.layout != TiledContraction::SharedLayout::RowPairs || !asyncCopyable(p.loop, p.loop.kernels[i], *s))
       continue;
     const loop::Kernel& k = p.loop.kernels[i];
-    const int64_t slice = operandSliceBytes(*s, static_cast<int64_t>(k.stages.size()), s->tileK);
+    const int64_t slice = ringSlotBytes(*s, contractionOf(*s, k));
     const int64_t budget = std::min(p.target.maxSharedPerBlock, p.target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
     const int64_t slices = (contractionOf(*s, k).k + s->tileK - 1) / s->tileK;
     int64_t depth = 0;

@@ -44,6 +44,7 @@ class Emitter {
     for (auto& prm : k_.params) params_.push_back(cIdentifier(prm.written ? "out" : fmt::format("in{}", inputs++), used));
     for (auto& s : k_.shared) shared_.push_back(cIdentifier(s.name, used));
     for (auto& f : k_.floatVars) floats_.push_back(cIdentifier(f, used));
+    for (auto& r : k_.pairVars) pairs_.push_back(cIdentifier(r, used));
     // 32-bit index arithmetic when every index fits; it is markedly cheaper on the GPU.
     int64_t largest = k_.grid[0] * k_.block[0];
     for (auto& prm : k_.params) largest = std::max(largest, prm.elements);
@@ -81,6 +82,7 @@ class Emitter {
                          shared_[i], dynamicBase, k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements);
     }
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
+    if (!pairs_.empty()) out += fmt::format("  unsigned {};  // pairs of {}\n", fmt::join(pairs_, ", "), "16-bit operand elements");
     block(k_.body, 1, out);
     out += "}\n";
     return out;
@@ -173,6 +175,12 @@ class Emitter {
         case K::Ldmatrix: {
           std::vector<std::string> slots;
           for (int slot : s.fragment) slots.push_back(floats_[slot]);
+          if (!s.pairRegs.empty()) {
+            for (int r : s.pairRegs) slots.push_back(pairs_[r]);
+            out += fmt::format("{}kiln::ldmatrix_pairs<{}>(&{}[{}], {});\n", pad, s.transpose ? "true" : "false", shared_[s.target],
+                               idx(s.a), fmt::join(slots, ", "));
+            break;
+          }
           out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, s.fragment.size() / 2, s.transpose ? "true" : "false",
                              shared_[s.target], idx(s.a), fmt::join(slots, ", "));
           break;
@@ -183,6 +191,14 @@ class Emitter {
           out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
           break;
         case K::Mma: {
+          if (!s.pairRegs.empty()) {  // A and B in pair registers
+            std::vector<std::string> c, ab;
+            for (int slot : s.fragment) c.push_back(floats_[slot]);
+            for (int r : s.pairRegs) ab.push_back(pairs_[r]);
+            out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
+                               fmt::join(ab, ", "));
+            break;
+          }
           if (!s.pairs.empty()) {  // A and B as 32-bit pairs straight from shared memory
             std::vector<std::string> c, ab;
             for (int slot : s.fragment) c.push_back(floats_[slot]);
@@ -205,7 +221,7 @@ class Emitter {
 
   const kernel::Program& p_;
   const kernel::Kernel& k_;
-  std::vector<std::string> params_, shared_, floats_;
+  std::vector<std::string> params_, shared_, floats_, pairs_;
   std::string indexType_;
 };
 

@@ -286,6 +286,8 @@ void Machine::run() {
   nf = static_cast<int>(k.floatVars.size());
   env.assign(T, std::vector<int64_t>(d.maxVar + 1, 0));
   floats.assign(T * nf, kPoison);
+  np = static_cast<int>(k.pairVars.size());
+  pairValues.assign(T * np * 2, kPoison);
   masks.assign(d.depth + 1, std::vector<uint8_t>(T, 0));
   ends.assign(d.depth + 1, std::vector<int64_t>(T, 0));
   idxTmp.assign(T, 0);

@@ -24,6 +24,8 @@ struct Machine {
   int64_t T = 0;                             // threads per block
   int64_t block = 0;                         // current block
   int nf = 0;                                // float slots
+  int np = 0;                                // pair registers
+  std::vector<float> pairValues;             // per thread: two elements per pair register (thread-major)
 
   std::vector<std::vector<int64_t>> env;     // per thread: index variables
   std::vector<float> floats;                 // per thread: float slots (thread-major)

@@ -23,15 +23,20 @@ void Machine::mmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   for (int64_t w = 0; w < T / 32; ++w) {
     if (warpActive(w, mask, "mma") == 0) continue;
     float a[kMmaM][kMmaK], b[kMmaK][kMmaN], c[kMmaM][kMmaN];
-    const bool fromShared = !s.pairs.empty();
+    const bool fromShared = !s.pairs.empty(), fromPairs = !s.pairRegs.empty();
     if (fromShared)
       KILN_ASSERT(s.sharedA >= 0 && s.sharedA < static_cast<int>(shared.size()) && s.sharedB >= 0 &&
                       s.sharedB < static_cast<int>(shared.size()),
                   "kernel {}: mma reads shared buffers #{} and #{} of {}", k.name, s.sharedA, s.sharedB, shared.size());
-    const int cFirst = fromShared ? 0 : 12;  // where the accumulators start among the fragment slots
+    const int cFirst = fromShared || fromPairs ? 0 : 12;  // where the accumulators start among the fragment slots
     auto slot = [&](int lane, int i) -> float& { return floats[(w * 32 + lane) * nf + s.fragment[static_cast<size_t>(i)]]; };
     // Operand element i of a lane: its fragment slot, or element i % 2 of pair i / 2 in shared memory.
     auto operand = [&](int lane, int i, bool isA) -> float {
+      if (fromPairs) {
+        const int reg = s.pairRegs[static_cast<size_t>((isA ? 0 : 4) + i / 2)];
+        KILN_ASSERT(reg >= 0 && reg < np, "kernel {}: mma reads pair register {} of {}", k.name, reg, np);
+        return pairValues[((w * 32 + lane) * np + reg) * 2 + i % 2];
+      }
       if (!fromShared) return slot(lane, isA ? i : 8 + i);
       const int buffer = isA ? s.sharedA : s.sharedB;
       const Idx& at = s.pairs[static_cast<size_t>((isA ? 0 : 4) + i / 2)];
@@ -85,7 +90,9 @@ void Machine::ldmatrixStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   if (T % 32 != 0) raise(fmt::format("kernel {}: ldmatrix in a block of {} threads (not whole warps)", k.name, T));
   KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: ldmatrix from shared buffer #{} of {}",
               k.name, s.target, shared.size());
-  const int count = static_cast<int>(s.fragment.size()) / 2;
+  const bool toPairs = !s.pairRegs.empty();
+  const int count = toPairs ? static_cast<int>(s.pairRegs.size()) : static_cast<int>(s.fragment.size()) / 2;
+  for (int reg : s.pairRegs) KILN_ASSERT(reg >= 0 && reg < np, "kernel {}: ldmatrix into pair register {} of {}", k.name, reg, np);
   const std::vector<float>& data = shared[s.target];
   float m[4][8][8];
   for (int64_t w = 0; w < T / 32; ++w) {
@@ -109,7 +116,9 @@ void Machine::ldmatrixStep(const Stmt& s, const std::vector<uint8_t>& mask) {
       for (int j = 0; j < count; ++j)
         for (int e = 0; e < 2; ++e) {
           const int g = lane / 4, col = 2 * (lane % 4) + e;
-          floats[(w * 32 + lane) * nf + s.fragment[2 * j + e]] = s.transpose ? m[j][col][g] : m[j][g][col];
+          const float v = s.transpose ? m[j][col][g] : m[j][g][col];
+          if (toPairs) pairValues[((w * 32 + lane) * np + s.pairRegs[j]) * 2 + e] = v;
+          else floats[(w * 32 + lane) * nf + s.fragment[2 * j + e]] = v;
         }
   }
 }

@@ -152,6 +152,29 @@ Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int 
   return s;
 }
 
+Stmt ldmatrixPairs(int sharedBuf, Idx rowIndex, bool transpose, std::vector<int> regs) {
+  KILN_ASSERT(regs.size() == 1 || regs.size() == 2 || regs.size() == 4, "ldmatrix into {} pair registers (want 1, 2 or 4)",
+              regs.size());
+  Stmt s = ldmatrix(sharedBuf, std::move(rowIndex), static_cast<int>(regs.size()), transpose,
+                    std::vector<int>(2 * regs.size(), 0));
+  s.fragment.clear();
+  s.pairRegs = std::move(regs);
+  return s;
+}
+
+Stmt mmaFromPairs(DType operandType, std::vector<int> aRegs, std::vector<int> bRegs, std::vector<int> c) {
+  KILN_ASSERT(aRegs.size() == 4 && bRegs.size() == 2 && c.size() == 4, "mma from pair registers: {}, {} and {} (want 4, 2, 4)",
+              aRegs.size(), bRegs.size(), c.size());
+  KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
+              dtypeName(operandType));
+  Stmt s = makeStmt(Stmt::Kind::Mma);
+  s.operandType = operandType;
+  s.pairRegs = std::move(aRegs);
+  s.pairRegs.insert(s.pairRegs.end(), bRegs.begin(), bRegs.end());
+  s.fragment = std::move(c);
+  return s;
+}
+
 Stmt loadVector(int param, Idx index, std::vector<int> slots) {
   const size_t w = slots.size();
   KILN_ASSERT(param >= 0 && index, "loadVector: bad param {} or null index", param);

@@ -15,6 +15,11 @@ std::string floatName(const Kernel& k, int slot) {
   return fmt::format("%?{}", slot);
 }
 
+std::string pairName(const Kernel& k, int reg) {
+  if (reg >= 0 && reg < static_cast<int>(k.pairVars.size())) return "$" + k.pairVars[reg];
+  return fmt::format("$?{}", reg);
+}
+
 std::string paramName(const Kernel& k, int param) {
   if (param >= 0 && param < static_cast<int>(k.params.size())) return k.params[param].name;
   return fmt::format("?{}", param);
@@ -95,7 +100,9 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
       case Stmt::Kind::Ldmatrix: {
         std::vector<std::string> slots;
         for (int slot : s.fragment) slots.push_back(floatName(k, slot));
-        lines.push_back(fmt::format("{}{} = ldmatrix.x{}{} shared {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size() / 2,
+        for (int r : s.pairRegs) slots.push_back(pairName(k, r));
+        lines.push_back(fmt::format("{}{} = ldmatrix.x{}{} shared {}[{}]", ind, fmt::join(slots, ", "),
+                                    s.pairRegs.empty() ? s.fragment.size() / 2 : s.pairRegs.size(),
                                     s.transpose ? ".trans" : "", sharedName(k, s.target), idxString(s.a)));
         break;
       }
@@ -105,6 +112,14 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
         lines.push_back(fmt::format("{}{} = shfl.xor {}, {}", ind, floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask));
         break;
       case Stmt::Kind::Mma: {
+        if (!s.pairRegs.empty()) {  // A and B in pair registers
+          std::vector<std::string> c, a, b;
+          for (int slot : s.fragment) c.push_back(floatName(k, slot));
+          for (size_t i = 0; i < s.pairRegs.size(); ++i) (i < 4 ? a : b).push_back(pairName(k, s.pairRegs[i]));
+          lines.push_back(fmt::format("{}mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", ind, dtypeName(s.operandType), fmt::join(c, ", "),
+                                      fmt::join(a, ", "), fmt::join(b, ", ")));
+          break;
+        }
         if (!s.pairs.empty()) {  // A and B pairs straight from shared memory
           auto pairs = [&](int buffer, size_t from, size_t n) {
             std::vector<std::string> at;
@@ -171,6 +186,11 @@ std::string print(const Program& p) {
       for (size_t i = 0; i < k.floatVars.size(); ++i) fv.push_back(floatName(k, static_cast<int>(i)));
       out += fmt::format("  floats: {}\n", fmt::join(fv, ", "));
     }
+    if (!k.pairVars.empty()) {
+      std::vector<std::string> pv;
+      for (size_t i = 0; i < k.pairVars.size(); ++i) pv.push_back(pairName(k, static_cast<int>(i)));
+      out += fmt::format("  pairs: {}\n", fmt::join(pv, ", "));
+    }
     for (auto& line : bodyLines(k)) out += line + "\n";
   }
   std::vector<std::string> outs;
@@ -197,6 +217,7 @@ nlohmann::json toJson(const Program& p) {
                       {"dynamic_shared_bytes", k.dynamicSharedBytes},
                       {"origins", k.origins},
                       {"float_vars", k.floatVars}};
+    if (!k.pairVars.empty()) kj["pair_vars"] = k.pairVars;
     kj["params"] = nlohmann::json::array();
     for (auto& prm : k.params)
       kj["params"].push_back({{"buffer", prm.buffer},

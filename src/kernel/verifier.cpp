@@ -128,6 +128,14 @@ struct Verifier {
     bool reachable = true;     // false when the block provably never runs (bounds are then meaningless)
   };
   std::vector<bool> assigned;  // float slots assigned so far in program order
+  std::vector<bool> pairAssigned;  // pair registers loaded so far in program order
+  void checkPairRegs(const std::vector<int>& regs, bool write, const char* what) {
+    for (int r : regs) {
+      if (r < 0 || r >= static_cast<int>(k.pairVars.size())) fail("{} pair register {} of {}", what, r, k.pairVars.size());
+      if (write) pairAssigned[r] = true;
+      else if (!pairAssigned[r]) fail("{} reads pair register ${} before any load", what, k.pairVars[r]);
+    }
+  }
   std::string divergence;      // non-empty while inside thread-dependent control flow: what makes it so
 
   template <typename... Args>
@@ -250,8 +258,9 @@ struct Verifier {
     checkWarpCollective("ldmatrix");
     checkIdx(st.a, s, "an ldmatrix row index");
     if (!p.target.ldmatrix) fail("ldmatrix on {}, which does not have it", p.target.arch);
-    const size_t n = st.fragment.size();
+    const size_t n = st.pairRegs.empty() ? st.fragment.size() : 2 * st.pairRegs.size();
     if (n != 2 && n != 4 && n != 8) fail("ldmatrix with {} slots (want 2, 4 or 8)", n);
+    if (!st.pairRegs.empty() && !st.fragment.empty()) fail("ldmatrix into both float slots and pair registers");
     if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
       fail("ldmatrix from shared buffer #{} of {}", st.target, k.shared.size());
     const SharedBuffer& sb = k.shared[st.target];
@@ -264,6 +273,8 @@ struct Verifier {
     checkSharedIndex(st.target, st.a, s, "ldmatrix row");
     checkSharedIndex(st.target, st.a + idxConst(7), s, "ldmatrix row");
     for (int slot : st.fragment) checkSlotWrite(slot, "ldmatrix");
+    checkPairRegs(st.pairRegs, true, "ldmatrix into");
+    if (!st.pairRegs.empty() && sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix pairs from {}", sb.name);
   }
 
   // Warp-collective statements: every lane of every warp executes them; block-uniform control flow guarantees it.
@@ -453,6 +464,11 @@ struct Verifier {
                 fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
                      dtypeName(k.shared[buffer].dtype));
             }
+          } else if (!st.pairRegs.empty()) {  // A and B in pair registers loaded by ldmatrix
+            if (st.pairRegs.size() != 6 || st.fragment.size() != 4)
+              fail("mma from pair registers with {} registers and {} accumulator slots (want 6 and 4)", st.pairRegs.size(),
+                   st.fragment.size());
+            checkPairRegs(st.pairRegs, false, "mma");
           } else if (st.fragment.size() != 16) {
             fail("mma with {} fragment slots (want 16)", st.fragment.size());
           }
@@ -497,6 +513,7 @@ struct Verifier {
              dtypeName(b.dtype), numel(b.shape));
     }
     assigned.assign(k.floatVars.size(), false);
+    pairAssigned.assign(k.pairVars.size(), false);
     Scope top;
     top.ranges[kThreadIdx] = Range{0, k.block[0] - 1};
     top.ranges[kBlockIdx] = Range{0, k.grid[0] - 1};

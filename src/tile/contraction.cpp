@@ -116,15 +116,31 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
     const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
     if ((b.dtype != DType::BF16 && b.dtype != DType::F16) || b.dtype != s.mmaType || b.shape.back() % kAsyncCopyElements != 0)
       return false;
-    const Idx& inner = load->index.back();
-    if (inner->op != IndexNode::Op::Var || inner->var != kVar) return false;
-    for (size_t d = 0; d + 1 < load->index.size(); ++d) {
-      bool mentionsK = false, gathers = false;
-      forEachVar(load->index[d], [&](int v) { mentionsK |= v == kVar; });
-      forEachIndexLoad(load->index[d], [&](const IndexNode&) { gathers = true; });
-      if (mentionsK || gathers) return false;
-    }
-    return true;
+    bool gathers = false;
+    for (const Idx& i : load->index) forEachIndexLoad(i, [&](const IndexNode&) { gathers = true; });
+    if (gathers) return false;
+    // The flat element index with k = 8c + j (j < 8) must be its value at j = 0, plus j: eight consecutive k
+    // are eight consecutive elements, e.g. [row][k], or attention's [head = k / 64][row][k mod 64].
+    VarExtents ext;
+    for (const loop::Axis& a : k.parallel) ext[a.var] = a.extent;
+    for (const loop::Reduction& r : k.stages)
+      for (const loop::Axis& a : r.axes) ext[a.var] = a.extent;
+    const int cVar = k.maxVar() + 1, jVar = k.maxVar() + 2;
+    ext[cVar] = c.k / kAsyncCopyElements;
+    ext[jVar] = kAsyncCopyElements;
+    auto flatAt = [&](const Idx& kValue) {
+      Idx flat = idxConst(0);
+      int64_t stride = 1;
+      for (size_t d = load->index.size(); d-- > 0;) {
+        Idx at = substitute(load->index[d], [&](int v, const std::string&) -> Idx { return v == kVar ? kValue : nullptr; });
+        flat = flat + idxMul(at, stride);
+        stride *= b.shape[d];
+      }
+      return simplify(flat, ext);
+    };
+    Idx c8 = idxMul(idxVar(cVar, "c"), kAsyncCopyElements);
+    Idx step = simplify(flatAt(c8 + idxVar(jVar, "j")) + idxMul(flatAt(c8), -1), ext);
+    return sameIdx(step, idxVar(jVar, "j"));
   };
   for (const Contraction::Stage& st : c.stages)
     if (!copyable(st.a, st.kVar) || !copyable(st.b, st.kVar)) return false;

@@ -53,7 +53,8 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
 int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
   if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
   if (auto* t = std::get_if<TiledContraction>(&s))
-    return t->pipelineDepth * operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
+    return dynamicShared(s) ? t->pipelineDepth * ringSlotBytes(*t, contractionOf(*t, k))
+                            : operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
   return 0;
 }
 
@@ -90,6 +91,36 @@ int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t til
     return sliceElements(o, rows, tileK) * dtypeBytes(sliceType(s, o));
   };
   return stages * (bytes(s.a, s.tileM) + bytes(s.b, s.tileN));
+}
+
+std::vector<size_t> aSources(const Contraction& c) {
+  // Stages name their reduction variables apart (r0, r1): compare with each stage's k as one shared variable.
+  constexpr int kCommonK = 1 << 24;
+  std::vector<std::string> keys;
+  for (const Contraction::Stage& st : c.stages)
+    keys.push_back(loop::exprKey(loop::mapIndices(st.a, [&](const Idx& i) {
+      return substitute(i, [&](int v, const std::string&) -> Idx { return v == st.kVar ? idxVar(kCommonK, "k") : nullptr; });
+    })));
+  std::vector<size_t> src;
+  for (size_t st = 0; st < c.stages.size(); ++st) {
+    src.push_back(st);
+    for (size_t first = 0; first < st; ++first)
+      if (keys[first] == keys[st]) {
+        src.back() = first;
+        break;
+      }
+  }
+  return src;
+}
+
+int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c) {
+  const std::vector<size_t> src = aSources(c);
+  int64_t distinctA = 0;
+  for (size_t st = 0; st < src.size(); ++st) distinctA += src[st] == st;
+  auto bytes = [&](const TiledContraction::Operand& o, int64_t rows) {
+    return sliceElements(o, rows, s.tileK) * dtypeBytes(sliceType(s, o));
+  };
+  return distinctA * bytes(s.a, s.tileM) + static_cast<int64_t>(c.stages.size()) * bytes(s.b, s.tileN);
 }
 
 int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages) {

@@ -89,6 +89,9 @@ struct Stmt {
   Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
   int pendingGroups = 0;            // CpAsyncWait
   bool transpose = false;           // Ldmatrix: .trans
+  // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
+  // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
+  std::vector<int> pairRegs;
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -149,6 +152,12 @@ Stmt cpAsyncWait(int pendingGroups);
 // widened to f32: exactly the A / B fragment layout of mma() when the matrices are its 8x8 quarters.
 // Warp-collective like mma.
 Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vector<int> slots);
+// The same load into pair registers (Kernel::pairVars): register j holds M_j[g][2t] (low half) and M_j[g][2t + 1]
+// in the buffer's type, unconverted; count = regs.size().
+Stmt ldmatrixPairs(int sharedBuf, Idx rowIndex, bool transpose, std::vector<int> regs);
+// mma with A and B in pair registers (register i of A holds fragment elements 2i, 2i+1; likewise B), as ldmatrix
+// fills them: no conversion or packing between the load and the tensor cores.
+Stmt mmaFromPairs(DType operandType, std::vector<int> aRegs, std::vector<int> bRegs, std::vector<int> c);
 
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 // The (row, column) of element i of a lane's A, B or C fragment (the layout above).
@@ -179,6 +188,9 @@ struct Kernel {
   std::vector<Param> params;
   std::vector<SharedBuffer> shared;      // static shared memory
   std::vector<std::string> floatVars;    // float slot names
+  // 32-bit registers each holding two 16-bit operand elements (bf16/f16, element 0 in the low half): what ldmatrix
+  // loads and mma consumes, kept packed between them.
+  std::vector<std::string> pairVars;
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int64_t, 3> block{1, 1, 1};
   // Dynamic shared memory per block, passed at launch (the manifest's kernels[].shared_bytes; the runtime sets

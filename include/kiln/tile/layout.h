@@ -37,6 +37,11 @@ int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t 
 Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, int64_t rows, int64_t tileK);
 // Bytes of every stage's A and B slices at depth tileK, one slice each (a pipelined ring holds pipelineDepth).
 int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t tileK);
+// Pipelined (cp_async) products copy an A operand that several stages share (a SwiGLU's gate and up both read x)
+// once: aSource[st] is the first stage whose A is the same expression as stage st's.
+std::vector<size_t> aSources(const Contraction& c);
+// Bytes of one slot of a pipelined product's ring: each distinct A slice once, every stage's B slice.
+int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c);
 // Accumulator registers per thread, and the registers RegisterPrefetch adds (per operand slice,
 // ceil(rows * tileK / threads) values).
 int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages);
