@@ -65,6 +65,14 @@ long tmpOwner(const std::string& name) {
   return std::stol(pid);
 }
 
+// Any temporary of kiln's: NAME.kiln-tmp-PID-N, or NAME.kiln-tmp-N as kiln wrote them before the marker.
+bool isKilnTmp(const std::string& name) {
+  size_t at = name.rfind(kTmpTag);
+  if (at == std::string::npos) return false;
+  std::string rest = name.substr(at + std::strlen(kTmpTag));
+  return tmpOwner(name) > 0 || (!rest.empty() && std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }));
+}
+
 // A temporary of a kiln run that ended without cleaning up (killed): its process is gone.
 bool isStaleTmp(const std::string& name) {
   long pid = tmpOwner(name);
@@ -251,7 +259,7 @@ void OutputDir::claim() {
   if (marked) {
     readMarker(dir_);  // refuses a marker of a newer format before anything is written
   } else {
-    bool empty = std::all_of(entries.begin(), entries.end(), [](const std::string& n) { return tmpOwner(n) > 0; });
+    bool empty = std::all_of(entries.begin(), entries.end(), isKilnTmp);  // kiln's leftovers do not count
     if (!empty)
       userError("-o '{}' is a non-empty directory that kiln did not write (it has no {}); name a new or empty directory",
                 dir_, kMarkerFileName);

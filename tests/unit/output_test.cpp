@@ -209,6 +209,12 @@ TEST(OutputDir, LeftoversOfAKilledRunAreCleanedAndDoNotBlock) {
   put(fresh / fmt::format(".kiln-tmp-{}-3", dead) / "k.cu", "half written");
   emit(fresh, {{"manifest.json", "v2"}});
   EXPECT_EQ(listDir(fresh), (std::vector<std::string>{".kiln-output", "manifest.json"}));
+  // Before the marker, kiln staged a new directory next to it as .NAME.kiln-tmp-N: it does not block either
+  // (and, with no process id to tell whether its run still goes on, stays).
+  fs::path old = tmp.path / "old";
+  fs::create_directories(old / ".out.kiln-tmp-123456" / "k.cu");
+  emit(old, {{"manifest.json", "{}"}});
+  EXPECT_EQ(listDir(old), (std::vector<std::string>{".kiln-output", ".out.kiln-tmp-123456", "manifest.json"}));
 }
 
 TEST(OutputDir, MarkerOfANewerFormatOrUnreadableRefused) {
