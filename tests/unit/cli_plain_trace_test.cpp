@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <regex>
 
@@ -78,6 +79,24 @@ TEST_F(PlainTrace, InspectNamesTheUnsupportedOps) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  aten::mul +1\n)"))) << describe(r);
   EXPECT_TRUE(contains(r.out, "not supported by kiln: aten::cumsum; see docs/ops.md")) << describe(r);
   EXPECT_TRUE(contains(r.out, "parameters: none")) << describe(r);
+}
+
+// A kiln_inputs.json kiln cannot use is one line naming the file and the way out.
+TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "m = torch.jit.trace(torch.nn.Linear(4, 4).eval(), (torch.randn(2, 4),))\n"
+      "m.save('{0}/malformed.pt', _extra_files={{'kiln_inputs.json': '{{not json'}})\n"
+      "m.save('{0}/two.pt', _extra_files={{'kiln_inputs.json': '{{\"inputs\": [{{\"name\": \"a\", \"shape\": [2, 4], "
+      "\"dtype\": \"f32\"}}, {{\"name\": \"b\", \"shape\": [2, 4], \"dtype\": \"f32\"}}]}}'}})\n",
+      tmp.path.string());
+  std::ofstream(tmp.path / "make.py") << script;
+  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  std::string malformed = (tmp.path / "malformed.pt").string(), two = (tmp.path / "two.pt").string();
+  expectOneLineError(kiln({"compile", malformed}), 1, {malformed, "kiln_inputs.json is malformed", "--input"});
+  expectOneLineError(kiln({"inspect", malformed}), 1, {malformed, "kiln_inputs.json is malformed"});
+  expectOneLineError(kiln({"compile", two}), 1, {two, "takes 1 inputs but records 2", "models/kiln_export.py"});
 }
 
 TEST(Inspect, RecordedInputsAndFoldedOps) {

@@ -107,6 +107,15 @@ TEST(OutputFile, DirectoryOrTrailingSlashRefused) {
   EXPECT_TRUE(listDir(tmp.path).empty());
 }
 
+TEST(OutputFile, SymlinkToADirectoryRefused) {
+  TempDir tmp;
+  fs::create_directories(tmp.path / "d");
+  fs::create_symlink("d", tmp.path / "link");
+  std::string err = userErrorOf([&] { writeOutputFile((tmp.path / "link").string(), "x"); });
+  EXPECT_NE(err.find("symlink to a directory"), std::string::npos) << err;
+  EXPECT_TRUE(listDir(tmp.path / "d").empty());
+}
+
 TEST(OutputFile, LeftoverTemporaryOfAKilledRunIsHarmless) {
   TempDir tmp;
   std::string leftover = fmt::format(".out.txt.kiln-tmp-{}-7", deadPid());
@@ -237,6 +246,11 @@ TEST(OutputDir, MarkerNamesOutsideTheDirectoryAreIgnored) {
   emit(tmp.path / "out", {{"manifest.json", "{}"}});
   EXPECT_EQ(readFile(tmp.path / "precious"), "keep\n");
   EXPECT_EQ(readMarker((tmp.path / "out").string()), std::set<std::string>{"manifest.json"});
+}
+
+TEST(OutputDir, DirectoryThatCannotBeCreatedRefused) {
+  std::string err = userErrorOf([&] { OutputDir out("/proc/nope/out"); });
+  EXPECT_NE(err.find("cannot create '/proc/nope'"), std::string::npos) << err;
 }
 
 TEST(OutputDir, FileInTheWayRefused) {
