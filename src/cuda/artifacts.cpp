@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <random>
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -21,6 +20,7 @@
 #include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
 #include "kiln/support/files.h"
+#include "kiln/support/output.h"
 
 #ifndef KILN_NVCC
 #define KILN_NVCC "nvcc"
@@ -200,38 +200,17 @@ std::string nvccIdentity() {
 }
 
 void writeArtifacts(const kernel::Program& p, const Module& m, const fs::path& dir, const ArtifactOptions& opts) {
-  std::error_code ec;
-  if (fs::exists(dir, ec)) {
-    if (!fs::is_directory(dir, ec)) userError("-o '{}' exists and is not a directory", dir.string());
-    if (!fs::is_empty(dir, ec) && !fs::exists(dir / runtime::kManifestFileName, ec))
-      userError("-o '{}' is a non-empty directory that is not a kiln output; choose another directory", dir.string());
-  }
-  fs::path parent = fs::absolute(dir, ec).parent_path();
-  fs::create_directories(parent, ec);
-  if (ec) userError("cannot create '{}' for -o: {}", parent.string(), ec.message());
-  fs::path tmp = parent / fmt::format(".{}.kiln-tmp-{}", dir.filename().string(), std::random_device{}());
-  fs::create_directory(tmp, ec);
-  if (ec) userError("cannot write into '{}' for -o: {}; check it is writable", parent.string(), ec.message());
-  try {
-    for (const Template& t : templates()) writeText(tmp / t.name, t.text);
-    std::vector<std::string> files;
-    for (const Source& s : m.sources) {
-      writeText(tmp / s.file, s.text);
-      files.push_back(s.file);
-    }
-    std::vector<std::byte> weights;
-    std::vector<std::string> toCompile;
-    runtime::Manifest manifest = plan(p, m, opts, weights, toCompile);
-    writeFile(tmp / manifest.weightsFile, weights.data(), weights.size());
-    if (opts.compile && !toCompile.empty()) compileWithNvcc(tmp, toCompile, opts.arch);
-    runtime::writeManifest(manifest, tmp);
-    if (fs::exists(dir, ec)) removeTree(dir.string());
-    fs::rename(tmp, dir, ec);
-    if (ec) userError("cannot move the output into '{}': {}", dir.string(), ec.message());
-  } catch (...) {
-    removeTree(tmp.string());
-    throw;
-  }
+  OutputDir out(dir.string());  // refuses a directory kiln did not write; see kiln/support/output.h
+  fs::path tmp = out.staging();
+  for (const Template& t : templates()) writeText(tmp / t.name, t.text);
+  for (const Source& s : m.sources) writeText(tmp / s.file, s.text);
+  std::vector<std::byte> weights;
+  std::vector<std::string> toCompile;
+  runtime::Manifest manifest = plan(p, m, opts, weights, toCompile);
+  writeFile(tmp / manifest.weightsFile, weights.data(), weights.size());
+  if (opts.compile && !toCompile.empty()) compileWithNvcc(tmp, toCompile, opts.arch);
+  runtime::writeManifest(manifest, tmp);
+  out.commit(runtime::kManifestFileName);  // the manifest last: a reader that finds it finds the rest
 }
 
 }  // namespace kiln::cuda

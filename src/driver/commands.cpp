@@ -14,7 +14,7 @@
 #include "kiln/driver/run_cache.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
-#include "kiln/support/files.h"
+#include "kiln/support/output.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -57,27 +57,6 @@ std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>&
   std::vector<frontend::InputOverride> out;
   for (auto& t : texts) out.push_back(frontend::parseInputOverride(t));
   return out;
-}
-
-// Writes a file atomically (temporary + rename) so a failure leaves nothing behind.
-void writeOutputFile(const std::string& path, const std::string& text) {
-  fs::path target(path), tmp = target;
-  tmp += ".kiln-tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) {
-      std::error_code ec;
-      removeTree(tmp.string());
-      userError("cannot write -o '{}'; check the directory exists and is writable", path);
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    removeTree(tmp.string());
-    userError("cannot write -o '{}': {}", path, ec.message());
-  }
 }
 
 // What `kiln run` needs to know of a compiled model, from a fresh compile or from a cached manifest.

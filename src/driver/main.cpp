@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
   r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(r, run.pipeline, flags);
 
+  kiln::InspectCommand inspect;
+  auto* in = app.add_subcommand("inspect", "list a model's inputs, parameters and ops (and those kiln does not support); needs no shapes");
+  in->add_option("model", inspect.model, "TorchScript model (.pt)")->required();
+
   auto* passes = app.add_subcommand("passes", "list every pass");
   auto* ops = app.add_subcommand("ops", "list the supported aten ops");
 
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
       for (auto& o : kiln::tensor::supportedOps()) std::cout << o << "\n";
       return 0;
     }
+    if (in->parsed()) return kiln::runInspect(inspect, std::cout);
     if (c->parsed()) {
       finishPipelineFlags(compile.pipeline, flags);
       return kiln::runCompile(compile, std::cout);

@@ -6,13 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/frontend/frontend.h"
 #include "kiln/support/error.h"
+#include "model_inputs.h"
 #include "torch_util.h"
 
 namespace kiln::frontend {
@@ -23,44 +23,6 @@ using kiln::torch::SourceLoc;
 using kiln::torch::Value;
 
 namespace {
-
-std::vector<InputSpec> recordedInputs(const std::string& path, const std::string& json) {
-  if (json.empty()) return {};
-  try {
-    auto j = nlohmann::json::parse(json);
-    std::vector<InputSpec> specs;
-    for (auto& in : j.at("inputs")) {
-      InputSpec s;
-      s.name = in.at("name").get<std::string>();
-      s.shape = in.at("shape").get<Shape>();
-      auto dt = parseDType(in.at("dtype").get<std::string>());
-      if (!dt) userError("{}: kiln_inputs.json names unknown dtype '{}'", path, in.at("dtype").get<std::string>());
-      s.dtype = *dt;
-      specs.push_back(s);
-    }
-    return specs;
-  } catch (const nlohmann::json::exception& e) {
-    userError("{}: kiln_inputs.json is malformed ({}); re-export the model with models/kiln_export.py", path, e.what());
-  }
-}
-
-std::vector<InputSpec> applyOverrides(const std::string& path, std::vector<InputSpec> specs,
-                                      const std::vector<InputOverride>& overrides, size_t graphInputs) {
-  for (const auto& o : overrides) {
-    auto it = std::find_if(specs.begin(), specs.end(), [&](auto& s) { return s.name == o.name; });
-    if (it == specs.end()) {
-      std::string names;
-      for (auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
-      usageError("--input names '{}', but {} has inputs: {}", o.name, path, names.empty() ? "(none recorded)" : names);
-    }
-    it->shape = o.shape;
-    if (o.dtype) it->dtype = *o.dtype;
-  }
-  if (specs.size() != graphInputs)
-    userError("{} takes {} inputs but records {} in kiln_inputs.json; export it with models/kiln_export.py", path,
-              graphInputs, specs.size());
-  return specs;
-}
 
 // The Python line the user wrote. A traced op records it directly; an op inlined from a submodule records
 // a line of the archive's generated code ("___torch_mangle_N.py"), so its call sites are tried instead.
@@ -115,13 +77,6 @@ c10::IValue makeList(const jit::Stack& elems, const jit::Node* node) {
   c10::impl::GenericList list(elemType);
   for (const auto& e : elems) list.push_back(e);
   return list;
-}
-
-// Values whose content follows from shapes alone even though computed from input tensors.
-bool shapeOnly(const jit::Node* node) {
-  static const std::unordered_set<std::string> ops = {"aten::size", "aten::dim", "aten::numel", "prim::device",
-                                                       "prim::dtype", "aten::len"};
-  return ops.count(node->kind().toQualString()) > 0;
 }
 
 // Work on input data only needs its result's shape and dtype here: it runs on "meta" tensors, which carry
@@ -314,23 +269,34 @@ class Importer {
 
 }  // namespace
 
-Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides, std::optional<DType> castTo) {
-  jit::ExtraFilesMap extra{{"kiln_inputs.json", ""}};
-  jit::Module module = loadModule(path, extra);
-  jit::Module frozen;
-  std::shared_ptr<jit::Graph> graph;
+bool shapeOnly(const jit::Node* node) {
+  static const std::unordered_set<std::string> ops = {"aten::size", "aten::dim", "aten::numel", "prim::device",
+                                                       "prim::dtype", "aten::len"};
+  return ops.count(node->kind().toQualString()) > 0;
+}
+
+Forward loadForward(const std::string& path, jit::ExtraFilesMap& extra, std::optional<DType> castTo) {
+  Forward f{loadModule(path, extra), {}, nullptr};
   try {
-    module.eval();
-    castModule(module, castTo);
-    frozen = jit::freeze_module(module);
-    graph = frozen.get_method("forward").graph()->copy();
-    jit::Inline(*graph);
-    jit::EliminateDeadCode(graph);
+    f.module.eval();
+    castModule(f.module, castTo);
+    f.frozen = jit::freeze_module(f.module);
+    f.graph = f.frozen.get_method("forward").graph()->copy();
+    jit::Inline(*f.graph);
+    jit::EliminateDeadCode(f.graph);
+  } catch (const UserError&) {
+    throw;
   } catch (const std::exception& e) {
     userError("{}: cannot freeze the module's forward ({}); kiln needs a traced module with a forward method", path,
               firstLine(e.what()));
   }
-  auto specs = applyOverrides(path, recordedInputs(path, extra["kiln_inputs.json"]), overrides, graph->inputs().size() - 1);
+  return f;
+}
+
+Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides, std::optional<DType> castTo) {
+  jit::ExtraFilesMap extra{{kInputsFile, ""}};
+  Forward f = loadForward(path, extra, castTo);
+  auto specs = resolveInputs(path, f.module, *f.graph, extra[kInputsFile], overrides);
   if (castTo)
     for (auto& s : specs)
       if (s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16) s.dtype = *castTo;
@@ -338,9 +304,7 @@ Graph importModel(const std::string& path, const std::vector<InputOverride>& ove
   for (const InputSpec& spec : specs)
     inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalarType(spec.dtype)).device(at::kMeta)));
   ::torch::NoGradGuard noGrad;
-  return Importer(path, std::filesystem::path(path).stem().string()).run(*graph, specs, inputs);
+  return Importer(path, std::filesystem::path(path).stem().string()).run(*f.graph, specs, inputs);
 }
-
-
 
 }  // namespace kiln::frontend

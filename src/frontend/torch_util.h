@@ -17,6 +17,17 @@ at::ScalarType scalarType(DType t);
 // --dtype: casts a module's floating-point parameters and buffers; UserError for a non-floating type.
 void castModule(::torch::jit::Module& m, std::optional<DType> to);
 HostTensor fromTorch(const at::Tensor& t);
+
+// A module's forward as kiln reads it: evaluated, cast (--dtype), frozen (parameters become constants),
+// inlined. UserError if it cannot be frozen.
+struct Forward {
+  ::torch::jit::Module module, frozen;
+  std::shared_ptr<::torch::jit::Graph> graph;
+};
+Forward loadForward(const std::string& path, ::torch::jit::ExtraFilesMap& extra, std::optional<DType> castTo);
+
+// Ops whose result follows from their operands' shapes alone (aten::size, ...): folded even on input data.
+bool shapeOnly(const ::torch::jit::Node* node);
 std::string firstLine(const std::string& s);
 
 }  // namespace kiln::frontend

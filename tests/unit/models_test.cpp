@@ -125,7 +125,9 @@ TEST_P(Models, NvccCompilesEveryKernel) {
   if (GetParam().find("llama") != std::string::npos) {
     EXPECT_LT(cubins.size(), m.kernels.size()) << GetParam() << ": no kernel shares a cubin";
   }
-  // Nothing but `out` is left in the parent (the temporary build directory was renamed into place).
+  // Nothing but `out` is left in the parent, and no staging directory in `out` (see kiln/support/output.h).
+  for (auto& e : fs::directory_iterator(out))
+    EXPECT_EQ(e.path().filename().string().find(".kiln-tmp-"), std::string::npos) << e.path();
   int entries = 0;
   for (auto& e : fs::directory_iterator(tmp.path)) {
     ++entries;

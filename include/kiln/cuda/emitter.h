@@ -32,9 +32,11 @@ struct ArtifactOptions {
   bool compile = true;  // run nvcc to produce cubins
 };
 
-// Writes everything into `dir` atomically: built in a sibling temporary directory and renamed into place,
-// so a failure leaves no partial output. An existing `dir` is replaced only if it holds a previous kiln
-// output (manifest.json) or is empty. Throws UserError on nvcc errors or warnings (with the log).
+// Writes everything into `dir` through an OutputDir (kiln/support/output.h): built in a staging directory
+// inside it and moved into place file by file, manifest.json last, so a failure leaves the previous output
+// (or nothing) behind. `dir` must be new, empty or marked as kiln's (.kiln-output); in a marked directory
+// only kiln's files of the previous output are replaced or removed. Throws UserError on nvcc errors or
+// warnings (with the log).
 void writeArtifacts(const kernel::Program& p, const Module& m, const std::filesystem::path& dir,
                     const ArtifactOptions& opts);
 

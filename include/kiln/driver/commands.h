@@ -41,7 +41,15 @@ struct RunCommand {
   PipelineOptions pipeline;
 };
 
+struct InspectCommand {
+  std::string model;
+};
+
 int runCompile(const CompileCommand& c, std::ostream& out);
+// Lists a model's inputs (names, recorded shapes or an example --input), parameters and buffers (count,
+// bytes, dtypes) and the ops of its forward, marking those on input data kiln does not lower. Needs no
+// input shapes, so it works on a plain torch.jit.trace.
+int runInspect(const InspectCommand& c, std::ostream& out);
 int runRun(const RunCommand& c, std::ostream& out);
 
 // Validates pass and level names given on the command line; throws UsageError.

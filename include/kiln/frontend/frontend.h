@@ -4,9 +4,13 @@
 // shapes by evaluating the graph once with LibTorch: every value that does not depend on input *data*
 // (sizes, integer arithmetic, lists, tensors built from constants) is computed and becomes a constant, and
 // each node left does tensor work. Work on input data runs on meta tensors, which give shapes and dtypes
-// without computing anything. Input names, shapes and dtypes come from the archive's
-// extra file `kiln_inputs.json` (written by models/kiln_export.py), overridden by --input.
+// without computing anything. Input names come from the forward's arguments (skipping `self`), so a plain
+// `torch.jit.trace(model, (x,)).save(path)` is accepted; shapes and dtypes from the archive's extra file
+// `kiln_inputs.json` (written by models/kiln_export.py) when it has one, else from --input (which also
+// overrides a recorded input).
 #pragma once
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,11 +34,29 @@ struct InputOverride {
 };
 InputOverride parseInputOverride(const std::string& text);
 
-// Throws UserError for a missing/unreadable/non-TorchScript file, missing input records, overrides that do
-// not name an input, or shapes the model cannot run with. `castTo` (--dtype) first casts the module's
+// Throws UserError for a missing/unreadable/non-TorchScript file, inputs without a shape (one line naming
+// each, with an example --input), overrides that do not name an input (UsageError), or shapes the model
+// cannot run with. `castTo` (--dtype) first casts the module's
 // floating-point parameters and buffers, and its floating-point inputs, to f16 or bf16.
 torch::Graph importModel(const std::string& path, const std::vector<InputOverride>& overrides,
                          std::optional<DType> castTo = std::nullopt);
+
+// What `kiln inspect` shows of a model: read from the archive and its frozen forward, without input shapes.
+struct ModelSummary {
+  struct Tensors {
+    int64_t count = 0, elements = 0, bytes = 0;
+    std::map<std::string, int64_t> dtypes;  // "f32", "bf16", ... (torch's name for others) -> tensors
+  };
+  std::string name;             // the file's stem, as in the IR dumps
+  bool inputsRecorded = false;  // the archive has kiln_inputs.json
+  std::vector<InputSpec> inputs;      // the recorded inputs; else the forward's argument names, no shapes
+  std::vector<std::string> examples;  // an example --input for each input (NAME=SHAPE:DTYPE)
+  Tensors parameters, buffers;        // of the whole module, submodules included
+  // Ops on input data, which kiln must lower (compare with tensor::supportedOps), and ops on constants and
+  // shapes only, which the import evaluates with LibTorch: op -> number of nodes.
+  std::map<std::string, int64_t> ops, folded;
+};
+ModelSummary inspectModel(const std::string& path);
 
 // Runs the module's forward with LibTorch (on the GPU when onGpu) and returns its tensor outputs, tuples
 // flattened in order. The ground truth for `kiln run --check` and the tests.

@@ -1,0 +1,76 @@
+// `kiln inspect MODEL.pt` (see commands.h).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <ostream>
+#include <set>
+
+#include "kiln/driver/commands.h"
+#include "kiln/frontend/frontend.h"
+#include "kiln/tensor/ir.h"
+
+namespace kiln {
+namespace {
+
+std::string bytesText(int64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  const char* unit[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = -1;
+  while (v >= 1024 && u < 3) v /= 1024, ++u;
+  return fmt::format("{} bytes ({:.1f} {})", bytes, v, unit[u]);
+}
+
+std::string tensorsText(const frontend::ModelSummary::Tensors& t) {
+  if (t.count == 0) return "none";
+  std::vector<std::string> types;
+  for (auto& [d, n] : t.dtypes) types.push_back(fmt::format("{} {}", d, n));
+  return fmt::format("{} tensor{}, {} elements, {} ({})", t.count, t.count == 1 ? "" : "s", t.elements, bytesText(t.bytes),
+                     fmt::join(types, ", "));
+}
+
+int64_t nodes(const std::map<std::string, int64_t>& ops) {
+  int64_t n = 0;
+  for (auto& [op, count] : ops) n += count;
+  return n;
+}
+
+}  // namespace
+
+int runInspect(const InspectCommand& c, std::ostream& out) {
+  frontend::ModelSummary s = frontend::inspectModel(c.model);
+  auto supported = tensor::supportedOps();
+  std::set<std::string> known(supported.begin(), supported.end());
+
+  out << fmt::format("model {} ({})\n", s.name, c.model);
+  if (s.inputsRecorded) {
+    out << fmt::format("inputs: {}, recorded in kiln_inputs.json (--input NAME=SHAPE[:DTYPE] overrides them)\n", s.inputs.size());
+    for (auto& in : s.inputs) out << fmt::format("  {:<20} {}[{}]\n", in.name, dtypeName(in.dtype), shapeString(in.shape));
+  } else {
+    out << fmt::format("inputs: {}, no shapes recorded (no kiln_inputs.json: a plain torch.jit.trace); give each with "
+                       "--input NAME=SHAPE[:DTYPE]\n", s.inputs.size());
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      out << fmt::format("  {:<20} e.g. --input {}\n", s.inputs[i].name, s.examples[i]);
+  }
+  out << fmt::format("parameters: {}\n", tensorsText(s.parameters));
+  out << fmt::format("buffers: {}\n", tensorsText(s.buffers));
+
+  std::vector<std::string> unsupported;
+  out << fmt::format("ops on input data (kiln lowers these): {} kinds, {} nodes\n", s.ops.size(), nodes(s.ops));
+  for (auto& [op, n] : s.ops) {
+    bool ok = known.count(op) > 0;
+    if (!ok) unsupported.push_back(op);
+    out << fmt::format("  {:<36} {:>5}{}\n", op, n, ok ? "" : "  not supported");
+  }
+  out << fmt::format("ops on constants and shapes only (evaluated at import): {} kinds, {} nodes\n", s.folded.size(),
+                     nodes(s.folded));
+  for (auto& [op, n] : s.folded) out << fmt::format("  {:<36} {:>5}\n", op, n);
+  if (unsupported.empty()) out << "kiln supports every op on input data\n";
+  else
+    out << fmt::format("not supported by kiln: {}; see docs/ops.md (`kiln ops` lists the supported ones)\n",
+                       fmt::join(unsupported, ", "));
+  return 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,121 @@
+// Plain traces (no kiln_inputs.json) through the CLI: input names from the forward's arguments, shapes from
+// --input, the one-line error naming each input without a shape, and `kiln inspect`. The models come from
+// models/plain_trace.py, run with python3 + torch at test time (the tests skip without them).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+
+#include "cli_support.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+using test::TempDir;
+using namespace test::cli;
+namespace fs = std::filesystem;
+
+class PlainTrace : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::system("python3 -c 'import torch' >/dev/null 2>&1") != 0) return;
+    dir_ = std::make_unique<TempDir>();
+    std::string cmd = fmt::format("python3 {} {} >/dev/null 2>&1", quote((fs::path(KILN_SOURCE_DIR) / "models/plain_trace.py").string()),
+                                  quote(dir_->path.string()));
+    if (std::system(cmd.c_str()) != 0) dir_.reset();
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+  void SetUp() override {
+    if (!dir_) GTEST_SKIP() << "python3 with torch not available (or models/plain_trace.py failed)";
+  }
+  static std::string model(const std::string& name) { return (dir_->path / (name + ".pt")).string(); }
+  static std::unique_ptr<TempDir> dir_;
+};
+std::unique_ptr<TempDir> PlainTrace::dir_;
+
+TEST_F(PlainTrace, MissingShapesNameEachInputWithAnExample) {
+  std::string m = model("plain_two");
+  expectOneLineError(kiln({"compile", m}), 1,
+                     {m, "kiln_inputs.json", "'ids', 'features'", "--input ids=1x8:i64", "--input features=1x8x48:f32"});
+  // Given one, the error names only the other.
+  Result r = kiln({"run", m, "--interpret", "--input", "ids=2x8:i64"});
+  expectOneLineError(r, 1, {"input 'features'", "--input features=1x8x48:f32"});
+  EXPECT_FALSE(contains(r.err, "'ids'")) << describe(r);
+}
+
+TEST_F(PlainTrace, InputGivesTheShapeAndTheCheckPasses) {
+  Result r = kiln({"run", model("plain_mlp"), "--input", "x=2x8x64", "--check", "--interpret"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "output 0: f32[2x8x64]")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "kiln: check passed against LibTorch")) << describe(r);
+
+  r = kiln({"run", model("plain_two"), "--input", "ids=2x8:i64", "--input", "features=2x8x48", "--check", "--interpret"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "kiln: check passed against LibTorch")) << describe(r);
+}
+
+TEST_F(PlainTrace, InputNamingNoArgumentListsTheForwardsArguments) {
+  expectOneLineError(kiln({"compile", model("plain_two"), "--input", "y=2x8"}), 2, {"'y'", "ids, features"});
+}
+
+TEST_F(PlainTrace, InspectNeedsNoShapes) {
+  Result r = kiln({"inspect", model("plain_two")});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(r.err.empty()) << describe(r);
+  for (const char* want : {"model plain_two", "inputs: 2, no shapes recorded", "e.g. --input ids=1x8:i64",
+                           "e.g. --input features=1x8x48:f32", "parameters: 3 tensors, 2080 elements, 8320 bytes",
+                           "(f32 3)", "buffers: none", "kiln supports every op on input data"})
+    EXPECT_TRUE(contains(r.out, want)) << want << "\n" << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  aten::embedding +1\n)"))) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  aten::linear +1\n)"))) << describe(r);
+}
+
+TEST_F(PlainTrace, InspectNamesTheUnsupportedOps) {
+  Result r = kiln({"inspect", model("plain_cumsum")});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  aten::cumsum +1  not supported\n)"))) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  aten::mul +1\n)"))) << describe(r);
+  EXPECT_TRUE(contains(r.out, "not supported by kiln: aten::cumsum; see docs/ops.md")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "parameters: none")) << describe(r);
+}
+
+// A kiln_inputs.json kiln cannot use is one line naming the file and the way out.
+TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "m = torch.jit.trace(torch.nn.Linear(4, 4).eval(), (torch.randn(2, 4),))\n"
+      "m.save('{0}/malformed.pt', _extra_files={{'kiln_inputs.json': '{{not json'}})\n"
+      "m.save('{0}/two.pt', _extra_files={{'kiln_inputs.json': '{{\"inputs\": [{{\"name\": \"a\", \"shape\": [2, 4], "
+      "\"dtype\": \"f32\"}}, {{\"name\": \"b\", \"shape\": [2, 4], \"dtype\": \"f32\"}}]}}'}})\n",
+      tmp.path.string());
+  std::ofstream(tmp.path / "make.py") << script;
+  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  std::string malformed = (tmp.path / "malformed.pt").string(), two = (tmp.path / "two.pt").string();
+  expectOneLineError(kiln({"compile", malformed}), 1, {malformed, "kiln_inputs.json is malformed", "--input"});
+  expectOneLineError(kiln({"inspect", malformed}), 1, {malformed, "kiln_inputs.json is malformed"});
+  expectOneLineError(kiln({"compile", two}), 1, {two, "takes 1 inputs but records 2", "models/kiln_export.py"});
+}
+
+TEST(Inspect, RecordedInputsAndFoldedOps) {
+  Result r = kiln({"inspect", "models/fixtures/hf_llama_tiny.pt"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "inputs: 1, recorded in kiln_inputs.json")) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  input_ids +i64\[1x16\]\n)"))) << describe(r);
+  EXPECT_TRUE(contains(r.out, "buffers: 2 tensors")) << describe(r);
+  // The causal-mask chain works on sizes only: evaluated at import, not an op kiln must lower.
+  size_t folded = r.out.find("ops on constants and shapes only");
+  ASSERT_NE(folded, std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("aten::cumsum", folded), std::string::npos) << describe(r);
+  EXPECT_EQ(r.out.find("aten::cumsum"), r.out.find("aten::cumsum", folded)) << describe(r);
+  EXPECT_TRUE(contains(r.out, "kiln supports every op on input data")) << describe(r);
+}
+
+TEST(Inspect, MissingFileIsOneLine) {
+  expectOneLineError(kiln({"inspect", "models/fixtures/no_such_model.pt"}), 1, {"no_such_model.pt", "not found"});
+}
+
+}  // namespace
+}  // namespace kiln
