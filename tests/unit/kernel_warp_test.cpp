@@ -81,7 +81,8 @@ TEST(KernelWarp, LdmatrixFaults) {
 
 // ldmatrix.x4 fills mma's A fragment from a row-major 16x16 tile and ldmatrix.x2 its B fragment from B stored as
 // [n][k]; y = A·Bᵀ (16 x 8). x[0..256) is A, x[256..384) is B.
-TEST(KernelWarp, LdmatrixFeedsMma) {
+// The product of LdmatrixFeedsMma, A and B loaded into floats (pairs = false) or kept packed in pair registers.
+Program ldmatrixMma(bool pairs) {
   Kernel k;
   k.name = "k_ldmatrix_mma";
   k.block = {32, 1, 1};
@@ -92,20 +93,36 @@ TEST(KernelWarp, LdmatrixFeedsMma) {
   k.body.push_back(forLoop(kE, "e", tid, idxConst(256), 32, {storeShared(0, e, loadGlobal(0, e))}));
   k.body.push_back(forLoop(kE, "e", tid, idxConst(128), 32, {storeShared(1, e, loadGlobal(0, e + idxConst(256)))}));
   k.body.push_back(barrier());
-  for (int i = 0; i < 8; ++i) k.floatVars.push_back(fmt::format("a{}", i));
-  for (int i = 0; i < 4; ++i) k.floatVars.push_back(fmt::format("b{}", i));
+  if (!pairs) {
+    for (int i = 0; i < 8; ++i) k.floatVars.push_back(fmt::format("a{}", i));
+    for (int i = 0; i < 4; ++i) k.floatVars.push_back(fmt::format("b{}", i));
+  }
   for (int i = 0; i < 4; ++i) k.floatVars.push_back(fmt::format("c{}", i));
+  const int c0 = pairs ? 0 : 12;  // the accumulators' slots
   // Matrix j of A is rows 8 (j % 2), columns 8 (j / 2); matrix j of B is columns 8j of all 8 rows of [n][k].
   Idx aRow = idxMul(mod(tid, 8) + idxMul(mod(floorDiv(tid, 8), 2), 8), 16) + idxMul(floorDiv(tid, 16), 8);
   Idx bRow = idxMul(mod(tid, 8), 16) + idxMul(mod(floorDiv(tid, 8), 2), 8);
-  k.body.push_back(ldmatrix(0, aRow, 4, false, {0, 1, 2, 3, 4, 5, 6, 7}));
-  k.body.push_back(ldmatrix(1, bRow, 2, false, {8, 9, 10, 11}));
-  for (int i = 12; i < 16; ++i) k.body.push_back(assign(i, fconst(0.f)));
-  k.body.push_back(mma(DType::BF16, {0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}));
+  if (pairs) {
+    for (int i = 0; i < 6; ++i) k.pairVars.push_back(fmt::format("r{}", i));
+    k.body.push_back(ldmatrixPairs(0, aRow, false, {0, 1, 2, 3}));
+    k.body.push_back(ldmatrixPairs(1, bRow, false, {4, 5}));
+  } else {
+    k.body.push_back(ldmatrix(0, aRow, 4, false, {0, 1, 2, 3, 4, 5, 6, 7}));
+    k.body.push_back(ldmatrix(1, bRow, 2, false, {8, 9, 10, 11}));
+  }
+  for (int i = c0; i < c0 + 4; ++i) k.body.push_back(assign(i, fconst(0.f)));
+  if (pairs) k.body.push_back(mmaFromPairs(DType::BF16, {0, 1, 2, 3}, {4, 5}, {c0, c0 + 1, c0 + 2, c0 + 3}));
+  else k.body.push_back(mma(DType::BF16, {0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11}, {c0, c0 + 1, c0 + 2, c0 + 3}));
   Idx g = floorDiv(tid, 4), t = mod(tid, 4);
   for (int i = 0; i < 4; ++i)  // c_i is D[g + 8 (i / 2)][2t + i % 2]
-    k.body.push_back(storeGlobal(1, idxMul(g + idxConst(8 * (i / 2)), 8) + idxMul(t, 2) + idxConst(i % 2), fvar(12 + i)));
-  Program p = program(384, 128, std::move(k));
+    k.body.push_back(storeGlobal(1, idxMul(g + idxConst(8 * (i / 2)), 8) + idxMul(t, 2) + idxConst(i % 2), fvar(c0 + i)));
+  return program(384, 128, std::move(k));
+}
+
+TEST(KernelWarp, LdmatrixFeedsMma) {
+  for (bool pairs : {false, true}) {
+  Program p = ldmatrixMma(pairs);
+  SCOPED_TRACE(pairs ? "pair registers" : "float slots");
   verify(p);
   HostTensor x = ramp(384);
   auto out = interpret(p, {x});
@@ -117,6 +134,19 @@ TEST(KernelWarp, LdmatrixFeedsMma) {
       EXPECT_FLOAT_EQ(out[0].values[r * 8 + n], want) << "D[" << r << "][" << n << "]";
     }
   expectNvccCompiles(p);
+  }
+}
+
+// An mma may not read a pair register that no ldmatrix loaded, nor a register the kernel does not declare.
+TEST(KernelWarp, MmaFromPairsNeedsLoadedRegisters) {
+  Program p = ldmatrixMma(true);
+  Block& body = p.kernels[0].body;
+  auto firstLdmatrix = std::find_if(body.begin(), body.end(), [](const Stmt& s) { return s.kind == Stmt::Kind::Ldmatrix; });
+  body.erase(firstLdmatrix);  // A's registers are never loaded
+  EXPECT_THROW(verify(p), InternalError);
+  Program q = ldmatrixMma(true);
+  q.kernels[0].pairVars.pop_back();  // b23 undeclared
+  EXPECT_THROW(verify(q), InternalError);
 }
 
 }  // namespace
