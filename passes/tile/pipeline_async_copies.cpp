@@ -11,7 +11,8 @@
 // mma tiles another (instead of 6 shared loads per mma). An A operand several stages share (a SwiGLU's gate and
 // up products both read x) is copied once per slice (tile::aSources).
 //
-// Depth: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the Target's shared memory (so a
+// Slices are 64 deep where K allows (the 48 KB bound tile-deep-k-slices sized them for does not hold for a
+// dynamic ring). Depth: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the Target's shared memory (so a
 // block's barrier never idles the SM) and fits one block's maximum; never more than the slices K has, plus one.
 // Preconditions: tile-mma-operand-pairs (row_pairs slices) and tile-deep-k-slices (the slice depth) have run.
 // Postcondition: copy cp_async, fragments ldmatrix, pipelineDepth >= 2; the shared memory is dynamic.
@@ -29,6 +30,10 @@ bool pipelineAsyncCopies(Program& p) {
         s->a.layout != TiledContraction::SharedLayout::RowPairs || !asyncCopyable(p.loop, p.loop.kernels[i], *s))
       continue;
     const loop::Kernel& k = p.loop.kernels[i];
+    // tile-deep-k-slices sized tile_k for 48 KB of static shared memory; the ring is dynamic, so slices 64 deep
+    // (the most one step's copies and fragments are unrolled for) where the reduction has them.
+    const int64_t K = contractionOf(*s, k).k;
+    if (s->tileK < 64 && K >= 64) s->tileK = 64;
     const int64_t slice = ringSlotBytes(*s, contractionOf(*s, k));
     const int64_t budget = std::min(p.target.maxSharedPerBlock, p.target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
     const int64_t slices = (contractionOf(*s, k).k + s->tileK - 1) / s->tileK;

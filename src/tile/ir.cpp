@@ -56,10 +56,10 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                           ? fmt::format("ffma micro {}x{}", t.microM, t.microN)
                           : fmt::format("{}.{} warps 2x2 of {}x{}, fragments {}", instructionName(t.instruction),
                                         dtypeName(t.mmaType), t.tileM / 2, t.tileN / 2, fragmentsName(t.fragments));
-  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({})",
+  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
                      t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
-                     operandString(t, t.b, t.tileN), launch);
+                     operandString(t, t.b, t.tileN), launch, t.model.empty() ? "" : "  [" + t.model + "]");
 }
 
 nlohmann::json toJson(const Schedule& s) {

@@ -418,6 +418,36 @@ TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
   }
 }
 
+// tile-shape-products' rewrite: each single-stage product split into partial products over halves of the
+// reduction and a kernel adding them (then pipelined like any product), in each tile shape: the result of the
+// untiled Loop program, up to the order of the f32 sums.
+TEST_P(TensorCores, SplitReductionsMatchTheUntiledLoopProgram) {
+  for (tile::ProductShape shape : {tile::ProductShape{32, 32, 2}, tile::ProductShape{64, 32, 2}, tile::ProductShape{32, 64, 4},
+                                   tile::ProductShape{128, 64, 1}}) {
+    OnTensorCores t;
+    t.c = compileModel(test::fixturePath(GetParam().model), {}, unrefined(), "tile", GetParam().cast);
+    tile::tileContractions(t.c.tileIR, /*minTiles=*/1);
+    tile::tensorCoreContractions(t.c.tileIR);
+    tile::fuseOperandProducers(t.c.tileIR);
+    const size_t before = t.c.tileIR.loop.kernels.size();
+    tile::shapeProducts(t.c.tileIR, &shape);
+    if (shape.split > 1) EXPECT_GT(t.c.tileIR.loop.kernels.size(), before) << "some product should have been split";
+    applySlices(t.c.tileIR, Slices{true, false, true, true});
+    tile::verify(t.c.tileIR);
+    t.kernelIR = kernel::lowerFromTile(t.c.tileIR);
+    kernel::verify(t.kernelIR);
+    auto inputs = test::randomInputs(t.kernelIR, 5);
+    auto got = kernel::interpret(t.kernelIR, inputs);
+    auto want = loop::interpret(t.c.loopIR, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      // The f32 partial sums add in another order, so a result may round to the neighbouring bf16/f16 value and
+      // the difference propagate through the layers (an indexing error would be of order 1).
+      EXPECT_LE(compare(got[i], want[i]).relL2, 1e-3) << GetParam().model << " split " << shape.split << " output " << i;
+    if (shape.split == 2 && shape.tileM == 32) expectNvccCompiles(t.kernelIR);
+  }
+}
+
 TEST_P(TensorCores, NvccCompilesTheMmaKernels) {
   OnTensorCores t = onTensorCores(GetParam());
   expectNvccCompiles(t.kernelIR);

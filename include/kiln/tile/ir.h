@@ -81,6 +81,8 @@ struct TiledContraction {
   Operand a, b;
   Fragments fragments = Fragments::Elements;  // MmaSync
   int64_t pipelineDepth = 1;  // slices in the shared ring (CpAsync: 2 to 4; otherwise 1)
+  // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
+  std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
 };
 
@@ -115,6 +117,12 @@ bool deepenKSlices(Program& p);                 // tile-deep-k-slices
 bool prefetchSlices(Program& p);                // tile-prefetch-slices
 bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
+// A product shape (tile-shape-products); given to shapeProducts, it is applied to every eligible product instead of
+// the model's choice (tests), a split only where K / split is a multiple of 8 and the product has one stage.
+struct ProductShape {
+  int64_t tileM = 0, tileN = 0, split = 1;
+};
+bool shapeProducts(Program& p, const ProductShape* force = nullptr);  // tile-shape-products
 
 // A product left one thread per output with a reduction this long is tiled (16 x 16) even below a wave.
 constexpr int64_t kTiledContractionLongReduction = 512;

@@ -1,0 +1,153 @@
+// tile-shape-products: tensor-core products whose operands stream through cp.async (tile::asyncCopyable) get
+// the block tile and the split of the reduction that an analytic model of their memory traffic predicts to be
+// fastest on the Target. A product split S ways becomes two kernels: a partial product over K / S of the
+// reduction per block, into an f32 buffer [S][output], then a kernel that adds the S partials and applies the
+// original epilogue (bias, residual, cast) once.
+//
+// Why: an LLM's products at 32 to 512 tokens are bound by memory traffic, not by tensor cores. The tile rule of
+// tile-tiled-contractions (the largest square tile that still gives a wave of blocks) re-reads the activations
+// once per column of tiles and the weights once per row of tiles, and for skinny products (few tiles) it leaves
+// SMs idle: TinyLlama's down projection at 128 tokens runs 256 blocks of 32 x 32 that move 184 MB through L2
+// for 23 MB of weights; split 2 ways with 64 x 64 tiles, 96 MB.
+//
+// The model, per candidate (tile_m, tile_n in 32, 64, 128 not much larger than m and n; S in 1, 2, 4, 8):
+//   block bytes  = (tile_m * distinct A operands + tile_n * stages) * (K / S) * element bytes
+//   traffic      = blocks * block bytes + (S > 1: the partials written and read, 8 bytes per output per split)
+//   time         = max(traffic / bandwidth,                       the chip's memory system
+//                      waves * block bytes / (2 * bandwidth / SMs), one SM streaming its blocks
+//                      padded flops / half the tensor-core peak)    (mma.sync reaches about half of it)
+//                  + (S > 1: kSplitKernelMicros for the second kernel)
+// with waves = ceil(blocks / SMs). Candidates need accumulators within 128 registers per thread (2 x 2 warps of
+// (tile_m / 2) x (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256.
+// The chosen schedule's `model` field says what was predicted, against the tile it replaced.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "kiln/support/error.h"
+#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
+
+namespace kiln::tile {
+namespace {
+
+constexpr double kSplitKernelMicros = 2.0;     // launch and run of the kernel adding the partials
+constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16 tensor-core rate
+constexpr double kTensorCorePeakFlops = 767e12;  // bf16 matrix product measured on the H200 (REFERENCE.md)
+
+struct Candidate {
+  int64_t tileM = 0, tileN = 0, split = 1;
+  double micros = 0;
+};
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split,
+                     int64_t elementBytes) {
+  const double bandwidth = target.memoryBandwidthGBs * 1e9;
+  const int64_t stages = static_cast<int64_t>(c.stages.size());
+  const int64_t tm = ceilDiv(c.m, tileM), tn = ceilDiv(c.n, tileN);
+  const int64_t blocks = c.outerPoints * tm * tn * split;
+  const double blockBytes = static_cast<double>((tileM * aOperands + tileN * stages) * (c.k / split) * elementBytes);
+  double traffic = static_cast<double>(blocks) * blockBytes;
+  if (split > 1) traffic += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
+  const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
+  const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
+  const double seconds = std::max({traffic / bandwidth, waves * blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)),
+                                   flops / (kMmaSyncPeakFraction * kTensorCorePeakFlops)});
+  return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
+}
+
+// Kernel i (a single-stage product) becomes its partial product (at i) and the sum of the partials (at i + 1).
+void splitKernel(Program& p, size_t i, int64_t split, TiledContraction partialSchedule) {
+  const loop::Kernel orig = p.loop.kernels[i];
+  const loop::Reduction& stage = orig.stages.at(0);
+  const loop::Axis r = stage.axes.at(0);
+  const int64_t part = r.extent / split;
+  const int sVar = orig.maxVar() + 1, qVar = orig.maxVar() + 2;
+  const loop::Buffer& out = p.loop.buffers[static_cast<size_t>(orig.output)];
+  loop::Buffer partials;
+  partials.kind = loop::Buffer::Kind::Temp;
+  partials.name = out.name + "_split";
+  partials.dtype = DType::F32;
+  partials.shape = out.shape;
+  partials.shape.insert(partials.shape.begin(), split);
+  const int partialsId = static_cast<int>(p.loop.buffers.size());
+  p.loop.buffers.push_back(partials);
+
+  loop::Kernel partial;
+  partial.name = orig.name + "_split";
+  partial.output = partialsId;
+  partial.parallel.push_back(loop::Axis{sVar, "ps", split});
+  partial.parallel.insert(partial.parallel.end(), orig.parallel.begin(), orig.parallel.end());
+  partial.rowAxes = orig.rowAxes + 1;
+  Idx kFrom = idxMul(idxVar(sVar, "ps"), part) + idxVar(r.var, r.name);
+  loop::Reduction ps{stage.fn, {loop::Axis{r.var, r.name, part}},
+                     loop::mapIndices(stage.value, [&](const Idx& e) {
+                       return substitute(e, [&](int v, const std::string&) -> Idx { return v == r.var ? kFrom : nullptr; });
+                     })};
+  partial.stages.push_back(ps);
+  partial.result = loop::accRef(0);
+  partial.origins = orig.origins;
+
+  loop::Kernel sum = orig;
+  std::vector<Idx> at{idxVar(qVar, "rs")};
+  for (const loop::Axis& a : orig.parallel) at.push_back(idxVar(a.var, a.name));
+  sum.stages = {loop::Reduction{stage.fn, {loop::Axis{qVar, "rs", split}}, loop::load(partialsId, at)}};
+
+  partialSchedule.mAxis += 1;
+  partialSchedule.nAxis += 1;
+  p.loop.kernels[i] = partial;
+  p.loop.kernels.insert(p.loop.kernels.begin() + static_cast<std::ptrdiff_t>(i) + 1, sum);
+  p.schedules[i] = partialSchedule;
+  p.schedules.insert(p.schedules.begin() + static_cast<std::ptrdiff_t>(i) + 1, PointwiseMap{});
+}
+
+}  // namespace
+
+bool shapeProducts(Program& p, const ProductShape* force) {
+  bool changed = false;
+  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
+    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (!s || s->instruction != TiledContraction::Instruction::MmaSync || !asyncCopyable(p.loop, p.loop.kernels[i], *s)) continue;
+    const Contraction c = contractionOf(*s, p.loop.kernels[i]);
+    const int64_t stages = static_cast<int64_t>(c.stages.size());
+    const std::vector<size_t> src = aSources(c);
+    int64_t aOperands = 0;
+    for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
+    const int64_t bytes = dtypeBytes(s->mmaType);
+    Candidate current{s->tileM, s->tileN, 1, predictMicros(p.target, c, aOperands, s->tileM, s->tileN, 1, bytes)};
+    Candidate best = current;
+    for (int64_t tileM : {32, 64, 128})
+      for (int64_t tileN : {32, 64, 128})
+        for (int64_t split : {1, 2, 4, 8}) {
+          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+          if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
+          if (split > 1 && (stages != 1 || c.k % (split * 64) != 0 || c.k / split < 256)) continue;
+          const double t = predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes);
+          if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
+        }
+    if (force) {
+      const bool splits = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
+      best = {force->tileM, force->tileN, splits ? force->split : 1,
+              predictMicros(p.target, c, aOperands, force->tileM, force->tileN, splits ? force->split : 1, bytes)};
+    }
+    if (best.tileM == current.tileM && best.tileN == current.tileN && best.split == 1) continue;
+    TiledContraction shaped = *s;
+    shaped.tileM = best.tileM;
+    shaped.tileN = best.tileN;
+    shaped.model = fmt::format("shape-products: {}x{}{} predicted {:.1f} us against {:.1f} us for {}x{}", best.tileM, best.tileN,
+                               best.split > 1 ? fmt::format(" split {}", best.split) : std::string(), best.micros,
+                               current.micros, current.tileM, current.tileN);
+    if (best.split > 1) {
+      splitKernel(p, i, best.split, shaped);
+      ++i;  // the kernel adding the partials needs nothing more here
+    } else {
+      *s = shaped;
+    }
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::tile
