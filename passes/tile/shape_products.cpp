@@ -12,22 +12,14 @@
 //
 // The model, per candidate (tile_m, tile_n in 32, 64, 128 not much larger than m and n; S in 1, 2, 4, 8):
 //   block bytes  = (tile_m * distinct A operands + tile_n * stages) * (K / S) * element bytes
-//   block flops  = 2 * tile_m * tile_n * (K / S) * stages
 //   traffic      = blocks * block bytes + (S > 1: the partials written and read, 8 bytes per output per split)
-//   time         = max(traffic / bandwidth,                            the chip's memory system
-//                      waves * block bytes / (bandwidth / SMs),        each SM streaming its blocks at its share
-//                      waves * block flops / (kMmaSyncPeakFraction * peak / SMs))  each SM's tensor cores
+//   time         = max(traffic / bandwidth,                       the chip's memory system
+//                      waves * block bytes / (2 * bandwidth / SMs), one SM streaming its blocks
+//                      padded flops / half the tensor-core peak)    (mma.sync reaches about half of it)
 //                  + (S > 1: kSplitKernelMicros for the second kernel)
-// with waves = ceil(blocks / SMs). A candidate replaces the tile-tiled-contractions tile only when predicted at least
-// 10 % faster. Candidates need accumulators within 128 registers per thread (2 x 2 warps of (tile_m / 2) x
-// (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256. The chosen
-// schedule's `model` field says what was predicted, against the tile it replaced.
-//
-// Calibration (H200, 2026-12-01, bench/results/2026-12-01-h200-products-*.md, kiln's pipelined products): one SM
-// streams about its fair share of HBM bandwidth, not more (TinyLlama o_proj at 128 tokens: 64 blocks of 64 x 64 take
-// 18.1 us, 256 of 32 x 32 16.4 us: 524 KB and 2 x 262 KB per SM at 31.8 GB/s are 16.5 us each), and a block of 4 warps
-// multiplies at about a quarter of the tensor cores' per-SM peak (TinyLlama down_proj at 512 tokens in 64 blocks of
-// 128 x 128: 106 us, i.e. 1.7 TFLOP/s per SM; its q_proj 41.6 us in 64 such blocks, 28.7 us in 256 of 64 x 64).
+// with waves = ceil(blocks / SMs). Candidates need accumulators within 128 registers per thread (2 x 2 warps of
+// (tile_m / 2) x (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256.
+// The chosen schedule's `model` field says what was predicted, against the tile it replaced.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -39,9 +31,8 @@
 namespace kiln::tile {
 namespace {
 
-constexpr double kSplitKernelMicros = 3.0;     // the kernel adding the partials (4.6 us measured for 128 x 2048)
-constexpr double kMmaSyncPeakFraction = 0.25;  // of the per-SM dense bf16/f16 tensor-core rate, 4 warps per block
-constexpr double kRequiredGain = 0.9;          // a candidate must be predicted this much faster than the current tile
+constexpr double kSplitKernelMicros = 2.0;     // launch and run of the kernel adding the partials
+constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16 tensor-core rate
 constexpr double kTensorCorePeakFlops = 767e12;  // bf16 matrix product measured on the H200 (REFERENCE.md)
 
 struct Candidate {
@@ -61,10 +52,9 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   double traffic = static_cast<double>(blocks) * blockBytes;
   if (split > 1) traffic += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
   const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
-  const double sms = static_cast<double>(target.smCount);
-  const double blockFlops = 2.0 * static_cast<double>(tileM * tileN * (c.k / split) * stages);
-  const double seconds = std::max({traffic / bandwidth, waves * blockBytes / (bandwidth / sms),
-                                   waves * blockFlops / (kMmaSyncPeakFraction * kTensorCorePeakFlops / sms)});
+  const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
+  const double seconds = std::max({traffic / bandwidth, waves * blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)),
+                                   flops / (kMmaSyncPeakFraction * kTensorCorePeakFlops)});
   return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
 }
 
@@ -135,7 +125,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
           if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
           if (split > 1 && (stages != 1 || c.k % (split * 64) != 0 || c.k / split < 256)) continue;
           const double t = predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes);
-          if (t < best.micros && t < current.micros * kRequiredGain) best = {tileM, tileN, split, t};
+          if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
         }
     if (force) {
       const bool splits = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
