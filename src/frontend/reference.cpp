@@ -64,18 +64,23 @@ HostTensor fromTorch(const at::Tensor& t) {
 }
 
 std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu,
-                                     std::optional<DType> castTo) {
+                                     std::optional<DType> castTo, bool inF32) {
   ::torch::jit::ExtraFilesMap extra;
   auto module = loadModule(path, extra);
   module.eval();
   castModule(module, castTo);
+  if (inF32) module.to(at::kFloat);  // exact: every bf16/f16 value is an f32 value
   if (onGpu) {
     if (!::torch::cuda::is_available()) userError("LibTorch sees no CUDA device for the GPU reference run");
     module.to(at::kCUDA);
   }
   ::torch::NoGradGuard noGrad;
   std::vector<c10::IValue> args;
-  for (const auto& t : inputs) args.push_back(toTorch(t, onGpu));
+  for (const auto& t : inputs) {
+    HostTensor widened = t;  // the values are already those of t's type
+    if (inF32 && (t.dtype == DType::BF16 || t.dtype == DType::F16)) widened.dtype = DType::F32;
+    args.push_back(toTorch(widened, onGpu));
+  }
   c10::IValue out;
   try {
     out = module.forward(args);

@@ -262,7 +262,18 @@ TEST(Cli, RunCheckInterpretWithDtypeBf16) {
   EXPECT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
   EXPECT_TRUE(contains(r.out, "bf16[")) << "the output is bf16:\n" << describe(r);
-  EXPECT_TRUE(contains(r.out, "(tolerance 2e-02)")) << describe(r);
+  // DESIGN.md §4: kiln and LibTorch in bf16, each against an f32 evaluation; both errors printed.
+  EXPECT_TRUE(contains(r.out, "against f32: kiln rel_l2")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "LibTorch bf16")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
+}
+
+// A natively bf16 trace (HF casts to f32 around RMSNorm and rotary) is judged against its f32 evaluation too.
+TEST(Cli, RunCheckBf16TraceAgainstItsF32Evaluation) {
+  Result r = kiln({"run", "models/fixtures/hf_llama_tiny_bf16.pt", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "bf16[1x16x256] against f32: kiln rel_l2")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
 }
 
 TEST(Cli, BadDtype) {

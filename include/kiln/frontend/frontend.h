@@ -59,8 +59,11 @@ struct ModelSummary {
 ModelSummary inspectModel(const std::string& path);
 
 // Runs the module's forward with LibTorch (on the GPU when onGpu) and returns its tensor outputs, tuples
-// flattened in order. The ground truth for `kiln run --check` and the tests.
+// flattened in order. The ground truth for `kiln run --check` and the tests. With castTo, the module's floating
+// parameters are cast to that type first (`--dtype`). With inF32, the same rounded parameters and float inputs are
+// then widened to f32 and the forward runs in f32 (the low-precision check's reference, DESIGN.md §4); casts the
+// trace itself pins stay as they are.
 std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu,
-                                     std::optional<DType> castTo = std::nullopt);
+                                     std::optional<DType> castTo = std::nullopt, bool inF32 = false);
 
 }  // namespace kiln::frontend
