@@ -15,8 +15,9 @@ namespace kiln::kernel::detail {
 
 // Issues (without committing) the copies of operand o's slice at k in [kStart, kStart + tile_k) into ring slot
 // ringSlot: thread t copies 16-byte chunks e = t, t + threads, ... (chunk e: row e / (tile_k / 8), k offset
-// 8 * (e mod tile_k / 8)); unrolled when the chunks divide evenly, so every index is affine in t and k0. Chunks outside the matrix (row >= rows of the operand, k >= K) read nothing and
-// zero-fill (cp.async's src-size operand), their source address clamped inside the matrix.
+// 8 * (e mod tile_k / 8)); unrolled when the chunks divide evenly, so every index is affine in t and k0. Chunks
+// outside the matrix (row >= rows of the operand, k >= K) read nothing and zero-fill (cp.async's src-size operand),
+// their source address clamped inside the matrix.
 void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out) {
   const loop::Expr* load = tile::plainLoad(o.value);
   KILN_ASSERT(load, "kernel {}: a cp_async operand that is not a plain load", lk_.name);
