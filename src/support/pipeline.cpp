@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -74,9 +78,7 @@ void PassRunner::finish(const std::string& name, std::chrono::steady_clock::time
     try {
       verifyFn();
     } catch (const InternalError& e) {
-      std::string path = (std::filesystem::temp_directory_path() / fmt::format("kiln-failed-{}.txt", name)).string();
-      std::ofstream(path) << text();
-      throw InternalError(fmt::format("{} (verifier after pass '{}'; IR written to {})", e.what(), name, path));
+      failed(name, "verifier after pass", e, text);
     }
   }
   std::ostream& log = *opts_.log;
@@ -98,6 +100,40 @@ void PassRunner::finish(const std::string& name, std::chrono::steady_clock::time
   }
   previousText_ = now;
   if (opts_.stopAfter && *opts_.stopAfter == name) throw StopRequested{name, now};
+}
+
+void PassRunner::failed(const std::string& name, const char* where, const InternalError& e,
+                        const std::function<std::string()>& text) {
+  std::string what = e.what();
+  if (what.find("(in pass '") != std::string::npos || what.find("(verifier after pass '") != std::string::npos) throw e;
+  if (!text) throw InternalError(fmt::format("{} ({} '{}')", what, where, name));
+  // A fresh file per failure (mkstemps), never a fixed name another run or user could own.
+  std::string path = (std::filesystem::temp_directory_path() / fmt::format("kiln-failed-{}-XXXXXX.txt", name)).string();
+  std::vector<char> buf(path.begin(), path.end());
+  buf.push_back('\0');
+  int fd = mkstemps(buf.data(), 4);
+  std::string written;
+  if (fd >= 0) {
+    std::string ir;
+    try {
+      ir = text();
+    } catch (const std::exception& printing) {
+      ir = fmt::format("// the IR could not be printed: {}\n", printing.what());
+    }
+    const char* p = ir.data();
+    size_t left = ir.size();
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n <= 0) break;
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    ::close(fd);
+    written = left == 0 ? fmt::format("IR written to {}", buf.data()) : fmt::format("IR only partly written to {}", buf.data());
+  } else {
+    written = "no temporary file for the IR could be made";
+  }
+  throw InternalError(fmt::format("{} ({} '{}'; {})", what, where, name, written));
 }
 
 void PassRunner::printTimings() {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/support/error.h"
+
 namespace kiln {
 
 struct PassInfo {
@@ -48,19 +50,32 @@ class PassRunner {
   ~PassRunner();
 
   // Runs an in-level pass: fn(ir) returns whether it changed something. Skipped when the options say so.
+  // A compiler bug inside it (InternalError) is rethrown naming the pass, with the IR as it stood when the pass
+  // failed written to a fresh temporary file whose path the message gives (DESIGN.md §3.6).
   template <class IR, class Fn>
   void pass(IR& ir, const std::string& name, Fn&& fn) {
     if (skipped(name)) return;
     auto t0 = std::chrono::steady_clock::now();
-    bool changed = fn(ir);
+    bool changed = false;
+    try {
+      changed = fn(ir);
+    } catch (const InternalError& e) {
+      failed(name, "in pass", e, [&] { return print(ir); });
+    }
     finish(name, t0, changed, [&] { return print(ir); }, [&] { verify(ir); });
   }
 
   // Runs a pass that produces a new IR (an import or a lowering).
+  // A compiler bug inside it is rethrown naming the pass (its output does not exist yet: no IR is written).
   template <class Fn>
   auto produce(const std::string& name, Fn&& fn) -> decltype(fn()) {
     auto t0 = std::chrono::steady_clock::now();
-    auto ir = fn();
+    decltype(fn()) ir;
+    try {
+      ir = fn();
+    } catch (const InternalError& e) {
+      failed(name, "in pass", e, nullptr);
+    }
     finish(name, t0, true, [&] { return print(ir); }, [&] { verify(ir); });
     return ir;
   }
@@ -69,6 +84,10 @@ class PassRunner {
 
  private:
   bool skipped(const std::string& name);  // not run per opts_.runs(); says so under -v
+  // Rethrows `e` naming the pass `name` (`where`: "in pass" or "verifier after pass") and, given `text`, the
+  // temporary file the IR was written to.
+  [[noreturn]] void failed(const std::string& name, const char* where, const InternalError& e,
+                           const std::function<std::string()>& text);
   void finish(const std::string& name, std::chrono::steady_clock::time_point t0, bool changed,
               const std::function<std::string()>& text, const std::function<void()>& verifyFn);
 
