@@ -30,23 +30,25 @@ bool pipelineAsyncCopies(Program& p) {
         s->a.layout != TiledContraction::SharedLayout::RowPairs || !asyncCopyable(p.loop, p.loop.kernels[i], *s))
       continue;
     const loop::Kernel& k = p.loop.kernels[i];
+    const Contraction c = contractionOf(*s, k);
     // tile-deep-k-slices sized tile_k for 48 KB of static shared memory; the ring is dynamic, so slices 64 deep
     // (the most one step's copies and fragments are unrolled for) where the reduction has them.
-    const int64_t K = contractionOf(*s, k).k;
-    if (s->tileK < 64 && K >= 64) s->tileK = 64;
-    const int64_t slice = ringSlotBytes(*s, contractionOf(*s, k));
+    TiledContraction piped = *s;
+    if (piped.tileK < 64 && c.k >= 64) piped.tileK = 64;
+    const int64_t slot = ringSlotBytes(piped, c);
     const int64_t budget = std::min(p.target.maxSharedPerBlock, p.target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
-    const int64_t slices = (contractionOf(*s, k).k + s->tileK - 1) / s->tileK;
+    const int64_t slices = (c.k + piped.tileK - 1) / piped.tileK;
     int64_t depth = 0;
     for (int64_t d : {4, 3, 2})
-      if (d * slice <= budget) {
+      if (d * slot <= budget) {
         depth = std::min(d, std::max<int64_t>(2, slices + 1));
         break;
       }
-    if (depth == 0) continue;
-    s->a.copy = s->b.copy = TiledContraction::Copy::CpAsync;
-    s->fragments = TiledContraction::Fragments::Ldmatrix;
-    s->pipelineDepth = depth;
+    if (depth == 0) continue;  // the schedule stays as it was, tile_k included
+    piped.a.copy = piped.b.copy = TiledContraction::Copy::CpAsync;
+    piped.fragments = TiledContraction::Fragments::Ldmatrix;
+    piped.pipelineDepth = depth;
+    *s = piped;
     changed = true;
   }
   return changed;

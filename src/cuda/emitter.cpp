@@ -82,7 +82,7 @@ class Emitter {
                          shared_[i], dynamicBase, k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements);
     }
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
-    if (!pairs_.empty()) out += fmt::format("  unsigned {};  // pairs of {}\n", fmt::join(pairs_, ", "), "16-bit operand elements");
+    if (!pairs_.empty()) out += fmt::format("  unsigned {};  // pairs of 16-bit operand elements\n", fmt::join(pairs_, ", "));
     block(k_.body, 1, out);
     out += "}\n";
     return out;

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -104,36 +103,21 @@ void PassRunner::finish(const std::string& name, std::chrono::steady_clock::time
 
 void PassRunner::failed(const std::string& name, const char* where, const InternalError& e,
                         const std::function<std::string()>& text) {
-  std::string what = e.what();
-  if (what.find("(in pass '") != std::string::npos || what.find("(verifier after pass '") != std::string::npos) throw e;
-  if (!text) throw InternalError(fmt::format("{} ({} '{}')", what, where, name));
-  // A fresh file per failure (mkstemps), never a fixed name another run or user could own.
+  if (!text) throw InternalError(fmt::format("{} ({} '{}')", e.what(), where, name));
+  // A fresh file per failure (mkstemps creates it, mode 0600), never a fixed name another run or user could own.
   std::string path = (std::filesystem::temp_directory_path() / fmt::format("kiln-failed-{}-XXXXXX.txt", name)).string();
-  std::vector<char> buf(path.begin(), path.end());
-  buf.push_back('\0');
-  int fd = mkstemps(buf.data(), 4);
-  std::string written;
-  if (fd >= 0) {
-    std::string ir;
-    try {
-      ir = text();
-    } catch (const std::exception& printing) {
-      ir = fmt::format("// the IR could not be printed: {}\n", printing.what());
-    }
-    const char* p = ir.data();
-    size_t left = ir.size();
-    while (left > 0) {
-      ssize_t n = ::write(fd, p, left);
-      if (n <= 0) break;
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-    ::close(fd);
-    written = left == 0 ? fmt::format("IR written to {}", buf.data()) : fmt::format("IR only partly written to {}", buf.data());
-  } else {
-    written = "no temporary file for the IR could be made";
+  int fd = mkstemps(path.data(), 4);
+  if (fd < 0) throw InternalError(fmt::format("{} ({} '{}'; no temporary file for the IR could be made)", e.what(), where, name));
+  ::close(fd);
+  std::string ir;
+  try {
+    ir = text();
+  } catch (const std::exception& printing) {
+    ir = fmt::format("// the IR could not be printed: {}\n", printing.what());
   }
-  throw InternalError(fmt::format("{} ({} '{}'; {})", what, where, name, written));
+  std::ofstream out(path);
+  out << ir;
+  throw InternalError(fmt::format("{} ({} '{}'; IR {}written to {})", e.what(), where, name, out ? "" : "only partly ", path));
 }
 
 void PassRunner::printTimings() {

@@ -81,12 +81,18 @@ std::optional<Contraction> findContraction(const loop::Kernel& k, int mAxis, int
   return c;
 }
 
+const loop::Expr* plainLoad(const loop::ExprP& operand) {
+  loop::ExprP e = operand;
+  while (e->kind == loop::Expr::Kind::Apply && e->fn == tensor::Fn::Cast && e->castTo == DType::F32) e = e->args[0];
+  return e->kind == loop::Expr::Kind::Load ? e.get() : nullptr;
+}
+
 std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c) {
   std::optional<DType> type;
-  auto operand = [&](loop::ExprP e) {
-    while (e->kind == loop::Expr::Kind::Apply && e->fn == tensor::Fn::Cast && e->castTo == DType::F32) e = e->args[0];
-    if (e->kind != loop::Expr::Kind::Load) return false;
-    DType t = p.buffers[static_cast<size_t>(e->buffer)].dtype;
+  auto operand = [&](const loop::ExprP& e) {
+    const loop::Expr* load = plainLoad(e);
+    if (!load) return false;
+    DType t = p.buffers[static_cast<size_t>(load->buffer)].dtype;
     if (t != DType::BF16 && t != DType::F16) return false;
     if (type && *type != t) return false;
     type = t;
@@ -95,16 +101,6 @@ std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c
   for (auto& st : c.stages)
     if (!operand(st.a) || !operand(st.b)) return std::nullopt;
   return type;
-}
-
-}  // namespace kiln::tile
-
-namespace kiln::tile {
-
-const loop::Expr* plainLoad(const loop::ExprP& operand) {
-  loop::ExprP e = operand;
-  while (e->kind == loop::Expr::Kind::Apply && e->fn == tensor::Fn::Cast && e->castTo == DType::F32) e = e->args[0];
-  return e->kind == loop::Expr::Kind::Load ? e.get() : nullptr;
 }
 
 bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s) {
@@ -121,10 +117,7 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
     if (gathers) return false;
     // The flat element index with k = 8c + j (j < 8) must be its value at j = 0, plus j: eight consecutive k
     // are eight consecutive elements, e.g. [row][k], or attention's [head = k / 64][row][k mod 64].
-    VarExtents ext;
-    for (const loop::Axis& a : k.parallel) ext[a.var] = a.extent;
-    for (const loop::Reduction& r : k.stages)
-      for (const loop::Axis& a : r.axes) ext[a.var] = a.extent;
+    VarExtents ext = k.extents();
     const int cVar = k.maxVar() + 1, jVar = k.maxVar() + 2;
     ext[cVar] = c.k / kAsyncCopyElements;
     ext[jVar] = kAsyncCopyElements;
