@@ -188,9 +188,10 @@ int runRun(const RunCommand& c, std::ostream& out) {
     if (c.benchIters > 0) {
       runtime::Timing t = model.time(runtime::TimingOptions{3, c.benchIters, c.benchGraph,
                                                             static_cast<int64_t>(c.benchRotateMb * 1e6)});
-      std::string how = t.graph ? "replayed from one CUDA graph" : "launched back to back";
+      std::string how = t.graph ? fmt::format("replayed from one CUDA graph of {} forwards", t.forwardsPerGraph)
+                                : "launched back to back";
       if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
-      out << fmt::format("kiln: {} kernels, {:.4f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
+      out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
                          plan.kernels, t.msPerForward, t.forwards, how);
     }
     if (!c.profile) gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always

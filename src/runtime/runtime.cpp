@@ -345,12 +345,19 @@ Timing Model::time(const TimingOptions& o) {
     for (size_t i = 0; i < m.kernels.size(); ++i)
       s.launch(i, false, args[static_cast<size_t>(set)][i].data(), r.stream);
   };
-  // One graph holds one forward on every copy in turn; it is replayed until at least `iters` forwards ran.
-  int64_t replays = (o.iters + sets - 1) / sets, forwards = o.graph ? replays * sets : o.iters;
+  // One graph holds several forwards, cycling over the copies (a whole number of cycles), and is replayed until at
+  // least `iters` forwards ran: as a framework's timing loop captures K iterations in one graph, so that the cost
+  // of launching the graph itself (a few microseconds) is spread over them rather than charged to every forward.
+  // The graph's kernel nodes stay within kMaxGraphKernels.
+  constexpr int64_t kMaxGraphKernels = 4096;
+  const int64_t kernels = std::max<int64_t>(1, static_cast<int64_t>(m.kernels.size()));
+  const int64_t wanted = std::clamp<int64_t>(std::min<int64_t>(o.iters, kMaxGraphKernels / kernels), 1, o.iters);
+  const int64_t perGraph = o.graph ? (wanted + sets - 1) / sets * sets : 1;
+  int64_t replays = (o.iters + perGraph - 1) / perGraph, forwards = o.graph ? replays * perGraph : o.iters;
   if (o.graph) {
     KILN_CU(cuStreamBeginCapture, " capturing the forward in a CUDA graph", r.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     try {
-      for (int64_t c = 0; c < sets; ++c) forward(c);
+      for (int64_t f = 0; f < perGraph; ++f) forward(f % sets);
     } catch (...) {
       CUgraph partial = nullptr;
       driver().fn_cuStreamEndCapture(r.stream, &partial);
@@ -360,9 +367,10 @@ Timing Model::time(const TimingOptions& o) {
     KILN_CU(cuStreamEndCapture, " capturing the forward in a CUDA graph", r.stream, &r.graph);
     KILN_CU(cuGraphInstantiate, " instantiating the CUDA graph", &r.exec, r.graph, 0ULL);
   }
-  auto run = [&](int64_t count) {  // count forwards (graph replays of `sets` forwards each)
+  auto run = [&](int64_t count) {  // count forwards (graph replays of `perGraph` forwards each)
     if (o.graph) {
-      for (int64_t g = 0; g < (count + sets - 1) / sets; ++g) KILN_CU(cuGraphLaunch, " replaying the CUDA graph", r.exec, r.stream);
+      for (int64_t g = 0; g < (count + perGraph - 1) / perGraph; ++g)
+        KILN_CU(cuGraphLaunch, " replaying the CUDA graph", r.exec, r.stream);
     } else {
       for (int64_t f = 0; f < count; ++f) forward(f % sets);
     }
@@ -378,6 +386,7 @@ Timing Model::time(const TimingOptions& o) {
   float ms = 0;
   KILN_CU(cuEventElapsedTime, "", &ms, r.start, r.stop);
   t.forwards = static_cast<int>(forwards);
+  t.forwardsPerGraph = static_cast<int>(perGraph);
   t.msPerForward = static_cast<double>(ms) / static_cast<double>(forwards);
   return t;
 }

@@ -23,8 +23,11 @@ bool gpuAvailable(std::string* why = nullptr);
 
 struct TimingOptions {
   int warmup = 3;            // untimed forwards first (with a graph: at least one replay)
-  int iters = 100;           // forwards to time (with a graph and rotation: rounded up to whole replays)
-  bool graph = true;         // capture the kernels in one CUDA graph and replay it (no per-launch CPU cost)
+  int iters = 100;           // forwards to time (with a graph: rounded up to whole replays)
+  // Capture the kernels in one CUDA graph and replay it (no per-launch CPU cost). The graph holds several forwards
+  // (up to `iters`, at most 4096 kernels, a whole number of rotation cycles), so that a replay's own launch cost
+  // is shared by them, as in a framework's graph-captured timing loop.
+  bool graph = true;
   int64_t rotateBytes = 0;   // > 0: cycle over copies of the whole arena (weights included) until at least this
                              // many bytes are touched, so that a forward does not find its data in L2
 };
@@ -32,6 +35,7 @@ struct TimingOptions {
 struct Timing {
   double msPerForward = 0;
   int forwards = 0;          // forwards timed
+  int forwardsPerGraph = 1;  // forwards one graph replay runs (graph timing)
   int sets = 1;              // arena copies cycled (1: no rotation)
   int64_t rotatedBytes = 0;  // sets * arena bytes when rotating
   bool graph = false;
