@@ -4,7 +4,7 @@
 //   output (8 bf16/f16, 4 f32) consecutive along the innermost axis, when that axis divides; loads that read those
 //   points consecutively become vector loads in the lowering, the store one vector store. Blocks shrink (to 64
 //   threads) until the grid covers every SM twice, where the kernel is that large; beyond one resident wave of
-//   blocks a thread takes two vectors, their loads issued together.
+//   blocks a thread takes two vectors, their loads issued together, if it then holds at most 16 loaded values.
 // * Row reductions whose row is one axis that every stage reduces over (RMSNorm, softmax, LayerNorm): rows are read
 //   as vectors of 16 bytes (as far as the row divides); threadsPerRow is the smallest power of two that still
 //   gives every thread one vector, halved while the rows would more than fill the Target's resident threads and
@@ -15,6 +15,7 @@
 // Precondition: tile-cooperative-reduce has chosen row reductions. Postcondition: the verifier's vector rules
 // (powers of two, 16 bytes of output, dividing the innermost extent).
 #include <algorithm>
+#include <set>
 
 #include "kiln/tile/layout.h"
 
@@ -22,6 +23,18 @@ namespace kiln::tile {
 namespace {
 
 constexpr int64_t kMaxVectorsPerThread = 8;
+// Loaded values (f32 registers) a pointwise thread may hold before computing: more vectors per thread beyond this
+// cost occupancy (registers) and leave a partial wave of blocks.
+constexpr int64_t kMaxLoadedValuesPerThread = 16;
+
+// Distinct loads of one evaluation of e (a value loaded twice is loaded once).
+int64_t distinctLoads(const loop::ExprP& e) {
+  std::set<std::string> keys;
+  loop::forEachLoad(e, [&](const loop::Expr& load) {
+    keys.insert(loop::exprKey(std::make_shared<loop::Expr>(load)));
+  });
+  return static_cast<int64_t>(keys.size());
+}
 
 bool vectorType(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
@@ -59,9 +72,13 @@ bool vectorizeAccesses(Program& p) {
       while (m->threads > 64 && threadsNeeded < 2 * target.smCount * m->threads) m->threads /= 2;
       m->threads = std::min<int64_t>(m->threads, (threadsNeeded + 31) / 32 * 32);
       // Beyond one resident wave of blocks, each thread takes two vectors (twice the loads in flight, half the
-      // blocks).
+      // blocks), where the values it then holds stay within kMaxLoadedValuesPerThread: a bf16 SiLU·mul holding
+      // two vectors of both operands (32 values, 47 registers) fits 5 blocks of 256 threads on an SM, and its 704
+      // blocks then take 1.07 waves (H200, 2026-12-02, TinyLlama s512: 4.77 us, torch.compile 3.76).
       const int64_t blocks = (threadsNeeded + m->threads - 1) / m->threads;
-      if (blocks > target.smCount * (target.maxThreadsPerSm / m->threads)) m->vectorsPerThread = 2;
+      if (blocks > target.smCount * (target.maxThreadsPerSm / m->threads) &&
+          2 * v * distinctLoads(k.result) <= kMaxLoadedValuesPerThread)
+        m->vectorsPerThread = 2;
       changed = true;
       continue;
     }

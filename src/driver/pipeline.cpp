@@ -41,6 +41,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.loopIR, "loop-fuse-epilogues", loop::fuseEpilogues);  // before inlining: keeps a residual stream materialised
   run.pass(c.loopIR, "loop-fuse-producers", loop::fuseProducers);  // producers in topological order
   run.pass(c.loopIR, "loop-fuse-rows", loop::fuseRows);            // after inlining: consumers hold their whole row
+  run.pass(c.loopIR, "loop-reciprocal-row-divisors", loop::reciprocalRowDivisors);  // after the rows are formed
   run.pass(c.loopIR, "loop-eliminate-dead-buffers", loop::eliminateDeadBuffers);  // removes what fusion inlined
   if (until < 3) return run.printTimings(), c;
 

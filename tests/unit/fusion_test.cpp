@@ -44,6 +44,7 @@ const std::vector<LoopPass> kLoopPasses = {
     {"loop-fuse-epilogues", fuseEpilogues},
     {"loop-fuse-producers", fuseProducers},
     {"loop-fuse-rows", fuseRows},
+    {"loop-reciprocal-row-divisors", reciprocalRowDivisors},
     {"loop-eliminate-dead-buffers", eliminateDeadBuffers},
 };
 
@@ -261,6 +262,44 @@ TEST(Fusion, SoftmaxIsOneKernelWithTwoStages) {
   EXPECT_TRUE(holds(k, "aten::softmax"));
   // A second run of loop-fuse-rows finds nothing more to do.
   EXPECT_FALSE(fuseRows(p)) << print(p);
+}
+
+// loop-reciprocal-row-divisors: softmax's write divides by the row's sum; after the pass it multiplies by 1 / sum
+// (one division a row, hoisted by the lowering), computing the same function.
+TEST(Fusion, SoftmaxDividesOncePerRow) {
+  Program p = fused("softmax");
+  ASSERT_EQ(p.kernels.size(), 1u) << print(p);
+  const Kernel& k = p.kernels[0];
+  ASSERT_EQ(k.result->kind, Expr::Kind::Apply) << printKernelBody(p, k);
+  EXPECT_EQ(k.result->fn, Fn::Mul) << printKernelBody(p, k);
+  const ExprP& reciprocal = k.result->args[1];
+  ASSERT_EQ(reciprocal->kind, Expr::Kind::Apply) << printKernelBody(p, k);
+  EXPECT_EQ(reciprocal->fn, Fn::Div);
+  EXPECT_EQ(reciprocal->args[0]->kind, Expr::Kind::Imm);
+  EXPECT_EQ(reciprocal->args[1]->kind, Expr::Kind::Acc);
+  EXPECT_EQ(reciprocal->args[1]->stage, 1);
+  // The same values as without the pass, to the rounding of one multiplication.
+  Program before = unfused("softmax");
+  for (const LoopPass& pass : kLoopPasses)
+    if (std::string(pass.name) != "loop-reciprocal-row-divisors") pass.run(before);
+  const Buffer& in = p.buffers[static_cast<size_t>(p.inputs[0])];
+  HostTensor x = randomTensor(in.dtype, in.shape, 7);
+  auto got = interpret(p, {x}), want = interpret(before, {x});
+  ASSERT_EQ(got.size(), 1u);
+  Comparison c = compare(got[0], want[0]);
+  EXPECT_LT(c.relL2, 1e-6);
+  EXPECT_GT(c.relL2, 0.0);  // a multiplication by 1 / sum does round differently somewhere
+  EXPECT_FALSE(c.hasNaN);
+}
+
+// RMSNorm divides by a constant count (mean = sum / 64): an immediate divisor is left as it is.
+TEST(Fusion, ReciprocalRowDivisorsLeavesConstantDivisors) {
+  Program p = unfused("rmsnorm");
+  for (const LoopPass& pass : kLoopPasses)
+    if (std::string(pass.name) != "loop-reciprocal-row-divisors") pass.run(p);
+  std::string before = print(p);
+  EXPECT_FALSE(reciprocalRowDivisors(p)) << before;
+  EXPECT_EQ(print(p), before);
 }
 
 // SwiGLU MLP: gate and up projections are the two stages of one kernel, whose write is silu(gate) * up;

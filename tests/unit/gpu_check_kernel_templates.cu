@@ -5,6 +5,7 @@
 #include "../../templates/kiln_ops.cuh"
 #include <cstdio>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 __global__ void vec_bf16(const __nv_bfloat16* __restrict__ in0, __nv_bfloat16* __restrict__ out, int n) {
@@ -81,6 +82,17 @@ __global__ void ldm(const float* __restrict__ in0, float* __restrict__ out) {
       int col = 2 * t + h;
       out[64 * j + (Trans ? col * 8 + g : g * 8 + col)] = v[2 * j + h];
     }
+}
+
+// exp, silu and sigmoid (the special-function-unit versions) at n points spread over [-lo, hi].
+__global__ void transcendentals(float* __restrict__ out, int n, float lo, float hi) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float x = lo + (hi - lo) * i / (n - 1);
+    out[3 * i] = kiln::exp(x);
+    out[3 * i + 1] = kiln::silu(x);
+    out[3 * i + 2] = kiln::sigmoid(x);
+  }
 }
 
 static int failures = 0;
@@ -161,6 +173,29 @@ int main() {
   checkLdm(ldm<2, true>, 2, "ldmatrix.x2.trans");
   checkLdm(ldm<4, false>, 4, "ldmatrix.x4");
   checkLdm(ldm<4, true>, 4, "ldmatrix.x4.trans");
+  // exp / silu / sigmoid against double precision: relative error within 4e-6 where |x| <= 20 (the bound
+  // kiln_ops.cuh states), and the right limits beyond, to 1e-5 (silu(-100) = -0, sigmoid(100) = 1, exp(-100) = 0).
+  {
+    const int m = 4001;
+    float* dt;
+    cudaMalloc(&dt, 3 * m * 4);
+    std::vector<float> t(3 * m);
+    for (auto [lo, hi, tol] : {std::tuple{-20.f, 20.f, 4e-6}, std::tuple{-100.f, 100.f, -1.0}}) {
+      transcendentals<<<(m + 127) / 128, 128>>>(dt, m, lo, hi);
+      cudaMemcpy(t.data(), dt, 3 * m * 4, cudaMemcpyDeviceToHost);
+      for (int i = 0; i < m; ++i) {
+        float xf = lo + (hi - lo) * i / (m - 1);
+        double x = xf, e = std::exp(x), want[3] = {e, x / (1 + std::exp(-x)), 1 / (1 + std::exp(-x))};
+        for (int f = 0; f < 3; ++f) {
+          double got = t[3 * i + f], err = std::fabs(got - want[f]);
+          if (f == 0 && x > 88) continue;  // e^x near or beyond the largest float
+          bool ok = err <= (tol > 0 ? tol : 1e-5) * std::fabs(want[f]) + 1e-30;
+          expect(ok, f == 0 ? "exp" : f == 1 ? "silu" : "sigmoid", i, static_cast<float>(got), static_cast<float>(want[f]));
+        }
+      }
+    }
+    cudaFree(dt);
+  }
   cudaError_t err = cudaDeviceSynchronize();
   printf("cuda: %s\n", cudaGetErrorString(err));
   printf(failures || err != cudaSuccess ? "FAILED (%d)\n" : "PASSED (%d failures)\n", failures);

@@ -136,6 +136,7 @@ ExprP inlineProducer(const ExprP& e, const Kernel& producer, const VarExtents& c
 std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, const std::vector<std::string>& consumer);
 bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
+bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisors
 // For `kiln compile --explain-fusion`: each kernel's Torch ops, and for every kernel whose buffer other
 // kernels read, why it was not fused into them.
 std::string explainFusion(const Program& p);
