@@ -60,6 +60,7 @@ __global__ void async_copy_small(const float* __restrict__ in0, float* __restric
   int tid = threadIdx.x;
   kiln::cp_async<8>(&s[tid * 2], &in0[tid * 2]);
   kiln::cp_async<4>(&s[64 + tid], &in0[64 + tid], tid % 2 == 0 ? 4 : 0);
+  kiln::cp_async<4>(&s[96 + tid], &in0[96 + tid], tid % 2 == 0 ? 4 : 0);  // every element of s is written
   kiln::cp_async_commit();
   kiln::cp_async_wait<0>();
   __syncthreads();
