@@ -97,7 +97,7 @@ KILN_ROTATION = re.compile(r"rotating over (\d+) copies of the arena \(([0-9.]+)
 def kiln_timing(opts, path, variant, iters):
     """One `kiln run --bench` from kiln's cache: {ms, forwards[, sets, rotated_mb]} or {error}."""
     extra = {"rotated": ["--graph", "--rotate-mb", round(L2_FACTOR * opts.l2_bytes / 1e6)], "hot": ["--graph"],
-             "launch": []}[variant]
+             "launch": ["--no-graph"]}[variant]
     rc, out, err, secs = run_kiln(opts.kiln, ["run", path, "--bench", iters, *extra], opts.kiln_timeout,
                                   kiln_env(opts))
     m, rot = KILN_BENCH_LINE.search(out), KILN_ROTATION.search(out)

@@ -8,7 +8,7 @@ Per config (dtype : batch : seq), in the order given:
   trace: models/hf_llama.py's model, built once per dtype on the device, traced on these input_ids (on the
     device: transformers' traces pin the device of their masks) to a .pt with its inputs recorded.
   kiln: `kiln run M.pt --check` with an empty compile cache (compile, nvcc, kiln's kernels vs LibTorch on the
-    same GPU, DESIGN.md tolerances; it also times one forward); then `kiln run M.pt --bench N` (must say
+    same GPU, DESIGN.md tolerances; it also times one forward); then `kiln run M.pt --bench N --no-graph` (must say
     "compiled nothing": the cache of the first run), N so the timed loop lasts about --kiln-target-ms. kiln's figure is the mean over N
     back-to-back forwards launched from C++ through the Driver API; with --kiln-graph also replayed from one CUDA
     graph; with --kiln-profile also each kernel alone (`kiln run --bench 20 --profile`: where the time goes).
@@ -128,7 +128,7 @@ def run_kiln_side(opts, pt, env):
     if res["check"] != "PASS" or opts.device == "cpu":
         return res
     iters = int(max(2, min(1000, round(opts.kiln_target_ms / max(res["ms_check_run"], 1e-3)))))
-    rc, out, err, secs = run_kiln(opts.kiln, ["run", pt, "--bench", iters], opts.kiln_timeout, env)
+    rc, out, err, secs = run_kiln(opts.kiln, ["run", pt, "--bench", iters, "--no-graph"], opts.kiln_timeout, env)
     timed = parse_kiln_run(rc, out, err)
     res["second_run_s"] = round(secs, 2)
     res["second_run_compiled_nothing"] = "compiled nothing" in out

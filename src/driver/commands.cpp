@@ -138,7 +138,9 @@ int runRun(const RunCommand& c, std::ostream& out) {
   const Target& target = checkArch(c.arch);
   if (c.benchIters < 0) usageError("--bench needs a positive number of forwards, not {}", c.benchIters);
   if (c.benchRotateMb < 0) usageError("--rotate-mb needs a size in MB >= 0, not {}", c.benchRotateMb);
-  if ((c.benchGraph || c.benchRotateMb > 0) && c.benchIters == 0) usageError("--graph and --rotate-mb time forwards: add --bench N");
+  if ((c.benchGraph || c.benchNoGraph || c.benchRotateMb > 0) && c.benchIters == 0)
+    usageError("--graph, --no-graph and --rotate-mb time forwards: add --bench N");
+  if (c.benchGraph && c.benchNoGraph) usageError("--graph and --no-graph contradict each other: give one");
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
   auto inputs = parseInputs(c.inputs);
@@ -186,13 +188,18 @@ int runRun(const RunCommand& c, std::ostream& out) {
     for (size_t i = 0; i < outs.size(); ++i)
       results.push_back(fromBytes(plan.outputs[i].first, plan.outputs[i].second, outs[i]));
     if (c.benchIters > 0) {
-      runtime::Timing t = model.time(runtime::TimingOptions{3, c.benchIters, c.benchGraph,
-                                                            static_cast<int64_t>(c.benchRotateMb * 1e6)});
-      std::string how = t.graph ? fmt::format("replayed from one CUDA graph of {} forwards", t.forwardsPerGraph)
-                                : "launched back to back";
-      if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
-      out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
-                         plan.kernels, t.msPerForward, t.forwards, how);
+      // The headline figure first (graph replay unless --no-graph); with -v the other mode too.
+      std::vector<bool> modes{!c.benchNoGraph};
+      if (c.pipeline.verbosity > 0) modes.push_back(c.benchNoGraph);
+      for (bool graph : modes) {
+        runtime::Timing t = model.time(runtime::TimingOptions{3, c.benchIters, graph,
+                                                              static_cast<int64_t>(c.benchRotateMb * 1e6)});
+        std::string how = t.graph ? fmt::format("replayed from one CUDA graph of {} forwards", t.forwardsPerGraph)
+                                  : "launched back to back";
+        if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
+        out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
+                           plan.kernels, t.msPerForward, t.forwards, how);
+      }
     }
     if (!c.profile) gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always
   }

@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
   r->add_option("--input", run.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
   r->add_option("--arch", run.arch, "target GPU: " + kiln::knownArchList() + " (default sm_90a)");
   r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");
-  r->add_flag("--graph", run.benchGraph, "with --bench: replay the forward from one CUDA graph instead of launching each kernel");
+  r->add_flag("--graph", run.benchGraph, "with --bench: replay the forward from one CUDA graph (the default)");
+  r->add_flag("--no-graph", run.benchNoGraph, "with --bench: launch the kernels one by one instead of replaying a CUDA graph; -v prints both figures");
   r->add_option("--rotate-mb", run.benchRotateMb, "with --bench: cycle over copies of the whole arena (weights too) touching at least this many MB, so no forward finds its data in L2");
   r->add_flag("--profile", run.profile, "with --bench N: also time each kernel alone (N launches) and list the kernels by GPU time per forward");
   r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");

@@ -29,7 +29,7 @@ namespace {
   X(cuGetErrorString) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)          \
   X(cuEventDestroy) X(cuMemcpyDtoD) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)                     \
   X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)
 
 // The Driver API, resolved once per process. Members are named fn_<unversioned name>; their types come from the
 // (versioned) prototypes in cuda.h.
@@ -129,6 +129,10 @@ struct Model::Impl {
   // Kernel arguments are built once: a device pointer per param, and the void* array cuLaunchKernel wants.
   std::vector<std::vector<CUdeviceptr>> argValues;
   std::vector<std::vector<void*>> argPtrs;
+  // forward(): the kernels captured once as a CUDA graph, replayed on the caller's stream after.
+  CUstream ownStream = nullptr;  // where forward() runs when the caller gives none (capture needs a real stream)
+  CUgraph graph = nullptr;
+  CUgraphExec graphExec = nullptr;
 
   CUdeviceptr ptr(const BufferInfo& b) const { return arena + static_cast<CUdeviceptr>(b.offset); }
   void makeCurrent() const { KILN_CU(cuCtxSetCurrent, "", ctx); }
@@ -149,6 +153,9 @@ struct Model::Impl {
     const Driver& d = driver();
     if (!ctx) return;
     d.fn_cuCtxSetCurrent(ctx);
+    if (graphExec) d.fn_cuGraphExecDestroy(graphExec);
+    if (graph) d.fn_cuGraphDestroy(graph);
+    if (ownStream) d.fn_cuStreamDestroy(ownStream);
     if (arena) d.fn_cuMemFree(arena);
     for (auto& [file, mod] : modules) d.fn_cuModuleUnload(mod);
     d.fn_cuDevicePrimaryCtxRelease(dev);
@@ -268,6 +275,72 @@ std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std
     if (b.bytes > 0) KILN_CU(cuMemcpyDtoH, fmt::format(" copying output '{}'", b.name), o.data(), s.ptr(b), o.size());
   }
   return out;
+}
+
+void Model::forward(const std::vector<Binding>& inputs, const std::vector<Binding>& outputs,
+                    const ForwardOptions& o) {
+  Impl& s = *impl_;
+  const Manifest& m = s.m;
+  if (inputs.size() != m.inputs.size() || outputs.size() != m.outputs.size())
+    userError("kiln runtime: model '{}' takes {} inputs and {} outputs, got {} and {}", m.model, m.inputs.size(),
+              m.outputs.size(), inputs.size(), outputs.size());
+  auto checkBinding = [&](const Binding& b, const BufferInfo& info, const char* what, size_t i) {
+    if ((b.host != nullptr) == (b.device != 0))
+      userError("kiln runtime: {} {} ('{}') needs exactly one of a host or a device pointer", what, i, info.name);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) checkBinding(inputs[i], *m.findBuffer(m.inputs[i]), "input", i);
+  for (size_t i = 0; i < outputs.size(); ++i) checkBinding(outputs[i], *m.findBuffer(m.outputs[i]), "output", i);
+  s.makeCurrent();
+  CUstream stream = static_cast<CUstream>(o.stream);
+  if (!stream) {
+    if (!s.ownStream) KILN_CU(cuStreamCreate, "", &s.ownStream, CU_STREAM_NON_BLOCKING);
+    stream = s.ownStream;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const BufferInfo& b = *m.findBuffer(m.inputs[i]);
+    if (b.bytes == 0) continue;
+    std::string where = fmt::format(" copying input '{}'", b.name);
+    if (inputs[i].host)
+      KILN_CU(cuMemcpyHtoDAsync, where, s.ptr(b), inputs[i].host, static_cast<size_t>(b.bytes), stream);
+    else
+      KILN_CU(cuMemcpyDtoDAsync, where, s.ptr(b), inputs[i].device, static_cast<size_t>(b.bytes), stream);
+  }
+  if (o.syncEachKernel) {
+    for (size_t i = 0; i < m.kernels.size(); ++i) {
+      s.launch(i, false, nullptr, stream);
+      KILN_CU(cuStreamSynchronize, fmt::format(" after kernel '{}'", m.kernels[i].name), stream);
+    }
+  } else if (o.graph) {
+    if (!s.graphExec) {
+      KILN_CU(cuStreamBeginCapture, " capturing the forward in a CUDA graph", stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+      try {
+        for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, false, nullptr, stream);
+      } catch (...) {
+        CUgraph partial = nullptr;
+        driver().fn_cuStreamEndCapture(stream, &partial);
+        if (partial) driver().fn_cuGraphDestroy(partial);
+        throw;
+      }
+      KILN_CU(cuStreamEndCapture, " capturing the forward in a CUDA graph", stream, &s.graph);
+      KILN_CU(cuGraphInstantiate, " instantiating the forward's CUDA graph", &s.graphExec, s.graph, 0ULL);
+    }
+    KILN_CU(cuGraphLaunch, " replaying the forward's CUDA graph", s.graphExec, stream);
+  } else {
+    for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, false, nullptr, stream);
+  }
+  bool toHost = false;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const BufferInfo& b = *m.findBuffer(m.outputs[i]);
+    if (b.bytes == 0) continue;
+    std::string where = fmt::format(" copying output '{}'", b.name);
+    if (outputs[i].host)
+      KILN_CU(cuMemcpyDtoHAsync, where, outputs[i].host, s.ptr(b), static_cast<size_t>(b.bytes), stream);
+    else
+      KILN_CU(cuMemcpyDtoDAsync, where, outputs[i].device, s.ptr(b), static_cast<size_t>(b.bytes), stream);
+    toHost = toHost || outputs[i].host;
+  }
+  // Host buffers are the caller's to read when forward() returns; device outputs are ordered on the stream.
+  if (toHost) KILN_CU(cuStreamSynchronize, " after the forward", stream);
 }
 
 namespace {

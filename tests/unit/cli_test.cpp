@@ -298,6 +298,8 @@ TEST(Cli, RunCheckF32LlamaUsesTheF32Tolerance) {
 
 TEST(Cli, BenchFlagsWithoutOrAgainstBench) {
   expectOneLineError(kiln({"run", kMlp, "--graph"}), 2, {"--graph", "--bench N"});
+  expectOneLineError(kiln({"run", kMlp, "--no-graph"}), 2, {"--no-graph", "--bench N"});
+  expectOneLineError(kiln({"run", kMlp, "--bench", "3", "--graph", "--no-graph"}), 2, {"--graph", "--no-graph", "give one"});
   expectOneLineError(kiln({"run", kMlp, "--rotate-mb", "150"}), 2, {"--rotate-mb", "--bench N"});
   expectOneLineError(kiln({"run", kMlp, "--bench", "10", "--rotate-mb", "-1"}), 2, {"--rotate-mb", "-1"});
   expectOneLineError(kiln({"run", kMlp, "--bench", "-3"}), 2, {"--bench", "-3"});

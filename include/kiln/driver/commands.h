@@ -34,7 +34,8 @@ struct RunCommand {
   uint64_t seed = 0;
   std::string arch = "sm_90a";       // --arch: a Target (kiln/support/target.h)
   int benchIters = 0;               // --bench N: time N forward passes on the GPU
-  bool benchGraph = false;          // --graph: time replays of one CUDA graph
+  bool benchGraph = false;          // --graph: given explicitly (graph replay is the default)
+  bool benchNoGraph = false;        // --no-graph: time the kernels launched one by one instead of graph replays
   double benchRotateMb = 0;         // --rotate-mb M: rotate over arena copies touching >= M MB
   bool profile = false;             // --profile: with --bench N, also time each kernel alone (N launches)
   std::string dtype;                // --dtype f16|bf16

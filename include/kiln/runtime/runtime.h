@@ -41,6 +41,23 @@ struct Timing {
   bool graph = false;
 };
 
+// Where forward() reads an input or writes an output: exactly one of a host pointer (pageable or pinned memory of
+// the buffer's byte size) and a device pointer (a CUdeviceptr in the Model's context, the primary one of device 0).
+struct Binding {
+  void* host = nullptr;
+  uint64_t device = 0;
+};
+
+struct ForwardOptions {
+  void* stream = nullptr;  // a CUstream; nullptr: a non-blocking stream of the Model's own
+  // Capture the kernels as a CUDA graph on the first forward() and replay it after (one launch for the whole
+  // forward). Off: the kernels are launched one by one, no synchronization between them.
+  bool graph = true;
+  // Debugging: launch kernel by kernel and synchronize the stream after each, so that a fault names the kernel that
+  // caused it (as run() does). Overrides `graph`.
+  bool syncEachKernel = false;
+};
+
 // One compiled model loaded onto device 0.
 //
 // Uses the device's *primary* context, the one the CUDA runtime (and so LibTorch) uses too, so that a Model and
@@ -66,6 +83,15 @@ class Model {
   // values from an earlier run. Synchronizes after every kernel so that an asynchronous fault is blamed on the
   // kernel that caused it. Returns the outputs' bytes in manifest().outputs order.
   std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs);
+
+  // One forward pass for serving: the inputs are copied into the arena, the kernels run (from one CUDA graph by
+  // default) and the outputs are copied out, all asynchronously on `options.stream`; returns once the host outputs
+  // are written (the stream is synchronized only when some output is a host buffer). No poisoning and no
+  // per-kernel synchronization (unless options.syncEachKernel). Bindings in manifest().inputs / outputs order.
+  // The graph is captured on the first call and reused: later calls may use another stream, but not another
+  // `graph` choice without cost (a launched forward simply does not use the graph).
+  void forward(const std::vector<Binding>& inputs, const std::vector<Binding>& outputs,
+               const ForwardOptions& options = {});
 
   // GPU time per forward pass (CUDA events around back-to-back passes on one stream, after warm-up; no
   // per-kernel synchronization, no copies). Uses whatever the arena holds (the inputs of the last run(), zeros

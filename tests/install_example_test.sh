@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# CTest: the installed package works for a user. Installs the build tree into a temporary prefix, builds
+# examples/run_emitted against that prefix only (find_package(kiln) -> kiln::runtime), emits the mlp fixture with the
+# installed kiln and runs the example on it. Without a GPU the example must get as far as the manifest and then say
+# clearly that there is no driver (exit 1); with one it must print a checksum per output.
+#   install_example_test.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+for f in bin/kiln include/kiln/kiln_runtime.h lib/cmake/kiln/kilnConfig.cmake; do
+  [ -e "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
+done
+ls "$work/prefix"/lib*/libkiln_runtime.so > /dev/null && ls "$work/prefix"/lib*/libkiln_runtime.a > /dev/null
+generator=(); command -v ninja > /dev/null && generator=(-G Ninja)
+cmake -S "$src/examples/run_emitted" -B "$work/example" "${generator[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  > "$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/example" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+# The example links the installed library, not the build tree's.
+ldd "$work/example/run_emitted" | grep -q "$work/prefix" || { ldd "$work/example/run_emitted"; exit 1; }
+"$work/prefix/bin/kiln" compile "$src/models/fixtures/mlp.pt" --emit cuda -o "$work/out" --no-nvcc > /dev/null
+set +e
+"$work/example/run_emitted" "$work/out" 3 > "$work/run.out" 2> "$work/run.err"
+rc=$?
+set -e
+cat "$work/run.out" "$work/run.err"
+grep -q "^mlp: 2 kernels for sm_90a, 1 inputs, 1 outputs" "$work/run.out"
+if [ $rc -eq 0 ]; then
+  grep -q "^output 0 'out0' f32: 2048 bytes, fnv1a " "$work/run.out"
+else
+  [ $rc -eq 1 ] && grep -q "^run_emitted: kiln runtime: cannot run .* on a GPU: " "$work/run.err"
+fi
+echo "install_example_test: OK"
