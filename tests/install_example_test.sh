@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CTest: the installed package works for a user. Installs the build tree into a temporary prefix, builds
 # examples/run_emitted against that prefix only (find_package(kiln) -> kiln::runtime), emits the mlp fixture with the
-# installed kiln and runs the example on it. Without a GPU the example must get as far as the manifest and then say
+# installed kiln (nvcc included) and runs the example on it. Without a GPU the example must get as far as the manifest and then say
 # clearly that there is no driver (exit 1); with one it must print a checksum per output.
 #   install_example_test.sh BUILD_DIR
 set -euo pipefail
@@ -20,7 +20,7 @@ cmake -S "$src/examples/run_emitted" -B "$work/example" "${generator[@]}" -DCMAK
 cmake --build "$work/example" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 # The example links the installed library, not the build tree's.
 ldd "$work/example/run_emitted" | grep -q "$work/prefix" || { ldd "$work/example/run_emitted"; exit 1; }
-"$work/prefix/bin/kiln" compile "$src/models/fixtures/mlp.pt" --emit cuda -o "$work/out" --no-nvcc > /dev/null
+"$work/prefix/bin/kiln" compile "$src/models/fixtures/mlp.pt" --emit cuda -o "$work/out" > /dev/null
 set +e
 "$work/example/run_emitted" "$work/out" 3 > "$work/run.out" 2> "$work/run.err"
 rc=$?
@@ -29,6 +29,9 @@ cat "$work/run.out" "$work/run.err"
 grep -q "^mlp: 2 kernels for sm_90a, 1 inputs, 1 outputs" "$work/run.out"
 if [ $rc -eq 0 ]; then
   grep -q "^output 0 'out0' f32: 2048 bytes, fnv1a " "$work/run.out"
+  # On a GPU: kernel by kernel with a synchronization after each gives the same bytes as the graph replay.
+  KILN_SYNC_EACH_KERNEL=1 "$work/example/run_emitted" "$work/out" 3 > "$work/run-sync.out"
+  cmp "$work/run.out" "$work/run-sync.out"
 else
   [ $rc -eq 1 ] && grep -q "^run_emitted: kiln runtime: cannot run .* on a GPU: " "$work/run.err"
 fi

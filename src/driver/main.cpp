@@ -5,6 +5,9 @@
 #include <iostream>
 
 #include "kiln/driver/commands.h"
+#include "kiln/frontend/frontend.h"
+#include "kiln/runtime/manifest.h"
+#include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
 #include "kiln/support/target.h"
 #include "kiln/tensor/ir.h"
@@ -65,7 +68,11 @@ void finishPipelineFlags(kiln::PipelineOptions& p, const PipelineFlags& f) {
 int main(int argc, char** argv) {
   CLI::App app{"kiln: compiles TorchScript LLMs through six IR levels to CUDA kernels"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", KILN_VERSION);
+  app.set_version_flag("--version", [] {
+    return fmt::format("kiln {} (commit {})\nLibTorch {}\n{}\nmanifest format {}", KILN_VERSION, KILN_GIT_COMMIT,
+                       kiln::frontend::libtorchVersion(), kiln::runtime::cudaVersions(),
+                       kiln::runtime::kManifestFormatVersion);
+  });
 
   kiln::CompileCommand compile;
   PipelineFlags flags;  // shared by compile and run (only one is parsed)

@@ -6,6 +6,7 @@
 #include "kiln/support/error.h"
 #include "torch_util.h"
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 namespace kiln::frontend {
 
@@ -98,6 +99,11 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
   };
   flatten(out);
   return result;
+}
+
+std::string libtorchVersion() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
 }
 
 }  // namespace kiln::frontend

@@ -96,6 +96,14 @@ Manifest manifestFromJson(const json& j, const std::string& what) {
   Reader r{what};
   if (!j.is_object()) userError("{}: top level must be a JSON object", what);
   Manifest m;
+  if (j.contains("format_version")) {
+    m.formatVersion = r.integer(j, "", "format_version");
+    if (m.formatVersion < 1 || m.formatVersion > kManifestFormatVersion)
+      userError("{}: manifest format {} (kiln {}) is not one this runtime reads (formats 1 to {}): run it with the "
+                "kiln that wrote it, or compile the model again with this one", what, m.formatVersion,
+                j.contains("kiln_version") && j["kiln_version"].is_string() ? j["kiln_version"].get<std::string>() : "unknown",
+                kManifestFormatVersion);
+  }
   m.kilnVersion = r.str(j, "", "kiln_version");
   m.model = r.str(j, "", "model");
   m.arch = r.str(j, "", "arch");
@@ -207,6 +215,7 @@ Manifest readManifest(const std::filesystem::path& dir) {
 
 json toJson(const Manifest& m) {
   json j;
+  j["format_version"] = m.formatVersion;
   j["kiln_version"] = m.kilnVersion;
   j["model"] = m.model;
   j["arch"] = m.arch;

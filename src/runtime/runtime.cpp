@@ -29,7 +29,8 @@ namespace {
   X(cuGetErrorString) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)          \
   X(cuEventDestroy) X(cuMemcpyDtoD) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)                     \
   X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
-  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) \
+  X(cuDriverGetVersion)
 
 // The Driver API, resolved once per process. Members are named fn_<unversioned name>; their types come from the
 // (versioned) prototypes in cuda.h.
@@ -114,6 +115,16 @@ bool gpuAvailable(std::string* why) {
     if (why) *why = e.what();
     return false;
   }
+}
+
+std::string cudaVersions() {
+  std::string text = fmt::format("CUDA {}.{} (headers the runtime was built with)", CUDA_VERSION / 1000,
+                                 CUDA_VERSION % 1000 / 10);
+  std::string why = initDriver();
+  int v = 0;
+  if (why.empty() && driver().fn_cuDriverGetVersion(&v) == CUDA_SUCCESS)
+    return text + fmt::format(", driver {}.{}", v / 1000, v % 1000 / 10);
+  return text + ", no driver here: " + why;
 }
 
 struct Model::Impl {

@@ -38,6 +38,14 @@ const std::string kMlp = "models/fixtures/mlp.pt";  // tests run with the reposi
 
 // ---- errors ----
 
+// --version: kiln's version and commit, the LibTorch and CUDA it was built with, the manifest format it writes.
+TEST(Cli, VersionNamesTheBuild) {
+  Result r = kiln({"--version"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  for (const char* part : {"kiln 0.1.0 (commit ", "LibTorch 2.11.0", "CUDA 13.0", "manifest format 1"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << describe(r);
+}
+
 TEST(Cli, MissingModelFile) {
   expectOneLineError(kiln({"compile", "models/fixtures/no_such_model.pt"}), 1, {"no_such_model.pt", "not found"});
 }

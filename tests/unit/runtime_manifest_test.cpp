@@ -102,6 +102,24 @@ TEST(RuntimeManifest, RoundTrip) {
   EXPECT_FALSE(j["buffers"][0].contains("weight_offset"));
 }
 
+// The format version: written, read back; absent (kiln before it had one) means format 1; a newer one is refused.
+TEST(RuntimeManifest, FormatVersion) {
+  TempDir dir;
+  writeManifest(sample(), dir.path);
+  auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
+  EXPECT_EQ(j["format_version"], kManifestFormatVersion);
+  j.erase("format_version");
+  writeText(dir.path / "manifest.json", j.dump());
+  EXPECT_EQ(readManifest(dir.path).formatVersion, 1);
+  j["format_version"] = kManifestFormatVersion + 1;
+  j["kiln_version"] = "9.9.9";
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "manifest format 2 (kiln 9.9.9) is not one this runtime reads");
+  j["format_version"] = "1";
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "format_version");
+}
+
 TEST(RuntimeManifest, MissingFile) {
   TempDir dir;
   expectReadError(dir.path, "cannot open");

@@ -34,6 +34,9 @@ struct InputOverride {
 };
 InputOverride parseInputOverride(const std::string& text);
 
+// The LibTorch version kiln was built against ("2.11.0"), for `kiln --version`.
+std::string libtorchVersion();
+
 // Throws UserError for a missing/unreadable/non-TorchScript file, inputs without a shape (one line naming
 // each, with an example --input), overrides that do not name an input (UsageError), or shapes the model
 // cannot run with. `castTo` (--dtype) first casts the module's

@@ -44,7 +44,12 @@ struct KernelInfo {
   int64_t sharedBytes = 0;  // dynamic shared memory per block
 };
 
+// The manifest format this kiln writes and reads ("format_version"). A manifest without the field was written by kiln
+// before it had one, in this same format. A newer format is refused with one line (use the kiln that wrote it).
+inline constexpr int64_t kManifestFormatVersion = 1;
+
 struct Manifest {
+  int64_t formatVersion = kManifestFormatVersion;
   std::string kilnVersion;
   std::string model;
   std::string arch;  // nvcc's -arch value: "sm_90a" (kiln/support/target.h)

@@ -21,6 +21,9 @@ namespace kiln::runtime {
 // callers (tests, `kiln run`) can skip GPU work with a clear reason instead of crashing.
 bool gpuAvailable(std::string* why = nullptr);
 
+// "CUDA 13.0 (headers the runtime was built with), driver 13.0" or "..., no driver here: <why>" (kiln --version).
+std::string cudaVersions();
+
 struct TimingOptions {
   int warmup = 3;            // untimed forwards first (with a graph: at least one replay)
   int iters = 100;           // forwards to time (with a graph: rounded up to whole replays)
