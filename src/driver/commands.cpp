@@ -143,6 +143,23 @@ int runRun(const RunCommand& c, std::ostream& out) {
   if (c.benchGraph && c.benchNoGraph) usageError("--graph and --no-graph contradict each other: give one");
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
+  // `kiln run DIR`: an emitted directory runs as compiled (its shapes, dtype and schedules are fixed); --check
+  // compares it with LibTorch running --reference.
+  std::error_code ec;
+  const bool emitted = fs::is_directory(c.model, ec);
+  if (emitted) {
+    if (!fs::exists(fs::path(c.model) / runtime::kManifestFileName, ec))
+      userError("{} is a directory without {}: kiln run takes a .pt or a directory written by kiln compile --emit cuda",
+                c.model, runtime::kManifestFileName);
+    if (c.interpret) usageError("--interpret runs Kernel IR, which an emitted directory does not hold: run the .pt");
+    if (!c.inputs.empty() || !c.pipeline.enable.empty() || !c.pipeline.disable.empty())
+      usageError("{} was compiled for fixed input shapes and passes: compile the .pt again to change them", c.model);
+    if (c.check && c.reference.empty())
+      usageError("--check on an emitted directory needs the model to compare with: add --reference MODEL.pt");
+  } else if (!c.reference.empty()) {
+    usageError("--reference names the model an emitted directory is checked against; {} is not a directory", c.model);
+  }
+  const std::string& referenceModel = emitted ? c.reference : c.model;
   auto inputs = parseInputs(c.inputs);
   auto cast = parseCast(c.dtype);
   std::vector<HostTensor> args, results;
@@ -161,14 +178,17 @@ int runRun(const RunCommand& c, std::ostream& out) {
     device = "CPU (Kernel-IR interpreter)";
   } else {
     std::string why;
-    if (!runtime::gpuAvailable(&why))
+    if (!runtime::gpuAvailable(&why)) {
+      if (emitted) userError("kiln run needs a CUDA GPU to run an emitted directory: {}", why);
       userError("kiln run needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
+    }
     std::vector<std::string> passChoices;
     for (auto& p : c.pipeline.enable) passChoices.push_back("+" + p);
     for (auto& p : c.pipeline.disable) passChoices.push_back("-" + p);
-    fs::path dir = runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, target.arch, passChoices});
-    std::error_code ec;
-    if (fs::exists(dir / runtime::kManifestFileName, ec) && !wantsToWatchCompile(c.pipeline)) {
+    fs::path dir = emitted ? fs::path(c.model) : runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, target.arch, passChoices});
+    if (emitted) {
+      out << fmt::format("kiln: compiled nothing: running the emitted directory {}\n", dir.string());
+    } else if (fs::exists(dir / runtime::kManifestFileName, ec) && !wantsToWatchCompile(c.pipeline)) {
       out << fmt::format("kiln: compiled nothing: kernels from the cache {}\n", dir.string());
     } else {
       auto start = std::chrono::steady_clock::now();
@@ -220,14 +240,14 @@ int runRun(const RunCommand& c, std::ostream& out) {
   std::vector<HostTensor> ref;
   bool referenceOnGpu = !c.interpret;
   try {
-    ref = frontend::runReference(c.model, args, referenceOnGpu, cast);
+    ref = frontend::runReference(referenceModel, args, referenceOnGpu, cast);
   } catch (const UserError& e) {
     if (c.interpret) throw;
     // A trace that pins tensors to the CPU (transformers builds its masks with a traced device) cannot run
     // on the GPU; compare with its CPU run instead, and say so.
     out << fmt::format("kiln: {}; comparing with LibTorch on the CPU instead (trace the model on the GPU to compare there)\n", e.what());
     referenceOnGpu = false;
-    ref = frontend::runReference(c.model, args, false, cast);
+    ref = frontend::runReference(referenceModel, args, false, cast);
   }
   if (ref.size() != results.size())
     userError("LibTorch returns {} outputs, kiln {}", ref.size(), results.size());
@@ -240,7 +260,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
   std::string f32Problem;
   if (lowPrecision) {
     try {
-      f32 = frontend::runReference(c.model, args, referenceOnGpu, cast, /*inF32=*/true);
+      f32 = frontend::runReference(referenceModel, args, referenceOnGpu, cast, /*inF32=*/true);
       if (f32.size() != ref.size()) f32Problem = fmt::format("it returns {} outputs, not {}", f32.size(), ref.size());
     } catch (const UserError& e) {
       f32Problem = e.what();

@@ -46,6 +46,21 @@ TEST(Cli, VersionNamesTheBuild) {
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << describe(r);
 }
 
+// kiln run DIR (an emitted directory): what cannot apply to it is refused with one line before any work.
+TEST(Cli, RunEmittedDirectoryRefusesWhatCannotApply) {
+  test::TempDir tmp;
+  fs::path out = tmp.path / "out";
+  Result emit = kiln({"compile", kMlp, "--emit", "cuda", "-o", out.string(), "--no-nvcc"});
+  ASSERT_EQ(emit.code, 0) << describe(emit);
+  expectOneLineError(kiln({"run", out.string(), "--interpret"}), 2, {"--interpret", "emitted directory"});
+  expectOneLineError(kiln({"run", out.string(), "--check"}), 2, {"--check", "--reference MODEL.pt"});
+  expectOneLineError(kiln({"run", out.string(), "--input", "x=1x8x64"}), 2, {out.string(), "fixed input shapes"});
+  expectOneLineError(kiln({"run", kMlp, "--reference", kMlp}), 2, {"--reference", "not a directory"});
+  expectOneLineError(kiln({"run", tmp.path.string()}), 1, {"without manifest.json", "--emit cuda"});
+  if (!runtime::gpuAvailable())
+    expectOneLineError(kiln({"run", out.string()}), 1, {"needs a CUDA GPU to run an emitted directory"});
+}
+
 TEST(Cli, MissingModelFile) {
   expectOneLineError(kiln({"compile", "models/fixtures/no_such_model.pt"}), 1, {"no_such_model.pt", "not found"});
 }

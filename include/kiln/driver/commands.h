@@ -27,7 +27,8 @@ struct CompileCommand {
 };
 
 struct RunCommand {
-  std::string model;
+  std::string model;                // a .pt, or a directory written by `kiln compile --emit cuda` (has manifest.json)
+  std::string reference;            // --reference M.pt: with a directory, the model --check compares against
   std::vector<std::string> inputs;
   bool check = false;
   bool interpret = false;
