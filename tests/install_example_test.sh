@@ -32,6 +32,11 @@ if [ $rc -eq 0 ]; then
   # On a GPU: kernel by kernel with a synchronization after each gives the same bytes as the graph replay.
   KILN_SYNC_EACH_KERNEL=1 "$work/example/run_emitted" "$work/out" 3 > "$work/run-sync.out"
   cmp "$work/run.out" "$work/run-sync.out"
+  # Fed the inputs `kiln run DIR` used, the example reproduces kiln's output bytes.
+  "$work/prefix/bin/kiln" run "$work/out" --save-io "$work/io" > "$work/kiln.out"
+  "$work/example/run_emitted" "$work/out" "$work/io" > "$work/run-io.out"
+  want=$(grep -o 'fnv1a [0-9a-f]*' "$work/kiln.out"); got=$(grep -o 'fnv1a [0-9a-f]*' "$work/run-io.out")
+  [ -n "$want" ] && [ "$want" = "$got" ] || { echo "kiln: $want, example: $got"; exit 1; }
 else
   [ $rc -eq 1 ] && grep -q "^run_emitted: kiln runtime: cannot run .* on a GPU: " "$work/run.err"
 fi

@@ -1,11 +1,15 @@
 // Runs a directory written by `kiln compile MODEL.pt --emit cuda -o DIR` through kiln's installed runtime library:
-// seeded inputs in, each output's checksum out.   usage: run_emitted DIR [SEED]
+// seeded inputs in (or those `kiln run --save-io IO` wrote), each output's checksum out.
+//   usage: run_emitted DIR [SEED | IO]
 #include <kiln/kiln_runtime.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 // f16 bits of |f| < 1 (truncated; values below f16's normal range become zero).
@@ -41,11 +45,16 @@ int main(int argc, char** argv) {
                 info.kernels, info.arch.c_str(), info.inputs.size(), info.outputs.size(), info.arenaBytes,
                 info.kilnVersion.c_str());
     kiln::Runtime runtime(argv[1]);
-    uint64_t state = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
+    std::string io = argc > 2 && !std::isdigit(static_cast<unsigned char>(argv[2][0])) ? argv[2] : "";
+    uint64_t state = argc > 2 && io.empty() ? std::strtoull(argv[2], nullptr, 10) : 0;
     std::vector<std::vector<unsigned char>> in, out;
     std::vector<kiln::Buffer> inputs, outputs;
     for (const kiln::TensorInfo& t : info.inputs) {
-      fill(in.emplace_back(t.bytes), t.dtype, state);
+      std::vector<unsigned char>& bytes = in.emplace_back(t.bytes);
+      std::ifstream file(io + "/input" + std::to_string(in.size() - 1) + ".bin", std::ios::binary);
+      if (io.empty()) fill(bytes, t.dtype, state);
+      else if (!file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
+        throw kiln::RuntimeError("cannot read " + std::to_string(t.bytes) + " bytes of input '" + t.name + "' from " + io);
       inputs.push_back(kiln::Buffer::host(in.back().data()));
     }
     for (const kiln::TensorInfo& t : info.outputs) outputs.push_back(kiln::Buffer::host(out.emplace_back(t.bytes).data()));

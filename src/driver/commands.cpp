@@ -134,6 +134,42 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
   return 0;
 }
 
+namespace {
+
+// FNV-1a over bytes: a fingerprint of an output that two runs share only when every byte agrees.
+uint64_t fnv1a(const std::vector<std::byte>& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (std::byte b : bytes) h = (h ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+  return h;
+}
+
+void checkSaveIoDir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
+    userError("--save-io {}: not a new or empty directory; name one that is", dir);
+}
+
+// --save-io DIR: the bytes of every input and output in the model's dtypes, to feed the same inputs to another run
+// (examples/run_emitted) or compare outputs bit for bit. DIR must be new or empty: nothing of the user's is replaced.
+void saveInputsAndOutputs(const std::string& dir, const std::vector<HostTensor>& inputs,
+                          const std::vector<HostTensor>& outputs, std::ostream& out) {
+  std::error_code ec;
+  checkSaveIoDir(dir);
+  fs::create_directories(dir, ec);
+  if (ec) userError("--save-io {}: cannot create the directory: {}", dir, ec.message());
+  auto write = [&](const std::string& name, const HostTensor& t) {
+    std::vector<std::byte> bytes = toBytes(t);
+    std::ofstream f(fs::path(dir) / name, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!f) userError("--save-io {}: cannot write {}", dir, name);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) write(fmt::format("input{}.bin", i), inputs[i]);
+  for (size_t i = 0; i < outputs.size(); ++i) write(fmt::format("output{}.bin", i), outputs[i]);
+  out << fmt::format("kiln: wrote {} inputs and {} outputs to {}\n", inputs.size(), outputs.size(), dir);
+}
+
+}  // namespace
+
 int runRun(const RunCommand& c, std::ostream& out) {
   const Target& target = checkArch(c.arch);
   if (c.benchIters < 0) usageError("--bench needs a positive number of forwards, not {}", c.benchIters);
@@ -143,6 +179,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
   if (c.benchGraph && c.benchNoGraph) usageError("--graph and --no-graph contradict each other: give one");
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
+  if (!c.saveIo.empty()) checkSaveIoDir(c.saveIo);  // before any work, and again when writing
   // `kiln run DIR`: an emitted directory runs as compiled (its shapes, dtype and schedules are fixed); --check
   // compares it with LibTorch running --reference.
   std::error_code ec;
@@ -224,6 +261,7 @@ int runRun(const RunCommand& c, std::ostream& out) {
     if (!c.profile) gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always
   }
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", plan.name, plan.kernels, device);
+  if (!c.saveIo.empty()) saveInputsAndOutputs(c.saveIo, args, results, out);
   auto profile = [&] {  // each kernel alone: last, so that a failure here cannot hide the check's verdict
     if (c.profile && gpuModel)
       out << formatKernelProfile(gpuModel->manifest(), gpuModel->timeEachKernel(c.benchIters), c.benchIters);
@@ -232,7 +270,8 @@ int runRun(const RunCommand& c, std::ostream& out) {
     for (size_t i = 0; i < results.size(); ++i) {
       double sum = 0;
       for (float v : results[i].values) sum += v;
-      out << fmt::format("  output {}: {}[{}] sum {:.6g}\n", i, dtypeName(results[i].dtype), shapeString(results[i].shape), sum);
+      out << fmt::format("  output {}: {}[{}] sum {:.6g} fnv1a {:016x}\n", i, dtypeName(results[i].dtype),
+                         shapeString(results[i].shape), sum, fnv1a(toBytes(results[i])));
     }
     profile();
     return 0;

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   kiln::RunCommand run;
   auto* r = app.add_subcommand("run", "run a model on seeded random inputs (GPU, or --interpret on the CPU)");
   r->add_option("model", run.model, "TorchScript model (.pt), or a directory written by kiln compile --emit cuda")->required();
+  r->add_option("--save-io", run.saveIo, "write the inputs and outputs as raw bytes (input0.bin, output0.bin, ...) into DIR, new or empty")->type_name("DIR");
   r->add_option("--reference", run.reference, "with a directory: the TorchScript model --check compares with")->type_name("MODEL.pt");
   r->add_flag("--check", run.check, "compare with LibTorch running the same module on the same device");
   r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");

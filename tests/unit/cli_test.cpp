@@ -61,6 +61,18 @@ TEST(Cli, RunEmittedDirectoryRefusesWhatCannotApply) {
     expectOneLineError(kiln({"run", out.string()}), 1, {"needs a CUDA GPU to run an emitted directory"});
 }
 
+// --save-io DIR: the inputs and outputs as raw bytes in the model's dtypes; never into a directory with files in it.
+TEST(Cli, SaveIoWritesRawBytesIntoANewDirectory) {
+  test::TempDir tmp;
+  fs::path io = tmp.path / "io";
+  Result r = kiln({"run", kMlp, "--interpret", "--save-io", io.string()});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(fs::file_size(io / "input0.bin"), 1u * 8 * 64 * 4);
+  EXPECT_EQ(fs::file_size(io / "output0.bin"), 1u * 8 * 64 * 4);
+  EXPECT_NE(r.out.find(" fnv1a "), std::string::npos) << describe(r);
+  expectOneLineError(kiln({"run", kMlp, "--interpret", "--save-io", io.string()}), 1, {"--save-io", "new or empty"});
+}
+
 TEST(Cli, MissingModelFile) {
   expectOneLineError(kiln({"compile", "models/fixtures/no_such_model.pt"}), 1, {"no_such_model.pt", "not found"});
 }
