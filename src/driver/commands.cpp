@@ -257,6 +257,10 @@ int runRun(const RunCommand& c, std::ostream& out) {
         out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
                            plan.kernels, t.msPerForward, t.forwards, how);
       }
+      if (c.pipeline.verbosity > 0)
+        out << fmt::format("kiln: {:.5f} ms per forward through the runtime's forward() (graph replay, device inputs "
+                           "and outputs copied in and out, CUDA events around {} calls)\n",
+                           model.timeForward(c.benchIters), c.benchIters);
     }
     if (!c.profile) gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always
   }

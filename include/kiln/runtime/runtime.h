@@ -101,6 +101,11 @@ class Model {
   // before the first), so call run() first when timing depends on the data.
   Timing time(const TimingOptions& options);
 
+  // GPU time per forward() with its defaults (the Model's stream, graph replay), inputs and outputs bound to device
+  // buffers of their own (copies in and out included): what a serving loop on the GPU pays per forward. CUDA events
+  // around `iters` back-to-back calls, after 3 warm-up calls.
+  double timeForward(int iters);
+
   // GPU time of each kernel alone, ms per launch, in manifest().kernels order: one warm-up launch, then
   // `launches` back-to-back launches of that kernel between two CUDA events on the default stream. A kernel
   // only reads buffers other kernels wrote and writes its own, so repeating it changes nothing; it runs on what
