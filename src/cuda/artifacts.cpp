@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <future>
 #include <map>
 #include <thread>
@@ -21,6 +23,7 @@
 #include "kiln/support/error.h"
 #include "kiln/support/files.h"
 #include "kiln/support/output.h"
+#include "kiln/support/progress.h"
 
 #ifndef KILN_NVCC
 #define KILN_NVCC "nvcc"
@@ -175,13 +178,35 @@ std::string runNvcc(const fs::path& dir, const std::vector<std::string>& files, 
 
 }  // namespace
 
-// Compiles in parallel: one nvcc per core, each on a share of the files.
+// Compiles in parallel: one worker per core, each running nvcc on batches of its share of the files (a few files
+// per nvcc: its start-up is paid per batch, and the progress line can count the kernels done).
 std::string compileWithNvcc(const fs::path& dir, const std::vector<std::string>& files, const std::string& arch) {
+  constexpr size_t kFilesPerNvcc = 4;
   size_t workers = std::max<size_t>(1, std::min<size_t>(files.size(), std::thread::hardware_concurrency()));
   std::vector<std::vector<std::string>> shares(workers);
   for (size_t i = 0; i < files.size(); ++i) shares[i % workers].push_back(files[i]);
+  std::atomic<size_t> done{0};
+  const auto start = std::chrono::steady_clock::now();
+  auto report = [&] {
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    progress::show(fmt::format("kiln: nvcc {}/{} kernels, {:.1f} s", done.load(), files.size(), seconds));
+  };
   std::vector<std::future<std::string>> logs;
-  for (auto& share : shares) logs.push_back(std::async(std::launch::async, [&, share] { return runNvcc(dir, share, arch); }));
+  for (auto& share : shares)
+    logs.push_back(std::async(std::launch::async, [&, share] {
+      std::string log;
+      for (size_t b = 0; b < share.size(); b += kFilesPerNvcc) {
+        std::vector<std::string> batch(share.begin() + static_cast<std::ptrdiff_t>(b),
+                                       share.begin() + static_cast<std::ptrdiff_t>(std::min(share.size(), b + kFilesPerNvcc)));
+        log += runNvcc(dir, batch, arch);
+        done += batch.size();
+      }
+      return log;
+    }));
+  report();
+  for (auto& l : logs)  // the line moves on every half second while the workers run
+    while (l.wait_for(std::chrono::milliseconds(500)) != std::future_status::ready) report();
+  progress::clear();
   std::string log;
   for (auto& l : logs) log += l.get();
   if (!log.empty()) {

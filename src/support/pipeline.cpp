@@ -1,5 +1,7 @@
 #include "kiln/support/pipeline.h"
 
+#include "kiln/support/progress.h"
+
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -58,6 +60,7 @@ bool PassRunner::skipped(const std::string& name) {
 
 PassRunner::PassRunner(PipelineOptions opts) : opts_(std::move(opts)) {
   if (!opts_.log) opts_.log = &std::cerr;
+  if (opts_.verbosity > 0 || opts_.timePasses || !opts_.printAfter.empty()) progress::disable();  // their lines say more
   if (!opts_.dumpDir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(opts_.dumpDir, ec);
@@ -65,7 +68,13 @@ PassRunner::PassRunner(PipelineOptions opts) : opts_(std::move(opts)) {
   }
 }
 
-PassRunner::~PassRunner() = default;
+PassRunner::~PassRunner() { progress::clear(); }
+
+void PassRunner::started(const std::string& name) {
+  if (!progress::enabled()) return;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begun_).count();
+  progress::show(fmt::format("kiln: {} ({} of {} passes, {:.1f} s)", name, index_ + 1, allPasses().size(), seconds));
+}
 
 void PassRunner::finish(const std::string& name, std::chrono::steady_clock::time_point t0, bool changed,
                         const std::function<std::string()>& text, const std::function<void()>& verifyFn) {

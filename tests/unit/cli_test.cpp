@@ -73,6 +73,31 @@ TEST(Cli, SaveIoWritesRawBytesIntoANewDirectory) {
   expectOneLineError(kiln({"run", kMlp, "--interpret", "--save-io", io.string()}), 1, {"--save-io", "new or empty"});
 }
 
+// The progress line: on a terminal (script(1) gives kiln one) it names the passes and counts nvcc's kernels; with
+// KILN_PROGRESS=0, or stderr not a terminal (every other test here), there is none.
+TEST(Cli, ProgressLineOnlyOnATerminal) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) is not installed";
+  test::TempDir tmp;
+  auto onTerminal = [&](const std::string& env, const std::string& out) {
+    fs::path log = tmp.path / (out + ".log");
+    std::string cmd = fmt::format("cd {} && {} script -qec '{} compile {} --emit cuda -o {}' {} >/dev/null 2>&1",
+                                  KILN_SOURCE_DIR, env, KILN_BINARY, kMlp, (tmp.path / out).string(), log.string());
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string shown = onTerminal("", "a");
+  EXPECT_NE(shown.find("kiln: tile-lower-from-loop ("), std::string::npos) << shown;
+  EXPECT_NE(shown.find(" passes, "), std::string::npos) << shown;
+  EXPECT_NE(shown.find("kiln: nvcc "), std::string::npos) << shown;
+  EXPECT_NE(shown.find("/2 kernels"), std::string::npos) << shown;
+  std::string quiet = onTerminal("KILN_PROGRESS=0", "b");
+  EXPECT_EQ(quiet.find("kiln: nvcc "), std::string::npos) << quiet;
+  EXPECT_NE(quiet.find("kiln: wrote 2 kernels"), std::string::npos) << quiet;
+  Result piped = kiln({"compile", kMlp, "--emit", "cuda", "-o", (tmp.path / "c").string()});
+  EXPECT_EQ(piped.err, "") << describe(piped);
+}
+
 TEST(Cli, MissingModelFile) {
   expectOneLineError(kiln({"compile", "models/fixtures/no_such_model.pt"}), 1, {"no_such_model.pt", "not found"});
 }

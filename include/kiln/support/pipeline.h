@@ -55,6 +55,7 @@ class PassRunner {
   template <class IR, class Fn>
   void pass(IR& ir, const std::string& name, Fn&& fn) {
     if (skipped(name)) return;
+    started(name);
     auto t0 = std::chrono::steady_clock::now();
     bool changed = false;
     try {
@@ -69,6 +70,7 @@ class PassRunner {
   // A compiler bug inside it is rethrown naming the pass (its output does not exist yet: no IR is written).
   template <class Fn>
   auto produce(const std::string& name, Fn&& fn) -> decltype(fn()) {
+    started(name);
     auto t0 = std::chrono::steady_clock::now();
     decltype(fn()) ir;
     try {
@@ -84,6 +86,7 @@ class PassRunner {
 
  private:
   bool skipped(const std::string& name);  // not run per opts_.runs(); says so under -v
+  void started(const std::string& name);  // the progress line (kiln/support/progress.h) names the pass
   // Rethrows `e` naming the pass `name` (`where`: "in pass" or "verifier after pass") and, given `text`, the
   // temporary file the IR was written to.
   [[noreturn]] void failed(const std::string& name, const char* where, const InternalError& e,
@@ -94,6 +97,7 @@ class PassRunner {
   PipelineOptions opts_;
   std::string previousText_;
   int index_ = 0;
+  std::chrono::steady_clock::time_point begun_ = std::chrono::steady_clock::now();
   std::vector<std::pair<std::string, double>> timings_;
 };
 
