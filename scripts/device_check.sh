@@ -19,7 +19,7 @@ bash scripts/device_build.sh "$LOG/build.log" || exit 1
 rows=()
 for pt in models/fixtures/*.pt; do
   m=$(basename "$pt" .pt)
-  ./build/kiln run "$pt" --check --bench 200 > "$LOG/check-$m.log" 2>&1; rc=$?
+  ./build/kiln run "$pt" --check --bench 200 --no-graph > "$LOG/check-$m.log" 2>&1; rc=$?
   err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | sort -g | tail -1)
   ms=$(grep -o '[0-9.]* ms per forward (CUDA events' "$LOG/check-$m.log" | awk '{print $1}' | head -1)
   mc=skip; rcc=skip
@@ -51,13 +51,13 @@ for dt in f32 bf16; do
     [ $variant = off ] && { m=$base+off; extra=("${OFF[@]}"); }
     ./build/kiln compile "$LOG/$base.pt" --ir tile "${extra[@]}" 2>/dev/null | grep -o 'tiled_contraction([^)]*)' | sort | uniq -c > "$LOG/$m-schedules.txt"
     tiled=$(awk '{n += $1} END {print n + 0}' "$LOG/$m-schedules.txt"); mma=$(grep mma_ "$LOG/$m-schedules.txt" | awk '{n += $1} END {print n + 0}')
-    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
+    ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --check --bench 20 --no-graph > "$LOG/check-$m.log" 2>&1; rc=$?
     ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --bench 20 --profile > "$LOG/profile-$m.log" 2>&1
     err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
     ms=$(grep -o '[0-9.]* ms per forward (CUDA events' "$LOG/check-$m.log" | awk '{print $1}' | head -1)
     # the same forward timed three more ways: plain schedules (tile passes off; once per model), and from one CUDA
     # graph, without and with arena rotation (the runtime's timing modes)
-    [ $variant = default ] && ./build/kiln run "$LOG/$base.pt" "${PLAIN[@]}" --bench 20 > "$LOG/time-plain-$base.log" 2>&1
+    [ $variant = default ] && ./build/kiln run "$LOG/$base.pt" "${PLAIN[@]}" --bench 20 --no-graph > "$LOG/time-plain-$base.log" 2>&1
     ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --bench 50 --graph > "$LOG/time-graph-$m.log" 2>&1
     ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --bench 50 --graph --rotate-mb 200 > "$LOG/time-rotated-$m.log" 2>&1
     timings+=("$(printf '%-20s %-12s %-12s %-12s %-12s' "$m" "$(t "$LOG/time-plain-$base.log")" "${ms:--}" "$(t "$LOG/time-graph-$m.log")" "$(t "$LOG/time-rotated-$m.log")")")
@@ -74,7 +74,7 @@ for dt in f32 bf16; do
   if [ ${#offNames[@]} -gt 1 ]; then
     for p in "${offNames[@]}"; do
       m=$base+$p
-      ./build/kiln run "$LOG/$base.pt" --enable-pass "$p" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
+      ./build/kiln run "$LOG/$base.pt" --enable-pass "$p" --check --bench 20 --no-graph > "$LOG/check-$m.log" 2>&1; rc=$?
       err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
       ./build/kiln run "$LOG/$base.pt" --enable-pass "$p" --bench 50 --graph > "$LOG/time-graph-$m.log" 2>&1
       timings+=("$(printf '%-20s %-12s %-12s %-12s %-12s' "$m" "$(t "$LOG/time-plain-$base.log")" "$(t "$LOG/check-$m.log")" "$(t "$LOG/time-graph-$m.log")" "-")")
@@ -93,7 +93,7 @@ if [ ${#OFF[@]} -gt 0 ]; then
   python3 bench/export_cases.py "$LOG/cases" --dtype bf16 --filter tinyllama/gate_proj/s512 > "$LOG/export-$m.log" 2>&1
   pt="$LOG/cases/tinyllama__gate_proj__s512.bf16.pt"
   ./build/kiln compile "$pt" --ir tile "${OFF[@]}" 2>/dev/null | grep -o 'tiled_contraction([^)]*)' > "$LOG/$m-schedules.txt"
-  ./build/kiln run "$pt" "${OFF[@]}" --check --bench 20 > "$LOG/check-$m.log" 2>&1; rc=$?
+  ./build/kiln run "$pt" "${OFF[@]}" --check --bench 20 --no-graph > "$LOG/check-$m.log" 2>&1; rc=$?
   err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
   bound=${KILN_SANITIZE_SECONDS:-120}   # a 2048-deep product of 176 blocks: racecheck is slow here
   timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$pt" "${OFF[@]}" > "$LOG/memcheck-$m.log" 2>&1; mc=$?
