@@ -152,7 +152,9 @@ def versions(args, kiln):
     v["kiln_commit"], v["kiln_commit_source"] = resolve_commit(getattr(args, "commit", None))
     try:
         rc, out, err, _ = run_kiln(kiln, ["--version"], 30)
-        v["kiln_version"] = (out or err).strip()
+        text = (out or err).strip()
+        v["kiln_version"] = text.splitlines()[0] if text else ""   # "kiln 0.1.0 (commit ...)"
+        v["kiln_version_full"] = text                               # also LibTorch, CUDA, manifest format
     except OSError as e:   # not built (--skip-kiln)
         v["kiln_version"] = f"not run: {e}"
     if shutil.which("nvidia-smi"):

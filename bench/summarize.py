@@ -218,8 +218,8 @@ def memory_bound_bar_section(rows):
     forwards on one set of data): kiln <= torch.compile on every row, and >= 70 % of the HBM floor at s512."""
     from cases import BANDWIDTH, MEMORY_BOUND_KINDS
     mine = [r for r in rows if r["kind"] in MEMORY_BOUND_KINDS]
-    if not mine or not any(kiln_fig(r, "hot") for r in mine):
-        return []
+    if not any(kiln_fig(r, "hot") and torch_ms(r, "torch_compile", "hot") for r in mine):
+        return []  # the bar compares with torch.compile: nothing to say without its figures
     lines = ["## The memory-bound bar (hot figures)", "",
              "kiln ≤ torch.compile on every row, and kiln ≥ 70 % of the HBM floor at s512; both sides hot (one set of "
              "data, replayed from one CUDA graph of several forwards), so a case that fits in L2 can beat the floor.",
@@ -248,7 +248,8 @@ def markdown(meta, rows, source_names):
     source = meta.get("commit_source") or v.get("kiln_commit_source") or "as recorded on the device"
     launch_too = b == "rotated" and any(kiln_fig(r, "launch") for r in rows)
     lines = [f"# kiln kernel suite on the H200 — {date}", ""]
-    lines += [f"- kiln {commit} ({source}; {v.get('kiln_version', '')}); torch {v.get('torch')} "
+    kiln_version = (v.get("kiln_version") or "").splitlines()[0] if v.get("kiln_version") else ""
+    lines += [f"- kiln {commit} ({source}; {kiln_version}); torch {v.get('torch')} "
               f"(CUDA {v.get('torch_cuda')}), triton {v.get('triton', '–')}; GPU {v.get('gpu', v.get('device_name'))}; "
               f"{v.get('nvcc', '')}",
               f"- from {', '.join(source_names)}; {len(rows)} case×dtype rows"
