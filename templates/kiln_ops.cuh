@@ -24,6 +24,7 @@ __device__ __forceinline__ float relu(float a) { return a > 0.0f ? a : 0.0f; }
 __device__ __forceinline__ float silu(float a) { return __fdividef(a, 1.0f + __expf(-a)); }
 __device__ __forceinline__ float sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
 __device__ __forceinline__ float tanh(float a) { return tanhf(a); }
+__device__ __forceinline__ float abs(float a) { return fabsf(a); }
 __device__ __forceinline__ float gelu(float a) { return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f)); }
 __device__ __forceinline__ float gelu_tanh(float a) {
   return 0.5f * a * (1.0f + tanhf(0.79788456080286536f * (a + 0.044715f * a * a * a)));

@@ -114,6 +114,49 @@ struct Lowering {
     return isNone(2) ? y : b.binary(Fn::Mul, Operand{y}, Operand{tensor(2)});
   }
 
+  // layer_norm(x, normalized_shape, weight, bias, eps): (x - mean) * rsqrt(mean((x - mean)^2) + eps) * w + b over
+  // the trailing normalized dims (the biased variance, as PyTorch).
+  int layerNorm() {
+    int x = tensor(0);
+    int n = static_cast<int>(ints(1).size());
+    std::vector<int> axes;
+    for (int d = b.rank(x) - n; d < b.rank(x); ++d) axes.push_back(d);
+    double eps = argc() > 4 && !isNone(4) ? number(4) : 1e-5;
+    int mean = b.mean(x, axes, true);
+    int centred = b.binary(Fn::Sub, Operand{x}, Operand{mean});
+    int var = b.mean(b.binary(Fn::Mul, Operand{centred}, Operand{centred}), axes, true);
+    int r = b.unary(Fn::Rsqrt, b.binary(Fn::Add, Operand{var}, Operand{-1, static_cast<float>(eps)}));
+    int y = b.binary(Fn::Mul, Operand{centred}, Operand{r});
+    if (argc() > 2 && !isNone(2)) y = b.binary(Fn::Mul, Operand{y}, Operand{tensor(2)});
+    if (argc() > 3 && !isNone(3)) y = b.binary(Fn::Add, Operand{y}, Operand{tensor(3)});
+    return y;
+  }
+
+  // clamp(x, min, max) = min(max(x, min), max), either bound None; clamp_min / clamp_max take one.
+  int clamp(bool low, bool high) {
+    int x = tensor(0);
+    int y = x;
+    int at = 1;
+    if (low) {
+      if (!isNone(at)) y = b.binary(Fn::Max, Operand{y}, operand(at));
+      ++at;
+    }
+    if (high && !isNone(at)) y = b.binary(Fn::Min, Operand{y}, operand(at));
+    return y;  // clamp(x, None, None) is x itself
+  }
+
+  // addmm(c, a, b, beta, alpha) = beta * c + alpha * (a @ b); baddbmm likewise with batched products.
+  int addmm() {
+    int product = b.matmul(tensor(1), tensor(2));
+    double beta = argc() > 3 && !isNone(3) ? number(3) : 1.0, alpha = argc() > 4 && !isNone(4) ? number(4) : 1.0;
+    if (alpha != 1.0) product = b.binary(Fn::Mul, Operand{product}, Operand{-1, static_cast<float>(alpha)});
+    if (beta == 0.0) return product;
+    Operand c = operand(0);
+    if (beta != 1.0) c = c.isImm() ? Operand{-1, c.imm * static_cast<float>(beta)}
+                                   : Operand{b.binary(Fn::Mul, c, Operand{-1, static_cast<float>(beta)})};
+    return b.binary(Fn::Add, Operand{product}, c);
+  }
+
   int sdpa() {
     int q = tensor(0), k = tensor(1), v = tensor(2);
     if (argc() > 4 && !isNone(4) && number(4) != 0.0) unsupported("dropout must be 0 at inference");
@@ -157,7 +200,8 @@ struct Lowering {
     static const Unary unaries = {{"aten::neg", Fn::Neg},         {"aten::exp", Fn::Exp},   {"aten::rsqrt", Fn::Rsqrt},
                                   {"aten::sqrt", Fn::Sqrt},       {"aten::relu", Fn::Relu}, {"aten::silu", Fn::Silu},
                                   {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh},   {"aten::cos", Fn::Cos},
-                                  {"aten::sin", Fn::Sin},         {"aten::logical_not", Fn::Not}, {"aten::bitwise_not", Fn::Not}};
+                                  {"aten::sin", Fn::Sin},         {"aten::logical_not", Fn::Not}, {"aten::bitwise_not", Fn::Not},
+                                  {"aten::abs", Fn::Abs}};
     static const Unary compares = {{"aten::lt", Fn::Lt}, {"aten::le", Fn::Le}, {"aten::gt", Fn::Gt},
                                    {"aten::ge", Fn::Ge}, {"aten::eq", Fn::Eq}, {"aten::ne", Fn::Ne},
                                    {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
@@ -193,6 +237,11 @@ struct Lowering {
     }
     if (op == "aten::softmax") return softmax();
     if (op == "aten::rms_norm") return rmsNorm();
+    if (op == "aten::layer_norm") return layerNorm();
+    if (op == "aten::clamp" || op == "aten::clip") return clamp(true, true);
+    if (op == "aten::clamp_min") return clamp(true, false);
+    if (op == "aten::clamp_max") return clamp(false, true);
+    if (op == "aten::addmm" || op == "aten::baddbmm") return addmm();
     if (op == "aten::linear") return b.linear(tensor(0), tensor(1), isNone(2) ? -1 : tensor(2));
     if (op == "aten::matmul" || op == "aten::mm" || op == "aten::bmm") return b.matmul(tensor(0), tensor(1));
     if (op == "aten::transpose") {
@@ -254,7 +303,8 @@ std::vector<std::string> supportedOps() {
           "aten::bitwise_not", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq", "aten::ne", "aten::__and__",
           "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
           "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
-          "aten::scaled_dot_product_attention"};
+          "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::clamp", "aten::clip",
+          "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm"};
 }
 
 Graph lowerFromTorch(const torch::Graph& tg) {

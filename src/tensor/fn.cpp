@@ -17,6 +17,7 @@ const char* fnName(Fn f) {
     case Fn::Silu: return "silu";
     case Fn::Sigmoid: return "sigmoid";
     case Fn::Tanh: return "tanh";
+    case Fn::Abs: return "abs";
     case Fn::Gelu: return "gelu";
     case Fn::GeluTanh: return "gelu_tanh";
     case Fn::Cast: return "cast";
@@ -53,6 +54,7 @@ float applyFn(Fn f, float a, float b, float c) {
     case Fn::Silu: return a / (1.f + std::exp(-a));
     case Fn::Sigmoid: return 1.f / (1.f + std::exp(-a));
     case Fn::Tanh: return std::tanh(a);
+    case Fn::Abs: return std::fabs(a);
     case Fn::Gelu: return 0.5f * a * (1.f + std::erf(a * 0.70710678118654752f));
     case Fn::GeluTanh: return 0.5f * a * (1.f + std::tanh(0.79788456080286536f * (a + 0.044715f * a * a * a)));
     case Fn::Cast: return a;

@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",    "rmsnorm_aten",  "softmax",
                                           "linear",      "mlp",        "attention",  "shapes",        "llama_tiny",
-                                          "hf_llama_tiny", "hf_llama_tiny_bf16"};
+                                          "hf_llama_tiny", "hf_llama_tiny_bf16", "layers"};
 
 
 

@@ -25,7 +25,7 @@ namespace kiln::tensor {
 // Scalar functions shared by every level below (Loop, Kernel, the interpreters and the CUDA emitter).
 enum class Fn {
   // unary
-  Neg, Exp, Rsqrt, Sqrt, Relu, Silu, Sigmoid, Tanh, Gelu, GeluTanh, Cast, Cos, Sin, Not,
+  Neg, Exp, Rsqrt, Sqrt, Relu, Silu, Sigmoid, Tanh, Gelu, GeluTanh, Cast, Cos, Sin, Not, Abs,
   // binary
   Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne, And,
   // ternary
