@@ -1,5 +1,5 @@
-"""Ops of the GPT-2 / Phi / StableLM families on x [2,8,32]: LayerNorm, GPT-2's Conv1D (addmm), abs, clamp and
-the tanh GELU."""
+"""Ops of the GPT-2 / GPT-NeoX / Phi / StableLM families on x [2,8,32]: LayerNorm, GPT-2's Conv1D (addmm), abs,
+clamp, the tanh GELU, and the list-producing split / chunk / unbind (GPT-2's qkv split, NeoX's chunked rotary)."""
 import pathlib
 import sys
 
@@ -31,7 +31,11 @@ class Layers(nn.Module):
         a = F.gelu(y, approximate="tanh")                                  # gelu, tanh form
         b = torch.clamp(y, min=-0.5, max=0.75) + y.clamp_min(0.1) * 0.5    # clamp, clamp_min
         c = torch.abs(y) - y.clamp(max=0.2)                                # abs, clamp_max
-        return F.layer_norm(a + b + c, (48,))                              # layer_norm without weight and bias
+        q, k, v = y.split(16, dim=2)                                       # split + ListUnpack
+        v1, v2 = v.chunk(2, dim=-1)                                        # chunk
+        first, *_, last = torch.unbind(k, dim=1)                           # unbind
+        mix = torch.cat([q * torch.sigmoid(k) + (first - last).unsqueeze(1), v2, v1], dim=-1)
+        return F.layer_norm(a + b + c, (48,)), mix                         # layer_norm without weight and bias
 
 
 def main():

@@ -304,7 +304,9 @@ std::vector<std::string> supportedOps() {
           "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
           "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
           "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::clamp", "aten::clip",
-          "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm"};
+          "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm",
+          // list-producing: torch-import turns each part of the list into an aten::slice (aten::select for unbind)
+          "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk", "aten::unsafe_chunk", "aten::unbind"};
 }
 
 Graph lowerFromTorch(const torch::Graph& tg) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -170,6 +171,11 @@ class Importer {
       } else if (node->kind() == c10::prim::TupleUnpack) {
         auto elems = stack.at(0).toTupleRef().elements().vec();
         stack.assign(elems.begin(), elems.end());
+      } else if (node->kind() == c10::prim::ListUnpack) {
+        auto elems = stack.at(0).toListRef().vec();
+        if (elems.size() != node->outputs().size())
+          throw std::runtime_error(fmt::format("a list of {} unpacked into {} values", elems.size(), node->outputs().size()));
+        stack.assign(elems.begin(), elems.end());
       } else if (dyn) {
         evaluateOnMeta(node, stack);
       } else {
@@ -196,6 +202,7 @@ class Importer {
       for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
       return;
     }
+    if (splitsIntoParts(node)) return;
     kiln::torch::Node n{op, {}, {}, sourceLoc(node)};
     for (const jit::Value* in : node->inputs())
       for (int id : idsOf(in, node)) n.inputs.push_back(id);
@@ -213,6 +220,51 @@ class Importer {
       n.outputs.push_back(id);
     }
     g_.nodes.push_back(std::move(n));
+  }
+
+  // split / split_with_sizes / chunk / unsafe_chunk / unsafe_split / unbind of input data: the list they make
+  // becomes one aten::slice (aten::select for unbind) per part, with the part's offset along `dim` taken from the
+  // shapes LibTorch computed, so prim::ListUnpack (or a list given to cat) sees ordinary tensors. False for any
+  // other node.
+  bool splitsIntoParts(jit::Node* node) {
+    static const std::unordered_set<std::string> splits = {"aten::split", "aten::split_with_sizes", "aten::chunk",
+                                                           "aten::unsafe_chunk", "aten::unsafe_split", "aten::unbind"};
+    std::string op = node->kind().toQualString();
+    if (!splits.count(op) || node->outputs().size() != 1 || !env_.at(node->output()).isTensorList()) return false;
+    const jit::Value* x = node->inputs()[0];
+    std::optional<int64_t> dimArg;
+    if (const c10::FunctionSchema* schema = node->maybeSchema())
+      for (size_t i = 0; i < schema->arguments().size() && i < node->inputs().size(); ++i)
+        if (schema->arguments()[i].name() == "dim") dimArg = env_.at(node->inputs()[i]).toInt();
+    if (!dimArg) userError("{} at {}: no constant dim to split along", op, sourceLoc(node).str());
+    const int64_t rank = env_.at(x).toTensor().dim();
+    const int64_t dim = *dimArg < 0 ? *dimArg + rank : *dimArg;
+    const bool unbind = op == "aten::unbind";
+    std::vector<int> parts;
+    int64_t start = 0;
+    int xId = idsOf(x, node).at(0);
+    auto constant = [&](int64_t v) {
+      Value c;
+      c.kind = Value::Kind::Constant;
+      c.constant = v;
+      return g_.addValue(c);
+    };
+    for (const at::Tensor& part : env_.at(node->output()).toTensorList().vec()) {
+      const int64_t length = unbind ? 1 : part.size(dim);
+      kiln::torch::Node n{unbind ? "aten::select" : "aten::slice", {}, {}, sourceLoc(node)};
+      n.inputs = unbind ? std::vector<int>{xId, constant(dim), constant(start)}
+                        : std::vector<int>{xId, constant(dim), constant(start), constant(start + length), constant(1)};
+      Value val;
+      val.kind = Value::Kind::Tensor;
+      val.dtype = dtypeOf(part, op, n.loc);
+      val.shape = part.sizes().vec();
+      n.outputs.push_back(g_.addValue(val));
+      parts.push_back(n.outputs.back());
+      g_.nodes.push_back(std::move(n));
+      start += length;
+    }
+    ids_[node->output()] = parts;
+    return true;
   }
 
   // The kiln value ids a TorchScript value stands for (several for a list or tuple of tensors).
