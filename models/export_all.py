@@ -15,7 +15,7 @@ MODELS = [
     "linear",
     "mlp",
     "attention",
-    "shapes", "llama", "hf_llama", "layers",  # llama -> llama_tiny.pt, hf_llama -> hf_llama_tiny.pt
+    "shapes", "llama", "hf_llama", "layers", "hf_families",  # llama -> llama_tiny.pt, hf_llama -> hf_llama_tiny.pt
 ]
 
 

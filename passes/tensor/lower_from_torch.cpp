@@ -262,9 +262,17 @@ struct Lowering {
     if (op == "aten::dropout" || op == "aten::alias") return tensor(0);
     if (op == "aten::embedding") return b.gather(tensor(0), tensor(1));
     if (op == "aten::cat" || op == "aten::concat") {
+      // Parts empty along the dim add nothing (Phi-3's full rotary cats q_rot with an empty q_pass): dropped here, so
+      // no zero-extent kernel is ever made for them (the slices that made them become dead code).
+      int first = tensor(0);
+      const int d = b.normDim(first, integer(static_cast<int>(argc()) - 1));
       std::vector<int> parts;
-      for (size_t i = 0; i + 1 < argc(); ++i) parts.push_back(tensor(static_cast<int>(i)));
-      return b.concat(parts, b.normDim(parts.at(0), integer(static_cast<int>(argc()) - 1)));
+      for (size_t i = 0; i + 1 < argc(); ++i) {
+        int part = tensor(static_cast<int>(i));
+        if (b.shape(part)[d] != 0) parts.push_back(part);
+      }
+      if (parts.empty()) unsupported("every part of the concatenation is empty");
+      return parts.size() == 1 ? parts[0] : b.concat(parts, d);
     }
     if (op == "aten::slice") {
       int x = tensor(0);

@@ -202,8 +202,8 @@ class Importer {
       for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
       return;
     }
-    if (splitsIntoParts(node)) return;
-    kiln::torch::Node n{op, {}, {}, sourceLoc(node)};
+    if (splitsIntoParts(node) || indexIsASlice(node)) return;
+    kiln::torch::Node n{functionalForm(node), {}, {}, sourceLoc(node)};
     for (const jit::Value* in : node->inputs())
       for (int id : idsOf(in, node)) n.inputs.push_back(id);
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -264,6 +264,70 @@ class Importer {
       start += length;
     }
     ids_[node->output()] = parts;
+    return true;
+  }
+
+  // An in-place arithmetic op (aten::add_, sub_, mul_, div_) on input data whose mutated operand nothing reads after
+  // it (Falcon's residual `+=`) computes what its functional form does: that form's name. Any other op: its own
+  // name. An in-place op whose operand is read later is refused: kiln's values are never mutated.
+  std::string functionalForm(const jit::Node* node) {
+    static const std::unordered_set<std::string> inPlace = {"aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
+    std::string op = node->kind().toQualString();
+    if (!inPlace.count(op)) return op;
+    for (const jit::Use& use : node->inputs()[0]->uses())
+      if (use.user != node && !use.user->isBefore(node))
+        userError("{} at {} changes a tensor that is read again afterwards; kiln compiles functional graphs: write "
+                  "the model with the out-of-place op ({})", op, sourceLoc(node).str(), op.substr(0, op.size() - 1));
+    return op.substr(0, op.size() - 1);
+  }
+
+  // aten::index(x, [None, ..., idx, ...]) of input data with one constant index tensor whose values step evenly
+  // (Falcon's fused_qkv[..., [-2], :]): the aten::slice it equals. False for any other node; other advanced indexing
+  // of input data is refused by the caller's checks.
+  bool indexIsASlice(jit::Node* node) {
+    if (node->kind() != c10::aten::index || node->inputs().size() != 2 || dynamic_.count(node->inputs()[1])) return false;
+    const c10::IValue& list = env_.at(node->inputs()[1]);
+    if (!list.isList()) return false;
+    int dim = -1;
+    at::Tensor idx;
+    auto elems = list.toListRef();
+    for (size_t d = 0; d < elems.size(); ++d) {
+      if (elems[d].isNone()) continue;
+      if (dim >= 0 || !elems[d].isTensor()) return false;
+      dim = static_cast<int>(d);
+      idx = elems[d].toTensor();
+    }
+    if (dim < 0 || idx.dim() != 1 || idx.numel() == 0 || idx.is_floating_point() || idx.scalar_type() == at::kBool)
+      return false;
+    const at::Tensor& x = env_.at(node->inputs()[0]).toTensor();
+    const int64_t size = x.size(dim);
+    std::vector<int64_t> at;
+    at::Tensor cpu = idx.to(at::kCPU).to(at::kLong).contiguous();
+    for (int64_t i = 0; i < cpu.numel(); ++i) {
+      int64_t v = cpu.data_ptr<int64_t>()[i];
+      at.push_back(v < 0 ? v + size : v);
+    }
+    const int64_t step = at.size() > 1 ? at[1] - at[0] : 1;
+    for (size_t i = 0; i < at.size(); ++i)
+      if (at[i] < 0 || at[i] >= size || at[i] != at[0] + static_cast<int64_t>(i) * step) return false;
+    if (step <= 0) return false;
+    auto constant = [&](int64_t v) {
+      Value c;
+      c.kind = Value::Kind::Constant;
+      c.constant = v;
+      return g_.addValue(c);
+    };
+    kiln::torch::Node n{"aten::slice", {}, {}, sourceLoc(node)};
+    n.inputs = {idsOf(node->inputs()[0], node).at(0), constant(dim), constant(at[0]), constant(at.back() + 1),
+                constant(step)};
+    const at::Tensor& out = env_.at(node->output()).toTensor();
+    Value val;
+    val.kind = Value::Kind::Tensor;
+    val.dtype = dtypeOf(out, "aten::index", n.loc);
+    val.shape = out.sizes().vec();
+    n.outputs.push_back(g_.addValue(val));
+    ids_[node->output()] = {n.outputs.back()};
+    g_.nodes.push_back(std::move(n));
     return true;
   }
 

@@ -30,7 +30,7 @@ const std::vector<Golden> kModels = {
     {"elementwise", "elementwise", "", {}}, {"reductions", "reductions", "", {}}, {"rmsnorm", "rmsnorm", "", {}},
     {"rmsnorm_aten", "rmsnorm_aten", "", {}}, {"softmax", "softmax", "", {}}, {"linear", "linear", "", {}},
     {"mlp", "mlp", "", {}}, {"attention", "attention", "", {}}, {"shapes", "shapes", "", {}},
-    {"hf_llama_tiny", "hf_llama_tiny", "", {}},
+    {"hf_llama_tiny", "hf_llama_tiny", "", {}}, {"hf_gpt2_tiny", "hf_gpt2_tiny", "", {}},
     // Mid-size: a tiled f32 product on CUDA cores (64-deep slices, prefetched) and a bf16 SwiGLU MLP on tensor
     // cores (operand pairs) with 16-byte vectorized elementwise kernels.
     {"linear_tiled", "linear", "x=2x512x64", {}}, {"mlp_bf16_tiled", "mlp", "x=4x512x64", DType::BF16}};
