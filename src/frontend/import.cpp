@@ -267,17 +267,24 @@ class Importer {
     return true;
   }
 
-  // An in-place arithmetic op (aten::add_, sub_, mul_, div_) on input data whose mutated operand nothing reads after
-  // it (Falcon's residual `+=`) computes what its functional form does: that form's name. Any other op: its own
-  // name. An in-place op whose operand is read later is refused: kiln's values are never mutated.
+  // An in-place arithmetic op (aten::add_, sub_, mul_, div_) computes what its functional form does when the tensor
+  // it changes is a fresh result read by nothing else (Falcon's `attn_output += ...` on a matmul's output): that
+  // form's name. If anything else reads the tensor, or it is a view of another, an input or a weight, the change
+  // would be visible elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their
+  // own name.
   std::string functionalForm(const jit::Node* node) {
     static const std::unordered_set<std::string> inPlace = {"aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
     std::string op = node->kind().toQualString();
     if (!inPlace.count(op)) return op;
-    for (const jit::Use& use : node->inputs()[0]->uses())
-      if (use.user != node && !use.user->isBefore(node))
-        userError("{} at {} changes a tensor that is read again afterwards; kiln compiles functional graphs: write "
-                  "the model with the out-of-place op ({})", op, sourceLoc(node).str(), op.substr(0, op.size() - 1));
+    const jit::Value* x = node->inputs()[0];
+    const jit::Node* producer = x->node();
+    const c10::FunctionSchema* schema = producer->maybeSchema();
+    const bool view = schema && !schema->returns().empty() && schema->returns()[0].alias_info() != nullptr;
+    const bool fresh = producer->kind() != c10::prim::Param && producer->kind() != c10::prim::Constant &&
+                       producer->kind() != c10::prim::GetAttr && !view;
+    if (!fresh || x->uses().size() != 1)
+      userError("{} at {} changes a tensor that other values read or share; kiln compiles functional graphs: write the "
+                "model with the out-of-place op ({})", op, sourceLoc(node).str(), op.substr(0, op.size() - 1));
     return op.substr(0, op.size() - 1);
   }
 

@@ -81,6 +81,35 @@ TEST_F(PlainTrace, InspectNamesTheUnsupportedOps) {
   EXPECT_TRUE(contains(r.out, "parameters: none")) << describe(r);
 }
 
+// In-place arithmetic: taken as its functional form when the changed tensor is a fresh result nothing else reads,
+// refused in one line when another value shares it (here a view, which must see the change).
+TEST_F(PlainTrace, InPlaceOpsOnlyWhereNothingReadsTheOldValue) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class Ok(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        y = x * 2.0\n"
+      "        y.add_(1.0)\n"
+      "        return y\n"
+      "class Reread(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        y = x * 2.0\n"
+      "        v = y.view(-1)\n"
+      "        y.mul_(3.0)\n"
+      "        return v * 1.5\n"
+      "torch.jit.trace(Ok(), (torch.randn(2, 4),)).save('{0}/ok.pt')\n"
+      "torch.jit.trace(Reread(), (torch.randn(2, 4),)).save('{0}/reread.pt')\n",
+      tmp.path.string());
+  std::ofstream(tmp.path / "make.py") << script;
+  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  Result ok = kiln({"run", (tmp.path / "ok.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
+  EXPECT_EQ(ok.code, 0) << describe(ok);
+  EXPECT_TRUE(contains(ok.out, "PASS")) << describe(ok);
+  expectOneLineError(kiln({"compile", (tmp.path / "reread.pt").string(), "--input", "x=2x4"}), 1,
+                     {"aten::mul_", "other values read or share", "out-of-place op (aten::mul)"});
+}
+
 // A kiln_inputs.json kiln cannot use is one line naming the file and the way out.
 TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
   TempDir tmp;
