@@ -124,7 +124,10 @@ void evaluateOnMeta(const jit::Node* node, jit::Stack& stack) {
 
 class Importer {
  public:
-  Importer(std::string path, std::string modelName) : path_(std::move(path)) { g_.modelName = std::move(modelName); }
+  Importer(std::string path, std::string modelName, std::optional<DType> castTo)
+      : path_(std::move(path)), castTo_(castTo) {
+    g_.modelName = std::move(modelName);
+  }
 
   Graph run(jit::Graph& graph, const std::vector<InputSpec>& specs, const std::vector<at::Tensor>& inputs) {
     auto gin = graph.inputs();
@@ -182,6 +185,7 @@ class Importer {
         node->getOperation()(stack);
       }
     } catch (const std::exception& e) {
+      if (castTo_ && dyn) refuseRecast(node, fmt::format("fails on the recast values ({})", firstLine(e.what())));
       userError("{} at {} fails for the given inputs ({}); check the input shapes and dtypes (recorded, --input, --dtype; a traced model may fix its dtypes: export it in the dtype you want)", op,
                 sourceLoc(node).str(), firstLine(e.what()));
     }
@@ -189,6 +193,7 @@ class Importer {
     for (size_t i = 0; i < outs.size(); ++i) env_[outs[i]] = stack[i];
     dyn = dyn && !shapeOnly(node);
     if (!dyn) return;  // folded: a constant, looked up lazily when used
+    refusePinnedDtype(node);
     for (const jit::Value* out : outs) dynamic_.insert(out);
     if (op == "prim::TupleConstruct" || op == "prim::ListConstruct") {
       std::vector<int> elems;
@@ -265,6 +270,35 @@ class Importer {
     }
     ids_[node->output()] = parts;
     return true;
+  }
+
+  // With --dtype, the recast model must compute in that dtype throughout: a trace that casts input data to a fixed
+  // floating type (transformers' RMSNorm computes in f32 and casts back to the dtype it was traced in, now a
+  // constant), or mixes the recast values with floating constants it made in the traced dtype (rotary tables),
+  // computes in f32 again or fails inside LibTorch. Either is stopped here, before any work, saying how to get the
+  // model in that dtype.
+  [[noreturn]] void refuseRecast(const jit::Node* node, const std::string& what) {
+    userError("{}: --dtype {} cannot recast this trace: {} at {} {}; trace the model in {} instead (model.to(torch.{}) "
+              "before torch.jit.trace)", path_, dtypeName(*castTo_), node->kind().toQualString(), sourceLoc(node).str(),
+              what, dtypeName(*castTo_), *castTo_ == DType::BF16 ? "bfloat16" : "float16");
+  }
+  void refusePinnedDtype(const jit::Node* node) {
+    if (!castTo_) return;
+    for (const jit::Value* out : node->outputs()) {
+      const c10::IValue& v = env_.at(out);
+      if (!v.isTensor() || !v.toTensor().is_floating_point()) continue;
+      std::string type = floatName(v.toTensor().scalar_type());
+      if (type != dtypeName(*castTo_))
+        refuseRecast(node, fmt::format("computes {} from the recast values (the trace fixes that dtype)", type));
+    }
+  }
+  static std::string floatName(c10::ScalarType t) {
+    switch (t) {
+      case at::kFloat: return "f32";
+      case at::kHalf: return "f16";
+      case at::kBFloat16: return "bf16";
+      default: return c10::toString(t);
+    }
   }
 
   // An in-place arithmetic op (aten::add_, sub_, mul_, div_) computes what its functional form does when the tensor
@@ -384,6 +418,7 @@ class Importer {
   }
 
   std::string path_;
+  std::optional<DType> castTo_;
   Graph g_;
   std::unordered_map<const jit::Value*, c10::IValue> env_;
   std::unordered_map<const jit::Value*, std::vector<int>> ids_;
@@ -427,7 +462,7 @@ Graph importModel(const std::string& path, const std::vector<InputOverride>& ove
   for (const InputSpec& spec : specs)
     inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalarType(spec.dtype)).device(at::kMeta)));
   ::torch::NoGradGuard noGrad;
-  return Importer(path, std::filesystem::path(path).stem().string()).run(*f.graph, specs, inputs);
+  return Importer(path, std::filesystem::path(path).stem().string(), castTo).run(*f.graph, specs, inputs);
 }
 
 }  // namespace kiln::frontend

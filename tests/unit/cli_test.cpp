@@ -317,6 +317,20 @@ TEST(Cli, ExplainFusion) {
   EXPECT_TRUE(r.err.empty()) << describe(r);
 }
 
+// --dtype on a trace that fixes a dtype (transformers' RMSNorm casts to f32; GPT-NeoX's rotary tables stay f32):
+// refused before any work, in one line naming the op and saying to trace the model in that dtype. A trace that
+// fixes none (kiln's own Llama) is recast and checked.
+TEST(Cli, DtypeRefusesTracesThatFixTheirDtype) {
+  expectOneLineError(kiln({"run", "models/fixtures/hf_qwen2_tiny.pt", "--check", "--interpret", "--dtype", "bf16"}), 1,
+                     {"hf_qwen2_tiny.pt", "--dtype bf16 cannot recast this trace", "aten::to at ", "computes f32",
+                      "trace the model in bf16 instead"});
+  expectOneLineError(kiln({"compile", "models/fixtures/hf_gpt_neox_tiny.pt", "--dtype", "f16"}), 1,
+                     {"--dtype f16 cannot recast this trace", "aten::mul at ", "model.to(torch.float16)"});
+  Result ok = kiln({"run", "models/fixtures/llama_tiny.pt", "--check", "--interpret", "--dtype", "bf16"});
+  EXPECT_EQ(ok.code, 0) << describe(ok);
+  EXPECT_TRUE(contains(ok.out, "PASS")) << describe(ok);
+}
+
 TEST(Cli, RunCheckInterpretWithDtypeBf16) {
   Result r = kiln({"run", kMlp, "--check", "--interpret", "--dtype", "bf16"});
   EXPECT_EQ(r.code, 0) << describe(r);
