@@ -314,7 +314,9 @@ std::vector<std::string> supportedOps() {
           "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::clamp", "aten::clip",
           "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm",
           // list-producing: torch-import turns each part of the list into an aten::slice (aten::select for unbind)
-          "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk", "aten::unsafe_chunk", "aten::unbind"};
+          "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk", "aten::unsafe_chunk", "aten::unbind",
+          // shape and dtype only: torch-import evaluates them to constants
+          "aten::new_ones", "aten::new_zeros", "aten::new_full", "aten::zeros_like", "aten::ones_like", "aten::full_like"};
 }
 
 Graph lowerFromTorch(const torch::Graph& tg) {

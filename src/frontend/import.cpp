@@ -179,6 +179,14 @@ class Importer {
         if (elems.size() != node->outputs().size())
           throw std::runtime_error(fmt::format("a list of {} unpacked into {} values", elems.size(), node->outputs().size()));
         stack.assign(elems.begin(), elems.end());
+      } else if (dyn && metadataOnly(node)) {
+        // new_ones(x, ...), zeros_like(x), full_like(x, v), ...: only x's shape and dtype matter, so the result is
+        // a constant, computed on a stand-in of x's shape and dtype.
+        for (c10::IValue& v : stack)
+          if (v.isTensor() && v.toTensor().is_meta())
+            v = at::zeros(v.toTensor().sizes(), at::TensorOptions().dtype(v.toTensor().scalar_type()));
+        node->getOperation()(stack);
+        dyn = false;
       } else if (dyn) {
         evaluateOnMeta(node, stack);
       } else {
@@ -426,6 +434,12 @@ class Importer {
 };
 
 }  // namespace
+
+bool metadataOnly(const jit::Node* node) {
+  static const std::unordered_set<std::string> ops = {"aten::new_ones", "aten::new_zeros", "aten::new_full",
+                                                       "aten::zeros_like", "aten::ones_like", "aten::full_like"};
+  return ops.count(node->kind().toQualString()) > 0;
+}
 
 bool shapeOnly(const jit::Node* node) {
   static const std::unordered_set<std::string> ops = {"aten::size", "aten::dim", "aten::numel", "prim::device",

@@ -45,18 +45,19 @@ bool structural(const jit::Node* n) {
 }
 
 // Which nodes work on input data follows from the graph alone, as the import decides it: a node whose
-// operands depend on an input does, unless it only reads their shapes.
+// operands depend on an input does, unless it only reads their shapes (or shapes and dtypes: new_ones, zeros_like).
 void classify(const jit::Block* block, std::unordered_set<const jit::Value*>& dynamic, ModelSummary& s) {
   for (const jit::Node* n : block->nodes()) {
     if (n->kind() == c10::prim::Constant) continue;
     bool dyn = std::any_of(n->inputs().begin(), n->inputs().end(), [&](const jit::Value* v) { return dynamic.count(v); });
-    if (!structural(n)) (dyn && !shapeOnly(n) ? s.ops : s.folded)[n->kind().toQualString()] += 1;
+    const bool folded = shapeOnly(n) || metadataOnly(n);
+    if (!structural(n)) (dyn && !folded ? s.ops : s.folded)[n->kind().toQualString()] += 1;
     for (const jit::Block* b : n->blocks()) {
       for (const jit::Value* v : b->inputs())
         if (dyn) dynamic.insert(v);
       classify(b, dynamic, s);
     }
-    if (dyn && !shapeOnly(n))
+    if (dyn && !folded)
       for (const jit::Value* v : n->outputs()) dynamic.insert(v);
   }
 }

@@ -28,6 +28,9 @@ Forward loadForward(const std::string& path, ::torch::jit::ExtraFilesMap& extra,
 
 // Ops whose result follows from their operands' shapes alone (aten::size, ...): folded even on input data.
 bool shapeOnly(const ::torch::jit::Node* node);
+// Ops whose result depends on their tensor operands' shape and dtype only (new_ones, zeros_like, full_like, ...):
+// constants once the input shapes are fixed.
+bool metadataOnly(const ::torch::jit::Node* node);
 std::string firstLine(const std::string& s);
 
 }  // namespace kiln::frontend

@@ -110,6 +110,25 @@ TEST_F(PlainTrace, InPlaceOpsOnlyWhereNothingReadsTheOldValue) {
                      {"aten::mul_", "other values read or share", "out-of-place op (aten::mul)"});
 }
 
+// new_ones / new_zeros / zeros_like / full_like of input data read only its shape and dtype: constants, checked.
+TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class M(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return x + x.new_ones(x.shape) * 2 + torch.zeros_like(x) + torch.full_like(x, 3.0) + x.new_zeros((2, 4))\n"
+      "torch.jit.trace(M(), (torch.randn(2, 4),)).save('{0}/m.pt')\n",
+      tmp.path.string());
+  std::ofstream(tmp.path / "make.py") << script;
+  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  Result r = kiln({"run", (tmp.path / "m.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
+  Result inspect = kiln({"inspect", (tmp.path / "m.pt").string()});
+  EXPECT_TRUE(contains(inspect.out, "kiln supports every op on input data")) << describe(inspect);
+}
+
 // A kiln_inputs.json kiln cannot use is one line naming the file and the way out.
 TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
   TempDir tmp;
