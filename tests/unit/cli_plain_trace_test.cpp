@@ -31,6 +31,11 @@ class PlainTrace : public ::testing::Test {
     if (!dir_) GTEST_SKIP() << "python3 with torch not available (or models/plain_trace.py failed)";
   }
   static std::string model(const std::string& name) { return (dir_->path / (name + ".pt")).string(); }
+  // Runs a Python script (which saves its traces into `dir`) from dir/make.py; false if it failed.
+  static bool runPython(const TempDir& dir, const std::string& script) {
+    std::ofstream(dir.path / "make.py") << script;
+    return std::system(("python3 " + quote((dir.path / "make.py").string()) + " >/dev/null 2>&1").c_str()) == 0;
+  }
   static std::unique_ptr<TempDir> dir_;
 };
 std::unique_ptr<TempDir> PlainTrace::dir_;
@@ -101,8 +106,7 @@ TEST_F(PlainTrace, InPlaceOpsOnlyWhereNothingReadsTheOldValue) {
       "torch.jit.trace(Ok(), (torch.randn(2, 4),)).save('{0}/ok.pt')\n"
       "torch.jit.trace(Reread(), (torch.randn(2, 4),)).save('{0}/reread.pt')\n",
       tmp.path.string());
-  std::ofstream(tmp.path / "make.py") << script;
-  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  ASSERT_TRUE(runPython(tmp, script)) << script;
   Result ok = kiln({"run", (tmp.path / "ok.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
   EXPECT_EQ(ok.code, 0) << describe(ok);
   EXPECT_TRUE(contains(ok.out, "PASS")) << describe(ok);
@@ -120,8 +124,7 @@ TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
       "        return x + x.new_ones(x.shape) * 2 + torch.zeros_like(x) + torch.full_like(x, 3.0) + x.new_zeros((2, 4))\n"
       "torch.jit.trace(M(), (torch.randn(2, 4),)).save('{0}/m.pt')\n",
       tmp.path.string());
-  std::ofstream(tmp.path / "make.py") << script;
-  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  ASSERT_TRUE(runPython(tmp, script)) << script;
   Result r = kiln({"run", (tmp.path / "m.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
   EXPECT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
@@ -139,8 +142,7 @@ TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
       "m.save('{0}/two.pt', _extra_files={{'kiln_inputs.json': '{{\"inputs\": [{{\"name\": \"a\", \"shape\": [2, 4], "
       "\"dtype\": \"f32\"}}, {{\"name\": \"b\", \"shape\": [2, 4], \"dtype\": \"f32\"}}]}}'}})\n",
       tmp.path.string());
-  std::ofstream(tmp.path / "make.py") << script;
-  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  ASSERT_TRUE(runPython(tmp, script)) << script;
   std::string malformed = (tmp.path / "malformed.pt").string(), two = (tmp.path / "two.pt").string();
   expectOneLineError(kiln({"compile", malformed}), 1, {malformed, "kiln_inputs.json is malformed", "--input"});
   expectOneLineError(kiln({"inspect", malformed}), 1, {malformed, "kiln_inputs.json is malformed"});
