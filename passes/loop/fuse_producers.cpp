@@ -4,7 +4,10 @@
 //   - it has no reduction (a kernel ends at its reduction; the reduced value is materialised), and
 //   - it does not write a model output, and
 //   - it is pure data movement (a single load: transposes, views, broadcasts), or the work it would repeat
-//     is bounded: sum over its loads in consumers of the consumer's iterations <= 8 x its own elements.
+//     is bounded: sum over its loads in consumers of the consumer's iterations <= 8 x its own elements, and
+//   - no consumer's expression would hold more than kMaxFusedApplies operations counted as a tree (a value used
+//     twice per step, as in `tanh(x) + x` chained, doubles the tree at every inlining: 300 such steps took 24 GB
+//     before this bound; the lowering still computes shared subexpressions once).
 // Pre: kernels in topological order. Post: same order; inlined producers are left without readers for
 // loop-eliminate-dead-buffers to remove.
 #include <fmt/format.h>
@@ -72,6 +75,19 @@ std::string fusionRefusal(const Program& p, int producer) {
   if (repeated > kMaxFusionWorkGrowth * own)
     return fmt::format("inlining would repeat its work {:.1f}x (consumers evaluate it {} times for {} elements; bound {}x)",
                        static_cast<double>(repeated) / own, repeated, own, kMaxFusionWorkGrowth);
+  const int64_t applies = applyCount(k.result);
+  for (size_t c = producer + 1; c < p.kernels.size(); ++c) {
+    const Kernel& consumer = p.kernels[c];
+    int64_t uses = 0, size = applyCount(consumer.result);
+    forEachLoad(consumer.result, [&](const Expr& l) { uses += l.buffer == k.output; });
+    for (auto& st : consumer.stages) {
+      size += applyCount(st.value);
+      forEachLoad(st.value, [&](const Expr& l) { uses += l.buffer == k.output; });
+    }
+    if (uses > 0 && size + uses * applies > kMaxFusedApplies)
+      return fmt::format("{} would hold {} operations (its {} and {} copies of this kernel's {}; bound {})", consumer.name,
+                         size + uses * applies, size, uses, applies, kMaxFusedApplies);
+  }
   return "";
 }
 

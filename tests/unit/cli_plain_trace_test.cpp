@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "cli_support.h"
+#include "kiln/loop/ir.h"
 #include "test_support.h"
 
 namespace kiln {
@@ -130,6 +131,29 @@ TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
   EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
   Result inspect = kiln({"inspect", (tmp.path / "m.pt").string()});
   EXPECT_TRUE(contains(inspect.out, "kiln supports every op on input data")) << describe(inspect);
+}
+
+// A value used twice per step (tanh(x) + x, 200 steps) doubles the fused expression at every inlining: without
+// loop-fuse-producers' bound on a kernel's operations this took tens of GB; now it compiles into several kernels and
+// computes what LibTorch does.
+TEST_F(PlainTrace, DoublingChainsStayBounded) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class M(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        for i in range(200):\n"
+      "            x = x * 0.5 + 0.01 if i % 2 else torch.tanh(x) + x\n"
+      "        return x\n"
+      "torch.jit.trace(M(), (torch.randn(2, 4),)).save('{0}/chain.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  Result r = kiln({"run", (tmp.path / "chain.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
+  Result why = kiln({"compile", (tmp.path / "chain.pt").string(), "--input", "x=2x4", "--explain-fusion"});
+  EXPECT_TRUE(contains(why.out, "operations (its ")) << describe(why);
+  EXPECT_TRUE(contains(why.out, fmt::format("bound {})", loop::kMaxFusedApplies))) << describe(why);
 }
 
 // A kiln_inputs.json kiln cannot use is one line naming the file and the way out.

@@ -129,6 +129,8 @@ bool eliminateUnusedBuffers(Program& p);
 // into its consumers, or empty when it may be.
 std::string fusionRefusal(const Program& p, int producer);
 constexpr int64_t kMaxFusionWorkGrowth = 8;
+// Operations (as a tree: shared subexpressions counted at every use) a fused kernel's expressions may hold.
+constexpr int64_t kMaxFusedApplies = 512;
 // e with every load of the producer's output replaced by the producer's result at that load's indices
 // (`consumerExtents`: the consumer's variables, for simplifying the substituted indices).
 ExprP inlineProducer(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents);
