@@ -8,8 +8,11 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+# On failure, say which command failed and show what the steps wrote, before the temporary directory goes.
+trap 'rc=$?; if [ $rc -ne 0 ]; then echo "install_example_test: failed (exit $rc) at: $BASH_COMMAND";
+      for f in "$work"/*.log "$work"/*.out "$work"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done; fi
+      rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log" 2>&1
 for f in bin/kiln include/kiln/kiln_runtime.h lib/cmake/kiln/kilnConfig.cmake; do
   [ -e "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
@@ -20,7 +23,7 @@ cmake -S "$src/examples/run_emitted" -B "$work/example" "${generator[@]}" -DCMAK
 cmake --build "$work/example" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 # The example links the installed library, not the build tree's.
 ldd "$work/example/run_emitted" | grep -q "$work/prefix" || { ldd "$work/example/run_emitted"; exit 1; }
-"$work/prefix/bin/kiln" compile "$src/models/fixtures/mlp.pt" --emit cuda -o "$work/out" > /dev/null
+"$work/prefix/bin/kiln" compile "$src/models/fixtures/mlp.pt" --emit cuda -o "$work/out" > "$work/emit.log" 2>&1
 set +e
 "$work/example/run_emitted" "$work/out" 3 > "$work/run.out" 2> "$work/run.err"
 rc=$?
