@@ -22,7 +22,9 @@ cmake -S "$src/examples/run_emitted" -B "$work/example" "${generator[@]}" -DCMAK
   > "$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/example" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 # The example links the installed library, not the build tree's.
-ldd "$work/example/run_emitted" | grep -q "$work/prefix" || { ldd "$work/example/run_emitted"; exit 1; }
+# (ldd into a file first: `ldd | grep -q` under pipefail fails whenever grep exits before ldd has written everything)
+ldd "$work/example/run_emitted" > "$work/ldd.out"
+grep -q "$work/prefix" "$work/ldd.out"
 "$work/prefix/bin/kiln" compile "$src/models/fixtures/mlp.pt" --emit cuda -o "$work/out" > "$work/emit.log" 2>&1
 set +e
 "$work/example/run_emitted" "$work/out" 3 > "$work/run.out" 2> "$work/run.err"
