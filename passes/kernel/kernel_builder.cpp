@@ -102,27 +102,10 @@ void KernelBuilder::storeResult(Block& out, Cse cse) {
   out.push_back(storeGlobal(0, outputIndex(), r));
 }
 
-// Whether e has the same value for every output of a row: it reads the stages' totals and memory at
-// row-axis indices only (RMSNorm's rsqrt(mean + eps), softmax's 1/sum).
-bool KernelBuilder::rowInvariant(const loop::ExprP& e) const {
-  bool invariant = true;
-  auto check = [&](const Idx& i) {
-    forEachVar(i, [&](int v) {
-      for (size_t d = lk_.rowAxes; d < lk_.parallel.size(); ++d) invariant = invariant && lk_.parallel[d].var != v;
-    });
-  };
-  std::function<void(const loop::ExprP&)> visit = [&](const loop::ExprP& x) {
-    for (auto& i : x->index) check(i);
-    for (auto& a : x->args) visit(a);
-  };
-  visit(e);
-  return invariant;
-}
-
 // Computes the row-invariant parts of the result once per row, before the row's write loop.
 void KernelBuilder::hoistRowInvariants(const loop::ExprP& e, Block& out, Cse& cse) {
   bool worthIt = e->kind == loop::Expr::Kind::Apply || e->kind == loop::Expr::Kind::Load || e->kind == loop::Expr::Kind::Select;
-  if (worthIt && rowInvariant(e)) {
+  if (worthIt && loop::rowInvariant(e, lk_)) {
     lower(e, out, cse);
     return;
   }

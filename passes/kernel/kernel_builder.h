@@ -51,7 +51,6 @@ class KernelBuilder {
   // e with Loop-IR variable `var` replaced by `value` in every index.
   static loop::ExprP atAxis(const loop::ExprP& e, int var, const Idx& value);
   void storeResult(Block& out, Cse cse = {});
-  bool rowInvariant(const loop::ExprP& e) const;
   void hoistRowInvariants(const loop::ExprP& e, Block& out, Cse& cse);
   void accumulate(size_t stage, Block& body);
   void makeAccumulators();

@@ -14,24 +14,6 @@
 namespace kiln::loop {
 namespace {
 
-// Whether e has one value per row: every index it reads uses only the row axes' variables.
-bool rowInvariant(const ExprP& e, const Kernel& k) {
-  bool invariant = true;
-  auto check = [&](const Idx& i) {
-    forEachVar(i, [&](int v) {
-      bool rowVar = false;
-      for (int d = 0; d < k.rowAxes; ++d) rowVar = rowVar || k.parallel[static_cast<size_t>(d)].var == v;
-      invariant = invariant && rowVar;
-    });
-  };
-  std::function<void(const ExprP&)> visit = [&](const ExprP& x) {
-    for (auto& i : x->index) check(i);
-    for (auto& a : x->args) visit(a);
-  };
-  visit(e);
-  return invariant;
-}
-
 ExprP rewrite(const ExprP& e, const Kernel& k, bool& changed) {
   if (e->kind != Expr::Kind::Apply && e->kind != Expr::Kind::Select) return e;
   std::vector<ExprP> args;

@@ -224,11 +224,7 @@ class Importer {
       if (!v.isTensor())
         userError("{} at {} computes a {} from input data; kiln needs such values to follow from shapes alone", op,
                   n.loc.str(), v.tagKind());
-      Value val;
-      val.kind = Value::Kind::Tensor;
-      val.dtype = dtypeOf(v.toTensor(), op, n.loc);
-      val.shape = v.toTensor().sizes().vec();
-      int id = g_.addValue(val);
+      int id = tensorValue(v.toTensor(), op, n.loc);
       ids_[outs[i]] = {id};
       n.outputs.push_back(id);
     }
@@ -256,22 +252,12 @@ class Importer {
     std::vector<int> parts;
     int64_t start = 0;
     int xId = idsOf(x, node).at(0);
-    auto constant = [&](int64_t v) {
-      Value c;
-      c.kind = Value::Kind::Constant;
-      c.constant = v;
-      return g_.addValue(c);
-    };
     for (const at::Tensor& part : env_.at(node->output()).toTensorList().vec()) {
       const int64_t length = unbind ? 1 : part.size(dim);
       kiln::torch::Node n{unbind ? "aten::select" : "aten::slice", {}, {}, sourceLoc(node)};
-      n.inputs = unbind ? std::vector<int>{xId, constant(dim), constant(start)}
-                        : std::vector<int>{xId, constant(dim), constant(start), constant(start + length), constant(1)};
-      Value val;
-      val.kind = Value::Kind::Tensor;
-      val.dtype = dtypeOf(part, op, n.loc);
-      val.shape = part.sizes().vec();
-      n.outputs.push_back(g_.addValue(val));
+      n.inputs = unbind ? std::vector<int>{xId, constantValue(dim), constantValue(start)}
+                        : std::vector<int>{xId, constantValue(dim), constantValue(start), constantValue(start + length), constantValue(1)};
+      n.outputs.push_back(tensorValue(part, op, n.loc));
       parts.push_back(n.outputs.back());
       g_.nodes.push_back(std::move(n));
       start += length;
@@ -360,24 +346,28 @@ class Importer {
     for (size_t i = 0; i < at.size(); ++i)
       if (at[i] < 0 || at[i] >= size || at[i] != at[0] + static_cast<int64_t>(i) * step) return false;
     if (step <= 0) return false;
-    auto constant = [&](int64_t v) {
-      Value c;
-      c.kind = Value::Kind::Constant;
-      c.constant = v;
-      return g_.addValue(c);
-    };
     kiln::torch::Node n{"aten::slice", {}, {}, sourceLoc(node)};
-    n.inputs = {idsOf(node->inputs()[0], node).at(0), constant(dim), constant(at[0]), constant(at.back() + 1),
-                constant(step)};
-    const at::Tensor& out = env_.at(node->output()).toTensor();
-    Value val;
-    val.kind = Value::Kind::Tensor;
-    val.dtype = dtypeOf(out, "aten::index", n.loc);
-    val.shape = out.sizes().vec();
-    n.outputs.push_back(g_.addValue(val));
+    n.inputs = {idsOf(node->inputs()[0], node).at(0), constantValue(dim), constantValue(at[0]), constantValue(at.back() + 1),
+                constantValue(step)};
+    n.outputs.push_back(tensorValue(env_.at(node->output()).toTensor(), "aten::index", n.loc));
     ids_[node->output()] = {n.outputs.back()};
     g_.nodes.push_back(std::move(n));
     return true;
+  }
+
+  // A new Torch-IR value: an integer constant, or a tensor computed from input data with t's dtype and shape.
+  int constantValue(int64_t v) {
+    Value c;
+    c.kind = Value::Kind::Constant;
+    c.constant = v;
+    return g_.addValue(c);
+  }
+  int tensorValue(const at::Tensor& t, const std::string& op, const SourceLoc& loc) {
+    Value val;
+    val.kind = Value::Kind::Tensor;
+    val.dtype = dtypeOf(t, op, loc);
+    val.shape = t.sizes().vec();
+    return g_.addValue(val);
   }
 
   // The kiln value ids a TorchScript value stands for (several for a list or tuple of tensors).

@@ -113,6 +113,23 @@ void forEachLoad(const ExprP& e, const std::function<void(const Expr&)>& f) {
   for (auto& a : e->args) forEachLoad(a, f);
 }
 
+bool rowInvariant(const ExprP& e, const Kernel& k) {
+  bool invariant = true;
+  auto check = [&](const Idx& i) {
+    forEachVar(i, [&](int v) {
+      bool rowVar = false;
+      for (int d = 0; d < k.rowAxes; ++d) rowVar = rowVar || k.parallel[static_cast<size_t>(d)].var == v;
+      invariant = invariant && rowVar;
+    });
+  };
+  std::function<void(const ExprP&)> visit = [&](const ExprP& x) {
+    for (auto& i : x->index) check(i);
+    for (auto& a : x->args) visit(a);
+  };
+  visit(e);
+  return invariant;
+}
+
 int64_t applyCount(const ExprP& e) {
   int64_t n = e->kind == Expr::Kind::Apply ? 1 : 0;
   for (auto& a : e->args) n += applyCount(a);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -90,6 +91,22 @@ std::string initDriver() {
   if (CUresult r = d.fn_cuDeviceGetCount(&n); r != CUDA_SUCCESS) return "cuDeviceGetCount failed: " + cuErrorText(r);
   if (n == 0) return "the CUDA driver reports no devices";
   return {};
+}
+
+// Captures what `launches` puts on `stream` into a CUDA graph and instantiates it; a failing launch ends the capture
+// and frees the partial graph before rethrowing.
+void captureGraph(CUstream stream, const std::function<void()>& launches, CUgraph& graph, CUgraphExec& exec) {
+  KILN_CU(cuStreamBeginCapture, " capturing the forward in a CUDA graph", stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  try {
+    launches();
+  } catch (...) {
+    CUgraph partial = nullptr;
+    driver().fn_cuStreamEndCapture(stream, &partial);
+    if (partial) driver().fn_cuGraphDestroy(partial);
+    throw;
+  }
+  KILN_CU(cuStreamEndCapture, " capturing the forward in a CUDA graph", stream, &graph);
+  KILN_CU(cuGraphInstantiate, " instantiating the CUDA graph", &exec, graph, 0ULL);
 }
 
 std::string quoted(const fs::path& p) { return fmt::format("'{}'", p.string()); }
@@ -323,17 +340,9 @@ void Model::forward(const std::vector<Binding>& inputs, const std::vector<Bindin
     }
   } else if (o.graph) {
     if (!s.graphExec) {
-      KILN_CU(cuStreamBeginCapture, " capturing the forward in a CUDA graph", stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-      try {
+      captureGraph(stream, [&] {
         for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, false, nullptr, stream);
-      } catch (...) {
-        CUgraph partial = nullptr;
-        driver().fn_cuStreamEndCapture(stream, &partial);
-        if (partial) driver().fn_cuGraphDestroy(partial);
-        throw;
-      }
-      KILN_CU(cuStreamEndCapture, " capturing the forward in a CUDA graph", stream, &s.graph);
-      KILN_CU(cuGraphInstantiate, " instantiating the forward's CUDA graph", &s.graphExec, s.graph, 0ULL);
+      }, s.graph, s.graphExec);
     }
     KILN_CU(cuGraphLaunch, " replaying the forward's CUDA graph", s.graphExec, stream);
   } else {
@@ -439,17 +448,9 @@ Timing Model::time(const TimingOptions& o) {
   const int64_t perGraph = o.graph ? (wanted + sets - 1) / sets * sets : 1;
   int64_t replays = (o.iters + perGraph - 1) / perGraph, forwards = o.graph ? replays * perGraph : o.iters;
   if (o.graph) {
-    KILN_CU(cuStreamBeginCapture, " capturing the forward in a CUDA graph", r.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    try {
+    captureGraph(r.stream, [&] {
       for (int64_t f = 0; f < perGraph; ++f) forward(f % sets);
-    } catch (...) {
-      CUgraph partial = nullptr;
-      driver().fn_cuStreamEndCapture(r.stream, &partial);
-      if (partial) driver().fn_cuGraphDestroy(partial);
-      throw;
-    }
-    KILN_CU(cuStreamEndCapture, " capturing the forward in a CUDA graph", r.stream, &r.graph);
-    KILN_CU(cuGraphInstantiate, " instantiating the CUDA graph", &r.exec, r.graph, 0ULL);
+    }, r.graph, r.exec);
   }
   auto run = [&](int64_t count) {  // count forwards (graph replays of `perGraph` forwards each)
     if (o.graph) {

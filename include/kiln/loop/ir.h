@@ -99,6 +99,10 @@ struct Kernel {
   int maxVar() const;                // largest variable id used by an axis
 };
 
+// Whether e has one value per row of kernel k: every index it reads uses only the row axes' variables (the stages'
+// totals, RMSNorm's rsqrt(mean + eps), softmax's 1 / sum).
+bool rowInvariant(const ExprP& e, const Kernel& k);
+
 struct Program {
   std::string modelName;
   std::vector<Buffer> buffers;
