@@ -4,7 +4,7 @@
 #      products): `kiln run --check`, then compute-sanitizer memcheck and racecheck (each bounded by
 #      KILN_SANITIZE_SECONDS, default 90; 124 = ran past the bound), with the default passes;
 #   2. the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph --kiln-profile), with the
-#      default passes and with PRODUCTS_BASELINE_ARGS (default: --disable-pass tile-pipeline-async-copies), so the
+#      default passes and with PRODUCTS_BASELINE_ARGS (default: --disable-pass tile-warpgroup-products), so the
 #      change is measured side by side in one run;
 #   3. the suite's nn.Linear-kind rows in bf16 (bench/run_suite.py --filter PRODUCTS_FILTER), for what is left of
 #      BENCH_LIMIT_SECONDS (default 560) of wall time.
@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BENCH_LIMIT_SECONDS:=560}"
 : "${PRODUCTS_FILTER:=q_proj,k_proj,o_proj,gate_proj,down_proj,o_proj_residual,silu_mul_down}"
-: "${PRODUCTS_BASELINE_ARGS:=--disable-pass tile-pipeline-async-copies}"
+: "${PRODUCTS_BASELINE_ARGS:=--disable-pass tile-warpgroup-products}"
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-products}
 during_build() { exec nice -n 19 python3 bench/run_suite.py --export-only --dtype bf16 --filter "$PRODUCTS_FILTER" > "$OUT/export.log" 2>&1; }
 source bench/device_setup.sh
@@ -31,6 +31,13 @@ timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/ki
 timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" > "$LOG/racecheck-medium.log" 2>&1; rcc=$?
 summary+=("llama_medium bf16: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-medium.log" | head -1), $(t "$LOG/check-medium.log") ms/fwd, memcheck=$mc racecheck=$rcc, pipelined products: $(grep -c 'cp_async' "$LOG/medium-tile.txt")")
 echo "${summary[-1]}"
+# The SASS of one warpgroup product of llama_medium (HGMMA: wgmma; LDGSTS: cp.async; LDL/STL: spills).
+for f in $(find "$KILN_CACHE_DIR" -name '*.cubin' | sort); do
+  cuobjdump -sass "$f" > "$LOG/sass.txt" 2>/dev/null || continue
+  grep -q HGMMA "$LOG/sass.txt" || continue
+  summary+=("sass $(basename "$f"): $(for op in HGMMA LDGSTS BAR.SYNC LDL STL; do printf '%s %s, ' "$op" "$(grep -c "$op" "$LOG/sass.txt")"; done)")
+  echo "${summary[-1]}"; cp "$LOG/sass.txt" "$LOG/sass-wgmma.txt"; break
+done
 
 for variant in default baseline; do
   extra=(); [ $variant = baseline ] && extra=(--kiln-args "$PRODUCTS_BASELINE_ARGS")

@@ -168,6 +168,61 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
+// Warpgroup products (Kernel IR's wgmma; sm_90a). The product itself is emitted as inline PTX (its accumulators are
+// one operand each); these are the pieces around it. On other architectures they trap: kiln's verifier never lets a
+// kernel for such a target use them.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_HAS_WGMMA 1
+#endif
+// The 64-bit shared-memory matrix descriptor of an operand laid out as 8x8 core matrices of 128 contiguous bytes, no
+// swizzle: start address, leading byte offset (between core matrices adjacent in k), stride byte offset (adjacent in
+// m or n), each in units of 16 bytes.
+__device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, unsigned k_stride_bytes, unsigned row_stride_bytes) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |
+         (static_cast<unsigned long long>((k_stride_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<unsigned long long>((row_stride_bytes >> 4) & 0x3FFF) << 32);
+}
+// The same for an operand in the 128-byte swizzle mode (rows of 128 bytes whose 16-byte chunks are permuted by the row
+// within 8-row groups of 1024 bytes, the group's start 1024-byte aligned): the stride byte offset is the distance between
+// 8-row groups, the leading byte offset is unused (1 by convention).
+__device__ __forceinline__ unsigned long long wgmma_desc_swizzle128(const void* smem, unsigned row_stride_bytes) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) |
+         (static_cast<unsigned long long>((row_stride_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef KILN_HAS_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_group() {
+#ifdef KILN_HAS_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait_group() {
+#ifdef KILN_HAS_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+#else
+  __trap();
+#endif
+}
+// The thread's completed shared-memory writes (stores, landed cp.async copies) become visible to the async proxy
+// that wgmma reads through.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 // ldmatrix (Kernel IR's ldmatrix; sm_75+): Count (1, 2, 4) 8x8 matrices of T (bf16 or f16) from shared memory, this
 // lane's `row` being row (lane % 8) of matrix (lane / 8) (16-byte aligned; ignored for lanes >= 8 * Count). Each
 // 32-bit result register holds two elements, the lower column in the low half; they arrive widened to f32, two

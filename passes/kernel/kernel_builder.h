@@ -108,6 +108,7 @@ class KernelBuilder {
   void storeSlice(const Tiling& t, const Prefetched& o, Block& out);
   std::function<void(Block&)> multiplyOnCudaCores(Tiling& t);
   std::function<void(Block&)> multiplyOnTensorCores(Tiling& t);
+  std::function<void(Block&)> multiplyOnWarpgroups(Tiling& t);  // lower_contraction_wgmma.cpp
   // Pipelined products (lower_contraction_async.cpp).
   void copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out);
   void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);

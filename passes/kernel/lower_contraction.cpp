@@ -17,7 +17,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   Tiling t;
   t.c = tile::contractionOf(s, lk_);
   t.s = s;
-  const bool mma = s.instruction == tile::TiledContraction::Instruction::MmaSync;
+  using Instruction = tile::TiledContraction::Instruction;
   const int64_t threads = tile::threadsPerBlock(s);
   const int64_t tilesM = tile::tilesM(s, t.c), tilesN = tile::tilesN(s, t.c);
   t.mAxis = lk_.parallel[static_cast<size_t>(t.c.mAxis)];
@@ -55,7 +55,9 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   int kStepVar = freshKernelVar();
   t.k0 = idxVar(kStepVar, "k0");
   extents_[kStepVar] = t.c.k;
-  std::function<void(Block&)> multiply = mma ? multiplyOnTensorCores(t) : multiplyOnCudaCores(t);
+  std::function<void(Block&)> multiply = s.instruction == Instruction::MmaSync ? multiplyOnTensorCores(t)
+                                         : s.instruction == Instruction::Wgmma ? multiplyOnWarpgroups(t)
+                                                                               : multiplyOnCudaCores(t);
   std::vector<OperandSlice> operands;  // per stage, A then B
   for (size_t st = 0; st < lk_.stages.size(); ++st) {
     const loop::Axis& kAxis = lk_.stages[st].axes[0];

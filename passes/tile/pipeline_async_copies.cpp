@@ -35,15 +35,7 @@ bool pipelineAsyncCopies(Program& p) {
     // (the most one step's copies and fragments are unrolled for) where the reduction has them.
     TiledContraction piped = *s;
     if (piped.tileK < 64 && c.k >= 64) piped.tileK = 64;
-    const int64_t slot = ringSlotBytes(piped, c);
-    const int64_t budget = std::min(p.target.maxSharedPerBlock, p.target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
-    const int64_t slices = (c.k + piped.tileK - 1) / piped.tileK;
-    int64_t depth = 0;
-    for (int64_t d : {4, 3, 2})
-      if (d * slot <= budget) {
-        depth = std::min(d, std::max<int64_t>(2, slices + 1));
-        break;
-      }
+    const int64_t depth = ringDepth(p.target, piped, c);
     if (depth == 0) continue;  // the schedule stays as it was, tile_k included
     piped.a.copy = piped.b.copy = TiledContraction::Copy::CpAsync;
     piped.fragments = TiledContraction::Fragments::Ldmatrix;

@@ -19,10 +19,22 @@
 //                  + (S > 1: kSplitKernelMicros for the second kernel)
 // with waves = ceil(blocks / SMs). Candidates need accumulators within 128 registers per thread (2 x 2 warps of
 // (tile_m / 2) x (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256.
+//
+// Products tile-warpgroup-products made wgmma products (sm_90a) get warpgroup tiles (tile_m 64 or 128, the rows past m zero-filled; tile_n any multiple of 8 from 16 to
+// 256 in steps that spread the columns evenly over the SMs) and the model counts memory traffic where it happens:
+//   HBM bytes    = each operand once (the activations and the weights; the weights again per extra row of tiles when
+//                  they do not fit in half the L2) + the partials of a split
+//   time         = max(HBM bytes / bandwidth,
+//                      waves * block bytes / (2 * bandwidth / SMs),   one SM streaming its blocks (through L2)
+//                      padded flops / (0.7 * the tensor-core peak))   (wgmma from shared memory)
+//                  + (S > 1: kSplitKernelMicros)
+// Accumulators: stages * tile_n / 2 registers per thread within 128.
 // The chosen schedule's `model` field says what was predicted, against the tile it replaced.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "kiln/support/error.h"
 #include "kiln/tile/ir.h"
@@ -34,6 +46,8 @@ namespace {
 constexpr double kSplitKernelMicros = 2.0;     // launch and run of the kernel adding the partials
 constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16 tensor-core rate
 constexpr double kTensorCorePeakFlops = 767e12;  // bf16 matrix product measured on the H200 (REFERENCE.md)
+constexpr double kWgmmaPeakFraction = 0.7;
+constexpr double kL2Bytes = 50e6;                // the H200's L2
 
 struct Candidate {
   int64_t tileM = 0, tileN = 0, split = 1;
@@ -42,19 +56,26 @@ struct Candidate {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The predicted time of one candidate (the header's models; `warpgroups` selects the wgmma one).
 double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split,
-                     int64_t elementBytes) {
+                     int64_t elementBytes, bool warpgroups) {
   const double bandwidth = target.memoryBandwidthGBs * 1e9;
   const int64_t stages = static_cast<int64_t>(c.stages.size());
   const int64_t tm = ceilDiv(c.m, tileM), tn = ceilDiv(c.n, tileN);
   const int64_t blocks = c.outerPoints * tm * tn * split;
   const double blockBytes = static_cast<double>((tileM * aOperands + tileN * stages) * (c.k / split) * elementBytes);
-  double traffic = static_cast<double>(blocks) * blockBytes;
-  if (split > 1) traffic += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
+  double memory = static_cast<double>(blocks) * blockBytes;  // mma.sync: every block's operands at HBM bandwidth
+  if (warpgroups) {  // each operand once; the weights again per row of tiles when they do not stay in L2
+    const double weights = static_cast<double>(c.outerPoints * c.n * c.k * stages * elementBytes);
+    memory = static_cast<double>(c.outerPoints * c.m * c.k * aOperands * elementBytes) +
+             weights * static_cast<double>(weights > kL2Bytes / 2 ? tm : 1);
+  }
+  if (split > 1) memory += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
   const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
   const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
-  const double seconds = std::max({traffic / bandwidth, waves * blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)),
-                                   flops / (kMmaSyncPeakFraction * kTensorCorePeakFlops)});
+  const double peak = (warpgroups ? kWgmmaPeakFraction : kMmaSyncPeakFraction) * kTensorCorePeakFlops;
+  const double seconds = std::max({memory / bandwidth, waves * blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)),
+                                   flops / peak});
   return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
 }
 
@@ -109,33 +130,66 @@ bool shapeProducts(Program& p, const ProductShape* force) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
-    if (!s || s->instruction != TiledContraction::Instruction::MmaSync || !asyncCopyable(p.loop, p.loop.kernels[i], *s)) continue;
+    if (!s || s->instruction == TiledContraction::Instruction::Ffma || !asyncCopyable(p.loop, p.loop.kernels[i], *s)) continue;
     const Contraction c = contractionOf(*s, p.loop.kernels[i]);
     const int64_t stages = static_cast<int64_t>(c.stages.size());
     const std::vector<size_t> src = aSources(c);
     int64_t aOperands = 0;
     for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
     const int64_t bytes = dtypeBytes(s->mmaType);
-    Candidate current{s->tileM, s->tileN, 1, predictMicros(p.target, c, aOperands, s->tileM, s->tileN, 1, bytes)};
+    const bool wgmma = s->instruction == TiledContraction::Instruction::Wgmma;
+    auto predict = [&](int64_t tileM, int64_t tileN, int64_t split) {
+      return predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes, wgmma);
+    };
+    auto splits = [&](int64_t split) { return split == 1 || (stages == 1 && c.k % (split * 64) == 0 && c.k / split >= 256); };
+    Candidate current{s->tileM, s->tileN, 1, predict(s->tileM, s->tileN, 1)};
     Candidate best = current;
-    for (int64_t tileM : {32, 64, 128})
-      for (int64_t tileN : {32, 64, 128})
+    if (wgmma) {
+      // Warpgroup tiles: 64 or 128 rows (128 only when m needs more than one 64-row tile); columns a multiple of 8
+      // from 16 to 256, among them the widths that give each of 1 to 4 waves of blocks an even share of n.
+      std::vector<int64_t> widths{16, 32, 64, 96, 128, 192, 256};
+      for (int64_t w = 1; w <= 4; ++w)
         for (int64_t split : {1, 2, 4, 8}) {
-          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
-          if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
-          if (split > 1 && (stages != 1 || c.k % (split * 64) != 0 || c.k / split < 256)) continue;
-          const double t = predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes);
-          if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
+          const int64_t perRowOfTiles = w * p.target.smCount / (split * c.outerPoints * ceilDiv(c.m, 128));
+          if (perRowOfTiles > 0) widths.push_back(ceilDiv(ceilDiv(c.n, perRowOfTiles), 8) * 8);
         }
+      best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
+      for (int64_t tileM : {64, 128})
+        for (int64_t tileN : widths)
+          for (int64_t split : {1, 2, 4, 8}) {
+            if ((tileM == 128 && c.m <= 64) || tileN < 16 || tileN > 256 || tileN > ceilDiv(c.n, 8) * 8 + 8 || !splits(split)) continue;
+            if (stages * tileN / 2 > 128) continue;  // accumulator registers per thread
+            TiledContraction sized = *s;
+            sized.tileM = tileM;
+            sized.tileN = tileN;
+            if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
+            const double t = predict(tileM, tileN, split);
+            if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
+          }
+    } else {
+      for (int64_t tileM : {32, 64, 128})
+        for (int64_t tileN : {32, 64, 128})
+          for (int64_t split : {1, 2, 4, 8}) {
+            if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+            if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
+            if (!splits(split)) continue;
+            const double t = predict(tileM, tileN, split);
+            if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
+          }
+    }
     if (force) {
-      const bool splits = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
-      best = {force->tileM, force->tileN, splits ? force->split : 1,
-              predictMicros(p.target, c, aOperands, force->tileM, force->tileN, splits ? force->split : 1, bytes)};
+      const bool split = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
+      best = {force->tileM, force->tileN, split ? force->split : 1, predict(force->tileM, force->tileN, split ? force->split : 1)};
     }
     if (best.tileM == current.tileM && best.tileN == current.tileN && best.split == 1) continue;
     TiledContraction shaped = *s;
     shaped.tileM = best.tileM;
     shaped.tileN = best.tileN;
+    if (wgmma) {  // the ring is sized for the slots of this tile and the reduction each block walks
+      Contraction part = c;
+      part.k = c.k / best.split;
+      shaped.pipelineDepth = ringDepth(p.target, shaped, part);
+    }
     shaped.model = fmt::format("shape-products: {}x{}{} predicted {:.1f} us against {:.1f} us for {}x{}", best.tileM, best.tileN,
                                best.split > 1 ? fmt::format(" split {}", best.split) : std::string(), best.micros,
                                current.micros, current.tileM, current.tileN);

@@ -76,7 +76,7 @@ class Emitter {
       }
       if (dynamicBase.empty()) {
         dynamicBase = cIdentifier("kiln_dynamic_shared", used);
-        out += fmt::format("  extern __shared__ __align__(16) unsigned char {}[];\n", dynamicBase);
+        out += fmt::format("  extern __shared__ __align__(1024) unsigned char {}[];\n", dynamicBase);
       }
       out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} elements\n", cudaTypeName(sb.dtype),
                          shared_[i], dynamicBase, k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements);
@@ -185,6 +185,11 @@ class Emitter {
                              shared_[s.target], idx(s.a), fmt::join(slots, ", "));
           break;
         }
+        case K::Wgmma: out += wgmma(s, pad); break;
+        case K::WgmmaFence: out += pad + "kiln::wgmma_fence();\n"; break;
+        case K::WgmmaCommit: out += pad + "kiln::wgmma_commit_group();\n"; break;
+        case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.pendingGroups); break;
+        case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; break;
         case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
         case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); break;
         case K::ShuffleXor:
@@ -217,6 +222,28 @@ class Emitter {
         }
       }
     }
+  }
+
+  // One wgmma.mma_async as inline PTX: its n / 2 accumulators are "+f" operands (too many for a fixed helper), the
+  // operands two shared-memory descriptors (kiln::wgmma_desc, no swizzle), scale-d = 1 (D += A·B).
+  std::string wgmma(const kernel::Stmt& s, const std::string& pad) {
+    const size_t n = s.fragment.size();
+    std::vector<std::string> regs, outs;
+    for (size_t i = 0; i < n; ++i) {
+      regs.push_back(fmt::format("%{}", i));
+      outs.push_back(fmt::format("\"+f\"({})", floats_[s.fragment[i]]));
+    }
+    const char* type = s.operandType == DType::BF16 ? "bf16" : "f16";
+    auto desc = [&](int buffer, const Idx& at, const kernel::Stmt::CoreMatrices& l) {
+      const int64_t bytes = dtypeBytes(k_.shared[buffer].dtype);
+      if (l.swizzle128) return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}))", shared_[buffer], idx(at), l.rowStride * bytes);
+      return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes, l.rowStride * bytes);
+    };
+    return fmt::format("{0}asm volatile(\"{{\\n.reg .pred d;\\nsetp.ne.b32 d, %{1}, 0;\\n\"\n"
+                       "{0}             \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} {{{4}}}, %{5}, %{6}, d, 1, 1, 0, 0;\\n}}\\n\"\n"
+                       "{0}             : {7}\n{0}             : \"r\"(1), {8}, {9});\n",
+                       pad, n, s.wgmmaN, type, fmt::join(regs, ", "), n + 1, n + 2, fmt::join(outs, ", "),
+                       desc(s.sharedA, s.a, s.layoutA), desc(s.sharedB, s.b, s.layoutB));
   }
 
   const kernel::Program& p_;

@@ -25,6 +25,7 @@ struct Dims {
   int maxSlot = -1;        // largest float slot
   int depth = 0;           // deepest For/If nesting
   bool async = false;      // has cp.async statements
+  bool wgmma = false;      // has wgmma statements
 };
 
 void scanIdx(const Idx& e, Dims& d) {
@@ -75,6 +76,7 @@ void scanBlock(const Block& body, int depth, Dims& d) {
     }
     if (s.validBytes) scanIdx(s.validBytes, d);
     d.async = d.async || s.kind == Stmt::Kind::CpAsync;
+    d.wgmma = d.wgmma || s.kind == Stmt::Kind::Wgmma;
     if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::If) scanBlock(s.body, depth + 1, d);
   }
 }
@@ -259,6 +261,11 @@ void Machine::exec(const Block& body, int depth) {
       case Stmt::Kind::CpAsync: cpAsyncStep(s, mask); break;
       case Stmt::Kind::CpAsyncCommit: cpAsyncCommitStep(mask); break;
       case Stmt::Kind::CpAsyncWait: cpAsyncWaitStep(s, mask); break;
+      case Stmt::Kind::Wgmma: wgmmaStep(s, mask); break;
+      case Stmt::Kind::WgmmaFence: activeWarpgroups(mask, "wgmma.fence"); break;
+      case Stmt::Kind::WgmmaCommit: wgmmaCommitStep(mask); break;
+      case Stmt::Kind::WgmmaWait: wgmmaWaitStep(s, mask); break;
+      case Stmt::Kind::FenceProxyAsync: fenceProxyAsyncStep(mask); break;
     }
   }
 }
@@ -283,6 +290,7 @@ void Machine::run() {
               d.maxSlot, k.floatVars.size());
   T = k.block[0];
   async = d.async;
+  wgmmaUsed = d.wgmma;
   nf = static_cast<int>(k.floatVars.size());
   env.assign(T, std::vector<int64_t>(d.maxVar + 1, 0));
   floats.assign(T * nf, kPoison);
@@ -302,6 +310,7 @@ void Machine::run() {
     }
     std::fill(floats.begin(), floats.end(), kPoison);
     if (async) resetAsync();
+    if (wgmmaUsed) resetWgmma();
     for (int64_t t = 0; t < T; ++t) {
       env[t][kThreadIdx] = t;
       env[t][kBlockIdx] = block;

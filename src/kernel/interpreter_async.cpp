@@ -33,6 +33,7 @@ void Machine::checkSharedRead(int buffer, int64_t i, int64_t t) {
 }
 
 void Machine::checkSharedWrite(int buffer, int64_t i, int64_t t) {
+  if (wgmmaUsed) noteSharedWrite(buffer, i, t);
   if (!async) return;
   if (int32_t owner = inFlight[buffer][i]; owner >= 0)
     raise(fmt::format("kernel {}: thread {} of block {} stores to shared {}[{}] while thread {}'s cp.async into it has not "
@@ -73,6 +74,8 @@ void Machine::cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask) {
     for (int64_t j = 0; j < n; ++j) {
       if (int32_t owner = inFlight[s.target][si + j]; owner >= 0)
         raise(fmt::format("{}: overlaps element {} of thread {}'s copy that has not been waited for", where(), si + j, owner));
+      if (wgmmaUsed && pinned[s.target][si + j] > 0)
+        raise(fmt::format("{}: element {} is read by a wgmma that has not been waited for", where(), si + j));
       inFlight[s.target][si + j] = static_cast<int32_t>(t);
     }
     openGroup[t].push_back(std::move(copy));
@@ -99,6 +102,7 @@ void Machine::cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
           written[c.buffer][e] = 1;
           inFlight[c.buffer][e] = -1;
           landed[c.buffer][e] = static_cast<int32_t>(t);
+          if (wgmmaUsed) unfenced[c.buffer][e] = static_cast<int32_t>(t) + 1;
         }
       committed[t].pop_front();
     }

@@ -51,6 +51,15 @@ struct Machine {
   std::vector<std::vector<Copy>> openGroup;    // per thread: copies issued since its last commit
   std::vector<std::deque<std::vector<Copy>>> committed;  // per thread: committed groups not yet waited for, oldest first
 
+  // wgmma state (interpreter_wgmma.cpp), kept only when the kernel has wgmma statements.
+  bool wgmmaUsed = false;
+  std::vector<std::vector<int32_t>> unfenced;  // per shared element: 1 + the thread whose write no fence.proxy.async of that
+                                               // thread has followed yet, or 0
+  std::vector<std::vector<int32_t>> pinned;    // per shared element: pending wgmma groups that read it
+  using Reads = std::vector<std::pair<int, int64_t>>;  // (shared buffer, element) a wgmma read
+  std::vector<Reads> wgOpen;                   // per warpgroup: reads of the wgmmas since its last commit
+  std::vector<std::deque<Reads>> wgCommitted;  // per warpgroup: committed groups not yet waited for, oldest first
+
   Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)
       : p(prog), k(kern), buffers(bufs) {
     loader = [this](int param, int64_t flat) {
@@ -87,6 +96,16 @@ struct Machine {
   void cpAsyncCommitStep(const std::vector<uint8_t>& mask);
   void cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask);
   void barrierStep();                                  // publishes landed copies to the block
+
+  // interpreter_wgmma.cpp
+  void resetWgmma();                                         // at the start of every block
+  void noteSharedWrite(int buffer, int64_t i, int64_t t);    // a store or landed copy by thread t (fence and pin rules)
+  void wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void wgmmaCommitStep(const std::vector<uint8_t>& mask);
+  void wgmmaWaitStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void fenceProxyAsyncStep(const std::vector<uint8_t>& mask);
+  // Warpgroups active under `mask`: each wholly or not at all, else an error naming `what`.
+  std::vector<int64_t> activeWarpgroups(const std::vector<uint8_t>& mask, const char* what);
 };
 
 }  // namespace kiln::kernel::interp

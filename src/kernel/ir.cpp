@@ -272,6 +272,41 @@ std::pair<int, int> mmaElementC(int lane, int i) {
   return {g + 8 * (i / 2), 2 * t + i % 2};
 }
 
+Stmt wgmma(DType operandType, int sharedA, Idx aStart, Stmt::CoreMatrices layoutA, int sharedB, Idx bStart,
+           Stmt::CoreMatrices layoutB, int64_t n, std::vector<int> acc) {
+  KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "wgmma: operands must be bf16 or f16, not {}",
+              dtypeName(operandType));
+  KILN_ASSERT(n >= 8 && n <= 256 && n % 8 == 0 && static_cast<int64_t>(acc.size()) == n / 2,
+              "wgmma: n = {} with {} accumulators (want n a multiple of 8 up to 256, n / 2 accumulators)", n, acc.size());
+  KILN_ASSERT(sharedA >= 0 && sharedB >= 0 && aStart && bStart, "wgmma: bad shared buffers {}, {} or null start", sharedA, sharedB);
+  Stmt s = makeStmt(Stmt::Kind::Wgmma);
+  s.operandType = operandType;
+  s.sharedA = sharedA;
+  s.sharedB = sharedB;
+  s.a = std::move(aStart);
+  s.b = std::move(bStart);
+  s.layoutA = layoutA;
+  s.layoutB = layoutB;
+  s.wgmmaN = n;
+  s.fragment = std::move(acc);
+  return s;
+}
+
+Stmt wgmmaFence() { return makeStmt(Stmt::Kind::WgmmaFence); }
+Stmt wgmmaCommit() { return makeStmt(Stmt::Kind::WgmmaCommit); }
+Stmt wgmmaWait(int pendingGroups) {
+  KILN_ASSERT(pendingGroups >= 0 && pendingGroups <= 7, "wgmmaWait: {} pending groups (want 0..7)", pendingGroups);
+  Stmt s = makeStmt(Stmt::Kind::WgmmaWait);
+  s.pendingGroups = pendingGroups;
+  return s;
+}
+Stmt fenceProxyAsync() { return makeStmt(Stmt::Kind::FenceProxyAsync); }
+
+std::pair<int, int> wgmmaElement(int thread, int i) {
+  auto [r, c] = mmaElementC(thread % 32, i % 4);
+  return {16 * (thread / 32) + r, 8 * (i / 4) + c};
+}
+
 int64_t Kernel::sharedBytes() const {
   int64_t bytes = 0;
   for (auto& s : shared)

@@ -141,6 +141,20 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
                                     slots(0, 8), slots(8, 4)));
         break;
       }
+      case Stmt::Kind::Wgmma: {
+        // The accumulators as a range (there are up to 128): first .. last.
+        std::string acc = s.fragment.empty() ? std::string("{}")
+                                             : fmt::format("{{{} .. {}}}", floatName(k, s.fragment.front()), floatName(k, s.fragment.back()));
+        lines.push_back(fmt::format("{}wgmma.m64n{}k16.{} {} += shared {}[{}] (core matrices k {} row {}) x shared {}[{}] (core "
+                                    "matrices k {} row {})", ind, s.wgmmaN, dtypeName(s.operandType), acc, sharedName(k, s.sharedA),
+                                    idxString(s.a), s.layoutA.kStride, s.layoutA.rowStride, sharedName(k, s.sharedB), idxString(s.b),
+                                    s.layoutB.kStride, s.layoutB.rowStride));
+        break;
+      }
+      case Stmt::Kind::WgmmaFence: lines.push_back(ind + "wgmma.fence"); break;
+      case Stmt::Kind::WgmmaCommit: lines.push_back(ind + "wgmma.commit_group"); break;
+      case Stmt::Kind::WgmmaWait: lines.push_back(fmt::format("{}wgmma.wait_group {}", ind, s.pendingGroups)); break;
+      case Stmt::Kind::FenceProxyAsync: lines.push_back(ind + "fence.proxy.async.shared"); break;
     }
   }
 }

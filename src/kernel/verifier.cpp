@@ -277,6 +277,44 @@ struct Verifier {
     if (!st.pairRegs.empty() && sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix pairs from {}", sb.name);
   }
 
+  // wgmma: sm_90a, warpgroup-collective, operands of its type in shared memory, starts and core-matrix strides 16-byte
+  // aligned, every core matrix it reads inside its buffer, accumulators assigned before (they are read and written).
+  void checkWgmma(const Stmt& st, const Scope& s) {
+    checkWarpCollective("wgmma");
+    if (k.block[0] % kWarpgroupThreads != 0) fail("wgmma in a block of {} threads (not whole warpgroups of 128)", k.block[0]);
+    if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
+    if (st.wgmmaN < 8 || st.wgmmaN > 256 || st.wgmmaN % 8 != 0 || static_cast<int64_t>(st.fragment.size()) != st.wgmmaN / 2)
+      fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", st.wgmmaN,
+           st.fragment.size());
+    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+    auto operand = [&](int buffer, const Idx& start, const Stmt::CoreMatrices& layout, int64_t rows, const char* which) {
+      checkIdx(start, s, "a wgmma start");
+      if (buffer < 0 || buffer >= static_cast<int>(k.shared.size())) fail("wgmma {} from shared buffer #{} of {}", which, buffer, k.shared.size());
+      const SharedBuffer& sb = k.shared[buffer];
+      if (sb.dtype != st.operandType)
+        fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(st.operandType), which, sb.name, dtypeName(sb.dtype));
+      if (layout.swizzle128) {
+        if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != 512)
+          fail("wgmma {} with the 128-byte swizzle reads {} with row stride {} (want 16-bit elements, 8 rows of 64: 512)", which,
+               dtypeName(sb.dtype), layout.rowStride);
+        if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
+          fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
+      } else if (layout.kStride <= 0 || layout.rowStride <= 0 || layout.kStride % 8 != 0 || layout.rowStride % 8 != 0) {
+        fail("wgmma {} core-matrix strides k {} row {} (want positive multiples of 8 elements)", which, layout.kStride, layout.rowStride);
+      }
+      if (!provablyMultipleOf(expand(start, s), 8, extents))
+        fail("wgmma {} start shared {}[{}] not provably a multiple of 8 elements (16 bytes; expanded: {})", which, sb.name,
+             toString(start), toString(expand(start, s)));
+      checkSharedIndex(buffer, start, s, "wgmma operand");
+      const int64_t last = layout.swizzle128 ? (rows / 8 - 1) * layout.rowStride + 7 * 64 + kWgmmaK - 1
+                                             : (rows / 8 - 1) * layout.rowStride + layout.kStride + 63;
+      checkSharedIndex(buffer, start + idxConst(last), s, "wgmma operand");
+    };
+    operand(st.sharedA, st.a, st.layoutA, kWgmmaM, "A");
+    operand(st.sharedB, st.b, st.layoutB, st.wgmmaN, "B");
+    for (int slot : st.fragment) checkSlotRead(slot, "wgmma");
+  }
+
   // Warp-collective statements: every lane of every warp executes them; block-uniform control flow guarantees it.
   void checkWarpCollective(const char* what) {
     if (!divergence.empty()) fail("{} under thread-dependent control flow `{}` (lanes of a warp may skip it)", what, divergence);
@@ -437,6 +475,18 @@ struct Verifier {
           break;
         case Stmt::Kind::CpAsync: checkCpAsync(st, s); break;
         case Stmt::Kind::CpAsyncCommit: break;
+        case Stmt::Kind::Wgmma: checkWgmma(st, s); break;
+        case Stmt::Kind::WgmmaFence:
+        case Stmt::Kind::WgmmaCommit:
+        case Stmt::Kind::WgmmaWait:
+          checkWarpCollective("wgmma.fence / commit_group / wait_group");
+          if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
+          if (st.kind == Stmt::Kind::WgmmaWait && (st.pendingGroups < 0 || st.pendingGroups > 7))
+            fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
+          break;
+        case Stmt::Kind::FenceProxyAsync:
+          if (p.target.computeMajor < 9) fail("fence.proxy.async on {} (sm_90 and later)", p.target.arch);
+          break;
         case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); break;
         case Stmt::Kind::CpAsyncWait:
           if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);

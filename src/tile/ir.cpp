@@ -15,8 +15,18 @@ using TC = TiledContraction;
 const char* combineName(RowReduction::Combine c) {
   return c == RowReduction::Combine::SharedTree ? "shared_tree" : "warp_shuffle";
 }
-const char* instructionName(TC::Instruction i) { return i == TC::Instruction::Ffma ? "ffma" : "mma.sync.m16n8k16"; }
-const char* layoutName(TC::SharedLayout l) { return l == TC::SharedLayout::KMajorF32 ? "k_major_f32" : "row_pairs"; }
+const char* instructionName(TC::Instruction i) {
+  return i == TC::Instruction::Ffma ? "ffma" : i == TC::Instruction::MmaSync ? "mma.sync.m16n8k16" : "wgmma.m64nNk16";
+}
+const char* layoutName(TC::SharedLayout l) {
+  switch (l) {
+    case TC::SharedLayout::KMajorF32: return "k_major_f32";
+    case TC::SharedLayout::RowPairs: return "row_pairs";
+    case TC::SharedLayout::CoreMatrices: return "core_matrices";
+    case TC::SharedLayout::Swizzled128: return "swizzled_128b";
+  }
+  return "?";
+}
 const char* copyName(TC::Copy c) {
   return c == TC::Copy::Plain ? "plain" : c == TC::Copy::RegisterPrefetch ? "register_prefetch" : "cp_async";
 }
@@ -25,10 +35,14 @@ const char* fragmentsName(TC::Fragments f) {
 }
 
 std::string operandString(const TC& s, const TC::Operand& o, int64_t rows) {
-  const bool pairs = o.layout == TC::SharedLayout::RowPairs;
-  return fmt::format("{} {} {}{}", copyName(o.copy), layoutName(o.layout),
-                     pairs ? fmt::format("[{}][{}+{}]:{}", rows, s.tileK, kPairPad, dtypeName(sliceType(s, o)))
-                           : fmt::format("[{}][{}+1]:f32", s.tileK, rows),
+  std::string shape = o.layout == TC::SharedLayout::RowPairs
+                          ? fmt::format("[{}][{}+{}]:{}", rows, s.tileK, kPairPad, dtypeName(sliceType(s, o)))
+                      : o.layout == TC::SharedLayout::CoreMatrices
+                          ? fmt::format("[{}/8][{}/8][8][8]:{}", rows, s.tileK, dtypeName(sliceType(s, o)))
+                      : o.layout == TC::SharedLayout::Swizzled128
+                          ? fmt::format("[{}][{}]:{}", rows, s.tileK, dtypeName(sliceType(s, o)))
+                          : fmt::format("[{}][{}+1]:f32", s.tileK, rows);
+  return fmt::format("{} {} {}{}", copyName(o.copy), layoutName(o.layout), shape,
                      s.pipelineDepth > 1 ? fmt::format(" x{} ring", s.pipelineDepth) : "");
 }
 
@@ -52,10 +66,17 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        r->rowInRegisters ? ", row in registers" : "", launch);
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
-  std::string instr = t.instruction == TC::Instruction::Ffma
-                          ? fmt::format("ffma micro {}x{}", t.microM, t.microN)
-                          : fmt::format("{}.{} warps 2x2 of {}x{}, fragments {}", instructionName(t.instruction),
-                                        dtypeName(t.mmaType), t.tileM / 2, t.tileN / 2, fragmentsName(t.fragments));
+  std::string instr;
+  switch (t.instruction) {
+    case TC::Instruction::Ffma: instr = fmt::format("ffma micro {}x{}", t.microM, t.microN); break;
+    case TC::Instruction::MmaSync:
+      instr = fmt::format("{}.{} warps 2x2 of {}x{}, fragments {}", instructionName(t.instruction), dtypeName(t.mmaType),
+                          t.tileM / 2, t.tileN / 2, fragmentsName(t.fragments));
+      break;
+    case TC::Instruction::Wgmma:
+      instr = fmt::format("wgmma.m64n{}k16.{} warpgroups {} of 64x{}", t.tileN, dtypeName(t.mmaType), t.tileM / 64, t.tileN);
+      break;
+  }
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
                      t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
@@ -80,7 +101,8 @@ nlohmann::json toJson(const Schedule& s) {
     j.update({{"m_axis", t.mAxis}, {"n_axis", t.nAxis}, {"tile_m", t.tileM}, {"tile_n", t.tileN}, {"tile_k", t.tileK},
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
+    else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -165,6 +187,17 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     const bool pairs = t.a.layout == TC::SharedLayout::RowPairs;
     KILN_ASSERT(pairs ? t.fragments != TC::Fragments::Elements : t.fragments == TC::Fragments::Elements,
                 "kernel {}: fragments {} from {} slices", k.name, fragmentsName(t.fragments), layoutName(t.a.layout));
+  } else if (t.instruction == TC::Instruction::Wgmma) {
+    KILN_ASSERT(target.wgmma, "kernel {}: wgmma on {}, which lacks it (sm_90a only)", k.name, target.arch);
+    KILN_ASSERT((t.tileM == 64 || t.tileM == 128) && t.tileN >= 8 && t.tileN <= 256 && t.tileN % 8 == 0 && t.tileK >= 16 &&
+                    t.tileK % 16 == 0,
+                "kernel {}: wgmma tiles are 64 or 128 rows by a multiple of 8 up to 256 columns, tile_k a multiple of 16, not "
+                "{}x{}x{}", k.name, t.tileM, t.tileN, t.tileK);
+    KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: wgmma on {}", k.name, dtypeName(t.mmaType));
+    KILN_ASSERT((t.a.layout == TC::SharedLayout::CoreMatrices || (t.a.layout == TC::SharedLayout::Swizzled128 && t.tileK == 64)) &&
+                    t.a.copy == TC::Copy::CpAsync,
+                "kernel {}: wgmma reads core_matrices (or, 64 deep, swizzled_128b) slices streamed by cp_async, not {} {} {} deep",
+                k.name, copyName(t.a.copy), layoutName(t.a.layout), t.tileK);
   } else {
     KILN_ASSERT(t.tileM > 0 && t.tileN > 0 && t.tileK > 0 && t.microM > 0 && t.microN > 0 && t.tileM % t.microM == 0 &&
                     t.tileN % t.microN == 0,
@@ -178,10 +211,11 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
               "kernel {}: the lowering stages both operands alike (layout and copy)", k.name);
   if (t.a.copy == TC::Copy::CpAsync) {
     KILN_ASSERT(target.cpAsync && target.ldmatrix, "kernel {}: cp.async and ldmatrix on {}, which lacks them", k.name, target.arch);
-    KILN_ASSERT(t.instruction == TC::Instruction::MmaSync && t.fragments == TC::Fragments::Ldmatrix &&
+    KILN_ASSERT(((t.instruction == TC::Instruction::MmaSync && t.fragments == TC::Fragments::Ldmatrix) ||
+                 t.instruction == TC::Instruction::Wgmma) &&
                     t.pipelineDepth >= 2 && t.pipelineDepth <= 8 && t.tileK % 16 == 0,
-                "kernel {}: cp_async slices feed ldmatrix fragments of mma.sync through a ring of 2 to 8 (depth {})", k.name,
-                t.pipelineDepth);
+                "kernel {}: cp_async slices feed ldmatrix fragments of mma.sync or wgmma through a ring of 2 to 8 (depth {})",
+                k.name, t.pipelineDepth);
     KILN_ASSERT(asyncCopyable(p.loop, k, t), "kernel {}: cp_async on operands that are not k-contiguous bf16/f16 loads", k.name);
   } else {
     KILN_ASSERT(t.pipelineDepth == 1, "kernel {}: a ring of {} slices without cp_async copies", k.name, t.pipelineDepth);

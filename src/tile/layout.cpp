@@ -1,5 +1,7 @@
 #include "kiln/tile/layout.h"
 
+#include <algorithm>
+
 #include "kiln/support/error.h"
 
 namespace kiln::tile {
@@ -30,9 +32,11 @@ int64_t threadsPerBlock(const Schedule& s) {
                         [](const PointwiseMap& m) { return m.threads; },
                         [](const RowReduction& r) { return r.threadsPerRow * r.rowsPerBlock; },
                         [](const TiledContraction& t) {
-                          return t.instruction == TiledContraction::Instruction::MmaSync
-                                     ? int64_t{128}
-                                     : (t.tileM / t.microM) * (t.tileN / t.microN);
+                          switch (t.instruction) {
+                            case TiledContraction::Instruction::MmaSync: return int64_t{128};
+                            case TiledContraction::Instruction::Wgmma: return t.tileM / 64 * 128;  // a warpgroup per 64 rows
+                            default: return (t.tileM / t.microM) * (t.tileN / t.microN);
+                          }
                         },
                     },
                     s);
@@ -74,16 +78,27 @@ int64_t tilesM(const TiledContraction& s, const Contraction& c) { return ceilDiv
 int64_t tilesN(const TiledContraction& s, const Contraction& c) { return ceilDiv(c.n, s.tileN); }
 
 DType sliceType(const TiledContraction& s, const TiledContraction::Operand& o) {
-  return o.layout == TiledContraction::SharedLayout::RowPairs ? s.mmaType : DType::F32;
+  return o.layout == TiledContraction::SharedLayout::KMajorF32 ? DType::F32 : s.mmaType;
 }
 
 int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t tileK) {
-  return o.layout == TiledContraction::SharedLayout::RowPairs ? rows * (tileK + kPairPad) : tileK * (rows + 1);
+  switch (o.layout) {
+    case TiledContraction::SharedLayout::RowPairs: return rows * (tileK + kPairPad);
+    case TiledContraction::SharedLayout::CoreMatrices:
+    case TiledContraction::SharedLayout::Swizzled128: return ceilDiv(rows, 8) * 8 * tileK;
+    default: return tileK * (rows + 1);
+  }
 }
 
 Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, int64_t rows, int64_t tileK) {
-  return o.layout == TiledContraction::SharedLayout::RowPairs ? rr * idxConst(tileK + kPairPad) + kk
-                                                               : kk * idxConst(rows + 1) + rr;
+  switch (o.layout) {
+    case TiledContraction::SharedLayout::RowPairs: return rr * idxConst(tileK + kPairPad) + kk;
+    case TiledContraction::SharedLayout::CoreMatrices:
+      return floorDiv(rr, 8) * idxConst(8 * tileK) + floorDiv(kk, 8) * idxConst(64) + mod(rr, 8) * idxConst(8) + mod(kk, 8);
+    case TiledContraction::SharedLayout::Swizzled128:  // tile_k = 64: chunk kk / 8 of row rr at chunk (kk / 8) ^ (rr mod 8)
+      return rr * idxConst(64) + idxXor(floorDiv(kk, 8), mod(rr, 8)) * idxConst(8) + mod(kk, 8);
+    default: return kk * idxConst(rows + 1) + rr;
+  }
 }
 
 int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t tileK) {
@@ -123,6 +138,15 @@ int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c) {
   return distinctA * bytes(s.a, s.tileM) + static_cast<int64_t>(c.stages.size()) * bytes(s.b, s.tileN);
 }
 
+int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c) {
+  const int64_t slot = ringSlotBytes(s, c);
+  const int64_t budget = std::min(target.maxSharedPerBlock, target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
+  const int64_t slices = ceilDiv(c.k, s.tileK);
+  for (int64_t d : {4, 3, 2})
+    if (d * slot <= budget) return std::min(d, std::max<int64_t>(2, slices + 1));
+  return 0;
+}
+
 int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages) {
   return stages * s.tileM * s.tileN / threadsPerBlock(s);
 }
@@ -137,7 +161,7 @@ int64_t prefetchRegisters(const TiledContraction& s, int64_t stages) {
 
 std::optional<DType> scheduledTensorCoreType(const Schedule& s) {
   auto* t = std::get_if<TiledContraction>(&s);
-  if (!t || t->instruction != TiledContraction::Instruction::MmaSync) return std::nullopt;
+  if (!t || t->instruction == TiledContraction::Instruction::Ffma) return std::nullopt;
   return t->mmaType;
 }
 

@@ -409,7 +409,7 @@ TEST(KernelInterpreter, DynamicSharedMemory) {
             std::string::npos) << text;
   EXPECT_EQ(toJson(p)["kernels"][0]["shared"][1]["dynamic_offset"], 512);
   std::string cu = cuda::emit(p).sources[0].text;
-  EXPECT_NE(cu.find("  extern __shared__ __align__(16) unsigned char kiln_dynamic_shared[];\n"
+  EXPECT_NE(cu.find("  extern __shared__ __align__(1024) unsigned char kiln_dynamic_shared[];\n"
                     "  float* const red = reinterpret_cast<float*>(kiln_dynamic_shared + 0);  // 128 elements\n"
                     "  __nv_bfloat16* const big = reinterpret_cast<__nv_bfloat16*>(kiln_dynamic_shared + 512);"),
             std::string::npos) << cu;

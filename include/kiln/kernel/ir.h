@@ -68,6 +68,11 @@ struct Stmt {
     CpAsyncCommit,  // closes the thread's open cp.async group
     CpAsyncWait,    // waits for all but the newest `pendingGroups` committed groups of the thread
     Ldmatrix,       // warp-collective load of 8x8 b16 matrices from shared into fragment slots, see ldmatrix()
+    Wgmma,            // warpgroup-collective asynchronous tensor-core product from shared memory, see wgmma()
+    WgmmaFence,       // wgmma.fence: orders the warpgroup's earlier register accesses before the wgmmas after it
+    WgmmaCommit,      // closes the warpgroup's open group of wgmmas
+    WgmmaWait,        // waits until at most `pendingGroups` of the warpgroup's committed wgmma groups are in flight
+    FenceProxyAsync,  // fence.proxy.async.shared::cta: the thread's completed shared stores become visible to wgmma
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -92,6 +97,16 @@ struct Stmt {
   // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
   // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
   std::vector<int> pairRegs;
+  // Wgmma: the product's n (8..256, a multiple of 8); A and B start at element a and b of sharedA and sharedB in the
+  // core-matrix layouts below; fragment holds the n / 2 accumulators.
+  int64_t wgmmaN = 0;
+  struct CoreMatrices {
+    int64_t kStride = 0;    // elements between core matrices adjacent in k (the descriptor's leading byte offset / 2)
+    int64_t rowStride = 0;  // elements between core matrices adjacent in m or n (its stride byte offset / 2)
+    // The 128-byte swizzle (16-bit operands 64 deep): rows of 64 elements, 16-byte chunk c of row r stored at chunk
+    // c ^ (r mod 8); kStride is unused, rowStride is 512 (8 rows); see wgmma().
+    bool swizzle128 = false;
+  } layoutA, layoutB;
 };
 Stmt defIdx(int var, std::string name, Idx value);
 Stmt assign(int slot, FE value);
@@ -158,6 +173,35 @@ Stmt ldmatrixPairs(int sharedBuf, Idx rowIndex, bool transpose, std::vector<int>
 // mma with A and B in pair registers (register i of A holds fragment elements 2i, 2i+1; likewise B), as ldmatrix
 // fills them: no conversion or packing between the load and the tensor cores.
 Stmt mmaFromPairs(DType operandType, std::vector<int> aRegs, std::vector<int> bRegs, std::vector<int> c);
+
+// wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16|f16} (sm_90a), warpgroup-collective: the 128 threads of warpgroup
+// q (threads 128q .. 128q + 127; blocks of whole warpgroups, never under thread-dependent control flow) compute
+//   D[64 x n] += A[64 x 16] * B[n x 16]^T            (f32 accumulation, A and B of operandType)
+// with both operands read from shared memory, k-major, as 8 x 8 core matrices of 128 contiguous bytes (no swizzle):
+//   A(m, k) = sharedA[aStart + (m / 8) * layoutA.rowStride + (k / 8) * layoutA.kStride + (m % 8) * 8 + k % 8]
+//   B(j, k) = sharedB[bStart + (j / 8) * layoutB.rowStride + (k / 8) * layoutB.kStride + (j % 8) * 8 + k % 8]
+// (aStart, bStart and the strides multiples of 8: 16-byte aligned; the starts the same in every thread of the
+// warpgroup). With swizzle128 the operand is 8-row groups of 128-byte rows (64 elements) in which 16-byte chunks are
+// permuted by the row, as the hardware's 128-byte swizzle mode reads them:
+//   logical(m, k) = aStart + (m / 8) * layoutA.rowStride + (m % 8) * 64 + k,
+//   A(m, k) = sharedA[logical ^ (((logical / 64) % 8) * 8)]
+// (aStart's row part a multiple of 8 rows, its column part + 16 within the row; the buffer 1024-byte aligned). Thread 128q + 32w + l, with g = l / 4 and t = l % 4, holds acc[4j + e] = D[16w + g + 8 (e / 2)][8j + 2t + e % 2]
+// (the mma C fragment of kernel::mma repeated over n / 8 columns).
+// The product is asynchronous: it joins the warpgroup's open group (closed by wgmmaCommit) and may read shared memory
+// and write the accumulators until wgmmaWait leaves it no longer pending. So: shared stores (and landed cp.async
+// copies) are made visible to it by fenceProxyAsync in the writing thread before the barrier that publishes them;
+// no thread may write what a pending wgmma reads; wgmmaFence precedes the first wgmma of a batch.
+// The interpreter multiplies when the wgmma is issued, and faults on a read of unfenced shared memory and on a write
+// into shared memory a pending wgmma reads.
+Stmt wgmma(DType operandType, int sharedA, Idx aStart, Stmt::CoreMatrices layoutA, int sharedB, Idx bStart,
+           Stmt::CoreMatrices layoutB, int64_t n, std::vector<int> acc);
+Stmt wgmmaFence();
+Stmt wgmmaCommit();
+Stmt wgmmaWait(int pendingGroups);
+Stmt fenceProxyAsync();
+constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
+// The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
+std::pair<int, int> wgmmaElement(int thread, int i);
 
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 // The (row, column) of element i of a lane's A, B or C fragment (the layout above).

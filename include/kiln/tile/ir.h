@@ -50,10 +50,19 @@ struct TiledContraction {
   enum class Instruction {
     Ffma,     // CUDA cores, f32 fused multiply-add, microM x microN outputs per thread
     MmaSync,  // tensor cores, mma.sync.aligned.m16n8k16 with f32 accumulation, a 2 x 2 grid of warps
+    // tensor cores, wgmma.mma_async m64n{tile_n}k16 with f32 accumulation (sm_90a): one warpgroup (128 threads) per 64
+    // rows of the tile, both operands read by the tensor cores straight from core_matrices slices of a cp_async ring
+    Wgmma,
   };
   enum class SharedLayout {
     KMajorF32,    // [k][row + 1] f32: threads reading one k broadcast, copies spread over banks
     RowPairs,     // [row][k + 8] in the operand type: mma registers read as aligned 32-bit pairs
+    // [row / 8][k / 8][8][8] in the operand type: 8 x 8 core matrices of 128 contiguous bytes, k-major, no swizzle,
+    // as wgmma's shared-memory descriptors describe them (leading offset 128 B, stride offset 16 * tile_k B)
+    CoreMatrices,
+    // [row][64] in a 16-bit operand type, 128-byte rows whose 16-byte chunk c of row r lies at chunk c ^ (r mod 8): the
+    // 128-byte swizzle of wgmma's descriptors (tile_k 64), free of bank conflicts for the copies and the tensor cores
+    Swizzled128,
   };
   enum class Copy {
     Plain,             // each step: load from global memory, store to shared, barrier, multiply, barrier
@@ -117,6 +126,7 @@ bool deepenKSlices(Program& p);                 // tile-deep-k-slices
 bool prefetchSlices(Program& p);                // tile-prefetch-slices
 bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
+bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 // A product shape (tile-shape-products); given to shapeProducts, it is applied to every eligible product instead of
 // the model's choice (tests), a split only where K / split is a multiple of 8 and the product has one stage.
 struct ProductShape {

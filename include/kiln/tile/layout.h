@@ -30,7 +30,7 @@ int64_t tilesN(const TiledContraction& s, const Contraction& c);
 // The type of the operand slices in shared memory: f32, or with RowPairs the tensor cores' operand type.
 DType sliceType(const TiledContraction& s, const TiledContraction::Operand& o);
 // Elements of one slice of `rows` rows at depth tileK in the operand's layout (padding included):
-// KMajorF32 [k][rows + 1]; RowPairs [rows][k + kPairPad].
+// KMajorF32 [k][rows + 1]; RowPairs [rows][k + kPairPad]; CoreMatrices [rows / 8][k / 8][8][8]; Swizzled128 [rows][64].
 constexpr int64_t kPairPad = 8;
 int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t tileK);
 // Where element (k offset kk, row rr) of a slice lies.
@@ -42,6 +42,9 @@ int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t til
 std::vector<size_t> aSources(const Contraction& c);
 // Bytes of one slot of a pipelined product's ring: each distinct A slice once, every stage's B slice.
 int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c);
+// Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
+// Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
+int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c);
 // Accumulator registers per thread, and the registers RegisterPrefetch adds (per operand slice,
 // ceil(rows * tileK / threads) values).
 int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages);

@@ -1,0 +1,133 @@
+// The Kernel-IR interpreter's warpgroup products (interpreter_machine.h; semantics in kernel/ir.h, wgmma()). A wgmma
+// multiplies when it is issued, reading shared memory then, and the rules that make that equal to the hardware's
+// asynchronous execution are checked instead:
+//   - it reads only elements whose last writer has since run fence.proxy.async (and, as for any shared read, that a
+//     barrier has published to the block);
+//   - from issue until a wait_group leaves its group no longer pending, nothing writes what it read (a store, or a
+//     cp.async issued into it).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "interpreter_machine.h"
+#include "kiln/loop/ir.h"
+
+namespace kiln::kernel::interp {
+
+void Machine::resetWgmma() {
+  unfenced.resize(k.shared.size());
+  pinned.resize(k.shared.size());
+  for (size_t b = 0; b < k.shared.size(); ++b) {
+    unfenced[b].assign(static_cast<size_t>(k.shared[b].elements), 0);
+    pinned[b].assign(static_cast<size_t>(k.shared[b].elements), 0);
+  }
+  wgOpen.assign(static_cast<size_t>((T + kWarpgroupThreads - 1) / kWarpgroupThreads), {});
+  wgCommitted.assign(wgOpen.size(), {});
+}
+
+void Machine::noteSharedWrite(int buffer, int64_t i, int64_t t) {
+  if (pinned[buffer][i] > 0)
+    raise(fmt::format("kernel {}: thread {} of block {} writes shared {}[{}], which a wgmma that has not been waited for reads",
+                      k.name, t, block, k.shared[buffer].name, i));
+  unfenced[buffer][i] = static_cast<int32_t>(t) + 1;
+}
+
+std::vector<int64_t> Machine::activeWarpgroups(const std::vector<uint8_t>& mask, const char* what) {
+  if (T % kWarpgroupThreads != 0) raise(fmt::format("kernel {}: {} in a block of {} threads (not whole warpgroups)", k.name, what, T));
+  std::vector<int64_t> groups;
+  for (int64_t q = 0; q < T / kWarpgroupThreads; ++q) {
+    const auto first = mask.begin() + q * kWarpgroupThreads;
+    const int64_t active = std::count(first, first + kWarpgroupThreads, uint8_t{1});
+    if (active != 0 && active != kWarpgroupThreads)
+      raise(fmt::format("kernel {}: {} reached by {} of the 128 threads of warpgroup {} (block {})", k.name, what, active, q, block));
+    if (active) groups.push_back(q);
+  }
+  return groups;
+}
+
+// Per active warpgroup: the operands gathered from shared memory through the core-matrix layouts, rounded to the
+// operand type; D accumulated in f32 over k in order, as mma does; the elements read pinned in the open group.
+void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
+  const int64_t n = s.wgmmaN;
+  for (int64_t q : activeWarpgroups(mask, "wgmma")) {
+    const int64_t first = q * kWarpgroupThreads;
+    auto start = [&](const Idx& at, const char* which) {
+      const int64_t v = evaluate(at, env[first], &loader);
+      for (int64_t t = first + 1; t < first + kWarpgroupThreads; ++t)
+        if (evaluate(at, env[t], &loader) != v)
+          raise(fmt::format("kernel {}: wgmma {} start {} differs between threads {} and {} of warpgroup {} (block {})", k.name,
+                            which, toString(at), first, t, q, block));
+      return v;
+    };
+    auto gather = [&](int buffer, int64_t from, const Stmt::CoreMatrices& l, int64_t rows, const char* which) {
+      if (l.swizzle128 && ((from / 64) % 8 != 0 || from % 64 + kWgmmaK > 64))
+        raise(fmt::format("kernel {}: wgmma {} starts at shared {}[{}], not in the first row of an 8-row group of 64-element "
+                          "rows with 16 columns left in the row (128-byte swizzle; block {})", k.name, which,
+                          k.shared[buffer].name, from, block));
+      std::vector<float> m(static_cast<size_t>(rows * kWgmmaK));
+      const std::vector<float>& data = shared[buffer];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t kk = 0; kk < kWgmmaK; ++kk) {
+          int64_t e = from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (r % 8) * 8 + kk % 8;
+          if (l.swizzle128) {
+            const int64_t logical = from + (r / 8) * l.rowStride + (r % 8) * 64 + kk;
+            e = logical ^ (((logical / 64) % 8) * 8);
+          }
+          if (e < 0 || e >= static_cast<int64_t>(data.size()))
+            raise(fmt::format("kernel {}: wgmma {} element ({}, {}) at shared {}[{}], outside its {} elements (block {})", k.name,
+                              which, r, kk, k.shared[buffer].name, e, data.size(), block));
+          checkSharedRead(buffer, e, first);
+          if (!written[buffer][e])
+            raise(fmt::format("kernel {}: wgmma of warpgroup {} reads shared {}[{}] that no thread wrote (block {})", k.name, q,
+                              k.shared[buffer].name, e, block));
+          if (async && landed[buffer][e] >= 0)
+            raise(fmt::format("kernel {}: wgmma of warpgroup {} reads shared {}[{}], which thread {}'s cp.async wrote, with no "
+                              "barrier after that thread's wait (block {})", k.name, q, k.shared[buffer].name, e,
+                              landed[buffer][e], block));
+          if (int32_t writer = unfenced[buffer][e]; writer > 0)
+            raise(fmt::format("kernel {}: wgmma of warpgroup {} reads shared {}[{}], written by thread {} with no fence.proxy.async "
+                              "after the write (block {})", k.name, q, k.shared[buffer].name, e, writer - 1, block));
+          m[static_cast<size_t>(r * kWgmmaK + kk)] = loop::roundTo(s.operandType, data[e]);
+          wgOpen[static_cast<size_t>(q)].emplace_back(buffer, e);
+          ++pinned[buffer][e];
+        }
+      return m;
+    };
+    const std::vector<float> a = gather(s.sharedA, start(s.a, "A"), s.layoutA, kWgmmaM, "A");
+    const std::vector<float> b = gather(s.sharedB, start(s.b, "B"), s.layoutB, n, "B");
+    for (int64_t t = 0; t < kWarpgroupThreads; ++t)
+      for (size_t i = 0; i < s.fragment.size(); ++i) {
+        auto [r, c] = wgmmaElement(static_cast<int>(t), static_cast<int>(i));
+        float& acc = floats[(first + t) * nf + s.fragment[i]];
+        for (int64_t kk = 0; kk < kWgmmaK; ++kk) acc += a[static_cast<size_t>(r * kWgmmaK + kk)] * b[static_cast<size_t>(c * kWgmmaK + kk)];
+      }
+  }
+}
+
+void Machine::wgmmaCommitStep(const std::vector<uint8_t>& mask) {
+  for (int64_t q : activeWarpgroups(mask, "wgmma.commit_group")) {
+    if (!wgmmaUsed) continue;
+    wgCommitted[static_cast<size_t>(q)].push_back(std::move(wgOpen[static_cast<size_t>(q)]));
+    wgOpen[static_cast<size_t>(q)].clear();
+  }
+}
+
+void Machine::wgmmaWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
+  for (int64_t q : activeWarpgroups(mask, "wgmma.wait_group")) {
+    if (!wgmmaUsed) continue;
+    auto& groups = wgCommitted[static_cast<size_t>(q)];
+    while (static_cast<int64_t>(groups.size()) > s.pendingGroups) {
+      for (auto [buffer, e] : groups.front()) --pinned[buffer][e];
+      groups.pop_front();
+    }
+  }
+}
+
+void Machine::fenceProxyAsyncStep(const std::vector<uint8_t>& mask) {
+  if (!wgmmaUsed) return;
+  for (auto& elements : unfenced)
+    for (int32_t& writer : elements)
+      if (writer > 0 && mask[static_cast<size_t>(writer - 1)]) writer = 0;
+}
+
+}  // namespace kiln::kernel::interp
