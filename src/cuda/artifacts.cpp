@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <set>
 #include <thread>
 #include <cerrno>
 #include <cstring>
@@ -234,6 +235,12 @@ void writeArtifacts(const kernel::Program& p, const Module& m, const fs::path& d
   runtime::Manifest manifest = plan(p, m, opts, weights, toCompile);
   writeFile(tmp / manifest.weightsFile, weights.data(), weights.size());
   if (opts.compile && !toCompile.empty()) compileWithNvcc(tmp, toCompile, opts.arch);
+  // Each file's size and hash, so that a loader notices one changed or truncated since (runtime::verifyFiles).
+  std::set<std::string> listed{manifest.weightsFile};
+  manifest.files.push_back(runtime::describeFile(tmp, manifest.weightsFile));
+  std::error_code ec;
+  for (const runtime::KernelInfo& k : manifest.kernels)
+    if (listed.insert(k.cubin).second && fs::exists(tmp / k.cubin, ec)) manifest.files.push_back(runtime::describeFile(tmp, k.cubin));
   runtime::writeManifest(manifest, tmp);
   out.commit(runtime::kManifestFileName);  // the manifest last: a reader that finds it finds the rest
 }

@@ -225,9 +225,10 @@ int runRun(const RunCommand& c, std::ostream& out) {
     fs::path dir = emitted ? fs::path(c.model) : runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, target.arch, passChoices});
     if (emitted) {
       out << fmt::format("kiln: compiled nothing: running the emitted directory {}\n", dir.string());
-    } else if (fs::exists(dir / runtime::kManifestFileName, ec) && !wantsToWatchCompile(c.pipeline)) {
+    } else if (std::string damage; usableCacheEntry(dir, &damage) && !wantsToWatchCompile(c.pipeline)) {
       out << fmt::format("kiln: compiled nothing: kernels from the cache {}\n", dir.string());
     } else {
+      if (!damage.empty()) out << fmt::format("kiln: the cache entry is damaged ({}); compiling it again\n", damage);
       auto start = std::chrono::steady_clock::now();
       Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast, target);
       cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});

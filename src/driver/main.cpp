@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <new>
 
 #include "kiln/driver/commands.h"
 #include "kiln/frontend/frontend.h"
@@ -157,6 +158,10 @@ int main(int argc, char** argv) {
   } catch (const kiln::InternalError& e) {
     std::cerr << "kiln: " << e.what() << "\n";
     return 3;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "kiln: error: out of host memory (the model, its inputs or the CPU interpreter's buffers do not fit in this "
+                 "machine's memory); try smaller --input shapes\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "kiln: internal error: " << e.what() << "\n";
     return 3;

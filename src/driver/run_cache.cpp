@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "kiln/cuda/emitter.h"
+#include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -59,6 +60,19 @@ fs::path runCacheDir(const RunCacheKey& key) {
                         fs::last_write_time(self, ec).time_since_epoch().count());
   uint64_t h = hashBytes(kFnvOffset, text.data(), text.size());
   return runCacheRoot() / fmt::format("{}-{:016x}", fs::path(key.modelPath).stem().string(), h);
+}
+
+bool usableCacheEntry(const fs::path& dir, std::string* damage) {
+  damage->clear();
+  std::error_code ec;
+  if (!fs::exists(dir / runtime::kManifestFileName, ec)) return false;
+  try {
+    runtime::verifyFiles(runtime::readManifest(dir), dir);
+    return true;
+  } catch (const UserError& e) {
+    *damage = e.what();
+    return false;
+  }
 }
 
 }  // namespace kiln

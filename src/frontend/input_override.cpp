@@ -28,6 +28,10 @@ InputOverride parseInputOverride(const std::string& text) {
     auto [p, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), v);
     if (dim.empty() || ec != std::errc() || p != dim.data() + dim.size() || v <= 0) bad("dimensions must be positive integers");
     o.shape.push_back(v);
+    int64_t elements = 1;
+    for (int64_t d : o.shape)
+      if (__builtin_mul_overflow(elements, d, &elements) || elements > kMaxInputElements)
+        bad("more than 2^31 elements in one input (kiln's limit)");
     if (x == std::string::npos) break;
     pos = x + 1;
   }

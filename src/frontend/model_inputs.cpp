@@ -85,6 +85,11 @@ std::vector<InputSpec> resolveInputs(const std::string& path, const jit::Module&
       usageError("--input names '{}', but {} has inputs: {}", o.name, path, names.empty() ? "(none)" : names);
     }
     it->shape = o.shape;
+    // A recorded dtype is what the trace's ops were recorded for (an f32 linear cannot take i64 tokens): another one
+    // is refused, as LibTorch would refuse it; --dtype is how a whole model changes its floating type.
+    if (o.dtype && recorded && *o.dtype != it->dtype)
+      usageError("--input gives '{}' the dtype {}, but {} records {} for it; drop ':{}' (or use --dtype to change the "
+                 "model's floating type)", o.name, dtypeName(*o.dtype), path, dtypeName(it->dtype), dtypeName(*o.dtype));
     if (o.dtype) it->dtype = *o.dtype;
     known[it - specs.begin()] = true;
   }

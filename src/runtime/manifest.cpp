@@ -1,5 +1,9 @@
 #include "kiln/runtime/manifest.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -96,6 +100,7 @@ Manifest manifestFromJson(const json& j, const std::string& what) {
   Reader r{what};
   if (!j.is_object()) userError("{}: top level must be a JSON object", what);
   Manifest m;
+  m.formatVersion = 1;  // a manifest without the field predates it: format 1
   if (j.contains("format_version")) {
     m.formatVersion = r.integer(j, "", "format_version");
     if (m.formatVersion < 1 || m.formatVersion > kManifestFormatVersion)
@@ -144,20 +149,48 @@ Manifest manifestFromJson(const json& j, const std::string& what) {
     k.sharedBytes = r.integer(kj, p, "shared_bytes");
     m.kernels.push_back(std::move(k));
   }
+  if (m.formatVersion >= 2) {
+    const json& fs = r.array(j, "", "files");
+    for (size_t i = 0; i < fs.size(); ++i) {
+      std::string p = fmt::format("files[{}]", i);
+      FileInfo f;
+      f.name = r.str(fs[i], p, "name");
+      f.bytes = r.integer(fs[i], p, "bytes");
+      std::string hex = r.str(fs[i], p, "fnv1a_words");
+      char* end = nullptr;
+      f.fnv1a = std::strtoull(hex.c_str(), &end, 16);
+      if (hex.size() != 16 || *end != '\0') userError("{}: field '{}.fnv1a_words' must be 16 hex digits, got \"{}\"", what, p, hex);
+      m.files.push_back(std::move(f));
+    }
+  }
   validate(m, what);
   return m;
 }
 
+// A file the manifest names must lie in its directory: a relative path without '..' (nothing outside is ever read).
+void checkFileName(const std::string& name, const std::string& what, const std::string& field) {
+  std::filesystem::path p(name);
+  bool climbs = false;
+  for (const auto& part : p) climbs = climbs || part == "..";
+  if (name.empty() || p.is_absolute() || climbs)
+    userError("{}: {} \"{}\" must name a file in the manifest's directory (a relative path without '..')", what, field, name);
+}
+
 void validate(const Manifest& m, const std::string& what) {
   if (m.arenaBytes < 0) userError("{}: arena_bytes must be >= 0, got {}", what, m.arenaBytes);
+  checkFileName(m.weightsFile, what, "weights_file");
   std::set<int64_t> ids;
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const BufferInfo& b = m.buffers[i];
     std::string p = fmt::format("buffers[{}] ('{}')", i, b.name);
     if (!ids.insert(b.id).second) userError("{}: {}: duplicate buffer id {}", what, p, b.id);
-    for (int64_t d : b.shape)
+    int64_t want = dtypeBytes(b.dtype);
+    for (int64_t d : b.shape) {
       if (d < 0) userError("{}: {}: negative dimension in shape [{}]", what, p, fmt::join(b.shape, ", "));
-    int64_t want = numel(b.shape) * dtypeBytes(b.dtype);
+      if (__builtin_mul_overflow(want, d, &want))
+        userError("{}: {}: shape [{}] of {} has more bytes than a 64-bit size holds", what, p, fmt::join(b.shape, ", "),
+                  dtypeName(b.dtype));
+    }
     if (b.bytes != want)
       userError("{}: {}: bytes is {} but shape [{}] of {} needs {}", what, p, b.bytes, fmt::join(b.shape, ", "),
                 dtypeName(b.dtype), want);
@@ -180,11 +213,37 @@ void validate(const Manifest& m, const std::string& what) {
   };
   checkIds(m.inputs, "inputs", BufferKind::Input);
   checkIds(m.outputs, "outputs", BufferKind::Output);
+  // Every input buffer is bound by the caller and every output returned, each once; a model computes something.
+  auto listedOnce = [&](const std::vector<int64_t>& v, const char* field, BufferKind kind) {
+    for (const BufferInfo& b : m.buffers)
+      if (b.kind == kind && std::count(v.begin(), v.end(), b.id) != 1)
+        userError("{}: buffer {} ('{}') of kind {} must appear once in {}, not {} times", what, b.id, b.name, bufferKindName(kind),
+                  field, std::count(v.begin(), v.end(), b.id));
+  };
+  listedOnce(m.inputs, "inputs", BufferKind::Input);
+  listedOnce(m.outputs, "outputs", BufferKind::Output);
+  if (m.outputs.empty()) userError("{}: the model has no outputs", what);
+  if (m.kernels.empty()) userError("{}: the model has no kernels (nothing would write its outputs)", what);
+  // No buffer shares arena bytes with another (temporaries may share with temporaries: a lifetime-based plan).
+  std::vector<const BufferInfo*> byOffset;
+  for (const BufferInfo& b : m.buffers)
+    if (b.bytes > 0) byOffset.push_back(&b);
+  std::sort(byOffset.begin(), byOffset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t i = 0; i < byOffset.size(); ++i)
+    for (size_t j = i + 1; j < byOffset.size() && byOffset[j]->offset < byOffset[i]->offset + byOffset[i]->bytes; ++j)
+      if (byOffset[i]->kind != BufferKind::Temp || byOffset[j]->kind != BufferKind::Temp)
+        userError("{}: buffers {} ('{}') and {} ('{}') overlap in the arena ([{}, +{}) and [{}, +{}))", what, byOffset[i]->id,
+                  byOffset[i]->name, byOffset[j]->id, byOffset[j]->name, byOffset[i]->offset, byOffset[i]->bytes,
+                  byOffset[j]->offset, byOffset[j]->bytes);
+  for (const FileInfo& f : m.files) {
+    checkFileName(f.name, what, "files[].name");
+    if (f.bytes < 0) userError("{}: file \"{}\" has {} bytes", what, f.name, f.bytes);
+  }
   for (size_t i = 0; i < m.kernels.size(); ++i) {
     const KernelInfo& k = m.kernels[i];
     std::string p = fmt::format("kernels[{}] ('{}')", i, k.name);
     if (k.entry.empty()) userError("{}: {}: empty entry name", what, p);
-    if (k.cubin.empty()) userError("{}: {}: empty cubin file name", what, p);
+    checkFileName(k.cubin, what, p + ": cubin");
     for (size_t a = 0; a < k.params.size(); ++a)
       if (!m.findBuffer(k.params[a]))
         userError("{}: {}: params[{}] refers to buffer id {}, which does not exist", what, p, a, k.params[a]);
@@ -244,7 +303,44 @@ json toJson(const Manifest& m) {
                   {"shared_bytes", k.sharedBytes}});
   }
   j["kernels"] = std::move(ks);
+  if (m.formatVersion >= 2) {
+    json fs = json::array();
+    for (const FileInfo& f : m.files) fs.push_back({{"name", f.name}, {"bytes", f.bytes}, {"fnv1a_words", fmt::format("{:016x}", f.fnv1a)}});
+    j["files"] = std::move(fs);
+  }
   return j;
+}
+
+FileInfo describeFile(const std::filesystem::path& dir, const std::string& name) {
+  std::ifstream in(dir / name, std::ios::binary);
+  if (!in) userError("{}: cannot read it", (dir / name).string());
+  constexpr uint64_t kPrime = 1099511628211ull;
+  FileInfo f{name, 0, 1469598103934665603ull};
+  std::vector<char> chunk(1 << 20);
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+    const size_t n = static_cast<size_t>(in.gcount());
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, chunk.data() + i, 8);
+      f.fnv1a = (f.fnv1a ^ w) * kPrime;
+    }
+    for (; i < n; ++i) f.fnv1a = (f.fnv1a ^ static_cast<unsigned char>(chunk[i])) * kPrime;
+    f.bytes += static_cast<int64_t>(n);
+  }
+  return f;
+}
+
+void verifyFiles(const Manifest& m, const std::filesystem::path& dir) {
+  for (const FileInfo& want : m.files) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(dir / want.name, ec))
+      userError("{}: missing (the manifest lists it; compile the model again)", (dir / want.name).string());
+    FileInfo got = describeFile(dir, want.name);
+    if (got.bytes != want.bytes || got.fnv1a != want.fnv1a)
+      userError("{}: changed after kiln wrote it ({} bytes, FNV-1a {:016x}; the manifest says {} bytes, {:016x}); compile the "
+                "model again", (dir / want.name).string(), got.bytes, got.fnv1a, want.bytes, want.fnv1a);
+  }
 }
 
 void writeManifest(const Manifest& m, const std::filesystem::path& dir) {

@@ -173,6 +173,20 @@ TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
   expectOneLineError(kiln({"compile", two}), 1, {two, "takes 1 inputs but records 2", "models/kiln_export.py"});
 }
 
+// --input values kiln cannot honour are refused in one line before anything runs: a dtype other than the one the
+// model records (an f32 linear fed i64 ran and printed i64 outputs), more elements than kiln addresses (LibTorch
+// threw a stack trace), and shapes whose buffers do not fit in memory exit 1 with a hint instead of exit 3.
+TEST(Inputs, ValuesKilnCannotHonourAreOneLine) {
+  const std::string mlp = "models/fixtures/mlp.pt";
+  expectOneLineError(kiln({"run", mlp, "--interpret", "--input", "x=1x8x64:i64"}), 2,
+                     {"--input gives 'x' the dtype i64, but", "records f32 for it; drop ':i64'"});
+  expectOneLineError(kiln({"compile", mlp, "--ir", "loop", "--input", "x=9223372036854775807x64"}), 2,
+                     {"bad --input 'x=9223372036854775807x64'", "more than 2^31 elements in one input"});
+  expectOneLineError(kiln({"compile", mlp, "--input", "x=65536x65536x64"}), 2, {"more than 2^31 elements in one input"});
+  Result ok = kiln({"run", mlp, "--interpret", "--input", "x=2x8x64:f32"});
+  EXPECT_EQ(ok.code, 0) << describe(ok);
+}
+
 TEST(Inspect, RecordedInputsAndFoldedOps) {
   Result r = kiln({"inspect", "models/fixtures/hf_llama_tiny.pt"});
   ASSERT_EQ(r.code, 0) << describe(r);

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "kiln/driver/run_cache.h"
+#include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
 #include "test_support.h"
 
@@ -45,6 +46,46 @@ TEST_F(RunCacheTest, EveryFieldOfTheKeyChangesTheEntry) {
   EXPECT_NE(d, changed([](RunCacheKey& k) { k.passChoices = {"+tile-tiled-contractions"}; }));
   write("second content");  // a re-exported model with other weights
   EXPECT_NE(d, runCacheDir(base));
+}
+
+// An entry is used as it is only when its manifest reads and every file it lists has the size and hash kiln wrote;
+// a damaged one is reported (so kiln run compiles it again), an absent one is just absent.
+TEST_F(RunCacheTest, ADamagedEntryIsReportedNotUsed) {
+  std::filesystem::path entry = dir.path / "cache" / "tiny-0123456789abcdef";
+  std::string damage = "stale";
+  EXPECT_FALSE(usableCacheEntry(entry, &damage));
+  EXPECT_EQ(damage, "");
+  std::filesystem::create_directories(entry);
+  std::ofstream(entry / "weights.bin", std::ios::binary) << std::string(256, 'w');
+  std::ofstream(entry / "k0.cubin", std::ios::binary) << "cubin";
+  runtime::Manifest m;
+  m.kilnVersion = "test";
+  m.model = "tiny";
+  m.arch = "sm_90a";
+  m.arenaBytes = 256;
+  runtime::BufferInfo y;
+  y.name = "y";
+  y.kind = runtime::BufferKind::Output;
+  y.shape = {64};
+  y.bytes = 256;
+  m.buffers = {y};
+  m.outputs = {0};
+  runtime::KernelInfo k;
+  k.name = k.entry = "k0";
+  k.source = "k0.cu";
+  k.cubin = "k0.cubin";
+  k.params = {0};
+  m.kernels = {k};
+  m.files = {runtime::describeFile(entry, "weights.bin"), runtime::describeFile(entry, "k0.cubin")};
+  runtime::writeManifest(m, entry);
+  EXPECT_TRUE(usableCacheEntry(entry, &damage)) << damage;
+  EXPECT_EQ(damage, "");
+  std::ofstream(entry / "weights.bin", std::ios::binary) << std::string(100, 'w');  // a killed write
+  EXPECT_FALSE(usableCacheEntry(entry, &damage));
+  EXPECT_NE(damage.find("weights.bin: changed after kiln wrote it (100 bytes"), std::string::npos) << damage;
+  std::ofstream(entry / "manifest.json", std::ios::binary) << "{ truncated";
+  EXPECT_FALSE(usableCacheEntry(entry, &damage));
+  EXPECT_NE(damage.find("malformed JSON"), std::string::npos) << damage;
 }
 
 TEST_F(RunCacheTest, AMissingModelIsAUserError) {

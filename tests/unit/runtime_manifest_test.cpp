@@ -5,6 +5,8 @@
 
 #include "test_support.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -114,7 +116,7 @@ TEST(RuntimeManifest, FormatVersion) {
   j["format_version"] = kManifestFormatVersion + 1;
   j["kiln_version"] = "9.9.9";
   writeText(dir.path / "manifest.json", j.dump());
-  expectReadError(dir.path, "manifest format 2 (kiln 9.9.9) is not one this runtime reads");
+  expectReadError(dir.path, fmt::format("manifest format {} (kiln 9.9.9) is not one this runtime reads", kManifestFormatVersion + 1));
   j["format_version"] = "1";
   writeText(dir.path / "manifest.json", j.dump());
   expectReadError(dir.path, "format_version");
@@ -181,6 +183,85 @@ TEST(RuntimeManifest, MemoryPlanIsChecked) {
   EXPECT_THROW(validate(m, "test"), UserError);
 
   EXPECT_NO_THROW(validate(sample(), "test"));
+}
+
+// Hand-edited or hostile manifests: files outside the directory, sizes that overflow, overlapping buffers, inputs
+// the caller would never bind, nothing to run. Each is refused in one line naming the field.
+TEST(RuntimeManifest, HostileFieldsAreRefused) {
+  auto refused = [](Manifest m, const std::string& needle) {
+    try {
+      validate(m, "m.json");
+      ADD_FAILURE() << "expected UserError containing '" << needle << "'";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  Manifest m = sample();
+  m.weightsFile = "/etc/passwd";
+  refused(m, "weights_file \"/etc/passwd\" must name a file in the manifest's directory");
+  m = sample();
+  m.kernels[0].cubin = "../../k0.cubin";
+  refused(m, "kernels[0] ('k0_matmul'): cubin \"../../k0.cubin\" must name a file in the manifest's directory");
+  m = sample();
+  m.files.push_back(FileInfo{"sub/../../x", 1, 0});
+  refused(m, "files[].name \"sub/../../x\"");
+  m = sample();
+  m.buffers[2].shape = {int64_t{1} << 40, int64_t{1} << 40};
+  refused(m, "buffers[2] ('t'): shape [1099511627776, 1099511627776] of f32 has more bytes than a 64-bit size holds");
+  m = sample();
+  m.buffers[3].offset = m.buffers[2].offset;  // the output on top of the temporary
+  refused(m, "buffers 2 ('t') and 3 ('y') overlap in the arena");
+  m = sample();
+  m.buffers[3].kind = BufferKind::Temp;  // two temporaries may share bytes (a lifetime-based plan)
+  m.buffers[3].offset = m.buffers[2].offset;
+  m.outputs = {};
+  refused(m, "the model has no outputs");
+  m = sample();
+  m.buffers[2].kind = BufferKind::Input;  // an input the caller never binds: it would stay uninitialised
+  refused(m, "buffer 2 ('t') of kind input must appear once in inputs, not 0 times");
+  m = sample();
+  m.kernels.clear();
+  refused(m, "the model has no kernels");
+}
+
+// Format 2 lists each file's size and hash; verifyFiles notices a truncated, edited or missing file.
+TEST(RuntimeManifest, FilesAreCheckedAgainstTheirSizeAndHash) {
+  TempDir dir;
+  writeText(dir.path / "weights.bin", std::string(16384, 'w'));
+  writeText(dir.path / "k0_matmul.cubin", "cubin 0");
+  Manifest m = sample();
+  m.files = {describeFile(dir.path, "weights.bin"), describeFile(dir.path, "k0_matmul.cubin")};
+  EXPECT_EQ(m.files[0].bytes, 16384);
+  writeManifest(m, dir.path);
+  Manifest r = readManifest(dir.path);
+  ASSERT_EQ(r.files.size(), 2u);
+  EXPECT_EQ(r.files[1].fnv1a, m.files[1].fnv1a);
+  EXPECT_NO_THROW(verifyFiles(r, dir.path));
+  auto verifyError = [&] {
+    try {
+      verifyFiles(r, dir.path);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  writeText(dir.path / "k0_matmul.cubin", "cubin 1");  // same size, other bytes
+  EXPECT_NE(verifyError().find("k0_matmul.cubin: changed after kiln wrote it (7 bytes"), std::string::npos) << verifyError();
+  writeText(dir.path / "k0_matmul.cubin", "cubin");  // truncated
+  EXPECT_NE(verifyError().find("k0_matmul.cubin: changed after kiln wrote it (5 bytes"), std::string::npos) << verifyError();
+  fs::remove(dir.path / "k0_matmul.cubin");
+  EXPECT_NE(verifyError().find("k0_matmul.cubin: missing"), std::string::npos) << verifyError();
+  // The Model checks them before it needs a GPU.
+  try {
+    Model model(dir.path);
+    ADD_FAILURE() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("k0_matmul.cubin: missing"), std::string::npos) << e.what();
+  }
+  auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
+  j["files"][0]["fnv1a_words"] = "xyz";
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "field 'files[0].fnv1a_words' must be 16 hex digits, got \"xyz\"");
 }
 
 TEST(Runtime, GpuAvailableWithoutDriverSaysWhy) {

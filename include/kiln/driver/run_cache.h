@@ -28,4 +28,10 @@ std::filesystem::path runCacheRoot();
 // Throws UserError when the model file cannot be read.
 std::filesystem::path runCacheDir(const RunCacheKey& key);
 
+// Whether `dir` holds a cache entry kiln run can use as it is: a manifest that reads and validates, and every file it
+// lists with the size and hash kiln wrote (runtime::verifyFiles). False with `damage` empty when there is no manifest
+// (nothing cached yet); false with `damage` set to the one-line reason for an entry that is there but damaged (a
+// truncated cubin, an edited weights file, a corrupt manifest): kiln run says so once and compiles the entry again.
+bool usableCacheEntry(const std::filesystem::path& dir, std::string* damage);
+
 }  // namespace kiln

@@ -32,6 +32,9 @@ struct InputOverride {
   Shape shape;
   std::optional<DType> dtype;
 };
+// At most this many elements in one input (what 32-bit-indexed kernels address; also keeps the CPU interpreter's
+// buffers within reach of a workstation).
+inline constexpr int64_t kMaxInputElements = int64_t{1} << 31;
 InputOverride parseInputOverride(const std::string& text);
 
 // The LibTorch version kiln was built against ("2.11.0"), for `kiln --version`.

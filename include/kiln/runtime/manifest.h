@@ -45,8 +45,16 @@ struct KernelInfo {
 };
 
 // The manifest format this kiln writes and reads ("format_version"). A manifest without the field was written by kiln
-// before it had one, in this same format. A newer format is refused with one line (use the kiln that wrote it).
-inline constexpr int64_t kManifestFormatVersion = 1;
+// before it had one, in format 1. A newer format is refused with one line (use the kiln that wrote it).
+// Format 2 adds "files": the size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights) of the weights file and of every cubin, checked by verifyFiles.
+inline constexpr int64_t kManifestFormatVersion = 2;
+
+// A file of the compiled model as kiln wrote it (format 2): its name in the manifest's directory, size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights).
+struct FileInfo {
+  std::string name;
+  int64_t bytes = 0;
+  uint64_t fnv1a = 0;  // FNV-1a over the file's 8-byte little-endian words, then its last bytes one by one
+};
 
 struct Manifest {
   int64_t formatVersion = kManifestFormatVersion;
@@ -59,6 +67,7 @@ struct Manifest {
   std::vector<int64_t> inputs;      // buffer ids, in the model's argument order
   std::vector<int64_t> outputs;     // buffer ids, in the model's result order
   std::vector<KernelInfo> kernels;  // launch order
+  std::vector<FileInfo> files;      // format 2: weights_file and every distinct cubin; empty in format 1
 
   // nullptr if no buffer has this id.
   const BufferInfo* findBuffer(int64_t id) const;
@@ -69,6 +78,12 @@ inline constexpr const char* kManifestFileName = "manifest.json";
 // Reads and validates DIR/manifest.json. Throws UserError (one line naming the file and the field) on a
 // missing file, malformed JSON, a missing or mistyped field, or a plan that fails validate().
 Manifest readManifest(const std::filesystem::path& dir);
+
+// Checks every file of m.files in `dir` against its size and hash (format 1 manifests list none). Throws UserError
+// naming the first file that is missing, of another size or another content: "changed after kiln wrote it".
+void verifyFiles(const Manifest& m, const std::filesystem::path& dir);
+// The FileInfo of `dir`/`name` as it is now. Throws UserError if it cannot be read.
+FileInfo describeFile(const std::filesystem::path& dir, const std::string& name);
 
 // Parses an already-loaded JSON document; `what` names its origin in messages. Also validates.
 Manifest manifestFromJson(const nlohmann::json& j, const std::string& what);
