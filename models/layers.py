@@ -1,5 +1,6 @@
 """Ops of the GPT-2 / GPT-NeoX / Phi / StableLM families on x [2,8,32]: LayerNorm, GPT-2's Conv1D (addmm), abs,
-clamp, the tanh GELU, and the list-producing split / chunk / unbind (GPT-2's qkv split, NeoX's chunked rotary)."""
+clamp, the tanh GELU, the list-producing split / chunk / unbind (GPT-2's qkv split, NeoX's chunked rotary) and
+index_select along an inner dim."""
 import pathlib
 import sys
 
@@ -35,7 +36,8 @@ class Layers(nn.Module):
         v1, v2 = v.chunk(2, dim=-1)                                        # chunk
         first, *_, last = torch.unbind(k, dim=1)                           # unbind
         mix = torch.cat([q * torch.sigmoid(k) + (first - last).unsqueeze(1), v2, v1], dim=-1)
-        return F.layer_norm(a + b + c, (48,)), mix                         # layer_norm without weight and bias
+        picked = torch.index_select(mix, 1, torch.tensor([7, 0, 3]))       # index_select (dim 1, constant index)
+        return F.layer_norm(a + b + c, (48,)), mix, picked                 # layer_norm without weight and bias
 
 
 def main():

@@ -132,6 +132,31 @@ struct Lowering {
     return y;
   }
 
+  // index_select(x, dim, index): the rows `index` (1-D, or 0-D as one row) of x along dim, as a gather from x viewed as
+  // [x.size(dim), everything else] (dim moved first and back again).
+  int indexSelect() {
+    int x = tensor(0);
+    const int d = b.normDim(x, integer(1));
+    int index = tensor(2);
+    if (b.rank(index) > 1) unsupported("index_select with an index of more than one dimension");
+    if (b.rank(index) == 0) index = b.reshape(index, {1});
+    const Shape s = b.shape(x);
+    std::vector<int> toFront{d};
+    for (int i = 0; i < b.rank(x); ++i)
+      if (i != d) toFront.push_back(i);
+    int moved = d == 0 ? x : b.permute(x, toFront);
+    Shape movedShape = b.shape(moved);
+    int64_t rest = 1;
+    for (size_t i = 1; i < movedShape.size(); ++i) rest *= movedShape[i];
+    int rows = b.gather(b.reshape(moved, {s[static_cast<size_t>(d)], rest}), index);
+    movedShape[0] = b.shape(index)[0];
+    int picked = b.reshape(rows, movedShape);
+    if (d == 0) return picked;
+    std::vector<int> back(toFront.size());
+    for (size_t i = 0; i < toFront.size(); ++i) back[static_cast<size_t>(toFront[i])] = static_cast<int>(i);
+    return b.permute(picked, back);
+  }
+
   // clamp(x, min, max) = min(max(x, min), max), either bound None; clamp_min / clamp_max take one.
   int clamp(bool low, bool high) {
     int x = tensor(0);
@@ -261,6 +286,7 @@ struct Lowering {
     if (op == "aten::to" || op == "aten::type_as") return b.cast(tensor(0), resultType());
     if (op == "aten::dropout" || op == "aten::alias") return tensor(0);
     if (op == "aten::embedding") return b.gather(tensor(0), tensor(1));
+    if (op == "aten::index_select") return indexSelect();
     if (op == "aten::cat" || op == "aten::concat") {
       // Parts empty along the dim add nothing (Phi-3's full rotary cats q_rot with an empty q_pass): dropped here, so
       // no zero-extent kernel is ever made for them (the slices that made them become dead code).
@@ -312,7 +338,7 @@ std::vector<std::string> supportedOps() {
           "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
           "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
           "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::clamp", "aten::clip",
-          "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm",
+          "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm", "aten::index_select",
           // list-producing: torch-import turns each part of the list into an aten::slice (aten::select for unbind)
           "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk", "aten::unsafe_chunk", "aten::unbind",
           // shape and dtype only: torch-import evaluates them to constants

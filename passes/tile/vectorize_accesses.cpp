@@ -70,7 +70,8 @@ bool vectorizeAccesses(Program& p) {
       // Blocks small enough that the vectors spread over every SM twice where there are that many.
       const int64_t threadsNeeded = k.parallelPoints() / v;
       while (m->threads > 64 && threadsNeeded < 2 * target.smCount * m->threads) m->threads /= 2;
-      m->threads = std::min<int64_t>(m->threads, (threadsNeeded + 31) / 32 * 32);
+      // Whole warps: halving a block of 192 threads (tile-lower-from-loop's, for 192 points) would leave 48.
+      m->threads = (std::min<int64_t>(m->threads, threadsNeeded) + 31) / 32 * 32;
       // Beyond one resident wave of blocks, each thread takes two vectors (twice the loads in flight, half the
       // blocks), where the values it then holds stay within kMaxLoadedValuesPerThread: a bf16 SiLU·mul holding
       // two vectors of both operands (32 values, 47 registers) fits 5 blocks of 256 threads on an SM, and its 704
