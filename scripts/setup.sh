@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what kiln needs to build and test, skipping what is already there. Idempotent.
-#   Debian: cmake, ninja, ccache, CLI11, fmt, nlohmann-json, GoogleTest
+#   Debian: cmake, ninja, ccache, CLI11, fmt, nlohmann-json, GoogleTest, clang (libFuzzer, for tests/fuzz_manifest.sh)
 #   PyPI:   torch==2.11.0 (LibTorch for the frontend and reference numerics), numpy, transformers==5.17.0
 #           (models/hf_llama.py; the committed fixtures do not need it, regenerating them does)
 # The CUDA 13.0 toolkit is expected at /usr/local/cuda (preinstalled on kiln's machines).
@@ -8,7 +8,7 @@ set -euo pipefail
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 need_apt=()
-for pkg in cmake ninja-build ccache libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev; do
+for pkg in cmake ninja-build ccache libcli11-dev libfmt-dev nlohmann-json3-dev libgtest-dev clang; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -96,7 +96,9 @@ BufferKind parseKind(const std::string& s, const std::string& what, const std::s
 
 }  // namespace
 
-Manifest manifestFromJson(const json& j, const std::string& what) {
+static void validatePlan(const Manifest& m, const std::string& what);
+
+static Manifest parseManifest(const json& j, const std::string& what) {
   Reader r{what};
   if (!j.is_object()) userError("{}: top level must be a JSON object", what);
   Manifest m;
@@ -163,12 +165,12 @@ Manifest manifestFromJson(const json& j, const std::string& what) {
       m.files.push_back(std::move(f));
     }
   }
-  validate(m, what);
+  validatePlan(m, what);
   return m;
 }
 
 // A file the manifest names must lie in its directory: a relative path without '..' (nothing outside is ever read).
-void checkFileName(const std::string& name, const std::string& what, const std::string& field) {
+static void checkFileName(const std::string& name, const std::string& what, const std::string& field) {
   std::filesystem::path p(name);
   bool climbs = false;
   for (const auto& part : p) climbs = climbs || part == "..";
@@ -176,7 +178,7 @@ void checkFileName(const std::string& name, const std::string& what, const std::
     userError("{}: {} \"{}\" must name a file in the manifest's directory (a relative path without '..')", what, field, name);
 }
 
-void validate(const Manifest& m, const std::string& what) {
+static void validatePlan(const Manifest& m, const std::string& what) {
   if (m.arenaBytes < 0) userError("{}: arena_bytes must be >= 0, got {}", what, m.arenaBytes);
   checkFileName(m.weightsFile, what, "weights_file");
   std::set<int64_t> ids;
@@ -256,6 +258,30 @@ void validate(const Manifest& m, const std::string& what) {
   }
 }
 
+// Names and strings in a manifest come from its file: a control character in one (a newline in a buffer's name)
+// would break the one-line message that quotes it, so messages show such bytes as \xHH.
+[[noreturn]] static void rethrowOnOneLine(const UserError& e) {
+  std::string line;
+  for (unsigned char c : std::string(e.what())) line += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+  throw UserError(line);
+}
+
+Manifest manifestFromJson(const json& j, const std::string& what) {
+  try {
+    return parseManifest(j, what);
+  } catch (const UserError& e) {
+    rethrowOnOneLine(e);
+  }
+}
+
+void validate(const Manifest& m, const std::string& what) {
+  try {
+    validatePlan(m, what);
+  } catch (const UserError& e) {
+    rethrowOnOneLine(e);
+  }
+}
+
 Manifest readManifest(const std::filesystem::path& dir) {
   std::filesystem::path file = dir / kManifestFileName;
   std::string what = file.string();
@@ -331,7 +357,7 @@ FileInfo describeFile(const std::filesystem::path& dir, const std::string& name)
   return f;
 }
 
-void verifyFiles(const Manifest& m, const std::filesystem::path& dir) {
+void verifyFiles(const Manifest& m, const std::filesystem::path& dir) try {
   for (const FileInfo& want : m.files) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(dir / want.name, ec))
@@ -341,6 +367,8 @@ void verifyFiles(const Manifest& m, const std::filesystem::path& dir) {
       userError("{}: changed after kiln wrote it ({} bytes, FNV-1a {:016x}; the manifest says {} bytes, {:016x}); compile the "
                 "model again", (dir / want.name).string(), got.bytes, got.fnv1a, want.bytes, want.fnv1a);
   }
+} catch (const UserError& e) {
+  rethrowOnOneLine(e);
 }
 
 void writeManifest(const Manifest& m, const std::filesystem::path& dir) {

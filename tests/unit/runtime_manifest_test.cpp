@@ -224,6 +224,21 @@ TEST(RuntimeManifest, HostileFieldsAreRefused) {
   refused(m, "the model has no kernels");
 }
 
+// Strings from the file are echoed into the message: a control character in one (found by the fuzzer: a newline in a
+// buffer's kind) is shown escaped, so the message stays one line.
+TEST(RuntimeManifest, FileBytesInMessagesStayOnOneLine) {
+  TempDir dir;
+  auto j = toJson(sample());
+  j["buffers"][2]["kind"] = "te\nmp";
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "field 'buffers[2].kind' must be one of input|output|weight|temp, got \"te\\x0amp\"");
+  j = toJson(sample());
+  j["buffers"][0]["name"] = "x\ty";
+  j["inputs"] = nlohmann::json::array();
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "buffer 0 ('x\\x09y') of kind input must appear once in inputs");
+}
+
 // Format 2 lists each file's size and hash; verifyFiles notices a truncated, edited or missing file.
 TEST(RuntimeManifest, FilesAreCheckedAgainstTheirSizeAndHash) {
   TempDir dir;
