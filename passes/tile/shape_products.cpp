@@ -20,15 +20,19 @@
 // with waves = ceil(blocks / SMs). Candidates need accumulators within 128 registers per thread (2 x 2 warps of
 // (tile_m / 2) x (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256.
 //
-// Products tile-warpgroup-products made wgmma products (sm_90a) get warpgroup tiles (tile_m 64 or 128, the rows past m zero-filled; tile_n any multiple of 8 from 16 to
-// 256 in steps that spread the columns evenly over the SMs) and the model counts memory traffic where it happens:
+// Products that tile-warpgroup-products made wgmma products (sm_90a) get warpgroup tiles (tile_m 64 or 128, the rows
+// past m zero-filled; tile_n a multiple of 8 from 16 to 256, among them widths that spread the columns evenly over the
+// SMs) and the model counts memory traffic where it happens:
 //   HBM bytes    = each operand once (the activations and the weights; the weights again per extra row of tiles when
 //                  they do not fit in half the L2) + the partials of a split
 //   time         = max(HBM bytes / bandwidth,
 //                      waves * block bytes / (2 * bandwidth / SMs),   one SM streaming its blocks (through L2)
 //                      padded flops / (0.7 * the tensor-core peak))   (wgmma from shared memory)
 //                  + (S > 1: kSplitKernelMicros)
-// Accumulators: stages * tile_n / 2 registers per thread within 128.
+// Accumulators: stages * tile_n / 2 registers per thread within 128. Measured on the H200 (2026-12-02): it predicts
+// TinyLlama's gate/up at 128 tokens at 14 us where it takes 26 (each SM takes in ~35 GB/s through L2, not the 73
+// assumed); charging that rate and the adding kernel's reads made it choose splits that measured slower (see
+// bench/results/2026-12-02-h200-products-calibrated-experiment-summary.txt), so the rate here stays.
 // The chosen schedule's `model` field says what was predicted, against the tile it replaced.
 #include <fmt/format.h>
 
