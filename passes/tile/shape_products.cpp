@@ -33,9 +33,13 @@
 // TinyLlama's gate/up at 128 tokens at 14 us where it takes 26 (each SM takes in ~35 GB/s through L2, not the 73
 // assumed); charging that rate and the adding kernel's reads made it choose splits that measured slower (see
 // bench/results/2026-12-02-h200-products-calibrated-experiment-summary.txt), so the rate here stays.
-// The chosen schedule's `model` field says what was predicted, against the tile it replaced.
+// The chosen schedule's `model` field says what was predicted, against the tile it replaced, and the three other
+// candidates predicted fastest (one within 5 % of the choice does not replace it: the first found stays;
+// `kiln compile --explain-schedule` lists every kernel's schedule with it).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -147,6 +151,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     };
     auto splits = [&](int64_t split) { return split == 1 || (stages == 1 && c.k % (split * 64) == 0 && c.k / split >= 256); };
     Candidate current{s->tileM, s->tileN, 1, predict(s->tileM, s->tileN, 1)};
+    std::vector<Candidate> considered;  // every candidate with its prediction, for the runners-up in `model`
     Candidate best = current;
     if (wgmma) {
       // Warpgroup tiles: 64 or 128 rows (128 only when m needs more than one 64-row tile); columns a multiple of 8
@@ -157,6 +162,8 @@ bool shapeProducts(Program& p, const ProductShape* force) {
           const int64_t perRowOfTiles = w * p.target.smCount / (split * c.outerPoints * ceilDiv(c.m, 128));
           if (perRowOfTiles > 0) widths.push_back(ceilDiv(ceilDiv(c.n, perRowOfTiles), 8) * 8);
         }
+      std::sort(widths.begin(), widths.end());
+      widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
       best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
       for (int64_t tileM : {64, 128})
         for (int64_t tileN : widths)
@@ -168,6 +175,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
             sized.tileN = tileN;
             if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
             const double t = predict(tileM, tileN, split);
+            considered.push_back({tileM, tileN, split, t});
             if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
           }
     } else {
@@ -178,6 +186,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
             if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
             if (!splits(split)) continue;
             const double t = predict(tileM, tileN, split);
+            considered.push_back({tileM, tileN, split, t});
             if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
           }
     }
@@ -194,9 +203,17 @@ bool shapeProducts(Program& p, const ProductShape* force) {
       part.k = c.k / best.split;
       shaped.pipelineDepth = ringDepth(p.target, shaped, part);
     }
-    shaped.model = fmt::format("shape-products: {}x{}{} predicted {:.1f} us against {:.1f} us for {}x{}", best.tileM, best.tileN,
-                               best.split > 1 ? fmt::format(" split {}", best.split) : std::string(), best.micros,
-                               current.micros, current.tileM, current.tileN);
+    auto name = [](const Candidate& x) {
+      return fmt::format("{}x{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string());
+    };
+    std::sort(considered.begin(), considered.end(), [](const Candidate& a, const Candidate& b) { return a.micros < b.micros; });
+    std::vector<std::string> next;
+    for (const Candidate& x : considered)
+      if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split))
+        next.push_back(fmt::format("{} {:.1f}", name(x), x.micros));
+    shaped.model = fmt::format("shape-products: {} predicted {:.1f} us against {:.1f} us for {}x{}{}", name(best), best.micros,
+                               current.micros, current.tileM, current.tileN,
+                               next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
     if (best.split > 1) {
       splitKernel(p, i, best.split, shaped);
       ++i;  // the kernel adding the partials needs nothing more here

@@ -110,15 +110,15 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
   std::string until = c.emit.empty() ? c.ir : "cuda";
   Compiled compiled;
   try {
-    compiled = compileModel(c.model, inputs, c.pipeline, c.explainFusion && c.emit.empty() ? "loop" : until, parseCast(c.dtype),
-                            target);
+    const std::string level = !c.emit.empty() ? until : c.explainFusion ? "loop" : c.explainSchedule ? "tile" : until;
+    compiled = compileModel(c.model, inputs, c.pipeline, level, parseCast(c.dtype), target);
   } catch (const StopRequested& stop) {
     if (c.output.empty() || !c.emit.empty()) out << stop.irText;
     else writeOutputFile(c.output, stop.irText);
     return 0;
   }
-  if (c.explainFusion && c.emit.empty()) {
-    std::string text = loop::explainFusion(compiled.loopIR);
+  if ((c.explainFusion || c.explainSchedule) && c.emit.empty()) {
+    std::string text = c.explainFusion ? loop::explainFusion(compiled.loopIR) : tile::explainSchedules(compiled.tileIR);
     if (c.output.empty()) out << text;
     else writeOutputFile(c.output, text);
     return 0;

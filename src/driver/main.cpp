@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   c->add_option("--input", compile.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
   c->add_option("--arch", compile.arch, "target GPU: " + kiln::knownArchList() + " (default sm_90a)");
   c->add_flag("--no-nvcc", compile.noCompile, "with --emit: skip compiling cubins");
+  c->add_flag("--explain-schedule", compile.explainSchedule, "for every kernel, its GPU schedule on one line; for matrix products, the tile the model chose, its prediction and the runners-up");
   c->add_flag("--explain-fusion", compile.explainFusion, "for every Loop-IR kernel, the Torch ops it holds; for every producer left unfused, the rule that refused it");
   c->add_option("--dtype", compile.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(c, compile.pipeline, flags);

@@ -119,6 +119,15 @@ std::string print(const Program& p) {
   return out;
 }
 
+std::string explainSchedules(const Program& p) {
+  std::string out = fmt::format("// kiln schedules: {} (target {}, {} SMs)\n", p.loop.modelName, p.target.arch, p.target.smCount);
+  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
+    const loop::Kernel& k = p.loop.kernels[i];
+    out += fmt::format("{}  // {}\n  {}\n", k.name, fmt::join(k.origins, "; "), describe(p.schedules[i], k));
+  }
+  return out;
+}
+
 nlohmann::json toJson(const Program& p) {
   nlohmann::json j = loop::toJson(p.loop);
   j["level"] = "tile";

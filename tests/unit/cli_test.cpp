@@ -317,6 +317,28 @@ TEST(Cli, ExplainFusion) {
   EXPECT_TRUE(r.err.empty()) << describe(r);
 }
 
+// --explain-schedule: every kernel's schedule on one line; a bf16 product shaped by tile-shape-products says what the
+// model predicted for its tile, against the tile it replaced, and the other candidates it weighed. Per target: sm_90a
+// products are warpgroup (wgmma) products, sm_80 ones mma.sync.
+TEST(Cli, ExplainSchedule) {
+  std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--input", "x=2x512x64", "--dtype", "bf16",
+                                   "--explain-schedule"};
+  Result r = kiln(args);
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "// kiln schedules: linear (target sm_90a, 132 SMs)")) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(k0_add  // aten::linear @ linear\.py:12\n  tiled_contraction .* wgmma\.m64n)")))
+      << describe(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\[shape-products: \d+x\d+ predicted [0-9.]+ us against [0-9.]+ us for \d+x\d+; others: )")))
+      << describe(r);
+  EXPECT_TRUE(contains(r.out, "pointwise_map vector")) << describe(r);
+  args.push_back("--arch");
+  args.push_back("sm_80");
+  Result a100 = kiln(args);
+  ASSERT_EQ(a100.code, 0) << describe(a100);
+  EXPECT_TRUE(contains(a100.out, "mma.sync.m16n8k16.bf16")) << describe(a100);
+  EXPECT_FALSE(contains(a100.out, "wgmma")) << describe(a100);
+}
+
 // --dtype on a trace that fixes a dtype (transformers' RMSNorm casts to f32; GPT-NeoX's rotary tables stay f32):
 // refused before any work, in one line naming the op and saying to trace the model in that dtype. A trace that
 // fixes none (kiln's own Llama) is recast and checked.

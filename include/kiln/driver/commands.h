@@ -22,6 +22,7 @@ struct CompileCommand {
   std::string arch = "sm_90a";       // --arch: a Target (kiln/support/target.h)
   bool noCompile = false;           // --no-nvcc: write .cu and manifest without cubins
   bool explainFusion = false;       // --explain-fusion: print the Loop-IR fusion report
+  bool explainSchedule = false;     // --explain-schedule: each kernel's schedule and why (tile::explainSchedules)
   std::string dtype;                // --dtype f16|bf16: cast the model's weights and float inputs
   PipelineOptions pipeline;
 };

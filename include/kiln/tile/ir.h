@@ -109,6 +109,9 @@ struct Program {
 
 std::string print(const Program& p);
 nlohmann::json toJson(const Program& p);
+// For `kiln compile --explain-schedule`: each kernel's name, the Torch ops it holds and its schedule on one line
+// (describe), which for a shaped matrix product ends with the model's choice, its prediction and the runners-up.
+std::string explainSchedules(const Program& p);
 // Every schedule fits its kernel and the Target: thread counts, shared memory, vector widths that divide the
 // innermost extent and fit 16 bytes, tile shapes the lowering supports, accumulator registers.
 void verify(const Program& p);
