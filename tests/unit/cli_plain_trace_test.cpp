@@ -173,6 +173,33 @@ TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
   expectOneLineError(kiln({"compile", two}), 1, {two, "takes 1 inputs but records 2", "models/kiln_export.py"});
 }
 
+// An archive whose tensor data record is empty (found by fuzzing: LibTorch loads it with a null storage, and
+// freeze_module crashed on it) is refused in one line naming the tensor; one whose record is shorter, too.
+TEST_F(PlainTrace, EmptyTensorRecordIsOneLine) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import zipfile\n"
+      "src = zipfile.ZipFile('models/fixtures/mlp.pt')\n"
+      "out = zipfile.ZipFile('{0}/empty.pt', 'w')\n"
+      "for n in src.namelist():\n"
+      "    out.writestr(n, b'' if n.endswith('/data/0') else src.read(n))\n"
+      "out.close()\n"
+      "src = zipfile.ZipFile('models/fixtures/mlp.pt')\n"
+      "out = zipfile.ZipFile('{0}/short.pt', 'w')\n"
+      "for n in src.namelist():\n"
+      "    b = src.read(n)\n"
+      "    out.writestr(n, b[:len(b) // 2] if n.endswith('/data/1') else b)\n"
+      "out.close()\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  std::string empty = (tmp.path / "empty.pt").string(), shorter = (tmp.path / "short.pt").string();
+  expectOneLineError(kiln({"compile", empty, "--ir", "loop"}), 1,
+                     {empty, "is damaged: tensor 'gate_proj.weight' (8192 elements) has an empty data record"});
+  // A record cut in half loaded as garbage: LibTorch sizes the storage from the pickle and reads past the record.
+  expectOneLineError(kiln({"compile", shorter, "--ir", "loop"}), 1,
+                     {shorter, "is damaged: its tensor data records hold 81920 bytes where its tensors' storages need 98304"});
+}
+
 // --input values kiln cannot honour are refused in one line before anything runs: a dtype other than the one the
 // model records (an f32 linear fed i64 ran and printed i64 outputs), more elements than kiln addresses (LibTorch
 // threw a stack trace), and shapes whose buffers do not fit in memory exit 1 with a hint instead of exit 3.
