@@ -179,17 +179,13 @@ TEST_F(PlainTrace, EmptyTensorRecordIsOneLine) {
   TempDir tmp;
   std::string script = fmt::format(
       "import zipfile\n"
-      "src = zipfile.ZipFile('models/fixtures/mlp.pt')\n"
-      "out = zipfile.ZipFile('{0}/empty.pt', 'w')\n"
-      "for n in src.namelist():\n"
-      "    out.writestr(n, b'' if n.endswith('/data/0') else src.read(n))\n"
-      "out.close()\n"
-      "src = zipfile.ZipFile('models/fixtures/mlp.pt')\n"
-      "out = zipfile.ZipFile('{0}/short.pt', 'w')\n"
-      "for n in src.namelist():\n"
-      "    b = src.read(n)\n"
-      "    out.writestr(n, b[:len(b) // 2] if n.endswith('/data/1') else b)\n"
-      "out.close()\n",
+      "def damaged(name, record, cut):\n"
+      "    src, out = zipfile.ZipFile('models/fixtures/mlp.pt'), zipfile.ZipFile('{0}/' + name, 'w')\n"
+      "    for n in src.namelist():\n"
+      "        out.writestr(n, cut(src.read(n)) if n.endswith(record) else src.read(n))\n"
+      "    out.close()\n"
+      "damaged('empty.pt', '/data/0', lambda b: b'')\n"
+      "damaged('short.pt', '/data/1', lambda b: b[:len(b) // 2])\n",
       tmp.path.string());
   ASSERT_TRUE(runPython(tmp, script)) << script;
   std::string empty = (tmp.path / "empty.pt").string(), shorter = (tmp.path / "short.pt").string();
