@@ -25,7 +25,17 @@ std::vector<InputSpec> recordedInputs(const std::string& path, const std::string
     for (auto& in : j.at("inputs")) {
       InputSpec s;
       s.name = in.at("name").get<std::string>();
-      s.shape = in.at("shape").get<Shape>();
+      // Dimensions are positive integers (nlohmann would read 1.5 as 1), at most kMaxInputElements in all.
+      if (!in.at("shape").is_array()) userError("{}: {} gives input '{}' a shape that is not a list", path, kInputsFile, s.name);
+      int64_t elements = 1;
+      for (const auto& d : in.at("shape")) {
+        if (!d.is_number_integer() || d.get<int64_t>() <= 0)
+          userError("{}: {} gives input '{}' the dimension {}; dimensions are positive integers (re-export the model with "
+                    "models/kiln_export.py, or give the shape with --input)", path, kInputsFile, s.name, d.dump());
+        s.shape.push_back(d.get<int64_t>());
+        if (__builtin_mul_overflow(elements, s.shape.back(), &elements) || elements > kMaxInputElements)
+          userError("{}: {} gives input '{}' more than 2^31 elements (kiln's limit)", path, kInputsFile, s.name);
+      }
       auto dt = parseDType(in.at("dtype").get<std::string>());
       if (!dt) userError("{}: {} names unknown dtype '{}'", path, kInputsFile, in.at("dtype").get<std::string>());
       s.dtype = *dt;

@@ -164,13 +164,21 @@ TEST_F(PlainTrace, BadInputRecordsAreOneLine) {
       "m = torch.jit.trace(torch.nn.Linear(4, 4).eval(), (torch.randn(2, 4),))\n"
       "m.save('{0}/malformed.pt', _extra_files={{'kiln_inputs.json': '{{not json'}})\n"
       "m.save('{0}/two.pt', _extra_files={{'kiln_inputs.json': '{{\"inputs\": [{{\"name\": \"a\", \"shape\": [2, 4], "
-      "\"dtype\": \"f32\"}}, {{\"name\": \"b\", \"shape\": [2, 4], \"dtype\": \"f32\"}}]}}'}})\n",
+      "\"dtype\": \"f32\"}}, {{\"name\": \"b\", \"shape\": [2, 4], \"dtype\": \"f32\"}}]}}'}})\n"
+      "m.save('{0}/half.pt', _extra_files={{'kiln_inputs.json': '{{\"inputs\": [{{\"name\": \"x\", \"shape\": [1.5, 4], "
+      "\"dtype\": \"f32\"}}]}}'}})\n"
+      "m.save('{0}/zero.pt', _extra_files={{'kiln_inputs.json': '{{\"inputs\": [{{\"name\": \"x\", \"shape\": [0, 4], "
+      "\"dtype\": \"f32\"}}]}}'}})\n",
       tmp.path.string());
   ASSERT_TRUE(runPython(tmp, script)) << script;
   std::string malformed = (tmp.path / "malformed.pt").string(), two = (tmp.path / "two.pt").string();
   expectOneLineError(kiln({"compile", malformed}), 1, {malformed, "kiln_inputs.json is malformed", "--input"});
   expectOneLineError(kiln({"inspect", malformed}), 1, {malformed, "kiln_inputs.json is malformed"});
   expectOneLineError(kiln({"compile", two}), 1, {two, "takes 1 inputs but records 2", "models/kiln_export.py"});
+  // A dimension of 1.5 was read as 1, one of 0 reached LibTorch.
+  const std::string half = (tmp.path / "half.pt").string(), zero = (tmp.path / "zero.pt").string();
+  expectOneLineError(kiln({"compile", half}), 1, {half, "gives input 'x' the dimension 1.5; dimensions are positive integers"});
+  expectOneLineError(kiln({"compile", zero}), 1, {zero, "gives input 'x' the dimension 0"});
 }
 
 // An archive whose tensor data record is empty (found by fuzzing: LibTorch loads it with a null storage, and
