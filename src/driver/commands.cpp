@@ -235,7 +235,8 @@ int runRun(const RunCommand& c, std::ostream& out) {
       out << fmt::format("kiln: compiled {} kernels in {:.1f} s into the cache {}\n", compiled.kernelIR.kernels.size(),
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), dir.string());
     }
-    gpuModel = std::make_unique<runtime::Model>(dir);
+    // A cache entry was verified by usableCacheEntry or has just been written; an emitted directory is checked on load.
+    gpuModel = std::make_unique<runtime::Model>(dir, /*filesChecked=*/!emitted);
     runtime::Model& model = *gpuModel;
     plan = planOf(model.manifest());
     makeArgs(plan);

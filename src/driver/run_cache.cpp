@@ -10,32 +10,17 @@
 #include "kiln/cuda/emitter.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
+#include "kiln/support/hash.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
-
-uint64_t hashBytes(uint64_t h, const char* data, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {  // FNV-1a over 64-bit words: fast enough for gigabytes
-    uint64_t w;
-    std::memcpy(&w, data + i, 8);
-    h = (h ^ w) * kFnvPrime;
-  }
-  for (; i < n; ++i) h = (h ^ static_cast<unsigned char>(data[i])) * kFnvPrime;
-  return h;
-}
-
-uint64_t hashFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) userError("cannot read model '{}'; check the path", path);
-  uint64_t h = kFnvOffset;
-  std::vector<char> chunk(1 << 20);
-  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0)
-    h = hashBytes(h, chunk.data(), static_cast<size_t>(in.gcount()));
+uint64_t hashModel(const std::string& path) {
+  uint64_t h = 0;
+  int64_t bytes = 0;
+  if (!hashFile(path, h, bytes)) userError("cannot read model '{}'; check the path", path);
   return h;
 }
 
@@ -48,7 +33,7 @@ fs::path runCacheRoot() {
 }
 
 fs::path runCacheDir(const RunCacheKey& key) {
-  std::string text = fmt::format("{:016x}", hashFile(key.modelPath));
+  std::string text = fmt::format("{:016x}", hashModel(key.modelPath));
   for (auto& o : key.inputOverrides) text += "|input " + o;
   text += fmt::format("|dtype {}|arch {}|kiln {}", key.dtype, key.arch, KILN_VERSION);
   for (auto& p : key.passChoices) text += "|pass " + p;
@@ -58,7 +43,7 @@ fs::path runCacheDir(const RunCacheKey& key) {
   if (!ec)
     text += fmt::format("|{}|{}|{}", self.string(), fs::file_size(self, ec),
                         fs::last_write_time(self, ec).time_since_epoch().count());
-  uint64_t h = hashBytes(kFnvOffset, text.data(), text.size());
+  uint64_t h = fnv1aWords(kFnvOffset, text.data(), text.size());
   return runCacheRoot() / fmt::format("{}-{:016x}", fs::path(key.modelPath).stem().string(), h);
 }
 

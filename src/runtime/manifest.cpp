@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "kiln/support/error.h"
+#include "kiln/support/hash.h"
 #include "kiln/support/target.h"
 
 namespace kiln::runtime {
@@ -338,22 +339,8 @@ json toJson(const Manifest& m) {
 }
 
 FileInfo describeFile(const std::filesystem::path& dir, const std::string& name) {
-  std::ifstream in(dir / name, std::ios::binary);
-  if (!in) userError("{}: cannot read it", (dir / name).string());
-  constexpr uint64_t kPrime = 1099511628211ull;
-  FileInfo f{name, 0, 1469598103934665603ull};
-  std::vector<char> chunk(1 << 20);
-  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
-    const size_t n = static_cast<size_t>(in.gcount());
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, chunk.data() + i, 8);
-      f.fnv1a = (f.fnv1a ^ w) * kPrime;
-    }
-    for (; i < n; ++i) f.fnv1a = (f.fnv1a ^ static_cast<unsigned char>(chunk[i])) * kPrime;
-    f.bytes += static_cast<int64_t>(n);
-  }
+  FileInfo f{name, 0, 0};
+  if (!hashFile((dir / name).string(), f.fnv1a, f.bytes)) userError("{}: cannot read it", (dir / name).string());
   return f;
 }
 

@@ -71,9 +71,11 @@ struct ForwardOptions {
 // (invalid argument)". Not thread-safe: use one Model from one thread at a time.
 class Model {
  public:
-  // Reads and validates DIR/manifest.json, retains the primary context, loads every cubin, allocates the single
-  // arena (zero-filled) and uploads weights.bin once. All device state lives until the destructor.
-  explicit Model(const std::filesystem::path& dir);
+  // Reads and validates DIR/manifest.json, checks the files it lists against their sizes and hashes (verifyFiles;
+  // `filesChecked`: the caller just did, or just wrote them — hashing gigabytes of weights twice is skipped), retains
+  // the primary context, loads every cubin, allocates the single arena (zero-filled) and uploads weights.bin once.
+  // All device state lives until the destructor.
+  explicit Model(const std::filesystem::path& dir, bool filesChecked = false);
   ~Model();  // frees everything; never throws
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
