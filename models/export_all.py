@@ -34,5 +34,5 @@ if __name__ == "__main__":
                     "-o", str(HERE / "fixtures" / "hf_llama_tiny_bf16.pt")], check=True)
     # layers.pt and the hf_<family>_tiny.pt of hf_families.py were made by direct runs too (the GPT-2 golden
     # records mangled names and lines that a shared process would change).
-    for script in ("layers.py", "hf_families.py"):
+    for script in ("layers.py", "hf_families.py", "attention_bf16.py"):
         subprocess.run([sys.executable, str(HERE / script)], check=True)

@@ -23,6 +23,7 @@ Kernel KernelBuilder::build() {
   param(lk_.output, true);
   if (auto* m = std::get_if<tile::PointwiseMap>(&s_)) pointwise(*m);
   else if (auto* r = std::get_if<tile::RowReduction>(&s_)) rowReduction(*r);
+  else if (auto* f = std::get_if<tile::FlashAttention>(&s_)) flashAttention(*f);
   else tiledContraction(std::get<tile::TiledContraction>(s_));
   return std::move(k_);
 }

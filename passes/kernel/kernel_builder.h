@@ -34,6 +34,7 @@ class KernelBuilder {
   void pointwise(const tile::PointwiseMap& m);
   void rowReduction(const tile::RowReduction& r);
   void tiledContraction(const tile::TiledContraction& s);
+  void flashAttention(const tile::FlashAttention& f);  // lower_attention.cpp
   // Row reductions: each stage's accumulator combined over the threads of the row (lower_row_reduction.cpp).
   void combineAcrossRow(const tile::RowReduction& r, size_t stage, const Idx& rowInBlock, Block& out);
 

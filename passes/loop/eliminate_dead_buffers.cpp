@@ -36,8 +36,7 @@ bool eliminate(Program& p, bool deadKernels) {
   for (size_t i = 0; i < kept.size(); ++i) {
     Kernel& k = kept[i];
     k.output = newId[k.output];
-    for (auto& s : k.stages) s.value = renumberBuffers(s.value, renumber);
-    k.result = renumberBuffers(k.result, renumber);
+    mapKernelExprs(k, [&](const ExprP& e) { return renumberBuffers(e, renumber); });
     std::string suffix = k.name.substr(k.name.find('_'));
     k.name = fmt::format("k{}{}", i, suffix);
   }

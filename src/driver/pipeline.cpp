@@ -38,10 +38,12 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   if (until < 2) return run.printTimings(), c;
 
   c.loopIR = run.produce("loop-lower-from-tensor", [&] { return loop::lowerFromTensor(c.tensorIR); });
+  run.pass(c.loopIR, "loop-mask-predicates", loop::maskPredicates);  // before fusion copies the mask's loads around
   run.pass(c.loopIR, "loop-fuse-epilogues", loop::fuseEpilogues);  // before inlining: keeps a residual stream materialised
   run.pass(c.loopIR, "loop-fuse-producers", loop::fuseProducers);  // producers in topological order
   run.pass(c.loopIR, "loop-fuse-rows", loop::fuseRows);            // after inlining: consumers hold their whole row
   run.pass(c.loopIR, "loop-reciprocal-row-divisors", loop::reciprocalRowDivisors);  // after the rows are formed
+  run.pass(c.loopIR, "loop-fuse-attention", loop::fuseAttention);  // after the softmax rows are formed
   run.pass(c.loopIR, "loop-eliminate-dead-buffers", loop::eliminateDeadBuffers);  // removes what fusion inlined
   if (until < 3) return run.printTimings(), c;
 

@@ -44,9 +44,28 @@ ExprP accRef(int stage) {
   return e;
 }
 
+void forEachKernelExpr(const Kernel& k, const std::function<void(const ExprP&)>& f) {
+  for (auto& s : k.stages) f(s.value);
+  if (k.attention) {
+    f(k.attention->dot.value);
+    f(k.attention->score);
+    f(k.attention->value);
+  }
+  f(k.result);
+}
+
+void mapKernelExprs(Kernel& k, const std::function<ExprP(const ExprP&)>& f) {
+  for (auto& s : k.stages) s.value = f(s.value);
+  if (k.attention) {
+    k.attention->dot.value = f(k.attention->dot.value);
+    k.attention->score = f(k.attention->score);
+    k.attention->value = f(k.attention->value);
+  }
+  k.result = f(k.result);
+}
+
 void forEachKernelRead(const Kernel& k, const std::function<void(int, bool)>& f) {
-  for (auto& s : k.stages) forEachBufferRead(s.value, f);
-  forEachBufferRead(k.result, f);
+  forEachKernelExpr(k, [&](const ExprP& e) { forEachBufferRead(e, f); });
 }
 
 ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b) {
@@ -150,6 +169,10 @@ VarExtents Kernel::extents() const {
   for (auto& a : parallel) ext[a.var] = a.extent;
   for (auto& s : stages)
     for (auto& a : s.axes) ext[a.var] = a.extent;
+  if (attention) {
+    ext[attention->key.var] = attention->key.extent;
+    for (auto& a : attention->dot.axes) ext[a.var] = a.extent;
+  }
   return ext;
 }
 
@@ -164,6 +187,10 @@ int Kernel::maxVar() const {
   for (auto& a : parallel) m = std::max(m, a.var);
   for (auto& s : stages)
     for (auto& a : s.axes) m = std::max(m, a.var);
+  if (attention) {
+    m = std::max(m, attention->key.var);
+    for (auto& a : attention->dot.axes) m = std::max(m, a.var);
+  }
   return m;
 }
 
@@ -179,6 +206,11 @@ int64_t Kernel::iterations() const {
     int64_t steps = rowPoints();
     for (auto& a : s.axes) steps *= a.extent;
     n += steps;
+  }
+  if (attention) {  // per row and key: the dot and the score; per output point and key: the weighted value
+    int64_t depth = 1;
+    for (auto& a : attention->dot.axes) depth *= a.extent;
+    n += rowPoints() * attention->key.extent * (depth + 1) + parallelPoints() * attention->key.extent;
   }
   return n;
 }

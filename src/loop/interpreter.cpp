@@ -47,6 +47,35 @@ float evalExpr(const Expr& e, const std::vector<int64_t>& env, const std::vector
   return 0.f;
 }
 
+namespace {
+
+// An attention kernel's row (the row axes set in env): w(j) = exp(s(j) - max s) for every key j, and their sum.
+void rowWeights(const OnlineSoftmax& a, std::vector<int64_t>& env, const std::vector<std::vector<float>>& buf,
+                const std::vector<Buffer>& info, const IndexLoader* loader, std::vector<float>& weights, float& sum) {
+  weights.assign(a.key.extent, 0.f);
+  float maximum = -std::numeric_limits<float>::infinity();
+  std::vector<float> dot(1);
+  for (int64_t j = 0; j < a.key.extent; ++j) {
+    env[a.key.var] = j;
+    dot[0] = 0.f;
+    for (auto& d : a.dot.axes) env[d.var] = 0;
+    for (bool more = true; more;) {
+      dot[0] += evalExpr(*a.dot.value, env, buf, info, dot, loader);
+      more = false;
+      for (size_t d = a.dot.axes.size(); d-- > 0 && !more;) {
+        more = ++env[a.dot.axes[d].var] < a.dot.axes[d].extent;
+        if (!more) env[a.dot.axes[d].var] = 0;
+      }
+    }
+    weights[j] = evalExpr(*a.score, env, buf, info, dot, loader);
+    maximum = std::max(maximum, weights[j]);
+  }
+  sum = 0.f;
+  for (float& w : weights) sum += (w = std::exp(w - maximum));
+}
+
+}  // namespace
+
 std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs) {
   KILN_ASSERT(inputs.size() == p.inputs.size(), "{} inputs for {} model inputs", inputs.size(), p.inputs.size());
   std::vector<std::vector<float>> buf(p.buffers.size());
@@ -77,8 +106,19 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
       return false;
     };
     int64_t points = k.parallelPoints(), perRow = points / std::max<int64_t>(1, k.rowPoints());
-    std::vector<float> accs(k.stages.size(), 0.f);
+    std::vector<float> accs(std::max<size_t>(k.stages.size(), k.attention ? 1 : 0), 0.f);
+    std::vector<float> weights;  // attention: the row's w(j)
+    float weightSum = 0.f;
     for (int64_t flat = 0; flat < points; ++flat) {
+      if (k.attention && flat % perRow == 0) rowWeights(*k.attention, env, buf, p.buffers, &loader, weights, weightSum);
+      if (k.attention) {  // acc0 = sum_j w(j) value(j, e) / sum_j w(j)
+        float sum = 0.f;
+        for (int64_t j = 0; j < k.attention->key.extent; ++j) {
+          env[k.attention->key.var] = j;
+          sum += weights[j] * evalExpr(*k.attention->value, env, buf, p.buffers, accs, &loader);
+        }
+        accs[0] = sum / weightSum;
+      }
       if (flat % perRow == 0)  // a new row: run the stages
         for (size_t s = 0; s < k.stages.size(); ++s) {
           const Reduction& r = k.stages[s];

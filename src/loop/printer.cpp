@@ -75,7 +75,7 @@ std::string printKernelBody(const Program& p, const Kernel& k) {
   {
     int counter = 0;
     std::string indent = "  ";
-    bool rows = !k.stages.empty() && k.rowAxes < static_cast<int>(k.parallel.size());
+    bool rows = (!k.stages.empty() || k.attention) && k.rowAxes < static_cast<int>(k.parallel.size());
     if (rows) {
       std::vector<Axis> rowAxes(k.parallel.begin(), k.parallel.begin() + k.rowAxes);
       out += fmt::format("  for {} rows:\n", rowAxes.empty() ? std::string("a single row") : axesString(rowAxes));
@@ -90,12 +90,26 @@ std::string printKernelBody(const Program& p, const Kernel& k) {
       std::string v = inner(r.value);
       out += fmt::format("{}    acc{} = {}(acc{}, {})\n", indent, s, tensor::reduceName(r.fn), s, v);
     }
+    if (k.attention) {
+      const OnlineSoftmax& a = *k.attention;
+      out += fmt::format("{}  online softmax over {} < {}:\n", indent, a.key.name, a.key.extent);
+      out += fmt::format("{}    acc0 = 0\n{}    for {} reduce:\n", indent, indent, axesString(a.dot.axes));
+      ExprPrinter dot{p, out, indent + "      ", {}, counter};
+      std::string d = dot(a.dot.value);
+      out += fmt::format("{}      acc0 = sum(acc0, {})\n", indent, d);
+      ExprPrinter score{p, out, indent + "    ", {}, counter};
+      out += fmt::format("{}    score = {}\n", indent, score(a.score));
+    }
     if (rows) {
       std::vector<Axis> inner(k.parallel.begin() + k.rowAxes, k.parallel.end());
       out += fmt::format("    for {} parallel:\n", axesString(inner));
       indent += "  ";
     }
     ExprPrinter outer{p, out, indent + "  ", {}, counter};
+    if (k.attention) {
+      std::string v = outer(k.attention->value);
+      out += fmt::format("{}  acc0 = softmax-weighted sum over {} of {}\n", indent, k.attention->key.name, v);
+    }
     std::string r = outer(k.result);
     std::vector<std::string> idx;
     for (auto& a : k.parallel) idx.push_back(a.name);
@@ -118,6 +132,13 @@ nlohmann::json toJson(const Program& p) {
       nlohmann::json sj{{"fn", tensor::reduceName(s.fn)}, {"value", exprKey(s.value)}};
       for (auto& a : s.axes) sj["axes"].push_back({{"name", a.name}, {"extent", a.extent}});
       kj["stages"].push_back(sj);
+    }
+    if (k.attention) {
+      const OnlineSoftmax& a = *k.attention;
+      nlohmann::json aj{{"key", {{"name", a.key.name}, {"extent", a.key.extent}}}, {"dot", exprKey(a.dot.value)},
+                        {"score", exprKey(a.score)}, {"value", exprKey(a.value)}};
+      for (auto& d : a.dot.axes) aj["depth"].push_back({{"name", d.name}, {"extent", d.extent}});
+      kj["attention"] = aj;
     }
     kj["result"] = exprKey(k.result);
     j["kernels"].push_back(kj);

@@ -3,6 +3,45 @@
 
 namespace kiln::loop {
 
+namespace {
+
+bool usesVar(const ExprP& e, int var) {
+  bool used = false;
+  for (auto& i : e->index) forEachVar(i, [&](int v) { used = used || v == var; });
+  for (auto& a : e->args) used = used || usesVar(a, var);
+  return used;
+}
+
+bool readsAcc(const ExprP& e, int maxStage) {
+  if (e->kind == Expr::Kind::Acc) return e->stage > maxStage;
+  for (auto& a : e->args)
+    if (readsAcc(a, maxStage)) return true;
+  return false;
+}
+
+// An attention kernel (OnlineSoftmax): the shape of its parts and which variables each part may read.
+template <class CheckLoads>
+void verifyAttention(const Kernel& k, CheckLoads& checkLoads) {
+  const OnlineSoftmax& a = *k.attention;
+  KILN_ASSERT(k.stages.empty() && !k.parallel.empty() && k.rowAxes + 1 == static_cast<int>(k.parallel.size()),
+              "kernel {}: an attention kernel has no stages and rows of all its axes but the last", k.name);
+  KILN_ASSERT(a.dot.fn == ReduceFn::Sum && !a.dot.axes.empty(), "kernel {}: attention's dot is a sum", k.name);
+  checkLoads(a.dot.value, true);
+  checkLoads(a.score, true);
+  checkLoads(a.value, true);
+  const int e = k.parallel.back().var;
+  KILN_ASSERT(!usesVar(a.dot.value, e) && !usesVar(a.score, e), "kernel {}: attention scores read {}", k.name, k.parallel.back().name);
+  for (auto& d : a.dot.axes) {
+    KILN_ASSERT(!usesVar(a.score, d.var) && !usesVar(a.value, d.var) && !usesVar(k.result, d.var),
+                "kernel {}: {} is read outside attention's dot", k.name, d.name);
+  }
+  KILN_ASSERT(!usesVar(k.result, a.key.var), "kernel {}: the result reads the key axis {}", k.name, a.key.name);
+  KILN_ASSERT(!readsAcc(a.dot.value, -1) && !readsAcc(a.value, -1) && !readsAcc(a.score, 0) && !readsAcc(k.result, 0),
+              "kernel {}: attention reads an accumulator it does not have", k.name);
+}
+
+}  // namespace
+
 void verify(const Program& p) {
   const int nb = static_cast<int>(p.buffers.size());
   std::vector<bool> written(nb, false);
@@ -60,6 +99,7 @@ void verify(const Program& p) {
           });
       });
     }
+    if (k.attention) verifyAttention(k, checkLoads);
     checkLoads(k.result, false);
     written[k.output] = true;
   }

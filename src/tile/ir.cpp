@@ -1,4 +1,5 @@
 #include "kiln/tile/ir.h"
+#include "kiln/loop/attention.h"
 
 #include <fmt/format.h>
 
@@ -46,11 +47,19 @@ std::string operandString(const TC& s, const TC::Operand& o, int64_t rows) {
                      s.pipelineDepth > 1 ? fmt::format(" x{} ring", s.pipelineDepth) : "");
 }
 
+std::string keyBoundsString(const FlashAttention& f) {
+  std::string s;
+  if (f.keyFrom) s += fmt::format(", from query + {}", *f.keyFrom);
+  if (f.keyTo) s += fmt::format(", before query + {}", *f.keyTo);
+  return s;
+}
+
 }  // namespace
 
 const char* strategyName(const Schedule& s) {
   if (std::holds_alternative<PointwiseMap>(s)) return "pointwise_map";
   if (std::holds_alternative<RowReduction>(s)) return "row_reduction";
+  if (std::holds_alternative<FlashAttention>(s)) return "flash_attention";
   return "tiled_contraction";
 }
 
@@ -64,6 +73,12 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
     return fmt::format("row_reduction {} rows of {}: {} threads per row, {} rows per block, vector {}, combine {}{}  ({})",
                        rowsOf(k), rowWidth(k), r->threadsPerRow, r->rowsPerBlock, r->vector, combineName(r->combine),
                        r->rowInRegisters ? ", row in registers" : "", launch);
+  if (auto* f = std::get_if<FlashAttention>(&s))
+    return fmt::format("flash_attention query {} ({} blocks of {}), keys {} in steps of {}{}, depth {}, width {}; mma.sync.{} "
+                       "warps {} of 16 rows; q, k, v by cp_async into [rows][width+8] slices, k and v x{} ring  ({})",
+                       k.parallel[static_cast<size_t>(f->queryAxis)].name, flashQueryBlocks(*f, k), f->blockQ,
+                       k.attention->key.extent, f->blockKV, keyBoundsString(*f), k.attention->dot.axes[0].extent,
+                       k.parallel.back().extent, dtypeName(f->mmaType), f->blockQ / 16, kFlashRing, launch);
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -95,6 +110,10 @@ nlohmann::json toJson(const Schedule& s) {
     j["vector"] = r->vector;
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
+  } else if (auto* f = std::get_if<FlashAttention>(&s)) {
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"mma_type", dtypeName(f->mmaType)}});
+    if (f->keyFrom) j["key_from"] = *f->keyFrom;
+    if (f->keyTo) j["key_to"] = *f->keyTo;
   } else {
     const auto& t = std::get<TiledContraction>(s);
     auto operand = [](const TC::Operand& o) { return nlohmann::json{{"copy", copyName(o.copy)}, {"layout", layoutName(o.layout)}}; };
@@ -150,6 +169,8 @@ void verifyVector(const loop::Program& p, const loop::Kernel& k, int64_t vector,
 
 void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) {
   const Target& target = p.target;
+  KILN_ASSERT(!k.attention || std::holds_alternative<FlashAttention>(s), "kernel {}: an attention kernel scheduled as {}", k.name,
+              strategyName(s));
   const int64_t threads = threadsPerBlock(s);
   KILN_ASSERT(threads >= 1 && threads <= target.maxThreadsPerBlock, "kernel {}: {} threads per block on {}", k.name, threads,
               target.arch);
@@ -182,6 +203,21 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
         KILN_ASSERT(st.axes.size() == 1 && st.axes[0].extent == width, "kernel {}: a stage does not span the row", k.name);
       verifyVector(p.loop, k, r->vector, width);
     }
+    return;
+  }
+  if (auto* f = std::get_if<FlashAttention>(&s)) {
+    auto o = loop::tensorCoreAttention(p.loop, k);
+    KILN_ASSERT(o, "kernel {}: flash_attention needs an attention kernel of contiguous 16-bit q, k, v (loop::tensorCoreAttention)",
+                k.name);
+    KILN_ASSERT(target.cpAsync && target.ldmatrix, "kernel {}: flash_attention needs cp.async and ldmatrix, which {} lacks",
+                k.name, target.arch);
+    KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
+                "the kernel's", k.name);
+    KILN_ASSERT(f->blockQ == 64 && f->blockKV == 64, "kernel {}: flash_attention blocks are 64 queries by 64 keys, not {} by {}",
+                k.name, f->blockQ, f->blockKV);
+    // Per thread: the score accumulators of a key step, the output accumulators, q's fragments.
+    const int64_t registers = f->blockKV / 2 + o->width / 2 + o->depth / 4;
+    KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;
   }
   const auto& t = std::get<TiledContraction>(s);

@@ -31,6 +31,7 @@ int64_t threadsPerBlock(const Schedule& s) {
   return std::visit(Overloaded{
                         [](const PointwiseMap& m) { return m.threads; },
                         [](const RowReduction& r) { return r.threadsPerRow * r.rowsPerBlock; },
+                        [](const FlashAttention& f) { return f.blockQ / 16 * Target::kWarpSize; },
                         [](const TiledContraction& t) {
                           switch (t.instruction) {
                             case TiledContraction::Instruction::MmaSync: return int64_t{128};
@@ -46,6 +47,9 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
   return std::visit(Overloaded{
                         [&](const PointwiseMap& m) { return ceilDiv(k.parallelPoints() / m.vector, m.threads * m.vectorsPerThread); },
                         [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
+                        [&](const FlashAttention& f) {
+                          return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * flashQueryBlocks(f, k);
+                        },
                         [&](const TiledContraction& t) {
                           Contraction c = contractionOf(t, k);
                           return c.outerPoints * tilesM(t, c) * tilesN(t, c);
@@ -54,7 +58,22 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                     s);
 }
 
+int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k) {
+  return ceilDiv(k.parallel[static_cast<size_t>(f.queryAxis)].extent, f.blockQ);
+}
+
+FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k) {
+  KILN_ASSERT(k.attention && k.attention->dot.axes.size() == 1, "kernel {}: flash_attention on a kernel that is not attention", k.name);
+  const int64_t depth = k.attention->dot.axes[0].extent, width = k.parallel.back().extent;
+  return FlashSlices{f.blockQ * (depth + kPairPad), f.blockKV * (depth + kPairPad), f.blockKV * (width + kPairPad),
+                     depth + kPairPad, width + kPairPad};
+}
+
 int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
+  if (auto* f = std::get_if<FlashAttention>(&s)) {
+    FlashSlices sl = flashSlices(*f, k);
+    return (sl.q + kFlashRing * (sl.k + sl.v)) * dtypeBytes(f->mmaType);
+  }
   if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
   if (auto* t = std::get_if<TiledContraction>(&s))
     return dynamicShared(s) ? t->pipelineDepth * ringSlotBytes(*t, contractionOf(*t, k))
@@ -63,6 +82,7 @@ int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
 }
 
 bool dynamicShared(const Schedule& s) {
+  if (std::holds_alternative<FlashAttention>(s)) return true;
   auto* t = std::get_if<TiledContraction>(&s);
   return t && t->a.copy == TiledContraction::Copy::CpAsync;
 }

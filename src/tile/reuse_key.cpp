@@ -24,15 +24,13 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   loop::Kernel ck = k;
   ck.name = "k";
   ck.output = canonical(k.output);
-  for (auto& st : ck.stages) st.value = loop::renumberBuffers(st.value, canonical);
-  ck.result = loop::renumberBuffers(ck.result, canonical);
+  loop::mapKernelExprs(ck, [&](const loop::ExprP& e) { return loop::renumberBuffers(e, canonical); });
   auto noteIndexLoads = [&](const loop::ExprP& e, auto& self) -> void {
     if (!e) return;
     for (auto& i : e->index) forEachIndexLoad(i, [&](const IndexNode&) { readsIndices = true; });
     for (auto& a : e->args) self(a, self);
   };
-  for (auto& st : k.stages) noteIndexLoads(st.value, noteIndexLoads);
-  noteIndexLoads(k.result, noteIndexLoads);
+  loop::forEachKernelExpr(k, [&](const loop::ExprP& e) { noteIndexLoads(e, noteIndexLoads); });
   if (readsIndices) return "";
   std::string key;
   for (size_t i = 0; i < buffers.size(); ++i) {
@@ -44,6 +42,10 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   for (auto& a : k.parallel) key += fmt::format("p{}:{} ", a.var, a.extent);
   for (auto& st : k.stages)
     for (auto& a : st.axes) key += fmt::format("r{}:{} ", a.var, a.extent);
+  if (k.attention) {
+    key += fmt::format("j{}:{} ", k.attention->key.var, k.attention->key.extent);
+    for (auto& a : k.attention->dot.axes) key += fmt::format("d{}:{} ", a.var, a.extent);
+  }
   const Schedule& s = tp.schedules[index];
   key += fmt::format("rows {} {}", k.rowAxes, toJson(s).dump());
   return key + "\n" + loop::printKernelBody(canon, ck);

@@ -33,7 +33,9 @@ const std::vector<Golden> kModels = {
     {"hf_llama_tiny", "hf_llama_tiny", "", {}}, {"hf_gpt2_tiny", "hf_gpt2_tiny", "", {}},
     // Mid-size: a tiled f32 product on CUDA cores (64-deep slices, prefetched) and a bf16 SwiGLU MLP on tensor
     // cores (operand pairs) with 16-byte vectorized elementwise kernels.
-    {"linear_tiled", "linear", "x=2x512x64", {}}, {"mlp_bf16_tiled", "mlp", "x=4x512x64", DType::BF16}};
+    {"linear_tiled", "linear", "x=2x512x64", {}}, {"mlp_bf16_tiled", "mlp", "x=4x512x64", DType::BF16},
+    // bf16 attention as flash-attention kernels: causal sdpa and a sliding-window eager chain (issue 13).
+    {"attention_bf16", "attention_bf16", "", {}}};
 
 Compiled compileGolden(const Golden& g) {
   std::vector<frontend::InputOverride> inputs;

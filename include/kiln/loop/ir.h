@@ -83,6 +83,19 @@ struct Reduction {
   ExprP value;
 };
 
+// Attention as one kernel (loop-fuse-attention): softmax over a key axis j of scores that are themselves products,
+// weighting values. Its kernel's rows are all parallel axes but the last (e), and its result reads as acc0
+//   acc0(row, e) = sum_j w(j) * value(row, j, e) / sum_j w(j),   w(j) = exp(s(j) - max_j s(j))
+//   s(j) = score(row, j) with acc0 there the product dot(row, j) = sum_d a(row, j, d) * b(row, j, d)
+// all in f32. The interpreters compute it as written; a flash-attention schedule computes it in one pass over j
+// (running maximum, rescaled sum and accumulators), never materialising s or w.
+struct OnlineSoftmax {
+  Axis key;         // j
+  Reduction dot;    // a Sum over the depth axis d (q·k)
+  ExprP score;      // from the row axes, j and acc0 (the dot): scale, masks, softcapping
+  ExprP value;      // from the row axes, j and e (v)
+};
+
 struct Kernel {
   std::string name;
   int output = -1;                   // buffer written at [p0, ..., pn-1]
@@ -90,6 +103,7 @@ struct Kernel {
   int rowAxes = 0;                   // stages depend on parallel[0 .. rowAxes) only
   std::vector<Reduction> stages;     // empty for elementwise kernels
   ExprP result;                      // may reference every stage's accumulator
+  std::optional<OnlineSoftmax> attention;  // set: stages are empty and the result reads acc0 as above
   std::vector<std::string> origins;  // Torch ops this kernel holds, in program order
 
   VarExtents extents() const;
@@ -98,6 +112,11 @@ struct Kernel {
   int64_t iterations() const;        // result evaluations plus every stage's reduction steps
   int maxVar() const;                // largest variable id used by an axis
 };
+
+// Every expression of k (stages, attention parts, result) replaced by f(expression).
+void mapKernelExprs(Kernel& k, const std::function<ExprP(const ExprP&)>& f);
+// Every expression of k, in the order above.
+void forEachKernelExpr(const Kernel& k, const std::function<void(const ExprP&)>& f);
 
 // Whether e has one value per row of kernel k: every index it reads uses only the row axes' variables (the stages'
 // totals, RMSNorm's rsqrt(mean + eps), softmax's 1 / sum).
@@ -143,6 +162,8 @@ std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, 
 bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
 bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisors
+bool maskPredicates(Program& p);                  // loop-mask-predicates
+bool fuseAttention(Program& p);                   // loop-fuse-attention
 // For `kiln compile --explain-fusion`: each kernel's Torch ops, and for every kernel whose buffer other
 // kernels read, why it was not fused into them.
 std::string explainFusion(const Program& p);

@@ -13,8 +13,10 @@
 //                    slices of tileK staged in shared memory, multiplied on CUDA cores (a microM x microN
 //                    register tile per thread) or on tensor cores (mma.sync m16n8k16 per warp); with cp_async
 //                    copies the slices stream through a ring of pipelineDepth buffers, read by ldmatrix
+//   FlashAttention   an attention kernel (softmax over keys of q·k products, weighting v) in one pass over the keys
 #pragma once
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -95,7 +97,23 @@ struct TiledContraction {
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
 };
 
-using Schedule = std::variant<PointwiseMap, RowReduction, TiledContraction>;
+// An attention kernel (loop::Kernel::attention) as flash attention on tensor cores (mma.sync m16n8k16, sm_80+): a block of
+// blockQ / 16 warps holds blockQ query rows of one point of the other row axes (batch, head), each warp 16 rows. The block
+// walks the keys in steps of blockKV: k and v slices of blockKV keys stream by 16-byte cp.async through a ring of two
+// shared slices while the block works on the previous one; per step each warp multiplies its q rows (fragments loaded
+// once by ldmatrix) with the k slice into score accumulators, applies the score expression (scale, masks) and the online
+// softmax (running maximum and sum per row, kept by the 4 lanes of a quad through shuffles; the accumulators rescaled
+// when the maximum grows), and multiplies the probabilities, still in registers as the A operand, with the v slice
+// (ldmatrix.trans). keyFrom / keyTo (loop::keyBounds): the steps cover only keys some row of the block may see.
+struct FlashAttention {
+  int queryAxis = -1;   // position in the kernel's parallel axes
+  int64_t blockQ = 64;  // query rows per block, 16 per warp
+  int64_t blockKV = 64;  // keys per step
+  DType mmaType = DType::BF16;
+  std::optional<int64_t> keyFrom, keyTo;  // query row i sees keys [i + keyFrom, i + keyTo) only
+};
+
+using Schedule = std::variant<PointwiseMap, RowReduction, TiledContraction, FlashAttention>;
 const char* strategyName(const Schedule& s);
 // One line: every field, and what follows from it for kernel k (threads, grid, shared bytes).
 std::string describe(const Schedule& s, const loop::Kernel& k);

@@ -22,6 +22,18 @@ int64_t rowWidth(const loop::Kernel& k);
 // Shared floats a row reduction uses to combine partial results: one per thread (tree) or per warp (shuffles).
 int64_t combineSlots(const RowReduction& r);
 
+// Flash attention. Blocks along the query axis (ceil(queries / blockQ)); the grid is that times the points of the other
+// row axes, the query block fastest.
+int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k);
+// Shared slices in the operand type, rows of the row stride (width + kPairPad: 16-byte aligned rows whose 8 rows of one
+// ldmatrix fall in distinct banks): q [blockQ][D], and per ring slot k [blockKV][D] and v [blockKV][E].
+constexpr int64_t kFlashRing = 2;
+struct FlashSlices {
+  int64_t q, k, v;                  // elements of each slice
+  int64_t depthStride, widthStride;  // elements per row of the q and k slices, of the v slice
+};
+FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
+
 // Tiled contractions.
 // The contraction a schedule multiplies (its m and n axes); an internal error if k is not one.
 Contraction contractionOf(const TiledContraction& s, const loop::Kernel& k);

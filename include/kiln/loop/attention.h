@@ -1,0 +1,37 @@
+// Facts about attention kernels (Kernel::attention, an OnlineSoftmax) that the Loop pass forming them and the Tile
+// schedule running them share: which loads are q, k and v, and which keys a mask leaves each query row.
+#pragma once
+#include <optional>
+
+#include "kiln/loop/ir.h"
+
+namespace kiln::loop {
+
+// The operands of an attention kernel that a tensor-core flash schedule can run: q and k the two factors of the dot,
+// v the value, each a plain load (under casts to f32) of a buffer of one 16-bit float type, reading no indices from
+// memory; one depth axis d; d (in q and k) and e (in v) contiguous in memory in runs of 8 elements that start at
+// multiples of 8 (16-byte copies); depth and value widths multiples of 16 up to 256; exactly one row axis, the query
+// axis, read by q and by neither k nor v (k and v are shared by a block's query rows).
+struct AttentionOperands {
+  const Expr* q = nullptr;
+  const Expr* k = nullptr;
+  const Expr* v = nullptr;
+  DType type = DType::BF16;
+  int queryAxis = -1;  // position in Kernel::parallel
+  int64_t depth = 0;   // D
+  int64_t width = 0;   // E, the value's (and output's last axis') extent
+};
+std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k);
+constexpr int64_t kAttentionMaxWidth = 256;
+
+// The keys a mask in the score leaves query row i (the query axis' variable): j in [i + from, i + to). Found where the
+// score is the masked value's sum with other terms, the mask a select on j < i + c whose other side is an immediate of at
+// most kMaskedScore (exp of it minus any finite maximum is 0): causal masks (to = 1 + keys - queries), sliding windows
+// (from). Only when every query row keeps at least one key (otherwise softmax over the masked values is not zero).
+struct KeyBounds {
+  std::optional<int64_t> from, to;
+};
+KeyBounds keyBounds(const Kernel& k, int queryAxis);
+constexpr float kMaskedScore = -1e30f;
+
+}  // namespace kiln::loop

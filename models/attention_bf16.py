@@ -1,0 +1,48 @@
+"""bf16 attention two ways, q [1,8,100,64], k and v [1,2,100,64] (grouped-query, 4 query heads per key head):
+sdpa with is_causal, and the eager chain with a sliding-window mask (40 keys) kept as a constant buffer, the way
+Hugging Face's eager path adds a prepared mask. 100 tokens: not a multiple of the flash schedule's 64-key steps."""
+import pathlib
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from kiln_export import export  # noqa: E402
+
+NAME = "attention_bf16"
+LENGTH, WINDOW, HEADS, KV_HEADS, HEAD_DIM = 100, 40, 8, 2, 64
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        i = torch.arange(LENGTH)[:, None]
+        j = torch.arange(LENGTH)[None, :]
+        keep = (j <= i) & (j > i - WINDOW)
+        mask = torch.zeros(LENGTH, LENGTH).masked_fill(~keep, torch.finfo(torch.float32).min)
+        self.register_buffer("window_mask", mask)
+
+    def forward(self, q, k, v):
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        group = HEADS // KV_HEADS
+        kk = k[:, :, None].expand(1, KV_HEADS, group, LENGTH, HEAD_DIM).reshape(1, HEADS, LENGTH, HEAD_DIM)
+        vv = v[:, :, None].expand(1, KV_HEADS, group, LENGTH, HEAD_DIM).reshape(1, HEADS, LENGTH, HEAD_DIM)
+        scores = torch.matmul(q, kk.transpose(-2, -1)) * HEAD_DIM ** -0.5 + self.window_mask
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return causal, torch.matmul(probs, vv)
+
+
+def main():
+    torch.manual_seed(0)
+    inputs = {
+        "q": torch.randn(1, HEADS, LENGTH, HEAD_DIM).bfloat16(),
+        "k": torch.randn(1, KV_HEADS, LENGTH, HEAD_DIM).bfloat16(),
+        "v": torch.randn(1, KV_HEADS, LENGTH, HEAD_DIM).bfloat16(),
+    }
+    return export(Attention(), inputs, pathlib.Path(__file__).resolve().parent / "fixtures" / f"{NAME}.pt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+// kernel-lower-from-tile for FlashAttention schedules (tile/ir.h): one block per 64 query rows of one (batch, head) point,
+// 4 warps of 16 rows, the keys walked in steps of 64.
+//
+//   prologue: cp.async q's 64 rows and step s_begin's k and v rows into ring slot 0; commit
+//   for st in [s_begin, s_end):                       (the steps some row of the block may see: tile::FlashAttention)
+//     cp.async step st + 1 into the other slot (if any); commit; wait for all but that group; barrier
+//     first step only: q's fragments by ldmatrix.x4 into pair registers (kept for every step)
+//     S = q · kᵀ: per 16 of depth, k's fragments by ldmatrix.x4 and 8 mma.sync into 32 score accumulators per thread
+//     s = score(S) per element (scale, masks; keys past the end are -inf), the online softmax per row:
+//       m' = max(m, rowmax s) over the quad's 4 lanes (shuffles); alpha = exp(m - m'); l *= alpha; O *= alpha;
+//       p = exp(s - m'); l += p            (m' = -inf, a row that has seen no key yet, counts as 0)
+//     O += p · v: p's accumulators are the A fragments of the next mma as they stand (the C layout of two 8-column tiles
+//       is the A layout of one 16-deep step); v's fragments by ldmatrix.x4.trans
+//     barrier (the slot is overwritten next step)
+//   l summed over the quad; out = result(O / l) for the rows inside the query axis.
+// Thread layout (kernel::mma): lane l of warp w holds rows 16w + g and 16w + g + 8 (g = l / 4) at columns 2t, 2t + 1
+// (t = l % 4) of every 8-column tile.
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "kernel_builder.h"
+#include "kiln/loop/attention.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel::detail {
+
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+}
+
+void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
+  const loop::OnlineSoftmax& a = *lk_.attention;
+  const auto ops = loop::tensorCoreAttention(tp_.loop, lk_);
+  KILN_ASSERT(ops, "kernel {}: flash_attention on operands it cannot copy", lk_.name);
+  const tile::FlashSlices sl = tile::flashSlices(f, lk_);
+  const loop::Axis& query = lk_.parallel[static_cast<size_t>(f.queryAxis)];
+  const loop::Axis& width = lk_.parallel.back();
+  const loop::Axis& depth = a.dot.axes[0];
+  const int64_t D = ops->depth, E = ops->width, BQ = f.blockQ, BKV = f.blockKV, Lq = query.extent, Lk = a.key.extent;
+  const int64_t threads = tile::threadsPerBlock(f), qBlocks = tile::flashQueryBlocks(f, lk_), steps = (Lk + BKV - 1) / BKV;
+  const DType T = f.mmaType;
+  k_.block = {threads, 1, 1};
+  k_.grid = {tile::gridBlocks(f, lk_), 1, 1};
+  extents_[kThreadIdx] = threads;
+  extents_[kBlockIdx] = k_.grid[0];
+  auto sharedBuf = [&](const char* name, int64_t elements) {
+    k_.shared.push_back(SharedBuffer{name, elements, T, true});
+    return static_cast<int>(k_.shared.size()) - 1;
+  };
+  const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", tile::kFlashRing * sl.k), vs = sharedBuf("vs", tile::kFlashRing * sl.v);
+  k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
+
+  // Block coordinates: the query block, last blocks first (under a causal mask they see the most keys), then the other
+  // row axes.
+  Block& body = k_.body;
+  Idx bid = defVar(body, "bid", blockIdx(), k_.grid[0]);  // signed: the expressions below subtract
+  Idx qb = defVar(body, "qb", idxAdd(idxMul(mod(bid, qBlocks), -1), qBlocks - 1), qBlocks);
+  std::vector<loop::Axis> outer;
+  for (int d = 0; d < lk_.rowAxes; ++d)
+    if (d != f.queryAxis) outer.push_back(lk_.parallel[static_cast<size_t>(d)]);
+  unflatten(outer, floorDiv(bid, qBlocks), lk_.rowPoints() / Lq, body);
+  const Idx q0 = simplify(qb * idxConst(BQ), extents_);
+  Idx ct = defVar(body, "ct", threadIdx(), threads);
+  Idx warp = defVar(body, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);
+  Idx lane = defVar(body, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
+  Idx g = defVar(body, "g", floorDiv(lane, 4), 8);
+  Idx tq = defVar(body, "tq", mod(lane, 4), 4);
+
+  // The steps of keys the block's rows may see.
+  Idx first = idxConst(0), end = idxConst(steps);
+  if (f.keyFrom) first = floorDiv(idxMax(idxConst(0), idxAdd(q0, *f.keyFrom)), BKV);
+  if (f.keyTo) {
+    Idx lastRow = idxMin(idxAdd(q0, BQ - 1), idxConst(Lq - 1));
+    end = floorDiv(idxAdd(idxMin(idxConst(Lk), idxAdd(lastRow, *f.keyTo)), BKV - 1), BKV);
+  }
+  Idx sBegin = defVar(body, "s_begin", first, steps + 1), sEnd = defVar(body, "s_end", end, steps + 1);
+
+  // cp.async of `rows` rows (from rowStart, rows past `limit` zero-filled) of operand `load` into buf at `at`: rows of
+  // `cols` elements along colVar, `stride` apart. Thread ct copies 16-byte chunks ct, ct + threads, ...
+  auto copyRows = [&](Block& out, int buf, const Idx& at, const loop::Expr& load, int rowVar, int64_t limit, const Idx& rowStart,
+                      int64_t rows, int colVar, int64_t cols, int64_t stride) {
+    const int64_t per = cols / tile::kAsyncCopyElements, chunks = rows * per, bytes = tile::kAsyncCopyElements * dtypeBytes(T);
+    extents_[rowVar + kFirstLoopVar] = limit;
+    extents_[colVar + kFirstLoopVar] = cols;
+    const Idx source = flatIndex(load);
+    auto chunk = [&](const Idx& e) {
+      Idx r = simplify(floorDiv(e, per), extents_), c = simplify(mod(e, per) * idxConst(tile::kAsyncCopyElements), extents_);
+      Idx row = simplify(rowStart + r, extents_);
+      Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
+                            return v == rowVar + kFirstLoopVar ? idxMin(row, idxConst(limit - 1)) : v == colVar + kFirstLoopVar ? c : nullptr;
+                          }), extents_);
+      Idx valid = simplify(idxMin(idxMax(idxMul(idxAdd(idxMul(row, -1), limit), bytes), idxConst(0)), idxConst(bytes)), extents_);
+      return cpAsync(buf, simplify(at + r * idxConst(stride) + c, extents_), param(load.buffer, false), from,
+                     static_cast<int>(bytes), valid);
+    };
+    if (chunks % threads == 0) {
+      for (int64_t i = 0; i < chunks / threads; ++i) out.push_back(chunk(ct + idxConst(i * threads)));
+      return;
+    }
+    int e = freshKernelVar();
+    extents_[e] = chunks;
+    out.push_back(forLoop(e, "e", ct, idxConst(chunks), threads, Block{chunk(idxVar(e, "e"))}));
+  };
+  auto copyKeys = [&](Block& out, const Idx& step, const Idx& slot) {
+    const Idx start = simplify(step * idxConst(BKV), extents_);
+    copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, start, BKV, depth.var, D, sl.depthStride);
+    copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, start, BKV, width.var, E, sl.widthStride);
+  };
+  static_assert(tile::kFlashRing == 2, "the step loop alternates two ring slots");
+  copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride);
+  copyKeys(body, sBegin, idxConst(0));
+  body.push_back(cpAsyncCommit());
+
+  // Per-thread state: running maximum and sum of its two rows, output accumulators, score accumulators, q fragments.
+  const int64_t nTiles = BKV / kMmaN, eTiles = E / kMmaN, kSteps = D / kMmaK;
+  std::array<int, 2> m{}, l{}, mSafe{}, alpha{};
+  for (int r = 0; r < 2; ++r) {
+    m[r] = slot(fmt::format("m{}", r));
+    l[r] = slot(fmt::format("l{}", r));
+    mSafe[r] = slot(fmt::format("ms{}", r));
+    alpha[r] = slot(fmt::format("alpha{}", r));
+    body.push_back(assign(m[r], fconst(-kInf)));
+    body.push_back(assign(l[r], fconst(0.f)));
+  }
+  std::vector<std::array<int, 4>> o(static_cast<size_t>(eTiles)), s(static_cast<size_t>(nTiles));
+  for (int64_t j = 0; j < eTiles; ++j)
+    for (int c = 0; c < 4; ++c) {
+      o[j][c] = slot(fmt::format("o{}_{}", j, c));
+      body.push_back(assign(o[j][c], fconst(0.f)));
+    }
+  for (int64_t j = 0; j < nTiles; ++j)
+    for (int c = 0; c < 4; ++c) s[j][c] = slot(fmt::format("s{}_{}", j, c));
+  std::vector<std::vector<int>> qRegs(static_cast<size_t>(kSteps));
+  for (int64_t st = 0; st < kSteps; ++st)
+    for (int r = 0; r < 4; ++r) qRegs[st].push_back(pairReg(fmt::format("rq{}_{}", st, r)));
+  std::vector<int> kRegs;
+  for (int r = 0; r < 4; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
+  std::vector<int> vSlots;
+  for (int r = 0; r < 8; ++r) vSlots.push_back(slot(fmt::format("vb{}", r)));
+  const int tmp = slot("sh");
+
+  Block step;
+  const int stepVar = freshKernelVar();
+  extents_[stepVar] = steps;
+  const Idx st = idxVar(stepVar, "st");
+  Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), 2), 2);
+  {
+    Block next;
+    copyKeys(next, idxAdd(st, 1), idxAdd(idxMul(ring, -1), 1));
+    step.push_back(ifLess(idxAdd(st, 1), sEnd, std::move(next)));
+  }
+  step.push_back(cpAsyncCommit());
+  step.push_back(cpAsyncWait(1));
+  step.push_back(barrier());
+  {
+    Block loadQ;
+    for (int64_t kk = 0; kk < kSteps; ++kk) {
+      Idx row = warp * idxConst(16) + mod(lane, 16), col = idxConst(kk * kMmaK) + floorDiv(lane, 16) * idxConst(8);
+      loadQ.push_back(ldmatrixPairs(qs, simplify(row * idxConst(sl.depthStride) + col, extents_), false, qRegs[kk]));
+    }
+    step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
+  }
+  // S = q · kᵀ
+  for (int64_t j = 0; j < nTiles; ++j)
+    for (int c = 0; c < 4; ++c) step.push_back(assign(s[j][c], fconst(0.f)));
+  for (int64_t kk = 0; kk < kSteps; ++kk)
+    for (int64_t j = 0; j < nTiles; j += 2) {
+      Idx row = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
+      Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
+      step.push_back(ldmatrixPairs(ks, simplify(ring * idxConst(sl.k) + row * idxConst(sl.depthStride) + col, extents_), false, kRegs));
+      step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[0], kRegs[1]}, {s[j][0], s[j][1], s[j][2], s[j][3]}));
+      step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[2], kRegs[3]}, {s[j + 1][0], s[j + 1][1], s[j + 1][2], s[j + 1][3]}));
+    }
+  // Scores: the kernel's score expression at each element's query row and key (clamped inside the axes; keys past the
+  // end are -inf).
+  std::array<Idx, 2> rowAt;
+  for (int r = 0; r < 2; ++r) {
+    int v = freshLoopVar();
+    Idx local = warp * idxConst(16) + g + idxConst(8 * r);
+    step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + local, idxConst(Lq - 1)), extents_)));
+    extents_[v + kFirstLoopVar] = Lq;
+    rowAt[r] = idxVar(v, fmt::format("qi{}", r));
+  }
+  for (int64_t j = 0; j < nTiles; ++j)
+    for (int c = 0; c < 4; ++c) {
+      Idx key = simplify(st * idxConst(BKV) + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_);
+      int v = freshLoopVar();
+      std::string name = fmt::format("kj{}_{}", j, c);
+      step.push_back(defIdx(v + kFirstLoopVar, name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
+      extents_[v + kFirstLoopVar] = Lk;
+      loop::ExprP e = atAxis(atAxis(a.score, query.var, rowAt[c / 2]), a.key.var, idxVar(v, name));
+      accs_ = {s[j][c]};
+      Cse cse;
+      FE value = lower(e, step, cse);
+      if (Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
+      step.push_back(assign(s[j][c], value));
+    }
+  // Online softmax per row.
+  for (int r = 0; r < 2; ++r) {
+    const int mNew = mSafe[r];
+    FE rowMax = fvar(m[r]);
+    for (int64_t j = 0; j < nTiles; ++j)
+      for (int c = 2 * r; c < 2 * r + 2; ++c) rowMax = fapply(Fn::Max, {rowMax, fvar(s[j][c])});
+    step.push_back(assign(mNew, rowMax));
+    for (int lanes : {1, 2}) {
+      step.push_back(shuffleXor(tmp, mNew, lanes));
+      step.push_back(assign(mNew, fapply(Fn::Max, {fvar(mNew), fvar(tmp)})));
+    }
+    // alpha from the old maximum, then m = m'; m' counts as 0 while it is -inf (every score so far masked).
+    FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mNew), fconst(-kInf)}), fconst(0.f), fvar(mNew)});
+    step.push_back(assign(alpha[r], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(m[r]), safe})})));
+    step.push_back(assign(m[r], fvar(mNew)));
+    step.push_back(assign(mNew, safe));
+    step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
+    for (int64_t j = 0; j < eTiles; ++j)
+      for (int c = 2 * r; c < 2 * r + 2; ++c) step.push_back(assign(o[j][c], fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])})));
+    for (int64_t j = 0; j < nTiles; ++j)
+      for (int c = 2 * r; c < 2 * r + 2; ++c) {
+        step.push_back(assign(s[j][c], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(s[j][c]), fvar(mNew)})})));
+        step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(s[j][c])})));
+      }
+  }
+  // O += p · v, 16 keys per mma step.
+  for (int64_t kk = 0; kk < BKV / kMmaK; ++kk) {
+    const auto& lo = s[static_cast<size_t>(2 * kk)];
+    const auto& hi = s[static_cast<size_t>(2 * kk + 1)];
+    std::vector<int> pa{lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+    for (int64_t j = 0; j < eTiles; j += 2) {
+      Idx row = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
+      Idx col = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8);
+      step.push_back(ldmatrix(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), 4, true, vSlots));
+      step.push_back(mma(T, pa, {vSlots[0], vSlots[1], vSlots[2], vSlots[3]}, {o[j][0], o[j][1], o[j][2], o[j][3]}));
+      step.push_back(mma(T, pa, {vSlots[4], vSlots[5], vSlots[6], vSlots[7]}, {o[j + 1][0], o[j + 1][1], o[j + 1][2], o[j + 1][3]}));
+    }
+  }
+  step.push_back(barrier());
+  body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
+  body.push_back(cpAsyncWait(0));
+
+  // out = result(O / l) per element of the block's rows inside the query axis.
+  for (int r = 0; r < 2; ++r) {
+    for (int lanes : {1, 2}) {
+      body.push_back(shuffleXor(tmp, l[r], lanes));
+      body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
+    }
+    body.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
+    Block store;
+    const Idx row = simplify(q0 + warp * idxConst(16) + g + idxConst(8 * r), extents_);
+    int rowVar = freshLoopVar();
+    store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
+    extents_[rowVar + kFirstLoopVar] = Lq;
+    for (int64_t j = 0; j < eTiles; ++j)
+      for (int c = 2 * r; c < 2 * r + 2; ++c) {
+        const Idx col = simplify(idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_);
+        int colVar = freshLoopVar();
+        std::string name = fmt::format("eo{}_{}", j, c);
+        store.push_back(defIdx(colVar + kFirstLoopVar, name, col));
+        extents_[colVar + kFirstLoopVar] = E;
+        store.push_back(assign(o[j][c], fapply(Fn::Mul, {fvar(o[j][c]), fvar(l[r])})));
+        accs_ = {o[j][c]};
+        Cse cse;
+        loop::ExprP result = atAxis(atAxis(lk_.result, query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, name));
+        FE value = lower(result, store, cse);
+        std::vector<Idx> at;
+        for (const loop::Axis& ax : lk_.parallel)
+          at.push_back(ax.var == query.var ? idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r))
+                       : ax.var == width.var ? idxVar(colVar + kFirstLoopVar, name) : var(ax));
+        store.push_back(storeGlobal(0, rowMajor(at, tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape, extents_), value));
+      }
+    body.push_back(ifLess(row, idxConst(Lq), std::move(store)));
+  }
+}
+
+}  // namespace kiln::kernel::detail

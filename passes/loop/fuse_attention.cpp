@@ -1,0 +1,228 @@
+// loop-fuse-attention: softmax(q·kᵀ ...)·v becomes one kernel (Kernel::attention, an OnlineSoftmax).
+//
+// After the other loop fusions, attention is three kernels however the model wrote it (sdpa, the Hugging Face eager
+// path, a chain of matmul, softmax and matmul):
+//   S  [rows.., j] = h(sum_d q(rows, d) * k(rows, j, d))                    scale or softcapping in h
+//   P  [rows.., j] = exp(s(j) - max_j s) * (1 / sum_j exp(s(j) - max))      s(j) reads S[rows, j] (plus masks)
+//   O  [rows.., e] = g(sum_r P[rows, r] * value(rows, r, e))
+// They become one kernel writing O's buffer with O's axes and result g(acc0), whose OnlineSoftmax has key axis j,
+// dot the sum of q·k (S's reduction), score s(j) with S's load replaced by h(dot) (rounded to S's type when S is
+// narrower than f32, as its store rounded it) and value(rows, j, e). S and P are then unread (loop-eliminate-dead-buffers
+// removes them): the scores and probabilities never go through memory.
+//
+// Fused only when a tensor-core flash schedule can run the result (loop::tensorCoreAttention: q, k, v plain 16-bit
+// loads, contiguous, widths multiples of 16); f32 attention stays three kernels until a CUDA-core flash schedule exists.
+// The rule on the three kernels: S and P are temporaries read only by P and O respectively, P's rows are O's rows,
+// S is read in s(j) only at [rows, j], P only as one factor of O's single sum.
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+
+#include "kiln/loop/attention.h"
+#include "kiln/loop/ir.h"
+
+namespace kiln::loop {
+namespace {
+
+const Expr* plainLoadOf(const ExprP& e) {
+  const Expr* x = e.get();
+  while (x->kind == Expr::Kind::Apply && x->fn == Fn::Cast) x = x->args[0].get();
+  return x->kind == Expr::Kind::Load ? x : nullptr;
+}
+
+bool isApply(const ExprP& e, Fn fn) { return e->kind == Expr::Kind::Apply && e->fn == fn; }
+bool isAcc(const ExprP& e, int stage) { return e->kind == Expr::Kind::Acc && e->stage == stage; }
+
+// e with variables renamed (a map from variable id to replacement index).
+ExprP renamed(const ExprP& e, const std::map<int, Idx>& to, const VarExtents& ext) {
+  return mapIndices(e, [&](const Idx& i) {
+    return simplify(substitute(i, [&](int v, const std::string&) -> Idx {
+                      auto it = to.find(v);
+                      return it == to.end() ? nullptr : it->second;
+                    }), ext);
+  });
+}
+
+// Index d of a load at the kernel's row d: the row variable itself, or 0 along an extent-1 axis.
+bool atRow(const Idx& index, const Axis& row) {
+  if (sameIdx(index, idxVar(row.var, row.name))) return true;
+  return row.extent == 1 && constValue(index) == 0;
+}
+
+// exp(x - acc0), returning x.
+ExprP expMinusMax(const ExprP& e) {
+  if (!isApply(e, Fn::Exp) || !isApply(e->args[0], Fn::Sub) || !isAcc(e->args[0]->args[1], 0)) return nullptr;
+  return e->args[0]->args[0];
+}
+
+// The softmax's numerator argument x of P's result exp(x - acc0) * (1 / acc1) (or / acc1), under a cast.
+ExprP softmaxScore(const ExprP& result) {
+  ExprP e = result;
+  while (isApply(e, Fn::Cast)) e = e->args[0];
+  if (isApply(e, Fn::Div) && isAcc(e->args[1], 1)) return expMinusMax(e->args[0]);
+  if (!isApply(e, Fn::Mul)) return nullptr;
+  for (int side = 0; side < 2; ++side) {
+    const ExprP& r = e->args[1 - side];
+    if (isApply(r, Fn::Div) && r->args[0]->kind == Expr::Kind::Imm && r->args[0]->imm == 1.f && isAcc(r->args[1], 1))
+      return expMinusMax(e->args[side]);
+  }
+  return nullptr;
+}
+
+class Fuser {
+ public:
+  // Readers among the live kernels only: the kernels earlier fusions inlined are still there, unread, until
+  // loop-eliminate-dead-buffers.
+  explicit Fuser(Program& p) : p_(p), readers_(p.buffers.size()) {
+    std::vector<bool> read(p.buffers.size(), false), live(p.kernels.size(), false);
+    for (int o : p.outputs) read[static_cast<size_t>(o)] = true;
+    for (size_t k = p.kernels.size(); k-- > 0;) {
+      if (!read[static_cast<size_t>(p.kernels[k].output)]) continue;
+      live[k] = true;
+      forEachKernelRead(p.kernels[k], [&](int b, bool) { read[static_cast<size_t>(b)] = true; });
+    }
+    for (size_t k = 0; k < p.kernels.size(); ++k)
+      if (live[k])
+        forEachKernelRead(p.kernels[k], [&](int b, bool) {
+          auto& rs = readers_[static_cast<size_t>(b)];
+          if (rs.empty() || rs.back() != static_cast<int>(k)) rs.push_back(static_cast<int>(k));
+        });
+  }
+
+  // Kernel `oi` as the product O of the rule, fused with its S and P; nullopt when the rule does not hold.
+  std::optional<Kernel> fuse(size_t oi) {
+    const Kernel& o = p_.kernels[oi];
+    const size_t n = o.parallel.size();
+    if (o.attention || o.stages.size() != 1 || n < 2 || o.stages[0].fn != ReduceFn::Sum || o.stages[0].axes.size() != 1) return std::nullopt;
+    const ExprP& product = o.stages[0].value;
+    if (!isApply(product, Fn::Mul)) return std::nullopt;
+    const Axis& r = o.stages[0].axes[0];
+    for (int side = 0; side < 2; ++side) {
+      const Expr* pLoad = plainLoadOf(product->args[side]);
+      if (!pLoad) continue;
+      int pk = producer(pLoad->buffer, static_cast<int>(oi));
+      if (pk < 0) continue;
+      bool rows = pLoad->index.size() == n && sameIdx(pLoad->index.back(), idxVar(r.var, r.name));
+      for (size_t d = 0; d + 1 < n && rows; ++d) rows = atRow(pLoad->index[d], o.parallel[d]);
+      if (!rows) continue;
+      if (auto f = withSoftmax(oi, static_cast<size_t>(pk), product->args[1 - side])) return f;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // The kernel writing temporary `buffer`, when `reader` is its only reader; -1 otherwise.
+  int producer(int buffer, int reader) const {
+    if (p_.buffers[static_cast<size_t>(buffer)].kind != Buffer::Kind::Temp) return -1;
+    const std::vector<int>& rs = readers_[static_cast<size_t>(buffer)];
+    if (rs.size() != 1 || rs[0] != reader) return -1;
+    for (int k = reader; k-- > 0;)
+      if (p_.kernels[static_cast<size_t>(k)].output == buffer) return k;
+    return -1;
+  }
+
+  std::optional<Kernel> withSoftmax(size_t oi, size_t pi, const ExprP& value) {
+    const Kernel& o = p_.kernels[oi];
+    const Kernel& pk = p_.kernels[pi];
+    const size_t n = o.parallel.size();
+    if (pk.attention || pk.stages.size() != 2 || pk.parallel.size() != n || pk.rowAxes + 1 != static_cast<int>(n)) return std::nullopt;
+    if (pk.stages[0].fn != ReduceFn::Max || pk.stages[1].fn != ReduceFn::Sum || pk.stages[0].axes.size() != 1 ||
+        pk.stages[1].axes.size() != 1)
+      return std::nullopt;
+    for (size_t d = 0; d + 1 < n; ++d)
+      if (pk.parallel[d].extent != o.parallel[d].extent) return std::nullopt;
+    const int64_t keys = pk.parallel.back().extent;
+    // Variables of the fused kernel: O's, then the key and depth axes.
+    int next = o.maxVar() + 1;
+    Axis key{next++, "j", keys};
+    VarExtents ext = o.extents();
+    ext[key.var] = keys;
+    std::map<int, Idx> fromP;
+    for (size_t d = 0; d + 1 < n; ++d) fromP[pk.parallel[d].var] = idxVar(o.parallel[d].var, o.parallel[d].name);
+    // The three forms of s: the max stage's value at j0, the sum stage's at j1, the result's at the last axis.
+    auto at = [&](const ExprP& e, int var) {
+      std::map<int, Idx> to = fromP;
+      to[var] = idxVar(key.var, key.name);
+      return renamed(e, to, ext);
+    };
+    ExprP s = at(pk.stages[0].value, pk.stages[0].axes[0].var);
+    ExprP s1 = expMinusMax(pk.stages[1].value), s2 = softmaxScore(pk.result);
+    if (!s1 || !s2 || exprKey(at(s1, pk.stages[1].axes[0].var)) != exprKey(s) ||
+        exprKey(at(s2, pk.parallel.back().var)) != exprKey(s))
+      return std::nullopt;
+    // S: the one temporary s reads, produced by a single-sum kernel read by P alone.
+    std::optional<int> sBuffer;
+    bool ok = true;
+    forEachBufferRead(s, [&](int b, bool asIndex) {
+      if (p_.buffers[static_cast<size_t>(b)].kind != Buffer::Kind::Temp) return;
+      ok = ok && !asIndex && (!sBuffer || *sBuffer == b);
+      sBuffer = b;
+    });
+    if (!ok || !sBuffer) return std::nullopt;
+    int si = producer(*sBuffer, static_cast<int>(pi));
+    if (si < 0) return std::nullopt;
+    const Kernel& sk = p_.kernels[static_cast<size_t>(si)];
+    if (sk.attention || sk.stages.size() != 1 || sk.stages[0].fn != ReduceFn::Sum || sk.stages[0].axes.size() != 1 ||
+        sk.parallel.size() != n || sk.parallel.back().extent != keys || !isApply(sk.stages[0].value, Fn::Mul))
+      return std::nullopt;
+    for (size_t d = 0; d + 1 < n; ++d)
+      if (sk.parallel[d].extent != o.parallel[d].extent) return std::nullopt;
+    forEachLoad(s, [&](const Expr& l) {
+      if (l.buffer != *sBuffer) return;
+      ok = ok && l.index.size() == n && isKeyVar(l.index.back(), key);
+      for (size_t d = 0; d + 1 < n && ok; ++d) ok = atRow(l.index[d], o.parallel[d]);
+    });
+    if (!ok) return std::nullopt;
+    Axis depth{next++, "d", sk.stages[0].axes[0].extent};
+    ext[depth.var] = depth.extent;
+    std::map<int, Idx> fromS;
+    for (size_t d = 0; d + 1 < n; ++d) fromS[sk.parallel[d].var] = idxVar(o.parallel[d].var, o.parallel[d].name);
+    fromS[sk.parallel.back().var] = idxVar(key.var, key.name);
+    fromS[sk.stages[0].axes[0].var] = idxVar(depth.var, depth.name);
+    ExprP h = renamed(sk.result, fromS, ext);
+    if (DType t = p_.buffers[static_cast<size_t>(*sBuffer)].dtype; t != DType::F32) {
+      auto cast = std::make_shared<Expr>(*apply(Fn::Cast, {h}));
+      cast->castTo = t;
+      h = cast;
+    }
+
+    Kernel f;
+    f.name = fmt::format("k{}_attention", oi);
+    f.output = o.output;
+    f.parallel = o.parallel;
+    f.rowAxes = static_cast<int>(n) - 1;
+    f.result = o.result;
+    f.origins = mergeOrigins(mergeOrigins(sk.origins, pk.origins), o.origins);
+    OnlineSoftmax a;
+    a.key = key;
+    a.dot = Reduction{ReduceFn::Sum, {depth}, renamed(sk.stages[0].value, fromS, ext)};
+    a.score = mapLoads(s, [&](const Expr& l) { return l.buffer == *sBuffer ? h : std::make_shared<Expr>(l); });
+    a.value = renamed(value, {{o.stages[0].axes[0].var, idxVar(key.var, key.name)}}, ext);
+    f.attention = std::move(a);
+    if (!tensorCoreAttention(p_, f)) return std::nullopt;
+    return f;
+  }
+
+  static bool isKeyVar(const Idx& i, const Axis& key) { return i->op == IndexNode::Op::Var && i->var == key.var; }
+
+  Program& p_;
+  std::vector<std::vector<int>> readers_;
+};
+
+}  // namespace
+
+bool fuseAttention(Program& p) {
+  bool changed = false;
+  auto fuser = std::make_unique<Fuser>(p);
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    if (auto f = fuser->fuse(i)) {
+      p.kernels[i] = std::move(*f);
+      changed = true;
+      fuser = std::make_unique<Fuser>(p);  // the readers changed
+    }
+  }
+  return changed;
+}
+
+}  // namespace kiln::loop

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one device call: the flash-attention work (issue 13) in one place. Builds kiln, then
+#   1. models/fixtures/attention_bf16.pt (causal sdpa and a sliding-window eager chain, GQA, 100 tokens) and
+#      llama_medium bf16 (kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens): `kiln run --check`, then
+#      compute-sanitizer memcheck and racecheck (each bounded by KILN_SANITIZE_SECONDS, default 90);
+#   2. the run cache on the GPU: a cached entry runs again (`compiled nothing`), a truncated cubin in it is reported
+#      as damaged and rebuilt, and both runs pass --check;
+#   3. the SASS of an attention kernel (HMMA, LDSM, LDGSTS, spills);
+#   4. the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph --kiln-profile): kiln,
+#      eager and torch.compile reduce-overhead with the default passes, kiln alone with ATTENTION_BASELINE_ARGS
+#      (default: --disable-pass loop-fuse-attention), side by side in one run;
+#   5. the suite's attention rows (sdpa_causal_gqa, attention_naive) in ATTENTION_DTYPES (default bf16), for what is
+#      left of BENCH_LIMIT_SECONDS (default 560) of wall time.
+# $OUT gets attention.txt (the short summary, also printed last), model*.json, the suite's JSON/.md and logs.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${BENCH_LIMIT_SECONDS:=560}"
+: "${ATTENTION_FILTER:=sdpa_causal_gqa,attention_naive}"
+: "${ATTENTION_DTYPES:=bf16}"
+: "${ATTENTION_BASELINE_ARGS:=--disable-pass loop-fuse-attention}"
+NAME=${BENCH_NAME:-$(date -u +%F)-h200-attention}
+during_build() { exec nice -n 19 python3 bench/run_suite.py --export-only --dtype "$ATTENTION_DTYPES" --filter "$ATTENTION_FILTER" > "$OUT/export.log" 2>&1; }
+source bench/device_setup.sh
+LOG=$(mktemp -d)
+export KILN_CACHE_DIR=$LOG/cache
+summary=()
+t() { grep -o '[0-9.]* ms per forward (CUDA events' "$1" | awk '{print $1}' | head -1; }
+bound=${KILN_SANITIZE_SECONDS:-90}
+
+python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
+  --batch 2 --seq 256 --dtype bf16 --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
+for m in models/fixtures/attention_bf16.pt "$LOG/medium.pt"; do
+  n=$(basename "$m" .pt)
+  ./build/kiln compile "$m" --explain-schedule > "$LOG/$n-schedules.txt" 2>&1
+  ./build/kiln run "$m" --check --bench 20 > "$LOG/check-$n.log" 2>&1; rc=$?
+  timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/memcheck-$n.log" 2>&1; mc=$?
+  timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/racecheck-$n.log" 2>&1; rcc=$?
+  summary+=("$n: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$n.log" | head -2 | tr '\n' ' '), $(t "$LOG/check-$n.log") ms/fwd, memcheck=$mc racecheck=$rcc, flash kernels: $(grep -c 'flash_attention' "$LOG/$n-schedules.txt")")
+  echo "${summary[-1]}"
+done
+
+# The run cache on the GPU (manifest format 2): reuse, then a damaged entry rebuilt.
+m=models/fixtures/hf_llama_tiny_bf16.pt
+./build/kiln run $m --check > "$LOG/cache-1.log" 2>&1; c1=$?
+./build/kiln run $m --check > "$LOG/cache-2.log" 2>&1; c2=$?
+cubin=$(find "$KILN_CACHE_DIR" -path '*hf_llama_tiny_bf16*' -name '*.cubin' 2>/dev/null | sort | head -1)
+[ -z "$cubin" ] && cubin=$(ls -t $(find "$KILN_CACHE_DIR" -name '*.cubin') | head -1)
+truncate -s 100 "$cubin"
+./build/kiln run $m --check > "$LOG/cache-3.log" 2>&1; c3=$?
+summary+=("cache: first rc=$c1 ($(grep -c 'compiled [0-9]* kernels' "$LOG/cache-1.log") compiled), again rc=$c2 ($(grep -c 'compiled nothing' "$LOG/cache-2.log") from cache), truncated $(basename "$cubin"): rc=$c3, $(grep -o 'the cache entry is damaged[^;]*' "$LOG/cache-3.log" | head -1)")
+echo "${summary[-1]}"
+
+for f in $(find "$KILN_CACHE_DIR" -name '*attention*.cubin' | sort); do
+  cuobjdump -sass "$f" > "$LOG/sass-attention.txt" 2>/dev/null || continue
+  summary+=("sass $(basename "$f"): $(for op in HMMA LDSM LDGSTS SHFL MUFU.EX2 BAR.SYNC LDL STL; do printf '%s %s, ' "$op" "$(grep -c "$op" "$LOG/sass-attention.txt")"; done)")
+  echo "${summary[-1]}"; break
+done
+
+for variant in default baseline; do
+  extra=(); sides=kiln,eager,compile_reduce_overhead
+  [ $variant = baseline ] && { extra=(--kiln-args "$ATTENTION_BASELINE_ARGS"); sides=kiln; }
+  python3 bench/whole_model.py --configs bf16:1:128 --sides $sides --kiln-graph --kiln-profile "${extra[@]}" \
+    --commit "${KILN_COMMIT:-unknown}" --out "$OUT/model-$variant.json" > "$LOG/model-$variant.log" 2>&1
+  python3 bench/summarize_model.py "$OUT/model-$variant.json" -o "$LOG/model-$variant" >> "$LOG/model-$variant.log" 2>&1
+  summary+=("whole model bf16 1x128, $variant ${extra[*]}:" "$(tail -n 8 "$LOG/model-$variant.log" | head -n 6)")
+  printf '%s\n' "${summary[-2]}" "${summary[-1]}"
+done
+
+left=$((LIMIT - (SECONDS - start)))
+python3 bench/run_suite.py --dtype "$ATTENTION_DTYPES" --filter "$ATTENTION_FILTER" --out "$OUT/$NAME.json" --limit-seconds "$left" \
+  --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite.log" 2>&1
+python3 bench/summarize.py "$OUT/$NAME.json" -o "$OUT/$NAME" >> "$LOG/suite.log" 2>&1
+mv "$OUT/build.log" "$OUT/export.log" "$LOG/" 2>/dev/null; rm -f "$OUT/$NAME.png"   # the device returns at most 8 files
+tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
+{
+  printf '%s\n' "${summary[@]}"
+  for v in default baseline; do [ -f "$LOG/model-$v.md" ] && { echo "== model $v"; grep -A14 -i 'kernel' "$LOG/model-$v.md" | head -30; }; done
+  [ -f "$OUT/$NAME.md" ] && awk '/^## Summary/{p=1} /^What L2/{p=0} p' "$OUT/$NAME.md"
+  [ -f "$OUT/$NAME.md" ] && awk '/^## bf16/{p=1} p' "$OUT/$NAME.md" | cut -d'|' -f1-6,9 | head -40
+  grep -E "rows in|not run" "$LOG/suite.log"
+  echo "total $((SECONDS - start)) s"
+} | tee "$OUT/attention.txt"

@@ -1,0 +1,123 @@
+// kiln/loop/attention.h: the operands and key bounds of attention kernels.
+#include "kiln/loop/attention.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kiln::loop {
+namespace {
+
+const Expr* plainLoadOf(const ExprP& e) {
+  const Expr* x = e.get();
+  while (x->kind == Expr::Kind::Apply && x->fn == Fn::Cast && x->castTo == DType::F32) x = x->args[0].get();
+  return x->kind == Expr::Kind::Load ? x : nullptr;
+}
+
+bool readsVar(const Expr& load, int var) {
+  bool used = false;
+  for (auto& i : load.index) forEachVar(i, [&](int v) { used = used || v == var; });
+  return used;
+}
+
+bool readsIndices(const Expr& load) {
+  bool reads = false;
+  for (auto& i : load.index) forEachIndexLoad(i, [&](const IndexNode&) { reads = true; });
+  return reads;
+}
+
+// The load's flat element index is var + rest, rest free of var and a multiple of 8, and var's extent a multiple of 8:
+// every aligned run of 8 values of var is 8 consecutive elements starting at a multiple of 8.
+bool contiguousRuns(const Program& p, const Expr& load, int var, const VarExtents& ext) {
+  const Shape& shape = p.buffers[static_cast<size_t>(load.buffer)].shape;
+  Idx flat = idxConst(0);
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    flat = flat + load.index[d] * idxConst(stride);
+    stride *= shape[d];
+  }
+  Idx rest = simplify(substitute(flat, [&](int v, const std::string&) -> Idx { return v == var ? idxConst(0) : nullptr; }), ext);
+  auto diff = constValue(simplify(flat + idxMul(rest, -1) + idxMul(idxVar(var, "x"), -1), ext));
+  return diff && *diff == 0 && provablyMultipleOf(rest, 8, ext) && ext.at(var) % 8 == 0;
+}
+
+bool isMasked(const ExprP& e) {
+  return e->kind == Expr::Kind::Imm && e->imm <= kMaskedScore;
+}
+
+// c when index is the query variable plus the constant c.
+std::optional<int64_t> queryOffset(const Idx& index, int queryVar, const VarExtents& ext) {
+  return constValue(simplify(index + idxMul(idxVar(queryVar, "i"), -1), ext));
+}
+
+bool isKey(const Idx& index, int keyVar) {
+  return index->op == IndexNode::Op::Var && index->var == keyVar;
+}
+
+}  // namespace
+
+std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k) {
+  if (!k.attention || k.attention->dot.axes.size() != 1) return std::nullopt;
+  const OnlineSoftmax& a = *k.attention;
+  const ExprP& dot = a.dot.value;
+  if (dot->kind != Expr::Kind::Apply || dot->fn != Fn::Mul) return std::nullopt;
+  const Expr *x = plainLoadOf(dot->args[0]), *y = plainLoadOf(dot->args[1]), *v = plainLoadOf(a.value);
+  if (!x || !y || !v) return std::nullopt;
+  const int keyVar = a.key.var, depthVar = a.dot.axes[0].var, widthVar = k.parallel.back().var;
+  AttentionOperands o;
+  o.q = readsVar(*x, keyVar) ? y : x;
+  o.k = o.q == x ? y : x;
+  o.v = v;
+  o.type = p.buffers[static_cast<size_t>(v->buffer)].dtype;
+  o.depth = a.dot.axes[0].extent;
+  o.width = k.parallel.back().extent;
+  for (const Expr* l : {o.q, o.k, o.v})
+    if (p.buffers[static_cast<size_t>(l->buffer)].dtype != o.type || readsIndices(*l)) return std::nullopt;
+  if (o.type != DType::BF16 && o.type != DType::F16) return std::nullopt;
+  if (readsVar(*o.q, keyVar) || !readsVar(*o.k, keyVar) || !readsVar(*o.v, keyVar) || readsVar(*o.v, depthVar)) return std::nullopt;
+  if (o.depth % 16 != 0 || o.depth > kAttentionMaxWidth || o.width % 16 != 0 || o.width > kAttentionMaxWidth) return std::nullopt;
+  for (int d = 0; d < k.rowAxes; ++d) {
+    const int var = k.parallel[static_cast<size_t>(d)].var;
+    if (!readsVar(*o.q, var) || readsVar(*o.k, var) || readsVar(*o.v, var)) continue;
+    if (o.queryAxis >= 0) return std::nullopt;
+    o.queryAxis = d;
+  }
+  if (o.queryAxis < 0) return std::nullopt;
+  const VarExtents ext = k.extents();
+  if (!contiguousRuns(p, *o.q, depthVar, ext) || !contiguousRuns(p, *o.k, depthVar, ext) || !contiguousRuns(p, *o.v, widthVar, ext))
+    return std::nullopt;
+  return o;
+}
+
+KeyBounds keyBounds(const Kernel& k, int queryAxis) {
+  KeyBounds b;
+  if (!k.attention || queryAxis < 0) return b;
+  const int queryVar = k.parallel[static_cast<size_t>(queryAxis)].var, keyVar = k.attention->key.var;
+  const VarExtents ext = k.extents();
+  // Walks the terms of the score's sum; a mask's select bounds the keys on its unmasked side and is walked into.
+  std::function<void(const ExprP&)> walk = [&](const ExprP& e) {
+    if (e->kind == Expr::Kind::Apply && e->fn == Fn::Add) {
+      for (auto& arg : e->args) walk(arg);
+      return;
+    }
+    if (e->kind != Expr::Kind::Select || !isKey(e->index[0], keyVar)) return;
+    auto c = queryOffset(e->index[1], queryVar, ext);
+    if (!c) return;
+    if (isMasked(e->args[1])) {  // j < i + c keeps
+      b.to = b.to ? std::min(*b.to, *c) : *c;
+      walk(e->args[0]);
+    } else if (isMasked(e->args[0])) {  // j >= i + c keeps
+      b.from = b.from ? std::max(*b.from, *c) : *c;
+      walk(e->args[1]);
+    }
+  };
+  walk(k.attention->score);
+  const int64_t queries = k.parallel[static_cast<size_t>(queryAxis)].extent, keys = k.attention->key.extent;
+  for (int64_t i = 0; i < queries; ++i) {
+    int64_t lo = std::max<int64_t>(0, i + b.from.value_or(std::numeric_limits<int32_t>::min()));
+    int64_t hi = std::min<int64_t>(keys, i + b.to.value_or(std::numeric_limits<int32_t>::max()));
+    if (lo >= hi) return KeyBounds{};
+  }
+  return b;
+}
+
+}  // namespace kiln::loop

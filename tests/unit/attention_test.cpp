@@ -1,0 +1,214 @@
+// Attention as one kernel (issue 13): loop-mask-predicates turns constant masks into index comparisons,
+// loop-fuse-attention forms the OnlineSoftmax kernel, tile-lower-from-loop gives it the flash_attention schedule with the
+// key bounds of its mask, and kernel-lower-from-tile carries that out (checked by the interpreters; the fixture
+// models/fixtures/attention_bf16.pt: causal sdpa and a sliding-window eager chain, grouped-query, 100 tokens).
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "kiln/driver/pipeline.h"
+#include "kiln/kernel/lower.h"
+#include "kiln/loop/attention.h"
+#include "kiln/support/error.h"
+#include "kiln/tile/layout.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+
+Compiled compiled(const std::string& model, const std::string& level, std::vector<std::string> disable = {}) {
+  PipelineOptions o;
+  o.disable.insert(disable.begin(), disable.end());
+  return compileModel(test::fixturePath(model), {}, o, level);
+}
+
+std::vector<HostTensor> loopInputs(const loop::Program& p, uint64_t seed) {
+  std::vector<HostTensor> inputs;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const loop::Buffer& b = p.buffers[static_cast<size_t>(p.inputs[i])];
+    inputs.push_back(randomTensor(b.dtype, b.shape, seed * 1000 + i));
+  }
+  return inputs;
+}
+
+std::vector<const loop::Kernel*> attentionKernels(const loop::Program& p) {
+  std::vector<const loop::Kernel*> ks;
+  for (const loop::Kernel& k : p.kernels)
+    if (k.attention) ks.push_back(&k);
+  return ks;
+}
+
+// ---- loop-mask-predicates ----
+
+// A one-kernel program adding a constant [rows x cols] weight to an input of the same shape.
+loop::Program addWeight(std::vector<float> w, int64_t rows, int64_t cols) {
+  loop::Program p;
+  p.modelName = "mask";
+  auto data = std::make_shared<torch::WeightData>(torch::WeightData{"mask", std::move(w)});
+  p.buffers = {loop::Buffer{loop::Buffer::Kind::Input, "x", DType::F32, {rows, cols}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Weight, "mask", DType::F32, {rows, cols}, data},
+               loop::Buffer{loop::Buffer::Kind::Output, "out", DType::F32, {rows, cols}, nullptr}};
+  p.inputs = {0};
+  p.outputs = {2};
+  loop::Kernel k;
+  k.name = "k0_add";
+  k.output = 2;
+  k.parallel = {loop::Axis{0, "p0", rows}, loop::Axis{1, "p1", cols}};
+  k.rowAxes = 2;
+  std::vector<Idx> at{idxVar(0, "p0"), idxVar(1, "p1")};
+  k.result = loop::apply(tensor::Fn::Add, {loop::load(0, at), loop::load(1, at)});
+  p.kernels.push_back(k);
+  return p;
+}
+
+std::vector<float> band(int64_t rows, int64_t cols, int64_t lo, int64_t hi, float masked) {
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (int64_t x = 0; x < rows; ++x)
+    for (int64_t y = 0; y < cols; ++y) w[static_cast<size_t>(x * cols + y)] = y >= x + lo && y < x + hi ? 0.f : masked;
+  return w;
+}
+
+bool readsBuffer(const loop::Program& p, int buffer) {
+  bool reads = false;
+  for (const loop::Kernel& k : p.kernels) loop::forEachKernelRead(k, [&](int b, bool) { reads = reads || b == buffer; });
+  return reads;
+}
+
+TEST(MaskPredicates, BandMasksBecomeComparisonsWithTheSameValues) {
+  const float lowest = std::numeric_limits<float>::lowest(), inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    const char* what;
+    std::vector<float> w;
+  };
+  const int64_t rows = 6, cols = 9;  // three keys before the first query (a cache of 3)
+  for (const Case& c : {Case{"causal, -inf", band(rows, cols, -100, 4, -inf)}, Case{"window of 3, lowest", band(rows, cols, 1, 4, lowest)},
+                        Case{"zeros", std::vector<float>(rows * cols, 0.f)}}) {
+    SCOPED_TRACE(c.what);
+    loop::Program p = addWeight(c.w, rows, cols);
+    auto inputs = loopInputs(p, 1);
+    auto before = loop::interpret(p, inputs);
+    ASSERT_TRUE(loop::maskPredicates(p));
+    loop::verify(p);
+    EXPECT_FALSE(readsBuffer(p, 1)) << loop::print(p);
+    auto after = loop::interpret(p, inputs);
+    for (size_t i = 0; i < before[0].values.size(); ++i) EXPECT_EQ(before[0].values[i], after[0].values[i]) << i;
+    EXPECT_FALSE(loop::maskPredicates(p)) << "a second run finds nothing";
+  }
+}
+
+TEST(MaskPredicates, OtherConstantsStayLoads) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> hole = band(4, 4, -100, 1, -inf);
+  hole[13] = -inf;  // row 3 sees keys 0, 2 and 3: not one run
+  std::vector<float> small = band(4, 4, -100, 1, -1e4f);  // -1e4 is not "masked" (exp of it minus a max can be > 0)
+  std::vector<float> empty = band(4, 4, -100, 1, -inf);
+  for (int y = 0; y < 4; ++y) empty[static_cast<size_t>(y)] = -inf;  // row 0 sees nothing
+  std::vector<float> weights = band(4, 4, -100, 1, -inf);
+  weights[0] = 0.5f;
+  for (const auto& w : {hole, small, empty, weights}) {
+    loop::Program p = addWeight(w, 4, 4);
+    EXPECT_FALSE(loop::maskPredicates(p)) << loop::print(p);
+    EXPECT_TRUE(readsBuffer(p, 1));
+  }
+}
+
+// ---- loop-fuse-attention ----
+
+TEST(FuseAttention, EachAttentionBecomesOneKernel) {
+  Compiled c = compiled("attention_bf16", "loop");
+  auto ks = attentionKernels(c.loopIR);
+  ASSERT_EQ(ks.size(), 2u) << loop::print(c.loopIR);
+  EXPECT_EQ(c.loopIR.kernels.size(), 2u) << "nothing but the two attentions is left:\n" << loop::print(c.loopIR);
+  for (const loop::Kernel* k : ks) {
+    auto o = loop::tensorCoreAttention(c.loopIR, *k);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->depth, 64);
+    EXPECT_EQ(o->width, 64);
+    EXPECT_EQ(k->parallel[static_cast<size_t>(o->queryAxis)].extent, 100);
+    EXPECT_EQ(k->attention->key.extent, 100);
+  }
+  // sdpa(is_causal): keys up to the query's own; the window: the 40 keys ending there.
+  loop::KeyBounds causal = loop::keyBounds(*ks[0], loop::tensorCoreAttention(c.loopIR, *ks[0])->queryAxis);
+  EXPECT_FALSE(causal.from);
+  EXPECT_EQ(causal.to, 1);
+  loop::KeyBounds window = loop::keyBounds(*ks[1], loop::tensorCoreAttention(c.loopIR, *ks[1])->queryAxis);
+  EXPECT_EQ(window.from, -39);
+  EXPECT_EQ(window.to, 1);
+  // One attention kernel per decoder layer of the bf16 Llama.
+  Compiled llama = compiled("hf_llama_tiny_bf16", "loop");
+  EXPECT_EQ(attentionKernels(llama.loopIR).size(), 2u) << loop::print(llama.loopIR);
+}
+
+TEST(FuseAttention, F32AttentionStaysThreeKernels) {
+  for (const char* model : {"attention", "hf_llama_tiny"}) {
+    Compiled c = compiled(model, "loop");
+    EXPECT_TRUE(attentionKernels(c.loopIR).empty()) << model;
+  }
+}
+
+// The fused kernel computes what the three did: up to f32 summation order where the probabilities stayed f32 (sdpa),
+// within their bf16 rounding where the eager chain stored them as bf16 (the window).
+TEST(FuseAttention, LoopInterpreterMatchesTheUnfusedProgram) {
+  Compiled fused = compiled("attention_bf16", "loop");
+  Compiled unfused = compiled("attention_bf16", "loop", {"loop-fuse-attention"});
+  ASSERT_TRUE(attentionKernels(unfused.loopIR).empty());
+  auto inputs = loopInputs(fused.loopIR, 2);
+  auto got = loop::interpret(fused.loopIR, inputs), want = loop::interpret(unfused.loopIR, inputs);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_LE(compare(got[0], want[0]).relL2, 1e-4);
+  EXPECT_LE(compare(got[1], want[1]).relL2, 1e-2);
+  EXPECT_FALSE(compare(got[1], want[1]).hasNaN);
+}
+
+// ---- the flash_attention schedule and its lowering ----
+
+TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
+  Compiled c = compiled("attention_bf16", "tile");
+  ASSERT_EQ(c.tileIR.schedules.size(), 2u);
+  auto* causal = std::get_if<tile::FlashAttention>(&c.tileIR.schedules[0]);
+  auto* window = std::get_if<tile::FlashAttention>(&c.tileIR.schedules[1]);
+  ASSERT_TRUE(causal && window) << tile::print(c.tileIR);
+  EXPECT_EQ(causal->keyTo, 1);
+  EXPECT_FALSE(causal->keyFrom);
+  EXPECT_EQ(window->keyFrom, -39);
+  const loop::Kernel& k = c.tileIR.loop.kernels[0];
+  EXPECT_EQ(tile::threadsPerBlock(*causal), 128);
+  EXPECT_EQ(tile::gridBlocks(*causal, k), 8 * 2) << "8 heads x 2 blocks of 64 queries";
+  EXPECT_TRUE(tile::dynamicShared(*causal));
+  EXPECT_EQ(tile::sharedBytes(*causal, k), (64 * 72 + 2 * (64 * 72 + 64 * 72)) * 2);
+  EXPECT_NE(tile::print(c.tileIR).find("flash_attention query p2 (2 blocks of 64), keys 100 in steps of 64, from query + -39"),
+            std::string::npos)
+      << tile::print(c.tileIR);
+}
+
+TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
+  for (const char* model : {"attention_bf16", "hf_llama_tiny_bf16"}) {
+    SCOPED_TRACE(model);
+    Compiled c = compiled(model, "kernel");
+    auto inputs = test::randomInputs(c.kernelIR, 4);
+    auto got = kernel::interpret(c.kernelIR, inputs), want = loop::interpret(c.loopIR, inputs);
+    // The kernel rounds the probabilities to bf16 for the tensor cores (relative to the running maximum); the Loop IR
+    // weights in f32: they agree to bf16 precision.
+    for (size_t i = 0; i < got.size(); ++i) {
+      Comparison cmp = compare(got[i], want[i]);
+      EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
+      EXPECT_FALSE(cmp.hasNaN);
+    }
+  }
+}
+
+TEST(FlashAttention, VerifierRefusesMismatchedSchedules) {
+  Compiled c = compiled("attention_bf16", "tile");
+  tile::Program wrongStrategy = c.tileIR;
+  wrongStrategy.schedules[0] = tile::PointwiseMap{};
+  EXPECT_THROW(tile::verify(wrongStrategy), InternalError);
+  tile::Program wrongBlock = c.tileIR;
+  std::get<tile::FlashAttention>(wrongBlock.schedules[0]).blockQ = 128;
+  EXPECT_THROW(tile::verify(wrongBlock), InternalError);
+  tile::Program notAttention = compiled("mlp", "tile").tileIR;
+  notAttention.schedules[0] = tile::FlashAttention{};
+  EXPECT_THROW(tile::verify(notAttention), InternalError);
+}
+
+}  // namespace
+}  // namespace kiln
