@@ -6,11 +6,12 @@
 //     cp.async step st + 1 into the other slot (if any); commit; wait for all but that group; barrier
 //     first step only: q's fragments by ldmatrix.x4 into pair registers (kept for every step)
 //     S = q · kᵀ: per 16 of depth, k's fragments by ldmatrix.x4 and 8 mma.sync into 32 score accumulators per thread
-//     s = score(S) per element (scale, masks; keys past the end are -inf), the online softmax per row:
+//     s = score(S) per element (scale, masks; keys past the end are -inf; steps inside every row's mask bounds skip the
+//       mask terms), the online softmax per row:
 //       m' = max(m, rowmax s) over the quad's 4 lanes (shuffles); alpha = exp(m - m'); l *= alpha; O *= alpha;
 //       p = exp(s - m'); l += p            (m' = -inf, a row that has seen no key yet, counts as 0)
 //     O += p · v: p's accumulators are the A fragments of the next mma as they stand (the C layout of two 8-column tiles
-//       is the A layout of one 16-deep step); v's fragments by ldmatrix.x4.trans
+//       is the A layout of one 16-deep step), packed to bf16 pairs once; v's fragments by ldmatrix.x4.trans
 //     barrier (the slot is overwritten next step)
 //   l summed over the quad; out = result(O / l) for the rows inside the query axis.
 // Thread layout (kernel::mma): lane l of warp w holds rows 16w + g and 16w + g + 8 (g = l / 4) at columns 2t, 2t + 1
@@ -138,8 +139,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     for (int r = 0; r < 4; ++r) qRegs[st].push_back(pairReg(fmt::format("rq{}_{}", st, r)));
   std::vector<int> kRegs;
   for (int r = 0; r < 4; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
-  std::vector<int> vSlots;
-  for (int r = 0; r < 8; ++r) vSlots.push_back(slot(fmt::format("vb{}", r)));
+  std::vector<int> pRegs, vRegs;
+  for (int r = 0; r < 4; ++r) {
+    pRegs.push_back(pairReg(fmt::format("rp{}", r)));
+    vRegs.push_back(pairReg(fmt::format("rv{}", r)));
+  }
   const int tmp = slot("sh");
 
   Block step;
@@ -184,6 +188,15 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     extents_[v + kFirstLoopVar] = Lq;
     rowAt[r] = idxVar(v, fmt::format("qi{}", r));
   }
+  // A step whose every key lies inside every row's bounds and the key axis (interior) takes the score without its mask
+  // terms (loop::unmaskedScore); the others (the diagonal of a causal mask, the edge of a window, the last keys) the
+  // whole score. `outside` > 0 exactly when the step is not interior (block-uniform).
+  Idx outside = idxMax(idxAdd(st * idxConst(BKV), BKV - Lk), idxConst(0));
+  if (f.keyTo) outside = outside + idxMax(idxAdd(st * idxConst(BKV) + idxMul(q0, -1), BKV - *f.keyTo), idxConst(0));
+  if (f.keyFrom) outside = outside + idxMax(idxAdd(q0 + idxMul(st * idxConst(BKV), -1), BQ - 1 + *f.keyFrom), idxConst(0));
+  outside = simplify(outside, extents_);
+  const loop::ExprP unmasked = loop::unmaskedScore(lk_, f.queryAxis);
+  Block interior, edge;
   for (int64_t j = 0; j < nTiles; ++j)
     for (int c = 0; c < 4; ++c) {
       Idx key = simplify(st * idxConst(BKV) + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_);
@@ -191,13 +204,18 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
       std::string name = fmt::format("kj{}_{}", j, c);
       step.push_back(defIdx(v + kFirstLoopVar, name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
       extents_[v + kFirstLoopVar] = Lk;
-      loop::ExprP e = atAxis(atAxis(a.score, query.var, rowAt[c / 2]), a.key.var, idxVar(v, name));
       accs_ = {s[j][c]};
-      Cse cse;
-      FE value = lower(e, step, cse);
-      if (Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
-      step.push_back(assign(s[j][c], value));
+      for (bool masked : {false, true}) {
+        Block& out = masked ? edge : interior;
+        loop::ExprP e = atAxis(atAxis(masked ? a.score : unmasked, query.var, rowAt[c / 2]), a.key.var, idxVar(v, name));
+        Cse cse;
+        FE value = lower(e, out, cse);
+        if (masked && Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
+        out.push_back(assign(s[j][c], value));
+      }
     }
+  step.push_back(ifLess(outside, idxConst(1), std::move(interior)));
+  step.push_back(ifLess(idxConst(0), outside, std::move(edge)));
   // Online softmax per row.
   for (int r = 0; r < 2; ++r) {
     const int mNew = mSafe[r];
@@ -223,17 +241,21 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
         step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(s[j][c])})));
       }
   }
-  // O += p · v, 16 keys per mma step.
+  // O += p · v, 16 keys per mma step: p packed once into the A registers (a01 a23 a45 a67 = the C fragments of the step's
+  // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
   for (int64_t kk = 0; kk < BKV / kMmaK; ++kk) {
     const auto& lo = s[static_cast<size_t>(2 * kk)];
     const auto& hi = s[static_cast<size_t>(2 * kk + 1)];
-    std::vector<int> pa{lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+    step.push_back(packPair(T, pRegs[0], lo[0], lo[1]));
+    step.push_back(packPair(T, pRegs[1], lo[2], lo[3]));
+    step.push_back(packPair(T, pRegs[2], hi[0], hi[1]));
+    step.push_back(packPair(T, pRegs[3], hi[2], hi[3]));
     for (int64_t j = 0; j < eTiles; j += 2) {
       Idx row = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
       Idx col = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8);
-      step.push_back(ldmatrix(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), 4, true, vSlots));
-      step.push_back(mma(T, pa, {vSlots[0], vSlots[1], vSlots[2], vSlots[3]}, {o[j][0], o[j][1], o[j][2], o[j][3]}));
-      step.push_back(mma(T, pa, {vSlots[4], vSlots[5], vSlots[6], vSlots[7]}, {o[j + 1][0], o[j + 1][1], o[j + 1][2], o[j + 1][3]}));
+      step.push_back(ldmatrixPairs(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), true, vRegs));
+      step.push_back(mmaFromPairs(T, pRegs, {vRegs[0], vRegs[1]}, {o[j][0], o[j][1], o[j][2], o[j][3]}));
+      step.push_back(mmaFromPairs(T, pRegs, {vRegs[2], vRegs[3]}, {o[j + 1][0], o[j + 1][1], o[j + 1][2], o[j + 1][3]}));
     }
   }
   step.push_back(barrier());

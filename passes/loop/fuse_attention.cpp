@@ -6,8 +6,9 @@
 //   P  [rows.., j] = exp(s(j) - max_j s) * (1 / sum_j exp(s(j) - max))      s(j) reads S[rows, j] (plus masks)
 //   O  [rows.., e] = g(sum_r P[rows, r] * value(rows, r, e))
 // They become one kernel writing O's buffer with O's axes and result g(acc0), whose OnlineSoftmax has key axis j,
-// dot the sum of q·k (S's reduction), score s(j) with S's load replaced by h(dot) (rounded to S's type when S is
-// narrower than f32, as its store rounded it) and value(rows, j, e). S and P are then unread (loop-eliminate-dead-buffers
+// dot the sum of q·k (S's reduction), score s(j) with S's load replaced by h(dot) and value(rows, j, e). The scores
+// are no longer stored, so they are no longer rounded to S's type: they stay f32 (as in PyTorch's flash kernels), and
+// the fused kernel differs from the three by that rounding (and by P's, where P was stored in a 16-bit type). S and P are then unread (loop-eliminate-dead-buffers
 // removes them): the scores and probabilities never go through memory.
 //
 // Fused only when a tensor-core flash schedule can run the result (loop::tensorCoreAttention: q, k, v plain 16-bit
@@ -180,12 +181,7 @@ class Fuser {
     for (size_t d = 0; d + 1 < n; ++d) fromS[sk.parallel[d].var] = idxVar(o.parallel[d].var, o.parallel[d].name);
     fromS[sk.parallel.back().var] = idxVar(key.var, key.name);
     fromS[sk.stages[0].axes[0].var] = idxVar(depth.var, depth.name);
-    ExprP h = renamed(sk.result, fromS, ext);
-    if (DType t = p_.buffers[static_cast<size_t>(*sBuffer)].dtype; t != DType::F32) {
-      auto cast = std::make_shared<Expr>(*apply(Fn::Cast, {h}));
-      cast->castTo = t;
-      h = cast;
-    }
+    const ExprP h = renamed(sk.result, fromS, ext);
 
     Kernel f;
     f.name = fmt::format("k{}_attention", oi);

@@ -192,6 +192,10 @@ class Emitter {
         case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; break;
         case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
         case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); break;
+        case K::PackPair:
+          out += fmt::format("{}{} = kiln::pack2({}(), {}, {});\n", pad, pairs_[s.pairRegs[0]], cudaTypeName(s.operandType),
+                             floats_[s.fragment[0]], floats_[s.fragment[1]]);
+          break;
         case K::ShuffleXor:
           out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
           break;

@@ -226,6 +226,13 @@ void Machine::exec(const Block& body, int depth) {
       }
       case Stmt::Kind::Mma: mmaStep(s, mask); break;
       case Stmt::Kind::ShuffleXor: shuffleStep(s, mask); break;
+      case Stmt::Kind::PackPair:
+        for (int64_t t = 0; t < T; ++t)
+          if (mask[t])
+            for (int e = 0; e < 2; ++e)
+              pairValues[(static_cast<size_t>(t) * static_cast<size_t>(np) + static_cast<size_t>(s.pairRegs[0])) * 2 + e] =
+                  loop::roundTo(s.operandType, floats[t * nf + s.fragment[static_cast<size_t>(e)]]);
+        break;
       case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); break;
       case Stmt::Kind::LoadVector:
         for (int64_t t = 0; t < T; ++t) {

@@ -199,6 +199,15 @@ Stmt storeVector(int param, Idx index, std::vector<FE> values) {
   return s;
 }
 
+Stmt packPair(DType type, int reg, int lo, int hi) {
+  KILN_ASSERT(reg >= 0 && lo >= 0 && hi >= 0, "packPair: bad register {} or slots {}, {}", reg, lo, hi);
+  Stmt s = makeStmt(Stmt::Kind::PackPair);
+  s.operandType = type;
+  s.pairRegs = {reg};
+  s.fragment = {lo, hi};
+  return s;
+}
+
 Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask) {
   KILN_ASSERT(dstSlot >= 0 && srcSlot >= 0, "shuffleXor: bad slots {} <- {}", dstSlot, srcSlot);
   KILN_ASSERT(laneMask >= 1 && laneMask <= 16 && (laneMask & (laneMask - 1)) == 0,

@@ -108,6 +108,10 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
       }
       case Stmt::Kind::CpAsyncCommit: lines.push_back(ind + "cp.async.commit"); break;
       case Stmt::Kind::CpAsyncWait: lines.push_back(fmt::format("{}cp.async.wait {}", ind, s.pendingGroups)); break;
+      case Stmt::Kind::PackPair:
+        lines.push_back(fmt::format("{}{} = pack.{} {}, {}", ind, pairName(k, s.pairRegs[0]), dtypeName(s.operandType),
+                                    floatName(k, s.fragment[0]), floatName(k, s.fragment[1])));
+        break;
       case Stmt::Kind::ShuffleXor:
         lines.push_back(fmt::format("{}{} = shfl.xor {}, {}", ind, floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask));
         break;

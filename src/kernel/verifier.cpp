@@ -491,6 +491,12 @@ struct Verifier {
         case Stmt::Kind::CpAsyncWait:
           if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
           break;
+        case Stmt::Kind::PackPair:
+          if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
+          if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());
+          for (int slot : st.fragment) checkSlotRead(slot, "pack");
+          checkPairRegs(st.pairRegs, true, "pack into");
+          break;
         case Stmt::Kind::ShuffleXor:
           checkWarpCollective("shuffle");
           if (st.laneMask < 1 || st.laneMask > 16 || (st.laneMask & (st.laneMask - 1)) != 0)

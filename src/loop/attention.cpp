@@ -2,7 +2,10 @@
 #include "kiln/loop/attention.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+
+#include "kiln/support/error.h"
 
 namespace kiln::loop {
 namespace {
@@ -88,29 +91,41 @@ std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Ker
   return o;
 }
 
+namespace {
+
+// Walks the terms of the score's sum; a mask's select (a comparison of the key with the query plus a constant whose
+// other side is masked) bounds the keys on its kept side, is reported to `bound` and replaced by that side.
+ExprP walkMasks(const ExprP& e, int keyVar, int queryVar, const VarExtents& ext,
+                const std::function<void(bool upper, int64_t c)>& bound) {
+  if (e->kind == Expr::Kind::Apply && e->fn == Fn::Add) {
+    auto copy = std::make_shared<Expr>(*e);
+    for (auto& arg : copy->args) arg = walkMasks(arg, keyVar, queryVar, ext, bound);
+    return copy;
+  }
+  if (e->kind != Expr::Kind::Select || !isKey(e->index[0], keyVar)) return e;
+  auto c = queryOffset(e->index[1], queryVar, ext);
+  if (!c) return e;
+  if (isMasked(e->args[1])) {  // j < i + c keeps
+    bound(true, *c);
+    return walkMasks(e->args[0], keyVar, queryVar, ext, bound);
+  }
+  if (isMasked(e->args[0])) {  // j >= i + c keeps
+    bound(false, *c);
+    return walkMasks(e->args[1], keyVar, queryVar, ext, bound);
+  }
+  return e;
+}
+
+}  // namespace
+
 KeyBounds keyBounds(const Kernel& k, int queryAxis) {
   KeyBounds b;
   if (!k.attention || queryAxis < 0) return b;
-  const int queryVar = k.parallel[static_cast<size_t>(queryAxis)].var, keyVar = k.attention->key.var;
-  const VarExtents ext = k.extents();
-  // Walks the terms of the score's sum; a mask's select bounds the keys on its unmasked side and is walked into.
-  std::function<void(const ExprP&)> walk = [&](const ExprP& e) {
-    if (e->kind == Expr::Kind::Apply && e->fn == Fn::Add) {
-      for (auto& arg : e->args) walk(arg);
-      return;
-    }
-    if (e->kind != Expr::Kind::Select || !isKey(e->index[0], keyVar)) return;
-    auto c = queryOffset(e->index[1], queryVar, ext);
-    if (!c) return;
-    if (isMasked(e->args[1])) {  // j < i + c keeps
-      b.to = b.to ? std::min(*b.to, *c) : *c;
-      walk(e->args[0]);
-    } else if (isMasked(e->args[0])) {  // j >= i + c keeps
-      b.from = b.from ? std::max(*b.from, *c) : *c;
-      walk(e->args[1]);
-    }
-  };
-  walk(k.attention->score);
+  const int queryVar = k.parallel[static_cast<size_t>(queryAxis)].var;
+  walkMasks(k.attention->score, k.attention->key.var, queryVar, k.extents(), [&](bool upper, int64_t c) {
+    if (upper) b.to = b.to ? std::min(*b.to, c) : c;
+    else b.from = b.from ? std::max(*b.from, c) : c;
+  });
   const int64_t queries = k.parallel[static_cast<size_t>(queryAxis)].extent, keys = k.attention->key.extent;
   for (int64_t i = 0; i < queries; ++i) {
     int64_t lo = std::max<int64_t>(0, i + b.from.value_or(std::numeric_limits<int32_t>::min()));
@@ -118,6 +133,12 @@ KeyBounds keyBounds(const Kernel& k, int queryAxis) {
     if (lo >= hi) return KeyBounds{};
   }
   return b;
+}
+
+ExprP unmaskedScore(const Kernel& k, int queryAxis) {
+  KILN_ASSERT(k.attention && queryAxis >= 0, "kernel {}: unmaskedScore of a kernel that is not attention", k.name);
+  return walkMasks(k.attention->score, k.attention->key.var, k.parallel[static_cast<size_t>(queryAxis)].var, k.extents(),
+                   [](bool, int64_t) {});
 }
 
 }  // namespace kiln::loop

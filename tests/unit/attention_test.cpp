@@ -146,8 +146,8 @@ TEST(FuseAttention, F32AttentionStaysThreeKernels) {
   }
 }
 
-// The fused kernel computes what the three did: up to f32 summation order where the probabilities stayed f32 (sdpa),
-// within their bf16 rounding where the eager chain stored them as bf16 (the window).
+// The fused kernel computes what the three did, less the roundings of what they stored in bf16: the scores (both) and
+// the probabilities (the eager chain's window).
 TEST(FuseAttention, LoopInterpreterMatchesTheUnfusedProgram) {
   Compiled fused = compiled("attention_bf16", "loop");
   Compiled unfused = compiled("attention_bf16", "loop", {"loop-fuse-attention"});
@@ -155,7 +155,7 @@ TEST(FuseAttention, LoopInterpreterMatchesTheUnfusedProgram) {
   auto inputs = loopInputs(fused.loopIR, 2);
   auto got = loop::interpret(fused.loopIR, inputs), want = loop::interpret(unfused.loopIR, inputs);
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_LE(compare(got[0], want[0]).relL2, 1e-4);
+  EXPECT_LE(compare(got[0], want[0]).relL2, 1e-2);
   EXPECT_LE(compare(got[1], want[1]).relL2, 1e-2);
   EXPECT_FALSE(compare(got[1], want[1]).hasNaN);
 }

@@ -73,6 +73,7 @@ struct Stmt {
     WgmmaCommit,      // closes the warpgroup's open group of wgmmas
     WgmmaWait,        // waits until at most `pendingGroups` of the warpgroup's committed wgmma groups are in flight
     FenceProxyAsync,  // fence.proxy.async.shared::cta: the thread's completed shared stores become visible to wgmma
+    PackPair,         // pair register = two float slots rounded to the operand type, see packPair()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -170,6 +171,9 @@ Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vecto
 // The same load into pair registers (Kernel::pairVars): register j holds M_j[g][2t] (low half) and M_j[g][2t + 1]
 // in the buffer's type, unconverted; count = regs.size().
 Stmt ldmatrixPairs(int sharedBuf, Idx rowIndex, bool transpose, std::vector<int> regs);
+// Pair register `reg` = float slots lo and hi rounded to `type` (bf16 or f16), lo in the low half: values computed in
+// registers (attention's probabilities) become an mma operand once, however many mmas read them. Per thread.
+Stmt packPair(DType type, int reg, int lo, int hi);
 // mma with A and B in pair registers (register i of A holds fragment elements 2i, 2i+1; likewise B), as ldmatrix
 // fills them: no conversion or packing between the load and the tensor cores.
 Stmt mmaFromPairs(DType operandType, std::vector<int> aRegs, std::vector<int> bRegs, std::vector<int> c);

@@ -32,6 +32,9 @@ struct KeyBounds {
   std::optional<int64_t> from, to;
 };
 KeyBounds keyBounds(const Kernel& k, int queryAxis);
+// The score where the mask keeps the key: keyBounds' selects replaced by their kept side (what the score is for every
+// key inside the bounds).
+ExprP unmaskedScore(const Kernel& k, int queryAxis);
 constexpr float kMaskedScore = -1e30f;
 
 }  // namespace kiln::loop
