@@ -18,6 +18,9 @@ cd "$(dirname "$0")/.."
 : "${ATTENTION_FILTER:=sdpa_causal_gqa,attention_naive}"
 : "${ATTENTION_DTYPES:=bf16}"
 : "${ATTENTION_BASELINE_ARGS:=--disable-pass loop-fuse-attention}"
+: "${ATTENTION_VARIANTS:=default baseline}"   # whole-model runs: `default` only skips the baseline
+: "${ATTENTION_CACHE_CHECK:=1}"               # 0 skips step 2
+: "${ATTENTION_NCU_CASE:=}"                   # a suite case (e.g. tinyllama/sdpa_causal_gqa/s512): ncu on its bf16 kernel
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-attention}
 during_build() { exec nice -n 19 python3 bench/run_suite.py --export-only --dtype "$ATTENTION_DTYPES" --filter "$ATTENTION_FILTER" > "$OUT/export.log" 2>&1; }
 source bench/device_setup.sh
@@ -40,6 +43,7 @@ for m in models/fixtures/attention_bf16.pt "$LOG/medium.pt"; do
 done
 
 # The run cache on the GPU (manifest format 2): reuse, then a damaged entry rebuilt.
+if [ "$ATTENTION_CACHE_CHECK" = 1 ]; then
 m=models/fixtures/hf_llama_tiny_bf16.pt
 ./build/kiln run $m --check > "$LOG/cache-1.log" 2>&1; c1=$?
 ./build/kiln run $m --check > "$LOG/cache-2.log" 2>&1; c2=$?
@@ -49,6 +53,26 @@ truncate -s 100 "$cubin"
 ./build/kiln run $m --check > "$LOG/cache-3.log" 2>&1; c3=$?
 summary+=("cache: first rc=$c1 ($(grep -c 'compiled [0-9]* kernels' "$LOG/cache-1.log") compiled), again rc=$c2 ($(grep -c 'compiled nothing' "$LOG/cache-2.log") from cache), truncated $(basename "$cubin"): rc=$c3, $(grep -o 'the cache entry is damaged[^;]*' "$LOG/cache-3.log" | head -1)")
 echo "${summary[-1]}"
+fi
+
+if [ -n "$ATTENTION_NCU_CASE" ]; then
+  python3 - "$ATTENTION_NCU_CASE" "$LOG/ncu-case.pt" > "$LOG/ncu-export.log" 2>&1 <<'PY'
+import sys
+sys.path[:0] = ["bench", "models"]
+import cases as suite
+from kiln_export import export
+case = suite.select(filter_substring=sys.argv[1])[0]
+inputs = case.make_inputs("bf16")
+if not isinstance(inputs, dict):
+    inputs = dict(zip(["q", "k", "v"], inputs))
+export(case.build_module("bf16"), inputs, sys.argv[2])
+PY
+  ./build/kiln run "$LOG/ncu-case.pt" > /dev/null 2>&1
+  timeout 120 ncu --clock-control none --kernel-name regex:attention --section SpeedOfLight --section WarpStateStats \
+    --section Occupancy --section LaunchStats ./build/kiln run "$LOG/ncu-case.pt" > "$LOG/ncu.txt" 2>&1
+  summary+=("ncu $ATTENTION_NCU_CASE: $(grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Stall' "$LOG/ncu.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-600)")
+  echo "${summary[-1]}"
+fi
 
 for f in $(find "$KILN_CACHE_DIR" -name '*attention*.cubin' | sort); do
   cuobjdump -sass "$f" > "$LOG/sass-attention.txt" 2>/dev/null || continue
@@ -56,7 +80,7 @@ for f in $(find "$KILN_CACHE_DIR" -name '*attention*.cubin' | sort); do
   echo "${summary[-1]}"; break
 done
 
-for variant in default baseline; do
+for variant in $ATTENTION_VARIANTS; do
   extra=(); sides=kiln,eager,compile_reduce_overhead
   [ $variant = baseline ] && { extra=(--kiln-args "$ATTENTION_BASELINE_ARGS"); sides=kiln; }
   python3 bench/whole_model.py --configs bf16:1:128 --sides $sides --kiln-graph --kiln-profile "${extra[@]}" \
