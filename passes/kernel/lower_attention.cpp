@@ -1,7 +1,7 @@
-// kernel-lower-from-tile for FlashAttention schedules (tile/ir.h): one block per 64 query rows of one (batch, head) point,
-// 4 warps of 16 rows, the keys walked in steps of 64.
+// kernel-lower-from-tile for FlashAttention schedules (tile/ir.h): one block per 16, 32 or 64 query rows (block_q) of one
+// (batch, head) point, a warp per 16 rows, the keys walked in steps of 64.
 //
-//   prologue: cp.async q's 64 rows and step s_begin's k and v rows into ring slot 0; commit
+//   prologue: cp.async q's block_q rows and step s_begin's k and v rows into ring slot 0; commit
 //   for st in [s_begin, s_end):                       (the steps some row of the block may see: tile::FlashAttention)
 //     cp.async step st + 1 into the other slot (if any); commit; wait for all but that group; barrier
 //     first step only: q's fragments by ldmatrix.x4 into pair registers (kept for every step)
@@ -52,6 +52,12 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     return static_cast<int>(k_.shared.size()) - 1;
   };
   const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", tile::kFlashRing * sl.k), vs = sharedBuf("vs", tile::kFlashRing * sl.v);
+  const int64_t KS = f.keySplit, rowGroups = BQ / 16, keysPerWarp = BKV / KS;
+  int comb = -1;
+  if (KS > 1) {
+    k_.shared.push_back(SharedBuffer{"comb", sl.combine, DType::F32, true});
+    comb = static_cast<int>(k_.shared.size()) - 1;
+  }
   k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
 
   // Block coordinates: the query block, last blocks first (under a causal mask they see the most keys), then the other
@@ -69,6 +75,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Idx lane = defVar(body, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
   Idx g = defVar(body, "g", floorDiv(lane, 4), 8);
   Idx tq = defVar(body, "tq", mod(lane, 4), 4);
+  // Warp w holds rows 16 (w mod row groups) .. + 15 of the block and keys kh * keysPerWarp .. of every step.
+  Idx rg = defVar(body, "rg", mod(warp, rowGroups), rowGroups);
+  Idx kh = defVar(body, "kh", floorDiv(warp, rowGroups), KS);
+  const Idx keyBase = simplify(kh * idxConst(keysPerWarp), extents_);
 
   // The steps of keys the block's rows may see.
   Idx first = idxConst(0), end = idxConst(steps);
@@ -116,7 +126,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   body.push_back(cpAsyncCommit());
 
   // Per-thread state: running maximum and sum of its two rows, output accumulators, score accumulators, q fragments.
-  const int64_t nTiles = BKV / kMmaN, eTiles = E / kMmaN, kSteps = D / kMmaK;
+  const int64_t nTiles = keysPerWarp / kMmaN, eTiles = E / kMmaN, kSteps = D / kMmaK;
   std::array<int, 2> m{}, l{}, mSafe{}, alpha{};
   for (int r = 0; r < 2; ++r) {
     m[r] = slot(fmt::format("m{}", r));
@@ -162,7 +172,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   {
     Block loadQ;
     for (int64_t kk = 0; kk < kSteps; ++kk) {
-      Idx row = warp * idxConst(16) + mod(lane, 16), col = idxConst(kk * kMmaK) + floorDiv(lane, 16) * idxConst(8);
+      Idx row = rg * idxConst(16) + mod(lane, 16), col = idxConst(kk * kMmaK) + floorDiv(lane, 16) * idxConst(8);
       loadQ.push_back(ldmatrixPairs(qs, simplify(row * idxConst(sl.depthStride) + col, extents_), false, qRegs[kk]));
     }
     step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
@@ -172,7 +182,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     for (int c = 0; c < 4; ++c) step.push_back(assign(s[j][c], fconst(0.f)));
   for (int64_t kk = 0; kk < kSteps; ++kk)
     for (int64_t j = 0; j < nTiles; j += 2) {
-      Idx row = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
+      Idx row = keyBase + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
       Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
       step.push_back(ldmatrixPairs(ks, simplify(ring * idxConst(sl.k) + row * idxConst(sl.depthStride) + col, extents_), false, kRegs));
       step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[0], kRegs[1]}, {s[j][0], s[j][1], s[j][2], s[j][3]}));
@@ -183,7 +193,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   std::array<Idx, 2> rowAt;
   for (int r = 0; r < 2; ++r) {
     int v = freshLoopVar();
-    Idx local = warp * idxConst(16) + g + idxConst(8 * r);
+    Idx local = rg * idxConst(16) + g + idxConst(8 * r);
     step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + local, idxConst(Lq - 1)), extents_)));
     extents_[v + kFirstLoopVar] = Lq;
     rowAt[r] = idxVar(v, fmt::format("qi{}", r));
@@ -199,7 +209,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Block interior, edge;
   for (int64_t j = 0; j < nTiles; ++j)
     for (int c = 0; c < 4; ++c) {
-      Idx key = simplify(st * idxConst(BKV) + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_);
+      Idx key = simplify(st * idxConst(BKV) + keyBase + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_);
       int v = freshLoopVar();
       std::string name = fmt::format("kj{}_{}", j, c);
       step.push_back(defIdx(v + kFirstLoopVar, name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
@@ -216,13 +226,23 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     }
   step.push_back(ifLess(outside, idxConst(1), std::move(interior)));
   step.push_back(ifLess(idxConst(0), outside, std::move(edge)));
-  // Online softmax per row.
+  // Online softmax per row. Maxima and sums over a thread's 16 elements of a row are balanced trees (depth 4, not a
+  // chain of 16 dependent instructions).
+  auto tree = [](Fn fn, std::vector<FE> xs) {
+    while (xs.size() > 1) {
+      std::vector<FE> next;
+      for (size_t i = 0; i + 1 < xs.size(); i += 2) next.push_back(fapply(fn, {xs[i], xs[i + 1]}));
+      if (xs.size() % 2) next.push_back(xs.back());
+      xs = std::move(next);
+    }
+    return xs[0];
+  };
   for (int r = 0; r < 2; ++r) {
     const int mNew = mSafe[r];
-    FE rowMax = fvar(m[r]);
+    std::vector<FE> row;
     for (int64_t j = 0; j < nTiles; ++j)
-      for (int c = 2 * r; c < 2 * r + 2; ++c) rowMax = fapply(Fn::Max, {rowMax, fvar(s[j][c])});
-    step.push_back(assign(mNew, rowMax));
+      for (int c = 2 * r; c < 2 * r + 2; ++c) row.push_back(fvar(s[j][c]));
+    step.push_back(assign(mNew, fapply(Fn::Max, {fvar(m[r]), tree(Fn::Max, row)})));
     for (int lanes : {1, 2}) {
       step.push_back(shuffleXor(tmp, mNew, lanes));
       step.push_back(assign(mNew, fapply(Fn::Max, {fvar(mNew), fvar(tmp)})));
@@ -236,14 +256,12 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     for (int64_t j = 0; j < eTiles; ++j)
       for (int c = 2 * r; c < 2 * r + 2; ++c) step.push_back(assign(o[j][c], fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])})));
     for (int64_t j = 0; j < nTiles; ++j)
-      for (int c = 2 * r; c < 2 * r + 2; ++c) {
-        step.push_back(assign(s[j][c], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(s[j][c]), fvar(mNew)})})));
-        step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(s[j][c])})));
-      }
+      for (int c = 2 * r; c < 2 * r + 2; ++c) step.push_back(assign(s[j][c], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(s[j][c]), fvar(mNew)})})));
+    step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
   }
   // O += p · v, 16 keys per mma step: p packed once into the A registers (a01 a23 a45 a67 = the C fragments of the step's
   // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
-  for (int64_t kk = 0; kk < BKV / kMmaK; ++kk) {
+  for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
     const auto& lo = s[static_cast<size_t>(2 * kk)];
     const auto& hi = s[static_cast<size_t>(2 * kk + 1)];
     step.push_back(packPair(T, pRegs[0], lo[0], lo[1]));
@@ -251,7 +269,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     step.push_back(packPair(T, pRegs[2], hi[0], hi[1]));
     step.push_back(packPair(T, pRegs[3], hi[2], hi[3]));
     for (int64_t j = 0; j < eTiles; j += 2) {
-      Idx row = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
+      Idx row = keyBase + idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
       Idx col = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8);
       step.push_back(ldmatrixPairs(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), true, vRegs));
       step.push_back(mmaFromPairs(T, pRegs, {vRegs[0], vRegs[1]}, {o[j][0], o[j][1], o[j][2], o[j][3]}));
@@ -262,15 +280,50 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
   body.push_back(cpAsyncWait(0));
 
-  // out = result(O / l) per element of the block's rows inside the query axis.
-  for (int r = 0; r < 2; ++r) {
+  // Each row's sum over the quad's 4 lanes (in every warp: shuffles are warp-collective).
+  for (int r = 0; r < 2; ++r)
     for (int lanes : {1, 2}) {
       body.push_back(shuffleXor(tmp, l[r], lanes));
       body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
     }
-    body.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
+  // Warps of keys 1.. hand their maxima, sums and outputs to the warp of keys 0 of their rows (same lane, same elements),
+  // which rescales both to the larger maximum and adds: value i of thread (rg, lane) of warp kh at
+  // comb[((kh - 1) * values + i) * rowGroups * 32 + rg * 32 + lane].
+  Block& out = body;
+  Block finish;
+  if (KS > 1) {
+    const int64_t values = tile::flashCombineValues(E), lanes = rowGroups * Target::kWarpSize;
+    std::vector<int> mine{m[0], m[1], l[0], l[1]};
+    for (int64_t j = 0; j < eTiles; ++j)
+      for (int c = 0; c < 4; ++c) mine.push_back(o[j][c]);
+    const Idx thread = simplify(rg * idxConst(Target::kWarpSize) + lane, extents_);
+    auto at = [&](const Idx& partner, int64_t i) { return simplify((partner * idxConst(values) + idxConst(i)) * idxConst(lanes) + thread, extents_); };
+    Block hand;
+    for (int64_t i = 0; i < values; ++i) hand.push_back(storeShared(comb, at(idxAdd(kh, -1), i), fvar(mine[static_cast<size_t>(i)])));
+    out.push_back(ifLess(idxConst(0), kh, std::move(hand)));
+    out.push_back(barrier());
+    for (int64_t partner = 0; partner + 1 < KS; ++partner) {
+      auto theirs = [&](int64_t i) { return loadShared(comb, at(idxConst(partner), i)); };
+      for (int r = 0; r < 2; ++r) {
+        FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
+        finish.push_back(assign(mSafe[r], big));
+        FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
+        finish.push_back(assign(alpha[r], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(m[r]), safe})})));
+        finish.push_back(assign(tmp, fapply(Fn::Exp, {fapply(Fn::Sub, {theirs(r), safe})})));
+        finish.push_back(assign(m[r], fvar(mSafe[r])));
+        finish.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
+        for (int64_t j = 0; j < eTiles; ++j)
+          for (int c = 2 * r; c < 2 * r + 2; ++c)
+            finish.push_back(assign(o[j][c], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])}),
+                                                            fapply(Fn::Mul, {theirs(4 + j * 4 + c), fvar(tmp)})})));
+      }
+    }
+  }
+  // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only).
+  for (int r = 0; r < 2; ++r) {
+    finish.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
     Block store;
-    const Idx row = simplify(q0 + warp * idxConst(16) + g + idxConst(8 * r), extents_);
+    const Idx row = simplify(q0 + rg * idxConst(16) + g + idxConst(8 * r), extents_);
     int rowVar = freshLoopVar();
     store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
     extents_[rowVar + kFirstLoopVar] = Lq;
@@ -292,8 +345,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
                        : ax.var == width.var ? idxVar(colVar + kFirstLoopVar, name) : var(ax));
         store.push_back(storeGlobal(0, rowMajor(at, tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape, extents_), value));
       }
-    body.push_back(ifLess(row, idxConst(Lq), std::move(store)));
+    finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
   }
+  if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));
+  else out.insert(out.end(), finish.begin(), finish.end());
 }
 
 }  // namespace kiln::kernel::detail

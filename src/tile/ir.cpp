@@ -75,10 +75,11 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        r->rowInRegisters ? ", row in registers" : "", launch);
   if (auto* f = std::get_if<FlashAttention>(&s))
     return fmt::format("flash_attention query {} ({} blocks of {}), keys {} in steps of {}{}, depth {}, width {}; mma.sync.{} "
-                       "warps {} of 16 rows; q, k, v by cp_async into [rows][width+8] slices, k and v x{} ring  ({})",
+                       "warps {} of 16 rows{}; q, k, v by cp_async into [rows][width+8] slices, k and v x{} ring  ({})",
                        k.parallel[static_cast<size_t>(f->queryAxis)].name, flashQueryBlocks(*f, k), f->blockQ,
                        k.attention->key.extent, f->blockKV, keyBoundsString(*f), k.attention->dot.axes[0].extent,
-                       k.parallel.back().extent, dtypeName(f->mmaType), f->blockQ / 16, kFlashRing, launch);
+                       k.parallel.back().extent, dtypeName(f->mmaType), f->blockQ / 16,
+                       f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : "", kFlashRing, launch);
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -111,7 +112,8 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"mma_type", dtypeName(f->mmaType)}});
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"key_split", f->keySplit},
+              {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
   } else {
@@ -213,10 +215,12 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 k.name, target.arch);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
-    KILN_ASSERT(f->blockQ == 64 && f->blockKV == 64, "kernel {}: flash_attention blocks are 64 queries by 64 keys, not {} by {}",
-                k.name, f->blockQ, f->blockKV);
+    KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64) && f->blockKV == 64,
+                "kernel {}: flash_attention blocks are 16, 32 or 64 queries by 64 keys, not {} by {}", k.name, f->blockQ, f->blockKV);
+    KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
+                k.name, f->keySplit);
     // Per thread: the score accumulators of a key step, the output accumulators, q's fragments.
-    const int64_t registers = f->blockKV / 2 + o->width / 2 + o->depth / 4;
+    const int64_t registers = f->blockKV / f->keySplit / 2 + o->width / 2 + o->depth / 4;
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;
   }

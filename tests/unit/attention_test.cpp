@@ -4,6 +4,8 @@
 // models/fixtures/attention_bf16.pt: causal sdpa and a sliding-window eager chain, grouped-query, 100 tokens).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <limits>
 
 #include "kiln/driver/pipeline.h"
@@ -171,14 +173,49 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   EXPECT_EQ(causal->keyTo, 1);
   EXPECT_FALSE(causal->keyFrom);
   EXPECT_EQ(window->keyFrom, -39);
+  // 8 heads x 100 queries: even blocks of 16 queries make fewer than two blocks per SM; 2 steps of keys: no split.
+  EXPECT_EQ(causal->blockQ, 16);
+  EXPECT_EQ(causal->keySplit, 1);
   const loop::Kernel& k = c.tileIR.loop.kernels[0];
-  EXPECT_EQ(tile::threadsPerBlock(*causal), 128);
-  EXPECT_EQ(tile::gridBlocks(*causal, k), 8 * 2) << "8 heads x 2 blocks of 64 queries";
+  EXPECT_EQ(tile::threadsPerBlock(*causal), 32);
+  EXPECT_EQ(tile::gridBlocks(*causal, k), 8 * 7) << "8 heads x 7 blocks of 16 queries";
   EXPECT_TRUE(tile::dynamicShared(*causal));
-  EXPECT_EQ(tile::sharedBytes(*causal, k), (64 * 72 + 2 * (64 * 72 + 64 * 72)) * 2);
-  EXPECT_NE(tile::print(c.tileIR).find("flash_attention query p2 (2 blocks of 64), keys 100 in steps of 64, from query + -39"),
+  EXPECT_EQ(tile::sharedBytes(*causal, k), (16 * 72 + 2 * (64 * 72 + 64 * 72)) * 2);
+  EXPECT_NE(tile::print(c.tileIR).find("flash_attention query p2 (7 blocks of 16), keys 100 in steps of 64, from query + -39"),
             std::string::npos)
       << tile::print(c.tileIR);
+  // Warps splitting the keys hand over 4 + width / 2 f32 values per thread.
+  tile::FlashAttention split = *causal;
+  split.blockQ = 32;
+  split.keySplit = 4;
+  EXPECT_EQ(tile::threadsPerBlock(split), 256);
+  EXPECT_EQ(tile::sharedBytes(split, k), (32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
+}
+
+// Every block size and key split the schedule allows, on both attentions of the fixture (causal and windowed, 100 tokens:
+// partial last blocks and steps), by the Kernel-IR interpreter against the Loop IR.
+TEST(FlashAttention, EveryBlockAndSplitMatchesTheLoopInterpreter) {
+  Compiled c = compiled("attention_bf16", "tile");
+  auto inputs = loopInputs(c.loopIR, 5);
+  auto want = loop::interpret(c.loopIR, inputs);
+  for (int64_t rows : {16, 32, 64})
+    for (int64_t split : {1, 2, 4}) {
+      SCOPED_TRACE(fmt::format("block_q {} key_split {}", rows, split));
+      tile::Program t = c.tileIR;
+      for (auto& s : t.schedules) {
+        std::get<tile::FlashAttention>(s).blockQ = rows;
+        std::get<tile::FlashAttention>(s).keySplit = split;
+      }
+      tile::verify(t);
+      kernel::Program kp = kernel::lowerFromTile(t);
+      kernel::verify(kp);
+      auto got = kernel::interpret(kp, inputs);
+      for (size_t i = 0; i < got.size(); ++i) {
+        Comparison cmp = compare(got[i], want[i]);
+        EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
+        EXPECT_FALSE(cmp.hasNaN);
+      }
+    }
 }
 
 TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {

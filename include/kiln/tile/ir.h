@@ -104,11 +104,16 @@ struct TiledContraction {
 // once by ldmatrix) with the k slice into score accumulators, applies the score expression (scale, masks) and the online
 // softmax (running maximum and sum per row, kept by the 4 lanes of a quad through shuffles; the accumulators rescaled
 // when the maximum grows), and multiplies the probabilities, still in registers as the A operand, with the v slice
-// (ldmatrix.trans). keyFrom / keyTo (loop::keyBounds): the steps cover only keys some row of the block may see.
+// (ldmatrix.trans). keyFrom / keyTo (loop::keyBounds): the steps cover only keys some row of the block may see. With
+// keySplit > 1 several warps share the rows and split each step's keys.
 struct FlashAttention {
   int queryAxis = -1;   // position in the kernel's parallel axes
-  int64_t blockQ = 64;  // query rows per block, 16 per warp
+  int64_t blockQ = 64;  // query rows per block (16, 32 or 64), 16 per warp
   int64_t blockKV = 64;  // keys per step
+  // Warps sharing each 16 query rows (1, 2 or 4): warp h of a row group takes keys [h, h + 1) * blockKV / keySplit of every
+  // step, with its own running maximum, sum and accumulators, combined through shared memory at the end. Shortens the
+  // chain of dependent instructions of a block that walks many steps (causal blocks at the end of long sequences).
+  int64_t keySplit = 1;
   DType mmaType = DType::BF16;
   std::optional<int64_t> keyFrom, keyTo;  // query row i sees keys [i + keyFrom, i + keyTo) only
 };

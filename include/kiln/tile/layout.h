@@ -31,7 +31,10 @@ constexpr int64_t kFlashRing = 2;
 struct FlashSlices {
   int64_t q, k, v;                  // elements of each slice
   int64_t depthStride, widthStride;  // elements per row of the q and k slices, of the v slice
+  int64_t combine;                  // keySplit > 1: f32 values the warps of keys 1.. leave for those of keys 0
 };
+// Values one thread hands over when warps sharing rows combine: its two rows' maximum and sum, its width / 2 outputs.
+constexpr int64_t flashCombineValues(int64_t width) { return 4 + width / 2; }
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
 
 // Tiled contractions.
