@@ -21,6 +21,8 @@ cd "$(dirname "$0")/.."
 : "${ATTENTION_VARIANTS:=default baseline}"   # whole-model runs: `default` only skips the baseline
 : "${ATTENTION_CACHE_CHECK:=1}"               # 0 skips step 2
 : "${ATTENTION_NCU_CASE:=}"                   # a suite case (e.g. tinyllama/sdpa_causal_gqa/s512): ncu on its bf16 kernel
+: "${ATTENTION_AB_ARGS:=}"                    # kiln arguments of a second suite run over ATTENTION_AB_FILTER (an A/B)
+: "${ATTENTION_AB_FILTER:=s512}"
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-attention}
 during_build() { exec nice -n 19 python3 bench/run_suite.py --export-only --dtype "$ATTENTION_DTYPES" --filter "$ATTENTION_FILTER" > "$OUT/export.log" 2>&1; }
 source bench/device_setup.sh
@@ -94,6 +96,13 @@ left=$((LIMIT - (SECONDS - start)))
 python3 bench/run_suite.py --dtype "$ATTENTION_DTYPES" --filter "$ATTENTION_FILTER" --out "$OUT/$NAME.json" --limit-seconds "$left" \
   --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite.log" 2>&1
 python3 bench/summarize.py "$OUT/$NAME.json" -o "$OUT/$NAME" >> "$LOG/suite.log" 2>&1
+if [ -n "$ATTENTION_AB_ARGS" ]; then
+  ab_filter=$(echo "$ATTENTION_FILTER" | tr ',' '\n' | sed "s|\$|/$ATTENTION_AB_FILTER|" | paste -sd,)
+  python3 bench/run_suite.py --dtype "$ATTENTION_DTYPES" --filter "$ab_filter" --kiln-args "$ATTENTION_AB_ARGS" \
+    --out "$LOG/$NAME-ab.json" --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite-ab.log" 2>&1
+  python3 bench/summarize.py "$LOG/$NAME-ab.json" -o "$LOG/$NAME-ab" >> "$LOG/suite-ab.log" 2>&1
+  summary+=("A/B with $ATTENTION_AB_ARGS:" "$(awk '/^## bf16/{p=1} p' "$LOG/$NAME-ab.md" | cut -d'|' -f1-6 | head -12)")
+fi
 mv "$OUT/build.log" "$OUT/export.log" "$LOG/" 2>/dev/null; rm -f "$OUT/$NAME.png"   # the device returns at most 8 files
 tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
 {

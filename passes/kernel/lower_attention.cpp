@@ -61,23 +61,31 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
 
   // Block coordinates: the query block, last blocks first (under a causal mask they see the most keys), then the other
-  // row axes.
-  Block& body = k_.body;
-  Idx bid = defVar(body, "bid", blockIdx(), k_.grid[0]);  // signed: the expressions below subtract
-  Idx qb = defVar(body, "qb", idxAdd(idxMul(mod(bid, qBlocks), -1), qBlocks - 1), qBlocks);
+  // row axes. Paired (pairBlocks): block b of a row's P = ceil(QB / 2) takes query block QB - 1 - b, then b (the middle
+  // one once when QB is odd), in a loop whose body is everything below.
+  Block& top = k_.body;
+  Idx bid = defVar(top, "bid", blockIdx(), k_.grid[0]);  // signed: the expressions below subtract
+  const int64_t perRow = f.pairBlocks ? (qBlocks + 1) / 2 : qBlocks;
   std::vector<loop::Axis> outer;
   for (int d = 0; d < lk_.rowAxes; ++d)
     if (d != f.queryAxis) outer.push_back(lk_.parallel[static_cast<size_t>(d)]);
-  unflatten(outer, floorDiv(bid, qBlocks), lk_.rowPoints() / Lq, body);
+  unflatten(outer, floorDiv(bid, perRow), lk_.rowPoints() / Lq, top);
+  Idx pb = defVar(top, "pb", mod(bid, perRow), perRow);
+  Block body;
+  const int halfVar = freshKernelVar();
+  extents_[halfVar] = 2;
+  const Idx half = idxVar(halfVar, "half");
+  Idx qb = f.pairBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) + half * idxAdd(idxMul(pb, 2), 1 - qBlocks), qBlocks)
+                        : defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);
   const Idx q0 = simplify(qb * idxConst(BQ), extents_);
-  Idx ct = defVar(body, "ct", threadIdx(), threads);
-  Idx warp = defVar(body, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);
-  Idx lane = defVar(body, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
-  Idx g = defVar(body, "g", floorDiv(lane, 4), 8);
-  Idx tq = defVar(body, "tq", mod(lane, 4), 4);
+  Idx ct = defVar(top, "ct", threadIdx(), threads);
+  Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);
+  Idx lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
+  Idx g = defVar(top, "g", floorDiv(lane, 4), 8);
+  Idx tq = defVar(top, "tq", mod(lane, 4), 4);
   // Warp w holds rows 16 (w mod row groups) .. + 15 of the block and keys kh * keysPerWarp .. of every step.
-  Idx rg = defVar(body, "rg", mod(warp, rowGroups), rowGroups);
-  Idx kh = defVar(body, "kh", floorDiv(warp, rowGroups), KS);
+  Idx rg = defVar(top, "rg", mod(warp, rowGroups), rowGroups);
+  Idx kh = defVar(top, "kh", floorDiv(warp, rowGroups), KS);
   const Idx keyBase = simplify(kh * idxConst(keysPerWarp), extents_);
 
   // The steps of keys the block's rows may see.
@@ -349,6 +357,14 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   }
   if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));
   else out.insert(out.end(), finish.begin(), finish.end());
+  if (!f.pairBlocks) {
+    top.insert(top.end(), body.begin(), body.end());
+    return;
+  }
+  // The second query block's copies overwrite the slices (and the split's hand-over) the first one read last.
+  body.push_back(barrier());
+  top.push_back(forLoop(halfVar, "half", idxConst(0), simplify(idxMin(idxConst(2), idxAdd(idxMul(pb, -2), qBlocks)), extents_), 1,
+                        std::move(body)));
 }
 
 }  // namespace kiln::kernel::detail

@@ -79,7 +79,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        k.parallel[static_cast<size_t>(f->queryAxis)].name, flashQueryBlocks(*f, k), f->blockQ,
                        k.attention->key.extent, f->blockKV, keyBoundsString(*f), k.attention->dot.axes[0].extent,
                        k.parallel.back().extent, dtypeName(f->mmaType), f->blockQ / 16,
-                       f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : "", kFlashRing, launch);
+                       f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : "", kFlashRing, launch) +
+           (f->pairBlocks ? "; query blocks paired last with first" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -112,7 +113,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"key_split", f->keySplit},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;

@@ -48,7 +48,8 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                         [&](const PointwiseMap& m) { return ceilDiv(k.parallelPoints() / m.vector, m.threads * m.vectorsPerThread); },
                         [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
                         [&](const FlashAttention& f) {
-                          return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * flashQueryBlocks(f, k);
+                          const int64_t blocks = flashQueryBlocks(f, k);
+                          return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * (f.pairBlocks ? (blocks + 1) / 2 : blocks);
                         },
                         [&](const TiledContraction& t) {
                           Contraction c = contractionOf(t, k);

@@ -178,7 +178,11 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   EXPECT_EQ(causal->keySplit, 1);
   const loop::Kernel& k = c.tileIR.loop.kernels[0];
   EXPECT_EQ(tile::threadsPerBlock(*causal), 32);
-  EXPECT_EQ(tile::gridBlocks(*causal, k), 8 * 7) << "8 heads x 7 blocks of 16 queries";
+  // tile-balance-attention: 7 query blocks per head under a causal mask, paired (6, 0), (5, 1), (4, 2), (3).
+  EXPECT_TRUE(causal->pairBlocks && window->pairBlocks);
+  EXPECT_EQ(tile::gridBlocks(*causal, k), 8 * 4) << "8 heads x 4 pairs of blocks of 16 queries";
+  Compiled unpaired = compiled("attention_bf16", "tile", {"tile-balance-attention"});
+  EXPECT_EQ(tile::gridBlocks(unpaired.tileIR.schedules[0], k), 8 * 7);
   EXPECT_TRUE(tile::dynamicShared(*causal));
   EXPECT_EQ(tile::sharedBytes(*causal, k), (16 * 72 + 2 * (64 * 72 + 64 * 72)) * 2);
   EXPECT_NE(tile::print(c.tileIR).find("flash_attention query p2 (7 blocks of 16), keys 100 in steps of 64, from query + -39"),
@@ -192,19 +196,22 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   EXPECT_EQ(tile::sharedBytes(split, k), (32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
 }
 
-// Every block size and key split the schedule allows, on both attentions of the fixture (causal and windowed, 100 tokens:
-// partial last blocks and steps), by the Kernel-IR interpreter against the Loop IR.
+// Every block size, key split and pairing the schedule allows, on both attentions of the fixture (causal and windowed, 100
+// tokens: partial last blocks and steps; 7, 4 or 2 query blocks, so an odd count pairs its middle block with itself), by
+// the Kernel-IR interpreter against the Loop IR.
 TEST(FlashAttention, EveryBlockAndSplitMatchesTheLoopInterpreter) {
   Compiled c = compiled("attention_bf16", "tile");
   auto inputs = loopInputs(c.loopIR, 5);
   auto want = loop::interpret(c.loopIR, inputs);
   for (int64_t rows : {16, 32, 64})
-    for (int64_t split : {1, 2, 4}) {
-      SCOPED_TRACE(fmt::format("block_q {} key_split {}", rows, split));
+    for (int64_t split : {1, 2, 4})
+      for (bool paired : {false, true}) {
+      SCOPED_TRACE(fmt::format("block_q {} key_split {} paired {}", rows, split, paired));
       tile::Program t = c.tileIR;
       for (auto& s : t.schedules) {
         std::get<tile::FlashAttention>(s).blockQ = rows;
         std::get<tile::FlashAttention>(s).keySplit = split;
+        std::get<tile::FlashAttention>(s).pairBlocks = paired;
       }
       tile::verify(t);
       kernel::Program kp = kernel::lowerFromTile(t);

@@ -114,6 +114,9 @@ struct FlashAttention {
   // step, with its own running maximum, sum and accumulators, combined through shared memory at the end. Shortens the
   // chain of dependent instructions of a block that walks many steps (causal blocks at the end of long sequences).
   int64_t keySplit = 1;
+  // Block b of a row (batch, head) takes query blocks QB - 1 - b and then b (tile-balance-attention): under a causal mask
+  // every block then walks about the same number of steps. The grid has ceil(QB / 2) blocks per row.
+  bool pairBlocks = false;
   DType mmaType = DType::BF16;
   std::optional<int64_t> keyFrom, keyTo;  // query row i sees keys [i + keyFrom, i + keyTo) only
 };
@@ -153,6 +156,7 @@ bool prefetchSlices(Program& p);                // tile-prefetch-slices
 bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 bool warpgroupProducts(Program& p);             // tile-warpgroup-products
+bool balanceAttention(Program& p);              // tile-balance-attention
 // A product shape (tile-shape-products); given to shapeProducts, it is applied to every eligible product instead of
 // the model's choice (tests), a split only where K / split is a multiple of 8 and the product has one stage.
 struct ProductShape {
