@@ -1,6 +1,7 @@
 """bf16 attention two ways, q [1,8,100,64], k and v [1,2,100,64] (grouped-query, 4 query heads per key head):
 sdpa with is_causal, and the eager chain with a sliding-window mask (40 keys) kept as a constant buffer, the way
-Hugging Face's eager path adds a prepared mask. 100 tokens: not a multiple of the flash schedule's 64-key steps."""
+Hugging Face's eager path adds a prepared mask. 100 tokens: not a multiple of the flash schedule's 64-key steps.
+Also attention_bf16_long.pt: causal sdpa over 200 tokens, head dim 16 (enough key steps for deeper copy rings)."""
 import pathlib
 import sys
 
@@ -34,6 +35,13 @@ class Attention(nn.Module):
         return causal, torch.matmul(probs, vv)
 
 
+class LongCausal(nn.Module):
+    """Causal sdpa over 200 tokens (4 steps of 64 keys, the last partial), 4 query heads on 1 key/value head of 16."""
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
 def main():
     torch.manual_seed(0)
     inputs = {
@@ -41,7 +49,14 @@ def main():
         "k": torch.randn(1, KV_HEADS, LENGTH, HEAD_DIM).bfloat16(),
         "v": torch.randn(1, KV_HEADS, LENGTH, HEAD_DIM).bfloat16(),
     }
-    return export(Attention(), inputs, pathlib.Path(__file__).resolve().parent / "fixtures" / f"{NAME}.pt")
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    export(Attention(), inputs, fixtures / f"{NAME}.pt")
+    long_inputs = {
+        "q": torch.randn(1, 4, 200, 16).bfloat16(),
+        "k": torch.randn(1, 1, 200, 16).bfloat16(),
+        "v": torch.randn(1, 1, 200, 16).bfloat16(),
+    }
+    return export(LongCausal(), long_inputs, fixtures / f"{NAME}_long.pt")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 // kernel-lower-from-tile for FlashAttention schedules (tile/ir.h): one block per 16, 32 or 64 query rows (block_q) of one
 // (batch, head) point, a warp per 16 rows, the keys walked in steps of 64.
 //
-//   prologue: cp.async q's block_q rows and step s_begin's k and v rows into ring slot 0; commit
+//   prologue: cp.async q's block_q rows and step s_begin's k and v rows into ring slot 0, then steps s_begin + 1 ..
+//     s_begin + ring - 2 into the next slots; a commit group each
 //   for st in [s_begin, s_end):                       (the steps some row of the block may see: tile::FlashAttention)
-//     cp.async step st + 1 into the other slot (if any); commit; wait for all but that group; barrier
+//     cp.async step st + ring - 1 (if any) into its slot; commit; wait for all but the ring - 1 newest groups; barrier
 //     first step only: q's fragments by ldmatrix.x4 into pair registers (kept for every step)
 //     S = q · kᵀ: per 16 of depth, k's fragments by ldmatrix.x4 and 8 mma.sync into 32 score accumulators per thread
 //     s = score(S) per element (scale, masks; keys past the end are -inf; steps inside every row's mask bounds skip the
@@ -51,7 +52,8 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     k_.shared.push_back(SharedBuffer{name, elements, T, true});
     return static_cast<int>(k_.shared.size()) - 1;
   };
-  const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", tile::kFlashRing * sl.k), vs = sharedBuf("vs", tile::kFlashRing * sl.v);
+  const int64_t R = f.ring;
+  const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", R * sl.k), vs = sharedBuf("vs", R * sl.v);
   const int64_t KS = f.keySplit, rowGroups = BQ / 16, keysPerWarp = BKV / KS;
   int comb = -1;
   if (KS > 1) {
@@ -128,10 +130,16 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, start, BKV, depth.var, D, sl.depthStride);
     copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, start, BKV, width.var, E, sl.widthStride);
   };
-  static_assert(tile::kFlashRing == 2, "the step loop alternates two ring slots");
+  // Prologue: q with the first step, then the next ring - 2 steps (those that exist), one commit group each.
   copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride);
   copyKeys(body, sBegin, idxConst(0));
   body.push_back(cpAsyncCommit());
+  for (int64_t i = 1; i + 1 < R; ++i) {
+    Block ahead;
+    copyKeys(ahead, idxAdd(sBegin, i), idxConst(i));
+    body.push_back(ifLess(idxAdd(sBegin, i), sEnd, std::move(ahead)));
+    body.push_back(cpAsyncCommit());
+  }
 
   // Per-thread state: running maximum and sum of its two rows, output accumulators, score accumulators, q fragments.
   const int64_t nTiles = keysPerWarp / kMmaN, eTiles = E / kMmaN, kSteps = D / kMmaK;
@@ -168,14 +176,15 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;
   const Idx st = idxVar(stepVar, "st");
-  Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), 2), 2);
+  Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), R), R);
   {
     Block next;
-    copyKeys(next, idxAdd(st, 1), idxAdd(idxMul(ring, -1), 1));
-    step.push_back(ifLess(idxAdd(st, 1), sEnd, std::move(next)));
+    Idx nextSlot = defVar(next, "next_slot", mod(st + idxMul(sBegin, -1) + idxConst(R - 1), R), R);
+    copyKeys(next, idxAdd(st, R - 1), nextSlot);
+    step.push_back(ifLess(idxAdd(st, R - 1), sEnd, std::move(next)));
   }
   step.push_back(cpAsyncCommit());
-  step.push_back(cpAsyncWait(1));
+  step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
   step.push_back(barrier());
   {
     Block loadQ;

@@ -11,6 +11,7 @@
 
 #include "kiln/loop/attention.h"
 #include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::tile {
 
@@ -31,6 +32,10 @@ Program lowerFromLoop(const loop::Program& p, const Target& target) {
       loop::KeyBounds b = loop::keyBounds(k, o->queryAxis);
       f.keyFrom = b.from;
       f.keyTo = b.to;
+      // Three ring slots (two steps of copies in flight) when blocks walk three steps or more and two blocks still fit
+      // an SM's shared memory.
+      f.ring = 3;
+      if (k.attention->key.extent <= 2 * f.blockKV || 2 * sharedBytes(f, k) > target.sharedPerSm) f.ring = 2;
       t.schedules.push_back(f);
       continue;
     }

@@ -78,11 +78,9 @@ std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Ker
   if (o.type != DType::BF16 && o.type != DType::F16) return std::nullopt;
   if (readsVar(*o.q, keyVar) || !readsVar(*o.k, keyVar) || !readsVar(*o.v, keyVar) || readsVar(*o.v, depthVar)) return std::nullopt;
   if (o.depth % 16 != 0 || o.depth > kAttentionMaxWidth || o.width % 16 != 0 || o.width > kAttentionMaxWidth) return std::nullopt;
-  for (int d = 0; d < k.rowAxes; ++d) {
+  for (int d = k.rowAxes; d-- > 0 && o.queryAxis < 0;) {  // the innermost such axis (heads too, with one k/v head)
     const int var = k.parallel[static_cast<size_t>(d)].var;
-    if (!readsVar(*o.q, var) || readsVar(*o.k, var) || readsVar(*o.v, var)) continue;
-    if (o.queryAxis >= 0) return std::nullopt;
-    o.queryAxis = d;
+    if (readsVar(*o.q, var) && !readsVar(*o.k, var) && !readsVar(*o.v, var)) o.queryAxis = d;
   }
   if (o.queryAxis < 0) return std::nullopt;
   const VarExtents ext = k.extents();

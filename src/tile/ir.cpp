@@ -79,7 +79,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        k.parallel[static_cast<size_t>(f->queryAxis)].name, flashQueryBlocks(*f, k), f->blockQ,
                        k.attention->key.extent, f->blockKV, keyBoundsString(*f), k.attention->dot.axes[0].extent,
                        k.parallel.back().extent, dtypeName(f->mmaType), f->blockQ / 16,
-                       f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : "", kFlashRing, launch) +
+                       f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : "", f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
@@ -113,7 +113,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -220,6 +220,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "kernel {}: flash_attention blocks are 16, 32 or 64 queries by 64 keys, not {} by {}", k.name, f->blockQ, f->blockKV);
     KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
                 k.name, f->keySplit);
+    KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
     // Per thread: the score accumulators of a key step, the output accumulators, q's fragments.
     const int64_t registers = f->blockKV / f->keySplit / 2 + o->width / 2 + o->depth / 4;
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);

@@ -196,32 +196,60 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   EXPECT_EQ(tile::sharedBytes(split, k), (32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
 }
 
-// Every block size, key split and pairing the schedule allows, on both attentions of the fixture (causal and windowed, 100
+// Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and windowed, 100
 // tokens: partial last blocks and steps; 7, 4 or 2 query blocks, so an odd count pairs its middle block with itself), by
 // the Kernel-IR interpreter against the Loop IR.
 TEST(FlashAttention, EveryBlockAndSplitMatchesTheLoopInterpreter) {
   Compiled c = compiled("attention_bf16", "tile");
+  ASSERT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).ring, 2) << "two steps of keys: no deeper ring";
   auto inputs = loopInputs(c.loopIR, 5);
   auto want = loop::interpret(c.loopIR, inputs);
   for (int64_t rows : {16, 32, 64})
     for (int64_t split : {1, 2, 4})
-      for (bool paired : {false, true}) {
-      SCOPED_TRACE(fmt::format("block_q {} key_split {} paired {}", rows, split, paired));
+      for (bool paired : {false, true})
+        for (int64_t ring : {2, 3, 4}) {
+          if (ring != 2 && (split != 1 || rows == 32)) continue;  // rings are independent of the split and block: fewer runs
+          SCOPED_TRACE(fmt::format("block_q {} key_split {} paired {} ring {}", rows, split, paired, ring));
+          tile::Program t = c.tileIR;
+          for (auto& s : t.schedules) {
+            std::get<tile::FlashAttention>(s).ring = ring;
+            std::get<tile::FlashAttention>(s).blockQ = rows;
+            std::get<tile::FlashAttention>(s).keySplit = split;
+            std::get<tile::FlashAttention>(s).pairBlocks = paired;
+          }
+          tile::verify(t);
+          kernel::Program kp = kernel::lowerFromTile(t);
+          kernel::verify(kp);
+          auto got = kernel::interpret(kp, inputs);
+          for (size_t i = 0; i < got.size(); ++i) {
+            Comparison cmp = compare(got[i], want[i]);
+            EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
+            EXPECT_FALSE(cmp.hasNaN);
+          }
+        }
+}
+
+// Four steps of keys (200, the last step partial): copies two steps ahead by default; every ring depth, paired or not.
+TEST(FlashAttention, DeeperRingsMatchTheLoopInterpreter) {
+  Compiled c = compiled("attention_bf16_long", "tile");
+  ASSERT_EQ(c.tileIR.schedules.size(), 1u);
+  EXPECT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).ring, 3);
+  auto inputs = loopInputs(c.loopIR, 6);
+  auto want = loop::interpret(c.loopIR, inputs);
+  for (int64_t ring : {2, 3, 4})
+    for (bool paired : {false, true}) {
+      SCOPED_TRACE(fmt::format("ring {} paired {}", ring, paired));
       tile::Program t = c.tileIR;
-      for (auto& s : t.schedules) {
-        std::get<tile::FlashAttention>(s).blockQ = rows;
-        std::get<tile::FlashAttention>(s).keySplit = split;
-        std::get<tile::FlashAttention>(s).pairBlocks = paired;
-      }
+      auto& f = std::get<tile::FlashAttention>(t.schedules[0]);
+      f.ring = ring;
+      f.pairBlocks = paired;
+      f.blockQ = 64;
       tile::verify(t);
       kernel::Program kp = kernel::lowerFromTile(t);
       kernel::verify(kp);
-      auto got = kernel::interpret(kp, inputs);
-      for (size_t i = 0; i < got.size(); ++i) {
-        Comparison cmp = compare(got[i], want[i]);
-        EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
-        EXPECT_FALSE(cmp.hasNaN);
-      }
+      Comparison cmp = compare(kernel::interpret(kp, inputs)[0], want[0]);
+      EXPECT_LE(cmp.relL2, 1e-2);
+      EXPECT_FALSE(cmp.hasNaN);
     }
 }
 

@@ -1,5 +1,5 @@
 // End-to-end tests over every model fixture: the Loop-IR and Kernel-IR interpreters agree with LibTorch on
-// fresh random inputs, the emitted CUDA compiles with nvcc (sm_90, warnings are errors), --dtype casts
+// fresh random inputs, the emitted CUDA compiles with nvcc (for the Target, sm_90a; warnings are errors), --dtype casts
 // (compileModel's castTo) agree with LibTorch running the cast module, and every pass in passes.def runs
 // for some model.
 #include <gtest/gtest.h>
@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",    "rmsnorm_aten",  "softmax",
                                           "linear",      "mlp",        "attention",  "shapes",        "llama_tiny",
-                                          "hf_llama_tiny", "hf_llama_tiny_bf16", "layers", "attention_bf16",
+                                          "hf_llama_tiny", "hf_llama_tiny_bf16", "layers", "attention_bf16", "attention_bf16_long",
                                           // the transformers families of models/hf_families.py (issue 9)
                                           "hf_gpt2_tiny", "hf_gpt_neox_tiny", "hf_phi_tiny", "hf_phi3_tiny",
                                           "hf_stablelm_tiny", "hf_falcon_tiny", "hf_qwen2_tiny", "hf_qwen3_tiny",
@@ -89,7 +89,8 @@ TEST_P(Models, NvccCompilesEveryKernel) {
   TempDir tmp;
   fs::path out = tmp.path / "artifacts";
   try {
-    cuda::writeArtifacts(c.kernelIR, c.cudaIR, out, cuda::ArtifactOptions{"sm_90", true});
+    // For the Target the kernels were scheduled for (sm_90a: wgmma products assemble for it only).
+    cuda::writeArtifacts(c.kernelIR, c.cudaIR, out, cuda::ArtifactOptions{c.kernelIR.target.arch, true});
   } catch (const UserError& e) {
     FAIL() << "writeArtifacts failed: " << e.what();
   }

@@ -10,8 +10,9 @@ namespace kiln::loop {
 // The operands of an attention kernel that a tensor-core flash schedule can run: q and k the two factors of the dot,
 // v the value, each a plain load (under casts to f32) of a buffer of one 16-bit float type, reading no indices from
 // memory; one depth axis d; d (in q and k) and e (in v) contiguous in memory in runs of 8 elements that start at
-// multiples of 8 (16-byte copies); depth and value widths multiples of 16 up to 256; exactly one row axis, the query
-// axis, read by q and by neither k nor v (k and v are shared by a block's query rows).
+// multiples of 8 (16-byte copies); depth and value widths multiples of 16 up to 256; a query axis: the innermost row
+// axis read by q and by neither k nor v (k and v are shared by a block's query rows; with one k/v head the heads axis is
+// such an axis too, the sequence is innermost).
 struct AttentionOperands {
   const Expr* q = nullptr;
   const Expr* k = nullptr;

@@ -117,6 +117,7 @@ struct FlashAttention {
   // Block b of a row (batch, head) takes query blocks QB - 1 - b and then b (tile-balance-attention): under a causal mask
   // every block then walks about the same number of steps. The grid has ceil(QB / 2) blocks per row.
   bool pairBlocks = false;
+  int64_t ring = 2;  // ring slots of k and v (2 to 4): the copies of ring - 1 steps ahead are in flight during a step
   DType mmaType = DType::BF16;
   std::optional<int64_t> keyFrom, keyTo;  // query row i sees keys [i + keyFrom, i + keyTo) only
 };

@@ -26,8 +26,7 @@ int64_t combineSlots(const RowReduction& r);
 // row axes, the query block fastest.
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k);
 // Shared slices in the operand type, rows of the row stride (width + kPairPad: 16-byte aligned rows whose 8 rows of one
-// ldmatrix fall in distinct banks): q [blockQ][D], and per ring slot k [blockKV][D] and v [blockKV][E].
-constexpr int64_t kFlashRing = 2;
+// ldmatrix fall in distinct banks): q [blockQ][D], and per ring slot (FlashAttention::ring) k [blockKV][D] and v [blockKV][E].
 struct FlashSlices {
   int64_t q, k, v;                  // elements of each slice
   int64_t depthStride, widthStride;  // elements per row of the q and k slices, of the v slice
