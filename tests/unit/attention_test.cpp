@@ -164,6 +164,25 @@ TEST(FuseAttention, LoopInterpreterMatchesTheUnfusedProgram) {
 
 // ---- the flash_attention schedule and its lowering ----
 
+// The kernels agree with the Loop IR to bf16 precision: they round the probabilities to bf16 for the tensor cores
+// (relative to the running maximum), the Loop IR weights in f32.
+void expectMatches(const std::vector<HostTensor>& got, const std::vector<HostTensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    Comparison cmp = compare(got[i], want[i]);
+    EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
+    EXPECT_FALSE(cmp.hasNaN) << "output " << i;
+  }
+}
+
+// Schedule t verified, lowered, verified and run by the Kernel-IR interpreter.
+std::vector<HostTensor> runSchedules(const tile::Program& t, const std::vector<HostTensor>& inputs) {
+  tile::verify(t);
+  kernel::Program kp = kernel::lowerFromTile(t);
+  kernel::verify(kp);
+  return kernel::interpret(kp, inputs);
+}
+
 TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   Compiled c = compiled("attention_bf16", "tile");
   ASSERT_EQ(c.tileIR.schedules.size(), 2u);
@@ -196,9 +215,9 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   EXPECT_EQ(tile::sharedBytes(split, k), (32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
 }
 
-// Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and windowed, 100
-// tokens: partial last blocks and steps; 7, 4 or 2 query blocks, so an odd count pairs its middle block with itself), by
-// the Kernel-IR interpreter against the Loop IR.
+// Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and
+// windowed, 100 tokens: partial last blocks and steps; 7, 4 or 2 query blocks, so an odd count pairs its middle block
+// with itself), by the Kernel-IR interpreter against the Loop IR.
 TEST(FlashAttention, EveryBlockAndSplitMatchesTheLoopInterpreter) {
   Compiled c = compiled("attention_bf16", "tile");
   ASSERT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).ring, 2) << "two steps of keys: no deeper ring";
@@ -217,15 +236,7 @@ TEST(FlashAttention, EveryBlockAndSplitMatchesTheLoopInterpreter) {
             std::get<tile::FlashAttention>(s).keySplit = split;
             std::get<tile::FlashAttention>(s).pairBlocks = paired;
           }
-          tile::verify(t);
-          kernel::Program kp = kernel::lowerFromTile(t);
-          kernel::verify(kp);
-          auto got = kernel::interpret(kp, inputs);
-          for (size_t i = 0; i < got.size(); ++i) {
-            Comparison cmp = compare(got[i], want[i]);
-            EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
-            EXPECT_FALSE(cmp.hasNaN);
-          }
+          expectMatches(runSchedules(t, inputs), want);
         }
 }
 
@@ -244,12 +255,7 @@ TEST(FlashAttention, DeeperRingsMatchTheLoopInterpreter) {
       f.ring = ring;
       f.pairBlocks = paired;
       f.blockQ = 64;
-      tile::verify(t);
-      kernel::Program kp = kernel::lowerFromTile(t);
-      kernel::verify(kp);
-      Comparison cmp = compare(kernel::interpret(kp, inputs)[0], want[0]);
-      EXPECT_LE(cmp.relL2, 1e-2);
-      EXPECT_FALSE(cmp.hasNaN);
+      expectMatches(runSchedules(t, inputs), want);
     }
 }
 
@@ -258,14 +264,7 @@ TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
     SCOPED_TRACE(model);
     Compiled c = compiled(model, "kernel");
     auto inputs = test::randomInputs(c.kernelIR, 4);
-    auto got = kernel::interpret(c.kernelIR, inputs), want = loop::interpret(c.loopIR, inputs);
-    // The kernel rounds the probabilities to bf16 for the tensor cores (relative to the running maximum); the Loop IR
-    // weights in f32: they agree to bf16 precision.
-    for (size_t i = 0; i < got.size(); ++i) {
-      Comparison cmp = compare(got[i], want[i]);
-      EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
-      EXPECT_FALSE(cmp.hasNaN);
-    }
+    expectMatches(kernel::interpret(c.kernelIR, inputs), loop::interpret(c.loopIR, inputs));
   }
 }
 
