@@ -36,3 +36,4 @@ if __name__ == "__main__":
     # records mangled names and lines that a shared process would change).
     for script in ("layers.py", "hf_families.py", "attention_bf16.py"):
         subprocess.run([sys.executable, str(HERE / script)], check=True)
+    subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--bf16"], check=True)

@@ -7,6 +7,7 @@ sliding windows, multi-query, logit softcapping) switched on where it has them.
 
     python3 models/hf_families.py              # every family -> models/fixtures/hf_<family>_tiny.pt
     python3 models/hf_families.py gpt2 phi3    # some of them
+    python3 models/hf_families.py --bf16       # hf_gpt_neox_tiny_bf16.pt, hf_gemma2_tiny_bf16.pt (BF16_FAMILIES)
 """
 import pathlib
 import sys
@@ -64,5 +65,21 @@ def main(argv=None):
         export(model, example_inputs(256), fixtures / f"hf_{family}_tiny.pt")
 
 
+# Families whose attention kiln's bf16 flash kernel takes in a form none of the others have: GPT-NeoX adds a bias to v
+# (it leaves the weighted sum), Gemma-2's eager p·v writes an extra extent-1 axis after softcapped, windowed scores.
+BF16_FAMILIES = ["gpt_neox", "gemma2"]
+
+
+def main_bf16(argv=None):
+    """hf_<family>_tiny_bf16.pt: the same models traced in bf16 (model.to(torch.bfloat16))."""
+    families = argv or BF16_FAMILIES
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    for family in families:
+        export(build(family).to(torch.bfloat16), example_inputs(256), fixtures / f"hf_{family}_tiny_bf16.pt")
+
+
 if __name__ == "__main__":
-    main()
+    if "--bf16" in sys.argv:
+        main_bf16([a for a in sys.argv[1:] if a != "--bf16"])
+    else:
+        main()

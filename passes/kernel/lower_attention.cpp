@@ -39,7 +39,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   KILN_ASSERT(ops, "kernel {}: flash_attention on operands it cannot copy", lk_.name);
   const tile::FlashSlices sl = tile::flashSlices(f, lk_);
   const loop::Axis& query = lk_.parallel[static_cast<size_t>(f.queryAxis)];
-  const loop::Axis& width = lk_.parallel.back();
+  const loop::Axis& width = lk_.parallel[static_cast<size_t>(lk_.rowAxes)];
   const loop::Axis& depth = a.dot.axes[0];
   const int64_t D = ops->depth, E = ops->width, BQ = f.blockQ, BKV = f.blockKV, Lq = query.extent, Lk = a.key.extent;
   const int64_t threads = tile::threadsPerBlock(f), qBlocks = tile::flashQueryBlocks(f, lk_), steps = (Lk + BKV - 1) / BKV;
@@ -73,6 +73,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     if (d != f.queryAxis) outer.push_back(lk_.parallel[static_cast<size_t>(d)]);
   unflatten(outer, floorDiv(bid, perRow), lk_.rowPoints() / Lq, top);
   Idx pb = defVar(top, "pb", mod(bid, perRow), perRow);
+  for (size_t d = static_cast<size_t>(lk_.rowAxes) + 1; d < lk_.parallel.size(); ++d) {  // extent-1 axes after the width
+    top.push_back(defIdx(lk_.parallel[d].var + kFirstLoopVar, lk_.parallel[d].name, idxConst(0)));
+    extents_[lk_.parallel[d].var + kFirstLoopVar] = 1;
+  }
   Block body;
   const int halfVar = freshKernelVar();
   extents_[halfVar] = 2;

@@ -14,9 +14,11 @@
 // Fused only when a tensor-core flash schedule can run the result (loop::tensorCoreAttention: q, k, v plain 16-bit
 // loads, contiguous, widths multiples of 16); f32 attention stays three kernels until a CUDA-core flash schedule exists.
 // The rule on the three kernels: S and P are temporaries read only by P and O respectively, P's rows are O's rows,
-// S is read in s(j) only at [rows, j], P only as one factor of O's single sum.
+// S is read in s(j) only at [rows, j], P only as one factor of O's single sum. Terms of the value that do not read the
+// key (GPT-NeoX's v bias) move to the result, added to acc0: the softmax weights sum to 1.
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -71,6 +73,43 @@ ExprP softmaxScore(const ExprP& result) {
   return nullptr;
 }
 
+bool readsVar(const ExprP& e, int var) {
+  bool used = false;
+  for (auto& i : e->index) forEachVar(i, [&](int v) { used = used || v == var; });
+  for (auto& a : e->args) used = used || readsVar(a, var);
+  return used;
+}
+
+// e as a sum of terms: those that read the key variable are returned (summed), the others appended to `outside`; null
+// when no term reads it.
+ExprP splitKeyFreeTerms(const ExprP& e, int keyVar, std::vector<ExprP>& outside) {
+  if (!readsVar(e, keyVar)) {
+    outside.push_back(e);
+    return nullptr;
+  }
+  if (!isApply(e, Fn::Add)) return e;
+  ExprP a = splitKeyFreeTerms(e->args[0], keyVar, outside), b = splitKeyFreeTerms(e->args[1], keyVar, outside);
+  if (!a || !b) return a ? a : b;
+  return apply(Fn::Add, {a, b});
+}
+
+// e with every acc0 replaced by f(acc0).
+ExprP mapAcc(const ExprP& e, const std::function<ExprP(const ExprP&)>& f) {
+  if (isAcc(e, 0)) return f(e);
+  if (e->args.empty()) return e;
+  auto copy = std::make_shared<Expr>(*e);
+  for (auto& arg : copy->args) arg = mapAcc(arg, f);
+  return copy;
+}
+
+// O's axes up to its width axis: all but a run of extent-1 axes at the end (a product's keepdim axis, Gemma-2's eager
+// p·v writes [b, h, i, e, 1]).
+size_t throughWidth(const Kernel& o) {
+  size_t n = o.parallel.size();
+  while (n > 1 && o.parallel[n - 1].extent == 1) --n;
+  return n;
+}
+
 class Fuser {
  public:
   // Readers among the live kernels only: the kernels earlier fusions inlined are still there, unread, until
@@ -94,7 +133,7 @@ class Fuser {
   // Kernel `oi` as the product O of the rule, fused with its S and P; nullopt when the rule does not hold.
   std::optional<Kernel> fuse(size_t oi) {
     const Kernel& o = p_.kernels[oi];
-    const size_t n = o.parallel.size();
+    const size_t n = throughWidth(o);
     if (o.attention || o.stages.size() != 1 || n < 2 || o.stages[0].fn != ReduceFn::Sum || o.stages[0].axes.size() != 1) return std::nullopt;
     const ExprP& product = o.stages[0].value;
     if (!isApply(product, Fn::Mul)) return std::nullopt;
@@ -126,7 +165,7 @@ class Fuser {
   std::optional<Kernel> withSoftmax(size_t oi, size_t pi, const ExprP& value) {
     const Kernel& o = p_.kernels[oi];
     const Kernel& pk = p_.kernels[pi];
-    const size_t n = o.parallel.size();
+    const size_t n = throughWidth(o);
     if (pk.attention || pk.stages.size() != 2 || pk.parallel.size() != n || pk.rowAxes + 1 != static_cast<int>(n)) return std::nullopt;
     if (pk.stages[0].fn != ReduceFn::Max || pk.stages[1].fn != ReduceFn::Sum || pk.stages[0].axes.size() != 1 ||
         pk.stages[1].axes.size() != 1)
@@ -194,7 +233,15 @@ class Fuser {
     a.key = key;
     a.dot = Reduction{ReduceFn::Sum, {depth}, renamed(sk.stages[0].value, fromS, ext)};
     a.score = mapLoads(s, [&](const Expr& l) { return l.buffer == *sBuffer ? h : std::make_shared<Expr>(l); });
-    a.value = renamed(value, {{o.stages[0].axes[0].var, idxVar(key.var, key.name)}}, ext);
+    // Terms of the value that do not depend on the key (a bias added to v) leave the weighted sum: the weights sum to 1,
+    // so sum_j w(j) (v(j) + c) / sum_j w(j) = sum_j w(j) v(j) / sum_j w(j) + c.
+    ExprP weighted = renamed(value, {{o.stages[0].axes[0].var, idxVar(key.var, key.name)}}, ext);
+    std::vector<ExprP> outside;
+    weighted = splitKeyFreeTerms(weighted, key.var, outside);
+    if (!weighted) return std::nullopt;
+    a.value = weighted;
+    for (const ExprP& c : outside)
+      f.result = mapAcc(f.result, [&](const ExprP& acc) { return apply(Fn::Add, {acc, c}); });
     f.attention = std::move(a);
     if (!tensorCoreAttention(p_, f)) return std::nullopt;
     return f;

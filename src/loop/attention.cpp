@@ -65,14 +65,14 @@ std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Ker
   if (dot->kind != Expr::Kind::Apply || dot->fn != Fn::Mul) return std::nullopt;
   const Expr *x = plainLoadOf(dot->args[0]), *y = plainLoadOf(dot->args[1]), *v = plainLoadOf(a.value);
   if (!x || !y || !v) return std::nullopt;
-  const int keyVar = a.key.var, depthVar = a.dot.axes[0].var, widthVar = k.parallel.back().var;
+  const int keyVar = a.key.var, depthVar = a.dot.axes[0].var, widthVar = k.parallel[static_cast<size_t>(k.rowAxes)].var;
   AttentionOperands o;
   o.q = readsVar(*x, keyVar) ? y : x;
   o.k = o.q == x ? y : x;
   o.v = v;
   o.type = p.buffers[static_cast<size_t>(v->buffer)].dtype;
   o.depth = a.dot.axes[0].extent;
-  o.width = k.parallel.back().extent;
+  o.width = k.parallel[static_cast<size_t>(k.rowAxes)].extent;
   for (const Expr* l : {o.q, o.k, o.v})
     if (p.buffers[static_cast<size_t>(l->buffer)].dtype != o.type || readsIndices(*l)) return std::nullopt;
   if (o.type != DType::BF16 && o.type != DType::F16) return std::nullopt;

@@ -23,14 +23,18 @@ bool readsAcc(const ExprP& e, int maxStage) {
 template <class CheckLoads>
 void verifyAttention(const Kernel& k, CheckLoads& checkLoads) {
   const OnlineSoftmax& a = *k.attention;
-  KILN_ASSERT(k.stages.empty() && !k.parallel.empty() && k.rowAxes + 1 == static_cast<int>(k.parallel.size()),
-              "kernel {}: an attention kernel has no stages and rows of all its axes but the last", k.name);
+  KILN_ASSERT(k.stages.empty() && k.rowAxes < static_cast<int>(k.parallel.size()),
+              "kernel {}: an attention kernel has no stages and rows of the axes before its width axis", k.name);
+  for (size_t d = static_cast<size_t>(k.rowAxes) + 1; d < k.parallel.size(); ++d)
+    KILN_ASSERT(k.parallel[d].extent == 1, "kernel {}: attention axis {} after the width axis has extent {}", k.name,
+                k.parallel[d].name, k.parallel[d].extent);
   KILN_ASSERT(a.dot.fn == ReduceFn::Sum && !a.dot.axes.empty(), "kernel {}: attention's dot is a sum", k.name);
   checkLoads(a.dot.value, true);
   checkLoads(a.score, true);
   checkLoads(a.value, true);
-  const int e = k.parallel.back().var;
-  KILN_ASSERT(!usesVar(a.dot.value, e) && !usesVar(a.score, e), "kernel {}: attention scores read {}", k.name, k.parallel.back().name);
+  const Axis& width = k.parallel[static_cast<size_t>(k.rowAxes)];
+  KILN_ASSERT(!usesVar(a.dot.value, width.var) && !usesVar(a.score, width.var), "kernel {}: attention scores read {}", k.name,
+              width.name);
   for (auto& d : a.dot.axes) {
     KILN_ASSERT(!usesVar(a.score, d.var) && !usesVar(a.value, d.var) && !usesVar(k.result, d.var),
                 "kernel {}: {} is read outside attention's dot", k.name, d.name);

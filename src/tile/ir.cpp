@@ -78,7 +78,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        "warps {} of 16 rows{}; q, k, v by cp_async into [rows][width+8] slices, k and v x{} ring  ({})",
                        k.parallel[static_cast<size_t>(f->queryAxis)].name, flashQueryBlocks(*f, k), f->blockQ,
                        k.attention->key.extent, f->blockKV, keyBoundsString(*f), k.attention->dot.axes[0].extent,
-                       k.parallel.back().extent, dtypeName(f->mmaType), f->blockQ / 16,
+                       k.parallel[static_cast<size_t>(k.rowAxes)].extent, dtypeName(f->mmaType), f->blockQ / 16,
                        f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : "", f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "");
   const auto& t = std::get<TiledContraction>(s);

@@ -65,7 +65,7 @@ int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k) {
 
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k) {
   KILN_ASSERT(k.attention && k.attention->dot.axes.size() == 1, "kernel {}: flash_attention on a kernel that is not attention", k.name);
-  const int64_t depth = k.attention->dot.axes[0].extent, width = k.parallel.back().extent;
+  const int64_t depth = k.attention->dot.axes[0].extent, width = k.parallel[static_cast<size_t>(k.rowAxes)].extent;
   return FlashSlices{f.blockQ * (depth + kPairPad), f.blockKV * (depth + kPairPad), f.blockKV * (width + kPairPad),
                      depth + kPairPad, width + kPairPad, flashCombineValues(width) * (f.keySplit - 1) * (f.blockQ / 16) * Target::kWarpSize};
 }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <limits>
 
 #include "kiln/driver/pipeline.h"
@@ -141,6 +142,39 @@ TEST(FuseAttention, EachAttentionBecomesOneKernel) {
   EXPECT_EQ(attentionKernels(llama.loopIR).size(), 2u) << loop::print(llama.loopIR);
 }
 
+// Two families' own forms: GPT-NeoX adds its bias to v (the bias leaves the weighted sum for the result, the weights
+// summing to 1); Gemma-2's eager path softcaps the scores, windows layer 0 and writes p·v with an extent-1 axis after the
+// width.
+TEST(FuseAttention, FamiliesOwnFormsAreOneKernel) {
+  Compiled neox = compiled("hf_gpt_neox_tiny_bf16", "loop");
+  auto ks = attentionKernels(neox.loopIR);
+  ASSERT_EQ(ks.size(), 2u) << loop::print(neox.loopIR);
+  auto o = loop::tensorCoreAttention(neox.loopIR, *ks[0]);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->v, ks[0]->attention->value.get()) << "v is a plain load; its bias moved to the result";
+  bool resultReadsBias = false;
+  loop::forEachLoad(ks[0]->result, [&](const loop::Expr& l) {
+    resultReadsBias = resultReadsBias || neox.loopIR.buffers[static_cast<size_t>(l.buffer)].name.find("query_key_value.bias") != std::string::npos;
+  });
+  EXPECT_TRUE(resultReadsBias) << loop::printKernelBody(neox.loopIR, *ks[0]);
+
+  Compiled gemma2 = compiled("hf_gemma2_tiny_bf16", "loop");
+  ks = attentionKernels(gemma2.loopIR);
+  ASSERT_EQ(ks.size(), 2u) << loop::print(gemma2.loopIR);
+  EXPECT_EQ(ks[0]->parallel.size(), 5u);
+  EXPECT_EQ(ks[0]->rowAxes, 3) << "rows b, h, i; width e; then the extent-1 axis";
+  const int query = loop::tensorCoreAttention(gemma2.loopIR, *ks[0])->queryAxis;
+  EXPECT_EQ(loop::keyBounds(*ks[0], query).from, -7) << "sliding window of 8 in layer 0";
+  EXPECT_FALSE(loop::keyBounds(*ks[1], query).from);
+  bool softcapped = false;
+  std::function<void(const loop::ExprP&)> find = [&](const loop::ExprP& e) {
+    softcapped = softcapped || (e->kind == loop::Expr::Kind::Apply && e->fn == tensor::Fn::Tanh);
+    for (auto& a : e->args) find(a);
+  };
+  find(ks[0]->attention->score);
+  EXPECT_TRUE(softcapped) << loop::printKernelBody(gemma2.loopIR, *ks[0]);
+}
+
 TEST(FuseAttention, F32AttentionStaysThreeKernels) {
   for (const char* model : {"attention", "hf_llama_tiny"}) {
     Compiled c = compiled(model, "loop");
@@ -260,7 +294,7 @@ TEST(FlashAttention, DeeperRingsMatchTheLoopInterpreter) {
 }
 
 TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
-  for (const char* model : {"attention_bf16", "hf_llama_tiny_bf16"}) {
+  for (const char* model : {"attention_bf16", "hf_llama_tiny_bf16", "hf_gpt_neox_tiny_bf16", "hf_gemma2_tiny_bf16"}) {
     SCOPED_TRACE(model);
     Compiled c = compiled(model, "kernel");
     auto inputs = test::randomInputs(c.kernelIR, 4);

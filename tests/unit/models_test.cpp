@@ -31,6 +31,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm",    "rmsnorm_aten",  "softmax",
                                           "linear",      "mlp",        "attention",  "shapes",        "llama_tiny",
                                           "hf_llama_tiny", "hf_llama_tiny_bf16", "layers", "attention_bf16", "attention_bf16_long",
+                                          "hf_gpt_neox_tiny_bf16", "hf_gemma2_tiny_bf16",
                                           // the transformers families of models/hf_families.py (issue 9)
                                           "hf_gpt2_tiny", "hf_gpt_neox_tiny", "hf_phi_tiny", "hf_phi3_tiny",
                                           "hf_stablelm_tiny", "hf_falcon_tiny", "hf_qwen2_tiny", "hf_qwen3_tiny",

@@ -84,7 +84,8 @@ struct Reduction {
 };
 
 // Attention as one kernel (loop-fuse-attention): softmax over a key axis j of scores that are themselves products,
-// weighting values. Its kernel's rows are all parallel axes but the last (e), and its result reads as acc0
+// weighting values. Its kernel's rows are the parallel axes before parallel[rowAxes] (e, the width axis; any axes after
+// it have extent 1), and its result reads as acc0
 //   acc0(row, e) = sum_j w(j) * value(row, j, e) / sum_j w(j),   w(j) = exp(s(j) - max_j s(j))
 //   s(j) = score(row, j) with acc0 there the product dot(row, j) = sum_d a(row, j, d) * b(row, j, d)
 // all in f32. The interpreters compute it as written; a flash-attention schedule computes it in one pass over j
