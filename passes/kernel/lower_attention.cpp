@@ -15,8 +15,10 @@
 //       is the A layout of one 16-deep step), packed to bf16 pairs once; v's fragments by ldmatrix.x4.trans
 //     barrier (the slot is overwritten next step)
 //   l summed over the quad; out = result(O / l) for the rows inside the query axis.
-// Thread layout (kernel::mma): lane l of warp w holds rows 16w + g and 16w + g + 8 (g = l / 4) at columns 2t, 2t + 1
-// (t = l % 4) of every 8-column tile.
+// Thread layout (kernel::mma): warp w works on row group rg = w mod (block_q / 16) and, with a key split, on share
+// kh = w div (block_q / 16) of every step's keys; its lane l holds rows 16 rg + g and 16 rg + g + 8 (g = l / 4) at columns
+// 2t, 2t + 1 (t = l % 4) of every 8-column tile. Pairing (pair_blocks) runs all of the above once per query block of the
+// pair, with a barrier between.
 #include <fmt/format.h>
 
 #include <array>
