@@ -114,7 +114,7 @@ class Fuser {
  public:
   // Readers among the live kernels only: the kernels earlier fusions inlined are still there, unread, until
   // loop-eliminate-dead-buffers.
-  explicit Fuser(Program& p) : p_(p), readers_(p.buffers.size()) {
+  explicit Fuser(const Program& p) : p_(p), readers_(p.buffers.size()) {
     std::vector<bool> read(p.buffers.size(), false), live(p.kernels.size(), false);
     for (int o : p.outputs) read[static_cast<size_t>(o)] = true;
     for (size_t k = p.kernels.size(); k-- > 0;) {
@@ -132,6 +132,7 @@ class Fuser {
 
   // Kernel `oi` as the product O of the rule, fused with its S and P; nullopt when the rule does not hold.
   std::optional<Kernel> fuse(size_t oi) {
+    refusal_.clear();
     const Kernel& o = p_.kernels[oi];
     const size_t n = throughWidth(o);
     if (o.attention || o.stages.size() != 1 || n < 2 || o.stages[0].fn != ReduceFn::Sum || o.stages[0].axes.size() != 1) return std::nullopt;
@@ -243,17 +244,29 @@ class Fuser {
     for (const ExprP& c : outside)
       f.result = mapAcc(f.result, [&](const ExprP& acc) { return apply(Fn::Add, {acc, c}); });
     f.attention = std::move(a);
-    if (!tensorCoreAttention(p_, f)) return std::nullopt;
+    if (!tensorCoreAttention(p_, f, &refusal_)) return std::nullopt;
     return f;
   }
 
   static bool isKeyVar(const Idx& i, const Axis& key) { return i->op == IndexNode::Op::Var && i->var == key.var; }
 
-  Program& p_;
+ public:
+  // Why the last fuse() call found the three kernels of an attention but did not fuse them; empty otherwise.
+  std::string refusal_;
+
+ private:
+
+  const Program& p_;
   std::vector<std::vector<int>> readers_;
 };
 
 }  // namespace
+
+std::string attentionFusionRefusal(const Program& p, int product) {
+  Fuser fuser(p);
+  if (fuser.fuse(static_cast<size_t>(product))) return "";
+  return fuser.refusal_;
+}
 
 bool fuseAttention(Program& p) {
   bool changed = false;

@@ -1,6 +1,8 @@
 // kiln/loop/attention.h: the operands and key bounds of attention kernels.
 #include "kiln/loop/attention.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -58,13 +60,18 @@ bool isKey(const Idx& index, int keyVar) {
 
 }  // namespace
 
-std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k) {
-  if (!k.attention || k.attention->dot.axes.size() != 1) return std::nullopt;
+std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k, std::string* why) {
+  auto refuse = [&](std::string reason) -> std::optional<AttentionOperands> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (!k.attention || k.attention->dot.axes.size() != 1) return refuse("not an attention kernel with one depth axis");
   const OnlineSoftmax& a = *k.attention;
   const ExprP& dot = a.dot.value;
-  if (dot->kind != Expr::Kind::Apply || dot->fn != Fn::Mul) return std::nullopt;
+  if (dot->kind != Expr::Kind::Apply || dot->fn != Fn::Mul) return refuse("the scores' product is not q * k");
   const Expr *x = plainLoadOf(dot->args[0]), *y = plainLoadOf(dot->args[1]), *v = plainLoadOf(a.value);
-  if (!x || !y || !v) return std::nullopt;
+  if (!x || !y) return refuse("q or k is computed in the product (the flash schedule copies plain loads)");
+  if (!v) return refuse("v is computed in the product (the flash schedule copies plain loads)");
   const int keyVar = a.key.var, depthVar = a.dot.axes[0].var, widthVar = k.parallel[static_cast<size_t>(k.rowAxes)].var;
   AttentionOperands o;
   o.q = readsVar(*x, keyVar) ? y : x;
@@ -73,19 +80,25 @@ std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Ker
   o.type = p.buffers[static_cast<size_t>(v->buffer)].dtype;
   o.depth = a.dot.axes[0].extent;
   o.width = k.parallel[static_cast<size_t>(k.rowAxes)].extent;
-  for (const Expr* l : {o.q, o.k, o.v})
-    if (p.buffers[static_cast<size_t>(l->buffer)].dtype != o.type || readsIndices(*l)) return std::nullopt;
-  if (o.type != DType::BF16 && o.type != DType::F16) return std::nullopt;
-  if (readsVar(*o.q, keyVar) || !readsVar(*o.k, keyVar) || !readsVar(*o.v, keyVar) || readsVar(*o.v, depthVar)) return std::nullopt;
-  if (o.depth % 16 != 0 || o.depth > kAttentionMaxWidth || o.width % 16 != 0 || o.width > kAttentionMaxWidth) return std::nullopt;
+  for (const Expr* l : {o.q, o.k, o.v}) {
+    if (p.buffers[static_cast<size_t>(l->buffer)].dtype != o.type) return refuse("q, k and v are not of one type");
+    if (readsIndices(*l)) return refuse("q, k or v is gathered through indices read from memory");
+  }
+  if (o.type != DType::BF16 && o.type != DType::F16)
+    return refuse(fmt::format("q, k and v are {} (the flash schedule multiplies bf16 or f16 on tensor cores; {} attention stays "
+                              "three kernels)", dtypeName(o.type), dtypeName(o.type)));
+  if (readsVar(*o.q, keyVar) || !readsVar(*o.k, keyVar) || !readsVar(*o.v, keyVar) || readsVar(*o.v, depthVar))
+    return refuse("q reads the key axis, or k or v does not, or v reads the depth axis");
+  if (o.depth % 16 != 0 || o.depth > kAttentionMaxWidth || o.width % 16 != 0 || o.width > kAttentionMaxWidth)
+    return refuse(fmt::format("head dims {} (q·k) and {} (v) must be multiples of 16 up to {}", o.depth, o.width, kAttentionMaxWidth));
   for (int d = k.rowAxes; d-- > 0 && o.queryAxis < 0;) {  // the innermost such axis (heads too, with one k/v head)
     const int var = k.parallel[static_cast<size_t>(d)].var;
     if (readsVar(*o.q, var) && !readsVar(*o.k, var) && !readsVar(*o.v, var)) o.queryAxis = d;
   }
-  if (o.queryAxis < 0) return std::nullopt;
+  if (o.queryAxis < 0) return refuse("no query axis: no row axis that q reads and k and v do not (one query token)");
   const VarExtents ext = k.extents();
   if (!contiguousRuns(p, *o.q, depthVar, ext) || !contiguousRuns(p, *o.k, depthVar, ext) || !contiguousRuns(p, *o.v, widthVar, ext))
-    return std::nullopt;
+    return refuse("q and k along the head dim, or v along its width, are not contiguous in runs of 8 (16-byte copies)");
   return o;
 }
 

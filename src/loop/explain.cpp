@@ -20,6 +20,8 @@ std::string explainFusion(const Program& p) {
       forEachKernelRead(p.kernels[c], [&](int b, bool) { reads = reads || b == k.output; });
       if (reads) readers.push_back(p.kernels[c].name);
     }
+    if (std::string why = attentionFusionRefusal(p, static_cast<int>(i)); !why.empty())
+      out += fmt::format("  the p·v of an attention (loop-fuse-attention): not one kernel: {}\n", why);
     if (readers.empty()) continue;
     std::string why = fusionRefusal(p, static_cast<int>(i));
     if (!k.stages.empty())

@@ -175,11 +175,17 @@ TEST(FuseAttention, FamiliesOwnFormsAreOneKernel) {
   EXPECT_TRUE(softcapped) << loop::printKernelBody(gemma2.loopIR, *ks[0]);
 }
 
+// f32 attention stays three kernels, and --explain-fusion says why at its p·v.
 TEST(FuseAttention, F32AttentionStaysThreeKernels) {
   for (const char* model : {"attention", "hf_llama_tiny"}) {
     Compiled c = compiled(model, "loop");
     EXPECT_TRUE(attentionKernels(c.loopIR).empty()) << model;
+    const std::string report = loop::explainFusion(c.loopIR);
+    EXPECT_NE(report.find("the p·v of an attention (loop-fuse-attention): not one kernel: q, k and v are f32"), std::string::npos)
+        << report;
   }
+  Compiled bf16 = compiled("attention_bf16", "loop");
+  EXPECT_EQ(loop::explainFusion(bf16.loopIR).find("not one kernel"), std::string::npos);
 }
 
 // The fused kernel computes what the three did, less the roundings of what they stored in bf16: the scores (both) and

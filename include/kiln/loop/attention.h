@@ -2,6 +2,7 @@
 // schedule running them share: which loads are q, k and v, and which keys a mask leaves each query row.
 #pragma once
 #include <optional>
+#include <string>
 
 #include "kiln/loop/ir.h"
 
@@ -22,7 +23,8 @@ struct AttentionOperands {
   int64_t depth = 0;   // D
   int64_t width = 0;   // E, the value's (and output's last axis') extent
 };
-std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k);
+// `why`, when given, receives the reason for nullopt (one phrase, for --explain-fusion).
+std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k, std::string* why = nullptr);
 constexpr int64_t kAttentionMaxWidth = 256;
 
 // The keys a mask in the score leaves query row i (the query axis' variable): j in [i + from, i + to). Found where the

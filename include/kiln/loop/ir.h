@@ -160,6 +160,9 @@ constexpr int64_t kMaxFusedApplies = 512;
 ExprP inlineProducer(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents);
 // The producer's Torch ops followed by the consumer's not already among them (a fused kernel's origins).
 std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, const std::vector<std::string>& consumer);
+// For --explain-fusion: when kernel `product` is the p·v of a softmax(q·kᵀ)·v that loop-fuse-attention would make one
+// kernel but for its operands (f32, computed, not contiguous...), why; empty otherwise.
+std::string attentionFusionRefusal(const Program& p, int product);
 bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
 bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisors
