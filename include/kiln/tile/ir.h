@@ -99,8 +99,8 @@ struct TiledContraction {
 
 // An attention kernel (loop::Kernel::attention) as flash attention on tensor cores (mma.sync m16n8k16, sm_80+): a block of
 // blockQ / 16 warps holds blockQ query rows of one point of the other row axes (batch, head), each warp 16 rows. The block
-// walks the keys in steps of blockKV: k and v slices of blockKV keys stream by 16-byte cp.async through a ring of two
-// shared slices while the block works on the previous one; per step each warp multiplies its q rows (fragments loaded
+// walks the keys in steps of blockKV: k and v slices of blockKV keys stream by 16-byte cp.async through a ring of `ring`
+// shared slices, ring - 1 steps ahead of the one the block works on; per step each warp multiplies its q rows (fragments loaded
 // once by ldmatrix) with the k slice into score accumulators, applies the score expression (scale, masks) and the online
 // softmax (running maximum and sum per row, kept by the 4 lanes of a quad through shuffles; the accumulators rescaled
 // when the maximum grows), and multiplies the probabilities, still in registers as the A operand, with the v slice
@@ -111,8 +111,9 @@ struct FlashAttention {
   int64_t blockQ = 64;  // query rows per block (16, 32 or 64), 16 per warp
   int64_t blockKV = 64;  // keys per step
   // Warps sharing each 16 query rows (1, 2 or 4): warp h of a row group takes keys [h, h + 1) * blockKV / keySplit of every
-  // step, with its own running maximum, sum and accumulators, combined through shared memory at the end. Shortens the
-  // chain of dependent instructions of a block that walks many steps (causal blocks at the end of long sequences).
+  // step, with its own running maximum, sum and accumulators, combined through shared memory at the end: a shorter chain
+  // of dependent steps per warp for blocks that walk many, but each warp rescales its whole output for its share of the
+  // keys. Measured slower on the H200 where tried (see passes/tile/lower_from_loop.cpp), so the rule keeps 1.
   int64_t keySplit = 1;
   // Block b of a row (batch, head) takes query blocks QB - 1 - b and then b (tile-balance-attention): under a causal mask
   // every block then walks about the same number of steps. The grid has ceil(QB / 2) blocks per row.
