@@ -15,3 +15,25 @@ bash scripts/device_build.sh "$OUT/build.log" || { [ -n "$during" ] && kill "$du
 echo "kiln built in $((SECONDS - start)) s"
 if [ -n "$during" ]; then wait "$during"; echo "during_build ended (rc $?) at $((SECONDS - start)) s"; fi
 left=$((LIMIT - (SECONDS - start)))
+
+# For the scripts/device_*.sh calls (they set LOG, a scratch directory, and fill the array `summary`):
+# suite_rows DTYPE FILTER: the suite's rows matching FILTER within what is left of LIMIT, to $OUT/$NAME.{json,md}.
+suite_rows() {
+  python3 bench/run_suite.py --dtype "$1" --filter "$2" --out "$OUT/$NAME.json" --limit-seconds "$((LIMIT - (SECONDS - start)))" \
+    --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite.log" 2>&1
+  python3 bench/summarize.py "$OUT/$NAME.json" -o "$OUT/$NAME" >> "$LOG/suite.log" 2>&1
+}
+# finish_call FILE: logs packed into $OUT/logs.tgz (the device returns at most 8 files); the summary, the whole-model
+# tables ($LOG/model-{default,baseline}.md) and the suite's bf16 table printed and written to $OUT/FILE.
+finish_call() {
+  mv "$OUT/build.log" "$OUT/export.log" "$LOG/" 2>/dev/null; rm -f "$OUT/$NAME.png"
+  tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
+  {
+    printf '%s\n' "${summary[@]}"
+    for v in default baseline; do [ -f "$LOG/model-$v.md" ] && { echo "== model $v"; grep -A14 -i 'kernel' "$LOG/model-$v.md" | head -30; }; done
+    [ -f "$OUT/$NAME.md" ] && awk '/^## Summary/{p=1} /^What L2/{p=0} p' "$OUT/$NAME.md"
+    [ -f "$OUT/$NAME.md" ] && awk '/^## bf16/{p=1} p' "$OUT/$NAME.md" | cut -d'|' -f1-6,9 | head -50
+    grep -E "rows in|not run" "$LOG/suite.log"
+    echo "total $((SECONDS - start)) s"
+  } | tee "$OUT/$1"
+}

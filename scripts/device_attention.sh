@@ -92,10 +92,7 @@ for variant in $ATTENTION_VARIANTS; do
   printf '%s\n' "${summary[-2]}" "${summary[-1]}"
 done
 
-left=$((LIMIT - (SECONDS - start)))
-python3 bench/run_suite.py --dtype "$ATTENTION_DTYPES" --filter "$ATTENTION_FILTER" --out "$OUT/$NAME.json" --limit-seconds "$left" \
-  --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite.log" 2>&1
-python3 bench/summarize.py "$OUT/$NAME.json" -o "$OUT/$NAME" >> "$LOG/suite.log" 2>&1
+suite_rows "$ATTENTION_DTYPES" "$ATTENTION_FILTER"
 if [ -n "$ATTENTION_AB_ARGS" ]; then
   ab_filter=$(echo "$ATTENTION_FILTER" | tr ',' '\n' | sed "s|\$|/$ATTENTION_AB_FILTER|" | paste -sd,)
   python3 bench/run_suite.py --dtype "$ATTENTION_DTYPES" --filter "$ab_filter" --kiln-args "$ATTENTION_AB_ARGS" \
@@ -103,13 +100,4 @@ if [ -n "$ATTENTION_AB_ARGS" ]; then
   python3 bench/summarize.py "$LOG/$NAME-ab.json" -o "$LOG/$NAME-ab" >> "$LOG/suite-ab.log" 2>&1
   summary+=("A/B with $ATTENTION_AB_ARGS:" "$(awk '/^## bf16/{p=1} p' "$LOG/$NAME-ab.md" | cut -d'|' -f1-6 | head -12)")
 fi
-mv "$OUT/build.log" "$OUT/export.log" "$LOG/" 2>/dev/null; rm -f "$OUT/$NAME.png"   # the device returns at most 8 files
-tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
-{
-  printf '%s\n' "${summary[@]}"
-  for v in default baseline; do [ -f "$LOG/model-$v.md" ] && { echo "== model $v"; grep -A14 -i 'kernel' "$LOG/model-$v.md" | head -30; }; done
-  [ -f "$OUT/$NAME.md" ] && awk '/^## Summary/{p=1} /^What L2/{p=0} p' "$OUT/$NAME.md"
-  [ -f "$OUT/$NAME.md" ] && awk '/^## bf16/{p=1} p' "$OUT/$NAME.md" | cut -d'|' -f1-6,9 | head -40
-  grep -E "rows in|not run" "$LOG/suite.log"
-  echo "total $((SECONDS - start)) s"
-} | tee "$OUT/attention.txt"
+finish_call attention.txt

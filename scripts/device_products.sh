@@ -48,17 +48,5 @@ for variant in default baseline; do
   printf '%s\n' "${summary[-2]}" "${summary[-1]}"
 done
 
-left=$((LIMIT - (SECONDS - start)))
-python3 bench/run_suite.py --dtype bf16 --filter "$PRODUCTS_FILTER" --out "$OUT/$NAME.json" --limit-seconds "$left" \
-  --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite.log" 2>&1
-python3 bench/summarize.py "$OUT/$NAME.json" -o "$OUT/$NAME" >> "$LOG/suite.log" 2>&1
-mv "$OUT/build.log" "$OUT/export.log" "$LOG/" 2>/dev/null; rm -f "$OUT/$NAME.png"   # the device returns at most 8 files
-tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
-{
-  printf '%s\n' "${summary[@]}"
-  for v in default baseline; do [ -f "$LOG/model-$v.md" ] && { echo "== model $v"; grep -A14 -i 'kernel' "$LOG/model-$v.md" | head -30; }; done
-  [ -f "$OUT/$NAME.md" ] && awk '/^## Summary/{p=1} /^What L2/{p=0} p' "$OUT/$NAME.md"
-  [ -f "$OUT/$NAME.md" ] && awk '/^## bf16/{p=1} p' "$OUT/$NAME.md" | cut -d'|' -f1-6,9 | head -50
-  grep -E "rows in|not run" "$LOG/suite.log"
-  echo "total $((SECONDS - start)) s"
-} | tee "$OUT/products.txt"
+suite_rows bf16 "$PRODUCTS_FILTER"
+finish_call products.txt

@@ -19,7 +19,7 @@ namespace kiln::kernel::detail {
 // outside the matrix (row >= rows of the operand, k >= K) read nothing and zero-fill (cp.async's src-size operand),
 // their source address clamped inside the matrix.
 void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out) {
-  const loop::Expr* load = tile::plainLoad(o.value);
+  const loop::Expr* load = loop::plainLoad(o.value);
   KILN_ASSERT(load, "kernel {}: a cp_async operand that is not a plain load", lk_.name);
   const int64_t per = t.s.tileK / tile::kAsyncCopyElements, chunks = o.rows * per, threads = k_.block[0];
   const int64_t slotElements = tile::sliceElements(*o.staging, o.rows, t.s.tileK);

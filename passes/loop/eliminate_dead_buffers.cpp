@@ -9,17 +9,17 @@ namespace kiln::loop {
 namespace {
 
 bool eliminate(Program& p, bool deadKernels) {
-  std::vector<bool> read(p.buffers.size(), false);
+  const std::vector<bool> live = deadKernels ? liveKernels(p) : std::vector<bool>(p.kernels.size(), true);
+  std::vector<bool> read(p.buffers.size(), false);  // buffers the kept kernels, inputs and outputs use
   for (int o : p.outputs) read[o] = true;
   for (int i : p.inputs) read[i] = true;
   std::vector<Kernel> kept;
-  for (size_t i = p.kernels.size(); i-- > 0;) {
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    if (!live[i]) continue;
     Kernel& k = p.kernels[i];
-    if (!read[k.output] && deadKernels) continue;
     read[k.output] = true;
-    auto mark = [&](int b, bool) { read[b] = true; };
-    forEachKernelRead(k, mark);
-    kept.insert(kept.begin(), std::move(k));
+    forEachKernelRead(k, [&](int b, bool) { read[b] = true; });
+    kept.push_back(std::move(k));
   }
   bool changed = kept.size() != p.kernels.size();
   std::vector<int> newId(p.buffers.size(), -1);

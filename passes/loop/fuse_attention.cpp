@@ -28,12 +28,6 @@
 namespace kiln::loop {
 namespace {
 
-const Expr* plainLoadOf(const ExprP& e) {
-  const Expr* x = e.get();
-  while (x->kind == Expr::Kind::Apply && x->fn == Fn::Cast) x = x->args[0].get();
-  return x->kind == Expr::Kind::Load ? x : nullptr;
-}
-
 bool isApply(const ExprP& e, Fn fn) { return e->kind == Expr::Kind::Apply && e->fn == fn; }
 bool isAcc(const ExprP& e, int stage) { return e->kind == Expr::Kind::Acc && e->stage == stage; }
 
@@ -73,17 +67,10 @@ ExprP softmaxScore(const ExprP& result) {
   return nullptr;
 }
 
-bool readsVar(const ExprP& e, int var) {
-  bool used = false;
-  for (auto& i : e->index) forEachVar(i, [&](int v) { used = used || v == var; });
-  for (auto& a : e->args) used = used || readsVar(a, var);
-  return used;
-}
-
 // e as a sum of terms: those that read the key variable are returned (summed), the others appended to `outside`; null
 // when no term reads it.
 ExprP splitKeyFreeTerms(const ExprP& e, int keyVar, std::vector<ExprP>& outside) {
-  if (!readsVar(e, keyVar)) {
+  if (!usesVar(*e, keyVar)) {
     outside.push_back(e);
     return nullptr;
   }
@@ -114,21 +101,13 @@ class Fuser {
  public:
   // Readers among the live kernels only: the kernels earlier fusions inlined are still there, unread, until
   // loop-eliminate-dead-buffers.
-  explicit Fuser(const Program& p) : p_(p), readers_(p.buffers.size()) {
-    std::vector<bool> read(p.buffers.size(), false), live(p.kernels.size(), false);
-    for (int o : p.outputs) read[static_cast<size_t>(o)] = true;
-    for (size_t k = p.kernels.size(); k-- > 0;) {
-      if (!read[static_cast<size_t>(p.kernels[k].output)]) continue;
-      live[k] = true;
-      forEachKernelRead(p.kernels[k], [&](int b, bool) { read[static_cast<size_t>(b)] = true; });
-    }
-    for (size_t k = 0; k < p.kernels.size(); ++k)
-      if (live[k])
-        forEachKernelRead(p.kernels[k], [&](int b, bool) {
-          auto& rs = readers_[static_cast<size_t>(b)];
-          if (rs.empty() || rs.back() != static_cast<int>(k)) rs.push_back(static_cast<int>(k));
-        });
+  explicit Fuser(const Program& p) : p_(p) {
+    const std::vector<bool> live = liveKernels(p);
+    readers_ = readersOfBuffers(p, &live);
   }
+
+  // Why the last fuse() found the three kernels of an attention but did not fuse them; empty otherwise.
+  const std::string& refusal() const { return refusal_; }
 
   // Kernel `oi` as the product O of the rule, fused with its S and P; nullopt when the rule does not hold.
   std::optional<Kernel> fuse(size_t oi) {
@@ -140,7 +119,7 @@ class Fuser {
     if (!isApply(product, Fn::Mul)) return std::nullopt;
     const Axis& r = o.stages[0].axes[0];
     for (int side = 0; side < 2; ++side) {
-      const Expr* pLoad = plainLoadOf(product->args[side]);
+      const Expr* pLoad = plainLoad(product->args[side]);
       if (!pLoad) continue;
       int pk = producer(pLoad->buffer, static_cast<int>(oi));
       if (pk < 0) continue;
@@ -250,22 +229,20 @@ class Fuser {
 
   static bool isKeyVar(const Idx& i, const Axis& key) { return i->op == IndexNode::Op::Var && i->var == key.var; }
 
- public:
-  // Why the last fuse() call found the three kernels of an attention but did not fuse them; empty otherwise.
-  std::string refusal_;
-
- private:
 
   const Program& p_;
   std::vector<std::vector<int>> readers_;
+  std::string refusal_;
 };
 
 }  // namespace
 
-std::string attentionFusionRefusal(const Program& p, int product) {
+std::vector<std::string> attentionFusionRefusals(const Program& p) {
   Fuser fuser(p);
-  if (fuser.fuse(static_cast<size_t>(product))) return "";
-  return fuser.refusal_;
+  std::vector<std::string> why(p.kernels.size());
+  for (size_t i = 0; i < p.kernels.size(); ++i)
+    if (!fuser.fuse(i)) why[i] = fuser.refusal();
+  return why;
 }
 
 bool fuseAttention(Program& p) {

@@ -12,18 +12,6 @@
 namespace kiln::loop {
 namespace {
 
-const Expr* plainLoadOf(const ExprP& e) {
-  const Expr* x = e.get();
-  while (x->kind == Expr::Kind::Apply && x->fn == Fn::Cast && x->castTo == DType::F32) x = x->args[0].get();
-  return x->kind == Expr::Kind::Load ? x : nullptr;
-}
-
-bool readsVar(const Expr& load, int var) {
-  bool used = false;
-  for (auto& i : load.index) forEachVar(i, [&](int v) { used = used || v == var; });
-  return used;
-}
-
 bool readsIndices(const Expr& load) {
   bool reads = false;
   for (auto& i : load.index) forEachIndexLoad(i, [&](const IndexNode&) { reads = true; });
@@ -69,12 +57,12 @@ std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Ker
   const OnlineSoftmax& a = *k.attention;
   const ExprP& dot = a.dot.value;
   if (dot->kind != Expr::Kind::Apply || dot->fn != Fn::Mul) return refuse("the scores' product is not q * k");
-  const Expr *x = plainLoadOf(dot->args[0]), *y = plainLoadOf(dot->args[1]), *v = plainLoadOf(a.value);
+  const Expr *x = plainLoad(dot->args[0]), *y = plainLoad(dot->args[1]), *v = plainLoad(a.value);
   if (!x || !y) return refuse("q or k is computed in the product (the flash schedule copies plain loads)");
   if (!v) return refuse("v is computed in the product (the flash schedule copies plain loads)");
   const int keyVar = a.key.var, depthVar = a.dot.axes[0].var, widthVar = k.parallel[static_cast<size_t>(k.rowAxes)].var;
   AttentionOperands o;
-  o.q = readsVar(*x, keyVar) ? y : x;
+  o.q = usesVar(*x, keyVar) ? y : x;
   o.k = o.q == x ? y : x;
   o.v = v;
   o.type = p.buffers[static_cast<size_t>(v->buffer)].dtype;
@@ -87,13 +75,13 @@ std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Ker
   if (o.type != DType::BF16 && o.type != DType::F16)
     return refuse(fmt::format("q, k and v are {} (the flash schedule multiplies bf16 or f16 on tensor cores; {} attention stays "
                               "three kernels)", dtypeName(o.type), dtypeName(o.type)));
-  if (readsVar(*o.q, keyVar) || !readsVar(*o.k, keyVar) || !readsVar(*o.v, keyVar) || readsVar(*o.v, depthVar))
+  if (usesVar(*o.q, keyVar) || !usesVar(*o.k, keyVar) || !usesVar(*o.v, keyVar) || usesVar(*o.v, depthVar))
     return refuse("q reads the key axis, or k or v does not, or v reads the depth axis");
   if (o.depth % 16 != 0 || o.depth > kAttentionMaxWidth || o.width % 16 != 0 || o.width > kAttentionMaxWidth)
     return refuse(fmt::format("head dims {} (q·k) and {} (v) must be multiples of 16 up to {}", o.depth, o.width, kAttentionMaxWidth));
   for (int d = k.rowAxes; d-- > 0 && o.queryAxis < 0;) {  // the innermost such axis (heads too, with one k/v head)
     const int var = k.parallel[static_cast<size_t>(d)].var;
-    if (readsVar(*o.q, var) && !readsVar(*o.k, var) && !readsVar(*o.v, var)) o.queryAxis = d;
+    if (usesVar(*o.q, var) && !usesVar(*o.k, var) && !usesVar(*o.v, var)) o.queryAxis = d;
   }
   if (o.queryAxis < 0) return refuse("no query axis: no row axis that q reads and k and v do not (one query token)");
   const VarExtents ext = k.extents();

@@ -9,6 +9,7 @@ namespace kiln::loop {
 
 std::string explainFusion(const Program& p) {
   std::string out = fmt::format("// kiln fusion report: {} ({} kernels)\n", p.modelName, p.kernels.size());
+  const std::vector<std::string> attention = attentionFusionRefusals(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
     out += fmt::format("\nkernel {} writes {} ({} stage{}, {} points)\n", k.name, p.buffers[k.output].name, k.stages.size(),
@@ -20,8 +21,8 @@ std::string explainFusion(const Program& p) {
       forEachKernelRead(p.kernels[c], [&](int b, bool) { reads = reads || b == k.output; });
       if (reads) readers.push_back(p.kernels[c].name);
     }
-    if (std::string why = attentionFusionRefusal(p, static_cast<int>(i)); !why.empty())
-      out += fmt::format("  the p·v of an attention (loop-fuse-attention): not one kernel: {}\n", why);
+    if (!attention[i].empty())
+      out += fmt::format("  the p·v of an attention (loop-fuse-attention): not one kernel: {}\n", attention[i]);
     if (readers.empty()) continue;
     std::string why = fusionRefusal(p, static_cast<int>(i));
     if (!k.stages.empty())

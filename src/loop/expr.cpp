@@ -155,12 +155,38 @@ int64_t applyCount(const ExprP& e) {
   return n;
 }
 
-std::vector<std::vector<int>> readersOfBuffers(const Program& p) {
+const Expr* plainLoad(const ExprP& e) {
+  const Expr* x = e.get();
+  while (x->kind == Expr::Kind::Apply && x->fn == Fn::Cast && x->castTo == DType::F32) x = x->args[0].get();
+  return x->kind == Expr::Kind::Load ? x : nullptr;
+}
+
+bool usesVar(const Expr& e, int var) {
+  bool used = false;
+  for (auto& i : e.index) forEachVar(i, [&](int v) { used = used || v == var; });
+  for (auto& a : e.args) used = used || usesVar(*a, var);
+  return used;
+}
+
+std::vector<bool> liveKernels(const Program& p) {
+  std::vector<bool> read(p.buffers.size(), false), live(p.kernels.size(), false);
+  for (int o : p.outputs) read[static_cast<size_t>(o)] = true;
+  for (size_t k = p.kernels.size(); k-- > 0;) {
+    if (!read[static_cast<size_t>(p.kernels[k].output)]) continue;
+    live[k] = true;
+    forEachKernelRead(p.kernels[k], [&](int b, bool) { read[static_cast<size_t>(b)] = true; });
+  }
+  return live;
+}
+
+std::vector<std::vector<int>> readersOfBuffers(const Program& p, const std::vector<bool>* live) {
   std::vector<std::vector<int>> readers(p.buffers.size());
-  for (int k = 0; k < static_cast<int>(p.kernels.size()); ++k)
+  for (int k = 0; k < static_cast<int>(p.kernels.size()); ++k) {
+    if (live && !(*live)[static_cast<size_t>(k)]) continue;
     forEachKernelRead(p.kernels[k], [&](int b, bool) {
       if (readers[b].empty() || readers[b].back() != k) readers[b].push_back(k);
     });
+  }
   return readers;
 }
 

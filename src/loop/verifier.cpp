@@ -5,13 +5,6 @@ namespace kiln::loop {
 
 namespace {
 
-bool usesVar(const ExprP& e, int var) {
-  bool used = false;
-  for (auto& i : e->index) forEachVar(i, [&](int v) { used = used || v == var; });
-  for (auto& a : e->args) used = used || usesVar(a, var);
-  return used;
-}
-
 bool readsAcc(const ExprP& e, int maxStage) {
   if (e->kind == Expr::Kind::Acc) return e->stage > maxStage;
   for (auto& a : e->args)
@@ -33,13 +26,13 @@ void verifyAttention(const Kernel& k, CheckLoads& checkLoads) {
   checkLoads(a.score, true);
   checkLoads(a.value, true);
   const Axis& width = k.parallel[static_cast<size_t>(k.rowAxes)];
-  KILN_ASSERT(!usesVar(a.dot.value, width.var) && !usesVar(a.score, width.var), "kernel {}: attention scores read {}", k.name,
+  KILN_ASSERT(!usesVar(*a.dot.value, width.var) && !usesVar(*a.score, width.var), "kernel {}: attention scores read {}", k.name,
               width.name);
   for (auto& d : a.dot.axes) {
-    KILN_ASSERT(!usesVar(a.score, d.var) && !usesVar(a.value, d.var) && !usesVar(k.result, d.var),
+    KILN_ASSERT(!usesVar(*a.score, d.var) && !usesVar(*a.value, d.var) && !usesVar(*k.result, d.var),
                 "kernel {}: {} is read outside attention's dot", k.name, d.name);
   }
-  KILN_ASSERT(!usesVar(k.result, a.key.var), "kernel {}: the result reads the key axis {}", k.name, a.key.name);
+  KILN_ASSERT(!usesVar(*k.result, a.key.var), "kernel {}: the result reads the key axis {}", k.name, a.key.name);
   KILN_ASSERT(!readsAcc(a.dot.value, -1) && !readsAcc(a.value, -1) && !readsAcc(a.score, 0) && !readsAcc(k.result, 0),
               "kernel {}: attention reads an accumulator it does not have", k.name);
 }

@@ -81,16 +81,10 @@ std::optional<Contraction> findContraction(const loop::Kernel& k, int mAxis, int
   return c;
 }
 
-const loop::Expr* plainLoad(const loop::ExprP& operand) {
-  loop::ExprP e = operand;
-  while (e->kind == loop::Expr::Kind::Apply && e->fn == tensor::Fn::Cast && e->castTo == DType::F32) e = e->args[0];
-  return e->kind == loop::Expr::Kind::Load ? e.get() : nullptr;
-}
-
 std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c) {
   std::optional<DType> type;
   auto operand = [&](const loop::ExprP& e) {
-    const loop::Expr* load = plainLoad(e);
+    const loop::Expr* load = loop::plainLoad(e);
     if (!load) return false;
     DType t = p.buffers[static_cast<size_t>(load->buffer)].dtype;
     if (t != DType::BF16 && t != DType::F16) return false;
@@ -107,7 +101,7 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
   Contraction c = findContraction(k, s.mAxis, s.nAxis).value();
   if (c.k % kAsyncCopyElements != 0 || s.tileK % kAsyncCopyElements != 0) return false;
   auto copyable = [&](const loop::ExprP& operand, int kVar) {
-    const loop::Expr* load = plainLoad(operand);
+    const loop::Expr* load = loop::plainLoad(operand);
     if (!load || load->index.empty()) return false;
     const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
     if ((b.dtype != DType::BF16 && b.dtype != DType::F16) || b.dtype != s.mmaType || b.shape.back() % kAsyncCopyElements != 0)

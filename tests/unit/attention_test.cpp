@@ -25,15 +25,6 @@ Compiled compiled(const std::string& model, const std::string& level, std::vecto
   return compileModel(test::fixturePath(model), {}, o, level);
 }
 
-std::vector<HostTensor> loopInputs(const loop::Program& p, uint64_t seed) {
-  std::vector<HostTensor> inputs;
-  for (size_t i = 0; i < p.inputs.size(); ++i) {
-    const loop::Buffer& b = p.buffers[static_cast<size_t>(p.inputs[i])];
-    inputs.push_back(randomTensor(b.dtype, b.shape, seed * 1000 + i));
-  }
-  return inputs;
-}
-
 std::vector<const loop::Kernel*> attentionKernels(const loop::Program& p) {
   std::vector<const loop::Kernel*> ks;
   for (const loop::Kernel& k : p.kernels)
@@ -88,7 +79,7 @@ TEST(MaskPredicates, BandMasksBecomeComparisonsWithTheSameValues) {
                         Case{"zeros", std::vector<float>(rows * cols, 0.f)}}) {
     SCOPED_TRACE(c.what);
     loop::Program p = addWeight(c.w, rows, cols);
-    auto inputs = loopInputs(p, 1);
+    auto inputs = test::randomInputs(p, 1);
     auto before = loop::interpret(p, inputs);
     ASSERT_TRUE(loop::maskPredicates(p));
     loop::verify(p);
@@ -194,7 +185,7 @@ TEST(FuseAttention, LoopInterpreterMatchesTheUnfusedProgram) {
   Compiled fused = compiled("attention_bf16", "loop");
   Compiled unfused = compiled("attention_bf16", "loop", {"loop-fuse-attention"});
   ASSERT_TRUE(attentionKernels(unfused.loopIR).empty());
-  auto inputs = loopInputs(fused.loopIR, 2);
+  auto inputs = test::randomInputs(fused.loopIR, 2);
   auto got = loop::interpret(fused.loopIR, inputs), want = loop::interpret(unfused.loopIR, inputs);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_LE(compare(got[0], want[0]).relL2, 1e-2);
@@ -261,7 +252,7 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
 TEST(FlashAttention, EveryBlockAndSplitMatchesTheLoopInterpreter) {
   Compiled c = compiled("attention_bf16", "tile");
   ASSERT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).ring, 2) << "two steps of keys: no deeper ring";
-  auto inputs = loopInputs(c.loopIR, 5);
+  auto inputs = test::randomInputs(c.loopIR, 5);
   auto want = loop::interpret(c.loopIR, inputs);
   for (int64_t rows : {16, 32, 64})
     for (int64_t split : {1, 2, 4})
@@ -285,7 +276,7 @@ TEST(FlashAttention, DeeperRingsMatchTheLoopInterpreter) {
   Compiled c = compiled("attention_bf16_long", "tile");
   ASSERT_EQ(c.tileIR.schedules.size(), 1u);
   EXPECT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).ring, 3);
-  auto inputs = loopInputs(c.loopIR, 6);
+  auto inputs = test::randomInputs(c.loopIR, 6);
   auto want = loop::interpret(c.loopIR, inputs);
   for (int64_t ring : {2, 3, 4})
     for (bool paired : {false, true}) {

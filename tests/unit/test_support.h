@@ -32,8 +32,10 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
 };
 
-// Seeded random values for every input of a compiled program (input i of seed s: randomTensor seed s*1000 + i).
-inline std::vector<HostTensor> randomInputs(const kernel::Program& kp, uint64_t seed) {
+// Seeded random values for every input of a compiled program, Kernel IR or Loop IR (the same buffers and inputs; input i
+// of seed s: randomTensor seed s*1000 + i).
+template <class Program>
+std::vector<HostTensor> randomInputs(const Program& kp, uint64_t seed) {
   std::vector<HostTensor> inputs;
   for (size_t i = 0; i < kp.inputs.size(); ++i) {
     const loop::Buffer& b = kp.buffers[kp.inputs[i]];

@@ -68,6 +68,10 @@ ExprP mapLoads(const ExprP& e, const std::function<ExprP(const Expr& load)>& f);
 void forEachLoad(const ExprP& e, const std::function<void(const Expr& load)>& f);
 // Rewrites every index expression (load indices and select conditions) through f.
 ExprP mapIndices(const ExprP& e, const std::function<Idx(const Idx&)>& f);
+// The Load an expression is, under any casts to f32 (which change no value); null if it computes anything.
+const Expr* plainLoad(const ExprP& e);
+// Whether variable `var` appears in an index of e (its loads' indices, its selects' conditions), anywhere in the tree.
+bool usesVar(const Expr& e, int var);
 // Number of scalar function applications (the work per evaluation).
 int64_t applyCount(const ExprP& e);
 
@@ -160,9 +164,9 @@ constexpr int64_t kMaxFusedApplies = 512;
 ExprP inlineProducer(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents);
 // The producer's Torch ops followed by the consumer's not already among them (a fused kernel's origins).
 std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, const std::vector<std::string>& consumer);
-// For --explain-fusion: when kernel `product` is the p·v of a softmax(q·kᵀ)·v that loop-fuse-attention would make one
-// kernel but for its operands (f32, computed, not contiguous...), why; empty otherwise.
-std::string attentionFusionRefusal(const Program& p, int product);
+// For --explain-fusion, one per kernel: when the kernel is the p·v of a softmax(q·kᵀ)·v that loop-fuse-attention would
+// make one kernel but for its operands (f32, computed, not contiguous...), why; empty otherwise.
+std::vector<std::string> attentionFusionRefusals(const Program& p);
 bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
 bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisors
@@ -174,6 +178,9 @@ std::string explainFusion(const Program& p);
 // Every buffer read by kernel k (loads and index reads, in its stages and result).
 void forEachKernelRead(const Kernel& k, const std::function<void(int buffer, bool asIndex)>& f);
 // For every buffer, the kernels (indices, ascending, each once) that read it.
-std::vector<std::vector<int>> readersOfBuffers(const Program& p);
+// Kernels are live when an output depends on what they write (the others are left by fusion for
+// loop-eliminate-dead-buffers). With `live`, only live kernels count as readers.
+std::vector<bool> liveKernels(const Program& p);
+std::vector<std::vector<int>> readersOfBuffers(const Program& p, const std::vector<bool>* live = nullptr);
 
 }  // namespace kiln::loop

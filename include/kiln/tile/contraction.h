@@ -37,8 +37,6 @@ std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c
 struct TiledContraction;
 TiledContraction tiledSchedule(const Contraction& c, int64_t tile);
 
-// The Load an operand is, under any casts to f32; null if it computes anything.
-const loop::Expr* plainLoad(const loop::ExprP& operand);
 // Elements one 16-byte cp.async moves (bf16/f16).
 constexpr int64_t kAsyncCopyElements = 8;
 // Every operand of every stage can be copied slice by slice with 16-byte cp.async into [row][k] slices: a plain
