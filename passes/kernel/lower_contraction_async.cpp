@@ -52,27 +52,30 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
   out.push_back(forLoop(chunkVar, "e", t.copier, idxConst(chunks), threads, Block{copyChunk(idxVar(chunkVar, "e"))}));
 }
 
-// The reduction loop of a pipelined product:
-//   prologue: the copies of slices 0 .. depth-2, one commit group per slice
+// The reduction loop of a pipelined product, with the copies `ahead` = depth - 1 - mmaInFlight slices ahead:
+//   prologue: the copies of slices 0 .. ahead - 1, one commit group per slice
 //   for k0 in steps of tile_k (slice i = k0 / tile_k):
-//     wait until slice i's group has landed (depth - 2 younger groups may still be in flight); barrier: slice i is
-//     visible to the block, and every thread is done with slice i - 1, whose ring slot is overwritten next
-//     the copies of slice i + depth - 1 (if it exists) into slot (i + depth - 1) mod depth; commit (possibly empty)
-//     multiply slice i from slot i mod depth
-//   a final wait for the (empty) groups still open.
+//     wait until slice i's group has landed (ahead - 1 younger groups may still be in flight); barrier: slice i is
+//     visible to the block, and every thread is done with slice i - 1 - mmaInFlight (its wgmmas waited for before
+//     the barrier), whose ring slot is overwritten next
+//     the copies of slice i + ahead (if it exists) into slot (i + ahead) mod depth; commit (possibly empty)
+//     multiply slice i from slot i mod depth (wgmma: wait until at most mmaInFlight groups are pending)
+//   a final wait for the wgmmas still in flight and the (empty) copy groups still open.
 // Blocks walk the reduction's slices in a rotated order: the block of tile column tn starts at slice tn mod S (S slices)
 // and wraps around. The blocks of one row of tiles all read the same A slices; in step, they would all ask the same few
 // L2 lines for them at once (ncu on the H200: L2 64 % busy at 0.3 TB/s of DRAM traffic for TinyLlama's q/k/v product),
 // rotated they spread over the whole of A.
 void KernelBuilder::pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply) {
-  const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k;
+  const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, ahead = depth - 1 - t.s.mmaInFlight;
+  KILN_ASSERT(ahead >= 1, "kernel {}: a ring of {} slots with {} wgmma groups in flight copies nothing ahead", lk_.name, depth,
+              t.s.mmaInFlight);
   t.copier = defVar(k_.body, "ct", threadIdx(), k_.block[0]);
   const int64_t slices = (K + tk - 1) / tk;
   Idx rotation = slices > 1 ? defVar(k_.body, "k_first", mod(t.tileN, slices), slices) : idxConst(0);
   auto sliceStart = [&](const Idx& i) {  // where the block's i-th slice starts in k
     return slices > 1 ? simplify(mod(i + rotation, slices) * idxConst(tk), extents_) : simplify(i * idxConst(tk), extents_);
   };
-  for (int64_t i = 0; i + 1 < depth; ++i) {
+  for (int64_t i = 0; i < ahead; ++i) {
     if (i * tk < K)
       for (const OperandSlice& o : operands) copySliceAsync(t, o, sliceStart(idxConst(i)), idxConst(i), k_.body);
     k_.body.push_back(cpAsyncCommit());
@@ -81,18 +84,19 @@ void KernelBuilder::pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& o
   const int kStepVar = t.k0->var;
   Idx slice = floorDiv(t.k0, tk);
   t.ring = defVar(steps, "slot", mod(slice, depth), depth);
-  steps.push_back(cpAsyncWait(static_cast<int>(depth - 2)));
+  steps.push_back(cpAsyncWait(static_cast<int>(ahead - 1)));
   // wgmma reads the slices through the async proxy: the thread's landed copies are fenced for it before the barrier.
   if (t.s.instruction == tile::TiledContraction::Instruction::Wgmma) steps.push_back(fenceProxyAsync());
   steps.push_back(barrier());
-  Idx kNext = simplify(t.k0 + idxConst((depth - 1) * tk), extents_);
+  Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
   Block next;
-  Idx writeSlot = defVar(next, "next_slot", mod(idxAdd(slice, depth - 1), depth), depth);
-  for (const OperandSlice& o : operands) copySliceAsync(t, o, sliceStart(idxAdd(slice, depth - 1)), writeSlot, next);
+  Idx writeSlot = defVar(next, "next_slot", mod(idxAdd(slice, ahead), depth), depth);
+  for (const OperandSlice& o : operands) copySliceAsync(t, o, sliceStart(idxAdd(slice, ahead)), writeSlot, next);
   steps.push_back(ifLess(kNext, idxConst(K), std::move(next)));
   steps.push_back(cpAsyncCommit());
   multiply(steps);
   k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
+  if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
   k_.body.push_back(cpAsyncWait(0));
 }
 

@@ -7,8 +7,8 @@
 // stage. Per slice it issues, after wgmma.fence, for each 16 of k and each stage one wgmma.m64n{tile_n}k16 whose A
 // is its 64 rows of the stage's A slice and whose B is the stage's whole B slice (swizzled: starting at column k of
 // their first row, 8-row groups 512 elements apart; core matrices: 64 elements between neighbours in k, 8 * tile_k
-// between neighbours in rows), then commits the group and waits for it, so no
-// later copy overwrites a ring slot it still reads. Thread 32w + l of the warpgroup (g = l / 4, t = l % 4) holds, per
+// between neighbours in rows), then commits the group and waits until at most mmaInFlight groups are pending (the
+// copies run that many slices less ahead, so none overwrites a ring slot a pending wgmma still reads). Thread 32w + l of the warpgroup (g = l / 4, t = l % 4) holds, per
 // stage, accumulator 4j + e = output (row 16w + g + 8 (e / 2), column 8j + 2t + e % 2) of the warpgroup's 64 rows
 // (kernel::wgmmaElement): tile_n / 2 accumulators per stage.
 #include <fmt/format.h>
@@ -58,7 +58,7 @@ std::function<void(Block&)> KernelBuilder::multiplyOnWarpgroups(Tiling& t) {
         steps.push_back(wgmma(t.s.mmaType, t.sharedA[st], aStart, layout, t.sharedB[st], bStart, layout, n, acc[st]));
       }
     steps.push_back(wgmmaCommit());
-    steps.push_back(wgmmaWait(0));
+    steps.push_back(wgmmaWait(static_cast<int>(t.s.mmaInFlight)));
   };
 }
 

@@ -91,7 +91,10 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                           t.tileM / 2, t.tileN / 2, fragmentsName(t.fragments));
       break;
     case TC::Instruction::Wgmma:
-      instr = fmt::format("wgmma.m64n{}k16.{} warpgroups {} of 64x{}", t.tileN, dtypeName(t.mmaType), t.tileM / 64, t.tileN);
+      instr = fmt::format("wgmma.m64n{}k16.{} warpgroups {} of 64x{}{}", t.tileN, dtypeName(t.mmaType), t.tileM / 64, t.tileN,
+                          t.mmaInFlight > 0 ? fmt::format(", {} group in flight (copies {} slices ahead)", t.mmaInFlight,
+                                                          t.pipelineDepth - 1 - t.mmaInFlight)
+                                            : "");
       break;
   }
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
@@ -124,7 +127,7 @@ nlohmann::json toJson(const Schedule& s) {
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}});
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -269,8 +272,12 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 k.name, t.pipelineDepth);
     KILN_ASSERT(asyncCopyable(p.loop, k, t), "kernel {}: cp_async on operands that are not k-contiguous bf16/f16 loads", k.name);
   } else {
+    KILN_ASSERT(t.mmaInFlight == 0, "kernel {}: wgmma groups in flight without a cp_async ring", k.name);
     KILN_ASSERT(t.pipelineDepth == 1, "kernel {}: a ring of {} slices without cp_async copies", k.name, t.pipelineDepth);
   }
+  KILN_ASSERT(t.mmaInFlight == 0 || (t.instruction == TC::Instruction::Wgmma && t.mmaInFlight == 1 && t.pipelineDepth >= 3),
+              "kernel {}: {} wgmma groups in flight need a wgmma product with a ring of 3 or more slices (instruction {}, ring {}) and at "
+              "most 1 group", k.name, t.mmaInFlight, instructionName(t.instruction), t.pipelineDepth);
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);

@@ -1,0 +1,130 @@
+// wgmma products (sm_90a) end to end through the SIMT interpreter: tile-warpgroup-products' cp.async ring feeding
+// wgmma from 128-byte-swizzled slices, with and without tile-overlap-wgmma's group left in flight. The interpreter
+// multiplies when a wgmma is issued and faults when anything writes shared memory a pending wgmma reads, so a ring
+// whose copies ran too far ahead of an unfinished wgmma fails here even though the values would come out right.
+// mlp_bf16_wide's products reduce over 3 and 8 slices of 64 (the fixtures' others are one or two slices deep, too
+// shallow for a group in flight); the test tiles them whatever the block count, as tiled_contraction_test.cpp does.
+#include <gtest/gtest.h>
+
+#include "kiln/cuda/emitter.h"
+#include "kiln/driver/pipeline.h"
+#include "kiln/kernel/lower.h"
+#include "kiln/support/error.h"
+#include "kiln/tile/layout.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+
+struct Products {
+  Compiled c;
+  kernel::Program kernelIR;
+  std::vector<tile::TiledContraction> schedules;  // the wgmma products' schedules
+};
+
+// mlp_bf16_wide on sm_90a up to Tile IR, every product tiled and made a wgmma product, then (overlap) tile-overlap-wgmma.
+Products wgmmaProducts(bool overlap) {
+  PipelineOptions o;
+  o.disable = {"tile-overlap-wgmma"};
+  Products w;
+  w.c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, o, "tile");
+  tile::tileContractions(w.c.tileIR, /*minTiles=*/1);
+  tile::tensorCoreContractions(w.c.tileIR);
+  tile::fuseOperandProducers(w.c.tileIR);
+  EXPECT_TRUE(tile::warpgroupProducts(w.c.tileIR));
+  if (overlap) EXPECT_TRUE(tile::overlapWgmma(w.c.tileIR));
+  tile::verify(w.c.tileIR);
+  for (const tile::Schedule& s : w.c.tileIR.schedules)
+    if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma)
+      w.schedules.push_back(*t);
+  w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
+  kernel::verify(w.kernelIR);
+  return w;
+}
+
+std::vector<HostTensor> run(const Products& w) { return kernel::interpret(w.kernelIR, test::randomInputs(w.kernelIR, 7)); }
+
+// Blocks walk the reduction's slices in a rotated order (see lower_contraction_async.cpp), so the f32 sums add in
+// another order than the Loop interpreter's and the bf16 intermediate may round to its neighbour: 1e-3, where an
+// indexing or ordering error is of order 1.
+void expectMatchesTheLoopProgram(const Products& w, const char* what) {
+  auto got = run(w);
+  auto want = loop::interpret(w.c.loopIR, test::randomInputs(w.kernelIR, 7));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    Comparison cmp = compare(got[i], want[i]);
+    EXPECT_LE(cmp.relL2, 1e-3) << what << " output " << i;
+    EXPECT_FALSE(cmp.hasNaN) << what;
+  }
+}
+
+TEST(WarpgroupProducts, RingOfSwizzledSlicesMatchesTheLoopProgram) {
+  Products w = wgmmaProducts(false);
+  ASSERT_EQ(w.schedules.size(), 2u) << "gate/up and down";
+  for (const tile::TiledContraction& s : w.schedules) {
+    EXPECT_EQ(s.mmaInFlight, 0);
+    EXPECT_EQ(s.tileK, 64);
+    EXPECT_EQ(s.a.layout, tile::TiledContraction::SharedLayout::Swizzled128);
+  }
+  expectMatchesTheLoopProgram(w, "wait_group 0");
+}
+
+// One group in flight: the same values, bit for bit, the copies one slice less ahead than the ring allows (or the ring one slot
+// deeper: the grid is one wave here), and the emitted loop waits for one pending group, then for all after it.
+TEST(WarpgroupProducts, OneGroupInFlightMatchesTheLoopProgram) {
+  Products before = wgmmaProducts(false), w = wgmmaProducts(true);
+  ASSERT_EQ(w.schedules.size(), before.schedules.size());
+  for (size_t i = 0; i < w.schedules.size(); ++i) {
+    EXPECT_EQ(w.schedules[i].mmaInFlight, 1);
+    EXPECT_GE(w.schedules[i].pipelineDepth, 4);
+    EXPECT_GE(w.schedules[i].pipelineDepth, before.schedules[i].pipelineDepth);
+  }
+  expectMatchesTheLoopProgram(w, "one group in flight");
+  auto got = run(w), want = run(before);  // the same sums in the same order: the same bits
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare(got[i], want[i]).relL2, 0.0) << "output " << i;
+  const std::string cu = cuda::print(cuda::emit(w.kernelIR));
+  EXPECT_NE(cu.find("kiln::wgmma_wait_group<1>();\n  }\n  kiln::wgmma_wait_group<0>();"), std::string::npos) << cu;
+  const std::string tileText = tile::print(w.c.tileIR);
+  EXPECT_NE(tileText.find(", 1 group in flight (copies "), std::string::npos) << tileText;
+}
+
+// A ring of 3 slots that cannot grow would leave the copies one slice ahead: the pass leaves such products alone,
+// and the verifier refuses a group in flight on a ring shallower than 3 or on mma.sync products.
+TEST(WarpgroupProducts, GroupInFlightOnlyWhereTheCopiesStayAhead) {
+  Products w = wgmmaProducts(false);
+  tile::Program shallow = w.c.tileIR;
+  for (tile::Schedule& s : shallow.schedules)
+    if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma) {
+      t->pipelineDepth = 2;
+    }
+  EXPECT_FALSE(tile::overlapWgmma(shallow)) << "a ring of 2 grows to 3 at most: copies 1 slice ahead";
+  tile::Program bad = w.c.tileIR;
+  for (tile::Schedule& s : bad.schedules)
+    if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma) {
+      t->mmaInFlight = 1;
+      t->pipelineDepth = 2;
+    }
+  std::string msg;
+  try {
+    tile::verify(bad);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("1 wgmma groups in flight need a wgmma product with a ring of 3 or more slices"), std::string::npos) << msg;
+}
+
+TEST(WarpgroupProducts, NvccCompilesBothForSm90a) {
+  for (bool overlap : {false, true}) {
+    Products w = wgmmaProducts(overlap);
+    test::TempDir tmp;
+    try {
+      cuda::writeArtifacts(w.kernelIR, cuda::emit(w.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90a", true});
+    } catch (const UserError& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
