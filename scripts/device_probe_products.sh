@@ -2,8 +2,9 @@
 # On the GPU machine, in one device call: where the time of kiln's wgmma products goes (bench/product_probe.py's
 # variants of the emitted kernels). Builds kiln, exports a TinyLlama-shaped bf16 Llama of PROBE_LAYERS layers
 # (default 4: the weights of one forward are several times the L2), and per PROBE_SEQS (default "128 512"):
-#   1. emits it (kiln compile --emit cuda) and writes the variants base, nocopy, nomma, inflight;
-#   2. `kiln run --check --reference` on the inflight variant (the only one meant to be right);
+#   1. emits it without tile-overlap-wgmma and writes the variants base, nocopy, nomma, inflight; emits it with the
+#      default passes as the variant "compiler";
+#   2. `kiln run --check --reference` on inflight and compiler (the variants meant to be right);
 #   3. times each variant: `kiln run DIR --bench N` (one CUDA graph) and `--profile` (each kernel alone, hot L2);
 #   4. ncu (clocks untouched) on the base variant's product kernels: speed of light, memory, warp stalls.
 # $OUT gets probe.txt (the summary, printed last) and logs.tgz.
@@ -28,11 +29,15 @@ products() {  # the profile lines of the product kernels: name us/launch
 }
 for s in $PROBE_SEQS; do
   pt=$LOG/tl-s$s.pt
-  ./build/kiln compile "$pt" --emit cuda -o "$LOG/emit-s$s" > "$LOG/emit-s$s.log" 2>&1 || { summary+=("s$s: emit failed"); continue; }
+  # The variants start from the products as they were before tile-overlap-wgmma; "compiler" is the default pipeline.
+  ./build/kiln compile "$pt" --emit cuda -o "$LOG/emit-s$s" --disable-pass tile-overlap-wgmma > "$LOG/emit-s$s.log" 2>&1 || { summary+=("s$s: emit failed"); continue; }
+  ./build/kiln compile "$pt" --emit cuda -o "$LOG/var-s$s/compiler" >> "$LOG/emit-s$s.log" 2>&1 || { summary+=("s$s: emit failed"); continue; }
   python3 bench/product_probe.py "$LOG/emit-s$s" "$LOG/var-s$s" > "$LOG/variants-s$s.log" 2>&1 || { summary+=("s$s: variants failed: $(tail -3 "$LOG/variants-s$s.log")"); continue; }
-  ./build/kiln run "$LOG/var-s$s/inflight" --reference "$pt" --check > "$LOG/check-inflight-s$s.log" 2>&1
-  summary+=("s$s inflight check rc=$? $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-inflight-s$s.log" | head -1)")
-  for v in base nocopy nomma inflight base; do
+  for v in inflight compiler; do
+    ./build/kiln run "$LOG/var-s$s/$v" --reference "$pt" --check > "$LOG/check-$v-s$s.log" 2>&1
+    summary+=("s$s $v check rc=$? $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$v-s$s.log" | head -1)")
+  done
+  for v in base nocopy nomma inflight compiler base; do
     ./build/kiln run "$LOG/var-s$s/$v" --bench 200 --profile > "$LOG/bench-$v-s$s.log" 2>&1
     summary+=("s$s $v: $(ms "$LOG/bench-$v-s$s.log") ms/fwd (${PROBE_LAYERS} layers); alone: $(products "$LOG/bench-$v-s$s.log")")
     echo "${summary[-1]}"
