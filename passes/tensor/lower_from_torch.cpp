@@ -115,8 +115,9 @@ struct Lowering {
   }
 
   // layer_norm(x, normalized_shape, weight, bias, eps): (x - mean) * rsqrt(mean((x - mean)^2) + eps) * w + b over
-  // the trailing normalized dims (the biased variance, as PyTorch).
-  int layerNorm() {
+  // the trailing normalized dims (the biased variance, as PyTorch). native_layer_norm takes the same arguments and
+  // also returns the mean and rstd = rsqrt(var + eps) it used, the normalized dims kept as 1s: {result, mean, rstd}.
+  std::vector<int> layerNormParts() {
     int x = tensor(0);
     int n = static_cast<int>(ints(1).size());
     std::vector<int> axes;
@@ -129,7 +130,14 @@ struct Lowering {
     int y = b.binary(Fn::Mul, Operand{centred}, Operand{r});
     if (argc() > 2 && !isNone(2)) y = b.binary(Fn::Mul, Operand{y}, Operand{tensor(2)});
     if (argc() > 3 && !isNone(3)) y = b.binary(Fn::Add, Operand{y}, Operand{tensor(3)});
-    return y;
+    return {y, mean, r};
+  }
+
+  // Every result of the current node: native_layer_norm's three, otherwise the one lower() makes.
+  std::vector<int> lowerResults() {
+    if (cur->op == "aten::native_layer_norm") return layerNormParts();
+    if (cur->outputs.size() != 1) unsupported("ops with several results are not supported");
+    return {lower()};
   }
 
   // index_select(x, dim, index): the rows `index` (1-D, or 0-D as one row) of x along dim, as a gather from x viewed as
@@ -262,7 +270,7 @@ struct Lowering {
     }
     if (op == "aten::softmax") return softmax();
     if (op == "aten::rms_norm") return rmsNorm();
-    if (op == "aten::layer_norm") return layerNorm();
+    if (op == "aten::layer_norm") return layerNormParts()[0];
     if (op == "aten::clamp" || op == "aten::clip") return clamp(true, true);
     if (op == "aten::clamp_min") return clamp(true, false);
     if (op == "aten::clamp_max") return clamp(false, true);
@@ -337,7 +345,7 @@ std::vector<std::string> supportedOps() {
           "aten::bitwise_not", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq", "aten::ne", "aten::__and__",
           "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
           "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
-          "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::clamp", "aten::clip",
+          "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::native_layer_norm", "aten::clamp", "aten::clip",
           "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm", "aten::index_select",
           // list-producing: torch-import turns each part of the list into an aten::slice (aten::select for unbind)
           "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk", "aten::unsafe_chunk", "aten::unbind",
@@ -362,14 +370,18 @@ Graph lowerFromTorch(const torch::Graph& tg) {
   for (const torch::Node& n : tg.nodes) {
     l.cur = &n;
     l.b.setOrigin(n.op + " @ " + n.loc.str());
-    if (n.outputs.size() != 1) l.unsupported("ops with several results are not supported");
-    int out = l.lower();
-    if (g.nodes[out].shape != tg.values[n.outputs[0]].shape)
-      internalError(__FILE__, __LINE__,
-                    fmt::format("{} lowered to shape [{}], LibTorch computed [{}]", l.where(),
-                                shapeString(g.nodes[out].shape), shapeString(tg.values[n.outputs[0]].shape)));
-    if (g.nodes[out].dtype != tg.values[n.outputs[0]].dtype) out = l.b.cast(out, tg.values[n.outputs[0]].dtype);
-    l.nodeOf[n.outputs[0]] = out;
+    std::vector<int> results = l.lowerResults();
+    KILN_ASSERT(results.size() == n.outputs.size(), "{}: {} results lowered for {} outputs", l.where(), results.size(), n.outputs.size());
+    for (size_t k = 0; k < results.size(); ++k) {
+      int out = results[k];
+      const torch::Value& want = tg.values[n.outputs[k]];
+      if (g.nodes[out].shape != want.shape)
+        internalError(__FILE__, __LINE__,
+                      fmt::format("{} lowered result {} to shape [{}], LibTorch computed [{}]", l.where(), k,
+                                  shapeString(g.nodes[out].shape), shapeString(want.shape)));
+      if (g.nodes[out].dtype != want.dtype) out = l.b.cast(out, want.dtype);
+      l.nodeOf[n.outputs[k]] = out;
+    }
   }
   for (int vid : tg.outputs) {
     auto it = l.nodeOf.find(vid);

@@ -133,6 +133,35 @@ TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
   EXPECT_TRUE(contains(inspect.out, "kiln supports every op on input data")) << describe(inspect);
 }
 
+// native_layer_norm returns three tensors (the result, the mean and rstd over the normalized dims, kept as 1s): all
+// three as outputs, in f32 and in bf16, computed as LibTorch does.
+TEST_F(PlainTrace, NativeLayerNormGivesItsThreeResults) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class M(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.w = torch.nn.Parameter(1.0 + 0.1 * torch.randn(16))\n"
+      "        self.b = torch.nn.Parameter(0.1 * torch.randn(16))\n"
+      "    def forward(self, x):\n"
+      "        y, mean, rstd = torch.native_layer_norm(x * 3.0 + 1.0, [16], self.w, self.b, 1e-5)\n"
+      "        return y, mean, rstd\n"
+      "m = M().eval()\n"
+      "torch.jit.trace(m, (torch.randn(2, 3, 16),)).save('{0}/ln.pt')\n"
+      "torch.jit.trace(m.to(torch.bfloat16), (torch.randn(2, 3, 16).to(torch.bfloat16),)).save('{0}/ln_bf16.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  Result r = kiln({"run", (tmp.path / "ln.pt").string(), "--input", "x=2x3x16", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
+  Result t = kiln({"compile", (tmp.path / "ln.pt").string(), "--input", "x=2x3x16", "--ir", "tensor"});
+  EXPECT_TRUE(contains(t.out, "aten::native_layer_norm")) << describe(t);
+  Result bf = kiln({"run", (tmp.path / "ln_bf16.pt").string(), "--input", "x=2x3x16:bf16", "--check", "--interpret"});
+  EXPECT_EQ(bf.code, 0) << describe(bf);
+  EXPECT_TRUE(contains(bf.out, "PASS")) << describe(bf);
+}
+
 // A value used twice per step (tanh(x) + x, 200 steps) doubles the fused expression at every inlining: without
 // loop-fuse-producers' bound on a kernel's operations this took tens of GB; now it compiles into several kernels and
 // computes what LibTorch does.
