@@ -87,13 +87,23 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
 }
 
-// Kernel i (a single-stage product) becomes its partial product (at i) and the sum of the partials (at i + 1).
+// e with every reference to the accumulator replaced by `value`.
+loop::ExprP replaceAccumulator(const loop::ExprP& e, const loop::ExprP& value) {
+  if (e->kind == loop::Expr::Kind::Acc) return value;
+  if (e->args.empty()) return e;
+  auto copy = std::make_shared<loop::Expr>(*e);
+  for (loop::ExprP& a : copy->args) a = replaceAccumulator(a, value);
+  return copy;
+}
+
+// Kernel i (a single-stage product) becomes its partial product (at i) and the sum of the partials (at i + 1), a
+// vectorized pointwise map.
 void splitKernel(Program& p, size_t i, int64_t split, TiledContraction partialSchedule) {
   const loop::Kernel orig = p.loop.kernels[i];
   const loop::Reduction& stage = orig.stages.at(0);
   const loop::Axis r = stage.axes.at(0);
   const int64_t part = r.extent / split;
-  const int sVar = orig.maxVar() + 1, qVar = orig.maxVar() + 2;
+  const int sVar = orig.maxVar() + 1;
   const loop::Buffer& out = p.loop.buffers[static_cast<size_t>(orig.output)];
   loop::Buffer partials;
   partials.kind = loop::Buffer::Kind::Temp;
@@ -119,17 +129,28 @@ void splitKernel(Program& p, size_t i, int64_t split, TiledContraction partialSc
   partial.result = loop::accRef(0);
   partial.origins = orig.origins;
 
+  // The adding kernel: the partials' sum written out, ((p0 + p1) + p2) + ..., the order a reduction over them would
+  // add (from 0, which adds nothing), in place of the original accumulator; with no reduction left it is a plain
+  // pointwise map, which moves 16-byte vectors (tile-vectorize-accesses' rule; that pass ran before this one).
   loop::Kernel sum = orig;
-  std::vector<Idx> at{idxVar(qVar, "rs")};
-  for (const loop::Axis& a : orig.parallel) at.push_back(idxVar(a.var, a.name));
-  sum.stages = {loop::Reduction{stage.fn, {loop::Axis{qVar, "rs", split}}, loop::load(partialsId, at)}};
+  loop::ExprP total;
+  for (int64_t q = 0; q < split; ++q) {
+    std::vector<Idx> at{idxConst(q)};
+    for (const loop::Axis& a : orig.parallel) at.push_back(idxVar(a.var, a.name));
+    loop::ExprP part = loop::load(partialsId, at);
+    total = total ? loop::apply(loop::Fn::Add, {total, part}) : part;
+  }
+  sum.stages.clear();
+  sum.result = replaceAccumulator(orig.result, total);
 
   partialSchedule.mAxis += 1;
   partialSchedule.nAxis += 1;
   p.loop.kernels[i] = partial;
   p.loop.kernels.insert(p.loop.kernels.begin() + static_cast<std::ptrdiff_t>(i) + 1, sum);
   p.schedules[i] = partialSchedule;
-  p.schedules.insert(p.schedules.begin() + static_cast<std::ptrdiff_t>(i) + 1, PointwiseMap{});
+  PointwiseMap adding;
+  vectorizePointwise(p.target, p.loop, p.loop.kernels[i + 1], adding);
+  p.schedules.insert(p.schedules.begin() + static_cast<std::ptrdiff_t>(i) + 1, adding);
 }
 
 }  // namespace

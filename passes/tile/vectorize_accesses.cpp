@@ -56,6 +56,27 @@ bool rowForm(const loop::Kernel& k) {
 
 }  // namespace
 
+bool vectorizePointwise(const Target& target, const loop::Program& p, const loop::Kernel& k, PointwiseMap& m) {
+  if (!k.stages.empty() || k.parallel.empty() || m.vector != 1) return false;
+  const int64_t v = vectorWidth(p.buffers[static_cast<size_t>(k.output)].dtype, k.parallel.back().extent);
+  if (v == 1) return false;
+  m.vector = v;
+  // Blocks small enough that the vectors spread over every SM twice where there are that many.
+  const int64_t threadsNeeded = k.parallelPoints() / v;
+  while (m.threads > 64 && threadsNeeded < 2 * target.smCount * m.threads) m.threads /= 2;
+  // Whole warps: halving a block of 192 threads (tile-lower-from-loop's, for 192 points) would leave 48.
+  m.threads = (std::min<int64_t>(m.threads, threadsNeeded) + 31) / 32 * 32;
+  // Beyond one resident wave of blocks, each thread takes two vectors (twice the loads in flight, half the
+  // blocks), where the values it then holds stay within kMaxLoadedValuesPerThread: a bf16 SiLU·mul holding
+  // two vectors of both operands (32 values, 47 registers) fits 5 blocks of 256 threads on an SM, and its 704
+  // blocks then take 1.07 waves (H200, 2026-12-02, TinyLlama s512: 4.77 us, torch.compile 3.76).
+  const int64_t blocks = (threadsNeeded + m.threads - 1) / m.threads;
+  if (blocks > target.smCount * (target.maxThreadsPerSm / m.threads) &&
+      2 * v * distinctLoads(k.result) <= kMaxLoadedValuesPerThread)
+    m.vectorsPerThread = 2;
+  return true;
+}
+
 bool vectorizeAccesses(Program& p) {
   bool changed = false;
   const Target& target = p.target;
@@ -63,24 +84,7 @@ bool vectorizeAccesses(Program& p) {
     const loop::Kernel& k = p.loop.kernels[i];
     const DType out = p.loop.buffers[static_cast<size_t>(k.output)].dtype;
     if (auto* m = std::get_if<PointwiseMap>(&p.schedules[i])) {
-      if (!k.stages.empty() || k.parallel.empty() || m->vector != 1) continue;
-      const int64_t v = vectorWidth(out, k.parallel.back().extent);
-      if (v == 1) continue;
-      m->vector = v;
-      // Blocks small enough that the vectors spread over every SM twice where there are that many.
-      const int64_t threadsNeeded = k.parallelPoints() / v;
-      while (m->threads > 64 && threadsNeeded < 2 * target.smCount * m->threads) m->threads /= 2;
-      // Whole warps: halving a block of 192 threads (tile-lower-from-loop's, for 192 points) would leave 48.
-      m->threads = (std::min<int64_t>(m->threads, threadsNeeded) + 31) / 32 * 32;
-      // Beyond one resident wave of blocks, each thread takes two vectors (twice the loads in flight, half the
-      // blocks), where the values it then holds stay within kMaxLoadedValuesPerThread: a bf16 SiLU·mul holding
-      // two vectors of both operands (32 values, 47 registers) fits 5 blocks of 256 threads on an SM, and its 704
-      // blocks then take 1.07 waves (H200, 2026-12-02, TinyLlama s512: 4.77 us, torch.compile 3.76).
-      const int64_t blocks = (threadsNeeded + m->threads - 1) / m->threads;
-      if (blocks > target.smCount * (target.maxThreadsPerSm / m->threads) &&
-          2 * v * distinctLoads(k.result) <= kMaxLoadedValuesPerThread)
-        m->vectorsPerThread = 2;
-      changed = true;
+      changed = vectorizePointwise(target, p.loop, k, *m) || changed;
       continue;
     }
     auto* r = std::get_if<RowReduction>(&p.schedules[i]);

@@ -434,6 +434,12 @@ TEST_P(TensorCores, SplitReductionsMatchTheUntiledLoopProgram) {
     const size_t before = t.c.tileIR.loop.kernels.size();
     tile::shapeProducts(t.c.tileIR, &shape);
     if (shape.split > 1) EXPECT_GT(t.c.tileIR.loop.kernels.size(), before) << "some product should have been split";
+    // The kernel after each partial product adds the partials as a written-out sum: a pointwise map, no reduction.
+    for (size_t i = 0; i + 1 < t.c.tileIR.loop.kernels.size(); ++i)
+      if (t.c.tileIR.loop.kernels[i].name.ends_with("_split")) {
+        EXPECT_TRUE(t.c.tileIR.loop.kernels[i + 1].stages.empty()) << t.c.tileIR.loop.kernels[i + 1].name;
+        EXPECT_TRUE(std::holds_alternative<tile::PointwiseMap>(t.c.tileIR.schedules[i + 1]));
+      }
     applySlices(t.c.tileIR, Slices{true, false, true, true});
     tile::verify(t.c.tileIR);
     t.kernelIR = kernel::lowerFromTile(t.c.tileIR);

@@ -152,6 +152,9 @@ void verify(const Program& p);
 Program lowerFromLoop(const loop::Program& p, const Target& target = defaultTarget());  // tile-lower-from-loop
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 bool vectorizeAccesses(Program& p);             // tile-vectorize-accesses
+// tile-vectorize-accesses' rule for one pointwise map without reductions (16-byte vectors, block size, vectors per
+// thread); false, m unchanged, where it does not apply. tile-shape-products gives its adding kernels the same.
+bool vectorizePointwise(const Target& target, const loop::Program& p, const loop::Kernel& k, PointwiseMap& m);
 bool tileLongReductions(Program& p);            // tile-tile-long-reductions
 // The tile size is the largest of 64, 32, 16 that still gives a wave of blocks (minTiles; 0: the Target's SMs).
 bool tileContractions(Program& p, int64_t minTiles = 0);  // tile-tiled-contractions
