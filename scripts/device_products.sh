@@ -3,6 +3,8 @@
 #   1. llama_medium bf16 (kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens: tiled, tensor-core and pipelined
 #      products): `kiln run --check`, then compute-sanitizer memcheck and racecheck (each bounded by
 #      KILN_SANITIZE_SECONDS, default 90; 124 = ran past the bound), with the default passes;
+#   1b. a 4-layer TinyLlama-shaped bf16 model at 128 tokens under each of PRODUCTS_VARIANTS ("name:kiln args;..."):
+#      `kiln run --bench 200 --profile` (the forward from one graph; each product kernel alone);
 #   2. the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph --kiln-profile), with the
 #      default passes and with PRODUCTS_BASELINE_ARGS (default: --disable-pass tile-warpgroup-products), so the
 #      change is measured side by side in one run;
@@ -15,9 +17,14 @@ cd "$(dirname "$0")/.."
 : "${PRODUCTS_FILTER:=q_proj,k_proj,o_proj,gate_proj,down_proj,o_proj_residual,silu_mul_down}"
 : "${PRODUCTS_BASELINE_ARGS:=--disable-pass tile-warpgroup-products}"
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-products}
-during_build() { exec nice -n 19 python3 bench/run_suite.py --export-only --dtype bf16 --filter "$PRODUCTS_FILTER" > "$OUT/export.log" 2>&1; }
-source bench/device_setup.sh
+: "${PRODUCTS_VARIANTS:=}"
 LOG=$(mktemp -d)
+during_build() {
+  nice -n 19 python3 models/llama.py --hidden 2048 --intermediate 5632 --heads 32 --kv-heads 4 --layers 4 --vocab 32000 \
+    --batch 1 --seq 128 --dtype bf16 --no-check -o "$LOG/tl4.pt" > "$LOG/export-tl4.log" 2>&1
+  exec nice -n 19 python3 bench/run_suite.py --export-only --dtype bf16 --filter "$PRODUCTS_FILTER" > "$OUT/export.log" 2>&1
+}
+source bench/device_setup.sh
 export KILN_CACHE_DIR=$LOG/cache
 summary=()
 t() { grep -o '[0-9.]* ms per forward (CUDA events' "$1" | awk '{print $1}' | head -1; }
@@ -37,6 +44,15 @@ for f in $(find "$KILN_CACHE_DIR" -name '*.cubin' | sort); do
   grep -q HGMMA "$LOG/sass.txt" || continue
   summary+=("sass $(basename "$f"): $(for op in HGMMA LDGSTS BAR.SYNC LDL STL; do printf '%s %s, ' "$op" "$(grep -c "$op" "$LOG/sass.txt")"; done)")
   echo "${summary[-1]}"; cp "$LOG/sass.txt" "$LOG/sass-wgmma.txt"; break
+done
+
+IFS=';' read -ra variants <<< "$PRODUCTS_VARIANTS"
+for v in "${variants[@]}"; do
+  name=${v%%:*}; args=${v#*:}
+  # shellcheck disable=SC2086
+  ./build/kiln run "$LOG/tl4.pt" --bench 200 --profile $args > "$LOG/tl4-$name.log" 2>&1
+  summary+=("tl4 $name ($args): rc=$? $(t "$LOG/tl4-$name.log") ms/fwd; alone: $(grep -E '^ +[0-9]+ +k[0-9]+_reduce_sum' "$LOG/tl4-$name.log" | awk '{printf "%s %s, ", $2, $4}')")
+  echo "${summary[-1]}"
 done
 
 for variant in default baseline; do

@@ -89,6 +89,9 @@ class KernelBuilder {
     Idx tileIdx;
     int buf = 0;
     const tile::TiledContraction::Operand* staging = nullptr;
+    // cp_async rings: elements from one ring slot to the next (0: the slice's own size), and where in its slot the
+    // slice starts (stacked B slices: stage st at st times the slice's size)
+    int64_t slotStride = 0, slotOffset = 0;
   };
   struct Prefetched {  // a slice staged through registers
     OperandSlice operand;

@@ -45,9 +45,15 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
       k_.shared.push_back(SharedBuffer{fmt::format("a{}", st), s.pipelineDepth * tile::sliceElements(s.a, s.tileM, s.tileK),
                                        tile::sliceType(s, s.a), dynamic});
     }
+    if (s.stackedB && st > 0) {  // one buffer "b" whose ring slots hold every stage's B slice
+      t.sharedB.push_back(t.sharedB[0]);
+      continue;
+    }
     t.sharedB.push_back(static_cast<int>(k_.shared.size()));
-    k_.shared.push_back(SharedBuffer{fmt::format("b{}", st), s.pipelineDepth * tile::sliceElements(s.b, s.tileN, s.tileK),
-                                     tile::sliceType(s, s.b), dynamic});
+    const int64_t stacked = s.stackedB ? static_cast<int64_t>(lk_.stages.size()) : 1;
+    k_.shared.push_back(SharedBuffer{s.stackedB ? std::string("b") : fmt::format("b{}", st),
+                                     stacked * s.pipelineDepth * tile::sliceElements(s.b, s.tileN, s.tileK), tile::sliceType(s, s.b),
+                                     dynamic});
   }
   if (dynamic) k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
   // Thread coordinates and accumulators (zeroed) come first; the reduction loop then stages and multiplies.
@@ -63,6 +69,11 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     const loop::Axis& kAxis = lk_.stages[st].axes[0];
     if (aSource[st] == st) operands.push_back({t.c.stages[st].a, t.mAxis, kAxis, t.c.m, s.tileM, t.tileM, t.sharedA[st], &t.s.a});
     operands.push_back({t.c.stages[st].b, t.nAxis, kAxis, t.c.n, s.tileN, t.tileN, t.sharedB[st], &t.s.b});
+    if (s.stackedB) {
+      const int64_t slice = tile::sliceElements(s.b, s.tileN, s.tileK);
+      operands.back().slotStride = slice * static_cast<int64_t>(lk_.stages.size());
+      operands.back().slotOffset = slice * static_cast<int64_t>(st);
+    }
   }
   if (s.a.copy == tile::TiledContraction::Copy::CpAsync) {
     pipelinedSteps(t, operands, multiply);

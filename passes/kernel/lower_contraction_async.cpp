@@ -22,7 +22,7 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
   const loop::Expr* load = loop::plainLoad(o.value);
   KILN_ASSERT(load, "kernel {}: a cp_async operand that is not a plain load", lk_.name);
   const int64_t per = t.s.tileK / tile::kAsyncCopyElements, chunks = o.rows * per, threads = k_.block[0];
-  const int64_t slotElements = tile::sliceElements(*o.staging, o.rows, t.s.tileK);
+  const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, t.s.tileK);
   const int64_t K = t.c.k, bytes = tile::kAsyncCopyElements * dtypeBytes(t.s.mmaType);
   const int rowVar = o.rowAxis.var + kFirstLoopVar, kVar = o.kAxis.var + kFirstLoopVar;
   extents_[rowVar] = o.rowExtent;
@@ -40,7 +40,8 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
     Idx rowsLeft = idxMul(idxAdd(idxMul(row, -1), o.rowExtent), bytes);
     Idx kLeft = idxMul(idxAdd(idxMul(kAt, -1), K), dtypeBytes(t.s.mmaType));
     Idx valid = simplify(idxMin(idxMax(idxMin(rowsLeft, kLeft), idxConst(0)), idxConst(bytes)), extents_);
-    Idx dst = ringSlot * idxConst(slotElements) + tile::sliceSlot(*o.staging, kc * idxConst(tile::kAsyncCopyElements), rr, o.rows, t.s.tileK);
+    Idx dst = ringSlot * idxConst(slotElements) + idxConst(o.slotOffset) +
+              tile::sliceSlot(*o.staging, kc * idxConst(tile::kAsyncCopyElements), rr, o.rows, t.s.tileK);
     return cpAsync(o.buf, simplify(dst, extents_), param(load->buffer, false), from, static_cast<int>(bytes), valid);
   };
   if (chunks % threads == 0) {  // unrolled: thread t copies chunks t, t + threads, ... (indices affine in t)

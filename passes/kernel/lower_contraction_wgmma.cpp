@@ -4,7 +4,8 @@
 // the barrier.
 //
 // Warpgroup q (threads 128q .. 128q + 127) owns rows 64q .. 64q + 63 of the block tile and all tile_n columns of every
-// stage. Per slice it issues, after wgmma.fence, for each 16 of k and each stage one wgmma.m64n{tile_n}k16 whose A
+// stage. With stackedB (every stage reads one A) the slot holds the stages' B slices one after another and one
+// wgmma.m64n{stages * tile_n}k16 per 16 of k multiplies them all, its accumulators the stages' in order. Per slice it issues, after wgmma.fence, for each 16 of k and each stage one wgmma.m64n{tile_n}k16 whose A
 // is its 64 rows of the stage's A slice and whose B is the stage's whole B slice (swizzled: starting at column k of
 // their first row, 8-row groups 512 elements apart; core matrices: 64 elements between neighbours in k, 8 * tile_k
 // between neighbours in rows), then commits the group and waits until at most mmaInFlight groups are pending (the
@@ -48,15 +49,24 @@ std::function<void(Block&)> KernelBuilder::multiplyOnWarpgroups(Tiling& t) {
   return [this, &t, n, group, layout, swizzled, acc](Block& steps) {
     const int64_t aSlot = tile::sliceElements(t.s.a, t.s.tileM, t.s.tileK), bSlot = tile::sliceElements(t.s.b, n, t.s.tileK);
     steps.push_back(wgmmaFence());
-    for (int64_t kk = 0; kk < t.s.tileK; kk += kWgmmaK)
+    for (int64_t kk = 0; kk < t.s.tileK; kk += kWgmmaK) {
+      // Core matrix (row / 8, k / 8) of a slot starts at element (row / 8) * 8 * tile_k + (k / 8) * 64; swizzled,
+      // the operand starts at column kk of its first row (the hardware applies the swizzle to the address).
+      const int64_t kOffset = swizzled ? kk : kk / 8 * 64;
+      Idx aStart = simplify(t.ring * idxConst(aSlot) + group * idxConst(kWgmmaM / 8 * layout.rowStride) + idxConst(kOffset), extents_);
+      if (t.s.stackedB) {  // one wgmma over every stage's B, stacked in the slot; its accumulators the stages' in order
+        const int64_t stages = static_cast<int64_t>(lk_.stages.size());
+        Idx bStart = simplify(t.ring * idxConst(stages * bSlot) + idxConst(kOffset), extents_);
+        std::vector<int> all;
+        for (const std::vector<int>& a : acc) all.insert(all.end(), a.begin(), a.end());
+        steps.push_back(wgmma(t.s.mmaType, t.sharedA[0], aStart, layout, t.sharedB[0], bStart, layout, stages * n, all));
+        continue;
+      }
       for (size_t st = 0; st < lk_.stages.size(); ++st) {
-        // Core matrix (row / 8, k / 8) of a slot starts at element (row / 8) * 8 * tile_k + (k / 8) * 64; swizzled,
-        // the operand starts at column kk of its first row (the hardware applies the swizzle to the address).
-        const int64_t kOffset = swizzled ? kk : kk / 8 * 64;
-        Idx aStart = simplify(t.ring * idxConst(aSlot) + group * idxConst(kWgmmaM / 8 * layout.rowStride) + idxConst(kOffset), extents_);
         Idx bStart = simplify(t.ring * idxConst(bSlot) + idxConst(kOffset), extents_);
         steps.push_back(wgmma(t.s.mmaType, t.sharedA[st], aStart, layout, t.sharedB[st], bStart, layout, n, acc[st]));
       }
+    }
     steps.push_back(wgmmaCommit());
     steps.push_back(wgmmaWait(static_cast<int>(t.s.mmaInFlight)));
   };

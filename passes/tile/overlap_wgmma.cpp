@@ -8,11 +8,12 @@
 // TinyLlama's gate/up product keeps the tensor cores busy about half its time, so that gap is most of the rest.
 //
 // The price: a ring slot stays read until the slice after it has been issued, so the copies run pipelineDepth - 2
-// slices ahead instead of pipelineDepth - 1 (the slot of slice i - 1 is not free when slice i's copies go out). Where
-// one more slot fits (the grid is one wave, so a second block per SM is no loss, and the ring stays within one block's
-// shared memory and the reduction's slices plus one) the ring grows by one and the look-ahead stays what it was.
-// Products whose copies would then run only one slice ahead (a ring of 3 that cannot grow) are left alone.
-// Precondition: tile-shape-products has sized the tile and ring. Postcondition: mmaInFlight 1 with pipelineDepth >= 4, or the schedule unchanged.
+// slices ahead instead of pipelineDepth - 1 (the slot of slice i - 1 is not free when slice i's copies go out).
+// Products whose copies would then run only one slice ahead (a ring of 3: TinyLlama's lm_head at 128 tokens, 250
+// blocks, took 58.3 us so against 51.6) are left alone.
+// Measured (H200, 2026-12-02, bench/product_probe.py, TinyLlama bf16 at 128 tokens, each kernel alone): gate/up 26.0
+// -> 24.2 us, q/k/v 13.0 -> 11.7, o_proj 10.3 -> 9.9 with a ring of 4 (copies 2 ahead).
+// Precondition: tile-deepen-rings has run. Postcondition: mmaInFlight 1 with pipelineDepth >= 4, or the schedule unchanged.
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
@@ -23,14 +24,7 @@ bool overlapWgmma(Program& p) {
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
     if (!s || s->instruction != TiledContraction::Instruction::Wgmma || s->mmaInFlight != 0) continue;
-    const Contraction c = contractionOf(*s, p.loop.kernels[i]);
-    const int64_t slices = (c.k + s->tileK - 1) / s->tileK;
-    int64_t depth = s->pipelineDepth;
-    if (gridBlocks(p.schedules[i], p.loop.kernels[i]) <= p.target.smCount && depth + 1 <= slices + 1 &&
-        (depth + 1) * ringSlotBytes(*s, c) <= p.target.maxSharedPerBlock)
-      ++depth;
-    if (depth < 4) continue;  // the copies would run only one slice ahead
-    s->pipelineDepth = depth;
+    if (s->pipelineDepth < 4) continue;  // the copies would run only one slice ahead
     s->mmaInFlight = 1;
     changed = true;
   }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "kiln/support/error.h"
@@ -95,6 +97,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                           t.mmaInFlight > 0 ? fmt::format(", {} group in flight (copies {} slices ahead)", t.mmaInFlight,
                                                           t.pipelineDepth - 1 - t.mmaInFlight)
                                             : "");
+      if (t.stackedB) instr += fmt::format(", the {} stages' B stacked: wgmma.m64n{}k16", k.stages.size(),
+                                           static_cast<int64_t>(k.stages.size()) * t.tileN);
       break;
   }
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
@@ -127,7 +131,7 @@ nlohmann::json toJson(const Schedule& s) {
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}});
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -267,7 +271,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(target.cpAsync && target.ldmatrix, "kernel {}: cp.async and ldmatrix on {}, which lacks them", k.name, target.arch);
     KILN_ASSERT(((t.instruction == TC::Instruction::MmaSync && t.fragments == TC::Fragments::Ldmatrix) ||
                  t.instruction == TC::Instruction::Wgmma) &&
-                    t.pipelineDepth >= 2 && t.pipelineDepth <= 8 && t.tileK % 16 == 0,
+                    t.pipelineDepth >= 2 && t.pipelineDepth <= kMaxRingDepth && t.tileK % 16 == 0,
                 "kernel {}: cp_async slices feed ldmatrix fragments of mma.sync or wgmma through a ring of 2 to 8 (depth {})",
                 k.name, t.pipelineDepth);
     KILN_ASSERT(asyncCopyable(p.loop, k, t), "kernel {}: cp_async on operands that are not k-contiguous bf16/f16 loads", k.name);
@@ -278,6 +282,14 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   KILN_ASSERT(t.mmaInFlight == 0 || (t.instruction == TC::Instruction::Wgmma && t.mmaInFlight == 1 && t.pipelineDepth >= 3),
               "kernel {}: {} wgmma groups in flight need a wgmma product with a ring of 3 or more slices (instruction {}, ring {}) and at "
               "most 1 group", k.name, t.mmaInFlight, instructionName(t.instruction), t.pipelineDepth);
+  if (t.stackedB) {
+    const Contraction c = contractionOf(t, k);
+    const std::vector<size_t> src = aSources(c);
+    KILN_ASSERT(t.instruction == TC::Instruction::Wgmma && t.a.copy == TC::Copy::CpAsync &&
+                    std::all_of(src.begin(), src.end(), [](size_t s) { return s == 0; }) && stages * t.tileN <= 256 && t.tileN % 8 == 0,
+                "kernel {}: stacked B slices need a cp_async wgmma product whose stages all read one A, with stages x tile_n "
+                "a multiple of 8 up to 256 ({} x {})", k.name, stages, t.tileN);
+  }
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);

@@ -22,16 +22,21 @@ struct Products {
   std::vector<tile::TiledContraction> schedules;  // the wgmma products' schedules
 };
 
-// mlp_bf16_wide on sm_90a up to Tile IR, every product tiled and made a wgmma product, then (overlap) tile-overlap-wgmma.
-Products wgmmaProducts(bool overlap) {
+// mlp_bf16_wide on sm_90a up to Tile IR, every product tiled and made a wgmma product, then (deepen) tile-deepen-rings
+// and (overlap) tile-overlap-wgmma; without deepen the down product's ring (4) is shallower than its 8 slices, so the
+// loop's copies overwrite slots of earlier slices and the interpreter's pending-wgmma check has something to check;
+// stacked false: the gate/up product's B slices in separate buffers, one wgmma per stage.
+Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false) {
   PipelineOptions o;
-  o.disable = {"tile-overlap-wgmma"};
+  o.disable = {"tile-stack-operands", "tile-deepen-rings", "tile-overlap-wgmma"};  // applied by hand below
   Products w;
   w.c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, o, "tile");
   tile::tileContractions(w.c.tileIR, /*minTiles=*/1);
   tile::tensorCoreContractions(w.c.tileIR);
   tile::fuseOperandProducers(w.c.tileIR);
-  EXPECT_TRUE(tile::warpgroupProducts(w.c.tileIR));
+  EXPECT_TRUE(tile::warpgroupProducts(w.c.tileIR));  // then the passes after tile-shape-products, as the pipeline orders them
+  if (stacked) EXPECT_TRUE(tile::stackOperands(w.c.tileIR));
+  if (deepen) EXPECT_TRUE(tile::deepenRings(w.c.tileIR));
   if (overlap) EXPECT_TRUE(tile::overlapWgmma(w.c.tileIR));
   tile::verify(w.c.tileIR);
   for (const tile::Schedule& s : w.c.tileIR.schedules)
@@ -89,7 +94,45 @@ TEST(WarpgroupProducts, OneGroupInFlightMatchesTheLoopProgram) {
   EXPECT_NE(tileText.find(", 1 group in flight (copies "), std::string::npos) << tileText;
 }
 
-// A ring of 3 slots that cannot grow would leave the copies one slice ahead: the pass leaves such products alone,
+// gate/up read one x: their B slices share each ring slot and one wgmma.m64n128 per 16 of k multiplies both, with the
+// bits of two m64n64 wgmmas (the same products summed in the same order).
+TEST(WarpgroupProducts, StackedBSlicesGiveTheBitsOfSeparateWgmmas) {
+  Products stacked = wgmmaProducts(true), separate = wgmmaProducts(true, false);
+  ASSERT_EQ(stacked.schedules.size(), 2u);
+  EXPECT_TRUE(stacked.schedules[0].stackedB) << "gate/up";
+  EXPECT_FALSE(stacked.schedules[1].stackedB) << "down has one stage";
+  const std::string ir = kernel::print(stacked.kernelIR);
+  EXPECT_NE(ir.find("wgmma.m64n128k16.bf16"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("shared b: bf16"), std::string::npos) << ir;
+  expectMatchesTheLoopProgram(stacked, "stacked");
+  auto got = run(stacked), want = run(separate);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare(got[i], want[i]).relL2, 0.0) << "output " << i;
+  tile::Program bad = stacked.c.tileIR;
+  std::get<tile::TiledContraction>(bad.schedules[0]).tileN = 136;  // 2 x 136 columns: past wgmma's 256
+  std::string msg;
+  try {
+    tile::verify(bad);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("stacked B slices need"), std::string::npos) << msg;
+}
+
+// A grid of one wave (4 blocks here) takes the deepest ring one block's shared memory holds, up to 8 slots and the
+// reduction's slices plus one; a grid of more blocks than SMs keeps its ring.
+TEST(WarpgroupProducts, OneWaveGridsTakeTheDeepestRingThatFits) {
+  Products w = wgmmaProducts(true, true, true);
+  ASSERT_EQ(w.schedules.size(), 2u);
+  EXPECT_EQ(w.schedules[0].pipelineDepth, 4) << "gate/up: 3 slices of 64, so 4 slots";
+  EXPECT_EQ(w.schedules[1].pipelineDepth, tile::kMaxRingDepth) << "down: 8 slices";
+  Products again = wgmmaProducts(false);
+  tile::Program p = again.c.tileIR;
+  p.target.smCount = 2;  // the 4 blocks are two waves
+  EXPECT_FALSE(tile::deepenRings(p));
+}
+
+// A ring of fewer than 4 slots would leave the copies one slice ahead or none: the pass leaves such products alone,
 // and the verifier refuses a group in flight on a ring shallower than 3 or on mma.sync products.
 TEST(WarpgroupProducts, GroupInFlightOnlyWhereTheCopiesStayAhead) {
   Products w = wgmmaProducts(false);
@@ -98,7 +141,7 @@ TEST(WarpgroupProducts, GroupInFlightOnlyWhereTheCopiesStayAhead) {
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma) {
       t->pipelineDepth = 2;
     }
-  EXPECT_FALSE(tile::overlapWgmma(shallow)) << "a ring of 2 grows to 3 at most: copies 1 slice ahead";
+  EXPECT_FALSE(tile::overlapWgmma(shallow)) << "a ring of 2 would copy nothing ahead";
   tile::Program bad = w.c.tileIR;
   for (tile::Schedule& s : bad.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma) {

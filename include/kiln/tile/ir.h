@@ -91,11 +91,15 @@ struct TiledContraction {
   int64_t microM = 1, microN = 1;  // Ffma
   Operand a, b;
   Fragments fragments = Fragments::Elements;  // MmaSync
-  int64_t pipelineDepth = 1;  // slices in the shared ring (CpAsync: 2 to 5; otherwise 1)
+  int64_t pipelineDepth = 1;  // slices in the shared ring (CpAsync: 2 to kMaxRingDepth; otherwise 1)
   // Wgmma: groups of wgmmas left in flight across the k loop's barrier, 0 or 1 (tile-overlap-wgmma). With 1 each slice's
   // wgmmas wait only for the slice before's, and the copies run pipelineDepth - 2 slices ahead (the slot of the slice
   // before is still being read when the next copies go out).
   int64_t mmaInFlight = 0;
+  // Wgmma products whose stages all read one A (a SwiGLU's gate and up both read x): each ring slot holds the stages'
+  // B slices one after another, and one wgmma m64n{stages * tile_n} per 16 of k multiplies them all (A read from
+  // shared memory once, half the wgmmas of two stages; its accumulators are the stages' in order).
+  bool stackedB = false;
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
@@ -167,6 +171,10 @@ bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
+bool deepenRings(Program& p);                   // tile-deepen-rings
+bool stackOperands(Program& p);                 // tile-stack-operands
+// The most slots a cp.async ring has (tile-deepen-rings; the verifier's bound).
+constexpr int64_t kMaxRingDepth = 8;
 // A product shape (tile-shape-products); given to shapeProducts, it is applied to every eligible product instead of
 // the model's choice (tests), a split only where K / split is a multiple of 8 and the product has one stage.
 struct ProductShape {
