@@ -8,6 +8,8 @@ sliding windows, multi-query, logit softcapping) switched on where it has them.
     python3 models/hf_families.py              # every family -> models/fixtures/hf_<family>_tiny.pt
     python3 models/hf_families.py gpt2 phi3    # some of them
     python3 models/hf_families.py --bf16       # hf_gpt_neox_tiny_bf16.pt, hf_gemma2_tiny_bf16.pt (BF16_FAMILIES)
+    python3 models/hf_families.py --real qwen2 --dtype bf16 --device cuda -o /tmp/qwen2.pt
+                                               # 2 layers at the family's real layer shapes (REAL), 128 tokens
 """
 import pathlib
 import sys
@@ -44,10 +46,36 @@ FAMILIES = {
 }
 
 
-def build(family, seed=0):
+# The layer shapes of one public checkpoint per family (hidden size, MLP width, heads, KV heads, head size, rotary
+# fraction, windows as their configs give them), with 2 layers, a 32000-token vocabulary (the real ones reach 256000;
+# the embedding and lm_head are a gather and one more product either way) and 2048 positions: what `--real` builds.
+REAL_COMMON = dict(num_hidden_layers=2, vocab_size=32000, max_position_embeddings=2048)
+REAL = {
+    "gpt2": dict(n_embd=768, n_layer=2, n_head=12, vocab_size=32000, n_positions=1024, bos_token_id=0, eos_token_id=0),  # gpt2
+    "gpt_neox": dict(REAL_COMMON, hidden_size=2048, intermediate_size=8192, num_attention_heads=16, rotary_pct=0.25),  # pythia-1.4b
+    "phi": dict(REAL_COMMON, hidden_size=2560, intermediate_size=10240, num_attention_heads=32, partial_rotary_factor=0.4),  # phi-2
+    "phi3": dict(REAL_COMMON, hidden_size=3072, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32,
+                 pad_token_id=0, bos_token_id=0, eos_token_id=0),  # Phi-3-mini
+    "stablelm": dict(REAL_COMMON, hidden_size=2048, intermediate_size=5632, num_attention_heads=32, num_key_value_heads=32,
+                     partial_rotary_factor=0.25),  # stablelm-2-1_6b
+    "falcon": dict(hidden_size=4544, num_hidden_layers=2, num_attention_heads=71, vocab_size=32000, new_decoder_architecture=False,
+                   multi_query=True, bos_token_id=0, eos_token_id=0),  # falcon-7b
+    "qwen2": dict(REAL_COMMON, hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4),  # Qwen2-7B
+    "qwen3": dict(REAL_COMMON, hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
+                  head_dim=128),  # Qwen3-8B
+    "mistral": dict(REAL_COMMON, hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                    sliding_window=4096),  # Mistral-7B
+    "gemma": dict(REAL_COMMON, hidden_size=2048, intermediate_size=16384, num_attention_heads=8, num_key_value_heads=1,
+                  head_dim=256),  # gemma-2b
+    "gemma2": dict(REAL_COMMON, hidden_size=2304, intermediate_size=9216, num_attention_heads=8, num_key_value_heads=4,
+                   head_dim=256, sliding_window=4096),  # gemma-2-2b
+}
+
+
+def build(family, seed=0, real=False):
     import transformers
     config_cls, model_cls, args, attention = FAMILIES[family]
-    config = getattr(transformers, config_cls)(**args)
+    config = getattr(transformers, config_cls)(**(REAL[family] if real else args))
     config._attn_implementation = attention
     config.use_cache = False
     torch.manual_seed(seed)
@@ -78,8 +106,28 @@ def main_bf16(argv=None):
         export(build(family).to(torch.bfloat16), example_inputs(256), fixtures / f"hf_{family}_tiny_bf16.pt")
 
 
+def main_real(argv):
+    """One family at its real layer shapes (REAL), traced on input_ids [1, SEQ] in DTYPE on DEVICE, written to -o."""
+    import argparse
+    ap = argparse.ArgumentParser(description=main_real.__doc__)
+    ap.add_argument("family", choices=sorted(REAL))
+    ap.add_argument("--dtype", choices=["f32", "bf16", "f16"], default="f32")
+    ap.add_argument("--device", default="cpu", help="trace here (transformers' traces pin the device of their masks)")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("-o", "--output", type=pathlib.Path, required=True)
+    a = ap.parse_args(argv)
+    if a.output.resolve().parent == pathlib.Path(__file__).resolve().parent / "fixtures":
+        sys.exit("refusing to write a real-shape model into models/fixtures")
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[a.dtype]
+    model = build(a.family, real=True).to(dtype).to(a.device)
+    inputs = {k: v.to(a.device) for k, v in example_inputs(REAL[a.family]["vocab_size"], seq=a.seq).items()}
+    export(model, inputs, a.output)
+
+
 if __name__ == "__main__":
-    if "--bf16" in sys.argv:
+    if "--real" in sys.argv:
+        main_real([a for a in sys.argv[1:] if a != "--real"])
+    elif "--bf16" in sys.argv:
         main_bf16([a for a in sys.argv[1:] if a != "--bf16"])
     else:
         main()
