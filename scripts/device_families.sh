@@ -39,7 +39,7 @@ exporter=$!
 source bench/device_setup.sh
 export KILN_CACHE_DIR=$LOG/cache
 rows=()
-row() { rows+=("$(printf '%-22s %-6s %-10s %-8s %-9s %-9s %s' "$@")"); echo "${rows[-1]}"; }
+row() { rows+=("$(printf '%-22s %-6s %-10s %-8s %-9s %-9s %s' "$@")"); echo "${rows[-1]}" | tee -a "$OUT/rows.txt"; }  # rows.txt: kept if the call is cut short
 relerr() { grep -oE 'kiln rel_l2 [0-9.e+-]*|f32\[[0-9x]*\] rel_l2 [0-9.e+-]*' "$1" | awk '{print $NF}' | sort -g | tail -1; }  # worst output
 kernels() { grep -o 'ran [^ ]* ([0-9]* kernels' "$1" | grep -o '[0-9]* kernels' | awk '{print $1}' | head -1; }
 row model check rel_l2 kernels "run s" "ms/fwd" notes
