@@ -1,6 +1,7 @@
 // LibTorch reference runs and tensor conversions for the frontend.
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <vector>
@@ -66,6 +67,37 @@ void checkTensorRecords(const std::string& path, const ::torch::jit::Module& m) 
               std::accumulate(held.begin(), held.end(), int64_t{0}));
 }
 
+// The f32 evaluation of a bf16/f16 trace: a cast the trace pins to its low-precision type (Gemma-2's eager attention,
+// softmax(..., dtype=float32).to(bfloat16)) would put that type back into the f32 run, where it fails ("expected scalar
+// type Float but found BFloat16") or rounds. Every constant ScalarType argument naming bf16 or f16, in every method of
+// every submodule, becomes f32. Returns how many changed.
+int widenPinnedCasts(::torch::jit::Module& m) {
+  namespace jit = ::torch::jit;
+  int changed = 0;
+  std::function<void(jit::Block*)> visit = [&](jit::Block* b) {
+    for (jit::Node* n : b->nodes()) {
+      for (jit::Block* sub : n->blocks()) visit(sub);
+      const c10::FunctionSchema* schema = n->maybeSchema();
+      if (!schema) continue;
+      for (size_t i = 0; i < schema->arguments().size() && i < n->inputs().size(); ++i) {
+        c10::TypePtr type = schema->arguments()[i].real_type();
+        if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+        if (type->kind() != c10::TypeKind::ScalarTypeType) continue;
+        std::optional<c10::IValue> value = jit::toIValue(n->input(i));
+        if (!value || !value->isInt()) continue;
+        const auto t = static_cast<at::ScalarType>(value->toInt());
+        if (t != at::kBFloat16 && t != at::kHalf) continue;
+        jit::WithInsertPoint here(n);
+        n->replaceInput(i, n->owningGraph()->insertConstant(static_cast<int64_t>(at::kFloat)));
+        ++changed;
+      }
+    }
+  };
+  for (const jit::Module& sub : m.modules())  // the module itself first
+    for (const jit::Method& method : sub.get_methods()) visit(method.graph()->block());
+  return changed;
+}
+
 }  // namespace
 
 ::torch::jit::Module loadModule(const std::string& path, ::torch::jit::ExtraFilesMap& extra) {
@@ -129,7 +161,10 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
   auto module = loadModule(path, extra);
   module.eval();
   castModule(module, castTo);
-  if (inF32) module.to(at::kFloat);  // exact: every bf16/f16 value is an f32 value
+  if (inF32) {
+    module.to(at::kFloat);  // exact: every bf16/f16 value is an f32 value
+    widenPinnedCasts(module);
+  }
   if (onGpu) {
     if (!::torch::cuda::is_available()) userError("LibTorch sees no CUDA device for the GPU reference run");
     module.to(at::kCUDA);

@@ -372,6 +372,15 @@ TEST(Cli, RunCheckBf16TraceAgainstItsF32Evaluation) {
   EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
 }
 
+// Gemma-2's eager attention pins a cast, softmax(..., dtype=float32).to(bfloat16): its f32 evaluation makes that an f32
+// cast (it failed with "expected scalar type Float but found BFloat16" and the check fell back to bf16 against bf16).
+TEST(Cli, RunCheckBf16TraceWithPinnedCastsAgainstItsF32Evaluation) {
+  Result r = kiln({"run", "models/fixtures/hf_gemma2_tiny_bf16.pt", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "bf16[1x16x256] against f32: kiln rel_l2")) << describe(r);
+  EXPECT_FALSE(contains(r.out, "no f32 evaluation")) << describe(r);
+}
+
 TEST(Cli, BadDtype) {
   expectOneLineError(kiln({"run", kMlp, "--check", "--interpret", "--dtype", "i64"}), 2, {"--dtype", "i64"});
   expectOneLineError(kiln({"compile", kMlp, "--dtype", "i64"}), 2, {"--dtype", "i64"});

@@ -68,7 +68,7 @@ ModelSummary inspectModel(const std::string& path);
 // flattened in order. The ground truth for `kiln run --check` and the tests. With castTo, the module's floating
 // parameters are cast to that type first (`--dtype`). With inF32, the same rounded parameters and float inputs are
 // then widened to f32 and the forward runs in f32 (the low-precision check's reference, DESIGN.md §4); casts the
-// trace itself pins stay as they are.
+// trace itself pins to bf16/f16 (constant dtype arguments) are made f32 casts for that run.
 std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu,
                                      std::optional<DType> castTo = std::nullopt, bool inF32 = false);
 
