@@ -1,6 +1,8 @@
 // torch-import: TorchScript archive -> Torch IR specialised to the input shapes (see frontend.h).
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
+
+#include <numeric>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
@@ -370,6 +372,48 @@ class Importer {
     return g_.addValue(val);
   }
 
+  // The dims of t from the largest stride to the smallest; permutedView: t is a permutation of a contiguous tensor
+  // (no gaps, no overlaps) that is not itself contiguous, such as a transposed weight.
+  static std::vector<int64_t> strideOrder(const at::Tensor& t) {
+    std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+    return order;
+  }
+  static bool permutedView(const at::Tensor& t) {
+    if (t.dim() < 2 || t.is_contiguous() || t.numel() <= 1) return false;
+    int64_t expected = 1;
+    const std::vector<int64_t> order = strideOrder(t);
+    for (size_t i = order.size(); i-- > 0;) {
+      const int64_t d = order[i];
+      if (t.size(d) != 1 && t.stride(d) != expected) return false;
+      expected *= t.size(d);
+    }
+    return true;
+  }
+  int constantList(std::vector<int64_t> values) {
+    Value c;
+    c.kind = Value::Kind::Constant;
+    c.constant = std::move(values);
+    return g_.addValue(c);
+  }
+  // A weight value holding t's values (row-major in t's shape), named after the TorchScript value v.
+  int weightValue(const at::Tensor& tensor, const jit::Value* v, const jit::Node* user) {
+    Value val;
+    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    auto data = std::make_shared<kiln::torch::WeightData>();
+    std::string name = v->hasDebugName() ? v->debugName() : "";
+    if (name.rfind("self.", 0) == 0) name = name.substr(5);
+    data->name = name.empty() ? "constant" : name;
+    at::Tensor f = t.to(at::kFloat).contiguous();
+    data->values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    val.kind = Value::Kind::Weight;
+    val.dtype = dtypeOf(t, user ? user->kind().toQualString() : "graph output", user ? sourceLoc(user) : SourceLoc{});
+    val.shape = t.sizes().vec();
+    val.weight = data;
+    return g_.addValue(val);
+  }
+
   // The kiln value ids a TorchScript value stands for (several for a list or tuple of tensors).
   std::vector<int> idsOf(const jit::Value* v, const jit::Node* user) {
     if (auto it = ids_.find(v); it != ids_.end()) return it->second;
@@ -379,18 +423,22 @@ class Importer {
       // A Python scalar the tracer recorded as a 0-dim tensor (often f64): an f32 immediate to kiln.
       val.kind = Value::Kind::Constant;
       val.constant = iv.toTensor().item<double>();
+    } else if (iv.isTensor() && permutedView(iv.toTensor())) {
+      // A transposed weight (Falcon's x @ weight.T, which freezing folded into a constant that still views the
+      // weight's memory): the weight in its own layout and an aten::permute, so the products read it as stored (k
+      // contiguous, as nn.Linear keeps it) instead of from a transposed copy.
+      const at::Tensor& view = iv.toTensor();
+      const std::vector<int64_t> order = strideOrder(view);
+      std::vector<int64_t> back(order.size());
+      for (size_t i = 0; i < order.size(); ++i) back[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+      int base = weightValue(view.permute(order), v, user);
+      kiln::torch::Node n{"aten::permute", {base, constantList(back)}, {}, user ? sourceLoc(user) : SourceLoc{}};
+      n.outputs.push_back(tensorValue(view, "aten::permute", n.loc));
+      g_.nodes.push_back(n);
+      ids_[v] = {n.outputs.back()};
+      return ids_[v];
     } else if (iv.isTensor()) {
-      at::Tensor t = iv.toTensor().detach().to(at::kCPU).contiguous();
-      auto data = std::make_shared<kiln::torch::WeightData>();
-      std::string name = v->hasDebugName() ? v->debugName() : "";
-      if (name.rfind("self.", 0) == 0) name = name.substr(5);
-      data->name = name.empty() ? "constant" : name;
-      at::Tensor f = t.to(at::kFloat).contiguous();
-      data->values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
-      val.kind = Value::Kind::Weight;
-      val.dtype = dtypeOf(t, user ? user->kind().toQualString() : "graph output", user ? sourceLoc(user) : SourceLoc{});
-      val.shape = t.sizes().vec();
-      val.weight = data;
+      return ids_[v] = {weightValue(iv.toTensor(), v, user)};
     } else if (iv.isTensorList()) {
       userError("a constant tensor list used by {} is not supported", user ? user->kind().toQualString() : "the output");
     } else {

@@ -162,6 +162,32 @@ TEST_F(PlainTrace, NativeLayerNormGivesItsThreeResults) {
   EXPECT_TRUE(contains(bf.out, "PASS")) << describe(bf);
 }
 
+// A weight the forward transposes (Falcon's x @ weight.T) or permutes: freezing folds the view into a constant that
+// still views the weight's memory; kiln keeps the weight as stored and permutes it in Tensor IR (so the products
+// read it k-contiguous, as the wgmma products stream it), and computes what LibTorch does.
+TEST_F(PlainTrace, TransposedWeightsKeepTheirStoredLayout) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class M(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.weight = torch.nn.Parameter(torch.randn(48, 32))\n"
+      "        self.w3 = torch.nn.Parameter(torch.randn(6, 4, 32))\n"
+      "    def forward(self, x):\n"
+      "        return x @ self.weight.T, (x.unsqueeze(1) * self.w3.permute(1, 0, 2)).sum(-1)\n"
+      "torch.jit.trace(M().eval(), (torch.randn(4, 32),)).save('{0}/t.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  Result t = kiln({"compile", (tmp.path / "t.pt").string(), "--input", "x=4x32", "--ir", "tensor"});
+  EXPECT_TRUE(contains(t.out, ": f32[48x32]\n")) << describe(t);
+  EXPECT_FALSE(contains(t.out, ": f32[32x48]\n")) << "no transposed copy of the weight\n" << describe(t);
+  EXPECT_TRUE(contains(t.out, ": f32[6x4x32]\n")) << describe(t);
+  Result r = kiln({"run", (tmp.path / "t.pt").string(), "--input", "x=4x32", "--check", "--interpret"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
+}
+
 // A value used twice per step (tanh(x) + x, 200 steps) doubles the fused expression at every inlining: without
 // loop-fuse-producers' bound on a kernel's operations this took tens of GB; now it compiles into several kernels and
 // computes what LibTorch does.
