@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what kiln needs to build and test, skipping what is already there. Idempotent.
-#   Debian: cmake, ninja, ccache, CLI11, fmt, nlohmann-json, GoogleTest, clang (libFuzzer, for tests/fuzz_manifest.sh)
+#   Debian: cmake, ninja, ccache, CLI11, fmt, nlohmann-json, GoogleTest, clang (libFuzzer, for tests/fuzz_manifest.sh and tests/fuzz_pt.sh)
 #   PyPI:   torch==2.11.0 (LibTorch for the frontend and reference numerics), numpy, transformers==5.17.0
 #           (models/hf_llama.py; the committed fixtures do not need it, regenerating them does)
 # The CUDA 13.0 toolkit is expected at /usr/local/cuda (preinstalled on kiln's machines).

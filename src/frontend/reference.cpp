@@ -16,7 +16,18 @@
 
 namespace kiln::frontend {
 
-std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+std::string firstLine(const std::string& s) {
+  // LibTorch's messages may start with a newline ("\nArguments for call are not valid..."): the first line with text.
+  size_t from = 0;
+  while (from < s.size()) {
+    const size_t end = std::min(s.find('\n', from), s.size());
+    std::string line = s.substr(from, end - from);
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first != std::string::npos) return line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
+    from = end + 1;
+  }
+  return "no details";
+}
 
 namespace {
 

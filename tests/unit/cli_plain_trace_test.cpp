@@ -262,6 +262,22 @@ TEST_F(PlainTrace, EmptyTensorRecordIsOneLine) {
 // --input values kiln cannot honour are refused in one line before anything runs: a dtype other than the one the
 // model records (an f32 linear fed i64 ran and printed i64 outputs), more elements than kiln addresses (LibTorch
 // threw a stack trace), and shapes whose buffers do not fit in memory exit 1 with a hint instead of exit 3.
+}  // namespace
+}  // namespace kiln
+namespace kiln::frontend {
+std::string firstLine(const std::string& s);  // src/frontend/torch_util.h: how LibTorch's messages are quoted
+}  // namespace kiln::frontend
+namespace kiln {
+namespace {
+
+// LibTorch messages may start with a newline ("\nArguments for call are not valid..."): kiln quotes the first line
+// with text (an archive refused with "... archive ();" before).
+TEST(Inputs, LibTorchMessagesAreQuotedByTheirFirstLineWithText) {
+  EXPECT_EQ(frontend::firstLine("\nArguments for call are not valid.\nThe following variants"), "Arguments for call are not valid.");
+  EXPECT_EQ(frontend::firstLine("one\ntwo"), "one");
+  EXPECT_EQ(frontend::firstLine("  \n\t\n"), "no details");
+}
+
 TEST(Inputs, ValuesKilnCannotHonourAreOneLine) {
   const std::string mlp = "models/fixtures/mlp.pt";
   expectOneLineError(kiln({"run", mlp, "--interpret", "--input", "x=1x8x64:i64"}), 2,
