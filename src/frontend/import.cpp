@@ -391,6 +391,14 @@ class Importer {
     }
     return true;
   }
+  // v is the right operand of a product that reduces over its first dim (aten::addmm's mat2, aten::mm's or aten::matmul's
+  // second operand).
+  static bool rightOperandOfProduct(const jit::Value* v, const jit::Node* user) {
+    if (!user) return false;
+    const std::string op = user->kind().toQualString();
+    const size_t at = op == "aten::addmm" ? 2 : (op == "aten::mm" || op == "aten::matmul") ? 1 : SIZE_MAX;
+    return at < user->inputs().size() && user->inputs()[at] == v;
+  }
   int constantList(std::vector<int64_t> values) {
     Value c;
     c.kind = Value::Kind::Constant;
@@ -434,6 +442,18 @@ class Importer {
       int base = weightValue(view.permute(order), v, user);
       kiln::torch::Node n{"aten::permute", {base, constantList(back)}, {}, user ? sourceLoc(user) : SourceLoc{}};
       n.outputs.push_back(tensorValue(view, "aten::permute", n.loc));
+      g_.nodes.push_back(n);
+      ids_[v] = {n.outputs.back()};
+      return ids_[v];
+    } else if (iv.isTensor() && iv.toTensor().dim() == 2 && iv.toTensor().is_floating_point() && iv.toTensor().size(1) > 1 &&
+               iv.toTensor().is_contiguous() && rightOperandOfProduct(v, user)) {
+      // A 2-D weight multiplied from the right, [K, N] with N contiguous (GPT-2's Conv1D: addmm(b, x, W)): kept as its
+      // transpose [N, K] (the layout of nn.Linear's weights, k contiguous, which the products stream) and an
+      // aten::permute back, as a transposed view is above. The values are the same; only weights.bin's layout changes.
+      const at::Tensor& w = iv.toTensor();
+      int base = weightValue(w.t(), v, user);
+      kiln::torch::Node n{"aten::permute", {base, constantList({1, 0})}, {}, user ? sourceLoc(user) : SourceLoc{}};
+      n.outputs.push_back(tensorValue(w, "aten::permute", n.loc));
       g_.nodes.push_back(n);
       ids_[v] = {n.outputs.back()};
       return ids_[v];

@@ -164,7 +164,8 @@ TEST_F(PlainTrace, NativeLayerNormGivesItsThreeResults) {
 
 // A weight the forward transposes (Falcon's x @ weight.T) or permutes: freezing folds the view into a constant that
 // still views the weight's memory; kiln keeps the weight as stored and permutes it in Tensor IR (so the products
-// read it k-contiguous, as the wgmma products stream it), and computes what LibTorch does.
+// read it k-contiguous, as the wgmma products stream it), and computes what LibTorch does. A [K, N] weight multiplied
+// from the right (GPT-2's Conv1D, addmm(b, x, W)) is kept as its transpose [N, K] instead, for the same reason.
 TEST_F(PlainTrace, TransposedWeightsKeepTheirStoredLayout) {
   TempDir tmp;
   std::string script = fmt::format(
@@ -174,8 +175,11 @@ TEST_F(PlainTrace, TransposedWeightsKeepTheirStoredLayout) {
       "        super().__init__()\n"
       "        self.weight = torch.nn.Parameter(torch.randn(48, 32))\n"
       "        self.w3 = torch.nn.Parameter(torch.randn(6, 4, 32))\n"
+      "        self.conv = torch.nn.Parameter(torch.randn(32, 40))\n"
+      "        self.bias = torch.nn.Parameter(torch.randn(40))\n"
       "    def forward(self, x):\n"
-      "        return x @ self.weight.T, (x.unsqueeze(1) * self.w3.permute(1, 0, 2)).sum(-1)\n"
+      "        return (x @ self.weight.T, (x.unsqueeze(1) * self.w3.permute(1, 0, 2)).sum(-1),\n"
+      "                torch.addmm(self.bias, x * 2.0, self.conv))\n"
       "torch.jit.trace(M().eval(), (torch.randn(4, 32),)).save('{0}/t.pt')\n",
       tmp.path.string());
   ASSERT_TRUE(runPython(tmp, script)) << script;
@@ -183,6 +187,8 @@ TEST_F(PlainTrace, TransposedWeightsKeepTheirStoredLayout) {
   EXPECT_TRUE(contains(t.out, ": f32[48x32]\n")) << describe(t);
   EXPECT_FALSE(contains(t.out, ": f32[32x48]\n")) << "no transposed copy of the weight\n" << describe(t);
   EXPECT_TRUE(contains(t.out, ": f32[6x4x32]\n")) << describe(t);
+  EXPECT_TRUE(contains(t.out, ": f32[40x32]\n")) << "the Conv1D weight, k-major\n" << describe(t);
+  EXPECT_FALSE(contains(t.out, ": f32[32x40]\n")) << describe(t);
   Result r = kiln({"run", (tmp.path / "t.pt").string(), "--input", "x=4x32", "--check", "--interpret"});
   EXPECT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
