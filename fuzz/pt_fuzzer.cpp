@@ -3,7 +3,7 @@
 // which the harness writes as a TorchScript archive with LibTorch's own writer, so that every input is a well-formed zip
 // and the mutations land in the records themselves: the pickles (data.pkl, constants.pkl), the code, the tensor data,
 // kiln_inputs.json. The archive then goes through kiln as `kiln compile --ir tensor` takes it (frontend import:
-// validation, freezing, shapes; tensor-lower-from-torch). The only acceptable outcomes are a Tensor-IR graph or a
+// validation, the debug records' check, freezing, shapes; tensor-lower-from-torch). The only acceptable outcomes are a Tensor-IR graph or a
 // kiln::UserError with a one-line message; anything else (another exception, a crash, a hang, a blown memory limit) is
 // a finding. Built and run by tests/fuzz_pt.sh; seeds are fixtures converted by fuzz/pt_records.py.
 //
@@ -69,11 +69,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (v > 0 && v < 1000) writer.setMinVersion(static_cast<uint64_t>(v));
         continue;
       }
-      // Debug records (code/....py.debug_pkl: source ranges) are left out. A malformed one crashes LibTorch's loader
-      // itself (torch::jit::SourceRangeDeserializer::deserialize_source reading past its text table while it formats
-      // a parse error of the code; found by this fuzzer, 2026-12-02) and kiln does not validate them yet
-      // (docs/fuzzing.md); without them the archive is still a valid TorchScript module.
-      if (r.name.size() >= 10 && r.name.compare(r.name.size() - 10, 10, ".debug_pkl") == 0) continue;
       writer.writeRecord(r.name, r.contents.data(), r.contents.size());
     }
     writer.writeEndOfFile();

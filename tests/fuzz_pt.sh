@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the .pt import (fuzz/pt_fuzzer.cpp) with libFuzzer, from seeds made of the fixtures (fuzz/pt_records.py):
-# FUZZ_RUNS inputs (default 6000) from a fixed seed, so the run is the same every time (the CTest), or, with
+# FUZZ_RUNS inputs (default 4000) from a fixed seed, so the run is the same every time (the CTest), or, with
 # FUZZ_SECONDS set, for that long from a random seed (a longer search). Fails on any crash, uncaught exception (kiln::InternalError included), multi-line
 # error, timeout or out-of-memory; the input that caused it is kept in $BUILD/fuzz/ (crash-*, oom-*, timeout-*).
 # The CTest Fuzz.PtImport runs this; a longer run: FUZZ_SECONDS=3600 bash tests/fuzz_pt.sh build. Replay one input
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$(cd "${1:-build}" && pwd)
-if [ -n "${FUZZ_SECONDS:-}" ]; then budget=(-max_total_time="$FUZZ_SECONDS"); else budget=(-runs="${FUZZ_RUNS:-6000}" -seed=1); fi
+if [ -n "${FUZZ_SECONDS:-}" ]; then budget=(-max_total_time="$FUZZ_SECONDS"); else budget=(-runs="${FUZZ_RUNS:-4000}" -seed=1); fi
 work="$BUILD/fuzz"
 rm -rf "$work/pt-seeds" && mkdir -p "$work/pt-seeds"
 CXX=${FUZZ_CXX:-clang++}

@@ -11,6 +11,7 @@
 #include "kiln/support/error.h"
 #include "torch_util.h"
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -109,12 +110,64 @@ int widenPinnedCasts(::torch::jit::Module& m) {
   return changed;
 }
 
+// Every int in an int list anywhere inside v lies in [0, size): in a debug record's source ranges the only int lists
+// are the text-table indices of each source's pieces.
+bool intListsWithin(const c10::IValue& v, size_t size, int depth = 0) {
+  if (depth > 64) return false;
+  if (v.isIntList()) {
+    for (int64_t i : v.toIntList())
+      if (i < 0 || static_cast<uint64_t>(i) >= size) return false;
+    return true;
+  }
+  if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      if (!intListsWithin(e, size, depth + 1)) return false;
+    return true;
+  }
+  if (v.isList()) {  // a pickled list of ints arrives as a generic list
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isInt() ? (e.toInt() < 0 || static_cast<uint64_t>(e.toInt()) >= size) : !intListsWithin(e, size, depth + 1))
+        return false;
+  }
+  return true;
+}
+
+// The archive's debug records (code/....py.debug_pkl: where each piece of the serialized code came from) are read by
+// LibTorch's loader, which indexes the record's text table with the record's own numbers unchecked: a damaged record
+// crashed it (found by fuzz/pt_fuzzer.cpp). Each is unpickled here first and its text-table indices checked; a
+// record that cannot be read or indexes past its table is a one-line error. Records in the older format (no table)
+// hold their text inline and need no check.
+void checkDebugRecords(const std::string& path) {
+  std::vector<std::pair<std::string, c10::IValue>> records;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    for (const std::string& name : reader.getAllRecords()) {
+      if (name.size() < 10 || name.compare(name.size() - 10, 10, ".debug_pkl") != 0) continue;
+      auto [data, size] = reader.getRecord(name);
+      records.emplace_back(name, ::torch::jit::unpickle(static_cast<const char*>(data.get()), size));
+    }
+  } catch (const c10::Error& e) {
+    userError("'{}' has a damaged record ({}); export the model again", path, firstLine(e.what()));
+  } catch (const std::exception& e) {
+    userError("'{}' is not a readable TorchScript archive ({})", path, firstLine(e.what()));
+  }
+  for (const auto& [name, value] : records) {
+    if (!value.isTuple()) continue;  // LibTorch refuses other shapes itself, with an error
+    const auto& top = value.toTupleRef().elements();
+    if (top.size() != 3 || !top[0].isString() || top[0].toStringRef() != "FORMAT_WITH_STRING_TABLE") continue;
+    const size_t table = top[1].isTuple() ? top[1].toTupleRef().elements().size() : 0;
+    if (!intListsWithin(top[2], table))
+      userError("'{}' is damaged: its debug record {} points past its text table; export the model again", path, name);
+  }
+}
+
 }  // namespace
 
 ::torch::jit::Module loadModule(const std::string& path, ::torch::jit::ExtraFilesMap& extra) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) userError("model file '{}' not found", path);
   if (!std::ifstream(path)) userError("model file '{}' cannot be read; check its permissions", path);
+  checkDebugRecords(path);
   ::torch::jit::Module m;
   try {
     m = ::torch::jit::load(path, std::nullopt, extra);

@@ -194,6 +194,31 @@ TEST_F(PlainTrace, TransposedWeightsKeepTheirStoredLayout) {
   EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
 }
 
+// A debug record (code/....py.debug_pkl) whose source pieces index past its text table crashed LibTorch's loader (found
+// by fuzz/pt_fuzzer.cpp): kiln reads the debug records first and refuses a damaged one in one line.
+TEST_F(PlainTrace, DamagedDebugRecordIsOneLine) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import pickle, zipfile\n"
+      "src = zipfile.ZipFile('{0}')\n"
+      "out = zipfile.ZipFile('{1}/bad.pt', 'w')\n"
+      "def past(x):\n"
+      "    if isinstance(x, list): return [10 ** 6 for _ in x]\n"
+      "    if isinstance(x, tuple): return tuple(past(e) for e in x)\n"
+      "    return x\n"
+      "for info in src.infolist():\n"
+      "    data = src.read(info)\n"
+      "    if info.filename.endswith('mlp.py.debug_pkl'):\n"
+      "        v = pickle.loads(data)\n"
+      "        data = pickle.dumps((v[0], v[1], tuple((r[0], past(r[1]), r[2]) for r in v[2])), protocol=2)\n"
+      "    out.writestr(info, data)\n"
+      "out.close()\n",
+      (fs::path(KILN_SOURCE_DIR) / "models/fixtures/mlp.pt").string(), tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  expectOneLineError(kiln({"compile", (tmp.path / "bad.pt").string(), "--ir", "tensor"}), 1,
+                     {"is damaged: its debug record code/__torch__/mlp.py.debug_pkl points past its text table", "export the model again"});
+}
+
 // A value used twice per step (tanh(x) + x, 200 steps) doubles the fused expression at every inlining: without
 // loop-fuse-producers' bound on a kernel's operations this took tens of GB; now it compiles into several kernels and
 // computes what LibTorch does.
