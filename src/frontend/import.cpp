@@ -1,14 +1,13 @@
 // torch-import: TorchScript archive -> Torch IR specialised to the input shapes (see frontend.h).
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
-
-#include <numeric>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -422,6 +421,17 @@ class Importer {
     return g_.addValue(val);
   }
 
+  // `logical` (a constant's value) as the weight `stored` (the same values in another layout) and an aten::permute by
+  // `back` that gives `logical` again: the id of the permute's result.
+  int permutedWeight(const at::Tensor& stored, std::vector<int64_t> back, const at::Tensor& logical, const jit::Value* v,
+                     const jit::Node* user) {
+    const int base = weightValue(stored, v, user);
+    kiln::torch::Node n{"aten::permute", {base, constantList(std::move(back))}, {}, user ? sourceLoc(user) : SourceLoc{}};
+    n.outputs.push_back(tensorValue(logical, "aten::permute", n.loc));
+    g_.nodes.push_back(n);
+    return n.outputs.back();
+  }
+
   // The kiln value ids a TorchScript value stands for (several for a list or tuple of tensors).
   std::vector<int> idsOf(const jit::Value* v, const jit::Node* user) {
     if (auto it = ids_.find(v); it != ids_.end()) return it->second;
@@ -439,24 +449,14 @@ class Importer {
       const std::vector<int64_t> order = strideOrder(view);
       std::vector<int64_t> back(order.size());
       for (size_t i = 0; i < order.size(); ++i) back[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
-      int base = weightValue(view.permute(order), v, user);
-      kiln::torch::Node n{"aten::permute", {base, constantList(back)}, {}, user ? sourceLoc(user) : SourceLoc{}};
-      n.outputs.push_back(tensorValue(view, "aten::permute", n.loc));
-      g_.nodes.push_back(n);
-      ids_[v] = {n.outputs.back()};
-      return ids_[v];
+      return ids_[v] = {permutedWeight(view.permute(order), back, view, v, user)};
     } else if (iv.isTensor() && iv.toTensor().dim() == 2 && iv.toTensor().is_floating_point() && iv.toTensor().size(1) > 1 &&
                iv.toTensor().is_contiguous() && rightOperandOfProduct(v, user)) {
       // A 2-D weight multiplied from the right, [K, N] with N contiguous (GPT-2's Conv1D: addmm(b, x, W)): kept as its
       // transpose [N, K] (the layout of nn.Linear's weights, k contiguous, which the products stream) and an
       // aten::permute back, as a transposed view is above. The values are the same; only weights.bin's layout changes.
       const at::Tensor& w = iv.toTensor();
-      int base = weightValue(w.t(), v, user);
-      kiln::torch::Node n{"aten::permute", {base, constantList({1, 0})}, {}, user ? sourceLoc(user) : SourceLoc{}};
-      n.outputs.push_back(tensorValue(w, "aten::permute", n.loc));
-      g_.nodes.push_back(n);
-      ids_[v] = {n.outputs.back()};
-      return ids_[v];
+      return ids_[v] = {permutedWeight(w.t(), {1, 0}, w, v, user)};
     } else if (iv.isTensor()) {
       return ids_[v] = {weightValue(iv.toTensor(), v, user)};
     } else if (iv.isTensorList()) {
