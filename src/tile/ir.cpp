@@ -94,8 +94,9 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
       break;
     case TC::Instruction::Wgmma:
       instr = fmt::format("wgmma.m64n{}k16.{} warpgroups {} of 64x{}{}", t.tileN, dtypeName(t.mmaType), t.tileM / 64, t.tileN,
-                          t.mmaInFlight > 0 ? fmt::format(", {} group in flight (copies {} slices ahead)", t.mmaInFlight,
-                                                          t.pipelineDepth - 1 - t.mmaInFlight)
+                          t.mmaInFlight > 0 ? fmt::format(", {} group in flight (copies {} slice{} ahead)", t.mmaInFlight,
+                                                          t.pipelineDepth - 1 - t.mmaInFlight,
+                                                          t.pipelineDepth - 1 - t.mmaInFlight == 1 ? "" : "s")
                                             : "");
       if (t.stackedB) instr += fmt::format(", the {} stages' B stacked: wgmma.m64n{}k16", k.stages.size(),
                                            static_cast<int64_t>(k.stages.size()) * t.tileN);
