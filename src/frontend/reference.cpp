@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <vector>
 #include <fstream>
@@ -138,18 +139,24 @@ bool intListsWithin(const c10::IValue& v, size_t size, int depth = 0) {
 // record that cannot be read or indexes past its table is a one-line error. Records in the older format (no table)
 // hold their text inline and need no check.
 void checkDebugRecords(const std::string& path) {
-  std::vector<std::pair<std::string, c10::IValue>> records;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    for (const std::string& name : reader.getAllRecords()) {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+  } catch (const std::exception&) {
+    return;  // not a zip archive: LibTorch's loader says so, in the caller's words
+  }
+  std::vector<std::pair<std::string, c10::IValue>> records;
+  std::string current;
+  try {
+    for (const std::string& name : reader->getAllRecords()) {
       if (name.size() < 10 || name.compare(name.size() - 10, 10, ".debug_pkl") != 0) continue;
-      auto [data, size] = reader.getRecord(name);
+      current = name;
+      auto [data, size] = reader->getRecord(name);
       records.emplace_back(name, ::torch::jit::unpickle(static_cast<const char*>(data.get()), size));
     }
-  } catch (const c10::Error& e) {
-    userError("'{}' has a damaged record ({}); export the model again", path, firstLine(e.what()));
   } catch (const std::exception& e) {
-    userError("'{}' is not a readable TorchScript archive ({})", path, firstLine(e.what()));
+    userError("'{}' is damaged: its debug record {} cannot be read ({}); export the model again", path, current,
+              firstLine(e.what()));
   }
   for (const auto& [name, value] : records) {
     if (!value.isTuple()) continue;  // LibTorch refuses other shapes itself, with an error
