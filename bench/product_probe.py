@@ -28,26 +28,8 @@ def is_wgmma_product(src):
     return "wgmma.mma_async" in src and "kiln::cp_async_commit();" in src and "for (int k0 = 0;" in src
 
 
-def split_loop(src):
-    """(before the k loop, the loop's text through its closing brace, after)."""
-    start = src.index("  for (int k0 = 0;")
-    depth, i = 0, src.index("{", start)
-    while True:
-        if src[i] == "{":
-            depth += 1
-        elif src[i] == "}":
-            depth -= 1
-            if depth == 0:
-                break
-        i += 1
-    end = src.index("\n", i) + 1
-    return src[:start], src[start:end], src[end:]
-
-
-def drop_block(text, head):
-    """Removes the statement starting at the line `head` (an if with a braced body), braces balanced."""
-    start = text.index(head)
-    line_start = text.rindex("\n", 0, start) + 1
+def block_end(text, start):
+    """Where the line ends that closes the first braced body after `start` (braces balanced)."""
     depth, i = 0, text.index("{", start)
     while True:
         if text[i] == "{":
@@ -55,9 +37,22 @@ def drop_block(text, head):
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                break
+                return text.index("\n", i) + 1
         i += 1
-    return text[:line_start] + text[text.index("\n", i) + 1:]
+
+
+def split_loop(src):
+    """(before the k loop, the loop's text through its closing brace, after)."""
+    start = src.index("  for (int k0 = 0;")
+    end = block_end(src, start)
+    return src[:start], src[start:end], src[end:]
+
+
+def drop_block(text, head):
+    """Removes the statement starting at the line `head` (an if with a braced body), braces balanced."""
+    start = text.index(head)
+    line_start = text.rindex("\n", 0, start) + 1
+    return text[:line_start] + text[block_end(text, start):]
 
 
 def ring_depth(prologue):

@@ -14,7 +14,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 
 #include "kiln/loop/ir.h"
@@ -23,11 +22,7 @@ namespace kiln::loop {
 namespace {
 
 ExprP shiftAcc(const ExprP& e, int shift) {
-  if (e->kind == Expr::Kind::Acc) return accRef(e->stage + shift);
-  if (e->args.empty()) return e;
-  auto copy = std::make_shared<Expr>(*e);
-  for (auto& a : copy->args) a = shiftAcc(a, shift);
-  return copy;
+  return mapAccs(e, [&](int stage) { return accRef(stage + shift); });
 }
 
 // The k of the rule, or -1 when some load of `buffer` in c does not have the row-broadcast form.
@@ -119,13 +114,7 @@ void dedupeStages(Kernel& k) {
   };
   std::vector<Reduction> stages;
   std::map<int, int> newIndex;
-  std::function<ExprP(const ExprP&)> remapAcc = [&](const ExprP& e) -> ExprP {
-    if (e->kind == Expr::Kind::Acc) return accRef(newIndex.at(e->stage));
-    if (e->args.empty()) return e;
-    auto copy = std::make_shared<Expr>(*e);
-    for (auto& a : copy->args) a = remapAcc(a);
-    return copy;
-  };
+  auto remapAcc = [&](const ExprP& e) { return mapAccs(e, [&](int stage) { return accRef(newIndex.at(stage)); }); };
   std::map<std::string, int> seen;
   for (size_t s = 0; s < k.stages.size(); ++s) {
     Reduction r = k.stages[s];

@@ -87,15 +87,6 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
 }
 
-// e with every reference to the accumulator replaced by `value`.
-loop::ExprP replaceAccumulator(const loop::ExprP& e, const loop::ExprP& value) {
-  if (e->kind == loop::Expr::Kind::Acc) return value;
-  if (e->args.empty()) return e;
-  auto copy = std::make_shared<loop::Expr>(*e);
-  for (loop::ExprP& a : copy->args) a = replaceAccumulator(a, value);
-  return copy;
-}
-
 // Kernel i (a single-stage product) becomes its partial product (at i) and the sum of the partials (at i + 1), a
 // vectorized pointwise map.
 void splitKernel(Program& p, size_t i, int64_t split, TiledContraction partialSchedule) {
@@ -141,7 +132,7 @@ void splitKernel(Program& p, size_t i, int64_t split, TiledContraction partialSc
     total = total ? loop::apply(loop::Fn::Add, {total, part}) : part;
   }
   sum.stages.clear();
-  sum.result = replaceAccumulator(orig.result, total);
+  sum.result = loop::mapAccs(orig.result, [&](int) { return total; });
 
   partialSchedule.mAxis += 1;
   partialSchedule.nAxis += 1;

@@ -119,6 +119,14 @@ ExprP mapLoads(const ExprP& e, const std::function<ExprP(const Expr&)>& f) {
   return copy;
 }
 
+ExprP mapAccs(const ExprP& e, const std::function<ExprP(int stage)>& f) {
+  if (e->kind == Expr::Kind::Acc) return f(e->stage);
+  if (e->args.empty()) return e;
+  auto copy = std::make_shared<Expr>(*e);
+  for (auto& a : copy->args) a = mapAccs(a, f);
+  return copy;
+}
+
 ExprP mapIndices(const ExprP& e, const std::function<Idx(const Idx&)>& f) {
   if (e->index.empty() && e->args.empty()) return e;
   auto copy = std::make_shared<Expr>(*e);

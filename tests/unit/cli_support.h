@@ -63,6 +63,13 @@ inline std::string describe(const Result& r) {
 }
 
 // stderr is exactly one line "kiln: error: ..." containing every key word.
+// A `kiln run --check` that passed: exit 0, every output PASS, and the closing "check passed".
+inline void expectCheckPasses(const Result& r) {
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "PASS")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "check passed")) << describe(r);
+}
+
 inline void expectOneLineError(const Result& r, int code, const std::vector<std::string>& keys) {
   EXPECT_EQ(r.code, code) << describe(r);
   EXPECT_EQ(r.err.rfind("kiln: error:", 0), 0u) << describe(r);

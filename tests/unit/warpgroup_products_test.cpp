@@ -11,6 +11,7 @@
 #include "kiln/kernel/lower.h"
 #include "kiln/support/error.h"
 #include "kiln/tile/layout.h"
+#include "kernel_test_support.h"
 #include "test_support.h"
 
 namespace kiln {
@@ -110,12 +111,7 @@ TEST(WarpgroupProducts, StackedBSlicesGiveTheBitsOfSeparateWgmmas) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare(got[i], want[i]).relL2, 0.0) << "output " << i;
   tile::Program bad = stacked.c.tileIR;
   std::get<tile::TiledContraction>(bad.schedules[0]).tileN = 136;  // 2 x 136 columns: past wgmma's 256
-  std::string msg;
-  try {
-    tile::verify(bad);
-  } catch (const std::exception& e) {
-    msg = e.what();
-  }
+  const std::string msg = kernel::kernel_test::errorOf([&] { tile::verify(bad); });
   EXPECT_NE(msg.find("stacked B slices need"), std::string::npos) << msg;
 }
 
@@ -148,25 +144,12 @@ TEST(WarpgroupProducts, GroupInFlightOnlyWhereTheCopiesStayAhead) {
       t->mmaInFlight = 1;
       t->pipelineDepth = 2;
     }
-  std::string msg;
-  try {
-    tile::verify(bad);
-  } catch (const std::exception& e) {
-    msg = e.what();
-  }
+  const std::string msg = kernel::kernel_test::errorOf([&] { tile::verify(bad); });
   EXPECT_NE(msg.find("1 wgmma groups in flight need a wgmma product with a ring of 3 or more slices"), std::string::npos) << msg;
 }
 
 TEST(WarpgroupProducts, NvccCompilesBothForSm90a) {
-  for (bool overlap : {false, true}) {
-    Products w = wgmmaProducts(overlap);
-    test::TempDir tmp;
-    try {
-      cuda::writeArtifacts(w.kernelIR, cuda::emit(w.kernelIR), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_90a", true});
-    } catch (const UserError& e) {
-      ADD_FAILURE() << e.what();
-    }
-  }
+  for (bool overlap : {false, true}) kernel::kernel_test::expectNvccCompiles(wgmmaProducts(overlap).kernelIR);
 }
 
 }  // namespace

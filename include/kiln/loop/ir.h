@@ -65,6 +65,8 @@ ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId);
 std::string exprKey(const ExprP& e);
 // Rewrites every Load's index and buffer through f (returns a new tree).
 ExprP mapLoads(const ExprP& e, const std::function<ExprP(const Expr& load)>& f);
+// Rewrites every accumulator reference (acc<stage>) through f (returns a new tree).
+ExprP mapAccs(const ExprP& e, const std::function<ExprP(int stage)>& f);
 void forEachLoad(const ExprP& e, const std::function<void(const Expr& load)>& f);
 // Rewrites every index expression (load indices and select conditions) through f.
 ExprP mapIndices(const ExprP& e, const std::function<Idx(const Idx&)>& f);
