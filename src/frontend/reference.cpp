@@ -53,11 +53,11 @@ void checkTensorRecords(const std::string& path, const ::torch::jit::Module& m) 
     const int64_t needed = (last + 1) * static_cast<int64_t>(t.element_size());
     const int64_t held = static_cast<int64_t>(t.storage().nbytes());
     if (t.storage().data() == nullptr)  // an empty record: LibTorch leaves the storage without memory
-      userError("'{}' is damaged: tensor '{}' ({} elements) has an empty data record; export the model again", path, a.name,
+      userError("'{}' is damaged: tensor '{}' ({} elements) has an empty data record; export the model again", path, printable(a.name),
                 t.numel());
     if (negative || needed > held)
       userError("'{}' is damaged: tensor '{}' ({} elements) needs {} bytes of its data record, which holds {}; export the "
-                "model again", path, a.name, t.numel(), needed, held);
+                "model again", path, printable(a.name), t.numel(), needed, held);
     storages[t.storage().unsafeGetStorageImpl()] = held;
   }
   // Each storage is one record ARCHIVE/data/KEY, its size the storage's: as multisets, the records' sizes and the
@@ -155,7 +155,7 @@ void checkDebugRecords(const std::string& path) {
       records.emplace_back(name, ::torch::jit::unpickle(static_cast<const char*>(data.get()), size));
     }
   } catch (const std::exception& e) {
-    userError("'{}' is damaged: its debug record {} cannot be read ({}); export the model again", path, current,
+    userError("'{}' is damaged: its debug record {} cannot be read ({}); export the model again", path, printable(current),
               firstLine(e.what()));
   }
   for (const auto& [name, value] : records) {
@@ -164,7 +164,8 @@ void checkDebugRecords(const std::string& path) {
     if (top.size() != 3 || !top[0].isString() || top[0].toStringRef() != "FORMAT_WITH_STRING_TABLE") continue;
     const size_t table = top[1].isTuple() ? top[1].toTupleRef().elements().size() : 0;
     if (!intListsWithin(top[2], table))
-      userError("'{}' is damaged: its debug record {} points past its text table; export the model again", path, name);
+      userError("'{}' is damaged: its debug record {} points past its text table; export the model again", path,
+                printable(name));
   }
 }
 

@@ -261,11 +261,7 @@ static void validatePlan(const Manifest& m, const std::string& what) {
 
 // Names and strings in a manifest come from its file: a control character in one (a newline in a buffer's name)
 // would break the one-line message that quotes it, so messages show such bytes as \xHH.
-[[noreturn]] static void rethrowOnOneLine(const UserError& e) {
-  std::string line;
-  for (unsigned char c : std::string(e.what())) line += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
-  throw UserError(line);
-}
+[[noreturn]] static void rethrowOnOneLine(const UserError& e) { throw UserError(printable(e.what())); }
 
 Manifest manifestFromJson(const json& j, const std::string& what) {
   try {

@@ -36,6 +36,10 @@ template <typename... Args>
 
 [[noreturn]] void internalError(const char* file, int line, const std::string& what);
 
+// Text from a user's file (names in a manifest, record names in a .pt) as a one-line message may quote it: control
+// bytes (a newline, say) shown as \xHH.
+std::string printable(const std::string& s);
+
 }  // namespace kiln
 
 #define KILN_ASSERT(cond, ...)                                                                   \
