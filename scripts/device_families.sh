@@ -5,7 +5,8 @@
 # of FAMILY_DTYPES (default "bf16 f32"), at most 3 files ahead of the checks. Then:
 #   1. `kiln run --check` on the fixtures no earlier device call ran (FAMILY_FIXTURES), with memcheck on the first;
 #   2. `kiln run MODEL.pt --check --bench 20` on each exported model, in order, while the call's time
-#      (BENCH_LIMIT_SECONDS, default 470) lasts; each .pt and its cache entry are deleted after its run.
+#      (BENCH_LIMIT_SECONDS, default 470) lasts; each .pt and its cache entry are deleted after its run. The exported
+#      models named in FAMILY_MEMCHECK (e.g. "bf16_gpt2") also run under compute-sanitizer memcheck (at most 150 s).
 # $OUT gets families.txt (the table, printed last) and logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ cd "$(dirname "$0")/.."
 : "${FAMILY_LIST:=gpt2 gpt_neox phi phi3 stablelm falcon qwen2 qwen3 mistral gemma gemma2}"
 : "${FAMILY_FIXTURES:=attention_bf16_long hf_gpt_neox_tiny_bf16 hf_gemma2_tiny_bf16 mlp_bf16_wide}"
 : "${BENCH_LIMIT_SECONDS:=470}"
+: "${FAMILY_MEMCHECK:=}"
 LOG=$(mktemp -d)
 mkdir -p "$LOG/pt"
 # The exporter: one process (transformers imported once), files written as NAME.pt then NAME.done.
@@ -63,11 +65,16 @@ for dtype in $FAMILY_DTYPES; do
     if [ $((SECONDS - start)) -gt $((LIMIT - 45)) ]; then row "$name" "-" - - - - "not run: the call's time is spent"; rm -f "$LOG/pt/$name.pt"; continue; fi
     t0=$SECONDS
     ./build/kiln run "$LOG/pt/$name.pt" --check --bench 20 > "$LOG/check-$name.log" 2>&1; rc=$?
+    note=""
+    if [[ " $FAMILY_MEMCHECK " == *" $name "* ]]; then
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/pt/$name.pt" > "$LOG/memcheck-$name.log" 2>&1
+      note="memcheck rc=$? "
+    fi
     row "$name" "$([ $rc = 0 ] && echo PASS || echo "FAIL")" \
       "$(relerr "$LOG/check-$name.log")" \
       "$(kernels "$LOG/check-$name.log")" \
       "$((SECONDS - t0))" "$(grep -o '[0-9.]* ms per forward (CUDA events' "$LOG/check-$name.log" | awk '{print $1}' | head -1)" \
-      "$([ $rc = 0 ] || grep -m1 -E 'kiln:|error|FAIL' "$LOG/check-$name.log" | cut -c1-140)"
+      "$note$([ $rc = 0 ] || grep -m1 -E 'kiln:|error|FAIL' "$LOG/check-$name.log" | cut -c1-140)"
     rm -rf "$LOG/pt/$name.pt" "$KILN_CACHE_DIR"
   done
 done
