@@ -189,6 +189,29 @@ TEST_F(PlainTrace, TransposedWeightsKeepTheirStoredLayout) {
   expectCheckPasses(r);
 }
 
+// Issue 9's families as plain traces: each tiny transformers fixture saved again by torch.jit.save without kiln's
+// kiln_inputs.json (what `torch.jit.trace(model, (ids,)).save(path)` writes) runs with its shape given by --input and
+// passes the interpreter check against LibTorch.
+TEST_F(PlainTrace, EveryTransformersFamilyFromAPlainTrace) {
+  const std::vector<std::string> families = {"gpt2", "gpt_neox", "phi", "phi3", "stablelm", "falcon",
+                                             "qwen2", "qwen3", "mistral", "gemma", "gemma2", "llama"};
+  TempDir tmp;
+  std::string script = "import torch, zipfile\n";
+  for (const std::string& f : families) {
+    script += fmt::format("torch.jit.load('{0}').save('{1}/{2}.pt')\n", test::fixturePath("hf_" + f + "_tiny"),
+                          tmp.path.string(), f);
+    script += fmt::format("assert not any('kiln_inputs' in n for n in zipfile.ZipFile('{0}/{1}.pt').namelist())\n",
+                          tmp.path.string(), f);
+  }
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  for (const std::string& f : families) {
+    std::string m = (tmp.path / (f + ".pt")).string();
+    SCOPED_TRACE(f);
+    expectOneLineError(kiln({"compile", m}), 1, {"'input_ids'", "--input input_ids="});
+    expectCheckPasses(kiln({"run", m, "--input", "input_ids=1x16:i64", "--check", "--interpret"}));
+  }
+}
+
 // A debug record (code/....py.debug_pkl) whose source pieces index past its text table crashed LibTorch's loader (found
 // by fuzz/pt_fuzzer.cpp): kiln reads the debug records first and refuses a damaged one in one line.
 TEST_F(PlainTrace, DamagedDebugRecordIsOneLine) {
