@@ -23,8 +23,8 @@ suite_rows() {
     --commit "${KILN_COMMIT:-unknown}" > "$LOG/suite.log" 2>&1
   python3 bench/summarize.py "$OUT/$NAME.json" -o "$OUT/$NAME" >> "$LOG/suite.log" 2>&1
 }
-# finish_call FILE: logs packed into $OUT/logs.tgz (the device returns at most 8 files); the summary, the whole-model
-# tables ($LOG/model-{default,baseline}.md) and the suite's bf16 table printed and written to $OUT/FILE.
+# finish_call FILE [DTYPE]: logs packed into $OUT/logs.tgz (the device returns at most 8 files); the summary, the whole-model
+# tables ($LOG/model-{default,baseline}.md) and the suite's table for DTYPE (default bf16) printed and written to $OUT/FILE.
 finish_call() {
   mv "$OUT/build.log" "$OUT/export.log" "$LOG/" 2>/dev/null; rm -f "$OUT/$NAME.png"
   tar czf "$OUT/logs.tgz" -C "$LOG" --exclude cache . 2>/dev/null
@@ -32,7 +32,7 @@ finish_call() {
     printf '%s\n' "${summary[@]}"
     for v in default baseline; do [ -f "$LOG/model-$v.md" ] && { echo "== model $v"; grep -A14 -i 'kernel' "$LOG/model-$v.md" | head -30; }; done
     [ -f "$OUT/$NAME.md" ] && awk '/^## Summary/{p=1} /^What L2/{p=0} p' "$OUT/$NAME.md"
-    [ -f "$OUT/$NAME.md" ] && awk '/^## bf16/{p=1} p' "$OUT/$NAME.md" | cut -d'|' -f1-6,9 | head -50
+    [ -f "$OUT/$NAME.md" ] && awk -v d="## ${2:-bf16}" '$0 == d {p=1; next} /^## /{p=0} p' "$OUT/$NAME.md" | cut -d'|' -f1-6,9 | head -50
     grep -E "rows in|not run" "$LOG/suite.log"
     echo "total $((SECONDS - start)) s"
   } | tee "$OUT/$1"

@@ -136,6 +136,14 @@ __device__ __forceinline__ void load_vec(const T* p, F&... v) {
   ((v = to_f32(e[i++])), ...);
 }
 
+// Vector shared memory load (Kernel IR's loadSharedVector): v0..v{W-1} = p[0..W) of an f32 shared buffer by one 8- or 16-byte
+// ld.shared, p aligned to W * 4 bytes (the verifier proves the index a multiple of W; buffers start 16-byte aligned).
+template <int W, typename... F>
+__device__ __forceinline__ void load_shared_vec(const float* p, F&... v) {
+  static_assert(W == 2 || W == 4, "load_shared_vec<W> moves 2 or 4 floats");
+  load_vec<W>(p, v...);
+}
+
 // p[0..W) = v0..v{W-1} rounded to T.
 template <int W, typename T, typename... F>
 __device__ __forceinline__ void store_vec(T* p, F... v) {

@@ -113,6 +113,7 @@ class KernelBuilder {
   std::function<void(Block&)> multiplyOnCudaCores(Tiling& t);
   std::function<void(Block&)> multiplyOnTensorCores(Tiling& t);
   std::function<void(Block&)> multiplyOnWarpgroups(Tiling& t);  // lower_contraction_wgmma.cpp
+  std::function<void(Block&)> multiplyOnCudaCoresStreamed(Tiling& t);  // rows_f32 rings, lower_contraction_ffma.cpp
   // Pipelined products (lower_contraction_async.cpp).
   void copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out);
   void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);

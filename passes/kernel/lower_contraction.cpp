@@ -63,7 +63,8 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   extents_[kStepVar] = t.c.k;
   std::function<void(Block&)> multiply = s.instruction == Instruction::MmaSync ? multiplyOnTensorCores(t)
                                          : s.instruction == Instruction::Wgmma ? multiplyOnWarpgroups(t)
-                                                                               : multiplyOnCudaCores(t);
+                                         : s.a.layout == tile::TiledContraction::SharedLayout::RowsF32 ? multiplyOnCudaCoresStreamed(t)
+                                                                                                      : multiplyOnCudaCores(t);
   std::vector<OperandSlice> operands;  // per stage, A then B
   for (size_t st = 0; st < lk_.stages.size(); ++st) {
     const loop::Axis& kAxis = lk_.stages[st].axes[0];

@@ -14,16 +14,17 @@
 namespace kiln::kernel::detail {
 
 // Issues (without committing) the copies of operand o's slice at k in [kStart, kStart + tile_k) into ring slot
-// ringSlot: thread t copies 16-byte chunks e = t, t + threads, ... (chunk e: row e / (tile_k / 8), k offset
-// 8 * (e mod tile_k / 8)); unrolled when the chunks divide evenly, so every index is affine in t and k0. Chunks
-// outside the matrix (row >= rows of the operand, k >= K) read nothing and zero-fill (cp.async's src-size operand),
-// their source address clamped inside the matrix.
+// ringSlot: thread t copies 16-byte chunks e = t, t + threads, ... of c elements each (8 of bf16/f16, 4 of f32; chunk e:
+// row e / (tile_k / c), k offset c * (e mod tile_k / c)); unrolled when the chunks divide evenly, so every index is affine
+// in t and k0. Chunks outside the matrix (row >= rows of the operand, k >= K) read nothing and zero-fill (cp.async's
+// src-size operand), their source address clamped inside the matrix.
 void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out) {
   const loop::Expr* load = loop::plainLoad(o.value);
   KILN_ASSERT(load, "kernel {}: a cp_async operand that is not a plain load", lk_.name);
-  const int64_t per = t.s.tileK / tile::kAsyncCopyElements, chunks = o.rows * per, threads = k_.block[0];
+  const int64_t elementBytes = dtypeBytes(tile::sliceType(t.s, *o.staging)), chunk = 16 / elementBytes;  // elements per copy
+  const int64_t per = t.s.tileK / chunk, chunks = o.rows * per, threads = k_.block[0];
   const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, t.s.tileK);
-  const int64_t K = t.c.k, bytes = tile::kAsyncCopyElements * dtypeBytes(t.s.mmaType);
+  const int64_t K = t.c.k, bytes = 16;
   const int rowVar = o.rowAxis.var + kFirstLoopVar, kVar = o.kAxis.var + kFirstLoopVar;
   extents_[rowVar] = o.rowExtent;
   extents_[kVar] = K;
@@ -31,17 +32,17 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
   auto copyChunk = [&](const Idx& e) {
     Idx kc = simplify(mod(e, per), extents_), rr = simplify(floorDiv(e, per), extents_);
     Idx row = simplify(o.tileIdx * idxConst(o.rows) + rr, extents_);
-    Idx kAt = simplify(kStart + kc * idxConst(tile::kAsyncCopyElements), extents_);
-    Idx rowIn = idxMin(row, idxConst(o.rowExtent - 1)), kIn = idxMin(kAt, idxConst(K - tile::kAsyncCopyElements));
+    Idx kAt = simplify(kStart + kc * idxConst(chunk), extents_);
+    Idx rowIn = idxMin(row, idxConst(o.rowExtent - 1)), kIn = idxMin(kAt, idxConst(K - chunk));
     Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
                           return v == rowVar ? rowIn : v == kVar ? kIn : nullptr;
                         }), extents_);
-    // `bytes` while row < rows and k <= K - 8 (both multiples of 8 apart), else 0
+    // `bytes` while row < rows and k <= K - chunk (both multiples of chunk apart), else 0
     Idx rowsLeft = idxMul(idxAdd(idxMul(row, -1), o.rowExtent), bytes);
-    Idx kLeft = idxMul(idxAdd(idxMul(kAt, -1), K), dtypeBytes(t.s.mmaType));
+    Idx kLeft = idxMul(idxAdd(idxMul(kAt, -1), K), elementBytes);
     Idx valid = simplify(idxMin(idxMax(idxMin(rowsLeft, kLeft), idxConst(0)), idxConst(bytes)), extents_);
     Idx dst = ringSlot * idxConst(slotElements) + idxConst(o.slotOffset) +
-              tile::sliceSlot(*o.staging, kc * idxConst(tile::kAsyncCopyElements), rr, o.rows, t.s.tileK);
+              tile::sliceSlot(*o.staging, kc * idxConst(chunk), rr, o.rows, t.s.tileK);
     return cpAsync(o.buf, simplify(dst, extents_), param(load->buffer, false), from, static_cast<int>(bytes), valid);
   };
   if (chunks % threads == 0) {  // unrolled: thread t copies chunks t, t + threads, ... (indices affine in t)

@@ -87,9 +87,9 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
 }
 
-// Kernel i (a single-stage product) becomes its partial product (at i) and the sum of the partials (at i + 1), a
-// vectorized pointwise map.
-void splitKernel(Program& p, size_t i, int64_t split, TiledContraction partialSchedule) {
+}  // namespace
+
+void splitProduct(Program& p, size_t i, int64_t split, TiledContraction partialSchedule) {
   const loop::Kernel orig = p.loop.kernels[i];
   const loop::Reduction& stage = orig.stages.at(0);
   const loop::Axis r = stage.axes.at(0);
@@ -143,8 +143,6 @@ void splitKernel(Program& p, size_t i, int64_t split, TiledContraction partialSc
   vectorizePointwise(p.target, p.loop, p.loop.kernels[i + 1], adding);
   p.schedules.insert(p.schedules.begin() + static_cast<std::ptrdiff_t>(i) + 1, adding);
 }
-
-}  // namespace
 
 bool shapeProducts(Program& p, const ProductShape* force) {
   bool changed = false;
@@ -227,7 +225,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
                                current.micros, current.tileM, current.tileN,
                                next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
     if (best.split > 1) {
-      splitKernel(p, i, best.split, shaped);
+      splitProduct(p, i, best.split, shaped);
       ++i;  // the kernel adding the partials needs nothing more here
     } else {
       *s = shaped;

@@ -69,7 +69,8 @@ class Emitter {
     for (size_t i = 0; i < k_.shared.size(); ++i) {
       const kernel::SharedBuffer& sb = k_.shared[i];
       if (!sb.dynamic) {
-        const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));  // 16-byte copies land there
+        // 16-byte copies land there, or vector loads read it
+        const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));
         out += fmt::format("  __shared__ {}{} {}[{}];\n", aligned ? "__align__(16) " : "", cudaTypeName(sb.dtype), shared_[i],
                            sb.elements);
         continue;
@@ -91,7 +92,7 @@ class Emitter {
  private:
   static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out) {
     for (const kernel::Stmt& s : b) {
-      if (s.kind == kernel::Stmt::Kind::CpAsync) out.insert(s.target);
+      if (s.kind == kernel::Stmt::Kind::CpAsync || s.kind == kernel::Stmt::Kind::LoadSharedVector) out.insert(s.target);
       collectAsyncTargets(s.body, out);
     }
   }
@@ -158,6 +159,13 @@ class Emitter {
           std::vector<std::string> slots;
           for (int slot : s.fragment) slots.push_back(floats_[slot]);
           out += fmt::format("{}kiln::load_vec<{}>({} + ({}), {});\n", pad, s.fragment.size(), params_[s.target], idx(s.a),
+                             fmt::join(slots, ", "));
+          break;
+        }
+        case K::LoadSharedVector: {
+          std::vector<std::string> slots;
+          for (int slot : s.fragment) slots.push_back(floats_[slot]);
+          out += fmt::format("{}kiln::load_shared_vec<{}>(&{}[{}], {});\n", pad, s.fragment.size(), shared_[s.target], idx(s.a),
                              fmt::join(slots, ", "));
           break;
         }

@@ -64,6 +64,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-deep-k-slices", tile::deepenKSlices);
   run.pass(c.tileIR, "tile-pipeline-async-copies", tile::pipelineAsyncCopies);  // after the slice depth and layout
   run.pass(c.tileIR, "tile-prefetch-slices", tile::prefetchSlices);  // after the slice depth is chosen
+  run.pass(c.tileIR, "tile-stream-ffma-products", tile::streamFfmaProducts);  // last: replaces the CUDA-core schedule whole
   if (until < 4) return run.printTimings(), c;
 
   kernel::LowerStats lowering;

@@ -234,6 +234,23 @@ void Machine::exec(const Block& body, int depth) {
                   loop::roundTo(s.operandType, floats[t * nf + s.fragment[static_cast<size_t>(e)]]);
         break;
       case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); break;
+      case Stmt::Kind::LoadSharedVector:
+        for (int64_t t = 0; t < T; ++t) {
+          if (!mask[t]) continue;
+          const std::vector<float>& data = shared[s.target];
+          const int64_t i = evaluate(s.a, env[t], &loader), w = static_cast<int64_t>(s.fragment.size());
+          if (i < 0 || i + w > static_cast<int64_t>(data.size()) || i % w != 0)
+            raise(fmt::format("kernel {}: thread {} of block {} loads a vector of {} from shared {}[{}] out of bounds or unaligned "
+                              "({} elements; index {})", k.name, t, block, w, k.shared[s.target].name, i, data.size(), toString(s.a)));
+          for (int64_t e = 0; e < w; ++e) {
+            checkSharedRead(s.target, i + e, t);
+            if (!written[s.target][i + e])
+              raise(fmt::format("kernel {}: thread {} reads shared {}[{}] that no thread wrote (block {}, index {})", k.name, t,
+                                k.shared[s.target].name, i + e, block, toString(s.a)));
+            floats[t * nf + s.fragment[static_cast<size_t>(e)]] = data[i + e];
+          }
+        }
+        break;
       case Stmt::Kind::LoadVector:
         for (int64_t t = 0; t < T; ++t) {
           if (!mask[t]) continue;

@@ -187,6 +187,18 @@ Stmt loadVector(int param, Idx index, std::vector<int> slots) {
   return s;
 }
 
+Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots) {
+  const size_t w = slots.size();
+  KILN_ASSERT(sharedBuf >= 0 && index, "loadSharedVector: bad shared buffer {} or null index", sharedBuf);
+  KILN_ASSERT(w == 2 || w == 4, "loadSharedVector: width {} (want 2 or 4)", w);
+  for (int slot : slots) KILN_ASSERT(slot >= 0, "loadSharedVector: negative float slot {}", slot);
+  Stmt s = makeStmt(Stmt::Kind::LoadSharedVector);
+  s.target = sharedBuf;
+  s.a = std::move(index);
+  s.fragment = std::move(slots);
+  return s;
+}
+
 Stmt storeVector(int param, Idx index, std::vector<FE> values) {
   const size_t w = values.size();
   KILN_ASSERT(param >= 0 && index, "storeVector: bad param {} or null index", param);

@@ -85,6 +85,13 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
                                     idxString(s.a)));
         break;
       }
+      case Stmt::Kind::LoadSharedVector: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
+        lines.push_back(fmt::format("{}{} = load{} shared {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size(),
+                                    sharedName(k, s.target), idxString(s.a)));
+        break;
+      }
       case Stmt::Kind::StoreVector: {
         std::vector<std::string> values;
         for (auto& v : s.values) values.push_back(exprString(k, v));

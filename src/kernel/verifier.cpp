@@ -467,6 +467,23 @@ struct Verifier {
           checkVectorAccess(st.target, st.a, st.fragment.size(), s, "load");
           for (int slot : st.fragment) checkSlotWrite(slot, "vector load");
           break;
+        case Stmt::Kind::LoadSharedVector: {
+          checkIdx(st.a, s, "a shared vector load");
+          const size_t w = st.fragment.size();
+          if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+            fail("shared vector load from buffer #{} of {}", st.target, k.shared.size());
+          const SharedBuffer& sb = k.shared[st.target];
+          if (sb.dtype != DType::F32 || (w != 2 && w != 4))
+            fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32", w, dtypeName(sb.dtype), sb.name);
+          VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+          if (!provablyMultipleOf(expand(st.a, s), static_cast<int64_t>(w), extents))
+            fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,
+                 toString(st.a), w, toString(expand(st.a, s)));
+          checkSharedIndex(st.target, st.a, s, "shared vector load");
+          checkSharedIndex(st.target, st.a + idxConst(static_cast<int64_t>(w) - 1), s, "shared vector load");
+          for (int slot : st.fragment) checkSlotWrite(slot, "shared vector load");
+          break;
+        }
         case Stmt::Kind::StoreVector:
           checkIdx(st.a, s, "a vector store");
           for (auto& v : st.values) checkExpr(v, s);

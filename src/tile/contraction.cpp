@@ -99,22 +99,25 @@ std::optional<DType> tensorCoreType(const loop::Program& p, const Contraction& c
 
 bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s) {
   Contraction c = findContraction(k, s.mAxis, s.nAxis).value();
-  if (c.k % kAsyncCopyElements != 0 || s.tileK % kAsyncCopyElements != 0) return false;
+  // The type the slices hold: f32 for CUDA-core products, the tensor cores' operand type otherwise.
+  const bool ffma = s.instruction == TiledContraction::Instruction::Ffma;
+  const DType type = ffma ? DType::F32 : s.mmaType;
+  const int64_t chunk = 16 / dtypeBytes(type);  // elements one 16-byte copy moves
+  if (c.k % chunk != 0 || s.tileK % chunk != 0) return false;
   auto copyable = [&](const loop::ExprP& operand, int kVar) {
     const loop::Expr* load = loop::plainLoad(operand);
     if (!load || load->index.empty()) return false;
     const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
-    if ((b.dtype != DType::BF16 && b.dtype != DType::F16) || b.dtype != s.mmaType || b.shape.back() % kAsyncCopyElements != 0)
-      return false;
+    if ((!ffma && b.dtype != DType::BF16 && b.dtype != DType::F16) || b.dtype != type || b.shape.back() % chunk != 0) return false;
     bool gathers = false;
     for (const Idx& i : load->index) forEachIndexLoad(i, [&](const IndexNode&) { gathers = true; });
     if (gathers) return false;
-    // The flat element index with k = 8c + j (j < 8) must be its value at j = 0, plus j: eight consecutive k
-    // are eight consecutive elements, e.g. [row][k], or attention's [head = k / 64][row][k mod 64].
+    // The flat element index with k = chunk c + j (j < chunk) must be its value at j = 0, plus j: a chunk of consecutive k
+    // are consecutive elements, e.g. [row][k], or attention's [head = k / 64][row][k mod 64].
     VarExtents ext = k.extents();
     const int cVar = k.maxVar() + 1, jVar = k.maxVar() + 2;
-    ext[cVar] = c.k / kAsyncCopyElements;
-    ext[jVar] = kAsyncCopyElements;
+    ext[cVar] = c.k / chunk;
+    ext[jVar] = chunk;
     auto flatAt = [&](const Idx& kValue) {
       Idx flat = idxConst(0);
       int64_t stride = 1;
@@ -125,7 +128,7 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
       }
       return simplify(flat, ext);
     };
-    Idx c8 = idxMul(idxVar(cVar, "c"), kAsyncCopyElements);
+    Idx c8 = idxMul(idxVar(cVar, "c"), chunk);
     Idx step = simplify(flatAt(c8 + idxVar(jVar, "j")) + idxMul(flatAt(c8), -1), ext);
     return sameIdx(step, idxVar(jVar, "j"));
   };

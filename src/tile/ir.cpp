@@ -27,6 +27,7 @@ const char* layoutName(TC::SharedLayout l) {
     case TC::SharedLayout::RowPairs: return "row_pairs";
     case TC::SharedLayout::CoreMatrices: return "core_matrices";
     case TC::SharedLayout::Swizzled128: return "swizzled_128b";
+    case TC::SharedLayout::RowsF32: return "rows_f32";
   }
   return "?";
 }
@@ -40,6 +41,7 @@ const char* fragmentsName(TC::Fragments f) {
 std::string operandString(const TC& s, const TC::Operand& o, int64_t rows) {
   std::string shape = o.layout == TC::SharedLayout::RowPairs
                           ? fmt::format("[{}][{}+{}]:{}", rows, s.tileK, kPairPad, dtypeName(sliceType(s, o)))
+                      : o.layout == TC::SharedLayout::RowsF32 ? fmt::format("[{}][{}+{}]:f32", rows, s.tileK, kF32RowPad)
                       : o.layout == TC::SharedLayout::CoreMatrices
                           ? fmt::format("[{}/8][{}/8][8][8]:{}", rows, s.tileK, dtypeName(sliceType(s, o)))
                       : o.layout == TC::SharedLayout::Swizzled128
@@ -263,19 +265,29 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, t.tileM, t.tileN, t.tileK, t.microM,
                 t.microN);
     KILN_ASSERT(threads >= Target::kWarpSize, "kernel {}: tiled_contraction with {} threads", k.name, threads);
-    KILN_ASSERT(t.a.layout == TC::SharedLayout::KMajorF32 && t.b.layout == TC::SharedLayout::KMajorF32,
-                "kernel {}: CUDA-core products read k-major f32 slices", k.name);
+    const bool streamed = t.a.layout == TC::SharedLayout::RowsF32 && t.b.layout == TC::SharedLayout::RowsF32 &&
+                          t.a.copy == TC::Copy::CpAsync && t.tileK % 4 == 0 && threads % Target::kWarpSize == 0 &&
+                          threads <= target.maxThreadsPerBlock;
+    KILN_ASSERT(streamed || (t.a.layout == TC::SharedLayout::KMajorF32 && t.b.layout == TC::SharedLayout::KMajorF32 &&
+                             t.a.copy != TC::Copy::CpAsync),
+                "kernel {}: CUDA-core products read k-major f32 slices, or rows_f32 slices streamed by cp_async (tile_k a multiple "
+                "of 4, whole warps), not {} {}", k.name, copyName(t.a.copy), layoutName(t.a.layout));
   }
   KILN_ASSERT(t.a.layout == t.b.layout && t.a.copy == t.b.copy,
               "kernel {}: the lowering stages both operands alike (layout and copy)", k.name);
   if (t.a.copy == TC::Copy::CpAsync) {
-    KILN_ASSERT(target.cpAsync && target.ldmatrix, "kernel {}: cp.async and ldmatrix on {}, which lacks them", k.name, target.arch);
+    const bool ffma = t.instruction == TC::Instruction::Ffma;
+    KILN_ASSERT(target.cpAsync && (ffma || target.ldmatrix), "kernel {}: cp.async and ldmatrix on {}, which lacks them", k.name,
+                target.arch);
     KILN_ASSERT(((t.instruction == TC::Instruction::MmaSync && t.fragments == TC::Fragments::Ldmatrix) ||
-                 t.instruction == TC::Instruction::Wgmma) &&
-                    t.pipelineDepth >= 2 && t.pipelineDepth <= kMaxRingDepth && t.tileK % 16 == 0,
-                "kernel {}: cp_async slices feed ldmatrix fragments of mma.sync or wgmma through a ring of 2 to 8 (depth {})",
+                 t.instruction == TC::Instruction::Wgmma || ffma) &&
+                    t.pipelineDepth >= 2 && t.pipelineDepth <= kMaxRingDepth && t.tileK % (ffma ? 4 : 16) == 0,
+                "kernel {}: cp_async slices feed ldmatrix fragments of mma.sync, wgmma or ffma through a ring of 2 to 8 (depth {})",
                 k.name, t.pipelineDepth);
-    KILN_ASSERT(asyncCopyable(p.loop, k, t), "kernel {}: cp_async on operands that are not k-contiguous bf16/f16 loads", k.name);
+    KILN_ASSERT(asyncCopyable(p.loop, k, t), "kernel {}: cp_async on operands that are not k-contiguous loads of the multiplied type",
+                k.name);
+    KILN_ASSERT(sharedBytes(s, k) <= target.maxSharedPerBlock, "kernel {}: a ring of {} bytes, more than the {} a block may have",
+                k.name, sharedBytes(s, k), target.maxSharedPerBlock);
   } else {
     KILN_ASSERT(t.mmaInFlight == 0, "kernel {}: wgmma groups in flight without a cp_async ring", k.name);
     KILN_ASSERT(t.pipelineDepth == 1, "kernel {}: a ring of {} slices without cp_async copies", k.name, t.pipelineDepth);

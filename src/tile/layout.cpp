@@ -99,12 +99,14 @@ int64_t tilesM(const TiledContraction& s, const Contraction& c) { return ceilDiv
 int64_t tilesN(const TiledContraction& s, const Contraction& c) { return ceilDiv(c.n, s.tileN); }
 
 DType sliceType(const TiledContraction& s, const TiledContraction::Operand& o) {
-  return o.layout == TiledContraction::SharedLayout::KMajorF32 ? DType::F32 : s.mmaType;
+  return o.layout == TiledContraction::SharedLayout::KMajorF32 || o.layout == TiledContraction::SharedLayout::RowsF32 ? DType::F32
+                                                                                                                     : s.mmaType;
 }
 
 int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t tileK) {
   switch (o.layout) {
     case TiledContraction::SharedLayout::RowPairs: return rows * (tileK + kPairPad);
+    case TiledContraction::SharedLayout::RowsF32: return rows * (tileK + kF32RowPad);
     case TiledContraction::SharedLayout::CoreMatrices:
     case TiledContraction::SharedLayout::Swizzled128: return ceilDiv(rows, 8) * 8 * tileK;
     default: return tileK * (rows + 1);
@@ -114,6 +116,7 @@ int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t 
 Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, int64_t rows, int64_t tileK) {
   switch (o.layout) {
     case TiledContraction::SharedLayout::RowPairs: return rr * idxConst(tileK + kPairPad) + kk;
+    case TiledContraction::SharedLayout::RowsF32: return rr * idxConst(tileK + kF32RowPad) + kk;
     case TiledContraction::SharedLayout::CoreMatrices:
       return floorDiv(rr, 8) * idxConst(8 * tileK) + floorDiv(kk, 8) * idxConst(64) + mod(rr, 8) * idxConst(8) + mod(kk, 8);
     case TiledContraction::SharedLayout::Swizzled128:  // tile_k = 64: chunk kk / 8 of row rr at chunk (kk / 8) ^ (rr mod 8)

@@ -63,6 +63,7 @@ struct Stmt {
     Mma,          // warp-wide tensor-core product, see mma() below
     LoadVector,   // float slots = param[index .. index + W), one aligned vector load, see loadVector()
     StoreVector,  // param[index .. index + W) = values, one aligned vector store, see storeVector()
+    LoadSharedVector,  // float slots = shared[index .. index + W), one aligned vector load, see loadSharedVector()
     ShuffleXor,   // float var = src of lane ^ laneMask (warp-collective), see shuffleXor()
     CpAsync,      // asynchronous global -> shared copy of 4, 8 or 16 bytes, see cpAsync()
     CpAsyncCommit,  // closes the thread's open cp.async group
@@ -137,6 +138,10 @@ Stmt loadVector(int param, Idx index, std::vector<int> slots);
 // storeVector: param[index + i] = values[i] rounded to the parameter's dtype (as storeGlobal). All values are
 // evaluated before any element is written.
 Stmt storeVector(int param, Idx index, std::vector<FE> values);
+// Vector shared memory load: slots[i] = shared[index + i] for W = slots.size() (2 or 4) consecutive elements of an f32 shared
+// buffer, one aligned 8- or 16-byte load (ld.shared.v2/v4). `index` must provably be a multiple of W. CUDA-core products
+// read four k of one operand row at a time this way.
+Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots);
 // Warp shuffle: float slot dst = float slot src as held by lane (lane ^ laneMask) of the same warp, laneMask a
 // power of two in 1..16 (__shfl_xor_sync with a full mask). Warp-collective like mma: every lane of a warp
 // executes it together (never under thread-dependent control flow; blocks of whole warps). All lanes read src

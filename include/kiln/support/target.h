@@ -22,6 +22,7 @@ struct Target {
   int64_t maxSharedPerBlock = 0;             // with it (dynamic shared memory)
   int64_t sharedPerSm = 0;
   double memoryBandwidthGBs = 0;        // measured device-to-device copy rate where known, else the data sheet's
+  double f32FlopsPerSecond = 0;         // f32 fused multiply-adds on CUDA cores, 2 flops each (measured where known)
   // Instructions the architecture has.
   bool cpAsync = false;   // cp.async (sm_80+)
   bool ldmatrix = false;  // ldmatrix (sm_75+)

@@ -40,10 +40,11 @@ TiledContraction tiledSchedule(const Contraction& c, int64_t tile);
 // Elements one 16-byte cp.async moves (bf16/f16).
 constexpr int64_t kAsyncCopyElements = 8;
 // Every operand of every stage can be copied slice by slice with 16-byte cp.async into [row][k] slices: a plain
-// load of a buffer of the schedule's mma type, reading no indices from memory, in which every 8 consecutive k
-// (from a multiple of 8) are 8 consecutive elements (k contiguous: [row][k], or [k / d][row][k mod d] with d a
-// multiple of 8, as attention's output is read by o_proj); the innermost extent, K and tile_k multiples of 8
-// (every copy 16-byte aligned and either wholly inside the matrix or wholly outside).
+// load of a buffer of the type the schedule multiplies (its mma type; f32 for ffma), reading no indices from memory,
+// in which every c consecutive k (c = 16 bytes of elements: 8 of bf16/f16, 4 of f32; from a multiple of c) are c
+// consecutive elements (k contiguous: [row][k], or [k / d][row][k mod d] with d a multiple of c, as attention's output
+// is read by o_proj); the innermost extent, K and tile_k multiples of c (every copy 16-byte aligned and either wholly
+// inside the matrix or wholly outside).
 bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s);
 
 }  // namespace kiln::tile

@@ -11,8 +11,8 @@
 //                    across warps) or by a shared-memory tree, then split the row's outputs
 //   TiledContraction a matrix product (tile/contraction.h): a block per tileM x tileN output tile, operand
 //                    slices of tileK staged in shared memory, multiplied on CUDA cores (a microM x microN
-//                    register tile per thread) or on tensor cores (mma.sync m16n8k16 per warp); with cp_async
-//                    copies the slices stream through a ring of pipelineDepth buffers, read by ldmatrix
+//                    register tile per thread) or on tensor cores (mma.sync m16n8k16 per warp, wgmma per
+//                    warpgroup); with cp_async copies the slices stream through a ring of pipelineDepth buffers
 //   FlashAttention   an attention kernel (softmax over keys of q·k products, weighting v) in one pass over the keys
 #pragma once
 #include <nlohmann/json_fwd.hpp>
@@ -65,13 +65,18 @@ struct TiledContraction {
     // [row][64] in a 16-bit operand type, 128-byte rows whose 16-byte chunk c of row r lies at chunk c ^ (r mod 8): the
     // 128-byte swizzle of wgmma's descriptors (tile_k 64), free of bank conflicts for the copies and the tensor cores
     Swizzled128,
+    // [row][k + 4] f32, k contiguous as in memory: 16-byte cp.async copies land as they are read, and a thread reads four k
+    // of one row with one 16-byte load (CUDA-core products streaming f32 operands); the padding puts 8 consecutive rows'
+    // 16-byte chunks in distinct banks
+    RowsF32,
   };
   enum class Copy {
     Plain,             // each step: load from global memory, store to shared, barrier, multiply, barrier
     RegisterPrefetch,  // the next slice is loaded into registers while the block multiplies this one
     // 16-byte cp.async straight from global to shared memory into a ring of pipelineDepth slices: the copies
-    // of the next pipelineDepth - 1 slices are in flight while the block multiplies one (operands that are
-    // plain bf16/f16 loads, k contiguous in memory, row_pairs layout; both operands alike)
+    // of the next pipelineDepth - 1 slices are in flight while the block multiplies one (operands that are plain loads
+    // of the multiplied type, k contiguous in memory: bf16/f16 for tensor cores, f32 in rows_f32 slices for ffma;
+    // both operands alike)
     CpAsync,
   };
   // How a warp reads its mma fragments from the slices.
@@ -181,6 +186,11 @@ struct ProductShape {
   int64_t tileM = 0, tileN = 0, split = 1;
 };
 bool shapeProducts(Program& p, const ProductShape* force = nullptr);  // tile-shape-products
+// Kernel i, a single-stage product, becomes its partial product over K / split of the reduction per block (at i, with
+// partialSchedule, into an f32 buffer [split][output]) and a vectorized pointwise map adding the partials and applying the
+// original epilogue (at i + 1). tile-shape-products and tile-stream-ffma-products split products this way.
+void splitProduct(Program& p, size_t i, int64_t split, TiledContraction partialSchedule);
+bool streamFfmaProducts(Program& p);            // tile-stream-ffma-products
 
 // A product left one thread per output with a reduction this long is tiled (16 x 16) even below a wave.
 constexpr int64_t kTiledContractionLongReduction = 512;

@@ -44,8 +44,10 @@ int64_t tilesN(const TiledContraction& s, const Contraction& c);
 // The type of the operand slices in shared memory: f32, or with RowPairs the tensor cores' operand type.
 DType sliceType(const TiledContraction& s, const TiledContraction::Operand& o);
 // Elements of one slice of `rows` rows at depth tileK in the operand's layout (padding included):
-// KMajorF32 [k][rows + 1]; RowPairs [rows][k + kPairPad]; CoreMatrices [rows / 8][k / 8][8][8]; Swizzled128 [rows][64].
+// KMajorF32 [k][rows + 1]; RowPairs [rows][k + kPairPad]; CoreMatrices [rows / 8][k / 8][8][8]; Swizzled128 [rows][64];
+// RowsF32 [rows][k + kF32RowPad].
 constexpr int64_t kPairPad = 8;
+constexpr int64_t kF32RowPad = 4;
 int64_t sliceElements(const TiledContraction::Operand& o, int64_t rows, int64_t tileK);
 // Where element (k offset kk, row rr) of a slice lies.
 Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, int64_t rows, int64_t tileK);

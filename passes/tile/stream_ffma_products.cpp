@@ -1,0 +1,121 @@
+// tile-stream-ffma-products: matrix products on CUDA cores (f32 operands, no TF32) whose operands are k-contiguous f32
+// loads (tile::asyncCopyable) stream their slices with 16-byte cp.async into a ring of rows_f32 slices ([row][16 + 4]
+// f32) and give each of 256 threads a micro tile of up to 8 x 8 outputs, read as 16-byte vectors of 4 k: 16
+// multiply-adds per shared load at 8 x 8, where the schedule it replaces (k-major slices, one scalar load per operand
+// value, at most 4 x 4 outputs per thread) issues 2, and stalls on its register-staged copies once per slice.
+//
+// Tile and split come from a model of one SM's multiply-add rate, per candidate (tile_m x tile_n with micro
+// tile_m / 16 x tile_n / 16: 128x128, 64x128, 128x64, 64x64, 32x128, 32x64, 64x32, 32x32; split S in 1, 2, 4, 8 for
+// single-stage products, K / S a multiple of 16 and at least 128):
+//   issue efficiency = 4 um un / (4 um un + um + un + 4)      (multiply-adds among the instructions of 4 k: the vector
+//                                                             loads and the loop's own)
+//   compute          = waves * tile_m * tile_n * (K / S) * stages / (the Target's f32 rate per SM * efficiency)
+//   memory           = (A once + the weights once, again per row of tiles when they exceed half the L2, + the partials
+//                       8 bytes per output per split) / bandwidth
+//   time             = max(compute, memory) + (S > 1: 2 us for the kernel adding the partials)
+// with waves = ceil(blocks / SMs). Micro tiles keep stages x um x un within 64 accumulators per thread.
+// The chosen schedule's `model` says what was predicted and the runners-up (`kiln compile --explain-schedule`).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
+
+namespace kiln::tile {
+namespace {
+
+constexpr double kSplitKernelMicros = 2.0;
+constexpr double kL2Bytes = 50e6;
+constexpr int64_t kStreamedTileK = 16;
+constexpr int64_t kMaxAccumulators = 64;
+
+struct Shape {
+  int64_t tileM, tileN, split;
+  double micros = 0;
+};
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split) {
+  const int64_t um = tileM / 16, un = tileN / 16, stages = static_cast<int64_t>(c.stages.size());
+  const int64_t tm = ceilDiv(c.m, tileM), tn = ceilDiv(c.n, tileN), blocks = c.outerPoints * tm * tn * split;
+  const double efficiency = static_cast<double>(4 * um * un) / static_cast<double>(4 * um * un + um + un + 4);
+  const double perSm = target.f32FlopsPerSecond / 2.0 / static_cast<double>(target.smCount);  // multiply-adds per second
+  const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
+  const double compute = waves * static_cast<double>(tileM * tileN * (c.k / split) * stages) / (perSm * efficiency);
+  const double weights = static_cast<double>(c.outerPoints * c.n * c.k * stages * 4);
+  double bytes = static_cast<double>(c.outerPoints * c.m * c.k * aOperands * 4) + weights * static_cast<double>(weights > kL2Bytes / 2 ? tm : 1);
+  if (split > 1) bytes += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
+  const double memory = bytes / (target.memoryBandwidthGBs * 1e9);
+  return std::max(compute, memory) * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
+}
+
+}  // namespace
+
+bool streamFfmaProducts(Program& p) {
+  if (!p.target.cpAsync || p.target.f32FlopsPerSecond <= 0) return false;
+  bool changed = false;
+  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
+    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (!s || s->instruction != TiledContraction::Instruction::Ffma || s->a.copy == TiledContraction::Copy::CpAsync) continue;
+    TiledContraction streamed = *s;
+    streamed.a = streamed.b = TiledContraction::Operand{TiledContraction::Copy::CpAsync, TiledContraction::SharedLayout::RowsF32};
+    streamed.tileK = kStreamedTileK;
+    if (!asyncCopyable(p.loop, p.loop.kernels[i], streamed)) continue;
+    const Contraction c = contractionOf(*s, p.loop.kernels[i]);
+    const int64_t stages = static_cast<int64_t>(c.stages.size());
+    const std::vector<size_t> src = aSources(c);
+    int64_t aOperands = 0;
+    for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
+    std::vector<Shape> considered;
+    Shape best{0, 0, 1, std::numeric_limits<double>::infinity()};
+    for (auto [tileM, tileN] : std::vector<std::pair<int64_t, int64_t>>{
+             {128, 128}, {64, 128}, {128, 64}, {64, 64}, {32, 128}, {32, 64}, {64, 32}, {32, 32}})
+      for (int64_t split : {1, 2, 4, 8}) {
+        if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+        if (stages * (tileM / 16) * (tileN / 16) > kMaxAccumulators) continue;
+        if (split > 1 && (stages != 1 || c.k % (split * kStreamedTileK) != 0 || c.k / split < 128)) continue;
+        TiledContraction sized = streamed;
+        sized.tileM = tileM;
+        sized.tileN = tileN;
+        Contraction part = c;
+        part.k = c.k / split;
+        if (ringDepth(p.target, sized, part) == 0) continue;
+        const double t = predictMicros(p.target, c, aOperands, tileM, tileN, split);
+        considered.push_back({tileM, tileN, split, t});
+        if (t < best.micros) best = considered.back();
+      }
+    if (considered.empty()) continue;
+    streamed.tileM = best.tileM;
+    streamed.tileN = best.tileN;
+    streamed.microM = best.tileM / 16;
+    streamed.microN = best.tileN / 16;
+    Contraction part = c;
+    part.k = c.k / best.split;
+    streamed.pipelineDepth = ringDepth(p.target, streamed, part);
+    auto name = [](const Shape& x) {
+      return fmt::format("{}x{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string());
+    };
+    std::sort(considered.begin(), considered.end(), [](const Shape& a, const Shape& b) { return a.micros < b.micros; });
+    std::vector<std::string> next;
+    for (const Shape& x : considered)
+      if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split))
+        next.push_back(fmt::format("{} {:.1f}", name(x), x.micros));
+    streamed.model = fmt::format("stream-ffma-products: {} predicted {:.1f} us{}", name(best), best.micros,
+                                 next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
+    if (best.split > 1) {
+      splitProduct(p, i, best.split, streamed);
+      ++i;  // the kernel adding the partials needs nothing more here
+    } else {
+      *s = streamed;
+    }
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::tile
