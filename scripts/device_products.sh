@@ -8,7 +8,8 @@
 #      `kiln run --bench 200 --profile` (the forward from one graph; each product kernel alone);
 #   2. the whole TinyLlama-shaped model, 1 x 128 (bench/whole_model.py --kiln-graph --kiln-profile), with the
 #      default passes and with PRODUCTS_BASELINE_ARGS (default: --disable-pass tile-warpgroup-products for bf16,
-#      --disable-pass tile-stream-ffma-products for f32), so the change is measured side by side in one run;
+#      --disable-pass tile-stream-ffma-products for f32), so the change is measured side by side in one run
+#      (PRODUCTS_MODEL_VARIANTS: which of "default baseline" run; empty: neither);
 #   3. the suite's nn.Linear-kind rows (bench/run_suite.py --filter PRODUCTS_FILTER), for what is left of
 #      BENCH_LIMIT_SECONDS (default 560) of wall time.
 # $OUT gets products.txt (the short summary, also printed last), model*.json, the suite's JSON/.md and logs.tgz.
@@ -58,7 +59,7 @@ for v in "${variants[@]}"; do
   echo "${summary[-1]}"
 done
 
-for variant in default baseline; do
+for variant in ${PRODUCTS_MODEL_VARIANTS-default baseline}; do
   extra=(); [ $variant = baseline ] && extra=(--kiln-args "$PRODUCTS_BASELINE_ARGS")
   python3 bench/whole_model.py --configs "$PRODUCTS_DTYPE":1:128 --sides kiln --kiln-graph --kiln-profile "${extra[@]}" \
     --commit "${KILN_COMMIT:-unknown}" --out "$OUT/model-$variant.json" > "$LOG/model-$variant.log" 2>&1

@@ -5,8 +5,13 @@
 // 32..256) stride over each reduction, combine partial results by warp shuffles (and the warps' totals through shared
 // memory), then stride over the row's outputs. Short reductions stay serial per thread, where one thread's loop is cheaper than a
 // block-wide combine.
+// Matrix products with at least 16 rows and 16 columns and a reduction of kTiledContractionLongReduction or more are left to
+// the tiled schedules (tile-tile-long-reductions tiles them, the product passes stream and split them): a block per output
+// re-reads a whole operand row for every output (TinyLlama's k projection at 32 tokens: 8192 blocks each reading 8 KB of
+// activations and 8 KB of weights), where a tile reads each once per tile.
 #include <algorithm>
 
+#include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
 
 namespace kiln::tile {
@@ -25,6 +30,8 @@ bool cooperativeReduce(Program& p) {
     int64_t perRow = k.parallelPoints() / k.rowPoints();
     bool fewLongReductions = longest >= kCooperativeReduceMinExtent && k.rowPoints() < kCooperativeReduceMaxOutputs;
     if (perRow == 1 && !fewLongReductions) continue;
+    if (perRow == 1)
+      if (auto c = findContraction(k); c && c->m >= 16 && c->n >= 16 && c->k >= kTiledContractionLongReduction) continue;
     int64_t threads = 32;
     while (threads < std::max(longest, perRow) && threads < 256) threads *= 2;
     RowReduction r;

@@ -108,7 +108,10 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
     const loop::Expr* load = loop::plainLoad(operand);
     if (!load || load->index.empty()) return false;
     const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
-    if ((!ffma && b.dtype != DType::BF16 && b.dtype != DType::F16) || b.dtype != type || b.shape.back() % chunk != 0) return false;
+    // Rows start 16-byte aligned: the innermost extent past trailing unit axes ([heads][tokens][64][1]) a multiple of c.
+    int64_t innermost = 1;
+    for (size_t d = b.shape.size(); d-- > 0 && innermost == 1;) innermost = b.shape[d];
+    if ((!ffma && b.dtype != DType::BF16 && b.dtype != DType::F16) || b.dtype != type || innermost % chunk != 0) return false;
     bool gathers = false;
     for (const Idx& i : load->index) forEachIndexLoad(i, [&](const IndexNode&) { gathers = true; });
     if (gathers) return false;

@@ -430,11 +430,13 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
 }
 
 // Every pass is on by default (DESIGN.md §3.10): `kiln passes` marks none off; -v names a disabled one as skipped and
-// --disable-pass tile-deep-k-slices keeps the 16-deep slices the deep ones replace.
+// --disable-pass tile-deep-k-slices keeps the 16-deep slices the deep ones replace (the product's schedule before
+// tile-stream-ffma-products, which replaces it whole, is disabled too).
 TEST(Cli, EveryPassOnByDefaultAndDisablePassSkipsOne) {
   Result list = kiln({"passes"});
   EXPECT_FALSE(contains(list.out, "off by default")) << describe(list);
-  std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v"};
+  std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v",
+                                   "--disable-pass", "tile-stream-ffma-products"};
   Result deep = kiln(args);
   EXPECT_EQ(deep.code, 0) << describe(deep);
   EXPECT_TRUE(contains(deep.out, "x64 (")) << describe(deep);  // tile MxNxK, 64 deep

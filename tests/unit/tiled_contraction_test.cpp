@@ -189,12 +189,12 @@ TEST(DeepKSlices, DeepestSliceThatFitsSharedMemoryAndTheReduction) {
     seen.insert(tk);
   }
   EXPECT_EQ(seen, (std::set<int64_t>{16, 32, 64}));
-  // On by default; --disable-pass keeps the 16-deep slices.
+  // On by default; --disable-pass keeps the 16-deep slices (seen before tile-stream-ffma-products replaces the schedule).
   PipelineOptions opts;
-  opts.disable = {"tile-deep-k-slices"};
+  opts.disable = {"tile-deep-k-slices", "tile-stream-ffma-products"};
   Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
   EXPECT_EQ(std::get<tile::TiledContraction>(plain.tileIR.schedules[0]).tileK, 16);
-  opts.disable.clear();
+  opts.disable = {"tile-stream-ffma-products"};
   Compiled deep = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
   EXPECT_EQ(std::get<tile::TiledContraction>(deep.tileIR.schedules[0]).tileK, 64);
 }
@@ -211,11 +211,12 @@ TEST(PrefetchSlices, OnlyWithinTheRegisterBudgetAndOnlyOnCudaCores) {
       if (auto* tc = std::get_if<tile::TiledContraction>(&s)) setTiles(*tc, 32, 4, tk);
     EXPECT_EQ(tile::prefetchSlices(c.tileIR), tk <= tile::kPrefetchRegisters) << "tile_k " << tk;
   }
-  PipelineOptions opts;
-  opts.disable = {"tile-prefetch-slices"};
+  PipelineOptions opts;  // tile-stream-ffma-products, which replaces the schedule whole, off
+  opts.disable = {"tile-prefetch-slices", "tile-stream-ffma-products"};
   Compiled plain = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
   EXPECT_EQ(std::get<tile::TiledContraction>(plain.tileIR.schedules[0]).a.copy, tile::TiledContraction::Copy::Plain);
-  Compiled on = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, PipelineOptions{}, "tile");
+  opts.disable = {"tile-stream-ffma-products"};
+  Compiled on = compileModel(test::fixturePath("linear"), {frontend::parseInputOverride("x=2x512x64")}, opts, "tile");
   EXPECT_EQ(std::get<tile::TiledContraction>(on.tileIR.schedules[0]).a.copy, tile::TiledContraction::Copy::RegisterPrefetch);
 }
 
@@ -493,6 +494,27 @@ TEST(TensorCoreRule, FragmentLayoutCoversEveryElementOnce) {
   EXPECT_EQ(kernel::mmaElementA(5, 6), std::make_pair(1 + 8, 2 + 8));  // lane 5: g = 1, t = 1; a6: row g+8, col 2t+8
   EXPECT_EQ(kernel::mmaElementB(5, 3), std::make_pair(2 + 1 + 8, 1));  // b3: row 2t+1+8, col g
   EXPECT_EQ(kernel::mmaElementC(5, 2), std::make_pair(1 + 8, 2));      // c2: row g+8, col 2t
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// tile-cooperative-reduce gives a block to each output of a kernel with few outputs and long reductions, but leaves matrix
+// products (16 or more rows and columns, a reduction of 512 or more) to the tiled schedules: mlp_bf16_wide's down product
+// (64 x 192 outputs, 512 deep) is a wgmma product; its gate/up product (192 deep) is not tiled.
+TEST(CooperativeReduce, LeavesLongMatrixProductsToTheTiledSchedules) {
+  Compiled c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, PipelineOptions{}, "tile");
+  ASSERT_EQ(c.tileIR.schedules.size(), 2u);
+  EXPECT_FALSE(std::holds_alternative<tile::TiledContraction>(c.tileIR.schedules[0]));
+  ASSERT_TRUE(std::holds_alternative<tile::TiledContraction>(c.tileIR.schedules[1]));
+  PipelineOptions off;
+  off.disable = {"tile-tile-long-reductions"};
+  Compiled plain = compileModel(test::fixturePath("mlp_bf16_wide"), {}, off, "tile");
+  EXPECT_FALSE(std::holds_alternative<tile::TiledContraction>(plain.tileIR.schedules[1]))
+      << "left by tile-cooperative-reduce, tiled by tile-tile-long-reductions";
 }
 
 }  // namespace
