@@ -91,57 +91,71 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
 
 void splitProduct(Program& p, size_t i, int64_t split, TiledContraction partialSchedule) {
   const loop::Kernel orig = p.loop.kernels[i];
-  const loop::Reduction& stage = orig.stages.at(0);
-  const loop::Axis r = stage.axes.at(0);
-  const int64_t part = r.extent / split;
+  const loop::Buffer out = p.loop.buffers[static_cast<size_t>(orig.output)];
+  const bool one = orig.stages.size() == 1;
   const int sVar = orig.maxVar() + 1;
-  const loop::Buffer& out = p.loop.buffers[static_cast<size_t>(orig.output)];
-  loop::Buffer partials;
-  partials.kind = loop::Buffer::Kind::Temp;
-  partials.name = out.name + "_split";
-  partials.dtype = DType::F32;
-  partials.shape = out.shape;
-  partials.shape.insert(partials.shape.begin(), split);
-  const int partialsId = static_cast<int>(p.loop.buffers.size());
-  p.loop.buffers.push_back(partials);
+  std::vector<int> partialsIds;  // per stage
+  std::vector<loop::Kernel> partials;
+  for (size_t st = 0; st < orig.stages.size(); ++st) {
+    const loop::Reduction& stage = orig.stages[st];
+    const loop::Axis r = stage.axes.at(0);
+    const int64_t part = r.extent / split;
+    const std::string suffix = one ? "_split" : fmt::format("_split{}", st);
+    loop::Buffer buffer;
+    buffer.kind = loop::Buffer::Kind::Temp;
+    buffer.name = out.name + suffix;
+    buffer.dtype = DType::F32;
+    buffer.shape = out.shape;
+    buffer.shape.insert(buffer.shape.begin(), split);
+    partialsIds.push_back(static_cast<int>(p.loop.buffers.size()));
+    p.loop.buffers.push_back(buffer);
 
-  loop::Kernel partial;
-  partial.name = orig.name + "_split";
-  partial.output = partialsId;
-  partial.parallel.push_back(loop::Axis{sVar, "ps", split});
-  partial.parallel.insert(partial.parallel.end(), orig.parallel.begin(), orig.parallel.end());
-  partial.rowAxes = orig.rowAxes + 1;
-  Idx kFrom = idxMul(idxVar(sVar, "ps"), part) + idxVar(r.var, r.name);
-  loop::Reduction ps{stage.fn, {loop::Axis{r.var, r.name, part}},
-                     loop::mapIndices(stage.value, [&](const Idx& e) {
-                       return substitute(e, [&](int v, const std::string&) -> Idx { return v == r.var ? kFrom : nullptr; });
-                     })};
-  partial.stages.push_back(ps);
-  partial.result = loop::accRef(0);
-  partial.origins = orig.origins;
-
-  // The adding kernel: the partials' sum written out, ((p0 + p1) + p2) + ..., the order a reduction over them would
-  // add (from 0, which adds nothing), in place of the original accumulator; with no reduction left it is a plain
-  // pointwise map, which moves 16-byte vectors (tile-vectorize-accesses' rule; that pass ran before this one).
-  loop::Kernel sum = orig;
-  loop::ExprP total;
-  for (int64_t q = 0; q < split; ++q) {
-    std::vector<Idx> at{idxConst(q)};
-    for (const loop::Axis& a : orig.parallel) at.push_back(idxVar(a.var, a.name));
-    loop::ExprP part = loop::load(partialsId, at);
-    total = total ? loop::apply(loop::Fn::Add, {total, part}) : part;
+    loop::Kernel partial;
+    partial.name = orig.name + suffix;
+    partial.output = partialsIds.back();
+    partial.parallel.push_back(loop::Axis{sVar, "ps", split});
+    partial.parallel.insert(partial.parallel.end(), orig.parallel.begin(), orig.parallel.end());
+    partial.rowAxes = orig.rowAxes + 1;
+    Idx kFrom = idxMul(idxVar(sVar, "ps"), part) + idxVar(r.var, r.name);
+    loop::Reduction ps{stage.fn, {loop::Axis{r.var, r.name, part}},
+                       loop::mapIndices(stage.value, [&](const Idx& e) {
+                         return substitute(e, [&](int v, const std::string&) -> Idx { return v == r.var ? kFrom : nullptr; });
+                       })};
+    partial.stages.push_back(ps);
+    partial.result = loop::accRef(0);
+    partial.origins = orig.origins;
+    partials.push_back(partial);
   }
+
+  // The adding kernel: each stage's partials summed, ((p0 + p1) + p2) + ..., the order a reduction over them would add
+  // (from 0, which adds nothing), in place of that stage's accumulator; with no reduction left it is a plain pointwise
+  // map, which moves 16-byte vectors (tile-vectorize-accesses' rule; that pass ran before this one).
+  loop::Kernel sum = orig;
   sum.stages.clear();
-  sum.result = loop::mapAccs(orig.result, [&](int) { return total; });
+  sum.result = loop::mapAccs(orig.result, [&](int st) {
+    loop::ExprP total;
+    for (int64_t q = 0; q < split; ++q) {
+      std::vector<Idx> at{idxConst(q)};
+      for (const loop::Axis& a : orig.parallel) at.push_back(idxVar(a.var, a.name));
+      loop::ExprP part = loop::load(partialsIds.at(static_cast<size_t>(st)), at);
+      total = total ? loop::apply(loop::Fn::Add, {total, part}) : part;
+    }
+    return total;
+  });
 
   partialSchedule.mAxis += 1;
   partialSchedule.nAxis += 1;
-  p.loop.kernels[i] = partial;
-  p.loop.kernels.insert(p.loop.kernels.begin() + static_cast<std::ptrdiff_t>(i) + 1, sum);
+  const auto at = [&](size_t j) { return static_cast<std::ptrdiff_t>(i + j); };
+  p.loop.kernels[i] = partials[0];
   p.schedules[i] = partialSchedule;
+  for (size_t st = 1; st < partials.size(); ++st) {
+    p.loop.kernels.insert(p.loop.kernels.begin() + at(st), partials[st]);
+    p.schedules.insert(p.schedules.begin() + at(st), partialSchedule);
+  }
+  p.loop.kernels.insert(p.loop.kernels.begin() + at(partials.size()), sum);
   PointwiseMap adding;
-  vectorizePointwise(p.target, p.loop, p.loop.kernels[i + 1], adding);
-  p.schedules.insert(p.schedules.begin() + static_cast<std::ptrdiff_t>(i) + 1, adding);
+  vectorizePointwise(p.target, p.loop, p.loop.kernels[i + partials.size()], adding);
+  p.schedules.insert(p.schedules.begin() + at(partials.size()), adding);
 }
 
 bool shapeProducts(Program& p, const ProductShape* force) {

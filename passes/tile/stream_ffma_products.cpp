@@ -13,7 +13,10 @@
 //   memory           = (A once + the weights once, again per row of tiles when they exceed half the L2, + the partials
 //                       8 bytes per output per split) / bandwidth
 //   time             = max(compute, memory) + (S > 1: 2 us for the kernel adding the partials)
-// with waves = ceil(blocks / SMs). Micro tiles keep stages x um x un within 64 accumulators per thread.
+// with waves = ceil(blocks / SMs). Micro tiles keep stages x um x un within 64 accumulators per thread. A product of
+// several stages (a SwiGLU's gate and up, which share x) is also priced as one single-stage product per stage (each
+// with its own tile and split candidates, x read once per stage) plus the kernel adding their partials and applying
+// the epilogue: the stages then take 8 x 8 micro tiles and splits, which the shared accumulators deny them.
 // The chosen schedule's `model` says what was predicted and the runners-up (`kiln compile --explain-schedule`).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -36,6 +39,7 @@ constexpr int64_t kMaxAccumulators = 64;
 struct Shape {
   int64_t tileM, tileN, split;
   double micros = 0;
+  bool separate = false;  // a product of several stages as one single-stage product per stage (splitProduct)
 };
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -89,6 +93,26 @@ bool streamFfmaProducts(Program& p) {
         considered.push_back({tileM, tileN, split, t});
         if (t < best.micros) best = considered.back();
       }
+    // Several stages (a SwiGLU's gate and up) share a thread's accumulators, which keeps their micro tiles small, and cannot
+    // split their reductions in one kernel; as one product per stage they can, for a kernel adding the partials.
+    if (stages > 1) {
+      Contraction one = c;
+      one.stages.resize(1);
+      for (auto [tileM, tileN] : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {64, 128}, {128, 64}, {64, 64}, {32, 128}})
+        for (int64_t split : {1, 2, 4, 8}) {
+          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+          if (split > 1 && (c.k % (split * kStreamedTileK) != 0 || c.k / split < 128)) continue;
+          TiledContraction sized = streamed;
+          sized.tileM = tileM;
+          sized.tileN = tileN;
+          Contraction part = one;
+          part.k = c.k / split;
+          if (ringDepth(p.target, sized, part) == 0) continue;
+          const double each = predictMicros(p.target, one, 1, tileM, tileN, split) - (split > 1 ? kSplitKernelMicros : 0.0);
+          considered.push_back({tileM, tileN, split, static_cast<double>(stages) * each + kSplitKernelMicros, true});
+          if (considered.back().micros < best.micros) best = considered.back();
+        }
+    }
     if (considered.empty()) continue;
     streamed.tileM = best.tileM;
     streamed.tileN = best.tileN;
@@ -96,20 +120,22 @@ bool streamFfmaProducts(Program& p) {
     streamed.microN = best.tileN / 16;
     Contraction part = c;
     part.k = c.k / best.split;
+    if (best.separate) part.stages.resize(1);
     streamed.pipelineDepth = ringDepth(p.target, streamed, part);
     auto name = [](const Shape& x) {
-      return fmt::format("{}x{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string());
+      return fmt::format("{}x{}{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string(),
+                         x.separate ? " per stage" : "");
     };
     std::sort(considered.begin(), considered.end(), [](const Shape& a, const Shape& b) { return a.micros < b.micros; });
     std::vector<std::string> next;
     for (const Shape& x : considered)
-      if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split))
+      if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split && x.separate == best.separate))
         next.push_back(fmt::format("{} {:.1f}", name(x), x.micros));
     streamed.model = fmt::format("stream-ffma-products: {} predicted {:.1f} us{}", name(best), best.micros,
                                  next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
-    if (best.split > 1) {
+    if (best.split > 1 || best.separate) {
       splitProduct(p, i, best.split, streamed);
-      ++i;  // the kernel adding the partials needs nothing more here
+      i += static_cast<size_t>(best.separate ? stages : 1);  // past the partial products; the adding kernel needs nothing more
     } else {
       *s = streamed;
     }

@@ -83,6 +83,28 @@ TEST(StreamedFfma, SplitReductionMatchesTheLoopProgram) {
   expectMatchesTheLoopProgram(c, k);
 }
 
+// A product of two stages (gate and up, sharing x) as one single-stage product per stage, split or not, and a kernel adding
+// each stage's partials in place of its accumulator: silu(gate) * up computed from the sums.
+TEST(StreamedFfma, StagesSeparatedMatchTheLoopProgram) {
+  for (int64_t split : {1, 2}) {
+    Compiled c = tiledMlp();
+    ASSERT_TRUE(tile::streamFfmaProducts(c.tileIR));
+    ASSERT_EQ(c.tileIR.loop.kernels[0].stages.size(), 2u);
+    TC schedule = std::get<TC>(c.tileIR.schedules[0]);
+    schedule.microM = schedule.tileM / 16;  // one stage's accumulators per thread
+    schedule.microN = schedule.tileN / 16;
+    const size_t before = c.tileIR.loop.kernels.size();
+    tile::splitProduct(c.tileIR, 0, split, schedule);
+    tile::verify(c.tileIR);
+    ASSERT_EQ(c.tileIR.loop.kernels.size(), before + 2) << "two partial products and the adding kernel";
+    EXPECT_EQ(c.tileIR.loop.kernels[0].name, c.tileIR.loop.kernels[1].name.substr(0, c.tileIR.loop.kernels[1].name.size() - 1) + "0");
+    EXPECT_TRUE(std::holds_alternative<tile::PointwiseMap>(c.tileIR.schedules[2]));
+    kernel::Program k = kernel::lowerFromTile(c.tileIR);
+    kernel::verify(k);
+    expectMatchesTheLoopProgram(c, k);
+  }
+}
+
 // The pass leaves products alone whose operands cannot be copied 16 bytes at a time: a reduction that is not a multiple of 4.
 TEST(StreamedFfma, OnlyOperandsCopyableSixteenBytesAtATime) {
   Compiled c = tiledMlp();

@@ -186,9 +186,11 @@ struct ProductShape {
   int64_t tileM = 0, tileN = 0, split = 1;
 };
 bool shapeProducts(Program& p, const ProductShape* force = nullptr);  // tile-shape-products
-// Kernel i, a single-stage product, becomes its partial product over K / split of the reduction per block (at i, with
-// partialSchedule, into an f32 buffer [split][output]) and a vectorized pointwise map adding the partials and applying the
-// original epilogue (at i + 1). tile-shape-products and tile-stream-ffma-products split products this way.
+// Kernel i, a product of S stages, becomes S single-stage kernels, stage st's partial products over K / split of its
+// reduction per block (at i + st, each with partialSchedule, into an f32 buffer [split][output]; "NAME_split", or
+// "NAME_split<st>" for several stages), and a vectorized pointwise map adding each stage's partials in place of its
+// accumulator and applying the original epilogue (at i + S). tile-shape-products and tile-stream-ffma-products split
+// products this way; split 1 separates a product's stages.
 void splitProduct(Program& p, size_t i, int64_t split, TiledContraction partialSchedule);
 bool streamFfmaProducts(Program& p);            // tile-stream-ffma-products
 
