@@ -175,6 +175,7 @@ void checkDebugRecords(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) userError("model file '{}' not found", path);
   if (!std::ifstream(path)) userError("model file '{}' cannot be read; check its permissions", path);
+  checkPickleRecords(path);  // before anything unpickles them
   checkDebugRecords(path);
   ::torch::jit::Module m;
   try {

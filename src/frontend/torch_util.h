@@ -32,5 +32,8 @@ bool shapeOnly(const ::torch::jit::Node* node);
 // constants once the input shapes are fixed.
 bool metadataOnly(const ::torch::jit::Node* node);
 std::string firstLine(const std::string& s);
+// Every pickle record of the archive at `path` (data.pkl, constants.pkl, .debug_pkl) stores into its memo slots in order
+// (pickle_scan.cpp); UserError naming the record otherwise. Does nothing for a file that is not a zip archive.
+void checkPickleRecords(const std::string& path);
 
 }  // namespace kiln::frontend

@@ -212,6 +212,26 @@ TEST_F(PlainTrace, EveryTransformersFamilyFromAPlainTrace) {
   }
 }
 
+// A pickle record that stores into a memo slot far past the next one (data.pkl's first BINPUT made LONG_BINPUT 402653184)
+// made LibTorch's unpickler allocate 6.6 GB before anything failed; kiln walks the pickles first and refuses it in one line.
+TEST_F(PlainTrace, PickleMemoSlotFarAheadIsOneLine) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import zipfile, struct\n"
+      "z = zipfile.ZipFile('{0}')\n"
+      "with zipfile.ZipFile('{1}/m.pt', 'w', zipfile.ZIP_STORED) as out:\n"
+      "    for n in z.namelist():\n"
+      "        d = z.read(n)\n"
+      "        if n.endswith('/data.pkl'):\n"
+      "            i = d.index(b'q\\x00')\n"
+      "            d = d[:i] + b'r' + struct.pack('<I', 0x18000000) + d[i + 2:]\n"
+      "        out.writestr(n, d)\n",
+      model("plain_mlp"), tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  expectOneLineError(kiln({"compile", (tmp.path / "m.pt").string(), "--input", "x=2x8x64"}), 1,
+                     {"m.pt", "data.pkl", "memo slot 402653184", "export the model again"});
+}
+
 // A debug record (code/....py.debug_pkl) whose source pieces index past its text table crashed LibTorch's loader (found
 // by fuzz/pt_fuzzer.cpp): kiln reads the debug records first and refuses a damaged one in one line.
 TEST_F(PlainTrace, DamagedDebugRecordIsOneLine) {
