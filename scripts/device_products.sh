@@ -43,7 +43,7 @@ timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/k
 summary+=("llama_medium $PRODUCTS_DTYPE: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-medium.log" | head -1), $(t "$LOG/check-medium.log") ms/fwd, memcheck=$mc racecheck=$rcc, pipelined products: $(grep -c 'cp_async' "$LOG/medium-tile.txt")")
 echo "${summary[-1]}"
 # The SASS of one product of llama_medium (HGMMA: wgmma; LDS.128: 16-byte shared loads; LDGSTS: cp.async; LDL/STL: spills).
-for f in $(find "$KILN_CACHE_DIR" -name '*.cubin' | sort); do
+for f in $(find "$KILN_CACHE_DIR" -name '*reduce_sum*.cubin' | sort); do  # the products
   cuobjdump -sass "$f" > "$LOG/sass.txt" 2>/dev/null || continue
   grep -q "$SASS_MARK" "$LOG/sass.txt" || continue
   summary+=("sass $(basename "$f"): $(for op in HGMMA FFMA LDS.128 LDS LDGSTS BAR.SYNC LDL STL; do printf '%s %s, ' "$op" "$(grep -c "$op" "$LOG/sass.txt")"; done)")
