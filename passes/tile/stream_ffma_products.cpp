@@ -77,41 +77,34 @@ bool streamFfmaProducts(Program& p) {
     for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
     std::vector<Shape> considered;
     Shape best{0, 0, 1, std::numeric_limits<double>::infinity()};
-    for (auto [tileM, tileN] : std::vector<std::pair<int64_t, int64_t>>{
-             {128, 128}, {64, 128}, {128, 64}, {64, 64}, {32, 128}, {32, 64}, {64, 32}, {32, 32}})
-      for (int64_t split : {1, 2, 4, 8}) {
-        if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
-        if (stages * (tileM / 16) * (tileN / 16) > kMaxAccumulators) continue;
-        if (split > 1 && (stages != 1 || c.k % (split * kStreamedTileK) != 0 || c.k / split < 128)) continue;
-        TiledContraction sized = streamed;
-        sized.tileM = tileM;
-        sized.tileN = tileN;
-        Contraction part = c;
-        part.k = c.k / split;
-        if (ringDepth(p.target, sized, part) == 0) continue;
-        const double t = predictMicros(p.target, c, aOperands, tileM, tileN, split);
-        considered.push_back({tileM, tileN, split, t});
-        if (t < best.micros) best = considered.back();
-      }
+    // Candidates for `cc` (the product itself, or with `separate` one of its stages alone, priced for all of them).
+    auto consider = [&](const Contraction& cc, int64_t aOps, bool separate) {
+      const int64_t ccStages = static_cast<int64_t>(cc.stages.size());
+      for (auto [tileM, tileN] : std::vector<std::pair<int64_t, int64_t>>{
+               {128, 128}, {64, 128}, {128, 64}, {64, 64}, {32, 128}, {32, 64}, {64, 32}, {32, 32}})
+        for (int64_t split : {1, 2, 4, 8}) {
+          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+          if (ccStages * (tileM / 16) * (tileN / 16) > kMaxAccumulators) continue;
+          if (split > 1 && (ccStages != 1 || c.k % (split * kStreamedTileK) != 0 || c.k / split < 128)) continue;
+          TiledContraction sized = streamed;
+          sized.tileM = tileM;
+          sized.tileN = tileN;
+          Contraction part = cc;
+          part.k = c.k / split;
+          if (ringDepth(p.target, sized, part) == 0) continue;
+          double t = predictMicros(p.target, cc, aOps, tileM, tileN, split);
+          if (separate) t = static_cast<double>(stages) * (t - (split > 1 ? kSplitKernelMicros : 0.0)) + kSplitKernelMicros;
+          considered.push_back({tileM, tileN, split, t, separate});
+          if (t < best.micros) best = considered.back();
+        }
+    };
+    consider(c, aOperands, false);
     // Several stages (a SwiGLU's gate and up) share a thread's accumulators, which keeps their micro tiles small, and cannot
     // split their reductions in one kernel; as one product per stage they can, for a kernel adding the partials.
     if (stages > 1) {
       Contraction one = c;
       one.stages.resize(1);
-      for (auto [tileM, tileN] : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {64, 128}, {128, 64}, {64, 64}, {32, 128}})
-        for (int64_t split : {1, 2, 4, 8}) {
-          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
-          if (split > 1 && (c.k % (split * kStreamedTileK) != 0 || c.k / split < 128)) continue;
-          TiledContraction sized = streamed;
-          sized.tileM = tileM;
-          sized.tileN = tileN;
-          Contraction part = one;
-          part.k = c.k / split;
-          if (ringDepth(p.target, sized, part) == 0) continue;
-          const double each = predictMicros(p.target, one, 1, tileM, tileN, split) - (split > 1 ? kSplitKernelMicros : 0.0);
-          considered.push_back({tileM, tileN, split, static_cast<double>(stages) * each + kSplitKernelMicros, true});
-          if (considered.back().micros < best.micros) best = considered.back();
-        }
+      consider(one, 1, true);
     }
     if (considered.empty()) continue;
     streamed.tileM = best.tileM;
