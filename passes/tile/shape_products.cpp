@@ -186,6 +186,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
           const int64_t perRowOfTiles = w * p.target.smCount / (split * c.outerPoints * ceilDiv(c.m, 128));
           if (perRowOfTiles > 0) widths.push_back(ceilDiv(ceilDiv(c.n, perRowOfTiles), 8) * 8);
         }
+      if (const TabledShape* t = tabledShape(p, s->mmaType, c)) widths.push_back(t->tileN);  // considered like the others
       std::sort(widths.begin(), widths.end());
       widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
       best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
@@ -214,6 +215,20 @@ bool shapeProducts(Program& p, const ProductShape* force) {
             if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
           }
     }
+    std::string chosenBy = "predicted";
+    if (const TabledShape* t = tabledShape(p, s->mmaType, c); t && !force) {  // --product-shapes, if it is a candidate
+      auto it = std::find_if(considered.begin(), considered.end(), [&](const Candidate& x) {
+        return x.tileM == t->tileM && x.tileN == t->tileN && x.split == t->split;
+      });
+      if (it == considered.end() || t->perStage)
+        userError("--product-shapes: {}: tile {}x{} split {}{} is not one tile-shape-products can give this {} product of {} stage(s), "
+                  "{}x{}x{} ({}; splits for single-stage products only, dividing k into slices of 64, at least 256 deep)",
+                  t->where, t->tileM, t->tileN, t->split, t->perStage ? " per stage" : "", dtypeName(s->mmaType), stages, c.m, c.n,
+                  c.k, wgmma ? "wgmma tiles of 64 or 128 rows by a multiple of 8 up to 256 columns, accumulators within 128 registers"
+                             : "tiles of 32, 64 or 128 within the product");
+      best = *it;
+      chosenBy = fmt::format("from --product-shapes ({}); the model predicted", t->where);
+    }
     if (force) {
       const bool split = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
       best = {force->tileM, force->tileN, split ? force->split : 1, predict(force->tileM, force->tileN, split ? force->split : 1)};
@@ -235,7 +250,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     for (const Candidate& x : considered)
       if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split))
         next.push_back(fmt::format("{} {:.1f}", name(x), x.micros));
-    shaped.model = fmt::format("shape-products: {} predicted {:.1f} us against {:.1f} us for {}x{}{}", name(best), best.micros,
+    shaped.model = fmt::format("shape-products: {} {} {:.1f} us against {:.1f} us for {}x{}{}", name(best), chosenBy, best.micros,
                                current.micros, current.tileM, current.tileN,
                                next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
     if (best.split > 1) {

@@ -25,6 +25,7 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/support/error.h"
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
@@ -107,6 +108,19 @@ bool streamFfmaProducts(Program& p) {
       consider(one, 1, true);
     }
     if (considered.empty()) continue;
+    std::string chosenBy = "predicted";
+    if (const TabledShape* t = tabledShape(p, DType::F32, c)) {  // --product-shapes: the table's choice, if it is a candidate
+      auto it = std::find_if(considered.begin(), considered.end(), [&](const Shape& x) {
+        return x.tileM == t->tileM && x.tileN == t->tileN && x.split == t->split && x.separate == t->perStage;
+      });
+      if (it == considered.end())
+        userError("--product-shapes: {}: tile {}x{} split {}{} is not one tile-stream-ffma-products can give this f32 product of {} "
+                  "stage(s), {}x{}x{} (tiles of 32, 64 or 128 within the product, up to 64 accumulators per thread, splits "
+                  "dividing k into slices of 16, at least 128 deep)", t->where, t->tileM, t->tileN, t->split,
+                  t->perStage ? " per stage" : "", stages, c.m, c.n, c.k);
+      best = *it;
+      chosenBy = fmt::format("from --product-shapes ({}); the model predicted", t->where);
+    }
     streamed.tileM = best.tileM;
     streamed.tileN = best.tileN;
     streamed.microM = best.tileM / 16;
@@ -124,7 +138,7 @@ bool streamFfmaProducts(Program& p) {
     for (const Shape& x : considered)
       if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split && x.separate == best.separate))
         next.push_back(fmt::format("{} {:.1f}", name(x), x.micros));
-    streamed.model = fmt::format("stream-ffma-products: {} predicted {:.1f} us{}", name(best), best.micros,
+    streamed.model = fmt::format("stream-ffma-products: {} {} {:.1f} us{}", name(best), chosenBy, best.micros,
                                  next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
     if (best.split > 1 || best.separate) {
       splitProduct(p, i, best.split, streamed);

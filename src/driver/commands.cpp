@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "kiln/driver/kernel_profile.h"
 #include "kiln/driver/pipeline.h"
@@ -222,7 +223,15 @@ int runRun(const RunCommand& c, std::ostream& out) {
     std::vector<std::string> passChoices;
     for (auto& p : c.pipeline.enable) passChoices.push_back("+" + p);
     for (auto& p : c.pipeline.disable) passChoices.push_back("-" + p);
-    fs::path dir = emitted ? fs::path(c.model) : runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, target.arch, passChoices});
+    std::string shapes;  // the table's contents: another table is another compilation
+    if (!c.pipeline.productShapes.empty()) {
+      std::ifstream in(c.pipeline.productShapes);
+      std::stringstream text;
+      text << in.rdbuf();
+      shapes = text.str();
+    }
+    fs::path dir = emitted ? fs::path(c.model)
+                           : runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, target.arch, passChoices, shapes});
     if (emitted) {
       out << fmt::format("kiln: compiled nothing: running the emitted directory {}\n", dir.string());
     } else if (std::string damage; usableCacheEntry(dir, &damage) && !wantsToWatchCompile(c.pipeline)) {

@@ -32,6 +32,9 @@ void addPipelineFlags(CLI::App* cmd, kiln::PipelineOptions& p, PipelineFlags& f)
   cmd->add_option("--dump-dir", p.dumpDir, "write the IR after every pass to DIR, one numbered file per pass")->type_name("DIR");
   cmd->add_flag("--time-passes", p.timePasses, "report the time each pass took");
   cmd->add_flag("--no-verify", f.noVerify, "skip the IR verifiers between passes");
+  cmd->add_option("--product-shapes", p.productShapes,
+                  "matrix products of the shapes FILE lists take its tile and split instead of the model's (JSON, docs/pipeline.md)")
+      ->type_name("FILE");
 }
 
 void finishPipelineFlags(kiln::PipelineOptions& p, const PipelineFlags& f) {

@@ -23,6 +23,9 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
                       const PipelineOptions& opts, const std::string& untilLevel, std::optional<DType> castTo,
                       const Target& target) {
   const int until = levelIndex(untilLevel);
+  // Read first: a bad --product-shapes file is reported before any work.
+  const std::vector<tile::TabledShape> shapes = opts.productShapes.empty() ? std::vector<tile::TabledShape>{}
+                                                                           : tile::readProductShapes(opts.productShapes);
   PassRunner run(opts);
   Compiled c;
 
@@ -47,7 +50,11 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.loopIR, "loop-eliminate-dead-buffers", loop::eliminateDeadBuffers);  // removes what fusion inlined
   if (until < 3) return run.printTimings(), c;
 
-  c.tileIR = run.produce("tile-lower-from-loop", [&] { return tile::lowerFromLoop(c.loopIR, target); });
+  c.tileIR = run.produce("tile-lower-from-loop", [&] {
+    tile::Program p = tile::lowerFromLoop(c.loopIR, target);
+    p.productShapes = shapes;
+    return p;
+  });
   run.pass(c.tileIR, "tile-cooperative-reduce", tile::cooperativeReduce);
   run.pass(c.tileIR, "tile-vectorize-accesses", tile::vectorizeAccesses);  // after the row reductions are chosen
   run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });

@@ -37,6 +37,7 @@ fs::path runCacheDir(const RunCacheKey& key) {
   for (auto& o : key.inputOverrides) text += "|input " + o;
   text += fmt::format("|dtype {}|arch {}|kiln {}", key.dtype, key.arch, KILN_VERSION);
   for (auto& p : key.passChoices) text += "|pass " + p;
+  if (!key.productShapes.empty()) text += "|shapes " + key.productShapes;
   text += "|nvcc " + cuda::nvccIdentity();
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);

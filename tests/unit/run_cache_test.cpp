@@ -44,6 +44,7 @@ TEST_F(RunCacheTest, EveryFieldOfTheKeyChangesTheEntry) {
   EXPECT_NE(d, changed([](RunCacheKey& k) { k.dtype = "bf16"; }));
   EXPECT_NE(d, changed([](RunCacheKey& k) { k.arch = "sm_80"; }));
   EXPECT_NE(d, changed([](RunCacheKey& k) { k.passChoices = {"+tile-tiled-contractions"}; }));
+  EXPECT_NE(d, changed([](RunCacheKey& k) { k.productShapes = R"({"products": []})"; }));
   write("second content");  // a re-exported model with other weights
   EXPECT_NE(d, runCacheDir(base));
 }

@@ -15,6 +15,7 @@ struct RunCacheKey {
   std::string dtype;                        // --dtype, "" for none
   std::string arch;                         // "sm_90a"
   std::vector<std::string> passChoices;     // "+PASS" for --enable-pass, "-PASS" for --disable-pass, sorted
+  std::string productShapes;                // the --product-shapes file's contents, "" for none
 };
 
 // The cache root: $KILN_CACHE_DIR, else $HOME/.cache/kiln, else <tmp>/kiln-cache.

@@ -36,6 +36,7 @@ struct PipelineOptions {
   bool verify = true;
   std::ostream* log = nullptr;       // where -v, diffs and timings go (stderr by default)
   std::set<std::string> enable, disable;  // --enable-pass / --disable-pass: in-level passes to run or skip
+  std::string productShapes;         // --product-shapes FILE: product tiles and splits chosen outside kiln's models
   bool runs(const PassInfo& pass) const;  // whether the pipeline runs this in-level pass
 };
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kiln/loop/ir.h"
+#include "kiln/tile/contraction.h"
 #include "kiln/support/target.h"
 
 namespace kiln::tile {
@@ -142,11 +143,32 @@ const char* strategyName(const Schedule& s);
 std::string describe(const Schedule& s, const loop::Kernel& k);
 nlohmann::json toJson(const Schedule& s);
 
+// A matrix product's shape chosen outside kiln's models (`--product-shapes FILE`, e.g. a measured table): products
+// multiplying `type` operands (f32 on CUDA cores, bf16/f16 on tensor cores) of m x n x k with `stages` stages (and
+// `outer` points of their other axes, if given) take this tile and split, and with perStage their stages run as separate
+// products (tile-stream-ffma-products). tile-shape-products and tile-stream-ffma-products use an entry instead of their
+// model's choice when it is one of the candidates they consider, and refuse it in one line otherwise.
+struct TabledShape {
+  DType type = DType::F32;
+  int64_t m = 0, n = 0, k = 0, stages = 1;
+  std::optional<int64_t> outer;
+  int64_t tileM = 0, tileN = 0, split = 1;
+  bool perStage = false;
+  std::string where;  // "FILE entry I", for messages
+};
+// Reads a --product-shapes file: {"products": [{"type": "f32", "m": 128, "n": 5632, "k": 2048, "stages": 2, "tile_m": 128,
+// "tile_n": 128, "split": 8, "per_stage": true}, ...]} ("stages", "outer", "split", "per_stage" optional). UserError in one
+// line for an unreadable file, bad JSON, or a field of the wrong type or range.
+std::vector<TabledShape> readProductShapes(const std::string& path);
+
 struct Program {
   loop::Program loop;                // buffers and kernels' computations
   std::vector<Schedule> schedules;   // one per loop kernel
   Target target = defaultTarget();   // the GPU the schedules are for
+  std::vector<TabledShape> productShapes;  // --product-shapes
 };
+// The entry of p.productShapes for a product of `type` operands shaped as c; nullptr if none.
+const TabledShape* tabledShape(const Program& p, DType type, const Contraction& c);
 
 std::string print(const Program& p);
 nlohmann::json toJson(const Program& p);
