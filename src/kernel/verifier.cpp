@@ -18,6 +18,7 @@
 //  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps;
 //  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
 //    in bounds where known. (Whether every read waits for its copy is checked by the interpreter, not here.)
+// The interval arithmetic behind the bounds is in verifier_ranges.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,88 +29,16 @@
 
 #include "kiln/kernel/ir.h"
 #include "kiln/support/error.h"
+#include "verifier_ranges.h"
 
 namespace kiln::kernel {
 namespace {
 
-using Range = std::pair<int64_t, int64_t>;  // inclusive [lo, hi]
-using Ranges = std::map<int, Range>;
-
-constexpr int64_t kBig = int64_t{1} << 40;  // beyond this, interval arithmetic gives up (no overflow)
-
-std::optional<Range> checked(int64_t lo, int64_t hi) {
-  if (lo < -kBig || hi > kBig || lo > hi) return std::nullopt;
-  return Range{lo, hi};
-}
-
-int64_t floorDivI(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
-// Interval of e. `ranges` bounds variables; `defs` (when given) lets DefIdx variables be replaced by their
-// definitions, which keeps the correlation between e.g. `t = threadIdx.x` and threadIdx.x itself.
-std::optional<Range> interval(const Idx& e, const Ranges& ranges, const std::map<int, Idx>* defs) {
-  using Op = IndexNode::Op;
-  switch (e->op) {
-    case Op::Const: return Range{e->value, e->value};
-    case Op::Var: {
-      if (defs) {
-        if (auto it = defs->find(e->var); it != defs->end()) return interval(it->second, ranges, defs);
-      }
-      if (auto it = ranges.find(e->var); it != ranges.end()) return it->second;
-      return std::nullopt;
-    }
-    case Op::Load: return std::nullopt;  // a value read from memory: unbounded
-    default: break;
-  }
-  auto ra = interval(e->a, ranges, defs);
-  if (!ra) return std::nullopt;
-  auto rb = interval(e->b, ranges, defs);
-  if (!rb) return std::nullopt;
-  auto [alo, ahi] = *ra;
-  auto [blo, bhi] = *rb;
-  switch (e->op) {
-    case Op::Add: return checked(alo + blo, ahi + bhi);
-    case Op::Mul: {
-      int64_t c[4] = {alo * blo, alo * bhi, ahi * blo, ahi * bhi};
-      return checked(*std::min_element(c, c + 4), *std::max_element(c, c + 4));
-    }
-    case Op::FloorDiv:
-      if (blo <= 0) return std::nullopt;  // only positive divisors are bounded
-      return checked(std::min(floorDivI(alo, blo), floorDivI(alo, bhi)), std::max(floorDivI(ahi, blo), floorDivI(ahi, bhi)));
-    case Op::Mod:
-      if (blo <= 0) return std::nullopt;
-      if (blo == bhi && alo >= 0 && ahi < blo) return Range{alo, ahi};
-      if (blo == bhi && floorDivI(alo, blo) == floorDivI(ahi, blo)) {
-        int64_t base = floorDivI(alo, blo) * blo;
-        return Range{alo - base, ahi - base};
-      }
-      return Range{0, bhi - 1};
-    case Op::Min: return Range{std::min(alo, blo), std::min(ahi, bhi)};
-    case Op::Max: return Range{std::max(alo, blo), std::max(ahi, bhi)};
-    case Op::Xor: {
-      if (alo < 0 || blo < 0) return std::nullopt;
-      int64_t top = 1;
-      while (top <= std::max(ahi, bhi)) top *= 2;
-      return Range{0, top - 1};
-    }
-    case Op::Shl:
-      if (blo != bhi || blo < 0 || blo > 24) return std::nullopt;
-      return checked(alo * (int64_t{1} << blo), ahi * (int64_t{1} << blo));
-    case Op::Shr:
-      if (blo != bhi || blo < 0) return std::nullopt;
-      return Range{alo >> blo, ahi >> blo};
-    default: return std::nullopt;
-  }
-}
-
-std::optional<Range> intersect(std::optional<Range> a, std::optional<Range> b) {
-  if (!a) return b;
-  if (!b) return a;
-  return Range{std::max(a->first, b->first), std::min(a->second, b->second)};
-}
+using detail::Range;
+using detail::Ranges;
+using detail::interval;
+using detail::floorDivI;
+using detail::intersect;
 
 struct Verifier {
   const Program& p;

@@ -1,0 +1,24 @@
+// Interval arithmetic for the Kernel IR verifier (private to src/kernel): bounds of index expressions from the bounds of
+// their variables, so the verifier can prove shared and global indices in range.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "kiln/kernel/ir.h"
+
+namespace kiln::kernel::detail {
+
+using Range = std::pair<int64_t, int64_t>;  // inclusive [lo, hi]
+using Ranges = std::map<int, Range>;
+
+// The values e can take when each variable lies in its range (DefIdx variables without a range are expanded through
+// `defs` when given); nullopt when a variable is unbounded or a bound would exceed 2^40.
+std::optional<Range> interval(const Idx& e, const Ranges& ranges, const std::map<int, Idx>* defs);
+// a / b rounded toward negative infinity.
+int64_t floorDivI(int64_t a, int64_t b);
+// Both bounds at once (either may be unknown).
+std::optional<Range> intersect(std::optional<Range> a, std::optional<Range> b);
+
+}  // namespace kiln::kernel::detail
