@@ -110,6 +110,7 @@ class KernelBuilder {
   Stmt insideSlice(const Prefetched& o, const Prefetched::Element& el, Stmt s);
   void loadSlice(const Tiling& t, const Prefetched& o, const Idx& kStart, Block& out);
   void storeSlice(const Tiling& t, const Prefetched& o, Block& out);
+  std::vector<std::vector<int>> cudaCoreAccumulators(Tiling& t, const Idx& tx, const Idx& ty);
   std::function<void(Block&)> multiplyOnCudaCores(Tiling& t);
   std::function<void(Block&)> multiplyOnTensorCores(Tiling& t);
   std::function<void(Block&)> multiplyOnWarpgroups(Tiling& t);  // lower_contraction_wgmma.cpp

@@ -180,12 +180,10 @@ void KernelBuilder::storeSlice(const Tiling& t, const Prefetched& o, Block& out)
     out.push_back(insideSlice(o, el, storeShared(o.operand.buf, sliceSlot(t, o.operand, el.kk, el.rr), fvar(el.reg))));
 }
 
-// CUDA cores: thread (tx, ty) = (t mod TX, t div TX) owns rows ty + i*TY and columns tx + j*TX of the tile (TY x TX
-// threads, micro_m x micro_n outputs each), so neighbouring threads touch neighbouring columns.
-std::function<void(Block&)> KernelBuilder::multiplyOnCudaCores(Tiling& t) {
+// The zeroed accumulators acc[stage][i * micro_n + j] of thread (tx, ty) of the gx x gy thread grid, which owns rows
+// ty + i gy and columns tx + j gx of the tile (entered in t.owned). Both CUDA-core multiplications use it.
+std::vector<std::vector<int>> KernelBuilder::cudaCoreAccumulators(Tiling& t, const Idx& tx, const Idx& ty) {
   const int64_t um = t.s.microM, un = t.s.microN, gx = t.s.tileN / un, gy = t.s.tileM / um;
-  Idx tx = defVar(k_.body, "tx", mod(threadIdx(), gx), gx);
-  Idx ty = defVar(k_.body, "ty", floorDiv(threadIdx(), gx), gy);
   std::vector<std::vector<int>> acc(lk_.stages.size());
   for (size_t st = 0; st < lk_.stages.size(); ++st)
     for (int64_t i = 0; i < um; ++i)
@@ -200,6 +198,16 @@ std::function<void(Block&)> KernelBuilder::multiplyOnCudaCores(Tiling& t) {
       for (size_t st = 0; st < lk_.stages.size(); ++st) o.acc.push_back(acc[st][static_cast<size_t>(i * un + j)]);
       t.owned.push_back(std::move(o));
     }
+  return acc;
+}
+
+// CUDA cores: thread (tx, ty) = (t mod TX, t div TX) owns rows ty + i*TY and columns tx + j*TX of the tile (TY x TX
+// threads, micro_m x micro_n outputs each), so neighbouring threads touch neighbouring columns.
+std::function<void(Block&)> KernelBuilder::multiplyOnCudaCores(Tiling& t) {
+  const int64_t um = t.s.microM, un = t.s.microN, gx = t.s.tileN / un, gy = t.s.tileM / um;
+  Idx tx = defVar(k_.body, "tx", mod(threadIdx(), gx), gx);
+  Idx ty = defVar(k_.body, "ty", floorDiv(threadIdx(), gx), gy);
+  std::vector<std::vector<int>> acc = cudaCoreAccumulators(t, tx, ty);
   return [this, &t, um, un, gx, gy, tx, ty, acc](Block& steps) {
     int kkVar = freshKernelVar();
     Idx kk = idxVar(kkVar, "kk");

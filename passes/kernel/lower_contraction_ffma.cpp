@@ -30,20 +30,7 @@ std::function<void(Block&)> KernelBuilder::multiplyOnCudaCoresStreamed(Tiling& t
     tx = defVar(k_.body, "tx", mod(threadIdx(), gx), gx);
     ty = defVar(k_.body, "ty", floorDiv(threadIdx(), gx), gy);
   }
-  std::vector<std::vector<int>> acc(lk_.stages.size());
-  for (size_t st = 0; st < lk_.stages.size(); ++st)
-    for (int64_t i = 0; i < um; ++i)
-      for (int64_t j = 0; j < un; ++j) {
-        acc[st].push_back(slot(fmt::format("acc{}_{}_{}", st, i, j)));
-        k_.body.push_back(assign(acc[st].back(), fconst(0.f)));
-      }
-  for (int64_t i = 0; i < um; ++i)
-    for (int64_t j = 0; j < un; ++j) {
-      Owned o{simplify(t.tileM * idxConst(t.s.tileM) + ty + idxConst(i * gy), extents_),
-              simplify(t.tileN * idxConst(t.s.tileN) + tx + idxConst(j * gx), extents_), {}};
-      for (size_t st = 0; st < lk_.stages.size(); ++st) o.acc.push_back(acc[st][static_cast<size_t>(i * un + j)]);
-      t.owned.push_back(std::move(o));
-    }
+  std::vector<std::vector<int>> acc = cudaCoreAccumulators(t, tx, ty);
   // Registers for one 4-deep step: 4 values per A row (per distinct A buffer) and per B row of each stage.
   std::map<int, std::vector<std::vector<int>>> aRegs;
   std::vector<std::vector<std::vector<int>>> bRegs(lk_.stages.size());

@@ -97,13 +97,17 @@ int64_t memoOverreach(const unsigned char* p, size_t size, uint64_t* nextFree) {
 
 }  // namespace
 
-void checkPickleRecords(const std::string& path) {
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+std::unique_ptr<caffe2::serialize::PyTorchStreamReader> openArchive(const std::string& path) {
   try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
+    return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception&) {
-    return;  // not a zip archive: LibTorch's loader says so, in the caller's words
+    return nullptr;
   }
+}
+
+void checkPickleRecords(const std::string& path) {
+  auto reader = openArchive(path);
+  if (!reader) return;  // not a zip archive: LibTorch's loader says so, in the caller's words
   std::vector<std::string> names;
   try {
     names = reader->getAllRecords();

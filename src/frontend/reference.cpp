@@ -139,12 +139,8 @@ bool intListsWithin(const c10::IValue& v, size_t size, int depth = 0) {
 // record that cannot be read or indexes past its table is a one-line error. Records in the older format (no table)
 // hold their text inline and need no check.
 void checkDebugRecords(const std::string& path) {
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
-  try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
-  } catch (const std::exception&) {
-    return;  // not a zip archive: LibTorch's loader says so, in the caller's words
-  }
+  auto reader = openArchive(path);
+  if (!reader) return;  // not a zip archive: LibTorch's loader says so, in the caller's words
   std::vector<std::pair<std::string, c10::IValue>> records;
   std::string current;
   try {

@@ -1,7 +1,9 @@
 // Helpers shared by the frontend's LibTorch-facing files (private to src/frontend).
 #pragma once
+#include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -35,5 +37,7 @@ std::string firstLine(const std::string& s);
 // Every pickle record of the archive at `path` (data.pkl, constants.pkl, .debug_pkl) stores into its memo slots in order
 // (pickle_scan.cpp); UserError naming the record otherwise. Does nothing for a file that is not a zip archive.
 void checkPickleRecords(const std::string& path);
+// The archive's record reader; nullptr for a file that is not a zip archive (pickle_scan.cpp).
+std::unique_ptr<caffe2::serialize::PyTorchStreamReader> openArchive(const std::string& path);
 
 }  // namespace kiln::frontend

@@ -83,6 +83,18 @@ void scanBlock(const Block& body, int depth, Dims& d) {
 
 }  // namespace
 
+float Machine::readShared(int buffer, int64_t i, int64_t t, const Idx& index) {
+  const std::vector<float>& data = shared[buffer];
+  if (i < 0 || i >= static_cast<int64_t>(data.size()))
+    raise(fmt::format("kernel {}: thread {} of block {} loads shared {}[{}] out of bounds ({} elements; index {})", k.name, t,
+                      block, k.shared[buffer].name, i, data.size(), toString(index)));
+  checkSharedRead(buffer, i, t);
+  if (!written[buffer][i])
+    raise(fmt::format("kernel {}: thread {} reads shared {}[{}] that no thread wrote (block {}, index {})", k.name, t,
+                      k.shared[buffer].name, i, block, toString(index)));
+  return data[i];
+}
+
 float Machine::eval(const FExpr& e, int64_t t) {
   switch (e.kind) {
     case FExpr::Kind::Const: return e.value;
@@ -98,16 +110,7 @@ float Machine::eval(const FExpr& e, int64_t t) {
     case FExpr::Kind::LoadShared: {
       KILN_ASSERT(e.shared >= 0 && e.shared < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
                   k.name, e.shared, shared.size());
-      int64_t i = evaluate(e.index, env[t], &loader);
-      const std::vector<float>& data = shared[e.shared];
-      if (i < 0 || i >= static_cast<int64_t>(data.size()))
-        raise(fmt::format("kernel {}: thread {} of block {} loads shared {}[{}] out of bounds ({} elements; index {})", k.name,
-                          t, block, k.shared[e.shared].name, i, data.size(), toString(e.index)));
-      checkSharedRead(e.shared, i, t);
-      if (!written[e.shared][i])
-        raise(fmt::format("kernel {}: thread {} reads shared {}[{}] that no thread wrote (block {}, index {})", k.name, t,
-                          k.shared[e.shared].name, i, block, toString(e.index)));
-      return data[i];
+      return readShared(e.shared, evaluate(e.index, env[t], &loader), t, e.index);
     }
     case FExpr::Kind::Apply: {
       float a = eval(*e.args[0], t);
@@ -237,18 +240,11 @@ void Machine::exec(const Block& body, int depth) {
       case Stmt::Kind::LoadSharedVector:
         for (int64_t t = 0; t < T; ++t) {
           if (!mask[t]) continue;
-          const std::vector<float>& data = shared[s.target];
           const int64_t i = evaluate(s.a, env[t], &loader), w = static_cast<int64_t>(s.fragment.size());
-          if (i < 0 || i + w > static_cast<int64_t>(data.size()) || i % w != 0)
-            raise(fmt::format("kernel {}: thread {} of block {} loads a vector of {} from shared {}[{}] out of bounds or unaligned "
-                              "({} elements; index {})", k.name, t, block, w, k.shared[s.target].name, i, data.size(), toString(s.a)));
-          for (int64_t e = 0; e < w; ++e) {
-            checkSharedRead(s.target, i + e, t);
-            if (!written[s.target][i + e])
-              raise(fmt::format("kernel {}: thread {} reads shared {}[{}] that no thread wrote (block {}, index {})", k.name, t,
-                                k.shared[s.target].name, i + e, block, toString(s.a)));
-            floats[t * nf + s.fragment[static_cast<size_t>(e)]] = data[i + e];
-          }
+          if (i % w != 0)
+            raise(fmt::format("kernel {}: thread {} of block {} loads a vector of {} from shared {}[{}], not aligned (index {})",
+                              k.name, t, block, w, k.shared[s.target].name, i, toString(s.a)));
+          for (int64_t e = 0; e < w; ++e) floats[t * nf + s.fragment[static_cast<size_t>(e)]] = readShared(s.target, i + e, t, s.a);
         }
         break;
       case Stmt::Kind::LoadVector:

@@ -91,6 +91,8 @@ struct Machine {
   // interpreter_async.cpp
   void resetAsync();                                   // at the start of every block
   void checkSharedRead(int buffer, int64_t i, int64_t t);   // cp.async visibility of one element read by thread t
+  // Element i of shared buffer `buffer` read by thread t: in bounds, written by some thread, its copy waited for.
+  float readShared(int buffer, int64_t i, int64_t t, const Idx& index);
   void checkSharedWrite(int buffer, int64_t i, int64_t t);  // no store into an element a copy has not landed in
   void cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask);
   void cpAsyncCommitStep(const std::vector<uint8_t>& mask);
