@@ -1,7 +1,8 @@
 """bf16 attention two ways, q [1,8,100,64], k and v [1,2,100,64] (grouped-query, 4 query heads per key head):
 sdpa with is_causal, and the eager chain with a sliding-window mask (40 keys) kept as a constant buffer, the way
 Hugging Face's eager path adds a prepared mask. 100 tokens: not a multiple of the flash schedule's 64-key steps.
-Also attention_bf16_long.pt: causal sdpa over 200 tokens, head dim 16 (enough key steps for deeper copy rings)."""
+Also attention_bf16_long.pt: causal sdpa over 200 tokens, head dim 16 (enough key steps for deeper copy rings), and
+attention_f32.pt: the two attentions of attention_bf16.pt in f32 (the flash schedule on CUDA cores)."""
 import pathlib
 import sys
 
@@ -56,7 +57,18 @@ def main():
         "k": torch.randn(1, 1, 200, 16).bfloat16(),
         "v": torch.randn(1, 1, 200, 16).bfloat16(),
     }
-    return export(LongCausal(), long_inputs, fixtures / f"{NAME}_long.pt")
+    export(LongCausal(), long_inputs, fixtures / f"{NAME}_long.pt")
+    return export_f32(fixtures)
+
+
+def export_f32(fixtures):
+    torch.manual_seed(1)
+    inputs = {
+        "q": torch.randn(1, HEADS, LENGTH, HEAD_DIM),
+        "k": torch.randn(1, KV_HEADS, LENGTH, HEAD_DIM),
+        "v": torch.randn(1, KV_HEADS, LENGTH, HEAD_DIM),
+    }
+    return export(Attention(), inputs, fixtures / "attention_f32.pt")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one device call: the flash-attention work (issue 13) in one place. Builds kiln, then
-#   1. models/fixtures/attention_bf16.pt (causal sdpa and a sliding-window eager chain, GQA, 100 tokens) and
-#      llama_medium bf16 (kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens): `kiln run --check`, then
+#   1. models/fixtures/attention_bf16.pt (causal sdpa and a sliding-window eager chain, GQA, 100 tokens; attention_f32.pt
+#      when ATTENTION_MODEL_DTYPE is f32) and llama_medium in ATTENTION_MODEL_DTYPE (default: the first of
+#      ATTENTION_DTYPES; kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens): `kiln run --check`, then
 #      compute-sanitizer memcheck and racecheck (each bounded by KILN_SANITIZE_SECONDS, default 90);
 #   2. the run cache on the GPU: a cached entry runs again (`compiled nothing`), a truncated cubin in it is reported
 #      as damaged and rebuilt, and both runs pass --check;
 #   3. the SASS of an attention kernel (HMMA, LDSM, LDGSTS, spills);
-#   4. the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph --kiln-profile): kiln,
-#      eager and torch.compile reduce-overhead with the default passes, kiln alone with ATTENTION_BASELINE_ARGS
+#   4. the whole TinyLlama-shaped model, ATTENTION_MODEL_DTYPE 1 x 128 (bench/whole_model.py --kiln-graph --kiln-profile):
+#      ATTENTION_MODEL_SIDES (default kiln, eager and torch.compile reduce-overhead) with the default passes, kiln alone
+#      with ATTENTION_BASELINE_ARGS
 #      (default: --disable-pass loop-fuse-attention), side by side in one run;
 #   5. the suite's attention rows (sdpa_causal_gqa, attention_naive) in ATTENTION_DTYPES (default bf16), for what is
 #      left of BENCH_LIMIT_SECONDS (default 560) of wall time.
@@ -17,6 +19,9 @@ cd "$(dirname "$0")/.."
 : "${BENCH_LIMIT_SECONDS:=560}"
 : "${ATTENTION_FILTER:=sdpa_causal_gqa,attention_naive}"
 : "${ATTENTION_DTYPES:=bf16}"
+: "${ATTENTION_MODEL_DTYPE:=${ATTENTION_DTYPES%%,*}}"
+: "${ATTENTION_MODEL_SIDES:=kiln,eager,compile_reduce_overhead}"
+fixture=models/fixtures/attention_bf16.pt; [ "$ATTENTION_MODEL_DTYPE" = f32 ] && fixture=models/fixtures/attention_f32.pt
 : "${ATTENTION_BASELINE_ARGS:=--disable-pass loop-fuse-attention}"
 : "${ATTENTION_VARIANTS:=default baseline}"   # whole-model runs: `default` only skips the baseline
 : "${ATTENTION_CACHE_CHECK:=1}"               # 0 skips step 2
@@ -33,8 +38,8 @@ t() { grep -o '[0-9.]* ms per forward (CUDA events' "$1" | awk '{print $1}' | he
 bound=${KILN_SANITIZE_SECONDS:-90}
 
 python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
-  --batch 2 --seq 256 --dtype bf16 --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
-for m in models/fixtures/attention_bf16.pt "$LOG/medium.pt"; do
+  --batch 2 --seq 256 --dtype "$ATTENTION_MODEL_DTYPE" --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
+for m in $fixture "$LOG/medium.pt"; do
   n=$(basename "$m" .pt)
   ./build/kiln compile "$m" --explain-schedule > "$LOG/$n-schedules.txt" 2>&1
   ./build/kiln run "$m" --check --bench 20 > "$LOG/check-$n.log" 2>&1; rc=$?
@@ -78,17 +83,17 @@ fi
 
 for f in $(find "$KILN_CACHE_DIR" -name '*attention*.cubin' | sort); do
   cuobjdump -sass "$f" > "$LOG/sass-attention.txt" 2>/dev/null || continue
-  summary+=("sass $(basename "$f"): $(for op in HMMA LDSM LDGSTS SHFL MUFU.EX2 BAR.SYNC LDL STL; do printf '%s %s, ' "$op" "$(grep -c "$op" "$LOG/sass-attention.txt")"; done)")
+  summary+=("sass $(basename "$f"): $(for op in HMMA FFMA LDS.128 LDSM LDGSTS SHFL MUFU.EX2 BAR.SYNC LDL STL; do printf '%s %s, ' "$op" "$(grep -c "$op" "$LOG/sass-attention.txt")"; done)")
   echo "${summary[-1]}"; break
 done
 
 for variant in $ATTENTION_VARIANTS; do
-  extra=(); sides=kiln,eager,compile_reduce_overhead
+  extra=(); sides=$ATTENTION_MODEL_SIDES
   [ $variant = baseline ] && { extra=(--kiln-args "$ATTENTION_BASELINE_ARGS"); sides=kiln; }
-  python3 bench/whole_model.py --configs bf16:1:128 --sides $sides --kiln-graph --kiln-profile "${extra[@]}" \
+  python3 bench/whole_model.py --configs "$ATTENTION_MODEL_DTYPE":1:128 --sides $sides --kiln-graph --kiln-profile "${extra[@]}" \
     --commit "${KILN_COMMIT:-unknown}" --out "$OUT/model-$variant.json" > "$LOG/model-$variant.log" 2>&1
   python3 bench/summarize_model.py "$OUT/model-$variant.json" -o "$LOG/model-$variant" >> "$LOG/model-$variant.log" 2>&1
-  summary+=("whole model bf16 1x128, $variant ${extra[*]}:" "$(tail -n 8 "$LOG/model-$variant.log" | head -n 6)")
+  summary+=("whole model $ATTENTION_MODEL_DTYPE 1x128, $variant ${extra[*]}:" "$(tail -n 8 "$LOG/model-$variant.log" | head -n 6)")
   printf '%s\n' "${summary[-2]}" "${summary[-1]}"
 done
 
@@ -100,4 +105,4 @@ if [ -n "$ATTENTION_AB_ARGS" ]; then
   python3 bench/summarize.py "$LOG/$NAME-ab.json" -o "$LOG/$NAME-ab" >> "$LOG/suite-ab.log" 2>&1
   summary+=("A/B with $ATTENTION_AB_ARGS:" "$(awk '/^## bf16/{p=1} p' "$LOG/$NAME-ab.md" | cut -d'|' -f1-6 | head -12)")
 fi
-finish_call attention.txt
+finish_call attention.txt "$ATTENTION_MODEL_DTYPE"

@@ -19,6 +19,12 @@
 // kh = w div (block_q / 16) of every step's keys; its lane l holds rows 16 rg + g and 16 rg + g + 8 (g = l / 4) at columns
 // 2t, 2t + 1 (t = l % 4) of every 8-column tile. Pairing (pair_blocks) runs all of the above once per query block of the
 // pair, with a barrier between.
+//
+// f32 (CUDA cores, tile::flashOnCudaCores): 8 x block_q threads; the 16 lanes tx of half a warp hold rows
+// ty and ty + block_q / 2 (ty = 2 warp + lane / 16) and keys tx + 16 c of every step: S by ffma from 16-byte vectors of 4
+// depths of q and k (two rows, block_kv / 16 keys: 6 shared loads per 32 multiply-adds at 64 keys), the row maxima and
+// sums over the 16 lanes by shuffles; the probabilities go through a shared [block_q][block_kv + 4] slice (a barrier),
+// read back 4 keys at a time, each multiplied with the 16-byte vectors of v's columns 4 (tx + 16 n) .. + 3.
 #include <fmt/format.h>
 
 #include <array>
@@ -37,7 +43,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const loop::OnlineSoftmax& a = *lk_.attention;
-  const auto ops = loop::tensorCoreAttention(tp_.loop, lk_);
+  const auto ops = loop::flashAttentionOperands(tp_.loop, lk_);
   KILN_ASSERT(ops, "kernel {}: flash_attention on operands it cannot copy", lk_.name);
   const tile::FlashSlices sl = tile::flashSlices(f, lk_);
   const loop::Axis& query = lk_.parallel[static_cast<size_t>(f.queryAxis)];
@@ -46,6 +52,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int64_t D = ops->depth, E = ops->width, BQ = f.blockQ, BKV = f.blockKV, Lq = query.extent, Lk = a.key.extent;
   const int64_t threads = tile::threadsPerBlock(f), qBlocks = tile::flashQueryBlocks(f, lk_), steps = (Lk + BKV - 1) / BKV;
   const DType T = f.mmaType;
+  const bool cuda = tile::flashOnCudaCores(f);
   k_.block = {threads, 1, 1};
   k_.grid = {tile::gridBlocks(f, lk_), 1, 1};
   extents_[kThreadIdx] = threads;
@@ -57,6 +64,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int64_t R = f.ring;
   const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", R * sl.k), vs = sharedBuf("vs", R * sl.v);
   const int64_t KS = f.keySplit, rowGroups = BQ / 16, keysPerWarp = BKV / KS;
+  int ps = -1;  // CUDA cores: a step's probabilities
+  if (cuda) {
+    k_.shared.push_back(SharedBuffer{"ps", sl.p, DType::F32, true});
+    ps = static_cast<int>(k_.shared.size()) - 1;
+  }
   int comb = -1;
   if (KS > 1) {
     k_.shared.push_back(SharedBuffer{"comb", sl.combine, DType::F32, true});
@@ -89,12 +101,22 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Idx ct = defVar(top, "ct", threadIdx(), threads);
   Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);
   Idx lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
-  Idx g = defVar(top, "g", floorDiv(lane, 4), 8);
-  Idx tq = defVar(top, "tq", mod(lane, 4), 4);
-  // Warp w holds rows 16 (w mod row groups) .. + 15 of the block and keys kh * keysPerWarp .. of every step.
-  Idx rg = defVar(top, "rg", mod(warp, rowGroups), rowGroups);
-  Idx kh = defVar(top, "kh", floorDiv(warp, rowGroups), KS);
-  const Idx keyBase = simplify(kh * idxConst(keysPerWarp), extents_);
+  Idx g, tq, rg, kh, keyBase, tx, ty;
+  // The thread's two rows in the block: mma 16 rg + g (+ 8); CUDA cores ty (+ block_q / 2).
+  std::array<Idx, 2> rowLocal;
+  if (cuda) {
+    tx = defVar(top, "tx", mod(lane, 16), 16);
+    ty = defVar(top, "ty", warp * idxConst(2) + floorDiv(lane, 16), BQ / 2);
+    rowLocal = {ty, simplify(idxAdd(ty, BQ / 2), extents_)};
+  } else {
+    g = defVar(top, "g", floorDiv(lane, 4), 8);
+    tq = defVar(top, "tq", mod(lane, 4), 4);
+    // Warp w holds rows 16 (w mod row groups) .. + 15 of the block and keys kh * keysPerWarp .. of every step.
+    rg = defVar(top, "rg", mod(warp, rowGroups), rowGroups);
+    kh = defVar(top, "kh", floorDiv(warp, rowGroups), KS);
+    keyBase = simplify(kh * idxConst(keysPerWarp), extents_);
+    rowLocal = {rg * idxConst(16) + g, rg * idxConst(16) + g + idxConst(8)};
+  }
 
   // The steps of keys the block's rows may see.
   Idx first = idxConst(0), end = idxConst(steps);
@@ -109,12 +131,13 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   // `cols` elements along colVar, `stride` apart. Thread ct copies 16-byte chunks ct, ct + threads, ...
   auto copyRows = [&](Block& out, int buf, const Idx& at, const loop::Expr& load, int rowVar, int64_t limit, const Idx& rowStart,
                       int64_t rows, int colVar, int64_t cols, int64_t stride) {
-    const int64_t per = cols / tile::kAsyncCopyElements, chunks = rows * per, bytes = tile::kAsyncCopyElements * dtypeBytes(T);
+    const int64_t perCopy = Target::kVectorBytes / dtypeBytes(T);  // elements of one 16-byte copy
+    const int64_t per = cols / perCopy, chunks = rows * per, bytes = Target::kVectorBytes;
     extents_[rowVar + kFirstLoopVar] = limit;
     extents_[colVar + kFirstLoopVar] = cols;
     const Idx source = flatIndex(load);
     auto chunk = [&](const Idx& e) {
-      Idx r = simplify(floorDiv(e, per), extents_), c = simplify(mod(e, per) * idxConst(tile::kAsyncCopyElements), extents_);
+      Idx r = simplify(floorDiv(e, per), extents_), c = simplify(mod(e, per) * idxConst(perCopy), extents_);
       Idx row = simplify(rowStart + r, extents_);
       Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
                             return v == rowVar + kFirstLoopVar ? idxMin(row, idxConst(limit - 1)) : v == colVar + kFirstLoopVar ? c : nullptr;
@@ -158,25 +181,65 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     body.push_back(assign(m[r], fconst(-kInf)));
     body.push_back(assign(l[r], fconst(0.f)));
   }
+  // The thread's score and output elements: register, which of its two rows, column (the key within the step, the
+  // value column) and, on CUDA cores, the 4-column chunk of v whose existence guards an output (null: always there).
+  struct Element {
+    int reg, row;
+    Idx col, chunk;
+    std::string name;
+  };
+  std::vector<Element> scores, outputs;
   std::vector<std::array<int, 4>> o(static_cast<size_t>(eTiles)), s(static_cast<size_t>(nTiles));
-  for (int64_t j = 0; j < eTiles; ++j)
-    for (int c = 0; c < 4; ++c) {
-      o[j][c] = slot(fmt::format("o{}_{}", j, c));
-      body.push_back(assign(o[j][c], fconst(0.f)));
-    }
-  for (int64_t j = 0; j < nTiles; ++j)
-    for (int c = 0; c < 4; ++c) s[j][c] = slot(fmt::format("s{}_{}", j, c));
   std::vector<std::vector<int>> qRegs(static_cast<size_t>(kSteps));
-  for (int64_t st = 0; st < kSteps; ++st)
-    for (int r = 0; r < 4; ++r) qRegs[st].push_back(pairReg(fmt::format("rq{}_{}", st, r)));
-  std::vector<int> kRegs;
-  for (int r = 0; r < 4; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
-  std::vector<int> pRegs, vRegs;
-  for (int r = 0; r < 4; ++r) {
-    pRegs.push_back(pairReg(fmt::format("rp{}", r)));
-    vRegs.push_back(pairReg(fmt::format("rv{}", r)));
+  std::vector<int> kRegs, pRegs, vRegs;
+  // CUDA cores: keys tx + 16 c (c < keysPerThread) and value chunks tx + 16 n (n < chunks, 4 columns each) per row.
+  const int64_t keysPerThread = BKV / 16, valueChunks = E / 4, chunks = (valueChunks + 15) / 16;
+  std::vector<std::vector<int>> qVec(2), kVec(static_cast<size_t>(keysPerThread)), pVec(2);
+  if (cuda) {
+    for (int r = 0; r < 2; ++r)
+      for (int64_t n = 0; n < chunks; ++n) {
+        Idx chunk = simplify(idxAdd(tx, 16 * n), extents_);
+        for (int i = 0; i < 4; ++i) {
+          outputs.push_back({slot(fmt::format("o{}_{}", r, n * 4 + i)), r, simplify(chunk * idxConst(4) + idxConst(i), extents_),
+                             valueChunks % 16 != 0 && n + 1 == chunks ? chunk : nullptr, fmt::format("eo{}_{}", r, n * 4 + i)});
+          body.push_back(assign(outputs.back().reg, fconst(0.f)));
+        }
+      }
+    for (int r = 0; r < 2; ++r)
+      for (int64_t c = 0; c < keysPerThread; ++c)
+        scores.push_back({slot(fmt::format("s{}_{}", r, c)), r, simplify(idxAdd(tx, 16 * c), extents_), nullptr, fmt::format("kj{}_{}", r, c)});
+    for (int i = 0; i < 4; ++i) {
+      for (int r = 0; r < 2; ++r) {
+        qVec[r].push_back(slot(fmt::format("q{}_{}", r, i)));
+        pVec[r].push_back(slot(fmt::format("p{}_{}", r, i)));
+      }
+      for (int64_t c = 0; c < keysPerThread; ++c) kVec[c].push_back(slot(fmt::format("k{}_{}", c, i)));
+      vRegs.push_back(slot(fmt::format("v{}", i)));
+    }
+  } else {
+    for (int64_t j = 0; j < eTiles; ++j)
+      for (int c = 0; c < 4; ++c) {
+        o[j][c] = slot(fmt::format("o{}_{}", j, c));
+        body.push_back(assign(o[j][c], fconst(0.f)));
+        outputs.push_back({o[j][c], c / 2, simplify(idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_), nullptr,
+                           fmt::format("eo{}_{}", j, c)});
+      }
+    for (int64_t j = 0; j < nTiles; ++j)
+      for (int c = 0; c < 4; ++c) {
+        s[j][c] = slot(fmt::format("s{}_{}", j, c));
+        scores.push_back({s[j][c], c / 2, keyBase + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), nullptr, fmt::format("kj{}_{}", j, c)});
+      }
+    for (int64_t st = 0; st < kSteps; ++st)
+      for (int r = 0; r < 4; ++r) qRegs[st].push_back(pairReg(fmt::format("rq{}_{}", st, r)));
+    for (int r = 0; r < 4; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
+    for (int r = 0; r < 4; ++r) {
+      pRegs.push_back(pairReg(fmt::format("rp{}", r)));
+      vRegs.push_back(pairReg(fmt::format("rv{}", r)));
+    }
   }
   const int tmp = slot("sh");
+  const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 2};  // lanes sharing a row
+  auto fma = [](int acc, int x, int y) { return assign(acc, fapply(Fn::Add, {fvar(acc), fapply(Fn::Mul, {fvar(x), fvar(y)})})); };
 
   Block step;
   const int stepVar = freshKernelVar();
@@ -192,7 +255,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   step.push_back(cpAsyncCommit());
   step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
   step.push_back(barrier());
-  {
+  if (!cuda) {
     Block loadQ;
     for (int64_t kk = 0; kk < kSteps; ++kk) {
       Idx row = rg * idxConst(16) + mod(lane, 16), col = idxConst(kk * kMmaK) + floorDiv(lane, 16) * idxConst(8);
@@ -201,9 +264,26 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
   }
   // S = q · kᵀ
-  for (int64_t j = 0; j < nTiles; ++j)
+  if (cuda) {  // per 4 depths: the two rows of q and the thread's keys as 16-byte vectors, then 4 x 2 x keys multiply-adds
+    for (const Element& e : scores) step.push_back(assign(e.reg, fconst(0.f)));
+    const int dVar = freshKernelVar();
+    extents_[dVar] = D;
+    const Idx dd = idxVar(dVar, "dd");
+    Block inner;
+    for (int r = 0; r < 2; ++r)
+      inner.push_back(loadSharedVector(qs, simplify(rowLocal[r] * idxConst(sl.depthStride) + dd, extents_), qVec[r]));
+    for (int64_t c = 0; c < keysPerThread; ++c)
+      inner.push_back(loadSharedVector(ks, simplify(ring * idxConst(sl.k) + idxAdd(tx, 16 * c) * idxConst(sl.depthStride) + dd, extents_),
+                                       kVec[c]));
+    for (int i = 0; i < 4; ++i)
+      for (int r = 0; r < 2; ++r)
+        for (int64_t c = 0; c < keysPerThread; ++c)
+          inner.push_back(fma(scores[static_cast<size_t>(r * keysPerThread + c)].reg, qVec[r][i], kVec[c][i]));
+    step.push_back(forLoop(dVar, "dd", idxConst(0), idxConst(D), 4, std::move(inner)));
+  }
+  for (int64_t j = 0; j < nTiles && !cuda; ++j)
     for (int c = 0; c < 4; ++c) step.push_back(assign(s[j][c], fconst(0.f)));
-  for (int64_t kk = 0; kk < kSteps; ++kk)
+  for (int64_t kk = 0; kk < kSteps && !cuda; ++kk)
     for (int64_t j = 0; j < nTiles; j += 2) {
       Idx row = keyBase + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
       Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
@@ -216,8 +296,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   std::array<Idx, 2> rowAt;
   for (int r = 0; r < 2; ++r) {
     int v = freshLoopVar();
-    Idx local = rg * idxConst(16) + g + idxConst(8 * r);
-    step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + local, idxConst(Lq - 1)), extents_)));
+    step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + rowLocal[r], idxConst(Lq - 1)), extents_)));
     extents_[v + kFirstLoopVar] = Lq;
     rowAt[r] = idxVar(v, fmt::format("qi{}", r));
   }
@@ -230,23 +309,21 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   outside = simplify(outside, extents_);
   const loop::ExprP unmasked = loop::unmaskedScore(lk_, f.queryAxis);
   Block interior, edge;
-  for (int64_t j = 0; j < nTiles; ++j)
-    for (int c = 0; c < 4; ++c) {
-      Idx key = simplify(st * idxConst(BKV) + keyBase + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_);
-      int v = freshLoopVar();
-      std::string name = fmt::format("kj{}_{}", j, c);
-      step.push_back(defIdx(v + kFirstLoopVar, name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
-      extents_[v + kFirstLoopVar] = Lk;
-      accs_ = {s[j][c]};
-      for (bool masked : {false, true}) {
-        Block& out = masked ? edge : interior;
-        loop::ExprP e = atAxis(atAxis(masked ? a.score : unmasked, query.var, rowAt[c / 2]), a.key.var, idxVar(v, name));
-        Cse cse;
-        FE value = lower(e, out, cse);
-        if (masked && Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
-        out.push_back(assign(s[j][c], value));
-      }
+  for (const Element& el : scores) {
+    Idx key = simplify(st * idxConst(BKV) + el.col, extents_);
+    int v = freshLoopVar();
+    step.push_back(defIdx(v + kFirstLoopVar, el.name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
+    extents_[v + kFirstLoopVar] = Lk;
+    accs_ = {el.reg};
+    for (bool masked : {false, true}) {
+      Block& out = masked ? edge : interior;
+      loop::ExprP e = atAxis(atAxis(masked ? a.score : unmasked, query.var, rowAt[static_cast<size_t>(el.row)]), a.key.var, idxVar(v, el.name));
+      Cse cse;
+      FE value = lower(e, out, cse);
+      if (masked && Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
+      out.push_back(assign(el.reg, value));
     }
+  }
   step.push_back(ifLess(outside, idxConst(1), std::move(interior)));
   step.push_back(ifLess(idxConst(0), outside, std::move(edge)));
   // Online softmax per row. Maxima and sums over a thread's 16 elements of a row are balanced trees (depth 4, not a
@@ -263,10 +340,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   for (int r = 0; r < 2; ++r) {
     const int mNew = mSafe[r];
     std::vector<FE> row;
-    for (int64_t j = 0; j < nTiles; ++j)
-      for (int c = 2 * r; c < 2 * r + 2; ++c) row.push_back(fvar(s[j][c]));
+    for (const Element& e : scores)
+      if (e.row == r) row.push_back(fvar(e.reg));
     step.push_back(assign(mNew, fapply(Fn::Max, {fvar(m[r]), tree(Fn::Max, row)})));
-    for (int lanes : {1, 2}) {
+    for (int lanes : rowLanes) {
       step.push_back(shuffleXor(tmp, mNew, lanes));
       step.push_back(assign(mNew, fapply(Fn::Max, {fvar(mNew), fvar(tmp)})));
     }
@@ -276,15 +353,39 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     step.push_back(assign(m[r], fvar(mNew)));
     step.push_back(assign(mNew, safe));
     step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
-    for (int64_t j = 0; j < eTiles; ++j)
-      for (int c = 2 * r; c < 2 * r + 2; ++c) step.push_back(assign(o[j][c], fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])})));
-    for (int64_t j = 0; j < nTiles; ++j)
-      for (int c = 2 * r; c < 2 * r + 2; ++c) step.push_back(assign(s[j][c], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(s[j][c]), fvar(mNew)})})));
+    for (const Element& e : outputs)
+      if (e.row == r) step.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(alpha[r])})));
+    for (const Element& e : scores)
+      if (e.row == r) step.push_back(assign(e.reg, fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(e.reg), fvar(mNew)})})));
     step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
+  }
+  // CUDA cores: O += p · v through the shared p slice, 4 keys at a time: the two rows' probabilities as vectors, then per
+  // key each of the thread's 4-column chunks of v as a vector, 4 x 2 multiply-adds.
+  if (cuda) {
+    for (const Element& e : scores)
+      step.push_back(storeShared(ps, simplify(rowLocal[static_cast<size_t>(e.row)] * idxConst(sl.pStride) + e.col, extents_), fvar(e.reg)));
+    step.push_back(barrier());
+    const int kVar = freshKernelVar();  // keys 4 kq .. 4 kq + 3 of the step
+    extents_[kVar] = BKV / 4;
+    const Idx kk = simplify(idxVar(kVar, "kq") * idxConst(4), extents_);
+    Block inner;
+    for (int r = 0; r < 2; ++r)
+      inner.push_back(loadSharedVector(ps, simplify(rowLocal[r] * idxConst(sl.pStride) + kk, extents_), pVec[r]));
+    for (int i = 0; i < 4; ++i)
+      for (int64_t n = 0; n < chunks; ++n) {
+        Block use;
+        const Element& first = outputs[static_cast<size_t>(n * 4)];
+        use.push_back(loadSharedVector(vs, simplify(ring * idxConst(sl.v) + idxAdd(kk, i) * idxConst(sl.widthStride) + first.col, extents_), vRegs));
+        for (int r = 0; r < 2; ++r)
+          for (int j = 0; j < 4; ++j) use.push_back(fma(outputs[static_cast<size_t>((r * chunks + n) * 4 + j)].reg, pVec[r][i], vRegs[j]));
+        if (first.chunk) inner.push_back(ifLess(first.chunk, idxConst(valueChunks), std::move(use)));
+        else inner.insert(inner.end(), use.begin(), use.end());
+      }
+    step.push_back(forLoop(kVar, "kq", idxConst(0), idxConst(BKV / 4), 1, std::move(inner)));
   }
   // O += p · v, 16 keys per mma step: p packed once into the A registers (a01 a23 a45 a67 = the C fragments of the step's
   // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
-  for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
+  for (int64_t kk = 0; kk < keysPerWarp / kMmaK && !cuda; ++kk) {
     const auto& lo = s[static_cast<size_t>(2 * kk)];
     const auto& hi = s[static_cast<size_t>(2 * kk + 1)];
     step.push_back(packPair(T, pRegs[0], lo[0], lo[1]));
@@ -303,9 +404,9 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
   body.push_back(cpAsyncWait(0));
 
-  // Each row's sum over the quad's 4 lanes (in every warp: shuffles are warp-collective).
+  // Each row's sum over the lanes sharing it (in every warp: shuffles are warp-collective).
   for (int r = 0; r < 2; ++r)
-    for (int lanes : {1, 2}) {
+    for (int lanes : rowLanes) {
       body.push_back(shuffleXor(tmp, l[r], lanes));
       body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
     }
@@ -346,28 +447,29 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   for (int r = 0; r < 2; ++r) {
     finish.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
     Block store;
-    const Idx row = simplify(q0 + rg * idxConst(16) + g + idxConst(8 * r), extents_);
+    const Idx row = simplify(q0 + rowLocal[r], extents_);
     int rowVar = freshLoopVar();
     store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
     extents_[rowVar + kFirstLoopVar] = Lq;
-    for (int64_t j = 0; j < eTiles; ++j)
-      for (int c = 2 * r; c < 2 * r + 2; ++c) {
-        const Idx col = simplify(idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_);
-        int colVar = freshLoopVar();
-        std::string name = fmt::format("eo{}_{}", j, c);
-        store.push_back(defIdx(colVar + kFirstLoopVar, name, col));
-        extents_[colVar + kFirstLoopVar] = E;
-        store.push_back(assign(o[j][c], fapply(Fn::Mul, {fvar(o[j][c]), fvar(l[r])})));
-        accs_ = {o[j][c]};
-        Cse cse;
-        loop::ExprP result = atAxis(atAxis(lk_.result, query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, name));
-        FE value = lower(result, store, cse);
-        std::vector<Idx> at;
-        for (const loop::Axis& ax : lk_.parallel)
-          at.push_back(ax.var == query.var ? idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r))
-                       : ax.var == width.var ? idxVar(colVar + kFirstLoopVar, name) : var(ax));
-        store.push_back(storeGlobal(0, rowMajor(at, tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape, extents_), value));
-      }
+    for (const Element& e : outputs) {
+      if (e.row != r) continue;
+      Block one;
+      int colVar = freshLoopVar();
+      one.push_back(defIdx(colVar + kFirstLoopVar, e.name, e.col));
+      extents_[colVar + kFirstLoopVar] = E;
+      one.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(l[r])})));
+      accs_ = {e.reg};
+      Cse cse;
+      loop::ExprP result = atAxis(atAxis(lk_.result, query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
+      FE value = lower(result, one, cse);
+      std::vector<Idx> at;
+      for (const loop::Axis& ax : lk_.parallel)
+        at.push_back(ax.var == query.var ? idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r))
+                     : ax.var == width.var ? idxVar(colVar + kFirstLoopVar, e.name) : var(ax));
+      one.push_back(storeGlobal(0, rowMajor(at, tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape, extents_), value));
+      if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
+      else store.insert(store.end(), one.begin(), one.end());
+    }
     finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
   }
   if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));

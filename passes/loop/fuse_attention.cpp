@@ -11,8 +11,8 @@
 // the fused kernel differs from the three by that rounding (and by P's, where P was stored in a 16-bit type). S and P are then unread (loop-eliminate-dead-buffers
 // removes them): the scores and probabilities never go through memory.
 //
-// Fused only when a tensor-core flash schedule can run the result (loop::tensorCoreAttention: q, k, v plain 16-bit
-// loads, contiguous, widths multiples of 16); f32 attention stays three kernels until a CUDA-core flash schedule exists.
+// Fused only when a flash schedule can run the result (loop::flashAttentionOperands: q, k, v plain loads of one type,
+// bf16/f16 for tensor cores or f32 for CUDA cores, contiguous, widths multiples of 16).
 // The rule on the three kernels: S and P are temporaries read only by P and O respectively, P's rows are O's rows,
 // S is read in s(j) only at [rows, j], P only as one factor of O's single sum. Terms of the value that do not read the
 // key (GPT-NeoX's v bias) move to the result, added to acc0: the softmax weights sum to 1.
@@ -223,7 +223,7 @@ class Fuser {
     for (const ExprP& c : outside)
       f.result = mapAcc(f.result, [&](const ExprP& acc) { return apply(Fn::Add, {acc, c}); });
     f.attention = std::move(a);
-    if (!tensorCoreAttention(p_, f, &refusal_)) return std::nullopt;
+    if (!flashAttentionOperands(p_, f, &refusal_)) return std::nullopt;
     return f;
   }
 

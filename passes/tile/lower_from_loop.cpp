@@ -1,8 +1,9 @@
 // tile-lower-from-loop: gives every kernel the default schedule, a pointwise map of one point per thread in
 // 256-thread blocks (fewer for small kernels, rounded up to whole warps); reductions run serially per thread.
-// Attention kernels (loop-fuse-attention) get their one schedule, flash_attention, with the key bounds their masks give
-// and the largest block of 64, 32 or 16 query rows that still makes a quarter of a block per SM of the Target (16 when
-// none does). Measured on the H200 (bench/results/2026-12-02-h200-attention-*): at 32 tokens blocks of 16 beat blocks
+// Attention kernels (loop-fuse-attention) get their one schedule, flash_attention (tensor cores for bf16/f16, CUDA cores
+// for f32), with the key bounds their masks give and the largest block of 64, 32 or 16 query rows that still makes a
+// quarter of a block per SM of the Target (16 when none does; f32: one paired block per SM). Measured on the H200
+// (bench/results/2026-12-02-h200-attention-*): at 32 tokens blocks of 16 beat blocks
 // of 64 (TinyLlama's heads 2.47 against 2.75 us, Qwen2.5-7B's 3.27 against 3.69), at 128 tokens blocks of 64 beat
 // blocks of 16 (4.62 against 4.80 us; 5.5 against 5.9 us in the whole model). The key split (keySplit) stays 1: 4 warps
 // sharing 16 rows made TinyLlama's heads at 512 tokens slower (20.1 against 15.9 us: each warp rescales its whole
@@ -18,20 +19,27 @@ namespace kiln::tile {
 Program lowerFromLoop(const loop::Program& p, const Target& target) {
   Program t{p, {}, target};
   for (const loop::Kernel& k : p.kernels) {
-    if (auto o = loop::tensorCoreAttention(p, k)) {
+    if (auto o = loop::flashAttentionOperands(p, k)) {
       FlashAttention f;
       f.queryAxis = o->queryAxis;
       f.mmaType = o->type;
       const int64_t queries = k.parallel[static_cast<size_t>(o->queryAxis)].extent, others = k.rowPoints() / queries;
+      // f32 on CUDA cores: a thread's work per step is the same at every block size (8 threads per row), so the larger
+      // blocks only save copies of k and v, and only while there are still two blocks per SM (one once paired).
+      const int64_t perSm = flashOnCudaCores(f) ? 2 * target.smCount : target.smCount;
+      const int64_t quarter = flashOnCudaCores(f) ? 1 : 4;
       f.blockQ = 16;
       for (int64_t rows : {64, 32})
-        if (others * ((queries + rows - 1) / rows) * 4 >= target.smCount) {
+        if (others * ((queries + rows - 1) / rows) * quarter >= perSm) {
           f.blockQ = rows;
           break;
         }
       loop::KeyBounds b = loop::keyBounds(k, o->queryAxis);
       f.keyFrom = b.from;
       f.keyTo = b.to;
+      f.ring = 2;
+      // f32 slices are twice as large: steps of 32 keys where 64 would not fit a block's shared memory (head dims 256).
+      if (flashOnCudaCores(f) && sharedBytes(f, k) > target.maxSharedPerBlock) f.blockKV = 32;
       // Three ring slots (two steps of copies in flight) when blocks walk three steps or more and two blocks still fit
       // an SM's shared memory.
       f.ring = 3;

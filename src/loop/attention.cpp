@@ -48,7 +48,7 @@ bool isKey(const Idx& index, int keyVar) {
 
 }  // namespace
 
-std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k, std::string* why) {
+std::optional<AttentionOperands> flashAttentionOperands(const Program& p, const Kernel& k, std::string* why) {
   auto refuse = [&](std::string reason) -> std::optional<AttentionOperands> {
     if (why) *why = std::move(reason);
     return std::nullopt;
@@ -72,9 +72,9 @@ std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Ker
     if (p.buffers[static_cast<size_t>(l->buffer)].dtype != o.type) return refuse("q, k and v are not of one type");
     if (readsIndices(*l)) return refuse("q, k or v is gathered through indices read from memory");
   }
-  if (o.type != DType::BF16 && o.type != DType::F16)
-    return refuse(fmt::format("q, k and v are {} (the flash schedule multiplies bf16 or f16 on tensor cores; {} attention stays "
-                              "three kernels)", dtypeName(o.type), dtypeName(o.type)));
+  if (o.type != DType::BF16 && o.type != DType::F16 && o.type != DType::F32)
+    return refuse(fmt::format("q, k and v are {} (the flash schedules multiply bf16 or f16 on tensor cores, f32 on CUDA cores; "
+                              "{} attention stays three kernels)", dtypeName(o.type), dtypeName(o.type)));
   if (usesVar(*o.q, keyVar) || !usesVar(*o.k, keyVar) || !usesVar(*o.v, keyVar) || usesVar(*o.v, depthVar))
     return refuse("q reads the key axis, or k or v does not, or v reads the depth axis");
   if (o.depth % 16 != 0 || o.depth > kAttentionMaxWidth || o.width % 16 != 0 || o.width > kAttentionMaxWidth)

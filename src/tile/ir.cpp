@@ -78,12 +78,15 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        rowsOf(k), rowWidth(k), r->threadsPerRow, r->rowsPerBlock, r->vector, combineName(r->combine),
                        r->rowInRegisters ? ", row in registers" : "", launch);
   if (auto* f = std::get_if<FlashAttention>(&s))
-    return fmt::format("flash_attention query {} ({} blocks of {}), keys {} in steps of {}{}, depth {}, width {}; mma.sync.{} "
-                       "warps {} of 16 rows{}; q, k, v by cp_async into [rows][width+8] slices, k and v x{} ring  ({})",
+    return fmt::format("flash_attention query {} ({} blocks of {}), keys {} in steps of {}{}, depth {}, width {}; {}; q, k, v "
+                       "by cp_async into [rows][width+{}] slices, k and v x{} ring  ({})",
                        k.parallel[static_cast<size_t>(f->queryAxis)].name, flashQueryBlocks(*f, k), f->blockQ,
                        k.attention->key.extent, f->blockKV, keyBoundsString(*f), k.attention->dot.axes[0].extent,
-                       k.parallel[static_cast<size_t>(k.rowAxes)].extent, dtypeName(f->mmaType), f->blockQ / 16,
-                       f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : "", f->ring, launch) +
+                       k.parallel[static_cast<size_t>(k.rowAxes)].extent,
+                       flashOnCudaCores(*f) ? "ffma, 16 lanes per 2 rows, probabilities through shared [rows][keys+4]:f32"
+                                            : fmt::format("mma.sync.{} warps {} of 16 rows{}", dtypeName(f->mmaType), f->blockQ / 16,
+                                                          f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : ""),
+                       16 / dtypeBytes(f->mmaType), f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
@@ -219,20 +222,25 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     return;
   }
   if (auto* f = std::get_if<FlashAttention>(&s)) {
-    auto o = loop::tensorCoreAttention(p.loop, k);
-    KILN_ASSERT(o, "kernel {}: flash_attention needs an attention kernel of contiguous 16-bit q, k, v (loop::tensorCoreAttention)",
+    auto o = loop::flashAttentionOperands(p.loop, k);
+    KILN_ASSERT(o, "kernel {}: flash_attention needs an attention kernel of contiguous q, k, v (loop::flashAttentionOperands)",
                 k.name);
-    KILN_ASSERT(target.cpAsync && target.ldmatrix, "kernel {}: flash_attention needs cp.async and ldmatrix, which {} lacks",
-                k.name, target.arch);
+    const bool cudaCores = flashOnCudaCores(*f);
+    KILN_ASSERT(target.cpAsync && (cudaCores || target.ldmatrix), "kernel {}: flash_attention needs cp.async{}, which {} lacks",
+                k.name, cudaCores ? "" : " and ldmatrix", target.arch);
+    KILN_ASSERT(!cudaCores || f->keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f->keySplit);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
-    KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64) && f->blockKV == 64,
-                "kernel {}: flash_attention blocks are 16, 32 or 64 queries by 64 keys, not {} by {}", k.name, f->blockQ, f->blockKV);
+    KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64) && (f->blockKV == 64 || (cudaCores && f->blockKV == 32)),
+                "kernel {}: flash_attention blocks are 16, 32 or 64 queries by 64 keys (f32 also 32), not {} by {}", k.name,
+                f->blockQ, f->blockKV);
     KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
                 k.name, f->keySplit);
     KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
-    // Per thread: the score accumulators of a key step, the output accumulators, q's fragments.
-    const int64_t registers = f->blockKV / f->keySplit / 2 + o->width / 2 + o->depth / 4;
+    // Per thread: the score accumulators of a key step, the output accumulators, q's fragments (CUDA cores: two rows'
+    // scores and outputs, a step of 4 depths' q and k vectors).
+    const int64_t registers = cudaCores ? 2 * (f->blockKV / 16) + 2 * 4 * ((o->width + 63) / 64) + 4 * (2 + f->blockKV / 16)
+                                        : f->blockKV / f->keySplit / 2 + o->width / 2 + o->depth / 4;
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;
   }

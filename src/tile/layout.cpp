@@ -31,7 +31,9 @@ int64_t threadsPerBlock(const Schedule& s) {
   return std::visit(Overloaded{
                         [](const PointwiseMap& m) { return m.threads; },
                         [](const RowReduction& r) { return r.threadsPerRow * r.rowsPerBlock; },
-                        [](const FlashAttention& f) { return f.blockQ / 16 * f.keySplit * Target::kWarpSize; },
+                        [](const FlashAttention& f) {
+                          return flashOnCudaCores(f) ? 8 * f.blockQ : f.blockQ / 16 * f.keySplit * Target::kWarpSize;
+                        },
                         [](const TiledContraction& t) {
                           switch (t.instruction) {
                             case TiledContraction::Instruction::MmaSync: return int64_t{128};
@@ -66,14 +68,20 @@ int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k) {
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k) {
   KILN_ASSERT(k.attention && k.attention->dot.axes.size() == 1, "kernel {}: flash_attention on a kernel that is not attention", k.name);
   const int64_t depth = k.attention->dot.axes[0].extent, width = k.parallel[static_cast<size_t>(k.rowAxes)].extent;
-  return FlashSlices{f.blockQ * (depth + kPairPad), f.blockKV * (depth + kPairPad), f.blockKV * (width + kPairPad),
-                     depth + kPairPad, width + kPairPad, flashCombineValues(width) * (f.keySplit - 1) * (f.blockQ / 16) * Target::kWarpSize};
+  const int64_t pad = 16 / dtypeBytes(f.mmaType);  // 16 bytes
+  FlashSlices sl{f.blockQ * (depth + pad), f.blockKV * (depth + pad), f.blockKV * (width + pad),
+                 depth + pad, width + pad, flashCombineValues(width) * (f.keySplit - 1) * (f.blockQ / 16) * Target::kWarpSize};
+  if (flashOnCudaCores(f)) {
+    sl.pStride = f.blockKV + pad;
+    sl.p = f.blockQ * sl.pStride;
+  }
+  return sl;
 }
 
 int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
   if (auto* f = std::get_if<FlashAttention>(&s)) {
     FlashSlices sl = flashSlices(*f, k);
-    return (sl.q + f->ring * (sl.k + sl.v)) * dtypeBytes(f->mmaType) + sl.combine * 4;
+    return (sl.q + f->ring * (sl.k + sl.v)) * dtypeBytes(f->mmaType) + (sl.combine + sl.p) * 4;
   }
   if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
   if (auto* t = std::get_if<TiledContraction>(&s))

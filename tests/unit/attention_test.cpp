@@ -114,7 +114,7 @@ TEST(FuseAttention, EachAttentionBecomesOneKernel) {
   ASSERT_EQ(ks.size(), 2u) << loop::print(c.loopIR);
   EXPECT_EQ(c.loopIR.kernels.size(), 2u) << "nothing but the two attentions is left:\n" << loop::print(c.loopIR);
   for (const loop::Kernel* k : ks) {
-    auto o = loop::tensorCoreAttention(c.loopIR, *k);
+    auto o = loop::flashAttentionOperands(c.loopIR, *k);
     ASSERT_TRUE(o);
     EXPECT_EQ(o->depth, 64);
     EXPECT_EQ(o->width, 64);
@@ -122,10 +122,10 @@ TEST(FuseAttention, EachAttentionBecomesOneKernel) {
     EXPECT_EQ(k->attention->key.extent, 100);
   }
   // sdpa(is_causal): keys up to the query's own; the window: the 40 keys ending there.
-  loop::KeyBounds causal = loop::keyBounds(*ks[0], loop::tensorCoreAttention(c.loopIR, *ks[0])->queryAxis);
+  loop::KeyBounds causal = loop::keyBounds(*ks[0], loop::flashAttentionOperands(c.loopIR, *ks[0])->queryAxis);
   EXPECT_FALSE(causal.from);
   EXPECT_EQ(causal.to, 1);
-  loop::KeyBounds window = loop::keyBounds(*ks[1], loop::tensorCoreAttention(c.loopIR, *ks[1])->queryAxis);
+  loop::KeyBounds window = loop::keyBounds(*ks[1], loop::flashAttentionOperands(c.loopIR, *ks[1])->queryAxis);
   EXPECT_EQ(window.from, -39);
   EXPECT_EQ(window.to, 1);
   // One attention kernel per decoder layer of the bf16 Llama.
@@ -140,7 +140,7 @@ TEST(FuseAttention, FamiliesOwnFormsAreOneKernel) {
   Compiled neox = compiled("hf_gpt_neox_tiny_bf16", "loop");
   auto ks = attentionKernels(neox.loopIR);
   ASSERT_EQ(ks.size(), 2u) << loop::print(neox.loopIR);
-  auto o = loop::tensorCoreAttention(neox.loopIR, *ks[0]);
+  auto o = loop::flashAttentionOperands(neox.loopIR, *ks[0]);
   ASSERT_TRUE(o);
   EXPECT_EQ(o->v, ks[0]->attention->value.get()) << "v is a plain load; its bias moved to the result";
   bool resultReadsBias = false;
@@ -154,7 +154,7 @@ TEST(FuseAttention, FamiliesOwnFormsAreOneKernel) {
   ASSERT_EQ(ks.size(), 2u) << loop::print(gemma2.loopIR);
   EXPECT_EQ(ks[0]->parallel.size(), 5u);
   EXPECT_EQ(ks[0]->rowAxes, 3) << "rows b, h, i; width e; then the extent-1 axis";
-  const int query = loop::tensorCoreAttention(gemma2.loopIR, *ks[0])->queryAxis;
+  const int query = loop::flashAttentionOperands(gemma2.loopIR, *ks[0])->queryAxis;
   EXPECT_EQ(loop::keyBounds(*ks[0], query).from, -7) << "sliding window of 8 in layer 0";
   EXPECT_FALSE(loop::keyBounds(*ks[1], query).from);
   bool softcapped = false;
@@ -166,17 +166,16 @@ TEST(FuseAttention, FamiliesOwnFormsAreOneKernel) {
   EXPECT_TRUE(softcapped) << loop::printKernelBody(gemma2.loopIR, *ks[0]);
 }
 
-// f32 attention stays three kernels, and --explain-fusion says why at its p·v.
-TEST(FuseAttention, F32AttentionStaysThreeKernels) {
-  for (const char* model : {"attention", "hf_llama_tiny"}) {
+// f32 attention is one kernel too (its flash schedule runs on CUDA cores); --explain-fusion has nothing to explain.
+TEST(FuseAttention, F32AttentionIsOneKernel) {
+  for (auto [model, count] : {std::pair{"attention", 1u}, {"attention_f32", 2u}, {"hf_llama_tiny", 2u}}) {
     Compiled c = compiled(model, "loop");
-    EXPECT_TRUE(attentionKernels(c.loopIR).empty()) << model;
-    const std::string report = loop::explainFusion(c.loopIR);
-    EXPECT_NE(report.find("the p·v of an attention (loop-fuse-attention): not one kernel: q, k and v are f32"), std::string::npos)
-        << report;
+    EXPECT_EQ(attentionKernels(c.loopIR).size(), count) << model;
+    EXPECT_EQ(loop::explainFusion(c.loopIR).find("not one kernel"), std::string::npos) << model;
+    auto o = loop::flashAttentionOperands(c.loopIR, *attentionKernels(c.loopIR)[0]);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->type, DType::F32);
   }
-  Compiled bf16 = compiled("attention_bf16", "loop");
-  EXPECT_EQ(loop::explainFusion(bf16.loopIR).find("not one kernel"), std::string::npos);
 }
 
 // The fused kernel computes what the three did, less the roundings of what they stored in bf16: the scores (both) and
@@ -296,6 +295,58 @@ TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
     Compiled c = compiled(model, "kernel");
     auto inputs = test::randomInputs(c.kernelIR, 4);
     expectMatches(kernel::interpret(c.kernelIR, inputs), loop::interpret(c.loopIR, inputs));
+  }
+}
+
+// f32 on CUDA cores: 8 threads per query row of a block, a shared slice of probabilities; every block size, pairing, ring
+// depth and key step (64, and 32 for head dims whose 64-key slices would not fit) against the Loop IR, at f32 precision.
+TEST(FlashAttention, F32OnCudaCoresMatchesTheLoopInterpreter) {
+  Compiled c = compiled("attention_f32", "tile");
+  ASSERT_EQ(c.tileIR.schedules.size(), 2u);
+  const auto& causal = std::get<tile::FlashAttention>(c.tileIR.schedules[0]);
+  const loop::Kernel& k = c.tileIR.loop.kernels[0];
+  EXPECT_TRUE(tile::flashOnCudaCores(causal));
+  EXPECT_EQ(causal.blockQ, 16);
+  EXPECT_EQ(causal.keyTo, 1);
+  EXPECT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[1]).keyFrom, -39);
+  EXPECT_EQ(tile::threadsPerBlock(causal), 128);
+  EXPECT_EQ(tile::sharedBytes(causal, k), (16 * 68 + 2 * (64 * 68 + 64 * 68) + 16 * 68) * 4);
+  EXPECT_NE(tile::print(c.tileIR).find("ffma, 16 lanes per 2 rows"), std::string::npos) << tile::print(c.tileIR);
+  auto inputs = test::randomInputs(c.loopIR, 7);
+  auto want = loop::interpret(c.loopIR, inputs);
+  for (int64_t rows : {16, 32, 64})
+    for (int64_t keys : {64, 32})
+      for (bool paired : {false, true})
+        for (int64_t ring : {2, 3}) {
+          if (ring == 3 && (rows != 16 || keys != 64)) continue;
+          SCOPED_TRACE(fmt::format("block_q {} block_kv {} paired {} ring {}", rows, keys, paired, ring));
+          tile::Program t = c.tileIR;
+          for (auto& s : t.schedules) {
+            auto& f = std::get<tile::FlashAttention>(s);
+            f.blockQ = rows;
+            f.blockKV = keys;
+            f.pairBlocks = paired;
+            f.ring = ring;
+          }
+          auto got = runSchedules(t, inputs);
+          ASSERT_EQ(got.size(), want.size());
+          for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-5) << "output " << i;
+        }
+  tile::Program split = c.tileIR;
+  std::get<tile::FlashAttention>(split.schedules[0]).keySplit = 2;
+  EXPECT_THROW(tile::verify(split), InternalError) << "f32 splits no keys";
+}
+
+// The f32 families through the whole pipeline: head dims below 64 leave some lanes without a column chunk of v.
+TEST(FlashAttention, F32FamiliesMatchTheLoopInterpreter) {
+  for (const char* model : {"attention", "hf_llama_tiny", "hf_gpt_neox_tiny", "hf_gemma2_tiny", "hf_mistral_tiny"}) {
+    SCOPED_TRACE(model);
+    Compiled c = compiled(model, "kernel");
+    EXPECT_FALSE(attentionKernels(c.loopIR).empty());
+    auto inputs = test::randomInputs(c.kernelIR, 4);
+    auto got = kernel::interpret(c.kernelIR, inputs), want = loop::interpret(c.loopIR, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-5) << "output " << i;
   }
 }
 

@@ -8,10 +8,11 @@
 
 namespace kiln::loop {
 
-// The operands of an attention kernel that a tensor-core flash schedule can run: q and k the two factors of the dot,
-// v the value, each a plain load (under casts to f32) of a buffer of one 16-bit float type, reading no indices from
-// memory; one depth axis d; d (in q and k) and e (in v) contiguous in memory in runs of 8 elements that start at
-// multiples of 8 (16-byte copies); depth and value widths multiples of 16 up to 256; a query axis: the innermost row
+// The operands of an attention kernel that a flash schedule can run (on tensor cores for bf16/f16, on CUDA cores for
+// f32): q and k the two factors of the dot, v the value, each a plain load (under casts to f32) of a buffer of one type
+// (bf16, f16 or f32), reading no indices from memory; one depth axis d; d (in q and k) and e (in v) contiguous in memory
+// in runs of 8 elements that start at multiples of 8 (16-byte copies); depth and value widths multiples of 16 up to
+// 256; a query axis: the innermost row
 // axis read by q and by neither k nor v (k and v are shared by a block's query rows; with one k/v head the heads axis is
 // such an axis too, the sequence is innermost).
 struct AttentionOperands {
@@ -24,7 +25,7 @@ struct AttentionOperands {
   int64_t width = 0;   // E, the value's (and output's last axis') extent
 };
 // `why`, when given, receives the reason for nullopt (one phrase, for --explain-fusion).
-std::optional<AttentionOperands> tensorCoreAttention(const Program& p, const Kernel& k, std::string* why = nullptr);
+std::optional<AttentionOperands> flashAttentionOperands(const Program& p, const Kernel& k, std::string* why = nullptr);
 constexpr int64_t kAttentionMaxWidth = 256;
 
 // The keys a mask in the score leaves query row i (the query axis' variable): j in [i + from, i + to). Found where the

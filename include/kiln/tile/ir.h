@@ -133,6 +133,11 @@ struct FlashAttention {
   // every block then walks about the same number of steps. The grid has ceil(QB / 2) blocks per row.
   bool pairBlocks = false;
   int64_t ring = 2;  // ring slots of k and v (2 to 4): the copies of ring - 1 steps ahead are in flight during a step
+  // The operands' type: bf16/f16 multiply on tensor cores as above; f32 on CUDA cores (ffma, no TF32): a block of
+  // 8 x blockQ threads, 16 lanes of a warp per pair of rows (r, r + blockQ / 2), lane t of them computing keys t, t + 16,
+  // t + 32, t + 48 of every step (q and k read as 16-byte vectors of 4 depths), writing its probabilities to a shared
+  // [blockQ][blockKV + 4] slice, and multiplying them with v into the value columns 4 t .. 4 t + 3 (+ 64, + 128, ...);
+  // no key split.
   DType mmaType = DType::BF16;
   std::optional<int64_t> keyFrom, keyTo;  // query row i sees keys [i + keyFrom, i + keyTo) only
 };

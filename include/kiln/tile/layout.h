@@ -25,13 +25,18 @@ int64_t combineSlots(const RowReduction& r);
 // Flash attention. Blocks along the query axis (ceil(queries / blockQ)); the grid is that times the points of the other
 // row axes, the query block fastest.
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k);
-// Shared slices in the operand type, rows of the row stride (width + kPairPad: 16-byte aligned rows whose 8 rows of one
+// Shared slices in the operand type, rows of the row stride (width + 16 bytes: 16-byte aligned rows whose 8 rows of one
 // ldmatrix fall in distinct banks): q [blockQ][D], and per ring slot (FlashAttention::ring) k [blockKV][D] and v [blockKV][E].
+// f32 (CUDA cores): rows padded by 4 (16 bytes, 16 consecutive rows in two bank-disjoint runs of 8), and p
+// [blockQ][blockKV + 4] f32, the probabilities of a step.
 struct FlashSlices {
   int64_t q, k, v;                  // elements of each slice
   int64_t depthStride, widthStride;  // elements per row of the q and k slices, of the v slice
   int64_t combine;                  // keySplit > 1: f32 values the warps of keys 1.. leave for those of keys 0
+  int64_t p = 0, pStride = 0;       // f32: the probabilities' slice and its row stride
 };
+// A flash schedule on CUDA cores (f32 operands; FlashAttention::mmaType).
+inline bool flashOnCudaCores(const FlashAttention& f) { return f.mmaType == DType::F32; }
 // Values one thread hands over when warps sharing rows combine: its two rows' maximum and sum, its width / 2 outputs.
 constexpr int64_t flashCombineValues(int64_t width) { return 4 + width / 2; }
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
