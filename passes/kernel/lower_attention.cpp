@@ -20,8 +20,8 @@
 // 2t, 2t + 1 (t = l % 4) of every 8-column tile. Pairing (pair_blocks) runs all of the above once per query block of the
 // pair, with a barrier between.
 //
-// f32 (CUDA cores, tile::flashOnCudaCores): 8 x block_q threads; the 16 lanes tx of half a warp hold rows
-// ty and ty + block_q / 2 (ty = 2 warp + lane / 16) and keys tx + 16 c of every step: S by ffma from 16-byte vectors of 4
+// f32 (CUDA cores, tile::flashOnCudaCores): 8 x block_q threads; 16 lanes tx of a warp (lane bits 0, 2, 3, 4) hold rows
+// ty and ty + block_q / 2 (ty = 2 warp + lane bit 1) and keys tx + 16 c of every step: S by ffma from 16-byte vectors of 4
 // depths of q and k (two rows, block_kv / 16 keys: 6 shared loads per 32 multiply-adds at 64 keys), the row maxima and
 // sums over the 16 lanes by shuffles; the probabilities go through a shared [block_q][block_kv + 4] slice (a barrier),
 // read back 4 keys at a time, each multiplied with the 16-byte vectors of v's columns 4 (tx + 16 n) .. + 3.
@@ -80,7 +80,8 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   // row axes. Paired (pairBlocks): block b of a row's P = ceil(QB / 2) takes query block QB - 1 - b, then b (the middle
   // one once when QB is odd), in a loop whose body is everything below.
   Block& top = k_.body;
-  Idx bid = defVar(top, "bid", blockIdx(), k_.grid[0]);  // signed: the expressions below subtract
+  // signed: the expressions below subtract (a grid of one block names no block: nvcc refuses unused variables)
+  Idx bid = k_.grid[0] > 1 ? defVar(top, "bid", blockIdx(), k_.grid[0]) : idxConst(0);
   const int64_t perRow = f.pairBlocks ? (qBlocks + 1) / 2 : qBlocks;
   std::vector<loop::Axis> outer;
   for (int d = 0; d < lk_.rowAxes; ++d)
@@ -105,8 +106,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   // The thread's two rows in the block: mma 16 rg + g (+ 8); CUDA cores ty (+ block_q / 2).
   std::array<Idx, 2> rowLocal;
   if (cuda) {
-    tx = defVar(top, "tx", mod(lane, 16), 16);
-    ty = defVar(top, "ty", warp * idxConst(2) + floorDiv(lane, 16), BQ / 2);
+    // Lane bits 0, 2, 3, 4 make tx, bit 1 ty: lanes l and l ^ 1 read the same q (and p) row, l and l ^ 2 the same k row
+    // and v columns, so each 16-byte shared load returns in two passes rather than four (lower_contraction_ffma.cpp).
+    tx = defVar(top, "tx", mod(lane, 2) + floorDiv(lane, 4) * idxConst(2), 16);
+    ty = defVar(top, "ty", warp * idxConst(2) + mod(floorDiv(lane, 2), 2), BQ / 2);
     rowLocal = {ty, simplify(idxAdd(ty, BQ / 2), extents_)};
   } else {
     g = defVar(top, "g", floorDiv(lane, 4), 8);
@@ -238,7 +241,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     }
   }
   const int tmp = slot("sh");
-  const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 2};  // lanes sharing a row
+  const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
   auto fma = [](int acc, int x, int y) { return assign(acc, fapply(Fn::Add, {fvar(acc), fapply(Fn::Mul, {fvar(x), fvar(y)})})); };
 
   Block step;
@@ -293,8 +296,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     }
   // Scores: the kernel's score expression at each element's query row and key (clamped inside the axes; keys past the
   // end are -inf).
+  // (Rows and keys are named only where the score reads them.)
+  const bool scoreReadsRow = loop::usesVar(*a.score, query.var), scoreReadsKey = loop::usesVar(*a.score, a.key.var);
   std::array<Idx, 2> rowAt;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 2 && scoreReadsRow; ++r) {
     int v = freshLoopVar();
     step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + rowLocal[r], idxConst(Lq - 1)), extents_)));
     extents_[v + kFirstLoopVar] = Lq;
@@ -312,12 +317,14 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   for (const Element& el : scores) {
     Idx key = simplify(st * idxConst(BKV) + el.col, extents_);
     int v = freshLoopVar();
-    step.push_back(defIdx(v + kFirstLoopVar, el.name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
+    if (scoreReadsKey) step.push_back(defIdx(v + kFirstLoopVar, el.name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
     extents_[v + kFirstLoopVar] = Lk;
     accs_ = {el.reg};
     for (bool masked : {false, true}) {
       Block& out = masked ? edge : interior;
-      loop::ExprP e = atAxis(atAxis(masked ? a.score : unmasked, query.var, rowAt[static_cast<size_t>(el.row)]), a.key.var, idxVar(v, el.name));
+      loop::ExprP e = masked ? a.score : unmasked;
+      if (scoreReadsRow) e = atAxis(e, query.var, rowAt[static_cast<size_t>(el.row)]);
+      if (scoreReadsKey) e = atAxis(e, a.key.var, idxVar(v, el.name));
       Cse cse;
       FE value = lower(e, out, cse);
       if (masked && Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));

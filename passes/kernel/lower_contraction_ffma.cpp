@@ -3,9 +3,12 @@
 // holds slice i of each operand as [row][tile_k + 4] f32, k contiguous as in memory.
 //
 // Thread (tx, ty) of the gx x gy thread grid (gx = tile_n / micro_n, gy = tile_m / micro_m) owns rows ty + i gy and
-// columns tx + j gx of the tile. Where the grid allows (gx a multiple of 8, gy of 4) each warp is an 8 x 4 patch of it:
-// lane l is (tx, ty) = (8 wx + l mod 8, 4 wy + l / 8) for warp (wx, wy), so one vector load of B rows by a warp touches
-// 8 consecutive rows (the 4-float padding puts them in distinct banks) and one of A rows 4 consecutive rows.
+// columns tx + j gx of the tile. Where the grid allows (gx a multiple of 8, gy of 4) each warp is an 8 x 4 patch of it,
+// so one vector load of B rows by a warp touches 8 consecutive rows (the 4-float padding puts them in distinct banks)
+// and one of A rows 4 consecutive rows. Lane bits 0, 2, 3 make tx, bits 1, 4 make ty: lanes l and l ^ 1 read the same
+// A row and lanes l and l ^ 2 the same B row, and a 16-byte shared load whose lanes pair up that way returns in two
+// passes of shared memory's 128 bytes per cycle rather than four (with l mod 8 for tx, every B load took four: shared
+// memory, not the multiply-adds, bounded these products at about half the SM's rate on the H200).
 // Per 4 of k, a thread loads each of its micro_m A rows and micro_n B rows as one 16-byte vector (4 k values), then
 // issues micro_m x micro_n x 4 fused multiply-adds: 16 multiply-adds per shared load at 8 x 8.
 #include <fmt/format.h>
@@ -24,8 +27,8 @@ std::function<void(Block&)> KernelBuilder::multiplyOnCudaCoresStreamed(Tiling& t
   if (gx % 8 == 0 && gy % 4 == 0) {
     Idx warp = defVar(k_.body, "warp", floorDiv(threadIdx(), 32), gx * gy / 32);
     Idx lane = defVar(k_.body, "lane", mod(threadIdx(), 32), 32);
-    tx = defVar(k_.body, "tx", mod(warp, gx / 8) * idxConst(8) + mod(lane, 8), gx);
-    ty = defVar(k_.body, "ty", floorDiv(warp, gx / 8) * idxConst(4) + floorDiv(lane, 8), gy);
+    tx = defVar(k_.body, "tx", mod(warp, gx / 8) * idxConst(8) + mod(lane, 2) + mod(floorDiv(lane, 4), 4) * idxConst(2), gx);
+    ty = defVar(k_.body, "ty", floorDiv(warp, gx / 8) * idxConst(4) + mod(floorDiv(lane, 2), 2) + floorDiv(lane, 16) * idxConst(2), gy);
   } else {
     tx = defVar(k_.body, "tx", mod(threadIdx(), gx), gx);
     ty = defVar(k_.body, "ty", floorDiv(threadIdx(), gx), gy);
