@@ -231,6 +231,30 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
+// mbarriers (Kernel IR's mbarrier statements; sm_80+): 64-bit barrier objects in shared memory counting arrivals in
+// phases. Waits poll test_wait.parity (sm_80 has no blocking try_wait).
+__device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
+  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared.b64 state, [%0];\n}\n" ::"r"(shared_address(bar)) : "memory");
+}
+// The arrival happens when every cp.async this thread issued before it has landed (.noinc: it is one of the arrivals
+// the barrier was initialised with).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, int parity) {
+  unsigned done = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(shared_address(bar)), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
 // ldmatrix (Kernel IR's ldmatrix; sm_75+): Count (1, 2, 4) 8x8 matrices of T (bf16 or f16) from shared memory, this
 // lane's `row` being row (lane % 8) of matrix (lane / 8) (16-byte aligned; ignored for lanes >= 8 * Count). Each
 // 32-bit result register holds two elements, the lower column in the low half; they arrive widened to f32, two

@@ -68,6 +68,10 @@ class Emitter {
     std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
     for (size_t i = 0; i < k_.shared.size(); ++i) {
       const kernel::SharedBuffer& sb = k_.shared[i];
+      if (sb.mbarriers) {
+        out += fmt::format("  __shared__ __align__(8) unsigned long long {}[{}];  // mbarriers\n", shared_[i], sb.elements);
+        continue;
+      }
       if (!sb.dynamic) {
         // 16-byte copies land there, or vector loads read it
         const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));
@@ -199,6 +203,14 @@ class Emitter {
         case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.pendingGroups); break;
         case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; break;
         case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
+        case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.arrivals); break;
+        case K::MbarrierArrive: out += fmt::format("{}kiln::mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a)); break;
+        case K::CpAsyncMbarrierArrive:
+          out += fmt::format("{}kiln::cp_async_mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a));
+          break;
+        case K::MbarrierWait:
+          out += fmt::format("{}kiln::mbarrier_wait(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), idx(s.b));
+          break;
         case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); break;
         case K::PackPair:
           out += fmt::format("{}{} = kiln::pack2({}(), {}, {});\n", pad, pairs_[s.pairRegs[0]], cudaTypeName(s.operandType),

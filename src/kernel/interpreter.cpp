@@ -26,6 +26,7 @@ struct Dims {
   int depth = 0;           // deepest For/If nesting
   bool async = false;      // has cp.async statements
   bool wgmma = false;      // has wgmma statements
+  bool mbarrier = false;   // has mbarrier statements
 };
 
 void scanIdx(const Idx& e, Dims& d) {
@@ -77,6 +78,7 @@ void scanBlock(const Block& body, int depth, Dims& d) {
     if (s.validBytes) scanIdx(s.validBytes, d);
     d.async = d.async || s.kind == Stmt::Kind::CpAsync;
     d.wgmma = d.wgmma || s.kind == Stmt::Kind::Wgmma;
+    d.mbarrier = d.mbarrier || s.kind == Stmt::Kind::MbarrierInit;
     if (s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::If) scanBlock(s.body, depth + 1, d);
   }
 }
@@ -281,6 +283,13 @@ void Machine::exec(const Block& body, int depth) {
       case Stmt::Kind::CpAsync: cpAsyncStep(s, mask); break;
       case Stmt::Kind::CpAsyncCommit: cpAsyncCommitStep(mask); break;
       case Stmt::Kind::CpAsyncWait: cpAsyncWaitStep(s, mask); break;
+      case Stmt::Kind::MbarrierInit:
+      case Stmt::Kind::MbarrierArrive:
+      case Stmt::Kind::CpAsyncMbarrierArrive:
+      case Stmt::Kind::MbarrierWait:
+        if (!mbarrierUsed) raise(fmt::format("kernel {}: an mbarrier statement, but no barrier is ever initialised", k.name));
+        mbarrierStep(s, mask);
+        break;
       case Stmt::Kind::Wgmma: wgmmaStep(s, mask); break;
       case Stmt::Kind::WgmmaFence: activeWarpgroups(mask, "wgmma.fence"); break;
       case Stmt::Kind::WgmmaCommit: wgmmaCommitStep(mask); break;
@@ -311,6 +320,7 @@ void Machine::run() {
   T = k.block[0];
   async = d.async;
   wgmmaUsed = d.wgmma;
+  mbarrierUsed = d.mbarrier;
   nf = static_cast<int>(k.floatVars.size());
   env.assign(T, std::vector<int64_t>(d.maxVar + 1, 0));
   floats.assign(T * nf, kPoison);
@@ -331,6 +341,7 @@ void Machine::run() {
     std::fill(floats.begin(), floats.end(), kPoison);
     if (async) resetAsync();
     if (wgmmaUsed) resetWgmma();
+    if (mbarrierUsed) resetMbarriers();
     for (int64_t t = 0; t < T; ++t) {
       env[t][kThreadIdx] = t;
       env[t][kBlockIdx] = block;

@@ -23,6 +23,7 @@ void Machine::resetAsync() {
 }
 
 void Machine::checkSharedRead(int buffer, int64_t i, int64_t t) {
+  if (mbarrierUsed) checkPhaseTag(buffer, i, t);
   if (!async) return;
   if (int32_t owner = inFlight[buffer][i]; owner >= 0)
     raise(fmt::format("kernel {}: thread {} of block {}: read of shared memory whose cp.async has not been waited for: {}[{}] "
@@ -34,6 +35,7 @@ void Machine::checkSharedRead(int buffer, int64_t i, int64_t t) {
 
 void Machine::checkSharedWrite(int buffer, int64_t i, int64_t t) {
   if (wgmmaUsed) noteSharedWrite(buffer, i, t);
+  if (mbarrierUsed) phaseTags[buffer][static_cast<size_t>(i)] = PhaseTag{};
   if (!async) return;
   if (int32_t owner = inFlight[buffer][i]; owner >= 0)
     raise(fmt::format("kernel {}: thread {} of block {} stores to shared {}[{}] while thread {}'s cp.async into it has not "
@@ -77,6 +79,7 @@ void Machine::cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask) {
       if (wgmmaUsed && pinned[s.target][si + j] > 0)
         raise(fmt::format("{}: element {} is read by a wgmma that has not been waited for", where(), si + j));
       inFlight[s.target][si + j] = static_cast<int32_t>(t);
+      if (mbarrierUsed) phaseTags[s.target][static_cast<size_t>(si + j)] = PhaseTag{};
     }
     openGroup[t].push_back(std::move(copy));
   }
@@ -110,6 +113,7 @@ void Machine::cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
 }
 
 void Machine::barrierStep() {
+  if (mbarrierUsed) publishMbarriers();
   if (!async) return;
   for (auto& l : landed) std::fill(l.begin(), l.end(), -1);
 }

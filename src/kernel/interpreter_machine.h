@@ -1,7 +1,8 @@
 // The Kernel-IR interpreter's machine state, shared by the files that implement it (internal to src/kernel):
 //   interpreter.cpp        the lockstep executor: expressions, control flow, global and shared loads/stores;
 //   interpreter_warp.cpp   warp-collective statements: mma, shuffles, ldmatrix;
-//   interpreter_async.cpp  cp.async groups and the shared-memory visibility rules they bring.
+//   interpreter_async.cpp  cp.async groups and the shared-memory visibility rules they bring;
+//   interpreter_wgmma.cpp  wgmma; interpreter_mbarrier.cpp  mbarriers and the copies that arrive on them.
 #pragma once
 #include <fmt/format.h>
 
@@ -60,6 +61,22 @@ struct Machine {
   std::vector<Reads> wgOpen;                   // per warpgroup: reads of the wgmmas since its last commit
   std::vector<std::deque<Reads>> wgCommitted;  // per warpgroup: committed groups not yet waited for, oldest first
 
+  // mbarrier state (interpreter_mbarrier.cpp), kept only when the kernel has mbarrier statements.
+  struct Mbarrier {
+    int64_t arrivals = 0;      // per phase; 0: not initialised
+    int64_t pending = 0;       // arrivals the phase in progress still needs
+    int64_t phase = 0;         // phases completed
+    int32_t initBy = -1;       // the initialising thread, until a block barrier publishes the barrier to the others
+    std::vector<int64_t> seen;  // per thread: phases it has seen complete by a wait
+  };
+  struct PhaseTag {            // a shared element that a copy arriving on barrier (barriers, index) wrote in `phase`
+    int barriers = -1;
+    int64_t index = 0, phase = 0;
+  };
+  bool mbarrierUsed = false;
+  std::vector<std::vector<Mbarrier>> mbarriers;   // per shared buffer of mbarriers
+  std::vector<std::vector<PhaseTag>> phaseTags;   // per element of the other shared buffers
+
   Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)
       : p(prog), k(kern), buffers(bufs) {
     loader = [this](int param, int64_t flat) {
@@ -98,6 +115,14 @@ struct Machine {
   void cpAsyncCommitStep(const std::vector<uint8_t>& mask);
   void cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask);
   void barrierStep();                                  // publishes landed copies to the block
+
+  // interpreter_mbarrier.cpp
+  void resetMbarriers();                                      // at the start of every block
+  Mbarrier& mbarrierOf(const Stmt& s, int64_t t, const char* what);  // in bounds, initialised and published
+  void arrive(Mbarrier& m);
+  void mbarrierStep(const Stmt& s, const std::vector<uint8_t>& mask);
+  void checkPhaseTag(int buffer, int64_t i, int64_t t);       // a copied element read by t after its wait
+  void publishMbarriers();                                    // at a block barrier
 
   // interpreter_wgmma.cpp
   void resetWgmma();                                         // at the start of every block

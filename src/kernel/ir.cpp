@@ -258,6 +258,33 @@ Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int byt
 
 Stmt cpAsyncCommit() { return makeStmt(Stmt::Kind::CpAsyncCommit); }
 
+namespace {
+Stmt onMbarrier(Stmt::Kind kind, int barriers, Idx index) {
+  KILN_ASSERT(barriers >= 0 && index, "mbarrier statement on shared buffer {} or a null index", barriers);
+  Stmt s = makeStmt(kind);
+  s.target = barriers;
+  s.a = std::move(index);
+  return s;
+}
+}  // namespace
+
+Stmt mbarrierInit(int barriers, Idx index, int64_t arrivals) {
+  KILN_ASSERT(arrivals >= 1, "mbarrierInit: {} arrivals per phase", arrivals);
+  Stmt s = onMbarrier(Stmt::Kind::MbarrierInit, barriers, std::move(index));
+  s.arrivals = arrivals;
+  return s;
+}
+Stmt mbarrierArrive(int barriers, Idx index) { return onMbarrier(Stmt::Kind::MbarrierArrive, barriers, std::move(index)); }
+Stmt cpAsyncMbarrierArrive(int barriers, Idx index) {
+  return onMbarrier(Stmt::Kind::CpAsyncMbarrierArrive, barriers, std::move(index));
+}
+Stmt mbarrierWait(int barriers, Idx index, Idx parity) {
+  KILN_ASSERT(parity, "mbarrierWait: null parity");
+  Stmt s = onMbarrier(Stmt::Kind::MbarrierWait, barriers, std::move(index));
+  s.b = std::move(parity);
+  return s;
+}
+
 Stmt cpAsyncWait(int pendingGroups) {
   KILN_ASSERT(pendingGroups >= 0, "cpAsyncWait: {} pending groups", pendingGroups);
   Stmt s = makeStmt(Stmt::Kind::CpAsyncWait);
@@ -331,7 +358,7 @@ std::pair<int, int> wgmmaElement(int thread, int i) {
 int64_t Kernel::sharedBytes() const {
   int64_t bytes = 0;
   for (auto& s : shared)
-    if (!s.dynamic) bytes += s.elements * dtypeBytes(s.dtype);
+    if (!s.dynamic) bytes += s.elements * (s.mbarriers ? 8 : dtypeBytes(s.dtype));
   return bytes;
 }
 

@@ -114,6 +114,16 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
         break;
       }
       case Stmt::Kind::CpAsyncCommit: lines.push_back(ind + "cp.async.commit"); break;
+      case Stmt::Kind::MbarrierInit:
+        lines.push_back(fmt::format("{}mbarrier.init {}[{}], {} arrivals", ind, sharedName(k, s.target), idxString(s.a), s.arrivals));
+        break;
+      case Stmt::Kind::MbarrierArrive: lines.push_back(fmt::format("{}mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a))); break;
+      case Stmt::Kind::CpAsyncMbarrierArrive:
+        lines.push_back(fmt::format("{}cp.async.mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));
+        break;
+      case Stmt::Kind::MbarrierWait:
+        lines.push_back(fmt::format("{}mbarrier.wait {}[{}] parity {}", ind, sharedName(k, s.target), idxString(s.a), idxString(s.b)));
+        break;
       case Stmt::Kind::CpAsyncWait: lines.push_back(fmt::format("{}cp.async.wait {}", ind, s.pendingGroups)); break;
       case Stmt::Kind::PackPair:
         lines.push_back(fmt::format("{}{} = pack.{} {}, {}", ind, pairName(k, s.pairRegs[0]), dtypeName(s.operandType),
@@ -202,7 +212,7 @@ std::string print(const Program& p) {
     out += fmt::format("  params: {}\n", fmt::join(params, ", "));
     for (size_t i = 0; i < k.shared.size(); ++i) {
       const SharedBuffer& s = k.shared[i];
-      out += fmt::format("  shared {}: {}[{}]", s.name, dtypeName(s.dtype), s.elements);
+      out += fmt::format("  shared {}: {}[{}]", s.name, s.mbarriers ? "mbarrier" : dtypeName(s.dtype), s.elements);
       if (s.dynamic) out += fmt::format(" dynamic at byte {}", k.dynamicSharedOffset(static_cast<int>(i)));
       out += "\n";
     }

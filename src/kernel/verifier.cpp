@@ -16,6 +16,8 @@
 //  * vector loads and stores: 4 to 16 bytes of f32/bf16/f16, the index provably a multiple of the width (with
 //    DefIdx and loop variables expanded), within the parameter where interval arithmetic bounds it;
 //  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps;
+//  * mbarriers: per-thread statements (allowed under thread-dependent control flow, unlike block barriers) on a static
+//    buffer of mbarriers that nothing else touches; the arrival count and wait parity in range;
 //  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
 //    in bounds where known. (Whether every read waits for its copy is checked by the interpreter, not here.)
 // The interval arithmetic behind the bounds is in verifier_ranges.cpp.
@@ -26,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "kiln/kernel/ir.h"
 #include "kiln/support/error.h"
@@ -144,6 +147,22 @@ struct Verifier {
     if (auto r = bound(index, s); r && (r->first < 0 || r->second + static_cast<int64_t>(width) > prm.elements))
       fail("{}{} {}[{}] reaches elements [{}, {}], outside the parameter's {} elements", what, width, prm.name, toString(index),
            r->first, r->second + static_cast<int64_t>(width) - 1, prm.elements);
+  }
+
+  // mbarrier statements: sm_80+; a static buffer of mbarriers, in bounds; 1 to (block threads) arrivals; a parity of 0 or 1.
+  void checkMbarrier(const Stmt& st, const Scope& s) {
+    checkIdx(st.a, s, "an mbarrier index");
+    if (!p.target.cpAsync) fail("mbarrier on {}, which does not have it (sm_80 and later)", p.target.arch);
+    if (st.target >= 0 && st.target < static_cast<int>(k.shared.size()) && k.shared[st.target].dynamic)
+      fail("mbarriers in dynamic shared memory ({})", k.shared[st.target].name);
+    checkSharedIndex(st.target, st.a, s, "mbarrier");
+    const int64_t threads = k.block[0] * k.block[1] * k.block[2];
+    if (st.kind == Stmt::Kind::MbarrierInit && (st.arrivals < 1 || st.arrivals > threads))
+      fail("mbarrier.init with {} arrivals per phase in a block of {} threads", st.arrivals, threads);
+    if (st.kind != Stmt::Kind::MbarrierWait) return;
+    checkIdx(st.b, s, "an mbarrier parity");
+    if (auto r = bound(st.b, s); s.reachable && r && (r->first < 0 || r->second > 1))
+      fail("mbarrier.wait for parity {} in [{}, {}] (want 0 or 1)", toString(st.b), r->first, r->second);
   }
 
   // cp.async: an instruction of the target; same dtype on both sides; both indices provably aligned to the copy;
@@ -265,8 +284,10 @@ struct Verifier {
   void checkSharedIndex(int buffer, const Idx& index, const Scope& s, const char* what) {
     if (buffer < 0 || buffer >= static_cast<int>(k.shared.size()))
       fail("{} names shared buffer #{} of {}", what, buffer, k.shared.size());
-    if (!s.reachable) return;
     const SharedBuffer& sb = k.shared[buffer];
+    if (sb.mbarriers != (std::string_view(what) == "mbarrier"))
+      fail("{} of shared {}: {}", what, sb.name, sb.mbarriers ? "mbarriers are touched only by mbarrier statements" : "not mbarriers");
+    if (!s.reachable) return;
     if (auto r = bound(index, s); r && (r->first < 0 || r->second >= sb.elements))
       fail("{} shared {}[{}] indexes [{}, {}], outside the buffer's {} elements", what, sb.name, toString(index), r->first,
            r->second, sb.elements);
@@ -437,6 +458,10 @@ struct Verifier {
         case Stmt::Kind::CpAsyncWait:
           if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
           break;
+        case Stmt::Kind::MbarrierInit:
+        case Stmt::Kind::MbarrierArrive:
+        case Stmt::Kind::CpAsyncMbarrierArrive:
+        case Stmt::Kind::MbarrierWait: checkMbarrier(st, s); break;
         case Stmt::Kind::PackPair:
           if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
           if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());

@@ -75,6 +75,10 @@ struct Stmt {
     WgmmaWait,        // waits until at most `pendingGroups` of the warpgroup's committed wgmma groups are in flight
     FenceProxyAsync,  // fence.proxy.async.shared::cta: the thread's completed shared stores become visible to wgmma
     PackPair,         // pair register = two float slots rounded to the operand type, see packPair()
+    MbarrierInit,           // a shared mbarrier gets its arrival count, see mbarrierInit()
+    MbarrierArrive,         // the thread arrives on a shared mbarrier
+    CpAsyncMbarrierArrive,  // the thread arrives once its earlier cp.async copies have landed
+    MbarrierWait,           // the thread waits for a phase of a shared mbarrier to complete
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -95,6 +99,7 @@ struct Stmt {
   int bytes = 0;                    // CpAsync: bytes copied
   Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
   int pendingGroups = 0;            // CpAsyncWait
+  int64_t arrivals = 0;             // MbarrierInit: arrivals that complete each phase
   bool transpose = false;           // Ldmatrix: .trans
   // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
   // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
@@ -208,6 +213,26 @@ Stmt wgmmaFence();
 Stmt wgmmaCommit();
 Stmt wgmmaWait(int pendingGroups);
 Stmt fenceProxyAsync();
+
+// mbarriers (sm_80+): 64-bit barrier objects in a shared buffer marked `mbarriers` (element i is barrier i; no float
+// access to it). A barrier counts arrivals in phases: mbarrierInit(b, i, n) gives barrier i n arrivals per phase (one
+// thread initialises it; a block barrier must follow before any other thread uses it); each arrival, by
+// mbarrierArrive or cpAsyncMbarrierArrive, counts one; the n-th completes the phase and starts the next. Unlike a block
+// barrier these are per thread: they may run under thread-dependent control flow (warp roles: producer warps copy and
+// arrive, consumer warps wait).
+// cpAsyncMbarrierArrive (cp.async.mbarrier.arrive.noinc): the thread's arrival happens once all its earlier cp.async
+// copies have landed (committed or not): a consumer waiting for the phase sees them without cp.async.wait or a block
+// barrier. mbarrierWait(b, i, parity): the thread waits until the phase of barrier i whose parity (phases counted from
+// 0) is `parity` has completed: a loop over a ring waits for phase (step / slots) of its slot with parity
+// (step / slots) % 2.
+// The interpreter runs threads in lockstep, so the arrivals a wait needs must come before it in program order (a
+// producer branch before the consumer branch, each step of one loop); a wait for a phase that has not completed then
+// is reported (it would wait forever), as are a read of copied elements by a thread that has not waited for the
+// phase their copies arrive on, and uninitialised, unpublished or doubly initialised barriers.
+Stmt mbarrierInit(int barriers, Idx index, int64_t arrivals);
+Stmt mbarrierArrive(int barriers, Idx index);
+Stmt cpAsyncMbarrierArrive(int barriers, Idx index);
+Stmt mbarrierWait(int barriers, Idx index, Idx parity);
 constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
 // The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
 std::pair<int, int> wgmmaElement(int thread, int i);
@@ -234,6 +259,9 @@ struct SharedBuffer {
   // gets more than 48 KiB. Dynamic buffers are laid out in declaration order, each at a 16-byte aligned offset
   // (Kernel::dynamicSharedOffset); Kernel::dynamicSharedBytes must cover them.
   bool dynamic = false;
+  // `elements` mbarriers (8 bytes each, static shared memory, see mbarrierInit), not floats: only the mbarrier
+  // statements touch them.
+  bool mbarriers = false;
 };
 
 struct Kernel {

@@ -1,0 +1,129 @@
+// Kernel IR's mbarriers by hand: a producer warp copies a slice by cp.async and arrives on an mbarrier when its copies
+// land (cp.async.mbarrier.arrive), a consumer warp waits for the phase and reads the slice: warp roles without a
+// block barrier between them. The interpreter's rules (a wait that program order never satisfies, a read without the
+// wait, an unpublished or doubled initialisation), the verifier's, the printed and emitted forms and nvcc.
+#include <gtest/gtest.h>
+
+#include "kernel_test_support.h"
+
+namespace kiln::kernel {
+namespace {
+
+using namespace kernel_test;
+
+constexpr int64_t kSlice = 64;  // floats per block: 32 producer lanes copy 2 each
+
+enum class Fault { None, ConsumerFirst, NoWait, NoPublish, InitTwice, WrongParity };
+
+// Two warps per block. Thread 0 initialises barrier 0 of `bars` for 32 arrivals; a block barrier publishes it. Warp 0
+// (the producer) copies x[64 b .. 64 b + 63] into `slice` (8 bytes a lane) and arrives when its copies land; warp 1
+// (the consumer) waits for phase 0 and writes y = 2 * slice.
+Program producerConsumer(Fault fault = Fault::None) {
+  Kernel k;
+  k.name = "k_roles";
+  k.block = {64, 1, 1};
+  k.grid = {2, 1, 1};
+  SharedBuffer bars{"bars", 1};
+  bars.mbarriers = true;
+  k.shared = {SharedBuffer{"slice", kSlice}, bars};
+  const int kWarp = 2, kLane = 3;
+  Idx warp = idxVar(kWarp, "warp"), lane = idxVar(kLane, "lane");
+  Block init{mbarrierInit(1, idxConst(0), 32)};
+  if (fault == Fault::InitTwice) init.push_back(mbarrierInit(1, idxConst(0), 32));
+  k.body.push_back(ifLess(threadIdx(), idxConst(1), init));
+  if (fault != Fault::NoPublish) k.body.push_back(barrier());
+  k.body.push_back(defIdx(kWarp, "warp", floorDiv(threadIdx(), 32)));
+  k.body.push_back(defIdx(kLane, "lane", mod(threadIdx(), 32)));
+  const Idx at = lane * idxConst(2), from = blockIdx() * idxConst(kSlice) + lane * idxConst(2);
+  Stmt producer = ifLess(warp, idxConst(1), {cpAsync(0, at, kX, from, 8), cpAsyncMbarrierArrive(1, idxConst(0))});
+  Block consume;
+  if (fault != Fault::NoWait) consume.push_back(mbarrierWait(1, idxConst(0), idxConst(fault == Fault::WrongParity ? 1 : 0)));
+  for (int e = 0; e < 2; ++e)
+    consume.push_back(storeGlobal(kY, from + idxConst(e), fapply(Fn::Mul, {loadShared(0, at + idxConst(e)), fconst(2.f)})));
+  Stmt consumer = ifLess(idxConst(0), warp, consume);
+  if (fault == Fault::ConsumerFirst) {
+    k.body.push_back(consumer);
+    k.body.push_back(producer);
+  } else {
+    k.body.push_back(producer);
+    k.body.push_back(consumer);
+  }
+  return program(2 * kSlice, 2 * kSlice, std::move(k));
+}
+
+TEST(KernelMbarrier, ProducerWarpFeedsConsumerWarp) {
+  Program p = producerConsumer();
+  verify(p);
+  HostTensor x = ramp(2 * kSlice);
+  auto out = interpret(p, {x});
+  for (int64_t i = 0; i < 2 * kSlice; ++i) ASSERT_FLOAT_EQ(out[0].values[i], 2 * x.values[i]) << i;
+  std::string text = print(p);
+  EXPECT_NE(text.find("  shared bars: mbarrier[1]\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("mbarrier.init bars[0], 32 arrivals"), std::string::npos) << text;
+  EXPECT_NE(text.find("cp.async.mbarrier.arrive bars[0]"), std::string::npos) << text;
+  EXPECT_NE(text.find("mbarrier.wait bars[0] parity 0"), std::string::npos) << text;
+  std::string cu = cuda::emit(p).sources[0].text;
+  EXPECT_NE(cu.find("__shared__ __align__(8) unsigned long long bars[1];  // mbarriers"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("kiln::cp_async_mbarrier_arrive(&bars[0]);"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("kiln::mbarrier_wait(&bars[0], 0);"), std::string::npos) << cu;
+  EXPECT_EQ(p.kernels[0].sharedBytes(), kSlice * 4 + 8);
+  expectNvccCompiles(p);  // sm_90a
+  test::TempDir tmp;        // and sm_80, the first target with mbarriers
+  p.target = targetFor("sm_80");
+  EXPECT_NO_THROW(cuda::writeArtifacts(p, cuda::emit(p), tmp.path / "artifacts", cuda::ArtifactOptions{"sm_80", true}));
+}
+
+TEST(KernelMbarrier, InterpreterRules) {
+  HostTensor x = ramp(2 * kSlice);
+  std::string msg = errorOf([&] { interpret(producerConsumer(Fault::ConsumerFirst), {x}); });
+  EXPECT_NE(msg.find("kernel k_roles: thread 32 of block 0 waits for the phase of parity 0 of mbarrier bars[0], which has not "
+                     "completed: its 32 remaining arrival(s) come later in program order or never (it would wait forever)"),
+            std::string::npos) << msg;
+  msg = errorOf([&] { interpret(producerConsumer(Fault::WrongParity), {x}); });
+  EXPECT_NE(msg.find("waits for the phase of parity 1 of mbarrier bars[0], which has not completed"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(producerConsumer(Fault::NoWait), {x}); });
+  EXPECT_NE(msg.find("kernel k_roles: thread 32 of block 0 reads shared slice[0], whose cp.async arrives on phase 0 of mbarrier "
+                     "bars[0], which it has not waited for"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(producerConsumer(Fault::NoPublish), {x}); });
+  EXPECT_NE(msg.find("thread 1 of block 0: cp.async.mbarrier.arrive of mbarrier bars[0] before a block barrier published thread "
+                     "0's initialisation"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(producerConsumer(Fault::InitTwice), {x}); });
+  EXPECT_NE(msg.find("initialises mbarrier bars[0] a second time"), std::string::npos) << msg;
+}
+
+TEST(KernelMbarrier, VerifierRules) {
+  // Warp roles: per-thread mbarrier statements under thread-dependent branches verify; a block barrier there does not.
+  Program p = producerConsumer();
+  EXPECT_NO_THROW(verify(p));
+  p.kernels[0].body.push_back(ifLess(idxVar(2, "warp"), idxConst(1), {barrier()}));
+  EXPECT_NE(errorOf([&] { verify(p); }).find("barrier under thread-dependent control flow `if (warp < 1)`"), std::string::npos);
+  p = producerConsumer();
+  p.kernels[0].body.push_back(storeGlobal(kY, idxConst(0), loadShared(1, idxConst(0))));
+  std::string msg = errorOf([&] { verify(p); });
+  EXPECT_NE(msg.find("load of shared bars: mbarriers are touched only by mbarrier statements"), std::string::npos) << msg;
+  p = producerConsumer();
+  p.kernels[0].body.push_back(mbarrierArrive(0, idxConst(0)));
+  msg = errorOf([&] { verify(p); });
+  EXPECT_NE(msg.find("mbarrier of shared slice: not mbarriers"), std::string::npos) << msg;
+  p = producerConsumer();
+  p.kernels[0].body.push_back(mbarrierWait(1, idxConst(1), idxConst(0)));
+  msg = errorOf([&] { verify(p); });
+  EXPECT_NE(msg.find("mbarrier shared bars[1] indexes [1, 1], outside the buffer's 1 elements"), std::string::npos) << msg;
+  p = producerConsumer();
+  p.kernels[0].body.push_back(mbarrierWait(1, idxConst(0), idxConst(2)));
+  msg = errorOf([&] { verify(p); });
+  EXPECT_NE(msg.find("mbarrier.wait for parity 2 in [2, 2] (want 0 or 1)"), std::string::npos) << msg;
+  p = producerConsumer();
+  p.kernels[0].body.push_back(mbarrierInit(1, idxConst(0), 65));
+  msg = errorOf([&] { verify(p); });
+  EXPECT_NE(msg.find("mbarrier.init with 65 arrivals per phase in a block of 64 threads"), std::string::npos) << msg;
+  p = producerConsumer();
+  p.kernels[0].shared[1].dynamic = true;
+  p.kernels[0].dynamicSharedBytes = 16;
+  msg = errorOf([&] { verify(p); });
+  EXPECT_NE(msg.find("mbarriers in dynamic shared memory (bars)"), std::string::npos) << msg;
+  EXPECT_THROW(mbarrierInit(1, idxConst(0), 0), InternalError);
+}
+
+}  // namespace
+}  // namespace kiln::kernel
