@@ -255,6 +255,12 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, int parit
   } while (!done);
 }
 
+// bar.sync Id, Threads: a barrier among the Threads threads (whole warps) of one warp role (Kernel IR's namedBarrier).
+template <int Id, int Threads>
+__device__ __forceinline__ void named_barrier() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
+}
+
 // ldmatrix (Kernel IR's ldmatrix; sm_75+): Count (1, 2, 4) 8x8 matrices of T (bf16 or f16) from shared memory, this
 // lane's `row` being row (lane % 8) of matrix (lane / 8) (16-byte aligned; ignored for lanes >= 8 * Count). Each
 // 32-bit result register holds two elements, the lower column in the low half; they arrive widened to f32, two

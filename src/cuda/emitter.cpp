@@ -208,6 +208,7 @@ class Emitter {
         case K::CpAsyncMbarrierArrive:
           out += fmt::format("{}kiln::cp_async_mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a));
           break;
+        case K::NamedBarrier: out += fmt::format("{}kiln::named_barrier<{}, {}>();\n", pad, s.target, s.arrivals); break;
         case K::MbarrierWait:
           out += fmt::format("{}kiln::mbarrier_wait(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), idx(s.b));
           break;

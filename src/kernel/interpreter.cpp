@@ -280,6 +280,14 @@ void Machine::exec(const Block& body, int depth) {
         barrierStep();
         break;
       }
+      case Stmt::Kind::NamedBarrier: {
+        int64_t n = 0;
+        for (int64_t w = 0; w * 32 < T; ++w) n += warpActive(w, mask, "a named barrier");
+        if (n != s.arrivals)
+          raise(fmt::format("kernel {}: barrier {} of {} threads reached by {} (block {})", k.name, s.target, s.arrivals, n, block));
+        barrierStep();
+        break;
+      }
       case Stmt::Kind::CpAsync: cpAsyncStep(s, mask); break;
       case Stmt::Kind::CpAsyncCommit: cpAsyncCommitStep(mask); break;
       case Stmt::Kind::CpAsyncWait: cpAsyncWaitStep(s, mask); break;

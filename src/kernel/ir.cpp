@@ -278,6 +278,15 @@ Stmt mbarrierArrive(int barriers, Idx index) { return onMbarrier(Stmt::Kind::Mba
 Stmt cpAsyncMbarrierArrive(int barriers, Idx index) {
   return onMbarrier(Stmt::Kind::CpAsyncMbarrierArrive, barriers, std::move(index));
 }
+Stmt namedBarrier(int id, int64_t threads) {
+  KILN_ASSERT(id >= 1 && id <= 15 && threads >= 32 && threads % 32 == 0, "namedBarrier: id {} (1..15), {} threads (whole warps)",
+              id, threads);
+  Stmt s = makeStmt(Stmt::Kind::NamedBarrier);
+  s.target = id;
+  s.arrivals = threads;
+  return s;
+}
+
 Stmt mbarrierWait(int barriers, Idx index, Idx parity) {
   KILN_ASSERT(parity, "mbarrierWait: null parity");
   Stmt s = onMbarrier(Stmt::Kind::MbarrierWait, barriers, std::move(index));

@@ -121,6 +121,7 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
       case Stmt::Kind::CpAsyncMbarrierArrive:
         lines.push_back(fmt::format("{}cp.async.mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));
         break;
+      case Stmt::Kind::NamedBarrier: lines.push_back(fmt::format("{}barrier {} of {} threads", ind, s.target, s.arrivals)); break;
       case Stmt::Kind::MbarrierWait:
         lines.push_back(fmt::format("{}mbarrier.wait {}[{}] parity {}", ind, sharedName(k, s.target), idxString(s.a), idxString(s.b)));
         break;

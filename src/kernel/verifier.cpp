@@ -9,7 +9,8 @@
 //    redefined while in scope (the interpreter keeps one flat environment per thread); every float slot is
 //    assigned somewhere earlier in program order before it is read;
 //  * no barrier under control flow that depends on the thread (threadIdx.x, or any index variable derived
-//    from it): such a barrier is reached by only part of the block;
+//    from it): such a barrier is reached by only part of the block; a named barrier only where exactly the warps it
+//    names pass the conditions around it (verifier_roles.cpp);
 //  * shared-memory indices within bounds wherever interval arithmetic can bound them, using the launch
 //    extents, For bounds and the guards of enclosing ifs;
 //  * an mma reading pairs from shared memory: buffers of its operand type, pair indices provably even;
@@ -33,6 +34,7 @@
 #include "kiln/kernel/ir.h"
 #include "kiln/support/error.h"
 #include "verifier_ranges.h"
+#include "verifier_roles.h"
 
 namespace kiln::kernel {
 namespace {
@@ -69,6 +71,8 @@ struct Verifier {
     }
   }
   std::string divergence;      // non-empty while inside thread-dependent control flow: what makes it so
+  std::vector<std::pair<Idx, Idx>> roleConditions;  // the thread-dependent conditions around here, expanded
+  bool divergentLoop = false;  // inside a loop whose bounds depend on the thread
 
   template <typename... Args>
   [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
@@ -363,10 +367,13 @@ struct Verifier {
             else inner.ranges[st.var] = Range{rb->first, re->second - 1};
           }
           std::string saved = divergence;
+          const bool savedLoop = divergentLoop;
           if (divergent && divergence.empty())
             divergence = fmt::format("for {} in {}..{}", st.name, toString(st.a), toString(st.b));
+          divergentLoop = divergentLoop || divergent;
           block(st.body, std::move(inner));
           divergence = saved;
+          divergentLoop = savedLoop;
           break;
         }
         case Stmt::Kind::If: {
@@ -389,9 +396,11 @@ struct Verifier {
           for (auto& [v, r] : inner.ranges)
             if (r.first > r.second) inner.reachable = false;
           std::string saved = divergence;
-          if (divergence.empty() && (varies(st.a, s) || varies(st.b, s)))
-            divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
+          const bool role = varies(st.a, s) || varies(st.b, s);
+          if (divergence.empty() && role) divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
+          if (role) roleConditions.emplace_back(expand(st.a, s), expand(st.b, s));
           block(st.body, std::move(inner));
+          if (role) roleConditions.pop_back();
           divergence = saved;
           break;
         }
@@ -458,6 +467,14 @@ struct Verifier {
         case Stmt::Kind::CpAsyncWait:
           if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
           break;
+        case Stmt::Kind::NamedBarrier: {
+          if (st.target < 1 || st.target > 15 || st.arrivals < 32 || st.arrivals % 32 != 0)
+            fail("named barrier {} of {} threads (ids 1..15, whole warps)", st.target, st.arrivals);
+          if (divergentLoop) fail("named barrier {} in a loop whose bounds depend on the thread (`{}`)", st.target, divergence);
+          std::string why = detail::checkWarpGroup(roleConditions, k.block[0] * k.block[1] * k.block[2], st.arrivals);
+          if (!why.empty()) fail("named barrier {} of {} threads: {}", st.target, st.arrivals, why);
+          break;
+        }
         case Stmt::Kind::MbarrierInit:
         case Stmt::Kind::MbarrierArrive:
         case Stmt::Kind::CpAsyncMbarrierArrive:

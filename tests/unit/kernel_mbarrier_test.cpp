@@ -1,7 +1,8 @@
 // Kernel IR's mbarriers by hand: a producer warp copies a slice by cp.async and arrives on an mbarrier when its copies
 // land (cp.async.mbarrier.arrive), a consumer warp waits for the phase and reads the slice: warp roles without a
 // block barrier between them. The interpreter's rules (a wait that program order never satisfies, a read without the
-// wait, an unpublished or doubled initialisation), the verifier's, the printed and emitted forms and nvcc.
+// wait, an unpublished or doubled initialisation), the verifier's, the printed and emitted forms and nvcc; and a named
+// barrier among the consumer warps only (the verifier tries every thread against the conditions around it).
 #include <gtest/gtest.h>
 
 #include "kernel_test_support.h"
@@ -123,6 +124,51 @@ TEST(KernelMbarrier, VerifierRules) {
   msg = errorOf([&] { verify(p); });
   EXPECT_NE(msg.find("mbarriers in dynamic shared memory (bars)"), std::string::npos) << msg;
   EXPECT_THROW(mbarrierInit(1, idxConst(0), 0), InternalError);
+}
+
+// Three warps: warp 0 produces as above; warps 1 and 2 consume, each writing half of a shared scratch slice that the
+// other half's warp reads after a named barrier of the two consumer warps (64 threads): y[i] = 2 x[i] + 2 x[63 - i].
+Program consumerGroup(Idx role = nullptr, int64_t groupThreads = 64) {
+  Kernel k;
+  k.name = "k_group";
+  k.block = {96, 1, 1};
+  SharedBuffer bars{"bars", 1};
+  bars.mbarriers = true;
+  k.shared = {SharedBuffer{"slice", kSlice}, bars, SharedBuffer{"scratch", kSlice}};
+  const int kWarp = 2, kLane = 3, kC = 4;
+  Idx warp = idxVar(kWarp, "warp"), lane = idxVar(kLane, "lane"), c = idxVar(kC, "c");
+  k.body.push_back(ifLess(threadIdx(), idxConst(1), {mbarrierInit(1, idxConst(0), 32)}));
+  k.body.push_back(barrier());
+  k.body.push_back(defIdx(kWarp, "warp", floorDiv(threadIdx(), 32)));
+  k.body.push_back(defIdx(kLane, "lane", mod(threadIdx(), 32)));
+  k.body.push_back(ifLess(warp, idxConst(1), {cpAsync(0, lane * idxConst(2), kX, lane * idxConst(2), 8), cpAsyncMbarrierArrive(1, idxConst(0))}));
+  Block consume{mbarrierWait(1, idxConst(0), idxConst(0)), defIdx(kC, "c", mod(threadIdx(), kSlice)),
+                storeShared(2, c, fapply(Fn::Mul, {loadShared(0, c), fconst(2.f)})), namedBarrier(1, groupThreads),
+                storeGlobal(kY, c, fapply(Fn::Add, {loadShared(2, c), loadShared(2, idxConst(kSlice - 1) + idxMul(c, -1))}))};
+  k.body.push_back(ifLess(role ? role : idxConst(0), role ? idxConst(1) : warp, consume));
+  return program(kSlice, kSlice, std::move(k));
+}
+
+TEST(KernelMbarrier, NamedBarrierOfOneWarpRole) {
+  Program p = consumerGroup();
+  verify(p);
+  HostTensor x = ramp(kSlice);
+  auto out = interpret(p, {x});
+  for (int64_t i = 0; i < kSlice; ++i) ASSERT_FLOAT_EQ(out[0].values[i], 2 * x.values[i] + 2 * x.values[kSlice - 1 - i]) << i;
+  EXPECT_NE(print(p).find("barrier 1 of 64 threads"), std::string::npos) << print(p);
+  EXPECT_NE(cuda::emit(p).sources[0].text.find("kiln::named_barrier<1, 64>();"), std::string::npos);
+  expectNvccCompiles(p);
+  // The group the conditions leave must be the one the barrier names, in whole warps, from threadIdx alone.
+  std::string msg = errorOf([&] { verify(consumerGroup(nullptr, 96)); });
+  EXPECT_NE(msg.find("named barrier 1 of 96 threads: 64 threads reach it, not the 96 it names"), std::string::npos) << msg;
+  msg = errorOf([&] { interpret(consumerGroup(nullptr, 96), {x}); });
+  EXPECT_NE(msg.find("kernel k_group: barrier 1 of 96 threads reached by 64 (block 0)"), std::string::npos) << msg;
+  msg = errorOf([&] { verify(consumerGroup(idxConst(48) + idxMul(threadIdx(), -1))); });  // threads 48..: half of warp 1
+  EXPECT_NE(msg.find("16 of the 32 lanes of warp 1 reach it (a warp role is whole warps)"), std::string::npos) << msg;
+  msg = errorOf([&] { verify(consumerGroup(idxConst(32) + idxMul(threadIdx(), -1) + blockIdx())); });
+  EXPECT_NE(msg.find("reads more than threadIdx.x"), std::string::npos) << msg;
+  EXPECT_THROW(namedBarrier(0, 64), InternalError);
+  EXPECT_THROW(namedBarrier(1, 48), InternalError);
 }
 
 }  // namespace

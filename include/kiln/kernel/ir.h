@@ -79,6 +79,7 @@ struct Stmt {
     MbarrierArrive,         // the thread arrives on a shared mbarrier
     CpAsyncMbarrierArrive,  // the thread arrives once its earlier cp.async copies have landed
     MbarrierWait,           // the thread waits for a phase of a shared mbarrier to complete
+    NamedBarrier,           // bar.sync id, threads: a barrier for one warp role, see namedBarrier()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -233,6 +234,11 @@ Stmt mbarrierInit(int barriers, Idx index, int64_t arrivals);
 Stmt mbarrierArrive(int barriers, Idx index);
 Stmt cpAsyncMbarrierArrive(int barriers, Idx index);
 Stmt mbarrierWait(int barriers, Idx index, Idx parity);
+// bar.sync id, threads (id 1..15; barrier 0 is the block's): a barrier among the `threads` threads (whole warps) of
+// one warp role. It may stand under thread-dependent conditions when exactly those threads, in whole warps, pass them
+// (the verifier tries every thread; the conditions may read threadIdx only); the interpreter requires exactly that
+// many active threads and publishes what a block barrier would (to the whole block: a permissive reading).
+Stmt namedBarrier(int id, int64_t threads);
 constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
 // The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
 std::pair<int, int> wgmmaElement(int thread, int i);
