@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one device call: Nsight Compute on the kernels of a few suite cases, to see what limits them.
+# Builds kiln, traces each case of NCU_CASES ("case:dtype:kernel-regex;..." e.g.
+# "tinyllama/q_proj/s512:bf16:reduce_sum;tinyllama/sdpa_causal_gqa/s512:bf16:attention") with bench/export_cases.py,
+# runs it once (compiles into the cache), then ncu (--clock-control none) on the first matching launch: speed of light,
+# warp stall reasons, pipe utilisation, shared-memory wavefronts and bank conflicts, occupancy.
+# $OUT gets ncu-<n>.txt per case and ncu.txt (the key lines, also printed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${NCU_CASES:=tinyllama/q_proj/s512:bf16:reduce_sum}"
+LOG=$(mktemp -d)
+IFS=';' read -ra cases <<< "$NCU_CASES"
+during_build() {  # the traces, while kiln builds
+  for c in "${cases[@]}"; do
+    IFS=':' read -r name dtype regex <<< "$c"
+    python3 bench/export_cases.py "$LOG/cases" --dtype "$dtype" --filter "$name" >> "$LOG/export.log" 2>&1
+  done
+}
+source bench/device_setup.sh
+export KILN_CACHE_DIR=$LOG/cache
+n=0
+for c in "${cases[@]}"; do
+  IFS=':' read -r name dtype regex <<< "$c"
+  n=$((n + 1))
+  pt="$LOG/cases/$(echo "$name" | sed 's|/|__|g').$dtype.pt"
+  [ -f "$pt" ] || { echo "$name: no trace ($(tail -1 "$LOG/export.log"))" | tee -a "$OUT/ncu.txt"; continue; }
+  ./build/kiln run "$pt" > "$LOG/run-$n.log" 2>&1
+  timeout 150 ncu --clock-control none --kernel-name "regex:$regex" --launch-count 1 --section SpeedOfLight \
+    --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy \
+    --section LaunchStats ./build/kiln run "$pt" > "$OUT/ncu-$n.txt" 2>&1
+  { echo "== $name $dtype ($regex)"
+    grep -E "^  [a-z0-9_]+ \(|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|Dynamic Shared|Issue Slots Busy|Executed Ipc Active|Stall|stall|Bank Conflicts|Wavefronts|Tensor|Pipe" "$OUT/ncu-$n.txt" | tr -s ' ' | cut -c1-160 | head -40
+  } | tee -a "$OUT/ncu.txt"
+done
+echo "total $((SECONDS - start)) s" | tee -a "$OUT/ncu.txt"
