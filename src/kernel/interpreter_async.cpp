@@ -23,6 +23,8 @@ void Machine::resetAsync() {
 }
 
 void Machine::checkSharedRead(int buffer, int64_t i, int64_t t) {
+  if (k.shared[buffer].mbarriers) raise(fmt::format("kernel {}: thread {} of block {} reads mbarrier {}[{}] as a float", k.name, t, block,
+                                                    k.shared[buffer].name, i));
   if (mbarrierUsed) checkPhaseTag(buffer, i, t);
   if (!async) return;
   if (int32_t owner = inFlight[buffer][i]; owner >= 0)
@@ -35,6 +37,8 @@ void Machine::checkSharedRead(int buffer, int64_t i, int64_t t) {
 
 void Machine::checkSharedWrite(int buffer, int64_t i, int64_t t) {
   if (wgmmaUsed) noteSharedWrite(buffer, i, t);
+  if (k.shared[buffer].mbarriers) raise(fmt::format("kernel {}: thread {} of block {} writes mbarrier {}[{}] as a float", k.name, t, block,
+                                                    k.shared[buffer].name, i));
   if (mbarrierUsed) phaseTags[buffer][static_cast<size_t>(i)] = PhaseTag{};
   if (!async) return;
   if (int32_t owner = inFlight[buffer][i]; owner >= 0)
@@ -48,6 +52,7 @@ void Machine::cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask) {
                   s.param < static_cast<int>(k.params.size()),
               "kernel {}: cp.async from parameter #{} into shared buffer #{}", k.name, s.param, s.target);
   const SharedBuffer& sb = k.shared[s.target];
+  if (sb.mbarriers) raise(fmt::format("kernel {}: cp.async into mbarriers {}", k.name, sb.name));
   const Param& prm = k.params[s.param];
   const int64_t elemBytes = dtypeBytes(sb.dtype);
   if (prm.dtype != sb.dtype || s.bytes % elemBytes != 0)

@@ -90,6 +90,15 @@ TEST(KernelMbarrier, InterpreterRules) {
                      "0's initialisation"), std::string::npos) << msg;
   msg = errorOf([&] { interpret(producerConsumer(Fault::InitTwice), {x}); });
   EXPECT_NE(msg.find("initialises mbarrier bars[0] a second time"), std::string::npos) << msg;
+  // Unverified programs too: the interpreter never treats a barrier object as a float.
+  Program p = producerConsumer();
+  p.kernels[0].body.push_back(storeGlobal(kY, idxConst(0), loadShared(1, idxConst(0))));
+  msg = errorOf([&] { interpret(p, {x}); });
+  EXPECT_NE(msg.find("kernel k_roles: thread 0 of block 0 reads mbarrier bars[0] as a float"), std::string::npos) << msg;
+  p = producerConsumer();
+  p.kernels[0].body.push_back(storeShared(1, idxConst(0), fconst(1.f)));
+  msg = errorOf([&] { interpret(p, {x}); });
+  EXPECT_NE(msg.find("writes mbarrier bars[0] as a float"), std::string::npos) << msg;
 }
 
 TEST(KernelMbarrier, VerifierRules) {
