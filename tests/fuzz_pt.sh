@@ -4,7 +4,8 @@
 # FUZZ_SECONDS set, for that long from a random seed (a longer search). Fails on any crash, uncaught exception (kiln::InternalError included), multi-line
 # error, timeout or out-of-memory; the input that caused it is kept in $BUILD/fuzz/ (crash-*, oom-*, timeout-*).
 # The CTest Fuzz.PtImport runs this; a longer run: FUZZ_SECONDS=3600 bash tests/fuzz_pt.sh build. Replay one input
-# with what kiln said about it: KILN_PT_FUZZ_VERBOSE=1 build/fuzz/pt_fuzzer FILE.
+# with what kiln said about it: KILN_PT_FUZZ_VERBOSE=1 build/fuzz/pt_fuzzer FILE. The inputs of fuzz/regressions/pt/ (crashes
+# found earlier, kept as the harness reads them) are replayed first, every run.
 # Needs clang++ with libFuzzer (Debian's clang, installed by scripts/setup.sh), python3, and the kiln libraries and
 # LibTorch of the build in $BUILD (the harness links them; only the harness itself is instrumented).
 set -euo pipefail
@@ -27,7 +28,11 @@ fi
 for m in mlp linear layers elementwise attention_bf16 hf_gpt2_tiny; do
   python3 fuzz/pt_records.py "models/fixtures/$m.pt" "$work/pt-seeds/seed-$m"
 done
+# Inputs that once failed (fuzz/regressions/pt/) run first, once each: each must now import or fail in one line.
+regressions=("$PWD"/fuzz/regressions/pt/*)
 cd "$work"
+TMPDIR="$work" "$bin" -timeout=30 -rss_limit_mb=6144 "${regressions[@]}" > pt-regressions.log 2>&1 ||
+  { echo "fuzz_pt: a regression input fails again"; tail -40 pt-regressions.log; exit 1; }
 rm -rf "$work/pt-run" && cp -r "$work/pt-seeds" "$work/pt-run"  # each run starts from the seeds alone
 TMPDIR="$work" "$bin" "${budget[@]}" -timeout=30 -rss_limit_mb=6144 -max_len=1048576 \
   -print_final_stats=1 pt-run > pt-fuzz.log 2>&1 || { tail -40 pt-fuzz.log; exit 1; }

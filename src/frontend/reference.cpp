@@ -113,22 +113,24 @@ int widenPinnedCasts(::torch::jit::Module& m) {
 
 // Every int in an int list anywhere inside v lies in [0, size): in a debug record's source ranges the only int lists
 // are the text-table indices of each source's pieces.
+// A list typed as ints whose elements are not all ints is damaged too (reading it as ints aborted the process: found by
+// fuzz/pt_fuzzer.cpp; its input is in fuzz/regressions/pt/).
 bool intListsWithin(const c10::IValue& v, size_t size, int depth = 0) {
   if (depth > 64) return false;
-  if (v.isIntList()) {
-    for (int64_t i : v.toIntList())
-      if (i < 0 || static_cast<uint64_t>(i) >= size) return false;
-    return true;
-  }
   if (v.isTuple()) {
     for (const c10::IValue& e : v.toTupleRef().elements())
       if (!intListsWithin(e, size, depth + 1)) return false;
     return true;
   }
-  if (v.isList()) {  // a pickled list of ints arrives as a generic list
-    for (const c10::IValue& e : v.toListRef())
-      if (e.isInt() ? (e.toInt() < 0 || static_cast<uint64_t>(e.toInt()) >= size) : !intListsWithin(e, size, depth + 1))
+  if (v.isList()) {  // typed int lists and generic lists alike, element by element
+    const bool ints = v.isIntList();
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isInt()) {
+        if (e.toInt() < 0 || static_cast<uint64_t>(e.toInt()) >= size) return false;
+      } else if (ints || !intListsWithin(e, size, depth + 1)) {
         return false;
+      }
+    }
   }
   return true;
 }
