@@ -7,6 +7,7 @@
 // rather than by memory.
 // Compiles on its own under nvcc (tests include it in an otherwise empty translation unit).
 #pragma once
+#include <cuda.h>  // CUtensorMap, the type of TMA tensor-map parameters
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -253,6 +254,27 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, int parit
                  : "r"(shared_address(bar)), "r"(parity)
                  : "memory");
   } while (!done);
+}
+
+// TMA (Kernel IR's tmaLoad; sm_90+). An arrival on `bar` that also makes its phase await `bytes` more bytes of copies.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+// One box of `map` whose first element is (row, col) into shared memory at `dst`, its bytes completing on `bar`. The map
+// is a __grid_constant__ kernel parameter: its generic address is what the instruction takes.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int col, int row, unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row),
+               "r"(shared_address(bar))
+               : "memory");
+#else
+  __trap();
+#endif
 }
 
 // bar.sync Id, Threads: a barrier among the Threads threads (whole warps) of one warp role (Kernel IR's namedBarrier).

@@ -118,6 +118,8 @@ class KernelBuilder {
   // Pipelined products (lower_contraction_async.cpp).
   void copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out);
   void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
+  // The same ring filled by TMA copies completing on mbarriers (lower_contraction_tma.cpp).
+  void tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // The multiplication of one staged slice (at ring slot t.ring) with fragments in pair registers loaded by
   // ldmatrix.x4; acc[stage] as multiplyOnTensorCores lays it out.
   void ldmatrixSteps(const Tiling& t, int64_t mi, int64_t ni, const Idx& lane, const Idx& warpRow, const Idx& warpCol,

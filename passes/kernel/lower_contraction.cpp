@@ -76,9 +76,13 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
       operands.back().slotOffset = slice * static_cast<int64_t>(st);
     }
   }
-  if (s.a.copy == tile::TiledContraction::Copy::CpAsync) {
+  using Copy = tile::TiledContraction::Copy;
+  const bool ring = s.a.copy == Copy::CpAsync || s.a.copy == Copy::Tma;
+  if (s.a.copy == Copy::Tma) {
+    tmaSteps(t, operands, multiply);
+  } else if (s.a.copy == Copy::CpAsync) {
     pipelinedSteps(t, operands, multiply);
-  } else if (s.a.copy == tile::TiledContraction::Copy::RegisterPrefetch) {
+  } else if (s.a.copy == Copy::RegisterPrefetch) {
     // Registers hold the next slice while the block multiplies this one: store, barrier, load the next slice
     // (in flight during the multiplication), multiply, barrier. The first slice is loaded before the loop.
     std::vector<Prefetched> prefetch;
@@ -91,7 +95,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     for (const OperandSlice& o : operands) stageOperand(t, o, steps);
     steps.push_back(barrier());
   }
-  if (s.a.copy != tile::TiledContraction::Copy::CpAsync) {
+  if (!ring) {
     multiply(steps);
     steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
     k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(t.c.k), t.s.tileK, std::move(steps)));

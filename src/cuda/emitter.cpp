@@ -61,10 +61,14 @@ class Emitter {
       const auto& prm = k_.params[i];
       args.push_back(fmt::format("{}{}* __restrict__ {}", prm.written ? "" : "const ", cudaTypeName(prm.dtype), params_[i]));
     }
+    for (size_t i = 0; i < k_.tensorMaps.size(); ++i) {  // by value in the parameter space, after the pointers
+      tensorMaps_.push_back(cIdentifier(fmt::format("tmap{}", i), used));
+      args.push_back(fmt::format("const __grid_constant__ CUtensorMap {}", tensorMaps_.back()));
+    }
     out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
                        k_.name, fmt::join(args, ", "));
-    std::set<int> asyncTargets;
-    collectAsyncTargets(k_.body, asyncTargets);
+    std::set<int> asyncTargets, tmaTargets;
+    collectAsyncTargets(k_.body, asyncTargets, tmaTargets);
     std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
     for (size_t i = 0; i < k_.shared.size(); ++i) {
       const kernel::SharedBuffer& sb = k_.shared[i];
@@ -75,8 +79,8 @@ class Emitter {
       if (!sb.dynamic) {
         // 16-byte copies land there, or vector loads read it
         const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));
-        out += fmt::format("  __shared__ {}{} {}[{}];\n", aligned ? "__align__(16) " : "", cudaTypeName(sb.dtype), shared_[i],
-                           sb.elements);
+        const char* align = tmaTargets.count(static_cast<int>(i)) ? "__align__(1024) " : aligned ? "__align__(16) " : "";
+        out += fmt::format("  __shared__ {}{} {}[{}];\n", align, cudaTypeName(sb.dtype), shared_[i], sb.elements);
         continue;
       }
       if (dynamicBase.empty()) {
@@ -94,10 +98,12 @@ class Emitter {
   }
 
  private:
-  static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out) {
+  // Shared buffers cp.async copies into or vector loads read (16-byte aligned), and those TMA copies into (1024).
+  static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out, std::set<int>& tma) {
     for (const kernel::Stmt& s : b) {
       if (s.kind == kernel::Stmt::Kind::CpAsync || s.kind == kernel::Stmt::Kind::LoadSharedVector) out.insert(s.target);
-      collectAsyncTargets(s.body, out);
+      if (s.kind == kernel::Stmt::Kind::TmaLoad) tma.insert(s.target);
+      collectAsyncTargets(s.body, out, tma);
     }
   }
 
@@ -209,6 +215,14 @@ class Emitter {
           out += fmt::format("{}kiln::cp_async_mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a));
           break;
         case K::NamedBarrier: out += fmt::format("{}kiln::named_barrier<{}, {}>();\n", pad, s.target, s.arrivals); break;
+        case K::MbarrierExpectTx:
+          out += fmt::format("{}kiln::mbarrier_arrive_expect_tx(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.txBytes);
+          break;
+        case K::TmaLoad:
+          out += fmt::format("{}kiln::tma_load_2d(&{}[{}], &{}, {}, {}, &{}[{}]);\n", pad, shared_[s.target], idx(s.a),
+                             tensorMaps_[static_cast<size_t>(s.tensorMap)], idx(s.coords[0]), idx(s.coords[1]), shared_[s.barriers],
+                             idx(s.b));
+          break;
         case K::MbarrierWait:
           out += fmt::format("{}kiln::mbarrier_wait(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), idx(s.b));
           break;
@@ -273,7 +287,7 @@ class Emitter {
 
   const kernel::Program& p_;
   const kernel::Kernel& k_;
-  std::vector<std::string> params_, shared_, floats_, pairs_;
+  std::vector<std::string> params_, shared_, floats_, pairs_, tensorMaps_;
   std::string indexType_;
 };
 

@@ -295,8 +295,11 @@ void Machine::exec(const Block& body, int depth) {
       case Stmt::Kind::MbarrierArrive:
       case Stmt::Kind::CpAsyncMbarrierArrive:
       case Stmt::Kind::MbarrierWait:
+      case Stmt::Kind::MbarrierExpectTx:
+      case Stmt::Kind::TmaLoad:
         if (!mbarrierUsed) raise(fmt::format("kernel {}: an mbarrier statement, but no barrier is ever initialised", k.name));
-        mbarrierStep(s, mask);
+        if (s.kind == Stmt::Kind::TmaLoad) tmaLoadStep(s, mask);
+        else mbarrierStep(s, mask);
         break;
       case Stmt::Kind::Wgmma: wgmmaStep(s, mask); break;
       case Stmt::Kind::WgmmaFence: activeWarpgroups(mask, "wgmma.fence"); break;

@@ -103,17 +103,23 @@ void Machine::cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   for (int64_t t = 0; t < T; ++t) {
     if (!mask[t]) continue;
     while (static_cast<int64_t>(committed[t].size()) > s.pendingGroups) {
-      for (const Copy& c : committed[t].front())
-        for (size_t j = 0; j < c.values.size(); ++j) {
-          const int64_t e = c.start + static_cast<int64_t>(j);
-          shared[c.buffer][e] = c.values[j];
-          written[c.buffer][e] = 1;
-          inFlight[c.buffer][e] = -1;
-          landed[c.buffer][e] = static_cast<int32_t>(t);
-          if (wgmmaUsed) unfenced[c.buffer][e] = static_cast<int32_t>(t) + 1;
-        }
+      for (const Copy& c : committed[t].front()) landCopy(c, t, static_cast<int32_t>(t), nullptr);
       committed[t].pop_front();
     }
+  }
+}
+
+// Copy c of thread t lands: its values in shared memory, no longer in flight; landedBy: the thread whose later
+// barrier publishes it (-1: published by the mbarrier phase `tag`, which it is then tagged with).
+void Machine::landCopy(const Copy& c, int64_t t, int32_t landedBy, const PhaseTag* tag) {
+  for (size_t j = 0; j < c.values.size(); ++j) {
+    const int64_t e = c.start + static_cast<int64_t>(j);
+    shared[c.buffer][e] = c.values[j];
+    written[c.buffer][e] = 1;
+    inFlight[c.buffer][e] = -1;
+    landed[c.buffer][e] = landedBy;
+    if (tag) phaseTags[c.buffer][static_cast<size_t>(e)] = *tag;
+    if (wgmmaUsed) unfenced[c.buffer][e] = static_cast<int32_t>(t) + 1;
   }
 }
 

@@ -2,7 +2,8 @@
 //   interpreter.cpp        the lockstep executor: expressions, control flow, global and shared loads/stores;
 //   interpreter_warp.cpp   warp-collective statements: mma, shuffles, ldmatrix;
 //   interpreter_async.cpp  cp.async groups and the shared-memory visibility rules they bring;
-//   interpreter_wgmma.cpp  wgmma; interpreter_mbarrier.cpp  mbarriers and the copies that arrive on them.
+//   interpreter_wgmma.cpp  wgmma; interpreter_mbarrier.cpp  mbarriers and the copies that arrive on them;
+//   interpreter_tma.cpp    TMA tensor copies.
 #pragma once
 #include <fmt/format.h>
 
@@ -66,6 +67,7 @@ struct Machine {
     int64_t arrivals = 0;      // per phase; 0: not initialised
     int64_t pending = 0;       // arrivals the phase in progress still needs
     int64_t phase = 0;         // phases completed
+    int64_t tx = 0;            // bytes the phase in progress still awaits (expected minus landed; may dip below 0)
     int32_t initBy = -1;       // the initialising thread, until a block barrier publishes the barrier to the others
     std::vector<int64_t> seen;  // per thread: phases it has seen complete by a wait
   };
@@ -120,6 +122,9 @@ struct Machine {
   void resetMbarriers();                                      // at the start of every block
   Mbarrier& mbarrierOf(const Stmt& s, int64_t t, const char* what);  // in bounds, initialised and published
   void arrive(Mbarrier& m);
+  void completeIfDone(Mbarrier& m);                           // the phase completes: no arrivals or bytes outstanding
+  void landCopy(const Copy& c, int64_t t, int32_t landedBy, const PhaseTag* tag);  // a copy's values reach shared memory
+  void tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask);  // interpreter_tma.cpp
   void mbarrierStep(const Stmt& s, const std::vector<uint8_t>& mask);
   void checkPhaseTag(int buffer, int64_t i, int64_t t);       // a copied element read by t after its wait
   void publishMbarriers();                                    // at a block barrier

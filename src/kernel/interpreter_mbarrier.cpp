@@ -38,7 +38,12 @@ Machine::Mbarrier& Machine::mbarrierOf(const Stmt& s, int64_t t, const char* wha
 }
 
 void Machine::arrive(Mbarrier& m) {
-  if (--m.pending > 0) return;
+  --m.pending;
+  completeIfDone(m);
+}
+
+void Machine::completeIfDone(Mbarrier& m) {
+  if (m.pending > 0 || m.tx != 0) return;
   ++m.phase;
   m.pending = m.arrivals;
 }
@@ -52,28 +57,23 @@ void Machine::mbarrierStep(const Stmt& s, const std::vector<uint8_t>& mask) {
         if (m.arrivals != 0)
           raise(fmt::format("kernel {}: thread {} of block {} initialises mbarrier {}[{}] a second time (one thread "
                             "initialises each barrier, once)", k.name, t, block, k.shared[s.target].name, evaluate(s.a, env[t], &loader)));
-        m = Mbarrier{s.arrivals, s.arrivals, 0, static_cast<int32_t>(t), std::vector<int64_t>(static_cast<size_t>(T), 0)};
+        m = Mbarrier{s.arrivals, s.arrivals, 0, 0, static_cast<int32_t>(t), std::vector<int64_t>(static_cast<size_t>(T), 0)};
         break;
       }
       case Stmt::Kind::MbarrierArrive: arrive(mbarrierOf(s, t, "mbarrier.arrive")); break;
+      case Stmt::Kind::MbarrierExpectTx: {
+        Mbarrier& m = mbarrierOf(s, t, "mbarrier.arrive.expect_tx");
+        m.tx += s.txBytes;
+        arrive(m);
+        break;
+      }
       case Stmt::Kind::CpAsyncMbarrierArrive: {
         Mbarrier& m = mbarrierOf(s, t, "cp.async.mbarrier.arrive");
         const PhaseTag tag{s.target, evaluate(s.a, env[t], &loader), m.phase};
-        auto land = [&](const std::vector<Copy>& group) {
-          for (const Copy& c : group)
-            for (size_t j = 0; j < c.values.size(); ++j) {
-              const int64_t e = c.start + static_cast<int64_t>(j);
-              shared[c.buffer][e] = c.values[j];
-              written[c.buffer][e] = 1;
-              inFlight[c.buffer][e] = -1;
-              landed[c.buffer][e] = -1;
-              phaseTags[c.buffer][e] = tag;
-              if (wgmmaUsed) unfenced[c.buffer][e] = static_cast<int32_t>(t) + 1;
-            }
-        };
         if (async) {
-          for (const auto& group : committed[t]) land(group);
-          land(openGroup[t]);
+          for (const auto& group : committed[t])
+            for (const Copy& c : group) landCopy(c, t, -1, &tag);
+          for (const Copy& c : openGroup[t]) landCopy(c, t, -1, &tag);
           committed[t].clear();
           openGroup[t].clear();
         }

@@ -287,6 +287,26 @@ Stmt namedBarrier(int id, int64_t threads) {
   return s;
 }
 
+Stmt mbarrierArriveExpectTx(int barriers, Idx index, int64_t bytes) {
+  KILN_ASSERT(bytes > 0, "mbarrierArriveExpectTx: {} bytes", bytes);
+  Stmt s = onMbarrier(Stmt::Kind::MbarrierExpectTx, barriers, std::move(index));
+  s.txBytes = bytes;
+  return s;
+}
+
+Stmt tmaLoad(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex) {
+  KILN_ASSERT(sharedBuf >= 0 && tensorMap >= 0 && sharedIndex && col && row, "tmaLoad: shared buffer {}, tensor map {}", sharedBuf,
+              tensorMap);
+  Stmt s = onMbarrier(Stmt::Kind::TmaLoad, barriers, std::move(barrierIndex));
+  s.barriers = barriers;
+  s.b = std::move(s.a);  // the barrier's index
+  s.target = sharedBuf;
+  s.a = std::move(sharedIndex);
+  s.tensorMap = tensorMap;
+  s.coords = {std::move(col), std::move(row)};
+  return s;
+}
+
 Stmt mbarrierWait(int barriers, Idx index, Idx parity) {
   KILN_ASSERT(parity, "mbarrierWait: null parity");
   Stmt s = onMbarrier(Stmt::Kind::MbarrierWait, barriers, std::move(index));

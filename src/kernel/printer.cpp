@@ -121,6 +121,15 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
       case Stmt::Kind::CpAsyncMbarrierArrive:
         lines.push_back(fmt::format("{}cp.async.mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));
         break;
+      case Stmt::Kind::MbarrierExpectTx:
+        lines.push_back(fmt::format("{}mbarrier.arrive.expect_tx {}[{}], {} bytes", ind, sharedName(k, s.target), idxString(s.a),
+                                    s.txBytes));
+        break;
+      case Stmt::Kind::TmaLoad:
+        lines.push_back(fmt::format("{}tma.load shared {}[{}] <- tmap{}[row {}, col {}] on {}[{}]", ind, sharedName(k, s.target),
+                                    idxString(s.a), s.tensorMap, idxString(s.coords[1]), idxString(s.coords[0]),
+                                    sharedName(k, s.barriers), idxString(s.b)));
+        break;
       case Stmt::Kind::NamedBarrier: lines.push_back(fmt::format("{}barrier {} of {} threads", ind, s.target, s.arrivals)); break;
       case Stmt::Kind::MbarrierWait:
         lines.push_back(fmt::format("{}mbarrier.wait {}[{}] parity {}", ind, sharedName(k, s.target), idxString(s.a), idxString(s.b)));
@@ -186,6 +195,12 @@ std::string paramString(const Program& p, const Param& prm) {
                      prm.written ? " (written)" : "");
 }
 
+std::string tensorMapString(const Kernel& k, int i) {
+  const TensorMap& m = k.tensorMaps[static_cast<size_t>(i)];
+  return fmt::format("tmap{}: {}[{} + row * {} + col], {} rows x {} cols, boxes of {} x {}{}", i, paramName(k, m.param), m.offset,
+                     m.rowStride, m.rows, m.cols, m.boxRows, m.boxCols, m.swizzle128 ? ", swizzle 128B" : "");
+}
+
 std::string dims(const std::array<int64_t, 3>& d) { return fmt::format("({},{},{})", d[0], d[1], d[2]); }
 
 std::vector<std::string> bodyLines(const Kernel& k) {
@@ -211,6 +226,7 @@ std::string print(const Program& p) {
     std::vector<std::string> params;
     for (auto& prm : k.params) params.push_back(paramString(p, prm));
     out += fmt::format("  params: {}\n", fmt::join(params, ", "));
+    for (size_t i = 0; i < k.tensorMaps.size(); ++i) out += fmt::format("  {}\n", tensorMapString(k, static_cast<int>(i)));
     for (size_t i = 0; i < k.shared.size(); ++i) {
       const SharedBuffer& s = k.shared[i];
       out += fmt::format("  shared {}: {}[{}]", s.name, s.mbarriers ? "mbarrier" : dtypeName(s.dtype), s.elements);
@@ -268,6 +284,7 @@ nlohmann::json toJson(const Program& p) {
       if (s.dynamic) sj["dynamic_offset"] = k.dynamicSharedOffset(static_cast<int>(i));
       kj["shared"].push_back(sj);
     }
+    for (size_t i = 0; i < k.tensorMaps.size(); ++i) kj["tensor_maps"].push_back(tensorMapString(k, static_cast<int>(i)));
     kj["body"] = bodyLines(k);
     j["kernels"].push_back(kj);
   }

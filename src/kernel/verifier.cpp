@@ -18,7 +18,8 @@
 //    DefIdx and loop variables expanded), within the parameter where interval arithmetic bounds it;
 //  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps;
 //  * mbarriers: per-thread statements (allowed under thread-dependent control flow, unlike block barriers) on a static
-//    buffer of mbarriers that nothing else touches; the arrival count and wait parity in range;
+//    buffer of mbarriers that nothing else touches; the arrival count and wait parity in range; TMA tensor maps and
+//    copies as verifier_tma.cpp checks them, their shared destinations in bounds and provably aligned;
 //  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
 //    in bounds where known. (Whether every read waits for its copy is checked by the interpreter, not here.)
 // The interval arithmetic behind the bounds is in verifier_ranges.cpp.
@@ -35,6 +36,7 @@
 #include "kiln/support/error.h"
 #include "verifier_ranges.h"
 #include "verifier_roles.h"
+#include "verifier_tma.h"
 
 namespace kiln::kernel {
 namespace {
@@ -163,6 +165,8 @@ struct Verifier {
     const int64_t threads = k.block[0] * k.block[1] * k.block[2];
     if (st.kind == Stmt::Kind::MbarrierInit && (st.arrivals < 1 || st.arrivals > threads))
       fail("mbarrier.init with {} arrivals per phase in a block of {} threads", st.arrivals, threads);
+    if (st.kind == Stmt::Kind::MbarrierExpectTx && (!p.target.tma || st.txBytes < 1 || st.txBytes >= (1 << 20)))
+      fail("mbarrier.arrive.expect_tx of {} bytes on {} (sm_90+, 1 to 2^20 - 1 bytes)", st.txBytes, p.target.arch);
     if (st.kind != Stmt::Kind::MbarrierWait) return;
     checkIdx(st.b, s, "an mbarrier parity");
     if (auto r = bound(st.b, s); s.reachable && r && (r->first < 0 || r->second > 1))
@@ -478,7 +482,19 @@ struct Verifier {
         case Stmt::Kind::MbarrierInit:
         case Stmt::Kind::MbarrierArrive:
         case Stmt::Kind::CpAsyncMbarrierArrive:
+        case Stmt::Kind::MbarrierExpectTx:
         case Stmt::Kind::MbarrierWait: checkMbarrier(st, s); break;
+        case Stmt::Kind::TmaLoad: {  // the map and buffers (verifier_tma.cpp); here the indices: in bounds, aligned
+          if (std::string why = detail::checkTmaLoad(k, st); !why.empty()) fail("{}", why);
+          for (const Idx* e : {&st.a, &st.b, &st.coords[0], &st.coords[1]}) checkIdx(*e, s, "a tma.load");
+          checkSharedIndex(st.barriers, st.b, s, "mbarrier");
+          checkSharedIndex(st.target, st.a, s, "tma.load");
+          checkSharedIndex(st.target, st.a + idxConst(detail::boxElements(k, st) - 1), s, "tma.load");
+          const int64_t align = detail::tmaDestinationAlignment(k, st);
+          if (!provablyMultipleOf(expand(st.a, s), align, VarExtents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}}))
+            fail("tma.load into {}[{}]: the index is not provably a multiple of {}", k.shared[st.target].name, toString(st.a), align);
+          break;
+        }
         case Stmt::Kind::PackPair:
           if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
           if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());
@@ -548,6 +564,8 @@ struct Verifier {
     if (k.sharedBytes() + k.dynamicSharedBytes > target.maxSharedPerBlock)
       fail("{} bytes of shared memory in all ({} static + {} dynamic; at most {} per block on {})",
            k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
+    for (size_t i = 0; i < k.tensorMaps.size(); ++i)
+      if (std::string why = detail::checkTensorMap(k, target, i); !why.empty()) fail("{}", why);
     for (auto& prm : k.params) {
       if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
         fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());

@@ -150,6 +150,25 @@ static Manifest parseManifest(const json& j, const std::string& what) {
     r.dim3(kj, p, "grid", k.grid);
     r.dim3(kj, p, "block", k.block);
     k.sharedBytes = r.integer(kj, p, "shared_bytes");
+    if (kj.contains("tensor_maps")) {
+      if (m.formatVersion < 3) userError("{}: {}.tensor_maps in a manifest of format {} (they came with format 3)", what, p, m.formatVersion);
+      const json& maps = r.array(kj, p, "tensor_maps");
+      for (size_t t = 0; t < maps.size(); ++t) {
+        std::string q = fmt::format("{}.tensor_maps[{}]", p, t);
+        TensorMapInfo tm;
+        tm.param = r.integer(maps[t], q, "param");
+        tm.offset = r.integer(maps[t], q, "offset");
+        tm.rows = r.integer(maps[t], q, "rows");
+        tm.cols = r.integer(maps[t], q, "cols");
+        tm.rowStride = r.integer(maps[t], q, "row_stride");
+        tm.boxRows = r.integer(maps[t], q, "box_rows");
+        tm.boxCols = r.integer(maps[t], q, "box_cols");
+        const std::string swizzle = r.str(maps[t], q, "swizzle");
+        if (swizzle != "128b" && swizzle != "none") userError("{}: field '{}.swizzle' must be \"128b\" or \"none\"", what, q);
+        tm.swizzle128 = swizzle == "128b";
+        k.tensorMaps.push_back(tm);
+      }
+    }
     m.kernels.push_back(std::move(k));
   }
   if (m.formatVersion >= 2) {
@@ -177,6 +196,24 @@ static void checkFileName(const std::string& name, const std::string& what, cons
   for (const auto& part : p) climbs = climbs || part == "..";
   if (name.empty() || p.is_absolute() || climbs)
     userError("{}: {} \"{}\" must name a file in the manifest's directory (a relative path without '..')", what, field, name);
+}
+
+// A tensor map TMA can encode, inside its buffer: the limits of cuTensorMapEncodeTiled (16-byte aligned start and row
+// stride, boxes of 1..256 a side with 16-byte multiple rows, 128-byte rows under the 128-byte swizzle).
+static void validateTensorMap(const Manifest& m, const KernelInfo& k, const TensorMapInfo& t, const std::string& where) {
+  if (t.param < 0 || t.param >= static_cast<int64_t>(k.params.size()))
+    userError("{}: param {} is not one of the kernel's {} params", where, t.param, k.params.size());
+  const BufferInfo* b = m.findBuffer(k.params[static_cast<size_t>(t.param)]);
+  const int64_t e = dtypeBytes(b->dtype), limit = int64_t{1} << 40;
+  auto within = [&](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
+  if (!within(t.rows, 1, limit) || !within(t.cols, 1, limit) || !within(t.rowStride, t.cols, limit) || !within(t.offset, 0, limit) ||
+      !within(t.boxRows, 1, 256) || !within(t.boxCols, 1, 256))
+    userError("{}: rows {}, cols {}, row_stride {}, offset {}, box {} x {} out of range", where, t.rows, t.cols, t.rowStride, t.offset,
+              t.boxRows, t.boxCols);
+  if ((t.offset + (t.rows - 1) * t.rowStride + t.cols) * e > b->bytes)
+    userError("{}: the view reaches past the {} bytes of buffer '{}'", where, b->bytes, b->name);
+  if (t.offset * e % 16 != 0 || t.rowStride * e % 16 != 0 || t.boxCols * e % 16 != 0 || (t.swizzle128 && t.boxCols * e != 128))
+    userError("{}: offset, row stride and box rows must be multiples of 16 bytes (box rows of 128 bytes with the 128b swizzle)", where);
 }
 
 static void validatePlan(const Manifest& m, const std::string& what) {
@@ -256,6 +293,7 @@ static void validatePlan(const Manifest& m, const std::string& what) {
                   fmt::join(k.grid, ", "), fmt::join(k.block, ", "));
     if (k.sharedBytes < 0 || k.sharedBytes > INT32_MAX)
       userError("{}: {}: shared_bytes out of range: {}", what, p, k.sharedBytes);
+    for (size_t t = 0; t < k.tensorMaps.size(); ++t) validateTensorMap(m, k, k.tensorMaps[t], fmt::format("{}: {}: tensor_maps[{}]", what, p, t));
   }
 }
 
@@ -324,6 +362,10 @@ json toJson(const Manifest& m) {
                   {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
                   {"block", {k.block[0], k.block[1], k.block[2]}},
                   {"shared_bytes", k.sharedBytes}});
+    for (const TensorMapInfo& t : k.tensorMaps)
+      ks.back()["tensor_maps"].push_back({{"param", t.param}, {"offset", t.offset}, {"rows", t.rows}, {"cols", t.cols},
+                                          {"row_stride", t.rowStride}, {"box_rows", t.boxRows}, {"box_cols", t.boxCols},
+                                          {"swizzle", t.swizzle128 ? "128b" : "none"}});
   }
   j["kernels"] = std::move(ks);
   if (m.formatVersion >= 2) {

@@ -31,7 +31,7 @@ namespace {
   X(cuEventDestroy) X(cuMemcpyDtoD) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)                     \
   X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) \
-  X(cuDriverGetVersion)
+  X(cuDriverGetVersion) X(cuTensorMapEncodeTiled)
 
 // The Driver API, resolved once per process. Members are named fn_<unversioned name>; their types come from the
 // (versioned) prototypes in cuda.h.
@@ -91,6 +91,47 @@ std::string initDriver() {
   if (CUresult r = d.fn_cuDeviceGetCount(&n); r != CUDA_SUCCESS) return "cuDeviceGetCount failed: " + cuErrorText(r);
   if (n == 0) return "the CUDA driver reports no devices";
   return {};
+}
+
+// One launch's arguments: a device pointer per param, then the kernel's TMA tensor maps (manifest.h TensorMapInfo),
+// and the void* array cuLaunchKernel takes, pointing at them (the vectors' storage never moves once built).
+struct LaunchArgs {
+  std::vector<CUdeviceptr> pointers;
+  std::vector<CUtensorMap> maps;  // 64-byte aligned (cuda.h declares the type so)
+  std::vector<void*> ptrs;
+};
+
+CUtensorMap encodeTensorMap(const TensorMapInfo& t, const BufferInfo& b, CUdeviceptr buffer, const std::string& where) {
+  CUtensorMap map;
+  const CUtensorMapDataType type = b.dtype == DType::BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : b.dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  if (b.dtype != DType::BF16 && b.dtype != DType::F16 && b.dtype != DType::F32)
+    userError("kiln runtime: a tensor map{} over buffer '{}' of {} (bf16, f16 or f32 only)", where, b.name, dtypeName(b.dtype));
+  const int64_t e = dtypeBytes(b.dtype);
+  cuuint64_t dims[2] = {static_cast<cuuint64_t>(t.cols), static_cast<cuuint64_t>(t.rows)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(t.rowStride * e)};
+  cuuint32_t box[2] = {static_cast<cuuint32_t>(t.boxCols), static_cast<cuuint32_t>(t.boxRows)};
+  cuuint32_t elementStrides[2] = {1, 1};
+  KILN_CU(cuTensorMapEncodeTiled, where, &map, type, 2, reinterpret_cast<void*>(buffer + static_cast<CUdeviceptr>(t.offset * e)), dims,
+          strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+          t.swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return map;
+}
+
+// The arguments of kernel k with the arena at `base` (the arena or one of its timing copies).
+LaunchArgs launchArgs(const Manifest& m, const KernelInfo& k, CUdeviceptr base) {
+  LaunchArgs a;
+  for (int64_t id : k.params) a.pointers.push_back(base + static_cast<CUdeviceptr>(m.findBuffer(id)->offset));
+  for (size_t i = 0; i < k.tensorMaps.size(); ++i) {
+    const TensorMapInfo& t = k.tensorMaps[i];
+    a.maps.push_back(encodeTensorMap(t, *m.findBuffer(k.params[static_cast<size_t>(t.param)]),
+                                     a.pointers[static_cast<size_t>(t.param)], fmt::format(" for tensor map {} of kernel '{}'", i, k.name)));
+  }
+  for (CUdeviceptr& v : a.pointers) a.ptrs.push_back(&v);
+  for (CUtensorMap& t : a.maps) a.ptrs.push_back(&t);
+  return a;
 }
 
 // Captures what `launches` puts on `stream` into a CUDA graph and instantiates it; a failing launch ends the capture
@@ -154,9 +195,8 @@ struct Model::Impl {
   std::map<std::string, CUmodule> modules;  // by cubin file, so kernels sharing a cubin load it once
   std::vector<CUfunction> funcs;            // parallel to m.kernels
   CUdeviceptr arena = 0;
-  // Kernel arguments are built once: a device pointer per param, and the void* array cuLaunchKernel wants.
-  std::vector<std::vector<CUdeviceptr>> argValues;
-  std::vector<std::vector<void*>> argPtrs;
+  // Kernel arguments are built once (launchArgs).
+  std::vector<LaunchArgs> args;
   // forward(): the kernels captured once as a CUDA graph, replayed on the caller's stream after.
   CUstream ownStream = nullptr;  // where forward() runs when the caller gives none (capture needs a real stream)
   CUgraph graph = nullptr;
@@ -169,7 +209,7 @@ struct Model::Impl {
     const KernelInfo& k = m.kernels[i];
     std::string where = fmt::format(" for kernel '{}'", k.name);
     KILN_CU(cuLaunchKernel, where, funcs[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
-            static_cast<unsigned>(k.sharedBytes), stream, args ? args : argPtrs[i].data(), nullptr);
+            static_cast<unsigned>(k.sharedBytes), stream, args ? args : this->args[i].ptrs.data(), nullptr);
     if (sync) KILN_CU(cuCtxSynchronize, fmt::format(" after kernel '{}'", k.name));
   }
 
@@ -233,12 +273,7 @@ void Model::Impl::load() {
             static_cast<size_t>(m.arenaBytes));
     KILN_CU(cuMemsetD8, "", arena, 0, static_cast<size_t>(m.arenaBytes));
   }
-  for (const KernelInfo& k : m.kernels) {
-    std::vector<CUdeviceptr>& vals = argValues.emplace_back();
-    for (int64_t id : k.params) vals.push_back(ptr(*m.findBuffer(id)));
-    std::vector<void*>& ptrs = argPtrs.emplace_back();
-    for (CUdeviceptr& v : vals) ptrs.push_back(&v);
-  }
+  for (const KernelInfo& k : m.kernels) args.push_back(launchArgs(m, k, arena));
   uploadWeights();
   KILN_CU(cuCtxSynchronize, " after uploading weights");
 }
@@ -418,26 +453,17 @@ Timing Model::time(const TimingOptions& o) {
   t.sets = static_cast<int>(sets);
   t.rotatedBytes = sets > 1 ? sets * m.arenaBytes : 0;
   // Kernel arguments per copy: the same offsets from another base.
-  std::vector<std::vector<std::vector<CUdeviceptr>>> values(static_cast<size_t>(sets));
-  std::vector<std::vector<std::vector<void*>>> args(static_cast<size_t>(sets));
+  std::vector<std::vector<LaunchArgs>> args(static_cast<size_t>(sets));
   for (int64_t c = 0; c < sets; ++c) {
     CUdeviceptr base = c == 0 ? s.arena : r.copies[static_cast<size_t>(c - 1)];
-    auto& vals = values[static_cast<size_t>(c)];
-    vals.resize(m.kernels.size());
-    for (size_t i = 0; i < m.kernels.size(); ++i)
-      for (int64_t id : m.kernels[i].params)
-        vals[i].push_back(base + static_cast<CUdeviceptr>(m.findBuffer(id)->offset));
-    for (auto& kv : vals) {
-      std::vector<void*>& ptrs = args[static_cast<size_t>(c)].emplace_back();
-      for (CUdeviceptr& v : kv) ptrs.push_back(&v);
-    }
+    for (const KernelInfo& k : m.kernels) args[static_cast<size_t>(c)].push_back(launchArgs(m, k, base));
   }
 
   // Capture needs a stream of its own; direct launches use the default stream, as run() does.
   if (o.graph) KILN_CU(cuStreamCreate, "", &r.stream, CU_STREAM_NON_BLOCKING);
   auto forward = [&](int64_t set) {
     for (size_t i = 0; i < m.kernels.size(); ++i)
-      s.launch(i, false, args[static_cast<size_t>(set)][i].data(), r.stream);
+      s.launch(i, false, args[static_cast<size_t>(set)][i].ptrs.data(), r.stream);
   };
   // One graph holds several forwards, cycling over the copies (a whole number of cycles), and is replayed until at
   // least `iters` forwards ran: as a framework's timing loop captures K iterations in one graph, so that the cost

@@ -140,4 +140,47 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
   return true;
 }
 
+std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, const loop::ExprP& operand, int rowVar, int kVar) {
+  const loop::Expr* load = loop::plainLoad(operand);
+  if (!load || load->index.empty()) return std::nullopt;
+  const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
+  bool other = false;  // gathers, or variables besides row and k
+  for (const Idx& i : load->index) {
+    forEachIndexLoad(i, [&](const IndexNode&) { other = true; });
+    forEachVar(i, [&](int v) { other = other || (v != rowVar && v != kVar); });
+  }
+  if (other) return std::nullopt;
+  VarExtents ext = k.extents();
+  auto flatAt = [&](const Idx& row, const Idx& kValue) {
+    Idx flat = idxConst(0);
+    int64_t stride = 1;
+    for (size_t d = load->index.size(); d-- > 0;) {
+      Idx at = substitute(load->index[d], [&](int v, const std::string&) -> Idx { return v == kVar ? kValue : v == rowVar ? row : nullptr; });
+      flat = flat + idxMul(at, stride);
+      stride *= b.shape[d];
+    }
+    return simplify(flat, ext);
+  };
+  auto base = constValue(flatAt(idxConst(0), idxConst(0))), next = constValue(flatAt(idxConst(1), idxConst(0)));
+  if (!base || !next) return std::nullopt;
+  const TmaView view{load->buffer, *base, *next - *base};
+  // affine: flat(row, k) = offset + row * rowStride + k for every row and k
+  Idx rest = simplify(flatAt(idxVar(rowVar, "r"), idxVar(kVar, "k")) + idxConst(-view.offset) + idxMul(idxVar(rowVar, "r"), -view.rowStride) +
+                          idxMul(idxVar(kVar, "k"), -1),
+                      ext);
+  const int64_t bytes = dtypeBytes(b.dtype);
+  if (!sameIdx(rest, idxConst(0)) || view.rowStride <= 0 || view.offset * bytes % 16 != 0 || view.rowStride * bytes % 16 != 0)
+    return std::nullopt;
+  return view;
+}
+
+bool tmaCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s) {
+  const Contraction c = findContraction(k, s.mAxis, s.nAxis).value();
+  const int mVar = k.parallel[static_cast<size_t>(c.mAxis)].var, nVar = k.parallel[static_cast<size_t>(c.nAxis)].var;
+  auto fits = [&](const std::optional<TmaView>& v) { return v && v->rowStride >= c.k; };  // rows do not overlap
+  for (const Contraction::Stage& st : c.stages)
+    if (!fits(tmaView(p, k, st.a, mVar, st.kVar)) || !fits(tmaView(p, k, st.b, nVar, st.kVar))) return false;
+  return true;
+}
+
 }  // namespace kiln::tile

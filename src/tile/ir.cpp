@@ -32,7 +32,7 @@ const char* layoutName(TC::SharedLayout l) {
   return "?";
 }
 const char* copyName(TC::Copy c) {
-  return c == TC::Copy::Plain ? "plain" : c == TC::Copy::RegisterPrefetch ? "register_prefetch" : "cp_async";
+  return c == TC::Copy::Plain ? "plain" : c == TC::Copy::RegisterPrefetch ? "register_prefetch" : c == TC::Copy::Tma ? "tma" : "cp_async";
 }
 const char* fragmentsName(TC::Fragments f) {
   return f == TC::Fragments::Elements ? "elements" : f == TC::Fragments::Pairs ? "pairs" : "ldmatrix";
@@ -264,9 +264,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "{}x{}x{}", k.name, t.tileM, t.tileN, t.tileK);
     KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: wgmma on {}", k.name, dtypeName(t.mmaType));
     KILN_ASSERT((t.a.layout == TC::SharedLayout::CoreMatrices || (t.a.layout == TC::SharedLayout::Swizzled128 && t.tileK == 64)) &&
-                    t.a.copy == TC::Copy::CpAsync,
-                "kernel {}: wgmma reads core_matrices (or, 64 deep, swizzled_128b) slices streamed by cp_async, not {} {} {} deep",
-                k.name, copyName(t.a.copy), layoutName(t.a.layout), t.tileK);
+                    (t.a.copy == TC::Copy::CpAsync || (t.a.copy == TC::Copy::Tma && t.a.layout == TC::SharedLayout::Swizzled128)),
+                "kernel {}: wgmma reads core_matrices (or, 64 deep, swizzled_128b) slices streamed by cp_async (swizzled_128b also by "
+                "tma), not {} {} {} deep", k.name, copyName(t.a.copy), layoutName(t.a.layout), t.tileK);
   } else {
     KILN_ASSERT(t.tileM > 0 && t.tileN > 0 && t.tileK > 0 && t.microM > 0 && t.microN > 0 && t.tileM % t.microM == 0 &&
                     t.tileN % t.microN == 0,
@@ -283,7 +283,13 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   }
   KILN_ASSERT(t.a.layout == t.b.layout && t.a.copy == t.b.copy,
               "kernel {}: the lowering stages both operands alike (layout and copy)", k.name);
-  if (t.a.copy == TC::Copy::CpAsync) {
+  if (t.a.copy == TC::Copy::Tma) {
+    KILN_ASSERT(target.tma && t.instruction == TC::Instruction::Wgmma && t.pipelineDepth >= 2 && t.pipelineDepth <= kMaxRingDepth,
+                "kernel {}: tma slices feed wgmma on sm_90+ through a ring of 2 to 8 (depth {}, {})", k.name, t.pipelineDepth, target.arch);
+    KILN_ASSERT(tmaCopyable(p.loop, k, t), "kernel {}: tma on operands that are not [row][k] views of a buffer", k.name);
+    KILN_ASSERT(sharedBytes(s, k) <= target.maxSharedPerBlock, "kernel {}: a ring of {} bytes, more than the {} a block may have",
+                k.name, sharedBytes(s, k), target.maxSharedPerBlock);
+  } else if (t.a.copy == TC::Copy::CpAsync) {
     const bool ffma = t.instruction == TC::Instruction::Ffma;
     KILN_ASSERT(target.cpAsync && (ffma || target.ldmatrix), "kernel {}: cp.async and ldmatrix on {}, which lacks them", k.name,
                 target.arch);
@@ -306,7 +312,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   if (t.stackedB) {
     const Contraction c = contractionOf(t, k);
     const std::vector<size_t> src = aSources(c);
-    KILN_ASSERT(t.instruction == TC::Instruction::Wgmma && t.a.copy == TC::Copy::CpAsync &&
+    KILN_ASSERT(t.instruction == TC::Instruction::Wgmma && (t.a.copy == TC::Copy::CpAsync || t.a.copy == TC::Copy::Tma) &&
                     std::all_of(src.begin(), src.end(), [](size_t s) { return s == 0; }) && stages * t.tileN <= 256 && t.tileN % 8 == 0,
                 "kernel {}: stacked B slices need a cp_async wgmma product whose stages all read one A, with stages x tile_n "
                 "a multiple of 8 up to 256 ({} x {})", k.name, stages, t.tileN);

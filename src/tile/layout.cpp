@@ -85,7 +85,8 @@ int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
   }
   if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
   if (auto* t = std::get_if<TiledContraction>(&s))
-    return dynamicShared(s) ? t->pipelineDepth * ringSlotBytes(*t, contractionOf(*t, k))
+    return dynamicShared(s) ? t->pipelineDepth * (ringSlotBytes(*t, contractionOf(*t, k)) +
+                                                  (t->a.copy == TiledContraction::Copy::Tma ? kMbarrierBytes : 0))
                             : operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
   return 0;
 }
@@ -93,7 +94,7 @@ int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
 bool dynamicShared(const Schedule& s) {
   if (std::holds_alternative<FlashAttention>(s)) return true;
   auto* t = std::get_if<TiledContraction>(&s);
-  return t && t->a.copy == TiledContraction::Copy::CpAsync;
+  return t && (t->a.copy == TiledContraction::Copy::CpAsync || t->a.copy == TiledContraction::Copy::Tma);
 }
 
 Contraction contractionOf(const TiledContraction& s, const loop::Kernel& k) {

@@ -80,6 +80,8 @@ struct Stmt {
     CpAsyncMbarrierArrive,  // the thread arrives once its earlier cp.async copies have landed
     MbarrierWait,           // the thread waits for a phase of a shared mbarrier to complete
     NamedBarrier,           // bar.sync id, threads: a barrier for one warp role, see namedBarrier()
+    MbarrierExpectTx,       // mbarrier.arrive.expect_tx: an arrival that also awaits `bytes` of TMA copies, see tmaLoad()
+    TmaLoad,                // a TMA tensor copy of one box from global to shared memory, see tmaLoad()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -101,6 +103,10 @@ struct Stmt {
   Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
   int pendingGroups = 0;            // CpAsyncWait
   int64_t arrivals = 0;             // MbarrierInit: arrivals that complete each phase
+  int64_t txBytes = 0;              // MbarrierExpectTx: bytes of copies the phase awaits
+  int tensorMap = -1;               // TmaLoad: Kernel::tensorMaps index (target: the shared buffer, a: the element index)
+  std::vector<Idx> coords;          // TmaLoad: the box's first column and first row in the map
+  int barriers = -1;                // TmaLoad: the buffer of mbarriers its bytes complete on, barrier `b`
   bool transpose = false;           // Ldmatrix: .trans
   // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
   // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
@@ -239,6 +245,21 @@ Stmt mbarrierWait(int barriers, Idx index, Idx parity);
 // (the verifier tries every thread; the conditions may read threadIdx only); the interpreter requires exactly that
 // many active threads and publishes what a block barrier would (to the whole block: a permissive reading).
 Stmt namedBarrier(int id, int64_t threads);
+
+// TMA (sm_90+): one thread copies a whole box of a tensor map (Kernel::tensorMaps) into shared memory with one
+// instruction (cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes), instead of every thread copying 16 bytes.
+// tmaLoad(buf, index, map, col, row, barriers, b): the box of map `map` whose first element is (row, col) lands in
+// shared `buf` from element `index` on (its byte offset a multiple of 128; 1024 with swizzle128), row-major,
+// boxRows x boxCols elements, elements outside the map's rows and columns zero; with swizzle128 the 16-byte chunk c of
+// box row r lies at chunk c ^ (r mod 8) of its 128-byte row (wgmma's 128-byte swizzle). Its box's bytes (all of them,
+// zeros included) count toward the transaction count of the phase of mbarrier b in progress, which completes only once
+// its arrivals have come and that count is back to zero: mbarrierArriveExpectTx(barriers, b, bytes) is an arrival
+// that also raises the count by `bytes`, issued by the copying thread for the copies it is about to issue. Threads
+// read the box after their mbarrierWait for that phase (without a block barrier or a proxy fence, wgmma included). The
+// interpreter lands the box at the copy, tagged with the phase, and reports a read before the wait, a copy into
+// elements a pending wgmma or cp.async still uses, and boxes or maps that break the rules above.
+Stmt mbarrierArriveExpectTx(int barriers, Idx index, int64_t bytes);
+Stmt tmaLoad(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex);
 constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
 // The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
 std::pair<int, int> wgmmaElement(int thread, int i);
@@ -255,6 +276,18 @@ struct Param {
   DType dtype;
   int64_t elements;
   bool written;         // the kernel stores to it (otherwise const __restrict__)
+};
+
+// A TMA tensor map: a two-dimensional view of kernel parameter `param` (its element (row, col) is
+// param[offset + row * rowStride + col] for row < rows, col < cols) copied in boxes of boxRows x boxCols (each 1..256;
+// boxCols * element bytes a multiple of 16, exactly 128 with swizzle128). offset and rowStride in bytes are multiples of
+// 16. The runtime encodes it (cuTensorMapEncodeTiled) from the manifest's kernels[].tensor_maps and passes it by value
+// as a `const __grid_constant__ CUtensorMap` after the kernel's pointer parameters.
+struct TensorMap {
+  int param = -1;
+  int64_t offset = 0, rows = 0, cols = 0, rowStride = 0;
+  int64_t boxRows = 0, boxCols = 0;
+  bool swizzle128 = false;
 };
 
 struct SharedBuffer {
@@ -274,6 +307,7 @@ struct Kernel {
   std::string name;
   std::vector<Param> params;
   std::vector<SharedBuffer> shared;      // static shared memory
+  std::vector<TensorMap> tensorMaps;     // TMA tensor maps over the params, passed after them
   std::vector<std::string> floatVars;    // float slot names
   // 32-bit registers each holding two 16-bit operand elements (bf16/f16, element 0 in the low half): what ldmatrix
   // loads and mma consumes, kept packed between them.

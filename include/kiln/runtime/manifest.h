@@ -33,6 +33,16 @@ struct BufferInfo {
   int64_t weightOffset = -1;  // into weights.bin; only for kind == Weight ("weight_offset")
 };
 
+// A TMA tensor map the runtime encodes for a kernel (format 3, kernels[].tensor_maps; kiln/kernel/ir.h TensorMap): a
+// two-dimensional view of the buffer of params[param], its element (row, col) at element offset + row * row_stride + col,
+// rows x cols, copied in boxes of box_rows x box_cols, with the 128-byte swizzle or none. Passed by value after the
+// kernel's device pointers, in order.
+struct TensorMapInfo {
+  int64_t param = 0;
+  int64_t offset = 0, rows = 0, cols = 0, rowStride = 0, boxRows = 0, boxCols = 0;  // in elements of the buffer's dtype
+  bool swizzle128 = false;
+};
+
 struct KernelInfo {
   std::string name;    // kernel name used in messages ("k3_softmax")
   std::string source;  // .cu file, relative to the manifest's directory (kept so users can find the code)
@@ -42,12 +52,14 @@ struct KernelInfo {
   int grid[3] = {1, 1, 1};
   int block[3] = {1, 1, 1};
   int64_t sharedBytes = 0;  // dynamic shared memory per block
+  std::vector<TensorMapInfo> tensorMaps;  // format 3; absent from the JSON when empty
 };
 
 // The manifest format this kiln writes and reads ("format_version"). A manifest without the field was written by kiln
 // before it had one, in format 1. A newer format is refused with one line (use the kiln that wrote it).
 // Format 2 adds "files": the size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights) of the weights file and of every cubin, checked by verifyFiles.
-inline constexpr int64_t kManifestFormatVersion = 2;
+// Format 3 adds kernels[].tensor_maps (a format-2 runtime would launch such kernels without them).
+inline constexpr int64_t kManifestFormatVersion = 3;
 
 // A file of the compiled model as kiln wrote it (format 2): its name in the manifest's directory, size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights).
 struct FileInfo {
@@ -96,7 +108,7 @@ void writeManifest(const Manifest& m, const std::filesystem::path& dir);
 
 // Checks the memory plan and kernel list are self-consistent: unique ids, buffers inside the arena and aligned,
 // bytes == numel * dtypeBytes, weights have a weight_offset, inputs/outputs/params refer to existing buffers of
-// the right kind, launch dimensions positive. Throws UserError prefixed by `what` (usually the file path).
+// the right kind, launch dimensions positive, tensor maps inside their buffers with TMA's alignments and box limits. Throws UserError prefixed by `what` (usually the file path).
 void validate(const Manifest& m, const std::string& what);
 
 // Whether cubins compiled for `arch` run on a device of compute capability major.minor: "" if they do, else one

@@ -47,4 +47,16 @@ constexpr int64_t kAsyncCopyElements = 8;
 // inside the matrix or wholly outside).
 bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s);
 
+// An operand as a TMA tensor map sees it: element (row, k) of a plain load of `buffer` at flat element offset + row *
+// rowStride + k, for row < rows, k < K; nothing else varies it (no other axes, no gathers).
+struct TmaView {
+  int buffer = -1;
+  int64_t offset = 0, rowStride = 0;
+};
+// The view of `operand` with rows along loop variable rowVar and the reduction along kVar (k's extent K), if it is one
+// of that form with 16-byte aligned offset and row stride; nullopt otherwise.
+std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, const loop::ExprP& operand, int rowVar, int kVar);
+// Every operand of every stage of a wgmma product has a tmaView (rows along m for A, n for B).
+bool tmaCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s);
+
 }  // namespace kiln::tile

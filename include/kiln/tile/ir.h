@@ -79,6 +79,10 @@ struct TiledContraction {
     // of the multiplied type, k contiguous in memory: bf16/f16 for tensor cores, f32 in rows_f32 slices for ffma;
     // both operands alike)
     CpAsync,
+    // TMA (sm_90+, wgmma products in swizzled_128b slices): the same ring, but one thread copies each operand's whole slice
+    // with one cp.async.bulk.tensor per slice, completing on an mbarrier per ring slot that the block waits on (operands
+    // that are [row][k] views of a buffer, tile::tmaCopyable); no thread spends issue slots or registers on copies
+    Tma,
   };
   // How a warp reads its mma fragments from the slices.
   enum class Fragments {
@@ -97,7 +101,7 @@ struct TiledContraction {
   int64_t microM = 1, microN = 1;  // Ffma
   Operand a, b;
   Fragments fragments = Fragments::Elements;  // MmaSync
-  int64_t pipelineDepth = 1;  // slices in the shared ring (CpAsync: 2 to kMaxRingDepth; otherwise 1)
+  int64_t pipelineDepth = 1;  // slices in the shared ring (CpAsync, Tma: 2 to kMaxRingDepth; otherwise 1)
   // Wgmma: groups of wgmmas left in flight across the k loop's barrier, 0 or 1 (tile-overlap-wgmma). With 1 each slice's
   // wgmmas wait only for the slice before's, and the copies run pipelineDepth - 2 slices ahead (the slot of the slice
   // before is still being read when the next copies go out).
@@ -203,6 +207,7 @@ bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
+bool tmaCopies(Program& p);                     // tile-tma-copies
 bool deepenRings(Program& p);                   // tile-deepen-rings
 bool stackOperands(Program& p);                 // tile-stack-operands
 // The most slots a cp.async ring has (tile-deepen-rings; the verifier's bound).

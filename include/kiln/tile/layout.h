@@ -10,10 +10,12 @@ namespace kiln::tile {
 
 int64_t threadsPerBlock(const Schedule& s);
 int64_t gridBlocks(const Schedule& s, const loop::Kernel& k);
-// Shared memory one block declares, in bytes (every slice of a pipelined product's ring included).
+// Shared memory one block declares, in bytes (every slice of a pipelined product's ring included, and a tma ring's
+// mbarriers, kMbarrierBytes per slot).
 int64_t sharedBytes(const Schedule& s, const loop::Kernel& k);
+constexpr int64_t kMbarrierBytes = 8;
 // The schedule's shared memory is dynamic (launch-time size, up to the Target's maxSharedPerBlock): pipelined
-// (cp_async) products. Otherwise it is static, within staticSharedPerBlock.
+// (cp_async, tma) products. Otherwise it is static, within staticSharedPerBlock.
 bool dynamicShared(const Schedule& s);
 
 // Row reductions: the rows of k (row-axis points) and the elements of each row's write.

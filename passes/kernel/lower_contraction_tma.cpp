@@ -1,0 +1,74 @@
+// kernel-lower-from-tile for tma TiledContraction schedules (see passes/tile/tma_copies.cpp for why): pipelinedSteps' ring
+// (lower_contraction_async.cpp), slice order and look-ahead, with every slice of every operand copied by one TMA
+// instruction that thread 0 issues. Ring slot s has mbarrier full[s] (one arrival per phase: thread 0's
+// arrive.expect_tx of the slice's bytes, which the copies then complete); slice i is the (i / depth)-th use of its slot.
+//   thread 0: init full[0 .. depth), fence them for the async proxy; barrier
+//   thread 0: expect_tx and the copies of slices 0 .. ahead - 1
+//   for k0 in steps of tile_k (slice i):
+//     wait for phase i / depth of full[i mod depth] (parity (i / depth) mod 2): slice i has landed
+//     barrier: every warpgroup is done with the slice whose slot the next copies overwrite
+//     thread 0: expect_tx and the copies of slice i + ahead, if it exists
+//     multiply slice i (wgmma reads what TMA wrote without a proxy fence: both are the async proxy)
+// The operand's tensor map views it as [rows][K] ([row][k] at offset + row * rowStride + k, tile::tmaView) in boxes of
+// the slice (tile rows x tile_k = 64, 128-byte swizzle); rows and k past the matrix arrive as zeros.
+#include <fmt/format.h>
+
+#include "kernel_builder.h"
+#include "kiln/support/error.h"
+#include "kiln/tile/contraction.h"
+
+namespace kiln::kernel::detail {
+
+void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply) {
+  const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, ahead = depth - 1 - t.s.mmaInFlight;
+  KILN_ASSERT(ahead >= 1, "kernel {}: a ring of {} slots with {} wgmma groups in flight copies nothing ahead", lk_.name, depth,
+              t.s.mmaInFlight);
+  const int full = static_cast<int>(k_.shared.size());
+  k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, false, true});
+  std::vector<int> maps;
+  int64_t sliceBytes = 0;  // every operand's box, zeros included: what completes a slot's phase
+  for (const OperandSlice& o : operands) {
+    auto view = tile::tmaView(tp_.loop, lk_, o.value, o.rowAxis.var, o.kAxis.var);
+    KILN_ASSERT(view, "kernel {}: a tma operand that is not a [row][k] view of a buffer", lk_.name);
+    maps.push_back(static_cast<int>(k_.tensorMaps.size()));
+    k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, K, view->rowStride, o.rows, tk, true});
+    sliceBytes += o.rows * tk * dtypeBytes(k_.shared[o.buf].dtype);
+  }
+  const Idx first = idxConst(1);  // `threadIdx < 1`: thread 0
+  Block init;
+  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(full, idxConst(s), 1));
+  init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
+  k_.body.push_back(ifLess(threadIdx(), first, std::move(init)));
+  k_.body.push_back(barrier());
+  const int64_t slices = (K + tk - 1) / tk;
+  Idx rotation = slices > 1 ? defVar(k_.body, "k_first", mod(t.tileN, slices), slices) : idxConst(0);
+  auto issue = [&](const Idx& i, const Idx& slot, Block& out) {  // slice i into ring slot `slot`
+    Idx kStart = simplify((slices > 1 ? mod(i + rotation, slices) : i) * idxConst(tk), extents_);
+    out.push_back(mbarrierArriveExpectTx(full, slot, sliceBytes));
+    for (size_t j = 0; j < operands.size(); ++j) {
+      const OperandSlice& o = operands[j];
+      const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, tk);
+      Idx dst = simplify(slot * idxConst(slotElements) + idxConst(o.slotOffset), extents_);
+      out.push_back(tmaLoad(o.buf, dst, maps[j], kStart, simplify(o.tileIdx * idxConst(o.rows), extents_), full, slot));
+    }
+  };
+  Block prologue;
+  for (int64_t i = 0; i < ahead && i * tk < K; ++i) issue(idxConst(i), idxConst(i), prologue);
+  k_.body.push_back(ifLess(threadIdx(), first, std::move(prologue)));
+
+  Block steps;
+  Idx slice = floorDiv(t.k0, tk);
+  t.ring = defVar(steps, "slot", mod(slice, depth), depth);
+  steps.push_back(mbarrierWait(full, t.ring, mod(floorDiv(slice, depth), 2)));
+  steps.push_back(barrier());
+  Block next;
+  Idx writeSlot = defVar(next, "next_slot", mod(idxAdd(slice, ahead), depth), depth);
+  issue(idxAdd(slice, ahead), writeSlot, next);
+  Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
+  steps.push_back(ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))}));
+  multiply(steps);
+  k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
+  if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
+}
+
+}  // namespace kiln::kernel::detail

@@ -1,0 +1,59 @@
+// TMA rules for the Kernel IR verifier (verifier_tma.h).
+#include "verifier_tma.h"
+
+#include <fmt/format.h>
+
+namespace kiln::kernel::detail {
+
+std::string checkTensorMap(const Kernel& k, const Target& target, size_t i) {
+  const TensorMap& m = k.tensorMaps[i];
+  const std::string what = fmt::format("tensor map {}", i);
+  if (!target.tma) return fmt::format("{} on {}, which has no TMA (sm_90 and later)", what, target.arch);
+  if (m.param < 0 || m.param >= static_cast<int>(k.params.size()))
+    return fmt::format("{} views parameter #{} of {}", what, m.param, k.params.size());
+  const Param& prm = k.params[static_cast<size_t>(m.param)];
+  if (prm.dtype != DType::BF16 && prm.dtype != DType::F16 && prm.dtype != DType::F32)
+    return fmt::format("{} over {} {} (TMA copies bf16, f16 or f32 here)", what, dtypeName(prm.dtype), prm.name);
+  const int64_t bytes = dtypeBytes(prm.dtype);
+  if (m.rows < 1 || m.cols < 1 || m.rowStride < m.cols || m.offset < 0)
+    return fmt::format("{}: {} rows x {} cols, row stride {}, offset {}", what, m.rows, m.cols, m.rowStride, m.offset);
+  if (m.offset + (m.rows - 1) * m.rowStride + m.cols > prm.elements)
+    return fmt::format("{} reaches element {} of {}, which has {}", what, m.offset + (m.rows - 1) * m.rowStride + m.cols - 1, prm.name,
+                       prm.elements);
+  if (m.offset * bytes % 16 != 0 || m.rowStride * bytes % 16 != 0)
+    return fmt::format("{}: offset {} and row stride {} elements must be multiples of 16 bytes", what, m.offset, m.rowStride);
+  if (m.boxRows < 1 || m.boxRows > 256 || m.boxCols < 1 || m.boxCols > 256 || m.boxCols * bytes % 16 != 0)
+    return fmt::format("{}: boxes of {} x {} (1..256 a side, rows of a multiple of 16 bytes)", what, m.boxRows, m.boxCols);
+  if (m.swizzle128 && m.boxCols * bytes != 128)
+    return fmt::format("{}: the 128-byte swizzle needs box rows of 128 bytes, not {}", what, m.boxCols * bytes);
+  return "";
+}
+
+int64_t boxElements(const Kernel& k, const Stmt& s) {
+  const TensorMap& m = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
+  return m.boxRows * m.boxCols;
+}
+
+int64_t tmaDestinationAlignment(const Kernel& k, const Stmt& s) {
+  const TensorMap& m = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
+  return (m.swizzle128 ? 1024 : 128) / dtypeBytes(k.params[static_cast<size_t>(m.param)].dtype);
+}
+
+std::string checkTmaLoad(const Kernel& k, const Stmt& s) {
+  if (s.tensorMap < 0 || s.tensorMap >= static_cast<int>(k.tensorMaps.size()))
+    return fmt::format("tma.load from tensor map #{} of {}", s.tensorMap, k.tensorMaps.size());
+  if (s.coords.size() != 2) return fmt::format("tma.load with {} coordinates (want column and row)", s.coords.size());
+  if (s.target < 0 || s.target >= static_cast<int>(k.shared.size()) || k.shared[s.target].mbarriers)
+    return fmt::format("tma.load into shared buffer #{}, which is not a buffer of elements", s.target);
+  if (s.barriers < 0 || s.barriers >= static_cast<int>(k.shared.size()) || !k.shared[s.barriers].mbarriers)
+    return fmt::format("tma.load completing on shared buffer #{}, which holds no mbarriers", s.barriers);
+  const DType type = k.params[static_cast<size_t>(k.tensorMaps[static_cast<size_t>(s.tensorMap)].param)].dtype;
+  if (k.shared[s.target].dtype != type)
+    return fmt::format("tma.load of {} into shared {} of {}", dtypeName(type), k.shared[s.target].name, dtypeName(k.shared[s.target].dtype));
+  if (k.shared[s.target].dynamic && k.dynamicSharedOffset(s.target) % 1024 != 0)
+    return fmt::format("tma.load into shared {} at dynamic byte {} (TMA destinations are 1024-byte aligned here)", k.shared[s.target].name,
+                       k.dynamicSharedOffset(s.target));
+  return "";
+}
+
+}  // namespace kiln::kernel::detail
