@@ -24,7 +24,10 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   KILN_ASSERT(ahead >= 1, "kernel {}: a ring of {} slots with {} wgmma groups in flight copies nothing ahead", lk_.name, depth,
               t.s.mmaInFlight);
   const int full = static_cast<int>(k_.shared.size());
-  k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, false, true});
+  // After the ring in dynamic shared memory: a static buffer would come before the dynamic ones, and the ring's 1024-byte
+  // alignment (the swizzle's) is only that of the dynamic region's start when nothing precedes it.
+  k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, true, true});
+  k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
   std::vector<int> maps;
   int64_t sliceBytes = 0;  // every operand's box, zeros included: what completes a slot's phase
   for (const OperandSlice& o : operands) {

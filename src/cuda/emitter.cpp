@@ -72,7 +72,7 @@ class Emitter {
     std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
     for (size_t i = 0; i < k_.shared.size(); ++i) {
       const kernel::SharedBuffer& sb = k_.shared[i];
-      if (sb.mbarriers) {
+      if (sb.mbarriers && !sb.dynamic) {
         out += fmt::format("  __shared__ __align__(8) unsigned long long {}[{}];  // mbarriers\n", shared_[i], sb.elements);
         continue;
       }
@@ -87,8 +87,9 @@ class Emitter {
         dynamicBase = cIdentifier("kiln_dynamic_shared", used);
         out += fmt::format("  extern __shared__ __align__(1024) unsigned char {}[];\n", dynamicBase);
       }
-      out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} elements\n", cudaTypeName(sb.dtype),
-                         shared_[i], dynamicBase, k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements);
+      out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} {5}\n",
+                         sb.mbarriers ? "unsigned long long" : cudaTypeName(sb.dtype), shared_[i], dynamicBase,
+                         k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements, sb.mbarriers ? "mbarriers" : "elements");
     }
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
     if (!pairs_.empty()) out += fmt::format("  unsigned {};  // pairs of 16-bit operand elements\n", fmt::join(pairs_, ", "));

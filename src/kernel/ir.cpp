@@ -387,7 +387,7 @@ std::pair<int, int> wgmmaElement(int thread, int i) {
 int64_t Kernel::sharedBytes() const {
   int64_t bytes = 0;
   for (auto& s : shared)
-    if (!s.dynamic) bytes += s.elements * (s.mbarriers ? 8 : dtypeBytes(s.dtype));
+    if (!s.dynamic) bytes += s.elements * s.elementBytes();
   return bytes;
 }
 
@@ -401,14 +401,14 @@ int64_t Kernel::dynamicSharedOffset(int buffer) const {
               "kernel {}: shared buffer #{} is not a dynamic shared buffer", name, buffer);
   int64_t offset = 0;
   for (int i = 0; i < buffer; ++i)
-    if (shared[i].dynamic) offset = alignUp(offset + shared[i].elements * dtypeBytes(shared[i].dtype));
+    if (shared[i].dynamic) offset = alignUp(offset + shared[i].elements * shared[i].elementBytes());
   return offset;
 }
 
 int64_t Kernel::dynamicBuffersBytes() const {
   int64_t end = 0;
   for (int i = 0; i < static_cast<int>(shared.size()); ++i)
-    if (shared[i].dynamic) end = dynamicSharedOffset(i) + shared[i].elements * dtypeBytes(shared[i].dtype);
+    if (shared[i].dynamic) end = dynamicSharedOffset(i) + shared[i].elements * shared[i].elementBytes();
   return end;
 }
 

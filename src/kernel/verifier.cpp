@@ -17,7 +17,7 @@
 //  * vector loads and stores: 4 to 16 bytes of f32/bf16/f16, the index provably a multiple of the width (with
 //    DefIdx and loop variables expanded), within the parameter where interval arithmetic bounds it;
 //  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps;
-//  * mbarriers: per-thread statements (allowed under thread-dependent control flow, unlike block barriers) on a static
+//  * mbarriers: per-thread statements (allowed under thread-dependent control flow, unlike block barriers) on a
 //    buffer of mbarriers that nothing else touches; the arrival count and wait parity in range; TMA tensor maps and
 //    copies as verifier_tma.cpp checks them, their shared destinations in bounds and provably aligned;
 //  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
@@ -155,12 +155,10 @@ struct Verifier {
            r->first, r->second + static_cast<int64_t>(width) - 1, prm.elements);
   }
 
-  // mbarrier statements: sm_80+; a static buffer of mbarriers, in bounds; 1 to (block threads) arrivals; a parity of 0 or 1.
+  // mbarrier statements: sm_80+; a buffer of mbarriers, in bounds; 1 to (block threads) arrivals; a parity of 0 or 1.
   void checkMbarrier(const Stmt& st, const Scope& s) {
     checkIdx(st.a, s, "an mbarrier index");
     if (!p.target.cpAsync) fail("mbarrier on {}, which does not have it (sm_80 and later)", p.target.arch);
-    if (st.target >= 0 && st.target < static_cast<int>(k.shared.size()) && k.shared[st.target].dynamic)
-      fail("mbarriers in dynamic shared memory ({})", k.shared[st.target].name);
     checkSharedIndex(st.target, st.a, s, "mbarrier");
     const int64_t threads = k.block[0] * k.block[1] * k.block[2];
     if (st.kind == Stmt::Kind::MbarrierInit && (st.arrivals < 1 || st.arrivals > threads))

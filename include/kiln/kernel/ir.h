@@ -298,9 +298,9 @@ struct SharedBuffer {
   // gets more than 48 KiB. Dynamic buffers are laid out in declaration order, each at a 16-byte aligned offset
   // (Kernel::dynamicSharedOffset); Kernel::dynamicSharedBytes must cover them.
   bool dynamic = false;
-  // `elements` mbarriers (8 bytes each, static shared memory, see mbarrierInit), not floats: only the mbarrier
-  // statements touch them.
+  // `elements` mbarriers (8 bytes each, see mbarrierInit), not floats: only the mbarrier statements touch them.
   bool mbarriers = false;
+  int64_t elementBytes() const { return mbarriers ? 8 : dtypeBytes(dtype); }
 };
 
 struct Kernel {
