@@ -10,7 +10,8 @@
 //     thread 0: expect_tx and the copies of slice i + ahead, if it exists
 //     multiply slice i (wgmma reads what TMA wrote without a proxy fence: both are the async proxy)
 // The operand's tensor map views it as [rows][K] ([row][k] at offset + row * rowStride + k, tile::tmaView) in boxes of
-// the slice (tile rows x tile_k = 64, 128-byte swizzle); rows and k past the matrix arrive as zeros.
+// the slice (tile rows x tile_k = 64, 128-byte swizzle); rows and k past the matrix arrive as zeros. A split product's
+// part reads k from its shift on (the map spans the whole row; the parts end on slice boundaries).
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
@@ -29,12 +30,16 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, true, true});
   k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
   std::vector<int> maps;
+  std::vector<Idx> shifts;  // per operand: where its k starts in the map (a split's part), or 0
   int64_t sliceBytes = 0;  // every operand's box, zeros included: what completes a slot's phase
   for (const OperandSlice& o : operands) {
     auto view = tile::tmaView(tp_.loop, lk_, o.value, o.rowAxis.var, o.kAxis.var);
     KILN_ASSERT(view, "kernel {}: a tma operand that is not a [row][k] view of a buffer", lk_.name);
     maps.push_back(static_cast<int>(k_.tensorMaps.size()));
-    k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, K, view->rowStride, o.rows, tk, true});
+    k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, view->cols > 0 ? view->cols : K,
+                                      view->rowStride, o.rows, tk, true});
+    shifts.push_back(view->colShift ? substitute(view->colShift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); })
+                                    : idxConst(0));
     sliceBytes += o.rows * tk * dtypeBytes(k_.shared[o.buf].dtype);
   }
   const Idx first = idxConst(1);  // `threadIdx < 1`: thread 0
@@ -52,7 +57,8 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
       const OperandSlice& o = operands[j];
       const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, tk);
       Idx dst = simplify(slot * idxConst(slotElements) + idxConst(o.slotOffset), extents_);
-      out.push_back(tmaLoad(o.buf, dst, maps[j], kStart, simplify(o.tileIdx * idxConst(o.rows), extents_), full, slot));
+      out.push_back(tmaLoad(o.buf, dst, maps[j], simplify(kStart + shifts[j], extents_), simplify(o.tileIdx * idxConst(o.rows), extents_),
+                            full, slot));
     }
   };
   Block prologue;

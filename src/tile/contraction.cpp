@@ -144,26 +144,44 @@ std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, co
   const loop::Expr* load = loop::plainLoad(operand);
   if (!load || load->index.empty()) return std::nullopt;
   const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
-  bool other = false;  // gathers, or variables besides row and k
-  for (const Idx& i : load->index) {
-    forEachIndexLoad(i, [&](const IndexNode&) { other = true; });
-    forEachVar(i, [&](int v) { other = other || (v != rowVar && v != kVar); });
+  VarExtents ext = k.extents();
+  auto single = [&](int v) { auto it = ext.find(v); return it != ext.end() && it->second == 1; };  // a unit axis: always 0
+  // The dimension k indexes; other axes (a split's) may shift k there, nowhere else.
+  int kDim = -1;
+  bool other = false;  // gathers, or variables besides row, k, unit axes and k's shift
+  for (size_t d = 0; d < load->index.size(); ++d) forEachVar(load->index[d], [&](int v) { if (v == kVar) kDim = static_cast<int>(d); });
+  if (kDim < 0) return std::nullopt;
+  for (size_t d = 0; d < load->index.size(); ++d) {
+    forEachIndexLoad(load->index[d], [&](const IndexNode&) { other = true; });
+    forEachVar(load->index[d], [&](int v) {
+      const bool shift = v != rowVar && v != kVar && !single(v);
+      other = other || (shift && static_cast<int>(d) != kDim) || (v == rowVar && static_cast<int>(d) == kDim);
+    });
   }
   if (other) return std::nullopt;
-  VarExtents ext = k.extents();
+  auto only = [&](const Idx& e, const Idx& row, const Idx& kValue) {  // shifts and unit axes at 0
+    return substitute(e, [&](int v, const std::string&) -> Idx { return v == kVar ? kValue : v == rowVar ? row : idxConst(0); });
+  };
   auto flatAt = [&](const Idx& row, const Idx& kValue) {
     Idx flat = idxConst(0);
     int64_t stride = 1;
     for (size_t d = load->index.size(); d-- > 0;) {
-      Idx at = substitute(load->index[d], [&](int v, const std::string&) -> Idx { return v == kVar ? kValue : v == rowVar ? row : nullptr; });
-      flat = flat + idxMul(at, stride);
+      flat = flat + idxMul(only(load->index[d], row, kValue), stride);
       stride *= b.shape[d];
     }
     return simplify(flat, ext);
   };
   auto base = constValue(flatAt(idxConst(0), idxConst(0))), next = constValue(flatAt(idxConst(1), idxConst(0)));
   if (!base || !next) return std::nullopt;
-  const TmaView view{load->buffer, *base, *next - *base};
+  TmaView view{load->buffer, *base, *next - *base, 0, nullptr};
+  Idx shift = simplify(substitute(load->index[static_cast<size_t>(kDim)], [&](int v, const std::string&) -> Idx {
+                         return v == kVar || single(v) ? idxConst(0) : nullptr;
+                       }), ext);
+  if (!constValue(shift) || *constValue(shift) != 0) {  // k at shift + k: the map spans the dimension's whole extent
+    if (kDim + 1 != static_cast<int>(load->index.size())) return std::nullopt;
+    view.colShift = shift;
+    view.cols = b.shape[static_cast<size_t>(kDim)] - (view.offset % b.shape[static_cast<size_t>(kDim)]);
+  }
   // affine: flat(row, k) = offset + row * rowStride + k for every row and k
   Idx rest = simplify(flatAt(idxVar(rowVar, "r"), idxVar(kVar, "k")) + idxConst(-view.offset) + idxMul(idxVar(rowVar, "r"), -view.rowStride) +
                           idxMul(idxVar(kVar, "k"), -1),
@@ -177,7 +195,9 @@ std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, co
 bool tmaCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s) {
   const Contraction c = findContraction(k, s.mAxis, s.nAxis).value();
   const int mVar = k.parallel[static_cast<size_t>(c.mAxis)].var, nVar = k.parallel[static_cast<size_t>(c.nAxis)].var;
-  auto fits = [&](const std::optional<TmaView>& v) { return v && v->rowStride >= c.k; };  // rows do not overlap
+  // rows do not overlap; a shifted k (a split's part of the reduction) ends on a slice boundary, so no slice reads the
+  // next part's k where cp.async would zero-fill
+  auto fits = [&](const std::optional<TmaView>& v) { return v && v->rowStride >= c.k && (!v->colShift || c.k % s.tileK == 0); };
   for (const Contraction::Stage& st : c.stages)
     if (!fits(tmaView(p, k, st.a, mVar, st.kVar)) || !fits(tmaView(p, k, st.b, nVar, st.kVar))) return false;
   return true;

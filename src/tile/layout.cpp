@@ -171,8 +171,12 @@ int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c) {
   return distinctA * bytes(s.a, s.tileM) + static_cast<int64_t>(c.stages.size()) * bytes(s.b, s.tileN);
 }
 
+int64_t ringSlotBudget(const TiledContraction& s, const Contraction& c) {
+  return ringSlotBytes(s, c) + (s.instruction == TiledContraction::Instruction::Wgmma ? kMbarrierBytes : 0);
+}
+
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c) {
-  const int64_t slot = ringSlotBytes(s, c);
+  const int64_t slot = ringSlotBudget(s, c);
   const int64_t budget = std::min(target.maxSharedPerBlock, target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
   const int64_t slices = ceilDiv(c.k, s.tileK);
   for (int64_t d : {4, 3, 2})

@@ -48,10 +48,15 @@ constexpr int64_t kAsyncCopyElements = 8;
 bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s);
 
 // An operand as a TMA tensor map sees it: element (row, k) of a plain load of `buffer` at flat element offset + row *
-// rowStride + k, for row < rows, k < K; nothing else varies it (no other axes, no gathers).
+// rowStride + k, for row < rows, k < K; nothing else varies it (no other axes but unit ones, no gathers).
+// With a split reduction the k a part reads are shifted: k at colShift + k (colShift over the kernel's other loop
+// variables, e.g. ps * 1408), and the view spans `cols` columns (the row's whole extent); otherwise colShift is null
+// and the view K columns.
 struct TmaView {
   int buffer = -1;
   int64_t offset = 0, rowStride = 0;
+  int64_t cols = 0;  // 0: the reduction's extent K
+  Idx colShift;
 };
 // The view of `operand` with rows along loop variable rowVar and the reduction along kVar (k's extent K), if it is one
 // of that form with 16-byte aligned offset and row stride; nullopt otherwise.

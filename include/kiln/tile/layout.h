@@ -65,6 +65,10 @@ int64_t operandSliceBytes(const TiledContraction& s, int64_t stages, int64_t til
 std::vector<size_t> aSources(const Contraction& c);
 // Bytes of one slot of a pipelined product's ring: each distinct A slice once, every stage's B slice.
 int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c);
+// What ring sizing counts per slot: ringSlotBytes, plus for wgmma products the mbarrier a tma ring keeps per slot
+// (kMbarrierBytes; reserved before tile-tma-copies decides, so that a ring sized to fill a block's shared memory still
+// takes tma).
+int64_t ringSlotBudget(const TiledContraction& s, const Contraction& c);
 // Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
 // Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c);
