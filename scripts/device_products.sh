@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one device call: the matrix-product work in one place, in PRODUCTS_DTYPE (bf16, the default,
 # or f32). Builds kiln, then
-#   1. llama_medium (kiln's own Llama, 2 layers, hidden 512, 2 x 256 tokens: tiled, pipelined products): `kiln run
+#   1. llama_medium (kiln's own Llama, 2 layers, hidden 512, MEDIUM_BATCH x MEDIUM_SEQ tokens, default 2 x 256: tiled, pipelined products): `kiln run
 #      --check`, then compute-sanitizer memcheck and racecheck (each bounded by KILN_SANITIZE_SECONDS, default 90;
 #      124 = ran past the bound), with the default passes; the SASS instruction mix of one product kernel;
 #   1b. a 4-layer TinyLlama-shaped model at 128 tokens under each of PRODUCTS_VARIANTS ("name:kiln args;..."):
@@ -34,7 +34,7 @@ summary=()
 t() { grep -o '[0-9.]* ms per forward (CUDA events' "$1" | awk '{print $1}' | head -1; }
 
 python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
-  --batch 2 --seq 256 --dtype "$PRODUCTS_DTYPE" --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
+  --batch "${MEDIUM_BATCH:-2}" --seq "${MEDIUM_SEQ:-256}" --dtype "$PRODUCTS_DTYPE" --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
 ./build/kiln compile "$LOG/medium.pt" --ir tile > "$LOG/medium-tile.txt" 2>&1
 bound=${KILN_SANITIZE_SECONDS:-90}
 # Bounded too: a kernel that never finishes (an mbarrier phase that never completes) must not take the whole call.
