@@ -27,7 +27,8 @@ struct Products {
 // and (overlap) tile-overlap-wgmma; without deepen the down product's ring (4) is shallower than its 8 slices, so the
 // loop's copies overwrite slots of earlier slices and the interpreter's pending-wgmma check has something to check;
 // stacked false: the gate/up product's B slices in separate buffers, one wgmma per stage.
-Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false) {
+// (tma) then tile-tma-copies: every slice copied by TMA boxes completing on the ring slots' mbarriers.
+Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, bool tma = false) {
   PipelineOptions o;
   o.disable = {"tile-stack-operands", "tile-deepen-rings", "tile-overlap-wgmma"};  // applied by hand below
   Products w;
@@ -39,6 +40,7 @@ Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false) {
   if (stacked) EXPECT_TRUE(tile::stackOperands(w.c.tileIR));
   if (deepen) EXPECT_TRUE(tile::deepenRings(w.c.tileIR));
   if (overlap) EXPECT_TRUE(tile::overlapWgmma(w.c.tileIR));
+  if (tma) EXPECT_TRUE(tile::tmaCopies(w.c.tileIR));
   tile::verify(w.c.tileIR);
   for (const tile::Schedule& s : w.c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma)
@@ -148,8 +150,23 @@ TEST(WarpgroupProducts, GroupInFlightOnlyWhereTheCopiesStayAhead) {
   EXPECT_NE(msg.find("1 wgmma groups in flight need a wgmma product with a ring of 3 or more slices"), std::string::npos) << msg;
 }
 
+// tile-tma-copies: both products' slices by TMA (one box per operand per slice, thread 0), the block waiting on the slot's
+// mbarrier. The shallow ring (4 slots for the down product's 8 slices) has the copies refill slots of earlier slices,
+// which the interpreter checks against pending wgmmas and unwaited phases; with deepen and overlap, a group in flight.
+TEST(WarpgroupProducts, TmaRingsMatchTheLoopProgram) {
+  for (bool overlap : {false, true}) {
+    Products w = wgmmaProducts(overlap, true, overlap, true);
+    ASSERT_EQ(w.schedules.size(), 2u);
+    for (const tile::TiledContraction& s : w.schedules) EXPECT_EQ(s.a.copy, tile::TiledContraction::Copy::Tma);
+    for (const kernel::Kernel& k : w.kernelIR.kernels)
+      if (k.name.find("reduce_sum") != std::string::npos) EXPECT_FALSE(k.tensorMaps.empty()) << k.name;
+    expectMatchesTheLoopProgram(w, overlap ? "tma, a group in flight" : "tma");
+  }
+}
+
 TEST(WarpgroupProducts, NvccCompilesBothForSm90a) {
   for (bool overlap : {false, true}) kernel::kernel_test::expectNvccCompiles(wgmmaProducts(overlap).kernelIR);
+  kernel::kernel_test::expectNvccCompiles(wgmmaProducts(true, true, true, true).kernelIR);  // tma
 }
 
 }  // namespace
