@@ -233,7 +233,7 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 
 // mbarriers (Kernel IR's mbarrier statements; sm_80+): 64-bit barrier objects in shared memory counting arrivals in
-// phases. Waits poll test_wait.parity (sm_80 has no blocking try_wait).
+// phases. Waits poll test_wait.parity on sm_80 (it has no blocking try_wait), try_wait.parity from sm_90.
 __device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
@@ -246,13 +246,22 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
 __device__ __forceinline__ void cp_async_mbarrier_arrive(unsigned long long* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
+// On sm_90 a wait is try_wait, which suspends the thread in the barrier unit until the phase completes (or a time limit
+// passes, then it asks again): a block of waiting warps does not flood the memory pipeline with polls, as test_wait would.
 __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, int parity) {
   unsigned done = 0;
   do {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(shared_address(bar)), "r"(parity)
+                 : "memory");
+#else
     asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
                  : "=r"(done)
                  : "r"(shared_address(bar)), "r"(parity)
                  : "memory");
+#endif
   } while (!done);
 }
 

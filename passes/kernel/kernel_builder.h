@@ -6,6 +6,7 @@
 //
 // Loop-IR variable v becomes Kernel-IR variable v + kFirstLoopVar; loads become flat row-major indices.
 #pragma once
+#include <array>
 #include <functional>
 #include <map>
 #include <string>
@@ -120,6 +121,9 @@ class KernelBuilder {
   void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // The same ring filled by TMA copies completing on mbarriers (lower_contraction_tma.cpp).
   void tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
+  // The epilogue's paired vector stores (lower_contraction.cpp).
+  bool pairedStores(const Tiling& t);
+  void storePair(const Tiling& t, const Owned& a, const Owned& b, Block& store);
   // The multiplication of one staged slice (at ring slot t.ring) with fragments in pair registers loaded by
   // ldmatrix.x4; acc[stage] as multiplyOnTensorCores lays it out.
   void ldmatrixSteps(const Tiling& t, int64_t mi, int64_t ni, const Idx& lane, const Idx& warpRow, const Idx& warpCol,
@@ -127,6 +131,7 @@ class KernelBuilder {
   int pairReg(const std::string& name);
 
   const tile::Program& tp_;
+  std::array<int, 2> pairSlots_{-1, -1};  // storePair's two float slots, made once per kernel
   const loop::Kernel& lk_;
   const tile::Schedule& s_;
   Kernel k_;

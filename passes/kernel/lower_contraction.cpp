@@ -104,14 +104,67 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   accs_.assign(lk_.stages.size(), -1);
   extents_[t.mAxis.var + kFirstLoopVar] = t.c.m;
   extents_[t.nAxis.var + kFirstLoopVar] = t.c.n;
-  for (const Owned& o : t.owned) {
+  const bool pairs = pairedStores(t);
+  for (size_t i = 0; i < t.owned.size(); ++i) {
+    const Owned& o = t.owned[i];
     Block store;
     store.push_back(defIdx(t.mAxis.var + kFirstLoopVar, t.mAxis.name, o.row));
-    store.push_back(defIdx(t.nAxis.var + kFirstLoopVar, t.nAxis.name, o.col));
-    for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = o.acc[st];
-    storeResult(store);
+    if (pairs && i + 1 < t.owned.size() && sameIdx(t.owned[i + 1].row, o.row) &&
+        sameIdx(simplify(t.owned[i + 1].col + idxMul(o.col, -1), extents_), idxConst(1))) {
+      storePair(t, o, t.owned[i + 1], store);
+      ++i;
+    } else {
+      store.push_back(defIdx(t.nAxis.var + kFirstLoopVar, t.nAxis.name, o.col));
+      for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = o.acc[st];
+      storeResult(store);
+    }
     k_.body.push_back(ifLess(o.row, idxConst(t.c.m), Block{ifLess(o.col, idxConst(t.c.n), std::move(store))}));
   }
+}
+
+// wgmma products store the two outputs a thread holds in adjacent columns (2t, 2t + 1 of each 8) with one vector store
+// when the output is contiguous along n and n is even (a pair never straddles the matrix's last column): half the store
+// instructions, and each quad of lanes fills whole 32-byte sectors of f32 partial sums.
+bool KernelBuilder::pairedStores(const Tiling& t) {
+  if (t.s.instruction != tile::TiledContraction::Instruction::Wgmma || t.c.n % 2 != 0) return false;
+  const loop::Buffer& out = tp_.loop.buffers[static_cast<size_t>(lk_.output)];
+  if (out.dtype != DType::F32 && out.dtype != DType::BF16 && out.dtype != DType::F16) return false;
+  int64_t stride = 1;  // the output's stride along n
+  for (size_t d = static_cast<size_t>(t.c.nAxis) + 1; d < out.shape.size(); ++d) stride *= out.shape[d];
+  return stride == 1 && out.shape.size() == lk_.parallel.size();
+}
+
+// Outputs a and b of one row, b in the next column: each stage's result computed in a scope of its own (the column
+// variable is defined once per scope), then both written by one vector store at a's column (`store` defines the row).
+void KernelBuilder::storePair(const Tiling& t, const Owned& a, const Owned& b, Block& store) {
+  const int nVar = t.nAxis.var + kFirstLoopVar;
+  std::function<bool(const loop::ExprP&)> readsN = [&](const loop::ExprP& e) {  // the result reads the column
+    bool r = false;
+    for (const Idx& i : e->index) forEachVar(i, [&](int v) { r = r || v == t.nAxis.var; });
+    for (const loop::ExprP& x : e->args) r = r || readsN(x);
+    return r;
+  };
+  const bool column = readsN(lk_.result);
+  std::vector<FE> values;
+  for (const Owned* o : {&a, &b}) {
+    Block part;
+    if (column) part.push_back(defIdx(nVar, t.nAxis.name, o->col));
+    for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = o->acc[st];
+    int& v = pairSlots_[values.size()];
+    if (v < 0) v = slot(fmt::format("e{}", values.size()));
+    Cse cse;
+    FE value = lower(lk_.result, part, cse);
+    part.push_back(assign(v, value));
+    if (column) store.push_back(ifLess(idxConst(0), idxConst(1), std::move(part)));  // a scope for the column variable
+    else store.insert(store.end(), part.begin(), part.end());
+    values.push_back(fvar(v));
+  }
+  // The guards again, on the variables: the verifier bounds the vector's elements by its variables' ranges.
+  const int mVar = t.mAxis.var + kFirstLoopVar;
+  store.push_back(defIdx(nVar, t.nAxis.name, a.col));
+  store.push_back(ifLess(idxVar(mVar, t.mAxis.name), idxConst(t.c.m),
+                         Block{ifLess(idxVar(nVar, t.nAxis.name), idxConst(t.c.n - 1),
+                                      Block{kernel::storeVector(0, outputIndex(), std::move(values))})}));
 }
 
 // Where element (kk, rr) of operand o's slice lies (tile::sliceSlot's layout), simplified.
