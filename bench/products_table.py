@@ -41,9 +41,9 @@ def main():
            "time; % floor = the suite's floor (max of bytes / 4.2 TB/s and flops / 767 TFLOP/s bf16 or 50 TFLOP/s f32) / kiln's",
            "time; % HBM = bytes once / 4.2 TB/s / kiln's time. Kernels: kiln's launches per forward (2: a split product and the",
            "kernel adding its partials). SASS of the product kernels (scripts/device_products.sh): the bf16 wgmma products",
-           "fed by cp.async rings issue HGMMA and LDGSTS without local-memory spills (0 LDL/STL); those fed by TMA",
-           "(tile-tma-copies, from 0c0ba02 on) were checked and timed but their SASS not yet inspected; the f32 streamed",
-           "products' ptxas report shows 128 registers and no spills for 8 x 8 micro tiles (nvcc 13.0, sm_90a).", ""]
+           "fed by cp.async rings issue HGMMA and LDGSTS, those fed by TMA (tile-tma-copies, from 0c0ba02 on) HGMMA and",
+           "UTMALDG and no LDGSTS (scripts/device_sass.sh, bench/results/sass/), all without local-memory spills (0 LDL/STL);",
+           "the f32 streamed products' ptxas report shows 128 registers and no spills for 8 x 8 micro tiles (nvcc 13.0, sm_90a).", ""]
     for dtype in ("bf16", "f32"):
         latest = {}  # a case measured in several files: the last file named wins
         for p in args.json:
