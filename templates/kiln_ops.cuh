@@ -15,6 +15,9 @@
 
 namespace kiln {
 
+// The 32-bit shared-state-space address of a pointer into shared memory, as the PTX instructions below take it.
+__device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
 __device__ __forceinline__ float neg(float a) { return -a; }
 __device__ __forceinline__ float exp(float a) { return __expf(a); }
 __device__ __forceinline__ float rsqrt(float a) { return 1.0f / sqrtf(a); }
@@ -163,7 +166,7 @@ __device__ __forceinline__ void store_vec(T* p, F... v) {
 template <int Bytes>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int valid_bytes = Bytes) {
   static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned dst = shared_address(smem);
   if constexpr (Bytes == 16)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid_bytes) : "memory");
   else
@@ -187,7 +190,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // swizzle: start address, leading byte offset (between core matrices adjacent in k), stride byte offset (adjacent in
 // m or n), each in units of 16 bytes.
 __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, unsigned k_stride_bytes, unsigned row_stride_bytes) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned addr = shared_address(smem);
   return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |
          (static_cast<unsigned long long>((k_stride_bytes >> 4) & 0x3FFF) << 16) |
          (static_cast<unsigned long long>((row_stride_bytes >> 4) & 0x3FFF) << 32);
@@ -196,7 +199,7 @@ __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, unsig
 // within 8-row groups of 1024 bytes, the group's start 1024-byte aligned): the stride byte offset is the distance between
 // 8-row groups, the leading byte offset is unused (1 by convention).
 __device__ __forceinline__ unsigned long long wgmma_desc_swizzle128(const void* smem, unsigned row_stride_bytes) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned addr = shared_address(smem);
   return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) |
          (static_cast<unsigned long long>((row_stride_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
@@ -234,7 +237,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 
 // mbarriers (Kernel IR's mbarrier statements; sm_80+): 64-bit barrier objects in shared memory counting arrivals in
 // phases. Waits poll test_wait.parity on sm_80 (it has no blocking try_wait), try_wait.parity from sm_90.
-__device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
 }
@@ -310,7 +312,7 @@ __device__ __forceinline__ void ldmatrix_pairs(const T* row, R&... out) {
   constexpr int Count = sizeof...(R);
   static_assert((Count == 1 || Count == 2 || Count == 4) && (std::is_same_v<R, unsigned> && ...),
                 "ldmatrix.x1/x2/x4 fills 1, 2 or 4 unsigned registers");
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  const unsigned at = shared_address(row);
   unsigned r[4];
   if constexpr (Count == 1 && !Trans)
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(at) : "memory");

@@ -52,6 +52,10 @@ class KernelBuilder {
   Idx outputIndexAt(int var, const Idx& value);
   // e with Loop-IR variable `var` replaced by `value` in every index.
   static loop::ExprP atAxis(const loop::ExprP& e, int var, const Idx& value);
+  // acc = acc + x * y on float slots (what nvcc contracts into one FFMA): CUDA-core products and attention.
+  static Stmt multiplyAdd(int acc, int x, int y) {
+    return assign(acc, fapply(Fn::Add, {fvar(acc), fapply(Fn::Mul, {fvar(x), fvar(y)})}));
+  }
   void storeResult(Block& out, Cse cse = {});
   void hoistRowInvariants(const loop::ExprP& e, Block& out, Cse& cse);
   void accumulate(size_t stage, Block& body);

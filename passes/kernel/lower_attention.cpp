@@ -242,7 +242,6 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   }
   const int tmp = slot("sh");
   const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
-  auto fma = [](int acc, int x, int y) { return assign(acc, fapply(Fn::Add, {fvar(acc), fapply(Fn::Mul, {fvar(x), fvar(y)})})); };
 
   Block step;
   const int stepVar = freshKernelVar();
@@ -281,7 +280,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     for (int i = 0; i < 4; ++i)
       for (int r = 0; r < 2; ++r)
         for (int64_t c = 0; c < keysPerThread; ++c)
-          inner.push_back(fma(scores[static_cast<size_t>(r * keysPerThread + c)].reg, qVec[r][i], kVec[c][i]));
+          inner.push_back(multiplyAdd(scores[static_cast<size_t>(r * keysPerThread + c)].reg, qVec[r][i], kVec[c][i]));
     step.push_back(forLoop(dVar, "dd", idxConst(0), idxConst(D), 4, std::move(inner)));
   }
   for (int64_t j = 0; j < nTiles && !cuda; ++j)
@@ -384,7 +383,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
         const Element& first = outputs[static_cast<size_t>(n * 4)];
         use.push_back(loadSharedVector(vs, simplify(ring * idxConst(sl.v) + idxAdd(kk, i) * idxConst(sl.widthStride) + first.col, extents_), vRegs));
         for (int r = 0; r < 2; ++r)
-          for (int j = 0; j < 4; ++j) use.push_back(fma(outputs[static_cast<size_t>((r * chunks + n) * 4 + j)].reg, pVec[r][i], vRegs[j]));
+          for (int j = 0; j < 4; ++j) use.push_back(multiplyAdd(outputs[static_cast<size_t>((r * chunks + n) * 4 + j)].reg, pVec[r][i], vRegs[j]));
         if (first.chunk) inner.push_back(ifLess(first.chunk, idxConst(valueChunks), std::move(use)));
         else inner.insert(inner.end(), use.begin(), use.end());
       }

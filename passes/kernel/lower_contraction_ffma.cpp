@@ -70,9 +70,8 @@ std::function<void(Block&)> KernelBuilder::multiplyOnCudaCoresStreamed(Tiling& t
       for (int c = 0; c < 4; ++c)
         for (int64_t i = 0; i < um; ++i)
           for (int64_t j = 0; j < un; ++j) {
-            int s = acc[st][static_cast<size_t>(i * un + j)];
-            FE prod = fapply(Fn::Mul, {fvar(a[static_cast<size_t>(i)][static_cast<size_t>(c)]), fvar(bRegs[st][static_cast<size_t>(j)][static_cast<size_t>(c)])});
-            inner.push_back(assign(s, fapply(Fn::Add, {fvar(s), prod})));
+            inner.push_back(multiplyAdd(acc[st][static_cast<size_t>(i * un + j)], a[static_cast<size_t>(i)][static_cast<size_t>(c)],
+                                        bRegs[st][static_cast<size_t>(j)][static_cast<size_t>(c)]));
           }
     }
     steps.push_back(forLoop(kkVar, "kk", idxConst(0), idxConst(t.s.tileK), 4, std::move(inner)));
