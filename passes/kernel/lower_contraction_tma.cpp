@@ -1,22 +1,14 @@
 // kernel-lower-from-tile for tma TiledContraction schedules (see passes/tile/tma_copies.cpp for why): pipelinedSteps' ring
 // (lower_contraction_async.cpp), slice order and look-ahead, with every slice of every operand copied by one TMA
-// instruction that thread 0 issues, and no block barrier in the k loop. Ring slot s has two mbarriers: full[s] (one
-// arrival per phase: thread 0's arrive.expect_tx of the slice's bytes, which the copies then complete) and empty[s] (one
-// arrival per warpgroup: its first thread's, once the warpgroup's wgmmas reading the slot have completed). Slice i is the
-// (i / depth)-th use of its slot.
-//   thread 0: init full[0 .. depth) (1 arrival) and empty[0 .. depth) (one per warpgroup), fence them for the async
-//   proxy; block barrier (the only one)
+// instruction that thread 0 issues. Ring slot s has mbarrier full[s] (one arrival per phase: thread 0's
+// arrive.expect_tx of the slice's bytes, which the copies then complete); slice i is the (i / depth)-th use of its slot.
+//   thread 0: init full[0 .. depth), fence them for the async proxy; barrier
 //   thread 0: expect_tx and the copies of slices 0 .. ahead - 1
 //   for k0 in steps of tile_k (slice i):
 //     wait for phase i / depth of full[i mod depth] (parity (i / depth) mod 2): slice i has landed
-//     thread 0, if slice j = i + ahead exists: when j >= depth, wait until the warpgroups have released slice j - depth,
-//       the slot's previous occupant (phase j / depth - 1 of empty[j mod depth]); expect_tx and the copies of slice j
-//     multiply slice i (wgmma reads what TMA wrote without a proxy fence: both are the async proxy), commit, wait until
-//     at most mmaInFlight groups are pending
-//     each warpgroup's first thread: arrive on empty[r mod depth] for r = i - mmaInFlight, the slice whose wgmmas
-//     have just completed (wgmma.wait_group is warpgroup-wide, so one arrival speaks for the warpgroup)
-// Warpgroups thus run apart by up to the ring's slack instead of meeting at a block barrier every slice; the producer
-// overwrites a slot only after every warpgroup has released it.
+//     barrier: every warpgroup is done with the slice whose slot the next copies overwrite
+//     thread 0: expect_tx and the copies of slice i + ahead, if it exists
+//     multiply slice i (wgmma reads what TMA wrote without a proxy fence: both are the async proxy)
 // The operand's tensor map views it as [rows][K] ([row][k] at offset + row * rowStride + k, tile::tmaView) in boxes of
 // the slice (tile rows x tile_k = 64, 128-byte swizzle); rows and k past the matrix arrive as zeros. A split product's
 // part reads k from its shift on (the map spans the whole row; the parts end on slice boundaries).
@@ -36,10 +28,7 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   // After the ring in dynamic shared memory: a static buffer would come before the dynamic ones, and the ring's 1024-byte
   // alignment (the swizzle's) is only that of the dynamic region's start when nothing precedes it.
   k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, true, true});
-  const int empty = static_cast<int>(k_.shared.size());
-  k_.shared.push_back(SharedBuffer{"empty", depth, DType::F32, true, true});
   k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
-  const int64_t groups = k_.block[0] / kWarpgroupThreads;
   std::vector<int> maps;
   std::vector<Idx> shifts;  // per operand: where its k starts in the map (a split's part), or 0
   int64_t sliceBytes = 0;  // every operand's box, zeros included: what completes a slot's phase
@@ -56,7 +45,6 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   const Idx first = idxConst(1);  // `threadIdx < 1`: thread 0
   Block init;
   for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(full, idxConst(s), 1));
-  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(empty, idxConst(s), groups));
   init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
   k_.body.push_back(ifLess(threadIdx(), first, std::move(init)));
   k_.body.push_back(barrier());
@@ -81,19 +69,13 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   Idx slice = floorDiv(t.k0, tk);
   t.ring = defVar(steps, "slot", mod(slice, depth), depth);
   steps.push_back(mbarrierWait(full, t.ring, mod(floorDiv(slice, depth), 2)));
+  steps.push_back(barrier());
   Block next;
   Idx writeSlot = defVar(next, "next_slot", mod(idxAdd(slice, ahead), depth), depth);
-  // slice j = i + ahead replaces slice j - depth, which exists when i > depth - ahead - 1 (= mmaInFlight)
-  next.push_back(ifLess(idxConst(depth - ahead - 1), slice,
-                        Block{mbarrierWait(empty, writeSlot, mod(idxAdd(floorDiv(idxAdd(slice, ahead), depth), 1), 2))}));
   issue(idxAdd(slice, ahead), writeSlot, next);
   Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
   steps.push_back(ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))}));
   multiply(steps);
-  // Release the slice whose wgmmas have completed: i - mmaInFlight (none yet at i < mmaInFlight).
-  Block release{mbarrierArrive(empty, mod(idxAdd(slice, depth - t.s.mmaInFlight), depth))};
-  Stmt leader = ifLess(mod(threadIdx(), kWarpgroupThreads), first, std::move(release));
-  steps.push_back(t.s.mmaInFlight > 0 ? ifLess(idxConst(t.s.mmaInFlight - 1), slice, Block{leader}) : leader);
   k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
   if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
 }
