@@ -37,13 +37,14 @@ python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 
   --batch "${MEDIUM_BATCH:-2}" --seq "${MEDIUM_SEQ:-256}" --dtype "$PRODUCTS_DTYPE" --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
 ./build/kiln compile "$LOG/medium.pt" --ir tile > "$LOG/medium-tile.txt" 2>&1
 bound=${KILN_SANITIZE_SECONDS:-90}
-# Bounded too: a kernel that never finishes (an mbarrier phase that never completes) must not take the whole call.
-timeout "$bound" ./build/kiln run "$LOG/medium.pt" --check --bench 20 > "$LOG/check-medium.log" 2>&1; rc=$?
+# Bounded too (KILN_CHECK_SECONDS, default 120): a kernel that never finishes (an mbarrier phase that never completes)
+# must not take the whole call.
+timeout "${KILN_CHECK_SECONDS:-120}" ./build/kiln run "$LOG/medium.pt" --check --bench 20 > "$LOG/check-medium.log" 2>&1; rc=$?
 timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" > "$LOG/memcheck-medium.log" 2>&1; mc=$?
 timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" > "$LOG/racecheck-medium.log" 2>&1; rcc=$?
 summary+=("llama_medium $PRODUCTS_DTYPE: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-medium.log" | head -1), $(t "$LOG/check-medium.log") ms/fwd, memcheck=$mc racecheck=$rcc, pipelined products: $(grep -c 'cp_async\|tma' "$LOG/medium-tile.txt") ($(grep -c ': tma' "$LOG/medium-tile.txt") by tma)")
 echo "${summary[-1]}"
-if [ "$rc" = 124 ]; then summary+=("llama_medium's check ran past ${bound} s: stopped here"); finish_call products.txt "$PRODUCTS_DTYPE"; exit 1; fi
+if [ "$rc" = 124 ]; then summary+=("llama_medium's check ran past ${KILN_CHECK_SECONDS:-120} s: stopped here"); finish_call products.txt "$PRODUCTS_DTYPE"; exit 1; fi
 # The SASS of one product of llama_medium (HGMMA: wgmma; LDS.128: 16-byte shared loads; LDGSTS: cp.async; UTMALDG: TMA;
 # LDL/STL: spills).
 for f in $(find "$KILN_CACHE_DIR" -name '*reduce_sum*.cubin' | sort); do  # the products
