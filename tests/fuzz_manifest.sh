@@ -19,7 +19,7 @@ if [ ! -x "$bin" ] || [ -n "$(find "${srcs[@]}" include -newer "$bin" -print -qu
     "${srcs[@]}" -lfmt -o "$bin"
 fi
 # Seeds: the manifests kiln writes for a few fixtures (no nvcc needed: --no-nvcc).
-for m in mlp attention hf_llama_tiny_bf16 layers; do
+for m in mlp attention hf_llama_tiny_bf16 layers mlp_bf16_wide; do  # mlp_bf16_wide: a kernel with tensor_maps
   rm -rf "$work/emit-$m"
   "$BUILD/kiln" compile "models/fixtures/$m.pt" --emit cuda --no-nvcc -o "$work/emit-$m" > /dev/null
   cp "$work/emit-$m/manifest.json" "$work/corpus/seed-$m.json"
