@@ -36,6 +36,72 @@ class KernelBuilder {
   void rowReduction(const tile::RowReduction& r);
   void tiledContraction(const tile::TiledContraction& s);
   void flashAttention(const tile::FlashAttention& f);  // lower_attention.cpp
+  // What flash attention's step parts and its end share (lower_attention.cpp builds it, lower_attention_step.cpp reads it).
+  struct Flash {
+    // A score or output element of the thread: register, which of its two rows, column (the key within the step, the
+    // value column) and, on CUDA cores, the 4-column chunk of v whose existence guards an output (null: always there).
+    struct Element {
+      int reg, row;
+      Idx col, chunk;
+      std::string name;
+    };
+    const tile::FlashAttention* f;
+    const loop::OnlineSoftmax* a;
+    tile::FlashSlices sl;
+    loop::Axis query;
+    loop::Axis width;
+    int64_t D;
+    int64_t E;
+    int64_t BQ;
+    int64_t BKV;
+    int64_t Lq;
+    int64_t Lk;
+    int64_t KS;
+    int64_t rowGroups;
+    int64_t keysPerWarp;
+    int64_t nTiles;
+    int64_t eTiles;
+    int64_t kSteps;
+    int64_t keysPerThread;
+    int64_t valueChunks;
+    int64_t chunks;
+    DType T;
+    bool cuda;
+    int qs;
+    int ks;
+    int vs;
+    int ps;
+    int comb;
+    Idx q0;
+    Idx lane;
+    Idx rg;
+    Idx kh;
+    Idx keyBase;
+    Idx tx;
+    std::array<Idx, 2> rowLocal;
+    std::array<int, 2> m;
+    std::array<int, 2> l;
+    std::array<int, 2> mSafe;
+    std::array<int, 2> alpha;
+    std::vector<Element> scores;
+    std::vector<Element> outputs;
+    std::vector<std::array<int, 4>> o;
+    std::vector<std::array<int, 4>> s;
+    std::vector<std::vector<int>> qRegs;
+    std::vector<std::vector<int>> qVec;
+    std::vector<std::vector<int>> kVec;
+    std::vector<std::vector<int>> pVec;
+    std::vector<int> kRegs;
+    std::vector<int> pRegs;
+    std::vector<int> vRegs;
+    int tmp;
+    std::vector<int> rowLanes;
+  };
+  // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).
+  void flashScores(const Flash& x, const Idx& st, const Idx& ring, Block& step);  // S = q · kᵀ, then the score expression
+  void flashSoftmax(const Flash& x, Block& step);                                // the online softmax per row
+  void flashValues(const Flash& x, const Idx& ring, Block& step);                // O += p · v
+  void flashFinish(const Flash& x, Block& body);                                 // key-split combine, the output's store
   // Row reductions: each stage's accumulator combined over the threads of the row (lower_row_reduction.cpp).
   void combineAcrossRow(const tile::RowReduction& r, size_t stage, const Idx& rowInBlock, Block& out);
 

@@ -25,6 +25,9 @@
 // depths of q and k (two rows, block_kv / 16 keys: 6 shared loads per 32 multiply-adds at 64 keys), the row maxima and
 // sums over the 16 lanes by shuffles; the probabilities go through a shared [block_q][block_kv + 4] slice (a barrier),
 // read back 4 keys at a time, each multiplied with the 16-byte vectors of v's columns 4 (tx + 16 n) .. + 3.
+//
+// This file sets the kernel up (buffers, coordinates, registers, copies) and assembles the step loop; the step's parts
+// (S, the scores, the online softmax, P·V) and the end (key-split combine, the output) are in lower_attention_step.cpp.
 #include <fmt/format.h>
 
 #include <array>
@@ -184,13 +187,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     body.push_back(assign(m[r], fconst(-kInf)));
     body.push_back(assign(l[r], fconst(0.f)));
   }
-  // The thread's score and output elements: register, which of its two rows, column (the key within the step, the
-  // value column) and, on CUDA cores, the 4-column chunk of v whose existence guards an output (null: always there).
-  struct Element {
-    int reg, row;
-    Idx col, chunk;
-    std::string name;
-  };
+  using Element = Flash::Element;  // the thread's score and output elements
   std::vector<Element> scores, outputs;
   std::vector<std::array<int, 4>> o(static_cast<size_t>(eTiles)), s(static_cast<size_t>(nTiles));
   std::vector<std::vector<int>> qRegs(static_cast<size_t>(kSteps));
@@ -243,6 +240,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int tmp = slot("sh");
   const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
 
+  // What the step's parts and the end share (lower_attention_step.cpp).
+  Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
+           keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
+           rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs, tmp,
+           rowLanes};
   Block step;
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;
@@ -265,221 +267,14 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     }
     step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
   }
-  // S = q · kᵀ
-  if (cuda) {  // per 4 depths: the two rows of q and the thread's keys as 16-byte vectors, then 4 x 2 x keys multiply-adds
-    for (const Element& e : scores) step.push_back(assign(e.reg, fconst(0.f)));
-    const int dVar = freshKernelVar();
-    extents_[dVar] = D;
-    const Idx dd = idxVar(dVar, "dd");
-    Block inner;
-    for (int r = 0; r < 2; ++r)
-      inner.push_back(loadSharedVector(qs, simplify(rowLocal[r] * idxConst(sl.depthStride) + dd, extents_), qVec[r]));
-    for (int64_t c = 0; c < keysPerThread; ++c)
-      inner.push_back(loadSharedVector(ks, simplify(ring * idxConst(sl.k) + idxAdd(tx, 16 * c) * idxConst(sl.depthStride) + dd, extents_),
-                                       kVec[c]));
-    for (int i = 0; i < 4; ++i)
-      for (int r = 0; r < 2; ++r)
-        for (int64_t c = 0; c < keysPerThread; ++c)
-          inner.push_back(multiplyAdd(scores[static_cast<size_t>(r * keysPerThread + c)].reg, qVec[r][i], kVec[c][i]));
-    step.push_back(forLoop(dVar, "dd", idxConst(0), idxConst(D), 4, std::move(inner)));
-  }
-  for (int64_t j = 0; j < nTiles && !cuda; ++j)
-    for (int c = 0; c < 4; ++c) step.push_back(assign(s[j][c], fconst(0.f)));
-  for (int64_t kk = 0; kk < kSteps && !cuda; ++kk)
-    for (int64_t j = 0; j < nTiles; j += 2) {
-      Idx row = keyBase + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
-      Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
-      step.push_back(ldmatrixPairs(ks, simplify(ring * idxConst(sl.k) + row * idxConst(sl.depthStride) + col, extents_), false, kRegs));
-      step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[0], kRegs[1]}, {s[j][0], s[j][1], s[j][2], s[j][3]}));
-      step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[2], kRegs[3]}, {s[j + 1][0], s[j + 1][1], s[j + 1][2], s[j + 1][3]}));
-    }
-  // Scores: the kernel's score expression at each element's query row and key (clamped inside the axes; keys past the
-  // end are -inf).
-  // (Rows and keys are named only where the score reads them.)
-  const bool scoreReadsRow = loop::usesVar(*a.score, query.var), scoreReadsKey = loop::usesVar(*a.score, a.key.var);
-  std::array<Idx, 2> rowAt;
-  for (int r = 0; r < 2 && scoreReadsRow; ++r) {
-    int v = freshLoopVar();
-    step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + rowLocal[r], idxConst(Lq - 1)), extents_)));
-    extents_[v + kFirstLoopVar] = Lq;
-    rowAt[r] = idxVar(v, fmt::format("qi{}", r));
-  }
-  // A step whose every key lies inside every row's bounds and the key axis (interior) takes the score without its mask
-  // terms (loop::unmaskedScore); the others (the diagonal of a causal mask, the edge of a window, the last keys) the
-  // whole score. `outside` > 0 exactly when the step is not interior (block-uniform).
-  Idx outside = idxMax(idxAdd(st * idxConst(BKV), BKV - Lk), idxConst(0));
-  if (f.keyTo) outside = outside + idxMax(idxAdd(st * idxConst(BKV) + idxMul(q0, -1), BKV - *f.keyTo), idxConst(0));
-  if (f.keyFrom) outside = outside + idxMax(idxAdd(q0 + idxMul(st * idxConst(BKV), -1), BQ - 1 + *f.keyFrom), idxConst(0));
-  outside = simplify(outside, extents_);
-  const loop::ExprP unmasked = loop::unmaskedScore(lk_, f.queryAxis);
-  Block interior, edge;
-  for (const Element& el : scores) {
-    Idx key = simplify(st * idxConst(BKV) + el.col, extents_);
-    int v = freshLoopVar();
-    if (scoreReadsKey) step.push_back(defIdx(v + kFirstLoopVar, el.name, simplify(idxMin(key, idxConst(Lk - 1)), extents_)));
-    extents_[v + kFirstLoopVar] = Lk;
-    accs_ = {el.reg};
-    for (bool masked : {false, true}) {
-      Block& out = masked ? edge : interior;
-      loop::ExprP e = masked ? a.score : unmasked;
-      if (scoreReadsRow) e = atAxis(e, query.var, rowAt[static_cast<size_t>(el.row)]);
-      if (scoreReadsKey) e = atAxis(e, a.key.var, idxVar(v, el.name));
-      Cse cse;
-      FE value = lower(e, out, cse);
-      if (masked && Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
-      out.push_back(assign(el.reg, value));
-    }
-  }
-  step.push_back(ifLess(outside, idxConst(1), std::move(interior)));
-  step.push_back(ifLess(idxConst(0), outside, std::move(edge)));
-  // Online softmax per row. Maxima and sums over a thread's 16 elements of a row are balanced trees (depth 4, not a
-  // chain of 16 dependent instructions).
-  auto tree = [](Fn fn, std::vector<FE> xs) {
-    while (xs.size() > 1) {
-      std::vector<FE> next;
-      for (size_t i = 0; i + 1 < xs.size(); i += 2) next.push_back(fapply(fn, {xs[i], xs[i + 1]}));
-      if (xs.size() % 2) next.push_back(xs.back());
-      xs = std::move(next);
-    }
-    return xs[0];
-  };
-  for (int r = 0; r < 2; ++r) {
-    const int mNew = mSafe[r];
-    std::vector<FE> row;
-    for (const Element& e : scores)
-      if (e.row == r) row.push_back(fvar(e.reg));
-    step.push_back(assign(mNew, fapply(Fn::Max, {fvar(m[r]), tree(Fn::Max, row)})));
-    for (int lanes : rowLanes) {
-      step.push_back(shuffleXor(tmp, mNew, lanes));
-      step.push_back(assign(mNew, fapply(Fn::Max, {fvar(mNew), fvar(tmp)})));
-    }
-    // alpha from the old maximum, then m = m'; m' counts as 0 while it is -inf (every score so far masked).
-    FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mNew), fconst(-kInf)}), fconst(0.f), fvar(mNew)});
-    step.push_back(assign(alpha[r], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(m[r]), safe})})));
-    step.push_back(assign(m[r], fvar(mNew)));
-    step.push_back(assign(mNew, safe));
-    step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
-    for (const Element& e : outputs)
-      if (e.row == r) step.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(alpha[r])})));
-    for (const Element& e : scores)
-      if (e.row == r) step.push_back(assign(e.reg, fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(e.reg), fvar(mNew)})})));
-    step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
-  }
-  // CUDA cores: O += p · v through the shared p slice, 4 keys at a time: the two rows' probabilities as vectors, then per
-  // key each of the thread's 4-column chunks of v as a vector, 4 x 2 multiply-adds.
-  if (cuda) {
-    for (const Element& e : scores)
-      step.push_back(storeShared(ps, simplify(rowLocal[static_cast<size_t>(e.row)] * idxConst(sl.pStride) + e.col, extents_), fvar(e.reg)));
-    step.push_back(barrier());
-    const int kVar = freshKernelVar();  // keys 4 kq .. 4 kq + 3 of the step
-    extents_[kVar] = BKV / 4;
-    const Idx kk = simplify(idxVar(kVar, "kq") * idxConst(4), extents_);
-    Block inner;
-    for (int r = 0; r < 2; ++r)
-      inner.push_back(loadSharedVector(ps, simplify(rowLocal[r] * idxConst(sl.pStride) + kk, extents_), pVec[r]));
-    for (int i = 0; i < 4; ++i)
-      for (int64_t n = 0; n < chunks; ++n) {
-        Block use;
-        const Element& first = outputs[static_cast<size_t>(n * 4)];
-        use.push_back(loadSharedVector(vs, simplify(ring * idxConst(sl.v) + idxAdd(kk, i) * idxConst(sl.widthStride) + first.col, extents_), vRegs));
-        for (int r = 0; r < 2; ++r)
-          for (int j = 0; j < 4; ++j) use.push_back(multiplyAdd(outputs[static_cast<size_t>((r * chunks + n) * 4 + j)].reg, pVec[r][i], vRegs[j]));
-        if (first.chunk) inner.push_back(ifLess(first.chunk, idxConst(valueChunks), std::move(use)));
-        else inner.insert(inner.end(), use.begin(), use.end());
-      }
-    step.push_back(forLoop(kVar, "kq", idxConst(0), idxConst(BKV / 4), 1, std::move(inner)));
-  }
-  // O += p · v, 16 keys per mma step: p packed once into the A registers (a01 a23 a45 a67 = the C fragments of the step's
-  // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
-  for (int64_t kk = 0; kk < keysPerWarp / kMmaK && !cuda; ++kk) {
-    const auto& lo = s[static_cast<size_t>(2 * kk)];
-    const auto& hi = s[static_cast<size_t>(2 * kk + 1)];
-    step.push_back(packPair(T, pRegs[0], lo[0], lo[1]));
-    step.push_back(packPair(T, pRegs[1], lo[2], lo[3]));
-    step.push_back(packPair(T, pRegs[2], hi[0], hi[1]));
-    step.push_back(packPair(T, pRegs[3], hi[2], hi[3]));
-    for (int64_t j = 0; j < eTiles; j += 2) {
-      Idx row = keyBase + idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
-      Idx col = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8);
-      step.push_back(ldmatrixPairs(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), true, vRegs));
-      step.push_back(mmaFromPairs(T, pRegs, {vRegs[0], vRegs[1]}, {o[j][0], o[j][1], o[j][2], o[j][3]}));
-      step.push_back(mmaFromPairs(T, pRegs, {vRegs[2], vRegs[3]}, {o[j + 1][0], o[j + 1][1], o[j + 1][2], o[j + 1][3]}));
-    }
-  }
+  flashScores(x, st, ring, step);
+  flashSoftmax(x, step);
+  flashValues(x, ring, step);
   step.push_back(barrier());
   body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
   body.push_back(cpAsyncWait(0));
 
-  // Each row's sum over the lanes sharing it (in every warp: shuffles are warp-collective).
-  for (int r = 0; r < 2; ++r)
-    for (int lanes : rowLanes) {
-      body.push_back(shuffleXor(tmp, l[r], lanes));
-      body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
-    }
-  // Warps of keys 1.. hand their maxima, sums and outputs to the warp of keys 0 of their rows (same lane, same elements),
-  // which rescales both to the larger maximum and adds: value i of thread (rg, lane) of warp kh at
-  // comb[((kh - 1) * values + i) * rowGroups * 32 + rg * 32 + lane].
-  Block& out = body;
-  Block finish;
-  if (KS > 1) {
-    const int64_t values = tile::flashCombineValues(E), lanes = rowGroups * Target::kWarpSize;
-    std::vector<int> mine{m[0], m[1], l[0], l[1]};
-    for (int64_t j = 0; j < eTiles; ++j)
-      for (int c = 0; c < 4; ++c) mine.push_back(o[j][c]);
-    const Idx thread = simplify(rg * idxConst(Target::kWarpSize) + lane, extents_);
-    auto at = [&](const Idx& partner, int64_t i) { return simplify((partner * idxConst(values) + idxConst(i)) * idxConst(lanes) + thread, extents_); };
-    Block hand;
-    for (int64_t i = 0; i < values; ++i) hand.push_back(storeShared(comb, at(idxAdd(kh, -1), i), fvar(mine[static_cast<size_t>(i)])));
-    out.push_back(ifLess(idxConst(0), kh, std::move(hand)));
-    out.push_back(barrier());
-    for (int64_t partner = 0; partner + 1 < KS; ++partner) {
-      auto theirs = [&](int64_t i) { return loadShared(comb, at(idxConst(partner), i)); };
-      for (int r = 0; r < 2; ++r) {
-        FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
-        finish.push_back(assign(mSafe[r], big));
-        FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
-        finish.push_back(assign(alpha[r], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(m[r]), safe})})));
-        finish.push_back(assign(tmp, fapply(Fn::Exp, {fapply(Fn::Sub, {theirs(r), safe})})));
-        finish.push_back(assign(m[r], fvar(mSafe[r])));
-        finish.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
-        for (int64_t j = 0; j < eTiles; ++j)
-          for (int c = 2 * r; c < 2 * r + 2; ++c)
-            finish.push_back(assign(o[j][c], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])}),
-                                                            fapply(Fn::Mul, {theirs(4 + j * 4 + c), fvar(tmp)})})));
-      }
-    }
-  }
-  // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only).
-  for (int r = 0; r < 2; ++r) {
-    finish.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
-    Block store;
-    const Idx row = simplify(q0 + rowLocal[r], extents_);
-    int rowVar = freshLoopVar();
-    store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
-    extents_[rowVar + kFirstLoopVar] = Lq;
-    for (const Element& e : outputs) {
-      if (e.row != r) continue;
-      Block one;
-      int colVar = freshLoopVar();
-      one.push_back(defIdx(colVar + kFirstLoopVar, e.name, e.col));
-      extents_[colVar + kFirstLoopVar] = E;
-      one.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(l[r])})));
-      accs_ = {e.reg};
-      Cse cse;
-      loop::ExprP result = atAxis(atAxis(lk_.result, query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
-      FE value = lower(result, one, cse);
-      std::vector<Idx> at;
-      for (const loop::Axis& ax : lk_.parallel)
-        at.push_back(ax.var == query.var ? idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r))
-                     : ax.var == width.var ? idxVar(colVar + kFirstLoopVar, e.name) : var(ax));
-      one.push_back(storeGlobal(0, rowMajor(at, tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape, extents_), value));
-      if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
-      else store.insert(store.end(), one.begin(), one.end());
-    }
-    finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
-  }
-  if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));
-  else out.insert(out.end(), finish.begin(), finish.end());
+  flashFinish(x, body);
   if (!f.pairBlocks) {
     top.insert(top.end(), body.begin(), body.end());
     return;
