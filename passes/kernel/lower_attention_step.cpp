@@ -57,17 +57,18 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
         for (int64_t c = 0; c < keysPerThread; ++c)
           inner.push_back(multiplyAdd(scores[static_cast<size_t>(r * keysPerThread + c)].reg, qVec[r][i], kVec[c][i]));
     step.push_back(forLoop(dVar, "dd", idxConst(0), idxConst(D), 4, std::move(inner)));
+  } else {  // per 16 of depth: k's fragments by ldmatrix.x4, two mma.sync per pair of 8-key tiles
+    for (int64_t j = 0; j < nTiles; ++j)
+      for (int c = 0; c < 4; ++c) step.push_back(assign(s[j][c], fconst(0.f)));
+    for (int64_t kk = 0; kk < kSteps; ++kk)
+      for (int64_t j = 0; j < nTiles; j += 2) {
+        Idx row = keyBase + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
+        Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
+        step.push_back(ldmatrixPairs(ks, simplify(ring * idxConst(sl.k) + row * idxConst(sl.depthStride) + col, extents_), false, kRegs));
+        step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[0], kRegs[1]}, {s[j][0], s[j][1], s[j][2], s[j][3]}));
+        step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[2], kRegs[3]}, {s[j + 1][0], s[j + 1][1], s[j + 1][2], s[j + 1][3]}));
+      }
   }
-  for (int64_t j = 0; j < nTiles && !cuda; ++j)
-    for (int c = 0; c < 4; ++c) step.push_back(assign(s[j][c], fconst(0.f)));
-  for (int64_t kk = 0; kk < kSteps && !cuda; ++kk)
-    for (int64_t j = 0; j < nTiles; j += 2) {
-      Idx row = keyBase + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
-      Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
-      step.push_back(ldmatrixPairs(ks, simplify(ring * idxConst(sl.k) + row * idxConst(sl.depthStride) + col, extents_), false, kRegs));
-      step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[0], kRegs[1]}, {s[j][0], s[j][1], s[j][2], s[j][3]}));
-      step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[2], kRegs[3]}, {s[j + 1][0], s[j + 1][1], s[j + 1][2], s[j + 1][3]}));
-    }
   // Scores: the kernel's score expression at each element's query row and key (clamped inside the axes; keys past the
   // end are -inf).
   // (Rows and keys are named only where the score reads them.)
@@ -195,10 +196,11 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
         else inner.insert(inner.end(), use.begin(), use.end());
       }
     step.push_back(forLoop(kVar, "kq", idxConst(0), idxConst(BKV / 4), 1, std::move(inner)));
+    return;
   }
   // O += p · v, 16 keys per mma step: p packed once into the A registers (a01 a23 a45 a67 = the C fragments of the step's
   // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
-  for (int64_t kk = 0; kk < keysPerWarp / kMmaK && !cuda; ++kk) {
+  for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
     const auto& lo = s[static_cast<size_t>(2 * kk)];
     const auto& hi = s[static_cast<size_t>(2 * kk + 1)];
     step.push_back(packPair(T, pRegs[0], lo[0], lo[1]));
