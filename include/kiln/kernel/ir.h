@@ -224,9 +224,9 @@ Stmt fenceProxyAsync();
 // mbarriers (sm_80+): 64-bit barrier objects in a shared buffer marked `mbarriers` (element i is barrier i; no float
 // access to it). A barrier counts arrivals in phases: mbarrierInit(b, i, n) gives barrier i n arrivals per phase (one
 // thread initialises it; a block barrier must follow before any other thread uses it); each arrival, by
-// mbarrierArrive or cpAsyncMbarrierArrive, counts one; the n-th completes the phase and starts the next. Unlike a block
-// barrier these are per thread: they may run under thread-dependent control flow (warp roles: producer warps copy and
-// arrive, consumer warps wait).
+// mbarrierArrive or cpAsyncMbarrierArrive, counts one; the n-th completes the phase (once its TMA transaction count, if
+// any, is back at zero: see tmaLoad) and starts the next. Unlike a block barrier these are per thread: they may run under
+// thread-dependent control flow (warp roles: producer warps copy and arrive, consumer warps wait).
 // cpAsyncMbarrierArrive (cp.async.mbarrier.arrive.noinc): the thread's arrival happens once all its earlier cp.async
 // copies have landed (committed or not): a consumer waiting for the phase sees them without cp.async.wait or a block
 // barrier. mbarrierWait(b, i, parity): the thread waits until the phase of barrier i whose parity (phases counted from
