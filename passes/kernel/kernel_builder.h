@@ -188,6 +188,7 @@ class KernelBuilder {
   std::function<void(Block&)> multiplyOnCudaCoresStreamed(Tiling& t);  // rows_f32 rings, lower_contraction_ffma.cpp
   // Pipelined products (lower_contraction_async.cpp).
   void copySliceAsync(const Tiling& t, const OperandSlice& o, const Idx& kStart, const Idx& ringSlot, Block& out);
+  std::function<Idx(const Idx&)> rotatedSlices(const Tiling& t);  // slice i's first k, rotated per tile column
   void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // The same ring filled by TMA copies completing on mbarriers (lower_contraction_tma.cpp).
   void tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);

@@ -138,13 +138,7 @@ bool KernelBuilder::pairedStores(const Tiling& t) {
 // variable is defined once per scope), then both written by one vector store at a's column (`store` defines the row).
 void KernelBuilder::storePair(const Tiling& t, const Owned& a, const Owned& b, Block& store) {
   const int nVar = t.nAxis.var + kFirstLoopVar;
-  std::function<bool(const loop::ExprP&)> readsN = [&](const loop::ExprP& e) {  // the result reads the column
-    bool r = false;
-    for (const Idx& i : e->index) forEachVar(i, [&](int v) { r = r || v == t.nAxis.var; });
-    for (const loop::ExprP& x : e->args) r = r || readsN(x);
-    return r;
-  };
-  const bool column = readsN(lk_.result);
+  const bool column = loop::usesVar(*lk_.result, t.nAxis.var);  // the result reads the column
   std::vector<FE> values;
   for (const Owned* o : {&a, &b}) {
     Block part;

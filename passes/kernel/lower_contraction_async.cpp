@@ -54,6 +54,15 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
   out.push_back(forLoop(chunkVar, "e", t.copier, idxConst(chunks), threads, Block{copyChunk(idxVar(chunkVar, "e"))}));
 }
 
+// Where the block's i-th slice of the reduction starts in k, the slices rotated by the block's tile column (defines
+// k_first in the kernel's body when there is more than one slice; see pipelinedSteps for why).
+std::function<Idx(const Idx&)> KernelBuilder::rotatedSlices(const Tiling& t) {
+  const int64_t tk = t.s.tileK, slices = (t.c.k + tk - 1) / tk;
+  if (slices == 1) return [this, tk](const Idx& i) { return simplify(i * idxConst(tk), extents_); };
+  Idx rotation = defVar(k_.body, "k_first", mod(t.tileN, slices), slices);
+  return [this, tk, slices, rotation](const Idx& i) { return simplify(mod(i + rotation, slices) * idxConst(tk), extents_); };
+}
+
 // The reduction loop of a pipelined product, with the copies `ahead` = depth - 1 - mmaInFlight slices ahead:
 //   prologue: the copies of slices 0 .. ahead - 1, one commit group per slice
 //   for k0 in steps of tile_k (slice i = k0 / tile_k):
@@ -72,11 +81,7 @@ void KernelBuilder::pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& o
   KILN_ASSERT(ahead >= 1, "kernel {}: a ring of {} slots with {} wgmma groups in flight copies nothing ahead", lk_.name, depth,
               t.s.mmaInFlight);
   t.copier = defVar(k_.body, "ct", threadIdx(), k_.block[0]);
-  const int64_t slices = (K + tk - 1) / tk;
-  Idx rotation = slices > 1 ? defVar(k_.body, "k_first", mod(t.tileN, slices), slices) : idxConst(0);
-  auto sliceStart = [&](const Idx& i) {  // where the block's i-th slice starts in k
-    return slices > 1 ? simplify(mod(i + rotation, slices) * idxConst(tk), extents_) : simplify(i * idxConst(tk), extents_);
-  };
+  const std::function<Idx(const Idx&)> sliceStart = rotatedSlices(t);
   for (int64_t i = 0; i < ahead; ++i) {
     if (i * tk < K)
       for (const OperandSlice& o : operands) copySliceAsync(t, o, sliceStart(idxConst(i)), idxConst(i), k_.body);

@@ -48,10 +48,9 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
   k_.body.push_back(ifLess(threadIdx(), first, std::move(init)));
   k_.body.push_back(barrier());
-  const int64_t slices = (K + tk - 1) / tk;
-  Idx rotation = slices > 1 ? defVar(k_.body, "k_first", mod(t.tileN, slices), slices) : idxConst(0);
+  const std::function<Idx(const Idx&)> sliceStart = rotatedSlices(t);
   auto issue = [&](const Idx& i, const Idx& slot, Block& out) {  // slice i into ring slot `slot`
-    Idx kStart = simplify((slices > 1 ? mod(i + rotation, slices) : i) * idxConst(tk), extents_);
+    const Idx kStart = sliceStart(i);
     out.push_back(mbarrierArriveExpectTx(full, slot, sliceBytes));
     for (size_t j = 0; j < operands.size(); ++j) {
       const OperandSlice& o = operands[j];

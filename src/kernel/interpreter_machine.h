@@ -120,7 +120,8 @@ struct Machine {
 
   // interpreter_mbarrier.cpp
   void resetMbarriers();                                      // at the start of every block
-  Mbarrier& mbarrierOf(const Stmt& s, int64_t t, const char* what);  // in bounds, initialised and published
+  // The barrier statement s names (a tma.load's: barriers[b]), for thread t: in bounds, initialised and published.
+  Mbarrier& mbarrierOf(const Stmt& s, int64_t t, const char* what);
   void arrive(Mbarrier& m);
   void completeIfDone(Mbarrier& m);                           // the phase completes: no arrivals or bytes outstanding
   void landCopy(const Copy& c, int64_t t, int32_t landedBy, const PhaseTag* tag);  // a copy's values reach shared memory

@@ -19,14 +19,16 @@ void Machine::resetMbarriers() {
 }
 
 Machine::Mbarrier& Machine::mbarrierOf(const Stmt& s, int64_t t, const char* what) {
-  KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.shared.size()) && k.shared[s.target].mbarriers,
-              "kernel {}: {} on shared buffer #{}, which holds no mbarriers", k.name, what, s.target);
-  const int64_t i = evaluate(s.a, env[t], &loader);
-  const SharedBuffer& sb = k.shared[s.target];
+  const bool tma = s.kind == Stmt::Kind::TmaLoad;  // a copy names its barrier beside its destination
+  const int buffer = tma ? s.barriers : s.target;
+  KILN_ASSERT(buffer >= 0 && buffer < static_cast<int>(k.shared.size()) && k.shared[buffer].mbarriers,
+              "kernel {}: {} on shared buffer #{}, which holds no mbarriers", k.name, what, buffer);
+  const int64_t i = evaluate(tma ? s.b : s.a, env[t], &loader);
+  const SharedBuffer& sb = k.shared[buffer];
   if (i < 0 || i >= sb.elements)
     raise(fmt::format("kernel {}: thread {} of block {}: {} {}[{}] out of bounds ({} mbarriers)", k.name, t, block, what, sb.name, i,
                       sb.elements));
-  Mbarrier& m = mbarriers[s.target][static_cast<size_t>(i)];
+  Mbarrier& m = mbarriers[buffer][static_cast<size_t>(i)];
   if (s.kind == Stmt::Kind::MbarrierInit) return m;
   if (m.arrivals == 0)
     raise(fmt::format("kernel {}: thread {} of block {}: {} of mbarrier {}[{}], which no thread initialised", k.name, t, block, what,

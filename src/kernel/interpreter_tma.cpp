@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "interpreter_machine.h"
+#include "verifier_tma.h"
 
 namespace kiln::kernel::interp {
 
@@ -14,12 +15,11 @@ void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   const TensorMap& map = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
   const SharedBuffer& sb = k.shared[s.target];
   const std::vector<float>& src = paramData(map.param);
-  const int64_t elemBytes = dtypeBytes(sb.dtype), chunk = 16 / elemBytes, box = map.boxRows * map.boxCols;
-  const int64_t align = (map.swizzle128 ? 1024 : 128) / elemBytes;
-  Stmt onBarrier = mbarrierArrive(s.barriers, s.b);  // the barrier the bytes complete on, as mbarrierOf reads it
+  const int64_t elemBytes = dtypeBytes(sb.dtype), chunk = 16 / elemBytes, box = detail::boxElements(k, s);
+  const int64_t align = detail::tmaDestinationAlignment(k, s);
   for (int64_t t = 0; t < T; ++t) {
     if (!mask[t]) continue;
-    Mbarrier& m = mbarrierOf(onBarrier, t, "tma.load");
+    Mbarrier& m = mbarrierOf(s, t, "tma.load");  // the barrier the bytes complete on
     const int64_t dst = evaluate(s.a, env[t], &loader), col0 = evaluate(s.coords[0], env[t], &loader),
                   row0 = evaluate(s.coords[1], env[t], &loader);
     auto where = [&] {

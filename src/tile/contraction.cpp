@@ -1,5 +1,6 @@
 #include "kiln/tile/contraction.h"
 
+#include <functional>
 #include <set>
 
 #include "kiln/tile/ir.h"
@@ -15,6 +16,18 @@ std::set<int> varsOf(const loop::ExprP& e) {
   };
   visit(e);
   return vars;
+}
+
+// The row-major flat element index of `load` (a load of a buffer of `shape`) with each index variable v replaced by
+// value(v) (null: kept), simplified over `ext`.
+Idx flatIndexWith(const loop::Expr& load, const Shape& shape, const std::function<Idx(int)>& value, const VarExtents& ext) {
+  Idx flat = idxConst(0);
+  int64_t stride = 1;
+  for (size_t d = load.index.size(); d-- > 0;) {
+    flat = flat + idxMul(substitute(load.index[d], [&](int v, const std::string&) { return value(v); }), stride);
+    stride *= shape[d];
+  }
+  return simplify(flat, ext);
 }
 
 bool readsAcc(const loop::ExprP& e) {
@@ -122,14 +135,7 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
     ext[cVar] = c.k / chunk;
     ext[jVar] = chunk;
     auto flatAt = [&](const Idx& kValue) {
-      Idx flat = idxConst(0);
-      int64_t stride = 1;
-      for (size_t d = load->index.size(); d-- > 0;) {
-        Idx at = substitute(load->index[d], [&](int v, const std::string&) -> Idx { return v == kVar ? kValue : nullptr; });
-        flat = flat + idxMul(at, stride);
-        stride *= b.shape[d];
-      }
-      return simplify(flat, ext);
+      return flatIndexWith(*load, b.shape, [&](int v) -> Idx { return v == kVar ? kValue : nullptr; }, ext);
     };
     Idx c8 = idxMul(idxVar(cVar, "c"), chunk);
     Idx step = simplify(flatAt(c8 + idxVar(jVar, "j")) + idxMul(flatAt(c8), -1), ext);
@@ -159,17 +165,8 @@ std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, co
     });
   }
   if (other) return std::nullopt;
-  auto only = [&](const Idx& e, const Idx& row, const Idx& kValue) {  // shifts and unit axes at 0
-    return substitute(e, [&](int v, const std::string&) -> Idx { return v == kVar ? kValue : v == rowVar ? row : idxConst(0); });
-  };
-  auto flatAt = [&](const Idx& row, const Idx& kValue) {
-    Idx flat = idxConst(0);
-    int64_t stride = 1;
-    for (size_t d = load->index.size(); d-- > 0;) {
-      flat = flat + idxMul(only(load->index[d], row, kValue), stride);
-      stride *= b.shape[d];
-    }
-    return simplify(flat, ext);
+  auto flatAt = [&](const Idx& row, const Idx& kValue) {  // shifts and unit axes at 0
+    return flatIndexWith(*load, b.shape, [&](int v) -> Idx { return v == kVar ? kValue : v == rowVar ? row : idxConst(0); }, ext);
   };
   auto base = constValue(flatAt(idxConst(0), idxConst(0))), next = constValue(flatAt(idxConst(1), idxConst(0)));
   if (!base || !next) return std::nullopt;
