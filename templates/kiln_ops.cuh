@@ -288,6 +288,37 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 #endif
 }
 
+// The same box into every block of the cluster named in `blocks` (bit r: the block of rank r), at the same shared offset,
+// its bytes completing on the same mbarrier of each (Kernel IR's tmaLoadMulticast).
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int col, int row, unsigned long long* bar,
+                                            unsigned short blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+      "[%4], %5;\n" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(shared_address(bar)), "h"(blocks)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// Every thread of every block of the cluster (Kernel IR's clusterBarrier): what each did before is visible to all after.
+__device__ __forceinline__ void cluster_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// The thread's earlier mbarrier.init are visible to the cluster's other blocks (before a cluster barrier).
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 // bar.sync Id, Threads: a barrier among the Threads threads (whole warps) of one warp role (Kernel IR's namedBarrier).
 template <int Id, int Threads>
 __device__ __forceinline__ void named_barrier() {

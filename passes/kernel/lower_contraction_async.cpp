@@ -59,7 +59,8 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
 std::function<Idx(const Idx&)> KernelBuilder::rotatedSlices(const Tiling& t) {
   const int64_t tk = t.s.tileK, slices = (t.c.k + tk - 1) / tk;
   if (slices == 1) return [this, tk](const Idx& i) { return simplify(i * idxConst(tk), extents_); };
-  Idx rotation = defVar(k_.body, "k_first", mod(t.tileN, slices), slices);
+  // A cluster's blocks (consecutive tile columns) walk alike: they multicast each other's A slices.
+  Idx rotation = defVar(k_.body, "k_first", mod(floorDiv(t.tileN, t.s.cluster), slices), slices);
   return [this, tk, slices, rotation](const Idx& i) { return simplify(mod(i + rotation, slices) * idxConst(tk), extents_); };
 }
 
@@ -72,8 +73,8 @@ std::function<Idx(const Idx&)> KernelBuilder::rotatedSlices(const Tiling& t) {
 //     the copies of slice i + ahead (if it exists) into slot (i + ahead) mod depth; commit (possibly empty)
 //     multiply slice i from slot i mod depth (wgmma: wait until at most mmaInFlight groups are pending)
 //   a final wait for the wgmmas still in flight and the (empty) copy groups still open.
-// Blocks walk the reduction's slices in a rotated order: the block of tile column tn starts at slice tn mod S (S slices)
-// and wraps around. The blocks of one row of tiles all read the same A slices; in step, they would all ask the same few
+// Blocks walk the reduction's slices in a rotated order: the block of tile column tn starts at slice tn mod S (S slices;
+// in clusters of C blocks, (tn div C) mod S) and wraps around. The blocks of one row of tiles all read the same A slices; in step, they would all ask the same few
 // L2 lines for them at once (ncu on the H200: L2 64 % busy at 0.3 TB/s of DRAM traffic for TinyLlama's q/k/v product),
 // rotated they spread over the whole of A.
 void KernelBuilder::pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply) {

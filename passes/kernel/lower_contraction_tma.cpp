@@ -12,6 +12,11 @@
 // The operand's tensor map views it as [rows][K] ([row][k] at offset + row * rowStride + k, tile::tmaView) in boxes of
 // the slice (tile rows x tile_k = 64, 128-byte swizzle); rows and k past the matrix arrive as zeros. A split product's
 // part reads k from its shift on (the map spans the whole row; the parts end on slice boundaries).
+// In clusters (TiledContraction::cluster = C): block r of a cluster copies rows [r, r + 1) * rows / C of every A slice
+// into the same place in all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s]
+// with the whole slice's bytes; the inits are fenced for the cluster and published by a cluster barrier, the step's
+// block barrier is a cluster barrier (no block's slot is overwritten before every block is done with it), and a last
+// cluster barrier keeps every block alive until the copies into it have landed.
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
@@ -29,6 +34,9 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   // alignment (the swizzle's) is only that of the dynamic region's start when nothing precedes it.
   k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, true, true});
   k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
+  const int64_t C = t.s.cluster;
+  k_.cluster = C;
+  auto shared = [&](const OperandSlice& o) { return C > 1 && o.staging == &t.s.a; };  // A: multicast in parts
   std::vector<int> maps;
   std::vector<Idx> shifts;  // per operand: where its k starts in the map (a split's part), or 0
   int64_t sliceBytes = 0;  // every operand's box, zeros included: what completes a slot's phase
@@ -37,7 +45,7 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
     KILN_ASSERT(view, "kernel {}: a tma operand that is not a [row][k] view of a buffer", lk_.name);
     maps.push_back(static_cast<int>(k_.tensorMaps.size()));
     k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, view->cols > 0 ? view->cols : K,
-                                      view->rowStride, o.rows, tk, true});
+                                      view->rowStride, shared(o) ? o.rows / C : o.rows, tk, true});
     shifts.push_back(view->colShift ? substitute(view->colShift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); })
                                     : idxConst(0));
     sliceBytes += o.rows * tk * dtypeBytes(k_.shared[o.buf].dtype);
@@ -46,8 +54,10 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   Block init;
   for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(full, idxConst(s), 1));
   init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
+  if (C > 1) init.push_back(fenceMbarrierInit());  // ... and to the cluster's other blocks, whose copies complete on them
   k_.body.push_back(ifLess(threadIdx(), first, std::move(init)));
-  k_.body.push_back(barrier());
+  k_.body.push_back(C > 1 ? clusterBarrier() : barrier());
+  const Idx rank = mod(blockIdx(), C);  // the block's place in its cluster (clusters are consecutive blocks)
   const std::function<Idx(const Idx&)> sliceStart = rotatedSlices(t);
   auto issue = [&](const Idx& i, const Idx& slot, Block& out) {  // slice i into ring slot `slot`
     const Idx kStart = sliceStart(i);
@@ -56,8 +66,14 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
       const OperandSlice& o = operands[j];
       const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, tk);
       Idx dst = simplify(slot * idxConst(slotElements) + idxConst(o.slotOffset), extents_);
-      out.push_back(tmaLoad(o.buf, dst, maps[j], simplify(kStart + shifts[j], extents_), simplify(o.tileIdx * idxConst(o.rows), extents_),
-                            full, slot));
+      Idx row = simplify(o.tileIdx * idxConst(o.rows), extents_);
+      if (shared(o)) {  // this block's part, into every block of the cluster
+        const int64_t part = o.rows / C;
+        out.push_back(tmaLoadMulticast(o.buf, simplify(dst + rank * idxConst(part * tk), extents_), maps[j],
+                                       simplify(kStart + shifts[j], extents_), simplify(row + rank * idxConst(part), extents_), full, slot));
+        continue;
+      }
+      out.push_back(tmaLoad(o.buf, dst, maps[j], simplify(kStart + shifts[j], extents_), row, full, slot));
     }
   };
   Block prologue;
@@ -68,7 +84,7 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   Idx slice = floorDiv(t.k0, tk);
   t.ring = defVar(steps, "slot", mod(slice, depth), depth);
   steps.push_back(mbarrierWait(full, t.ring, mod(floorDiv(slice, depth), 2)));
-  steps.push_back(barrier());
+  steps.push_back(C > 1 ? clusterBarrier() : barrier());
   Block next;
   Idx writeSlot = defVar(next, "next_slot", mod(idxAdd(slice, ahead), depth), depth);
   issue(idxAdd(slice, ahead), writeSlot, next);
@@ -77,6 +93,7 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   multiply(steps);
   k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
   if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
+  if (C > 1) k_.body.push_back(clusterBarrier());  // no block leaves while copies into it may still be on their way
 }
 
 }  // namespace kiln::kernel::detail

@@ -65,8 +65,9 @@ class Emitter {
       tensorMaps_.push_back(cIdentifier(fmt::format("tmap{}", i), used));
       args.push_back(fmt::format("const __grid_constant__ CUtensorMap {}", tensorMaps_.back()));
     }
-    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
-                       k_.name, fmt::join(args, ", "));
+    const std::string cluster = k_.cluster > 1 ? fmt::format("__cluster_dims__({}, 1, 1) ", k_.cluster) : "";
+    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}{}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
+                       cluster, k_.name, fmt::join(args, ", "));
     std::set<int> asyncTargets, tmaTargets;
     collectAsyncTargets(k_.body, asyncTargets, tmaTargets);
     std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
@@ -209,6 +210,8 @@ class Emitter {
         case K::WgmmaCommit: out += pad + "kiln::wgmma_commit_group();\n"; break;
         case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.pendingGroups); break;
         case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; break;
+        case K::ClusterBarrier: out += pad + "kiln::cluster_barrier();\n"; break;
+        case K::FenceMbarrierInit: out += pad + "kiln::fence_mbarrier_init();\n"; break;
         case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
         case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.arrivals); break;
         case K::MbarrierArrive: out += fmt::format("{}kiln::mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a)); break;
@@ -220,9 +223,9 @@ class Emitter {
           out += fmt::format("{}kiln::mbarrier_arrive_expect_tx(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.txBytes);
           break;
         case K::TmaLoad:
-          out += fmt::format("{}kiln::tma_load_2d(&{}[{}], &{}, {}, {}, &{}[{}]);\n", pad, shared_[s.target], idx(s.a),
+          out += fmt::format("{}kiln::tma_load_2d(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, shared_[s.target], idx(s.a),
                              tensorMaps_[static_cast<size_t>(s.tensorMap)], idx(s.coords[0]), idx(s.coords[1]), shared_[s.barriers],
-                             idx(s.b));
+                             idx(s.b), s.multicast ? fmt::format(", {}", (1 << k_.cluster) - 1) : "");
           break;
         case K::MbarrierWait:
           out += fmt::format("{}kiln::mbarrier_wait(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), idx(s.b));

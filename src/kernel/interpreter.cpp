@@ -272,7 +272,8 @@ void Machine::exec(const Block& body, int depth) {
             for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];
         break;
       }
-      case Stmt::Kind::Barrier: {
+      case Stmt::Kind::Barrier:
+      case Stmt::Kind::ClusterBarrier: {  // the cluster's other blocks run the same code (see tmaLoadMulticast)
         int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
         if (n != T)
           raise(fmt::format("kernel {}: barrier reached by {} of {} threads (barrier under divergent control flow; block {})",
@@ -306,6 +307,7 @@ void Machine::exec(const Block& body, int depth) {
       case Stmt::Kind::WgmmaCommit: wgmmaCommitStep(mask); break;
       case Stmt::Kind::WgmmaWait: wgmmaWaitStep(s, mask); break;
       case Stmt::Kind::FenceProxyAsync: fenceProxyAsyncStep(mask); break;
+      case Stmt::Kind::FenceMbarrierInit: break;  // the interpreter's inits are visible at once
     }
   }
 }
@@ -358,6 +360,7 @@ void Machine::run() {
       env[t][kBlockIdx] = block;
     }
     exec(k.body, 0);
+    if (mbarrierUsed && (block + 1) % k.cluster == 0) finishCluster();
   }
 }
 

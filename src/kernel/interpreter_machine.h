@@ -8,7 +8,10 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <array>
 #include <deque>
+#include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,16 @@ struct Machine {
   bool mbarrierUsed = false;
   std::vector<std::vector<Mbarrier>> mbarriers;   // per shared buffer of mbarriers
   std::vector<std::vector<PhaseTag>> phaseTags;   // per element of the other shared buffers
+  // Multicast TMA copies (interpreter_tma.cpp): per (statement, cluster, issuing block's rank, n-th time the issuing
+  // thread runs it) the copy's destination, column, row and barrier, as first seen, assumed or issued; per (statement,
+  // thread) of the running block, how often it ran.
+  struct MulticastPart {
+    std::array<int64_t, 4> copy;
+    bool issued = false;  // by the block it belongs to, not only assumed by the others
+  };
+  std::map<std::tuple<const Stmt*, int64_t, int64_t, int64_t>, MulticastPart> multicastParts;
+  std::map<std::pair<const Stmt*, int64_t>, int64_t> multicastRuns;
+  void finishCluster();  // after a cluster's last block: every part some block assumed was issued
 
   Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)
       : p(prog), k(kern), buffers(bufs) {

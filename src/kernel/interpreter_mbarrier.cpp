@@ -12,6 +12,7 @@ namespace kiln::kernel::interp {
 void Machine::resetMbarriers() {
   mbarriers.assign(k.shared.size(), {});
   phaseTags.assign(k.shared.size(), {});
+  multicastRuns.clear();  // per block; multicastParts outlives it (the cluster's blocks compare their copies)
   for (size_t b = 0; b < k.shared.size(); ++b) {
     if (k.shared[b].mbarriers) mbarriers[b].assign(static_cast<size_t>(k.shared[b].elements), Mbarrier{});
     else phaseTags[b].assign(static_cast<size_t>(k.shared[b].elements), PhaseTag{});

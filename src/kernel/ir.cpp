@@ -307,6 +307,15 @@ Stmt tmaLoad(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, in
   return s;
 }
 
+Stmt tmaLoadMulticast(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex) {
+  Stmt s = tmaLoad(sharedBuf, std::move(sharedIndex), tensorMap, std::move(col), std::move(row), barriers, std::move(barrierIndex));
+  s.multicast = true;
+  return s;
+}
+
+Stmt clusterBarrier() { return makeStmt(Stmt::Kind::ClusterBarrier); }
+Stmt fenceMbarrierInit() { return makeStmt(Stmt::Kind::FenceMbarrierInit); }
+
 Stmt mbarrierWait(int barriers, Idx index, Idx parity) {
   KILN_ASSERT(parity, "mbarrierWait: null parity");
   Stmt s = onMbarrier(Stmt::Kind::MbarrierWait, barriers, std::move(index));

@@ -78,6 +78,8 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
             fmt::format("{}store shared {}[{}] = {}", ind, sharedName(k, s.target), idxString(s.a), exprString(k, s.value)));
         break;
       case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
+      case Stmt::Kind::ClusterBarrier: lines.push_back(ind + "cluster.barrier"); break;
+      case Stmt::Kind::FenceMbarrierInit: lines.push_back(ind + "fence.mbarrier_init.cluster"); break;
       case Stmt::Kind::LoadVector: {
         std::vector<std::string> slots;
         for (int slot : s.fragment) slots.push_back(floatName(k, slot));
@@ -126,7 +128,8 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
                                     s.txBytes));
         break;
       case Stmt::Kind::TmaLoad:
-        lines.push_back(fmt::format("{}tma.load shared {}[{}] <- tmap{}[row {}, col {}] on {}[{}]", ind, sharedName(k, s.target),
+        lines.push_back(fmt::format("{}tma.load{} shared {}[{}] <- tmap{}[row {}, col {}] on {}[{}]", ind,
+                                    s.multicast ? ".multicast" : "", sharedName(k, s.target),
                                     idxString(s.a), s.tensorMap, idxString(s.coords[1]), idxString(s.coords[0]),
                                     sharedName(k, s.barriers), idxString(s.b)));
         break;
@@ -221,6 +224,7 @@ std::string print(const Program& p) {
   for (auto& k : p.kernels) {
     out += fmt::format("\nkernel {} grid{} block{} shared {} bytes", k.name, dims(k.grid), dims(k.block), k.sharedBytes());
     if (k.dynamicSharedBytes) out += fmt::format(" (dynamic {} bytes)", k.dynamicSharedBytes);
+    if (k.cluster > 1) out += fmt::format(" cluster {}", k.cluster);
     if (!k.origins.empty()) out += fmt::format("  // {}", fmt::join(k.origins, "; "));
     out += "\n";
     std::vector<std::string> params;
@@ -270,6 +274,7 @@ nlohmann::json toJson(const Program& p) {
                       {"origins", k.origins},
                       {"float_vars", k.floatVars}};
     if (!k.pairVars.empty()) kj["pair_vars"] = k.pairVars;
+    if (k.cluster > 1) kj["cluster"] = k.cluster;
     kj["params"] = nlohmann::json::array();
     for (auto& prm : k.params)
       kj["params"].push_back({{"buffer", prm.buffer},

@@ -1,5 +1,4 @@
 // Kernel IR verifier: the static hardware rules (include/kiln/kernel/ir.h).
-//
 //  * launch dimensions within CUDA's limits; static shared memory within the target's 48 KiB, static + dynamic
 //    within its per-block maximum (227 KiB on sm_90), the dynamic buffers' layout within dynamicSharedBytes;
 //  * every parameter names an existing program buffer with its dtype and size; every load/store names an
@@ -18,15 +17,14 @@
 //    DefIdx and loop variables expanded), within the parameter where interval arithmetic bounds it;
 //  * warp-collective statements (mma, shuffles) only under block-uniform control flow, in whole warps;
 //  * mbarriers: per-thread statements (allowed under thread-dependent control flow, unlike block barriers) on a
-//    buffer of mbarriers that nothing else touches; the arrival count and wait parity in range; TMA tensor maps and
-//    copies as verifier_tma.cpp checks them, their shared destinations in bounds and provably aligned;
+//    buffer of mbarriers that nothing else touches; the arrival count and wait parity in range; TMA tensor maps,
+//    copies and clusters as verifier_tma.cpp checks them, their shared destinations in bounds and provably aligned;
 //  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
 //    in bounds where known. (Whether every read waits for its copy is checked by the interpreter, not here.)
 // The interval arithmetic behind the bounds is in verifier_ranges.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -420,6 +418,7 @@ struct Verifier {
           checkSharedIndex(st.target, st.a, s, "store");
           break;
         case Stmt::Kind::Barrier:
+        case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkCluster)
           if (!divergence.empty())
             fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
           break;
@@ -463,7 +462,8 @@ struct Verifier {
             fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
           break;
         case Stmt::Kind::FenceProxyAsync:
-          if (p.target.computeMajor < 9) fail("fence.proxy.async on {} (sm_90 and later)", p.target.arch);
+        case Stmt::Kind::FenceMbarrierInit:
+          if (p.target.computeMajor < 9) fail("a fence of sm_90 and later on {}", p.target.arch);
           break;
         case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); break;
         case Stmt::Kind::CpAsyncWait:
@@ -564,6 +564,7 @@ struct Verifier {
            k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
     for (size_t i = 0; i < k.tensorMaps.size(); ++i)
       if (std::string why = detail::checkTensorMap(k, target, i); !why.empty()) fail("{}", why);
+    if (std::string why = detail::checkCluster(k, target); !why.empty()) fail("{}", why);
     for (auto& prm : k.params) {
       if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
         fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());

@@ -47,12 +47,32 @@ std::string checkTmaLoad(const Kernel& k, const Stmt& s) {
     return fmt::format("tma.load into shared buffer #{}, which is not a buffer of elements", s.target);
   if (s.barriers < 0 || s.barriers >= static_cast<int>(k.shared.size()) || !k.shared[s.barriers].mbarriers)
     return fmt::format("tma.load completing on shared buffer #{}, which holds no mbarriers", s.barriers);
+  if (s.multicast && k.cluster < 2) return "a multicast tma.load in a kernel without a thread-block cluster";
   const DType type = k.params[static_cast<size_t>(k.tensorMaps[static_cast<size_t>(s.tensorMap)].param)].dtype;
   if (k.shared[s.target].dtype != type)
     return fmt::format("tma.load of {} into shared {} of {}", dtypeName(type), k.shared[s.target].name, dtypeName(k.shared[s.target].dtype));
   if (k.shared[s.target].dynamic && k.dynamicSharedOffset(s.target) % 1024 != 0)
     return fmt::format("tma.load into shared {} at dynamic byte {} (TMA destinations are 1024-byte aligned here)", k.shared[s.target].name,
                        k.dynamicSharedOffset(s.target));
+  return "";
+}
+
+namespace {
+bool usesClusters(const Block& body) {
+  for (const Stmt& st : body)
+    if (st.kind == Stmt::Kind::ClusterBarrier || st.kind == Stmt::Kind::FenceMbarrierInit || st.multicast || usesClusters(st.body))
+      return true;
+  return false;
+}
+}  // namespace
+
+std::string checkCluster(const Kernel& k, const Target& target) {
+  if (k.cluster < 1 || k.cluster > 8) return fmt::format("a cluster of {} blocks (1 to 8)", k.cluster);
+  if (k.cluster > 1 && (k.grid[0] % k.cluster != 0 || k.grid[1] != 1 || k.grid[2] != 1))
+    return fmt::format("a cluster of {} blocks in a grid of ({}, {}, {}) (clusters divide a one-dimensional grid)", k.cluster, k.grid[0],
+                       k.grid[1], k.grid[2]);
+  if ((k.cluster > 1 || usesClusters(k.body)) && !target.tma)
+    return fmt::format("thread-block clusters on {}, which has none (sm_90 and later)", target.arch);
   return "";
 }
 

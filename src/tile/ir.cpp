@@ -105,6 +105,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                             : "");
       if (t.stackedB) instr += fmt::format(", the {} stages' B stacked: wgmma.m64n{}k16", k.stages.size(),
                                            static_cast<int64_t>(k.stages.size()) * t.tileN);
+      if (t.cluster > 1) instr += fmt::format(", clusters of {} blocks (A multicast)", t.cluster);
       break;
   }
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
@@ -137,7 +138,7 @@ nlohmann::json toJson(const Schedule& s) {
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}});
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -316,6 +317,13 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                     std::all_of(src.begin(), src.end(), [](size_t s) { return s == 0; }) && stages * t.tileN <= 256 && t.tileN % 8 == 0,
                 "kernel {}: stacked B slices need a cp_async wgmma product whose stages all read one A, with stages x tile_n "
                 "a multiple of 8 up to 256 ({} x {})", k.name, stages, t.tileN);
+  }
+  if (t.cluster != 1) {
+    const Contraction c = contractionOf(t, k);
+    KILN_ASSERT(t.a.copy == TC::Copy::Tma && target.tma && (t.cluster == 2 || t.cluster == 4 || t.cluster == 8) &&
+                    tilesN(t, c) % t.cluster == 0 && t.tileM % (8 * t.cluster) == 0,
+                "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along n, and "
+                "A slices of 8 rows or more per block ({} rows)", k.name, t.cluster, tilesN(t, c), t.tileM);
   }
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",

@@ -82,6 +82,8 @@ struct Stmt {
     NamedBarrier,           // bar.sync id, threads: a barrier for one warp role, see namedBarrier()
     MbarrierExpectTx,       // mbarrier.arrive.expect_tx: an arrival that also awaits `bytes` of TMA copies, see tmaLoad()
     TmaLoad,                // a TMA tensor copy of one box from global to shared memory, see tmaLoad()
+    ClusterBarrier,         // every thread of every block of the thread-block cluster, see clusterBarrier()
+    FenceMbarrierInit,      // fence.mbarrier_init.release.cluster, see clusterBarrier()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -107,6 +109,7 @@ struct Stmt {
   int tensorMap = -1;               // TmaLoad: Kernel::tensorMaps index (target: the shared buffer, a: the element index)
   std::vector<Idx> coords;          // TmaLoad: the box's first column and first row in the map
   int barriers = -1;                // TmaLoad: the buffer of mbarriers its bytes complete on, barrier `b`
+  bool multicast = false;           // TmaLoad: into every block of the cluster, see tmaLoad()
   bool transpose = false;           // Ldmatrix: .trans
   // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
   // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
@@ -260,6 +263,20 @@ Stmt namedBarrier(int id, int64_t threads);
 // elements a pending wgmma or cp.async still uses, and boxes or maps that break the rules above.
 Stmt mbarrierArriveExpectTx(int barriers, Idx index, int64_t bytes);
 Stmt tmaLoad(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex);
+// Thread-block clusters (sm_90+; Kernel::cluster > 1): blocks c * cluster .. c * cluster + cluster - 1 of the grid run
+// together and may copy into each other's shared memory. With `multicast` a tmaLoad's box lands at the same element of
+// the same buffer in every block of the issuing thread's cluster, and its bytes count on the same mbarrier of each
+// (cp.async.bulk.tensor ... multicast::cluster with every block in the mask): the blocks of a cluster issuing one
+// part each of a slice they all read fetch it from L2 once instead of once per block. A block may only be copied into
+// once it is done with what the copy overwrites and its mbarriers are initialised: clusterBarrier() (barrier.cluster
+// arrive.release + wait.acquire) is reached by every thread of every block of the cluster, like a block barrier but
+// cluster-wide; fenceMbarrierInit() makes the thread's earlier mbarrier inits visible to the cluster before it. The
+// interpreter runs one block at a time: a multicast copy lands, in the block running it, every part that its cluster's
+// blocks issue with that statement (the statement evaluated with each one's blockIdx), so the kernel must be uniform
+// over the cluster there (every block issues the statement at the same point, as thread-block SPMD code does).
+Stmt tmaLoadMulticast(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex);
+Stmt clusterBarrier();
+Stmt fenceMbarrierInit();
 constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
 // The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
 std::pair<int, int> wgmmaElement(int thread, int i);
@@ -314,6 +331,8 @@ struct Kernel {
   std::vector<std::string> pairVars;
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int64_t, 3> block{1, 1, 1};
+  // Blocks per thread-block cluster along x (1: none; 2..8, dividing grid[0]; sm_90+), see tmaLoadMulticast.
+  int64_t cluster = 1;
   // Dynamic shared memory per block, passed at launch (the manifest's kernels[].shared_bytes; the runtime sets
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB). At least dynamicBuffersBytes().
   int64_t dynamicSharedBytes = 0;

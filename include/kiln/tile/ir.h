@@ -110,6 +110,12 @@ struct TiledContraction {
   // B slices one after another, and one wgmma m64n{stages * tile_n} per 16 of k multiplies them all (A read from
   // shared memory once, half the wgmmas of two stages; its accumulators are the stages' in order).
   bool stackedB = false;
+  // Tma products: blocks per thread-block cluster (1, 2, 4 or 8; tile-multicast-operands). A cluster is that many blocks
+  // consecutive in n (the same tile row, the same other output axes): they read the same A slices, so block r of the
+  // cluster copies rows [r, r + 1) * tile_m / cluster of each and multicasts them to all, and each A slice leaves L2 once
+  // per cluster instead of once per block. The k loop's block barrier becomes a cluster barrier (a block's slot is only
+  // overwritten once every block of the cluster is done with it).
+  int64_t cluster = 1;
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
@@ -208,8 +214,11 @@ bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies
+bool multicastOperands(Program& p);             // tile-multicast-operands
 bool deepenRings(Program& p);                   // tile-deepen-rings
 bool stackOperands(Program& p);                 // tile-stack-operands
+// Blocks per thread-block cluster that tile-multicast-operands gives tma products.
+constexpr int64_t kMulticastCluster = 2;
 // The most slots a cp.async ring has (tile-deepen-rings; the verifier's bound).
 constexpr int64_t kMaxRingDepth = 8;
 // A product shape (tile-shape-products); given to shapeProducts, it is applied to every eligible product instead of
