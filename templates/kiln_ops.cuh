@@ -310,6 +310,20 @@ __device__ __forceinline__ void cluster_barrier() {
   __trap();
 #endif
 }
+// One arrival on the mbarrier at `bar`'s offset in each of the Blocks blocks of the cluster (Kernel IR's
+// mbarrierArriveCluster): mapa gives its address in block r's shared memory.
+template <int Blocks>
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#pragma unroll
+  for (int r = 0; r < Blocks; ++r)
+    asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(shared_address(bar)), "r"(r)
+                 : "memory");
+#else
+  __trap();
+#endif
+}
 // The thread's earlier mbarrier.init are visible to the cluster's other blocks (before a cluster barrier).
 __device__ __forceinline__ void fence_mbarrier_init() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -14,9 +14,17 @@
 // part reads k from its shift on (the map spans the whole row; the parts end on slice boundaries).
 // In clusters (TiledContraction::cluster = C): block r of a cluster copies rows [r, r + 1) * rows / C of every A slice
 // into the same place in all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s]
-// with the whole slice's bytes; the inits are fenced for the cluster and published by a cluster barrier, the step's
-// block barrier is a cluster barrier (no block's slot is overwritten before every block is done with it), and a last
-// cluster barrier keeps every block alive until the copies into it have landed.
+// with the whole slice's bytes. A slot is refilled only once every block of the cluster is done with it: slot s also has
+// mbarrier empty[s] of C arrivals per phase, one from each block (thread 0, after the step's block barrier, arrives on
+// empty[s] of every block of the cluster), and thread 0 waits for it before copying into the slot again. That comes
+// after the step's wgmmas are issued, so the tensor cores work while it waits for the other blocks:
+//   for k0 (slice i): wait full[i mod depth]; barrier; multiply slice i;
+//     thread 0, if slice j = i + ahead exists: if j >= depth (the slot held slice j - depth): arrive on empty[j mod depth]
+//     of every block, wait for its phase j / depth - 1; expect_tx and the copies of slice j
+// The inits are fenced for the cluster and published by a cluster barrier; a last cluster barrier keeps every block alive
+// until the others' copies and arrivals into it are done. (A cluster barrier in every step instead of the empty
+// barriers took twice as long on the H200: TinyLlama's q/k/v product at 128 tokens 21.4 us against 10.0 without
+// clusters, bench/results/2026-12-03-h200-products-bf16-6ea0e9a-summary.txt.)
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
@@ -33,9 +41,11 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   // After the ring in dynamic shared memory: a static buffer would come before the dynamic ones, and the ring's 1024-byte
   // alignment (the swizzle's) is only that of the dynamic region's start when nothing precedes it.
   k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, true, true});
-  k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
   const int64_t C = t.s.cluster;
   k_.cluster = C;
+  const int empty = C > 1 ? static_cast<int>(k_.shared.size()) : -1;
+  if (C > 1) k_.shared.push_back(SharedBuffer{"empty", depth, DType::F32, true, true});
+  k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
   auto shared = [&](const OperandSlice& o) { return C > 1 && o.staging == &t.s.a; };  // A: multicast in parts
   std::vector<int> maps;
   std::vector<Idx> shifts;  // per operand: where its k starts in the map (a split's part), or 0
@@ -53,6 +63,7 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   const Idx first = idxConst(1);  // `threadIdx < 1`: thread 0
   Block init;
   for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(full, idxConst(s), 1));
+  for (int64_t s = 0; s < depth && C > 1; ++s) init.push_back(mbarrierInit(empty, idxConst(s), C));
   init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
   if (C > 1) init.push_back(fenceMbarrierInit());  // ... and to the cluster's other blocks, whose copies complete on them
   k_.body.push_back(ifLess(threadIdx(), first, std::move(init)));
@@ -84,13 +95,20 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   Idx slice = floorDiv(t.k0, tk);
   t.ring = defVar(steps, "slot", mod(slice, depth), depth);
   steps.push_back(mbarrierWait(full, t.ring, mod(floorDiv(slice, depth), 2)));
-  steps.push_back(C > 1 ? clusterBarrier() : barrier());
+  steps.push_back(barrier());
   Block next;
-  Idx writeSlot = defVar(next, "next_slot", mod(idxAdd(slice, ahead), depth), depth);
-  issue(idxAdd(slice, ahead), writeSlot, next);
+  const Idx j = idxAdd(slice, ahead);
+  Idx writeSlot = defVar(next, "next_slot", mod(j, depth), depth);
+  if (C > 1) {  // every block of the cluster is done with the slice the slot held
+    Block release{mbarrierArriveCluster(empty, writeSlot), mbarrierWait(empty, writeSlot, mod(idxAdd(floorDiv(j, depth), 1), 2))};
+    next.push_back(ifLess(idxConst(depth - 1), j, std::move(release)));
+  }
+  issue(j, writeSlot, next);
   Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
-  steps.push_back(ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))}));
+  Stmt refill = ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))});
+  if (C == 1) steps.push_back(std::move(refill));
   multiply(steps);
+  if (C > 1) steps.push_back(std::move(refill));
   k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
   if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
   if (C > 1) k_.body.push_back(clusterBarrier());  // no block leaves while copies into it may still be on their way

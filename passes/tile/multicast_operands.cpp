@@ -27,7 +27,10 @@ bool multicastOperands(Program& p) {
     const Contraction c = contractionOf(*s, p.loop.kernels[i]);
     const int64_t cluster = kMulticastCluster;
     if (tilesN(*s, c) % cluster != 0 || s->tileM % (8 * cluster) != 0) continue;
-    s->cluster = cluster;
+    TiledContraction t = *s;
+    t.cluster = cluster;
+    if (sharedBytes(t, p.loop.kernels[i]) > p.target.maxSharedPerBlock) continue;  // no room for the empty mbarriers
+    *s = t;
     changed = true;
   }
   return changed;

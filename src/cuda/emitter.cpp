@@ -214,6 +214,9 @@ class Emitter {
         case K::FenceMbarrierInit: out += pad + "kiln::fence_mbarrier_init();\n"; break;
         case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
         case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.arrivals); break;
+        case K::MbarrierArriveCluster:
+          out += fmt::format("{}kiln::mbarrier_arrive_cluster<{}>(&{}[{}]);\n", pad, k_.cluster, shared_[s.target], idx(s.a));
+          break;
         case K::MbarrierArrive: out += fmt::format("{}kiln::mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a)); break;
         case K::CpAsyncMbarrierArrive:
           out += fmt::format("{}kiln::cp_async_mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a));

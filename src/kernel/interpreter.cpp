@@ -294,6 +294,7 @@ void Machine::exec(const Block& body, int depth) {
       case Stmt::Kind::CpAsyncWait: cpAsyncWaitStep(s, mask); break;
       case Stmt::Kind::MbarrierInit:
       case Stmt::Kind::MbarrierArrive:
+      case Stmt::Kind::MbarrierArriveCluster:
       case Stmt::Kind::CpAsyncMbarrierArrive:
       case Stmt::Kind::MbarrierWait:
       case Stmt::Kind::MbarrierExpectTx:

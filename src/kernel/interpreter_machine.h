@@ -81,15 +81,18 @@ struct Machine {
   bool mbarrierUsed = false;
   std::vector<std::vector<Mbarrier>> mbarriers;   // per shared buffer of mbarriers
   std::vector<std::vector<PhaseTag>> phaseTags;   // per element of the other shared buffers
-  // Multicast TMA copies (interpreter_tma.cpp): per (statement, cluster, issuing block's rank, n-th time the issuing
-  // thread runs it) the copy's destination, column, row and barrier, as first seen, assumed or issued; per (statement,
-  // thread) of the running block, how often it ran.
-  struct MulticastPart {
-    std::array<int64_t, 4> copy;
+  // Statements on every block of a thread-block cluster (interpreter_tma.cpp: multicast TMA copies, cluster-wide mbarrier
+  // arrivals): per (statement, cluster, block's rank, n-th time a thread runs it) its operands (index, then a copy's column,
+  // row and barrier), as first seen, assumed or run; per (statement, thread) of the running block, how often it ran.
+  struct ClusterPart {
+    std::array<int64_t, 4> operands;
     bool issued = false;  // by the block it belongs to, not only assumed by the others
   };
-  std::map<std::tuple<const Stmt*, int64_t, int64_t, int64_t>, MulticastPart> multicastParts;
-  std::map<std::pair<const Stmt*, int64_t>, int64_t> multicastRuns;
+  std::map<std::tuple<const Stmt*, int64_t, int64_t, int64_t>, ClusterPart> clusterParts;
+  std::map<std::pair<const Stmt*, int64_t>, int64_t> clusterRuns;
+  std::array<int64_t, 4> clusterOperands(const Stmt& s, const std::vector<int64_t>& env);
+  // The environments of thread t as each block of its cluster runs s (blockIdx theirs), checked against the others'.
+  std::vector<std::vector<int64_t>> clusterIssuers(const Stmt& s, int64_t t);
   void finishCluster();  // after a cluster's last block: every part some block assumed was issued
 
   Machine(const Program& prog, const Kernel& kern, std::vector<std::vector<float>>& bufs)

@@ -12,7 +12,7 @@ namespace kiln::kernel::interp {
 void Machine::resetMbarriers() {
   mbarriers.assign(k.shared.size(), {});
   phaseTags.assign(k.shared.size(), {});
-  multicastRuns.clear();  // per block; multicastParts outlives it (the cluster's blocks compare their copies)
+  clusterRuns.clear();  // per block; clusterParts outlives it (the cluster's blocks compare their statements)
   for (size_t b = 0; b < k.shared.size(); ++b) {
     if (k.shared[b].mbarriers) mbarriers[b].assign(static_cast<size_t>(k.shared[b].elements), Mbarrier{});
     else phaseTags[b].assign(static_cast<size_t>(k.shared[b].elements), PhaseTag{});
@@ -64,6 +64,11 @@ void Machine::mbarrierStep(const Stmt& s, const std::vector<uint8_t>& mask) {
         break;
       }
       case Stmt::Kind::MbarrierArrive: arrive(mbarrierOf(s, t, "mbarrier.arrive")); break;
+      case Stmt::Kind::MbarrierArriveCluster: {  // every block of the cluster arrives on this one's at this point
+        Mbarrier& m = mbarrierOf(s, t, "mbarrier.arrive (cluster)");
+        for (size_t i = 0, n = clusterIssuers(s, t).size(); i < n; ++i) arrive(m);
+        break;
+      }
       case Stmt::Kind::MbarrierExpectTx: {
         Mbarrier& m = mbarrierOf(s, t, "mbarrier.arrive.expect_tx");
         m.tx += s.txBytes;

@@ -2,13 +2,51 @@
 // The box lands when the copy is issued (threads run in lockstep, so every later statement comes after it), each element
 // tagged with the phase of its mbarrier in progress: a thread may read it once it has waited for that phase
 // (checkPhaseTag). The bytes then count against the phase's transaction count, which an arrive.expect_tx raised.
-// A multicast copy lands the part of every block of the cluster: the statement evaluated with each one's blockIdx.
+// A multicast copy lands the part of every block of the cluster: the statement evaluated with each one's blockIdx
+// (clusterIssuers, which also checks that the cluster's blocks run the same statements alike; mbarrier.arrive on every
+// block of the cluster uses it too).
 #include <fmt/format.h>
 
 #include "interpreter_machine.h"
 #include "verifier_tma.h"
 
 namespace kiln::kernel::interp {
+
+namespace {
+const char* kindName(const Stmt& s) {
+  return s.kind == Stmt::Kind::MbarrierArriveCluster ? "mbarrier.arrive on every block of the cluster" : "multicast tma.load";
+}
+}  // namespace
+
+std::array<int64_t, 4> Machine::clusterOperands(const Stmt& s, const std::vector<int64_t>& at) {
+  if (s.kind == Stmt::Kind::MbarrierArriveCluster) return {evaluate(s.a, at, &loader), 0, 0, 0};
+  return {evaluate(s.a, at, &loader), evaluate(s.coords[0], at, &loader), evaluate(s.coords[1], at, &loader),
+          evaluate(s.b, at, &loader)};
+}
+
+std::vector<std::vector<int64_t>> Machine::clusterIssuers(const Stmt& s, int64_t t) {
+  const int64_t first = block - block % k.cluster, run = clusterRuns[{&s, t}]++;
+  const std::array<int64_t, 4> own = clusterOperands(s, env[t]);
+  std::vector<std::vector<int64_t>> envs;
+  for (int64_t issuer = first; issuer < first + k.cluster; ++issuer) {
+    std::vector<int64_t> at = env[t];
+    at[kBlockIdx] = issuer;
+    const std::array<int64_t, 4> operands = clusterOperands(s, at);
+    // Every block of the cluster must see the same statement: what it issues, what the others assumed.
+    auto [it, fresh] = clusterParts.try_emplace({&s, first, issuer - first, run}, ClusterPart{operands});
+    if (!fresh && it->second.operands != operands)
+      raise(fmt::format("kernel {}: thread {} of block {}: {} differs across the cluster ({} in one block, {} in another): its operands "
+                        "must be the same in every block of the cluster but for blockIdx", k.name, t, issuer, kindName(s),
+                        fmt::join(operands, ", "), fmt::join(it->second.operands, ", ")));
+    if (issuer == block) it->second.issued = true;
+    const bool sameBarrier = s.kind == Stmt::Kind::MbarrierArriveCluster ? operands[0] == own[0] : operands[3] == own[3];
+    if (!sameBarrier)
+      raise(fmt::format("kernel {}: thread {} of block {}: {} reaches a different mbarrier in block {} than here", k.name, t, block,
+                        kindName(s), issuer));
+    envs.push_back(std::move(at));
+  }
+  return envs;
+}
 
 void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   KILN_ASSERT(s.tensorMap >= 0 && s.tensorMap < static_cast<int>(k.tensorMaps.size()) && s.coords.size() == 2,
@@ -18,32 +56,17 @@ void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   const std::vector<float>& src = paramData(map.param);
   const int64_t elemBytes = dtypeBytes(sb.dtype), chunk = 16 / elemBytes, box = detail::boxElements(k, s);
   const int64_t align = detail::tmaDestinationAlignment(k, s);
-  const int64_t parts = s.multicast ? k.cluster : 1, first = block - block % parts;
   for (int64_t t = 0; t < T; ++t) {
     if (!mask[t]) continue;
     Mbarrier& m = mbarrierOf(s, t, "tma.load");  // the barrier the bytes complete on
-    const int64_t run = s.multicast ? multicastRuns[{&s, t}]++ : 0;
-    for (int64_t issuer = first; issuer < first + parts; ++issuer) {  // this block, or each block of its cluster
-      std::vector<int64_t> at = env[t];
-      at[kBlockIdx] = issuer;
-      const std::array<int64_t, 4> part{evaluate(s.a, at, &loader), evaluate(s.coords[0], at, &loader),
-                                        evaluate(s.coords[1], at, &loader), evaluate(s.b, at, &loader)};
+    // this block's copy, or (multicast) the part of each block of its cluster
+    for (const std::vector<int64_t>& at : s.multicast ? clusterIssuers(s, t) : std::vector<std::vector<int64_t>>{env[t]}) {
+      const std::array<int64_t, 4> part = clusterOperands(s, at);
       const int64_t dst = part[0], col0 = part[1], row0 = part[2];
       auto where = [&] {
         return fmt::format("kernel {}: thread {} of block {}: tma.load shared {}[{}] <- tensor map {} at row {}, column {}", k.name, t,
-                           issuer, sb.name, dst, s.tensorMap, row0, col0);
+                           at[kBlockIdx], sb.name, dst, s.tensorMap, row0, col0);
       };
-      if (s.multicast) {  // every block of the cluster must see the same copies: what it issues, what the others assumed
-        auto [it, fresh] = multicastParts.try_emplace({&s, first, issuer - first, run}, MulticastPart{part});
-        const std::array<int64_t, 4>& seen = it->second.copy;
-        if (!fresh && seen != part)
-          raise(fmt::format("{}: a multicast copy differs across the cluster (another block has it at [{}] <- row {}, column {}, "
-                            "mbarrier [{}]): its operands must be the same in every block of the cluster but for blockIdx",
-                            where(), seen[0], seen[2], seen[1], seen[3]));
-        if (issuer == block) it->second.issued = true;
-        if (part[3] != evaluate(s.b, env[t], &loader))
-          raise(fmt::format("{}: completes on mbarrier [{}] in its issuer and [{}] here", where(), part[3], evaluate(s.b, env[t], &loader)));
-      }
       if (dst % align != 0 || dst < 0 || dst + box > sb.elements)
         raise(fmt::format("{}: the destination must be a multiple of {} elements with the box's {} inside the buffer's {}", where(),
                           align, box, sb.elements));
@@ -71,12 +94,12 @@ void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
 }
 
 void Machine::finishCluster() {
-  for (const auto& [key, part] : multicastParts)
+  for (const auto& [key, part] : clusterParts)
     if (!part.issued)
-      raise(fmt::format("kernel {}: block {} never issued its part of a multicast tma.load into shared {} (run {} of the statement; "
-                        "its cluster's other blocks waited for it)",
-                        k.name, std::get<1>(key) + std::get<2>(key), k.shared[std::get<0>(key)->target].name, std::get<3>(key)));
-  multicastParts.clear();
+      raise(fmt::format("kernel {}: block {} never ran its {} on shared {} (run {} of the statement; its cluster's other blocks "
+                        "counted on it)", k.name, std::get<1>(key) + std::get<2>(key), kindName(*std::get<0>(key)),
+                        k.shared[std::get<0>(key)->target].name, std::get<3>(key)));
+  clusterParts.clear();
 }
 
 }  // namespace kiln::kernel::interp

@@ -313,6 +313,7 @@ Stmt tmaLoadMulticast(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Id
   return s;
 }
 
+Stmt mbarrierArriveCluster(int barriers, Idx index) { return onMbarrier(Stmt::Kind::MbarrierArriveCluster, barriers, std::move(index)); }
 Stmt clusterBarrier() { return makeStmt(Stmt::Kind::ClusterBarrier); }
 Stmt fenceMbarrierInit() { return makeStmt(Stmt::Kind::FenceMbarrierInit); }
 

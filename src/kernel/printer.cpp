@@ -119,6 +119,9 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
       case Stmt::Kind::MbarrierInit:
         lines.push_back(fmt::format("{}mbarrier.init {}[{}], {} arrivals", ind, sharedName(k, s.target), idxString(s.a), s.arrivals));
         break;
+      case Stmt::Kind::MbarrierArriveCluster:
+        lines.push_back(fmt::format("{}mbarrier.arrive.cluster {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));
+        break;
       case Stmt::Kind::MbarrierArrive: lines.push_back(fmt::format("{}mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a))); break;
       case Stmt::Kind::CpAsyncMbarrierArrive:
         lines.push_back(fmt::format("{}cp.async.mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));

@@ -479,6 +479,7 @@ struct Verifier {
         }
         case Stmt::Kind::MbarrierInit:
         case Stmt::Kind::MbarrierArrive:
+        case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkCluster)
         case Stmt::Kind::CpAsyncMbarrierArrive:
         case Stmt::Kind::MbarrierExpectTx:
         case Stmt::Kind::MbarrierWait: checkMbarrier(st, s); break;

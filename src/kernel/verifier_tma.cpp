@@ -47,7 +47,6 @@ std::string checkTmaLoad(const Kernel& k, const Stmt& s) {
     return fmt::format("tma.load into shared buffer #{}, which is not a buffer of elements", s.target);
   if (s.barriers < 0 || s.barriers >= static_cast<int>(k.shared.size()) || !k.shared[s.barriers].mbarriers)
     return fmt::format("tma.load completing on shared buffer #{}, which holds no mbarriers", s.barriers);
-  if (s.multicast && k.cluster < 2) return "a multicast tma.load in a kernel without a thread-block cluster";
   const DType type = k.params[static_cast<size_t>(k.tensorMaps[static_cast<size_t>(s.tensorMap)].param)].dtype;
   if (k.shared[s.target].dtype != type)
     return fmt::format("tma.load of {} into shared {} of {}", dtypeName(type), k.shared[s.target].name, dtypeName(k.shared[s.target].dtype));
@@ -58,9 +57,10 @@ std::string checkTmaLoad(const Kernel& k, const Stmt& s) {
 }
 
 namespace {
-bool usesClusters(const Block& body) {
+bool usesClusters(const Block& body, bool peers) {  // peers: only statements that reach other blocks
   for (const Stmt& st : body)
-    if (st.kind == Stmt::Kind::ClusterBarrier || st.kind == Stmt::Kind::FenceMbarrierInit || st.multicast || usesClusters(st.body))
+    if (st.multicast || st.kind == Stmt::Kind::MbarrierArriveCluster ||
+        (!peers && (st.kind == Stmt::Kind::ClusterBarrier || st.kind == Stmt::Kind::FenceMbarrierInit)) || usesClusters(st.body, peers))
       return true;
   return false;
 }
@@ -71,7 +71,9 @@ std::string checkCluster(const Kernel& k, const Target& target) {
   if (k.cluster > 1 && (k.grid[0] % k.cluster != 0 || k.grid[1] != 1 || k.grid[2] != 1))
     return fmt::format("a cluster of {} blocks in a grid of ({}, {}, {}) (clusters divide a one-dimensional grid)", k.cluster, k.grid[0],
                        k.grid[1], k.grid[2]);
-  if ((k.cluster > 1 || usesClusters(k.body)) && !target.tma)
+  if (k.cluster < 2 && usesClusters(k.body, true))
+    return "a multicast tma.load or an mbarrier.arrive on every block of the cluster in a kernel without a thread-block cluster";
+  if ((k.cluster > 1 || usesClusters(k.body, false)) && !target.tma)
     return fmt::format("thread-block clusters on {}, which has none (sm_90 and later)", target.arch);
   return "";
 }

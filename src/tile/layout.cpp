@@ -86,7 +86,8 @@ int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
   if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
   if (auto* t = std::get_if<TiledContraction>(&s))
     return dynamicShared(s) ? t->pipelineDepth * (ringSlotBytes(*t, contractionOf(*t, k)) +
-                                                  (t->a.copy == TiledContraction::Copy::Tma ? kMbarrierBytes : 0))
+                                                  (t->a.copy == TiledContraction::Copy::Tma ? kMbarrierBytes : 0) +
+                                                  (t->cluster > 1 ? kMbarrierBytes : 0))  // full (and empty) per slot
                             : operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
   return 0;
 }

@@ -84,6 +84,7 @@ struct Stmt {
     TmaLoad,                // a TMA tensor copy of one box from global to shared memory, see tmaLoad()
     ClusterBarrier,         // every thread of every block of the thread-block cluster, see clusterBarrier()
     FenceMbarrierInit,      // fence.mbarrier_init.release.cluster, see clusterBarrier()
+    MbarrierArriveCluster,  // the thread arrives on an mbarrier of every block of its cluster, see mbarrierArriveCluster()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -277,6 +278,11 @@ Stmt tmaLoad(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, in
 Stmt tmaLoadMulticast(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex);
 Stmt clusterBarrier();
 Stmt fenceMbarrierInit();
+// One arrival on mbarrier `index` of `barriers` in every block of the cluster, this one included (mapa +
+// mbarrier.arrive.release.cluster.shared::cluster per block): how a block tells the others it is done with a ring slot
+// they multicast into, without stopping every thread as clusterBarrier() does. The interpreter counts the cluster's
+// arrivals on the running block's barrier where its thread arrives (each block arrives at the same point, as above).
+Stmt mbarrierArriveCluster(int barriers, Idx index);
 constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
 // The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
 std::pair<int, int> wgmmaElement(int thread, int i);
