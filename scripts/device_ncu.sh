@@ -4,6 +4,7 @@
 # "tinyllama/q_proj/s512:bf16:reduce_sum;tinyllama/sdpa_causal_gqa/s512:bf16:attention") with bench/export_cases.py,
 # runs it once (compiles into the cache), then ncu (--clock-control none) on the first matching launch: speed of light,
 # warp stall reasons, pipe utilisation, shared-memory wavefronts and bank conflicts, occupancy.
+# NCU_METRICS (comma-separated metric names) adds raw metrics to each report.
 # $OUT gets ncu-<n>.txt per case and ncu.txt (the key lines, also printed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +28,9 @@ for c in "${cases[@]}"; do
   ./build/kiln run "$pt" > "$LOG/run-$n.log" 2>&1
   timeout 150 ncu --clock-control none --kernel-name "regex:$regex" --launch-count 1 --section SpeedOfLight \
     --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy \
-    --section LaunchStats ./build/kiln run "$pt" > "$OUT/ncu-$n.txt" 2>&1
+    --section LaunchStats ${NCU_METRICS:+--metrics "$NCU_METRICS"} ./build/kiln run "$pt" > "$OUT/ncu-$n.txt" 2>&1
   { echo "== $name $dtype ($regex)"
-    grep -E "^  [a-z0-9_]+ \(|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|Dynamic Shared|Issue Slots Busy|Executed Ipc Active|Stall|stall|Bank Conflicts|Wavefronts|Tensor|Pipe" "$OUT/ncu-$n.txt" | tr -s ' ' | cut -c1-160 | head -40
+    grep -E "^  [a-z0-9_]+ \(|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|Dynamic Shared|Issue Slots Busy|Executed Ipc Active|Stall|stall|Bank Conflicts|Wavefronts|Tensor|Pipe|Cluster|sm__|launch__" "$OUT/ncu-$n.txt" | tr -s ' ' | cut -c1-160 | head -40
   } | tee -a "$OUT/ncu.txt"
 done
 echo "total $((SECONDS - start)) s" | tee -a "$OUT/ncu.txt"
