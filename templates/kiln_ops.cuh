@@ -318,7 +318,7 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar)
 #pragma unroll
   for (int r = 0; r < Blocks; ++r)
     asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-                 " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(shared_address(bar)), "r"(r)
+                 " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(shared_address(bar)), "r"(r)
                  : "memory");
 #else
   __trap();

@@ -16,15 +16,18 @@
 // into the same place in all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s]
 // with the whole slice's bytes. A slot is refilled only once every block of the cluster is done with it: slot s also has
 // mbarrier empty[s] of C arrivals per phase, one from each block (thread 0, after the step's block barrier, arrives on
-// empty[s] of every block of the cluster), and thread 0 waits for it before copying into the slot again. That comes
-// after the step's wgmmas are issued, so the tensor cores work while it waits for the other blocks:
-//   for k0 (slice i): wait full[i mod depth]; barrier; multiply slice i;
-//     thread 0, if slice j = i + ahead exists: if j >= depth (the slot held slice j - depth): arrive on empty[j mod depth]
-//     of every block, wait for its phase j / depth - 1; expect_tx and the copies of slice j
+// empty[s] of every block of the cluster), and thread 0 waits for it before copying into the slot again. An arrival
+// takes about as long to reach another SM as a step takes, so thread 0 releases a slot in one step and refills it in the
+// next (the copies run one slice less ahead), after the step's wgmmas are issued:
+//   for k0 (slice i): wait full[i mod depth]; barrier; multiply slice i; thread 0:
+//     if slice i + ahead exists and its slot held slice i + ahead - depth: arrive on that slot's empty of every block
+//     if i > 0 and slice j = i + ahead - 1 exists: if j >= depth, wait for phase j / depth - 1 of empty[j mod depth];
+//       expect_tx and the copies of slice j
 // The inits are fenced for the cluster and published by a cluster barrier; a last cluster barrier keeps every block alive
-// until the others' copies and arrivals into it are done. (A cluster barrier in every step instead of the empty
-// barriers took twice as long on the H200: TinyLlama's q/k/v product at 128 tokens 21.4 us against 10.0 without
-// clusters, bench/results/2026-12-03-h200-products-bf16-6ea0e9a-summary.txt.)
+// until the others' copies and arrivals into it are done. (Measured on the H200, TinyLlama's q/k/v product at 128
+// tokens, 10.0 us without clusters: a cluster barrier in every step instead of the empty barriers 21.4 us; the release,
+// wait and refill of a slot in the same step 26.6 us, Nsight Compute finding every SM busy and the warps waiting at the
+// block barrier for thread 0; bench/results/2026-12-03-h200-products-bf16-*-summary.txt.)
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
@@ -97,18 +100,25 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   steps.push_back(mbarrierWait(full, t.ring, mod(floorDiv(slice, depth), 2)));
   steps.push_back(barrier());
   Block next;
-  const Idx j = idxAdd(slice, ahead);
+  const Idx j = idxAdd(slice, C > 1 ? ahead - 1 : ahead);  // the slice copied in this step
   Idx writeSlot = defVar(next, "next_slot", mod(j, depth), depth);
-  if (C > 1) {  // every block of the cluster is done with the slice the slot held
-    Block release{mbarrierArriveCluster(empty, writeSlot), mbarrierWait(empty, writeSlot, mod(idxAdd(floorDiv(j, depth), 1), 2))};
-    next.push_back(ifLess(idxConst(depth - 1), j, std::move(release)));
-  }
+  if (C > 1)  // every block of the cluster is done with the slice the slot held (released in the step before)
+    next.push_back(ifLess(idxConst(depth - 1), j, {mbarrierWait(empty, writeSlot, mod(idxAdd(floorDiv(j, depth), 1), 2))}));
   issue(j, writeSlot, next);
-  Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
-  Stmt refill = ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))});
-  if (C == 1) steps.push_back(std::move(refill));
-  multiply(steps);
-  if (C > 1) steps.push_back(std::move(refill));
+  if (C == 1) {
+    Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
+    steps.push_back(ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))}));
+    multiply(steps);
+  } else {
+    multiply(steps);
+    const Idx released = idxAdd(slice, ahead);  // this block is done with the slice its slot held (the step's barrier)
+    Block release;
+    Idx releaseSlot = defVar(release, "free_slot", mod(released, depth), depth);
+    release.push_back(mbarrierArriveCluster(empty, releaseSlot));
+    steps.push_back(ifLess(threadIdx(), first, {ifLess(released, idxConst((K + tk - 1) / tk), {ifLess(idxConst(depth - 1), released, std::move(release))})}));
+    // slice ahead - 1 came with the prologue
+    steps.push_back(ifLess(threadIdx(), first, {ifLess(idxConst(0), slice, {ifLess(j, idxConst((K + tk - 1) / tk), std::move(next))})}));
+  }
   k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
   if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
   if (C > 1) k_.body.push_back(clusterBarrier());  // no block leaves while copies into it may still be on their way

@@ -279,7 +279,7 @@ Stmt tmaLoadMulticast(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Id
 Stmt clusterBarrier();
 Stmt fenceMbarrierInit();
 // One arrival on mbarrier `index` of `barriers` in every block of the cluster, this one included (mapa +
-// mbarrier.arrive.release.cluster.shared::cluster per block): how a block tells the others it is done with a ring slot
+// mbarrier.arrive.shared::cluster per block): how a block tells the others it is done with a ring slot
 // they multicast into, without stopping every thread as clusterBarrier() does. The interpreter counts the cluster's
 // arrivals on the running block's barrier where its thread arrives (each block arrives at the same point, as above).
 Stmt mbarrierArriveCluster(int barriers, Idx index);
