@@ -9,9 +9,11 @@
 // down_proj at 128 tokens: L2 77.5 % busy, DRAM 36 % (bench/results/ncu, 2026-12-02). With clusters of 2 the A traffic
 // halves.
 //
-// Preconditions: tile-tma-copies has run. Postcondition: cluster > 1 on tma products whose n tiles the cluster divides and
+// Preconditions: tile-tma-copies has run. Postcondition: cluster > 1 on tma products whose n tiles the cluster divides,
 // whose A slices split into parts of 8 rows or more (a multiple of the 128-byte swizzle's 8-row period, so each part
-// lands 1024-byte aligned); otherwise the schedule unchanged. Needs a target with clusters (sm_90+).
+// lands 1024-byte aligned), whose copies run 2 or more slices ahead (clusters refill a slot a step after releasing it)
+// and whose shared memory holds the extra mbarriers; otherwise the schedule unchanged. Needs a target with clusters
+// (sm_90+).
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
@@ -27,6 +29,7 @@ bool multicastOperands(Program& p) {
     const Contraction c = contractionOf(*s, p.loop.kernels[i]);
     const int64_t cluster = kMulticastCluster;
     if (tilesN(*s, c) % cluster != 0 || s->tileM % (8 * cluster) != 0) continue;
+    if (s->pipelineDepth - 1 - s->mmaInFlight < 2) continue;  // a cluster's copies run one slice less ahead
     TiledContraction t = *s;
     t.cluster = cluster;
     if (sharedBytes(t, p.loop.kernels[i]) > p.target.maxSharedPerBlock) continue;  // no room for the empty mbarriers

@@ -321,9 +321,10 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   if (t.cluster != 1) {
     const Contraction c = contractionOf(t, k);
     KILN_ASSERT(t.a.copy == TC::Copy::Tma && target.tma && (t.cluster == 2 || t.cluster == 4 || t.cluster == 8) &&
-                    tilesN(t, c) % t.cluster == 0 && t.tileM % (8 * t.cluster) == 0,
-                "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along n, and "
-                "A slices of 8 rows or more per block ({} rows)", k.name, t.cluster, tilesN(t, c), t.tileM);
+                    tilesN(t, c) % t.cluster == 0 && t.tileM % (8 * t.cluster) == 0 && t.pipelineDepth - 1 - t.mmaInFlight >= 2,
+                "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along n, A "
+                "slices of 8 rows or more per block ({} rows) and copies 2 or more slices ahead (ring {}, {} group in flight)",
+                k.name, t.cluster, tilesN(t, c), t.tileM, t.pipelineDepth, t.mmaInFlight);
   }
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",

@@ -27,8 +27,10 @@ struct Products {
 // and (overlap) tile-overlap-wgmma; without deepen the down product's ring (4) is shallower than its 8 slices, so the
 // loop's copies overwrite slots of earlier slices and the interpreter's pending-wgmma check has something to check;
 // stacked false: the gate/up product's B slices in separate buffers, one wgmma per stage.
-// (tma) then tile-tma-copies: every slice copied by TMA boxes completing on the ring slots' mbarriers.
-Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, bool tma = false) {
+// (tma) then tile-tma-copies: every slice copied by TMA boxes completing on the ring slots' mbarriers; (cluster) then
+// tile-multicast-operands: the products whose tile columns pair up run in clusters of 2 that multicast their A slices
+// (the down product's 192 columns in tiles of 32 instead of 64, so that its 6 tile columns pair up too).
+Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, bool tma = false, bool cluster = false) {
   PipelineOptions o;
   o.disable = {"tile-stack-operands", "tile-deepen-rings", "tile-overlap-wgmma"};  // applied by hand below
   Products w;
@@ -41,6 +43,12 @@ Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, b
   if (deepen) EXPECT_TRUE(tile::deepenRings(w.c.tileIR));
   if (overlap) EXPECT_TRUE(tile::overlapWgmma(w.c.tileIR));
   if (tma) EXPECT_TRUE(tile::tmaCopies(w.c.tileIR));
+  if (cluster) {
+    for (tile::Schedule& s : w.c.tileIR.schedules)
+      if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->a.copy == tile::TiledContraction::Copy::Tma && !t->stackedB)
+        t->tileN = 32;
+    EXPECT_TRUE(tile::multicastOperands(w.c.tileIR));
+  }
   tile::verify(w.c.tileIR);
   for (const tile::Schedule& s : w.c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma)
@@ -162,6 +170,22 @@ TEST(WarpgroupProducts, TmaRingsMatchTheLoopProgram) {
       if (k.name.find("reduce_sum") != std::string::npos) EXPECT_FALSE(k.tensorMaps.empty()) << k.name;
     expectMatchesTheLoopProgram(w, overlap ? "tma, a group in flight" : "tma");
   }
+}
+
+// tile-multicast-operands on the same: the clustered products' rings refill slots only after both blocks released them
+// (without deepen, the down product's ring reuses its 4 slots over its 8 slices), and the interpreter checks that both
+// blocks of each cluster issue the same copies and arrivals.
+TEST(WarpgroupProducts, TmaClustersMatchTheLoopProgram) {
+  for (bool overlap : {false, true}) {
+    Products w = wgmmaProducts(overlap, true, overlap, true, true);
+    int clustered = 0;
+    for (const tile::TiledContraction& s : w.schedules) clustered += s.cluster == 2;
+    EXPECT_EQ(clustered, 2);
+    for (const kernel::Kernel& k : w.kernelIR.kernels)
+      if (k.cluster > 1) EXPECT_EQ(k.grid[0] % k.cluster, 0) << k.name;
+    expectMatchesTheLoopProgram(w, overlap ? "clusters, a group in flight" : "clusters");
+  }
+  kernel::kernel_test::expectNvccCompiles(wgmmaProducts(true, true, true, true, true).kernelIR);
 }
 
 TEST(WarpgroupProducts, NvccCompilesBothForSm90a) {
