@@ -429,12 +429,17 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
   }
 }
 
-// Every pass is on by default (DESIGN.md §3.10): `kiln passes` marks none off; -v names a disabled one as skipped and
+// Every pass is on by default (DESIGN.md §3.10) but those an open issue is still measuring (issue 12:
+// tile-multicast-operands, slower than no clusters where the GPU has run it so far): `kiln passes` marks only those off;
+// -v names a disabled one as skipped and
 // --disable-pass tile-deep-k-slices keeps the 16-deep slices the deep ones replace (the product's schedule before
 // tile-stream-ffma-products, which replaces it whole, is disabled too).
 TEST(Cli, EveryPassOnByDefaultAndDisablePassSkipsOne) {
   Result list = kiln({"passes"});
-  EXPECT_FALSE(contains(list.out, "off by default")) << describe(list);
+  const std::string offWithinIssue12 = "[off by default: --enable-pass tile-multicast-operands]";
+  std::string others = list.out;
+  if (auto at = others.find(offWithinIssue12); at != std::string::npos) others.erase(at, offWithinIssue12.size());
+  EXPECT_FALSE(contains(others, "off by default")) << describe(list);
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v",
                                    "--disable-pass", "tile-stream-ffma-products"};
   Result deep = kiln(args);
