@@ -2,7 +2,7 @@
 # On the GPU machine, in one device call: the matrix-product work in one place, in PRODUCTS_DTYPE (bf16, the default,
 # or f32). Builds kiln, then
 #   1. llama_medium (kiln's own Llama, 2 layers, hidden 512, MEDIUM_BATCH x MEDIUM_SEQ tokens, default 2 x 256: tiled, pipelined products): `kiln run
-#      --check`, then compute-sanitizer memcheck and racecheck (each bounded by KILN_SANITIZE_SECONDS, default 90;
+#      --check` (with MEDIUM_ARGS, e.g. --enable-pass NAME, here and under the sanitizers), then compute-sanitizer memcheck and racecheck (each bounded by KILN_SANITIZE_SECONDS, default 90;
 #      124 = ran past the bound), with the default passes; the SASS instruction mix of one product kernel;
 #   1b. a 4-layer TinyLlama-shaped model at 128 tokens under each of PRODUCTS_VARIANTS ("name:kiln args;..."):
 #      `kiln run --bench 200 --profile` (the forward from one graph; each product kernel alone);
@@ -35,14 +35,15 @@ t() { grep -o '[0-9.]* ms per forward (CUDA events' "$1" | awk '{print $1}' | he
 
 python3 models/llama.py --hidden 512 --intermediate 1536 --heads 8 --kv-heads 4 --layers 2 --vocab 4096 \
   --batch "${MEDIUM_BATCH:-2}" --seq "${MEDIUM_SEQ:-256}" --dtype "$PRODUCTS_DTYPE" --no-check -o "$LOG/medium.pt" > "$LOG/export-medium.log" 2>&1
-./build/kiln compile "$LOG/medium.pt" --ir tile > "$LOG/medium-tile.txt" 2>&1
+# shellcheck disable=SC2086
+./build/kiln compile "$LOG/medium.pt" --ir tile ${MEDIUM_ARGS:-} > "$LOG/medium-tile.txt" 2>&1
 bound=${KILN_SANITIZE_SECONDS:-90}
 # Bounded too (KILN_CHECK_SECONDS, default 120): a kernel that never finishes (an mbarrier phase that never completes)
 # must not take the whole call.
-timeout "${KILN_CHECK_SECONDS:-120}" ./build/kiln run "$LOG/medium.pt" --check --bench 20 > "$LOG/check-medium.log" 2>&1; rc=$?
-timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" > "$LOG/memcheck-medium.log" 2>&1; mc=$?
-timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" > "$LOG/racecheck-medium.log" 2>&1; rcc=$?
-summary+=("llama_medium $PRODUCTS_DTYPE: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-medium.log" | head -1), $(t "$LOG/check-medium.log") ms/fwd, memcheck=$mc racecheck=$rcc, pipelined products: $(grep -c 'cp_async\|tma' "$LOG/medium-tile.txt") ($(grep -c ': tma' "$LOG/medium-tile.txt") by tma)")
+timeout "${KILN_CHECK_SECONDS:-120}" ./build/kiln run "$LOG/medium.pt" --check --bench 20 ${MEDIUM_ARGS:-} > "$LOG/check-medium.log" 2>&1; rc=$?
+timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" ${MEDIUM_ARGS:-} > "$LOG/memcheck-medium.log" 2>&1; mc=$?
+timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$LOG/medium.pt" ${MEDIUM_ARGS:-} > "$LOG/racecheck-medium.log" 2>&1; rcc=$?
+summary+=("llama_medium $PRODUCTS_DTYPE: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-medium.log" | head -1), $(t "$LOG/check-medium.log") ms/fwd, memcheck=$mc racecheck=$rcc, pipelined products: $(grep -c 'cp_async\|tma' "$LOG/medium-tile.txt") ($(grep -c ': tma' "$LOG/medium-tile.txt") by tma, $(grep -c 'clusters of' "$LOG/medium-tile.txt") in clusters)")
 echo "${summary[-1]}"
 if [ "$rc" = 124 ]; then summary+=("llama_medium's check ran past ${KILN_CHECK_SECONDS:-120} s: stopped here"); finish_call products.txt "$PRODUCTS_DTYPE"; exit 1; fi
 # The SASS of one product of llama_medium (HGMMA: wgmma; LDS.128: 16-byte shared loads; LDGSTS: cp.async; UTMALDG: TMA;
