@@ -16,9 +16,9 @@
 // into the same place in all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s]
 // with the whole slice's bytes. A slot is refilled only once every block of the cluster is done with it: slot s also has
 // mbarrier empty[s] of C arrivals per phase, one from each block (thread 0, after the step's block barrier, arrives on
-// empty[s] of every block of the cluster), and thread 0 waits for it before copying into the slot again. An arrival
-// takes about as long to reach another SM as a step takes, so thread 0 releases a slot in one step and refills it in the
-// next (the copies run one slice less ahead), after the step's wgmmas are issued:
+// empty[s] of every block of the cluster), and thread 0 waits for it before copying into the slot again. Thread 0
+// releases a slot in one step and refills it in the next (the copies run one slice less ahead), after the step's wgmmas
+// are issued, so that the arrivals' trip between SMs is not on the step's path (untried on the GPU so far; see below):
 //   for k0 (slice i): wait full[i mod depth]; barrier; multiply slice i; thread 0:
 //     if slice i + ahead exists and its slot held slice i + ahead - depth: arrive on that slot's empty of every block
 //     if i > 0 and slice j = i + ahead - 1 exists: if j >= depth, wait for phase j / depth - 1 of empty[j mod depth];
@@ -27,7 +27,8 @@
 // until the others' copies and arrivals into it are done. (Measured on the H200, TinyLlama's q/k/v product at 128
 // tokens, 10.0 us without clusters: a cluster barrier in every step instead of the empty barriers 21.4 us; the release,
 // wait and refill of a slot in the same step 26.6 us, Nsight Compute finding every SM busy and the warps waiting at the
-// block barrier for thread 0; bench/results/2026-12-03-h200-products-bf16-*-summary.txt.)
+// block barrier for thread 0; bench/results/2026-12-03-h200-products-bf16-*-summary.txt. So tile-multicast-operands is
+// off by default.)
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
