@@ -13,7 +13,10 @@ cd "$(dirname "$0")/.."
 BUILD=$(cd "${1:-build}" && pwd)
 if [ -n "${FUZZ_SECONDS:-}" ]; then budget=(-max_total_time="$FUZZ_SECONDS"); else budget=(-runs="${FUZZ_RUNS:-4000}" -seed=1); fi
 work="$BUILD/fuzz"
-rm -rf "$work/pt-seeds" && mkdir -p "$work/pt-seeds"
+# Seeds, corpus, log and temporary archives of this run only (pt-*-PID): a CTest run beside a long search must not
+# re-seed its corpus, truncate its log or delete its files. They go when the run ends well; a failed run keeps them.
+run="pt-run-$$" seeds="$work/pt-seeds-$$" log="pt-fuzz-$$.log"
+mkdir -p "$seeds"
 CXX=${FUZZ_CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz_pt: $CXX not found (bash scripts/setup.sh installs clang)" >&2; exit 1; }
 TORCH=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')
@@ -26,15 +29,19 @@ if [ ! -x "$bin" ] || [ -n "$(find fuzz/pt_fuzzer.cpp "${libs[@]/#/$BUILD/libkil
     -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -o "$bin"
 fi
 for m in mlp linear layers elementwise attention_bf16 hf_gpt2_tiny; do
-  python3 fuzz/pt_records.py "models/fixtures/$m.pt" "$work/pt-seeds/seed-$m"
+  python3 fuzz/pt_records.py "models/fixtures/$m.pt" "$seeds/seed-$m"
 done
 # Inputs that once failed (fuzz/regressions/pt/) run first, once each: each must now import or fail in one line.
 regressions=("$PWD"/fuzz/regressions/pt/*)
 cd "$work"
-TMPDIR="$work" "$bin" -timeout=30 -rss_limit_mb=6144 "${regressions[@]}" > pt-regressions.log 2>&1 ||
-  { echo "fuzz_pt: a regression input fails again"; tail -40 pt-regressions.log; exit 1; }
-rm -rf "$work/pt-run" && cp -r "$work/pt-seeds" "$work/pt-run"  # each run starts from the seeds alone
-TMPDIR="$work" "$bin" "${budget[@]}" -timeout=30 -rss_limit_mb=6144 -max_len=1048576 \
-  -print_final_stats=1 pt-run > pt-fuzz.log 2>&1 || { tail -40 pt-fuzz.log; exit 1; }
-rm -f "$work"/kiln-pt-fuzz-*.pt
-grep -E "stat::number_of_executed_units|Done" pt-fuzz.log | tail -2
+TMPDIR="$work" "$bin" -timeout=30 -rss_limit_mb=6144 "${regressions[@]}" > "pt-regressions-$$.log" 2>&1 &
+fuzzer=$!
+wait "$fuzzer" || { echo "fuzz_pt: a regression input fails again"; tail -40 "pt-regressions-$$.log"; exit 1; }
+rm -f "pt-regressions-$$.log" "kiln-pt-fuzz-$fuzzer.pt"
+cp -r "$seeds" "$work/$run"  # each run starts from the seeds alone
+TMPDIR="$work" "$bin" "${budget[@]}" -timeout=30 -rss_limit_mb=6144 -max_len=1048576 -print_final_stats=1 "$run" > "$log" 2>&1 &
+fuzzer=$!
+wait "$fuzzer" || { tail -40 "$log"; echo "fuzz_pt: the whole log is $work/$log"; exit 1; }
+rm -rf "$seeds" "$run" "kiln-pt-fuzz-$fuzzer.pt"
+grep -E "stat::number_of_executed_units|Done" "$log" | tail -2
+rm -f "$log"
