@@ -116,9 +116,11 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
     Block release;
     Idx releaseSlot = defVar(release, "free_slot", mod(released, depth), depth);
     release.push_back(mbarrierArriveCluster(empty, releaseSlot));
-    steps.push_back(ifLess(threadIdx(), first, {ifLess(released, idxConst((K + tk - 1) / tk), {ifLess(idxConst(depth - 1), released, std::move(release))})}));
+    const Idx slices = idxConst((K + tk - 1) / tk);
+    Stmt reused = ifLess(idxConst(depth - 1), released, std::move(release));  // the slot held an earlier slice
+    steps.push_back(ifLess(threadIdx(), first, {ifLess(released, slices, {std::move(reused)})}));
     // slice ahead - 1 came with the prologue
-    steps.push_back(ifLess(threadIdx(), first, {ifLess(idxConst(0), slice, {ifLess(j, idxConst((K + tk - 1) / tk), std::move(next))})}));
+    steps.push_back(ifLess(threadIdx(), first, {ifLess(idxConst(0), slice, {ifLess(j, slices, std::move(next))})}));
   }
   k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
   if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
