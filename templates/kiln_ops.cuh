@@ -302,6 +302,26 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
   __trap();
 #endif
 }
+// Programmatic dependent launch (Kernel::programmaticLaunch), the first two statements of such a kernel. The calling
+// thread waits until every grid this one depends on (those launched before it on the stream) has completed and its
+// memory operations are visible; without a programmatic launch it returns at once.
+__device__ __forceinline__ void wait_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// The next grid on the stream may launch once every block of this one has said so (or exited); it still waits in
+// wait_prior_grids for this one to complete before touching memory.
+__device__ __forceinline__ void launch_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 // Every thread of every block of the cluster (Kernel IR's clusterBarrier): what each did before is visible to all after.
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -114,6 +114,7 @@ runtime::Manifest plan(const kernel::Program& p, const Module& module, const Art
       info.block[d] = static_cast<int>(k.block[d]);
     }
     info.sharedBytes = k.dynamicSharedBytes;
+    info.programmaticLaunch = k.programmaticLaunch;
     for (const kernel::TensorMap& t : k.tensorMaps)
       info.tensorMaps.push_back({t.param, t.offset, t.rows, t.cols, t.rowStride, t.boxRows, t.boxCols, t.swizzle128});
     m.kernels.push_back(info);

@@ -81,6 +81,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   if (opts.verbosity > 0)  // identical decoder layers are lowered once
     (opts.log ? *opts.log : std::cerr) << fmt::format("  {} kernels: {} lowered, {} copied from an identical kernel\n",
                                                       c.kernelIR.kernels.size(), lowering.lowered, lowering.reused);
+  run.pass(c.kernelIR, "kernel-overlap-launches", kernel::overlapLaunches);
   if (until < 5) return run.printTimings(), c;
 
   c.cudaIR = run.produce("cuda-emit", [&] { return cuda::emit(c.kernelIR); });

@@ -228,6 +228,7 @@ std::string print(const Program& p) {
     out += fmt::format("\nkernel {} grid{} block{} shared {} bytes", k.name, dims(k.grid), dims(k.block), k.sharedBytes());
     if (k.dynamicSharedBytes) out += fmt::format(" (dynamic {} bytes)", k.dynamicSharedBytes);
     if (k.cluster > 1) out += fmt::format(" cluster {}", k.cluster);
+    if (k.programmaticLaunch) out += " programmatic-launch";
     if (!k.origins.empty()) out += fmt::format("  // {}", fmt::join(k.origins, "; "));
     out += "\n";
     std::vector<std::string> params;
@@ -278,6 +279,7 @@ nlohmann::json toJson(const Program& p) {
                       {"float_vars", k.floatVars}};
     if (!k.pairVars.empty()) kj["pair_vars"] = k.pairVars;
     if (k.cluster > 1) kj["cluster"] = k.cluster;
+    if (k.programmaticLaunch) kj["programmatic_launch"] = true;
     kj["params"] = nlohmann::json::array();
     for (auto& prm : k.params)
       kj["params"].push_back({{"buffer", prm.buffer},

@@ -418,7 +418,7 @@ struct Verifier {
           checkSharedIndex(st.target, st.a, s, "store");
           break;
         case Stmt::Kind::Barrier:
-        case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkCluster)
+        case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkLaunch)
           if (!divergence.empty())
             fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
           break;
@@ -479,7 +479,7 @@ struct Verifier {
         }
         case Stmt::Kind::MbarrierInit:
         case Stmt::Kind::MbarrierArrive:
-        case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkCluster)
+        case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkLaunch)
         case Stmt::Kind::CpAsyncMbarrierArrive:
         case Stmt::Kind::MbarrierExpectTx:
         case Stmt::Kind::MbarrierWait: checkMbarrier(st, s); break;
@@ -565,7 +565,7 @@ struct Verifier {
            k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
     for (size_t i = 0; i < k.tensorMaps.size(); ++i)
       if (std::string why = detail::checkTensorMap(k, target, i); !why.empty()) fail("{}", why);
-    if (std::string why = detail::checkCluster(k, target); !why.empty()) fail("{}", why);
+    if (std::string why = detail::checkLaunch(k, target); !why.empty()) fail("{}", why);
     for (auto& prm : k.params) {
       if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
         fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());

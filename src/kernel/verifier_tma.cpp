@@ -66,7 +66,7 @@ bool usesClusters(const Block& body, bool peers) {  // peers: only statements th
 }
 }  // namespace
 
-std::string checkCluster(const Kernel& k, const Target& target) {
+std::string checkLaunch(const Kernel& k, const Target& target) {
   if (k.cluster < 1 || k.cluster > 8) return fmt::format("a cluster of {} blocks (1 to 8)", k.cluster);
   if (k.cluster > 1 && (k.grid[0] % k.cluster != 0 || k.grid[1] != 1 || k.grid[2] != 1))
     return fmt::format("a cluster of {} blocks in a grid of ({}, {}, {}) (clusters divide a one-dimensional grid)", k.cluster, k.grid[0],
@@ -75,6 +75,8 @@ std::string checkCluster(const Kernel& k, const Target& target) {
     return "a multicast tma.load or an mbarrier.arrive on every block of the cluster in a kernel without a thread-block cluster";
   if ((k.cluster > 1 || usesClusters(k.body, false)) && !target.tma)
     return fmt::format("thread-block clusters on {}, which has none (sm_90 and later)", target.arch);
+  if (k.programmaticLaunch && !target.programmaticLaunch)
+    return fmt::format("a programmatic launch (griddepcontrol) on {}, which has none (sm_90 and later)", target.arch);
   return "";
 }
 

@@ -15,9 +15,9 @@ std::string checkTensorMap(const Kernel& k, const Target& target, size_t i);
 // a buffer of mbarriers; otherwise why not. The box's elements: boxElements(k, s).
 std::string checkTmaLoad(const Kernel& k, const Stmt& s);
 int64_t boxElements(const Kernel& k, const Stmt& s);
-// "" when k's thread-block cluster is one the target runs (1, or 2..8 blocks dividing a one-dimensional grid, sm_90+),
-// and its cluster barriers and multicast copies have one; otherwise why not.
-std::string checkCluster(const Kernel& k, const Target& target);
+// "" when k's launch is one the target runs: its thread-block cluster (1, or 2..8 blocks dividing a one-dimensional
+// grid, sm_90+; its cluster barriers and multicast copies have one) and a programmatic launch (sm_90+); otherwise why not.
+std::string checkLaunch(const Kernel& k, const Target& target);
 // The alignment tmaLoad's shared destination needs, in elements: 128 bytes, 1024 with the 128-byte swizzle.
 int64_t tmaDestinationAlignment(const Kernel& k, const Stmt& s);
 

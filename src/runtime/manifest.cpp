@@ -82,6 +82,11 @@ struct Reader {
       out[i] = static_cast<int>(v[i]);
     }
   }
+  bool boolean(const json& obj, const std::string& path, const char* key) const {
+    const json& v = field(obj, path, key);
+    if (!v.is_boolean()) userError("{}: field '{}' must be true or false, got {}", what, sub(path, key), v.dump());
+    return v.get<bool>();
+  }
   const json& array(const json& obj, const std::string& path, const char* key) const {
     const json& v = field(obj, path, key);
     if (!v.is_array()) userError("{}: field '{}' must be an array", what, sub(path, key));
@@ -168,6 +173,11 @@ static Manifest parseManifest(const json& j, const std::string& what) {
         tm.swizzle128 = swizzle == "128b";
         k.tensorMaps.push_back(tm);
       }
+    }
+    if (kj.contains("programmatic_launch")) {
+      if (m.formatVersion < 4)
+        userError("{}: {}.programmatic_launch in a manifest of format {} (it came with format 4)", what, p, m.formatVersion);
+      k.programmaticLaunch = r.boolean(kj, p, "programmatic_launch");
     }
     m.kernels.push_back(std::move(k));
   }
@@ -366,6 +376,7 @@ json toJson(const Manifest& m) {
       ks.back()["tensor_maps"].push_back({{"param", t.param}, {"offset", t.offset}, {"rows", t.rows}, {"cols", t.cols},
                                           {"row_stride", t.rowStride}, {"box_rows", t.boxRows}, {"box_cols", t.boxCols},
                                           {"swizzle", t.swizzle128 ? "128b" : "none"}});
+    if (k.programmaticLaunch) ks.back()["programmatic_launch"] = true;
   }
   j["kernels"] = std::move(ks);
   if (m.formatVersion >= 2) {

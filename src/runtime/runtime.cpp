@@ -31,7 +31,7 @@ namespace {
   X(cuEventDestroy) X(cuMemcpyDtoD) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)                     \
   X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) \
-  X(cuDriverGetVersion) X(cuTensorMapEncodeTiled)
+  X(cuDriverGetVersion) X(cuTensorMapEncodeTiled) X(cuLaunchKernelEx)
 
 // The Driver API, resolved once per process. Members are named fn_<unversioned name>; their types come from the
 // (versioned) prototypes in cuda.h.
@@ -205,11 +205,32 @@ struct Model::Impl {
   CUdeviceptr ptr(const BufferInfo& b) const { return arena + static_cast<CUdeviceptr>(b.offset); }
   void makeCurrent() const { KILN_CU(cuCtxSetCurrent, "", ctx); }
 
+  // A kernel that waits for the grids before it at its entry (KernelInfo::programmaticLaunch) is launched with
+  // programmatic stream serialization: it may start while the kernel before it, which allowed that, still runs.
   void launch(size_t i, bool sync, void** args = nullptr, CUstream stream = nullptr) {
     const KernelInfo& k = m.kernels[i];
     std::string where = fmt::format(" for kernel '{}'", k.name);
-    KILN_CU(cuLaunchKernel, where, funcs[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
-            static_cast<unsigned>(k.sharedBytes), stream, args ? args : this->args[i].ptrs.data(), nullptr);
+    void** params = args ? args : this->args[i].ptrs.data();
+    if (k.programmaticLaunch && cc >= 90) {
+      CUlaunchAttribute overlap{};
+      overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      overlap.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = static_cast<unsigned>(k.grid[0]);
+      config.gridDimY = static_cast<unsigned>(k.grid[1]);
+      config.gridDimZ = static_cast<unsigned>(k.grid[2]);
+      config.blockDimX = static_cast<unsigned>(k.block[0]);
+      config.blockDimY = static_cast<unsigned>(k.block[1]);
+      config.blockDimZ = static_cast<unsigned>(k.block[2]);
+      config.sharedMemBytes = static_cast<unsigned>(k.sharedBytes);
+      config.hStream = stream;
+      config.attrs = &overlap;
+      config.numAttrs = 1;
+      KILN_CU(cuLaunchKernelEx, where, &config, funcs[i], params, nullptr);
+    } else {
+      KILN_CU(cuLaunchKernel, where, funcs[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+              static_cast<unsigned>(k.sharedBytes), stream, params, nullptr);
+    }
     if (sync) KILN_CU(cuCtxSynchronize, fmt::format(" after kernel '{}'", k.name));
   }
 

@@ -21,7 +21,7 @@ Target make(std::string arch, std::string device, int major, int minor, int64_t 
   t.memoryBandwidthGBs = bandwidth;
   t.f32FlopsPerSecond = f32Tflops * 1e12;
   t.cpAsync = t.ldmatrix = true;
-  t.tma = t.clusters = major >= 9;
+  t.tma = t.clusters = t.programmaticLaunch = major >= 9;
   return t;
 }
 

@@ -339,6 +339,13 @@ struct Kernel {
   std::array<int64_t, 3> block{1, 1, 1};
   // Blocks per thread-block cluster along x (1: none; 2..8, dividing grid[0]; sm_90+), see tmaLoadMulticast.
   int64_t cluster = 1;
+  // Programmatic dependent launch (sm_90+; Target::programmaticLaunch), set by kernel-overlap-launches: every thread
+  // first waits until the grids launched before this one on the stream have completed and their writes are visible
+  // (griddepcontrol.wait, before the body touches any memory), then allows the next grid to launch
+  // (griddepcontrol.launch_dependents). The runtime launches such a kernel with programmatic stream serialization
+  // (the manifest's kernels[].programmatic_launch), so its launch and its blocks' start-up overlap the kernel before
+  // it instead of following its end. Nothing in the body changes: the interpreter runs the kernel as it would without.
+  bool programmaticLaunch = false;
   // Dynamic shared memory per block, passed at launch (the manifest's kernels[].shared_bytes; the runtime sets
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB). At least dynamicBuffersBytes().
   int64_t dynamicSharedBytes = 0;

@@ -53,13 +53,17 @@ struct KernelInfo {
   int block[3] = {1, 1, 1};
   int64_t sharedBytes = 0;  // dynamic shared memory per block
   std::vector<TensorMapInfo> tensorMaps;  // format 3; absent from the JSON when empty
+  // Format 4 (kernels[].programmatic_launch, absent when false): the kernel waits for the grids before it at its entry
+  // (kiln/kernel/ir.h Kernel::programmaticLaunch), so the runtime launches it with programmatic stream serialization.
+  bool programmaticLaunch = false;
 };
 
 // The manifest format this kiln writes and reads ("format_version"). A manifest without the field was written by kiln
 // before it had one, in format 1. A newer format is refused with one line (use the kiln that wrote it).
 // Format 2 adds "files": the size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights) of the weights file and of every cubin, checked by verifyFiles.
 // Format 3 adds kernels[].tensor_maps (a format-2 runtime would launch such kernels without them).
-inline constexpr int64_t kManifestFormatVersion = 3;
+// Format 4 adds kernels[].programmatic_launch.
+inline constexpr int64_t kManifestFormatVersion = 4;
 
 // A file of the compiled model as kiln wrote it (format 2): its name in the manifest's directory, size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights).
 struct FileInfo {

@@ -28,6 +28,7 @@ struct Target {
   bool ldmatrix = false;  // ldmatrix (sm_75+)
   bool tma = false;       // cp.async.bulk.tensor + mbarrier transaction counts (sm_90+)
   bool clusters = false;  // thread-block clusters, distributed shared memory (sm_90+)
+  bool programmaticLaunch = false;  // griddepcontrol: a kernel's launch overlaps the one before it (sm_90+)
   bool wgmma = false;     // wgmma.mma_async (sm_90a only)
 
   // Threads of one warp; the same on every NVIDIA GPU kiln targets.
