@@ -302,7 +302,7 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
   __trap();
 #endif
 }
-// Programmatic dependent launch (Kernel::programmaticLaunch), the first two statements of such a kernel. The calling
+// Programmatic dependent launch (Kernel::programmaticLaunch): the first statement of such a kernel. The calling
 // thread waits until every grid this one depends on (those launched before it on the stream) has completed and its
 // memory operations are visible; without a programmatic launch it returns at once.
 __device__ __forceinline__ void wait_prior_grids() {
@@ -313,7 +313,7 @@ __device__ __forceinline__ void wait_prior_grids() {
 #endif
 }
 // The next grid on the stream may launch once every block of this one has said so (or exited); it still waits in
-// wait_prior_grids for this one to complete before touching memory.
+// wait_prior_grids for this one to complete before touching memory. kiln says so at the end of the body.
 __device__ __forceinline__ void launch_dependent_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

@@ -95,9 +95,10 @@ class Emitter {
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
     if (!pairs_.empty()) out += fmt::format("  unsigned {};  // pairs of 16-bit operand elements\n", fmt::join(pairs_, ", "));
     if (k_.programmaticLaunch)  // before any memory access (Kernel::programmaticLaunch)
-      out += "  kiln::wait_prior_grids();        // the kernels launched before this one have completed\n"
-             "  kiln::launch_dependent_grids();  // the next kernel may launch now\n";
+      out += "  kiln::wait_prior_grids();  // the kernels launched before this one have completed\n";
     block(k_.body, 1, out);
+    if (k_.programmaticLaunch)  // once the block's work is done (Kernel::programmaticLaunch says why not earlier)
+      out += "  kiln::launch_dependent_grids();  // the next kernel may launch once every block is here\n";
     out += "}\n";
     return out;
   }

@@ -33,8 +33,8 @@ TEST(OverlapLaunches, EveryKernelOnSm90aNoneOnSm80) {
   for (const kernel::Kernel& k : without.kernelIR.kernels) EXPECT_FALSE(k.programmaticLaunch) << k.name;
 }
 
-// Every thread waits for the grids before it ahead of any access to a parameter; the declarations before the wait name
-// none. A kernel without the flag has neither statement.
+// Every thread waits for the grids before it ahead of any access to a parameter (the declarations before the wait name
+// none) and allows the next launch at the end. A kernel without the flag has neither statement.
 TEST(OverlapLaunches, TheWaitComesBeforeAnyMemoryAccess) {
   Compiled c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, {}, "cuda");
   const std::regex param(R"(\b(out|in[0-9]+|tmap[0-9]+)\b)");
@@ -46,6 +46,8 @@ TEST(OverlapLaunches, TheWaitComesBeforeAnyMemoryAccess) {
     ASSERT_NE(wait, std::string::npos) << s.file;
     ASSERT_NE(allow, std::string::npos) << s.file;
     EXPECT_LT(wait, allow) << s.file;
+    // ... and lets the next kernel launch after its whole body: the statement ends the kernel.
+    EXPECT_EQ(s.text.find("\n}", allow), s.text.size() - 3) << s.file;
     const std::string before = s.text.substr(body + 4, wait - body - 4);
     EXPECT_FALSE(std::regex_search(before, param)) << s.file << ":\n" << before;
   }

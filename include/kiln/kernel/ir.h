@@ -341,10 +341,14 @@ struct Kernel {
   int64_t cluster = 1;
   // Programmatic dependent launch (sm_90+; Target::programmaticLaunch), set by kernel-overlap-launches: every thread
   // first waits until the grids launched before this one on the stream have completed and their writes are visible
-  // (griddepcontrol.wait, before the body touches any memory), then allows the next grid to launch
+  // (griddepcontrol.wait, before the body touches any memory); after the body it allows the next grid to launch
   // (griddepcontrol.launch_dependents). The runtime launches such a kernel with programmatic stream serialization
-  // (the manifest's kernels[].programmatic_launch), so its launch and its blocks' start-up overlap the kernel before
-  // it instead of following its end. Nothing in the body changes: the interpreter runs the kernel as it would without.
+  // (the manifest's kernels[].programmatic_launch), so the next kernel's launch overlaps the end of this one (its last
+  // blocks, their writes reaching memory) instead of following it. Allowing the launch at the start of the body made
+  // split products and some multi-block-per-SM products slower on the H200 (d196aab; docs/gpu-checks.md), most likely
+  // because the next kernel's blocks are then placed while this one's still occupy the SMs (a partial-sum kernel's
+  // small blocks crowding onto the few SMs a product leaves free) — a guess the timings fit, not a measured cause.
+  // Nothing in the body changes: the interpreter runs the kernel as it would without.
   bool programmaticLaunch = false;
   // Dynamic shared memory per block, passed at launch (the manifest's kernels[].shared_bytes; the runtime sets
   // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES above 48 KiB). At least dynamicBuffersBytes().

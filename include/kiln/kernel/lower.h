@@ -20,7 +20,7 @@ struct LowerStats {
 Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, LowerStats* stats = nullptr);
 
 // kernel-overlap-launches: on a target with programmatic dependent launch (sm_90+), every kernel waits for the grids
-// before it at its entry and lets the next one launch (Kernel::programmaticLaunch). Returns whether it changed any.
+// before it at its entry and lets the next one launch after its body (Kernel::programmaticLaunch). Returns whether it changed any.
 bool overlapLaunches(Program& p);
 
 }  // namespace kiln::kernel
