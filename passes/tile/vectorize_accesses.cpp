@@ -8,7 +8,7 @@
 // * Row reductions whose row is one axis that every stage reduces over (RMSNorm, softmax, LayerNorm): rows are read
 //   as vectors of 16 bytes (as far as the row divides); threadsPerRow is the smallest power of two that still
 //   gives every thread one vector, halved while the rows would more than fill the Target's resident threads and
-//   each thread keeps at most kMaxVectorsPerThread vectors; rows narrower than a warp share one (shuffles over
+//   each thread keeps at most kMaxVectorsPerThread vectors (kMaxF32VectorsPerThread for f32 rows); rows narrower than a warp share one (shuffles over
 //   their lanes only), and short rows share a block (rowsPerBlock: whole warps, up to 128 threads while the
 //   grid still covers every SM, a divisor of the rows); the row's vectors stay in registers (read once for every stage and
 //   the write) when a thread holds at most kMaxVectorsPerThread of them.
@@ -23,6 +23,11 @@ namespace kiln::tile {
 namespace {
 
 constexpr int64_t kMaxVectorsPerThread = 8;
+// Vectors per thread the thread count of an f32 row is halved down to (16-bit rows: kMaxVectorsPerThread). Measured on
+// the H200 (2026-12-03, c881e20, hot, from a graph): f32 softmax over rows of 512 took 17.6 / 14.8 us (TinyLlama /
+// Qwen2.5-7B shapes, 8 vectors a thread) against 16.5 / 14.2 us with 4 (torch.compile 17.3 / 15.0 in the same call);
+// bf16 rows of 512 keep 8 vectors a thread (6.1 us, 1.3x their HBM floor).
+constexpr int64_t kMaxF32VectorsPerThread = 4;
 // Loaded values (f32 registers) a pointwise thread may hold before computing: more vectors per thread beyond this
 // cost occupancy (registers) and leave a partial wave of blocks.
 constexpr int64_t kMaxLoadedValuesPerThread = 16;
@@ -93,7 +98,8 @@ bool vectorizeAccesses(Program& p) {
     int64_t threads = 1;
     while (threads < vectors && threads < target.maxThreadsPerBlock) threads *= 2;
     const int64_t resident = target.smCount * target.maxThreadsPerSm;
-    while (threads > 1 && rows * threads > resident && (vectors + threads / 2 - 1) / (threads / 2) <= kMaxVectorsPerThread)
+    const int64_t fewest = dtypeBytes(out) >= 4 ? kMaxF32VectorsPerThread : kMaxVectorsPerThread;
+    while (threads > 1 && rows * threads > resident && (vectors + threads / 2 - 1) / (threads / 2) <= fewest)
       threads /= 2;
     // Rows narrower than a warp share one: the block holds whole warps, and more rows while the grid still
     // covers every SM (at most 128 threads); the rows per block must divide the rows.
