@@ -103,6 +103,9 @@ BufferKind parseKind(const std::string& s, const std::string& what, const std::s
 }  // namespace
 
 static void validatePlan(const Manifest& m, const std::string& what);
+namespace {
+std::pair<int, bool> parseArch(const std::string& arch);  // below
+}  // namespace
 
 static Manifest parseManifest(const json& j, const std::string& what) {
   Reader r{what};
@@ -304,6 +307,10 @@ static void validatePlan(const Manifest& m, const std::string& what) {
     if (k.sharedBytes < 0 || k.sharedBytes > INT32_MAX)
       userError("{}: {}: shared_bytes out of range: {}", what, p, k.sharedBytes);
     for (size_t t = 0; t < k.tensorMaps.size(); ++t) validateTensorMap(m, k, k.tensorMaps[t], fmt::format("{}: {}: tensor_maps[{}]", what, p, t));
+    // Launched early, a kernel without griddepcontrol.wait (compiled for an earlier architecture) would race the one before.
+    if (k.programmaticLaunch && parseArch(m.arch).first < 90)
+      userError("{}: {}: a programmatic launch in a manifest for {} (only kernels for sm_90 and later wait for the ones before them)",
+                what, p, m.arch);
   }
 }
 

@@ -80,7 +80,7 @@ TEST(OverlapLaunches, VerifierRefusesItOnATargetWithout) {
 }
 
 // The manifest says which kernels are programmatic launches (format 4): written only where true, read back, refused
-// in a manifest of an older format and when not a boolean.
+// in a manifest of an older format, when not a boolean and for kernels of an architecture without griddepcontrol.
 TEST(OverlapLaunches, ManifestCarriesTheFlag) {
   Compiled c = compileModel(test::fixturePath("mlp"), {}, {}, "cuda");
   test::TempDir tmp;
@@ -105,6 +105,9 @@ TEST(OverlapLaunches, ManifestCarriesTheFlag) {
   nlohmann::json notBool = j;
   notBool["kernels"][0]["programmatic_launch"] = 1;
   refused(notBool, "field 'kernels[0].programmatic_launch' must be true or false, got 1");
+  nlohmann::json ampere = j;
+  ampere["arch"] = "sm_80";
+  refused(ampere, "a programmatic launch in a manifest for sm_80 (only kernels for sm_90 and later wait for the ones before them)");
 
   PipelineOptions off;
   off.disable = {"kernel-overlap-launches"};
