@@ -54,8 +54,10 @@ TEST(OverlapLaunches, TheWaitComesBeforeAnyMemoryAccess) {
   PipelineOptions off;
   off.disable = {"kernel-overlap-launches"};
   Compiled without = compileModel(test::fixturePath("mlp_bf16_wide"), {}, off, "cuda");
-  for (const cuda::Source& s : without.cudaIR.sources) EXPECT_EQ(s.text.find("griddepcontrol"), std::string::npos) << s.file;
-  for (const cuda::Source& s : without.cudaIR.sources) EXPECT_EQ(s.text.find("wait_prior_grids"), std::string::npos) << s.file;
+  for (const cuda::Source& s : without.cudaIR.sources) {
+    EXPECT_EQ(s.text.find("wait_prior_grids"), std::string::npos) << s.file;
+    EXPECT_EQ(s.text.find("launch_dependent_grids"), std::string::npos) << s.file;
+  }
 }
 
 TEST(OverlapLaunches, ResultsAreThoseOfTheLoopProgram) {
