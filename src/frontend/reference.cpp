@@ -33,53 +33,6 @@ std::string firstLine(const std::string& s) {
 
 namespace {
 
-// Every tensor the archive holds (parameters, buffers, other tensor attributes) must lie inside its storage (sizes,
-// strides and offset come from the pickle and may be damaged), and a storage must have memory: an empty data record
-// leaves it null, which crashed inside freeze_module. A record shorter than its storage claims (LibTorch reads past it)
-// is caught by comparing the records' sizes in the zip with the storages' sizes, as multisets (a record
-// cannot be matched to its storage once loaded).
-void checkTensorRecords(const std::string& path, const ::torch::jit::Module& m) {
-  std::map<const c10::StorageImpl*, int64_t> storages;  // each distinct storage once (tied weights share one)
-  for (const auto& a : m.named_attributes(/*recurse=*/true)) {
-    if (!a.value.isTensor()) continue;
-    const at::Tensor& t = a.value.toTensor();
-    if (!t.defined() || t.numel() == 0 || !t.has_storage()) continue;
-    int64_t last = t.storage_offset();
-    bool negative = last < 0;
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      negative = negative || t.stride(d) < 0;
-      last += (t.size(d) - 1) * t.stride(d);
-    }
-    const int64_t needed = (last + 1) * static_cast<int64_t>(t.element_size());
-    const int64_t held = static_cast<int64_t>(t.storage().nbytes());
-    if (t.storage().data() == nullptr)  // an empty record: LibTorch leaves the storage without memory
-      userError("'{}' is damaged: tensor '{}' ({} elements) has an empty data record; export the model again", path, printable(a.name),
-                t.numel());
-    if (negative || needed > held)
-      userError("'{}' is damaged: tensor '{}' ({} elements) needs {} bytes of its data record, which holds {}; export the "
-                "model again", path, printable(a.name), t.numel(), needed, held);
-    storages[t.storage().unsafeGetStorageImpl()] = held;
-  }
-  // Each storage is one record ARCHIVE/data/KEY, its size the storage's: as multisets, the records' sizes and the
-  // storages' (taken from the pickle) must agree, or some record is shorter or longer than the tensor it backs.
-  std::vector<int64_t> records, held;
-  try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    for (const std::string& name : reader.getAllRecords())
-      if (name.find("/data/") != std::string::npos || name.rfind("data/", 0) == 0)
-        records.push_back(static_cast<int64_t>(reader.getRecordSize(name)));
-  } catch (const std::exception& e) {
-    userError("'{}' is not a readable TorchScript archive ({})", path, firstLine(e.what()));
-  }
-  for (const auto& [impl, bytes] : storages) held.push_back(bytes);
-  std::sort(records.begin(), records.end());
-  std::sort(held.begin(), held.end());
-  if (records.size() == held.size() && records != held)
-    userError("'{}' is damaged: its tensor data records hold {} bytes where its tensors' storages need {} (a record "
-              "truncated or replaced); export the model again", path, std::accumulate(records.begin(), records.end(), int64_t{0}),
-              std::accumulate(held.begin(), held.end(), int64_t{0}));
-}
-
 // The f32 evaluation of a bf16/f16 trace: a cast the trace pins to its low-precision type (Gemma-2's eager attention,
 // softmax(..., dtype=float32).to(bfloat16)) would put that type back into the f32 run, where it fails ("expected scalar
 // type Float but found BFloat16") or rounds. Every constant ScalarType argument naming bf16 or f16, in every method of
@@ -175,6 +128,7 @@ void checkDebugRecords(const std::string& path) {
   if (!std::ifstream(path)) userError("model file '{}' cannot be read; check its permissions", path);
   checkPickleRecords(path);  // before anything unpickles them
   checkDebugRecords(path);
+  checkConstantRecords(path);
   ::torch::jit::Module m;
   try {
     m = ::torch::jit::load(path, std::nullopt, extra);

@@ -37,6 +37,11 @@ std::string firstLine(const std::string& s);
 // Every pickle record of the archive at `path` (data.pkl, constants.pkl, .debug_pkl) stores into its memo slots in order
 // (pickle_scan.cpp); UserError naming the record otherwise. Does nothing for a file that is not a zip archive.
 void checkPickleRecords(const std::string& path);
+// The tensors of the archive at `path` lie inside their storages and records (tensor_records.cpp); UserError naming the
+// tensor otherwise. checkConstantRecords reads the code's tensor constants (constants.pkl) and runs before
+// torch::jit::load, whose constant pooling reads them; checkTensorRecords takes the loaded module's attributes.
+void checkConstantRecords(const std::string& path);
+void checkTensorRecords(const std::string& path, const ::torch::jit::Module& m);
 // The archive's record reader; nullptr for a file that is not a zip archive (pickle_scan.cpp).
 std::unique_ptr<caffe2::serialize::PyTorchStreamReader> openArchive(const std::string& path);
 

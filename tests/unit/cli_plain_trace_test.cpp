@@ -327,6 +327,35 @@ TEST_F(PlainTrace, EmptyTensorRecordIsOneLine) {
                      {shorter, "is damaged: its tensor data records hold 81920 bytes where its tensors' storages need 98304"});
 }
 
+// The code's tensor constants (constants.pkl) are read by torch::jit::load itself, whose constant pooling compared a
+// 0-dim constant with a storage of 0 elements out of bounds (a segfault, found by fuzzing; the input is in
+// fuzz/regressions/pt/). Both a storage too small for its tensor and one larger than its record are one line.
+TEST_F(PlainTrace, DamagedConstantTensorIsOneLine) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import re, zipfile\n"
+      "def damaged(name, elements):\n"
+      "    src, out = zipfile.ZipFile('models/fixtures/elementwise.pt'), zipfile.ZipFile('{0}/' + name, 'w')\n"
+      "    for n in src.namelist():\n"
+      "        b = src.read(n)\n"
+      "        if n.endswith('/constants.pkl'):  # the first storage's element count, 1 in the fixture\n"
+      "            b, k = re.subn(rb'(cpuq.)K\\x01t', lambda m: m.group(1) + b'K' + bytes([elements]) + b't', b, count=1)\n"
+      "            assert k == 1\n"
+      "        out.writestr(n, b)\n"
+      "    out.close()\n"
+      "damaged('none.pt', 0)\n"
+      "damaged('two.pt', 2)\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  const std::string none = (tmp.path / "none.pt").string(), two = (tmp.path / "two.pt").string();
+  expectOneLineError(kiln({"compile", none, "--ir", "tensor"}), 1,
+                     {none, "is damaged: constant tensor 0 of the code (1 elements) needs 8 bytes of its data record, which holds 0"});
+  expectOneLineError(kiln({"compile", two, "--ir", "tensor"}), 1,
+                     {two, "is damaged: constant tensor 0 of the code has a storage of 16 bytes in a record (constants/0) of 8"});
+  Result intact = kiln({"compile", "models/fixtures/elementwise.pt", "--ir", "tensor"});
+  EXPECT_EQ(intact.code, 0) << describe(intact);
+}
+
 // --input values kiln cannot honour are refused in one line before anything runs: a dtype other than the one the
 // model records (an f32 linear fed i64 ran and printed i64 outputs), more elements than kiln addresses (LibTorch
 // threw a stack trace), and shapes whose buffers do not fit in memory exit 1 with a hint instead of exit 3.
