@@ -1,8 +1,11 @@
 """bf16 attention two ways, q [1,8,100,64], k and v [1,2,100,64] (grouped-query, 4 query heads per key head):
 sdpa with is_causal, and the eager chain with a sliding-window mask (40 keys) kept as a constant buffer, the way
 Hugging Face's eager path adds a prepared mask. 100 tokens: not a multiple of the flash schedule's 64-key steps.
-Also attention_bf16_long.pt: causal sdpa over 200 tokens, head dim 16 (enough key steps for deeper copy rings), and
-attention_f32.pt: the two attentions of attention_bf16.pt in f32 (the flash schedule on CUDA cores)."""
+Also attention_bf16_long.pt: causal sdpa over 200 tokens, head dim 16 (enough key steps for deeper copy rings);
+attention_bf16_deep.pt: causal sdpa over 80 tokens at head dim 128 (2 query heads on 1 key/value head: warps of two row
+groups load q's fragments at every step); attention_bf16_512.pt: causal sdpa over 512 tokens, 8 query heads on 2, head
+dim 16 (keys in 8 steps: tile-widen-attention-warps takes it); and attention_f32.pt: the two attentions of
+attention_bf16.pt in f32 (the flash schedule on CUDA cores)."""
 import pathlib
 import sys
 
@@ -37,7 +40,8 @@ class Attention(nn.Module):
 
 
 class LongCausal(nn.Module):
-    """Causal sdpa over 200 tokens (4 steps of 64 keys, the last partial), 4 query heads on 1 key/value head of 16."""
+    """Causal grouped-query sdpa (attention_bf16_long: 200 tokens, 4 steps of 64 keys, the last partial, 4 query heads on
+    1 key/value head of 16; the same module at the shapes of attention_bf16_deep and attention_bf16_512)."""
 
     def forward(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -58,6 +62,13 @@ def main():
         "v": torch.randn(1, 1, 200, 16).bfloat16(),
     }
     export(LongCausal(), long_inputs, fixtures / f"{NAME}_long.pt")
+    for suffix, heads, kv_heads, length, dim in (("deep", 2, 1, 80, 128), ("512", 8, 2, 512, 16)):
+        shaped = {
+            "q": torch.randn(1, heads, length, dim).bfloat16(),
+            "k": torch.randn(1, kv_heads, length, dim).bfloat16(),
+            "v": torch.randn(1, kv_heads, length, dim).bfloat16(),
+        }
+        export(LongCausal(), shaped, fixtures / f"{NAME}_{suffix}.pt")
     return export_f32(fixtures)
 
 

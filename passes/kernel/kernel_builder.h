@@ -78,21 +78,23 @@ class KernelBuilder {
     Idx kh;
     Idx keyBase;
     Idx tx;
-    std::array<Idx, 2> rowLocal;
-    std::array<int, 2> m;
-    std::array<int, 2> l;
-    std::array<int, 2> mSafe;
-    std::array<int, 2> alpha;
+    std::vector<Idx> rowLocal;  // the thread's rows in the block: 2 per row group (tensor cores), 2 (CUDA cores)
+    std::vector<int> m;         // per row of rowLocal: running maximum, sum, the new maximum, the rescale factor
+    std::vector<int> l;
+    std::vector<int> mSafe;
+    std::vector<int> alpha;
     std::vector<Element> scores;
     std::vector<Element> outputs;
-    std::vector<std::array<int, 4>> o;
-    std::vector<std::array<int, 4>> s;
-    std::vector<std::vector<int>> qRegs;
+    std::vector<std::array<int, 4>> o;  // tensor cores: row group gr's 8-column tile j at gr * eTiles + j
+    std::vector<std::array<int, 4>> s;  // ... its 8-key tile j at gr * nTiles + j
+    int64_t groups;                     // the warp's row groups of 16 (FlashAttention::warpRows / 16)
+    bool qResident;                     // q's fragments loaded once (tile::flashQueriesResident) or at every step
+    std::vector<std::vector<int>> qRegs;  // resident: row group gr's depth step kk at gr * kSteps + kk; else one per group
     std::vector<std::vector<int>> qVec;
     std::vector<std::vector<int>> kVec;
     std::vector<std::vector<int>> pVec;
     std::vector<int> kRegs;
-    std::vector<int> pRegs;
+    std::vector<int> pRegs;  // 4 per row group
     std::vector<int> vRegs;
     int tmp;
     std::vector<int> rowLanes;
@@ -102,6 +104,7 @@ class KernelBuilder {
   void flashSoftmax(const Flash& x, Block& step);                                // the online softmax per row
   void flashValues(const Flash& x, const Idx& ring, Block& step);                // O += p · v
   void flashFinish(const Flash& x, Block& body);                                 // key-split combine, the output's store
+  Idx flashQueryFragment(const Flash& x, int64_t gr, int64_t kk);  // q's ldmatrix.x4 address: row group gr, depths 16 kk..
   // Row reductions: each stage's accumulator combined over the threads of the row (lower_row_reduction.cpp).
   void combineAcrossRow(const tile::RowReduction& r, size_t stage, const Idx& rowInBlock, Block& out);
 

@@ -66,7 +66,9 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   };
   const int64_t R = f.ring;
   const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", R * sl.k), vs = sharedBuf("vs", R * sl.v);
-  const int64_t KS = f.keySplit, rowGroups = BQ / 16, keysPerWarp = BKV / KS;
+  // G row groups of 16 per warp; rowGroups warps along the block's rows (each with KS warps sharing its rows).
+  const int64_t G = cuda ? 1 : f.warpRows / 16, KS = f.keySplit, rowGroups = BQ / (16 * G), keysPerWarp = BKV / KS;
+  const bool qResident = cuda || tile::flashQueriesResident(f, D);
   int ps = -1;  // CUDA cores: a step's probabilities
   if (cuda) {
     k_.shared.push_back(SharedBuffer{"ps", sl.p, DType::F32, true});
@@ -106,8 +108,8 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);
   Idx lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
   Idx g, tq, rg, kh, keyBase, tx, ty;
-  // The thread's two rows in the block: mma 16 rg + g (+ 8); CUDA cores ty (+ block_q / 2).
-  std::array<Idx, 2> rowLocal;
+  // The thread's rows in the block: mma 16 (G rg + gr) + g (+ 8) for its row groups gr; CUDA cores ty (+ block_q / 2).
+  std::vector<Idx> rowLocal;
   if (cuda) {
     // Lane bits 0, 2, 3, 4 make tx, bit 1 ty: lanes l and l ^ 1 read the same q (and p) row, l and l ^ 2 the same k row
     // and v columns, so each 16-byte shared load returns in two passes rather than four (lower_contraction_ffma.cpp).
@@ -117,11 +119,15 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   } else {
     g = defVar(top, "g", floorDiv(lane, 4), 8);
     tq = defVar(top, "tq", mod(lane, 4), 4);
-    // Warp w holds rows 16 (w mod row groups) .. + 15 of the block and keys kh * keysPerWarp .. of every step.
+    // Warp w holds rows 16 G (w mod rowGroups) .. + 16 G - 1 of the block and keys kh * keysPerWarp .. of every step.
     rg = defVar(top, "rg", mod(warp, rowGroups), rowGroups);
     kh = defVar(top, "kh", floorDiv(warp, rowGroups), KS);
     keyBase = simplify(kh * idxConst(keysPerWarp), extents_);
-    rowLocal = {rg * idxConst(16) + g, rg * idxConst(16) + g + idxConst(8)};
+    for (int64_t gr = 0; gr < G; ++gr) {
+      const Idx base = simplify(rg * idxConst(16 * G) + idxConst(16 * gr), extents_);
+      rowLocal.push_back(simplify(base + g, extents_));
+      rowLocal.push_back(simplify(base + g + idxConst(8), extents_));
+    }
   }
 
   // The steps of keys the block's rows may see.
@@ -178,8 +184,9 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
 
   // Per-thread state: running maximum and sum of its two rows, output accumulators, score accumulators, q fragments.
   const int64_t nTiles = keysPerWarp / kMmaN, eTiles = E / kMmaN, kSteps = D / kMmaK;
-  std::array<int, 2> m{}, l{}, mSafe{}, alpha{};
-  for (int r = 0; r < 2; ++r) {
+  const int rows = static_cast<int>(rowLocal.size());
+  std::vector<int> m(rows), l(rows), mSafe(rows), alpha(rows);
+  for (int r = 0; r < rows; ++r) {
     m[r] = slot(fmt::format("m{}", r));
     l[r] = slot(fmt::format("l{}", r));
     mSafe[r] = slot(fmt::format("ms{}", r));
@@ -189,8 +196,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   }
   using Element = Flash::Element;  // the thread's score and output elements
   std::vector<Element> scores, outputs;
-  std::vector<std::array<int, 4>> o(static_cast<size_t>(eTiles)), s(static_cast<size_t>(nTiles));
-  std::vector<std::vector<int>> qRegs(static_cast<size_t>(kSteps));
+  std::vector<std::array<int, 4>> o(static_cast<size_t>(G * eTiles)), s(static_cast<size_t>(G * nTiles));
+  std::vector<std::vector<int>> qRegs(static_cast<size_t>(qResident ? G * kSteps : G));
+  // Register names: row group 0's as with one group; the second's end in _g1.
+  auto group = [](int64_t gr) { return gr == 0 ? std::string() : fmt::format("_g{}", gr); };
   std::vector<int> kRegs, pRegs, vRegs;
   // CUDA cores: keys tx + 16 c (c < keysPerThread) and value chunks tx + 16 n (n < chunks, 4 columns each) per row.
   const int64_t keysPerThread = BKV / 16, valueChunks = E / 4, chunks = (valueChunks + 15) / 16;
@@ -217,25 +226,33 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
       vRegs.push_back(slot(fmt::format("v{}", i)));
     }
   } else {
-    for (int64_t j = 0; j < eTiles; ++j)
-      for (int c = 0; c < 4; ++c) {
-        o[j][c] = slot(fmt::format("o{}_{}", j, c));
-        body.push_back(assign(o[j][c], fconst(0.f)));
-        outputs.push_back({o[j][c], c / 2, simplify(idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_), nullptr,
-                           fmt::format("eo{}_{}", j, c)});
-      }
-    for (int64_t j = 0; j < nTiles; ++j)
-      for (int c = 0; c < 4; ++c) {
-        s[j][c] = slot(fmt::format("s{}_{}", j, c));
-        scores.push_back({s[j][c], c / 2, keyBase + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), nullptr, fmt::format("kj{}_{}", j, c)});
-      }
-    for (int64_t st = 0; st < kSteps; ++st)
-      for (int r = 0; r < 4; ++r) qRegs[st].push_back(pairReg(fmt::format("rq{}_{}", st, r)));
+    for (int64_t gr = 0; gr < G; ++gr)
+      for (int64_t j = 0; j < eTiles; ++j)
+        for (int c = 0; c < 4; ++c) {
+          auto& reg = o[static_cast<size_t>(gr * eTiles + j)][c];
+          reg = slot(fmt::format("o{}_{}{}", j, c, group(gr)));
+          body.push_back(assign(reg, fconst(0.f)));
+          outputs.push_back({reg, static_cast<int>(2 * gr) + c / 2, simplify(idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_),
+                             nullptr, fmt::format("eo{}_{}{}", j, c, group(gr))});
+        }
+    for (int64_t gr = 0; gr < G; ++gr)
+      for (int64_t j = 0; j < nTiles; ++j)
+        for (int c = 0; c < 4; ++c) {
+          auto& reg = s[static_cast<size_t>(gr * nTiles + j)][c];
+          reg = slot(fmt::format("s{}_{}{}", j, c, group(gr)));
+          scores.push_back({reg, static_cast<int>(2 * gr) + c / 2, keyBase + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), nullptr,
+                            fmt::format("kj{}_{}{}", j, c, group(gr))});
+        }
+    for (int64_t gr = 0; gr < G; ++gr)
+      for (int64_t st = 0; st < (qResident ? kSteps : 1); ++st)
+        for (int r = 0; r < 4; ++r)
+          qRegs[static_cast<size_t>(qResident ? gr * kSteps + st : gr)].push_back(pairReg(fmt::format("rq{}_{}{}", st, r, group(gr))));
     for (int r = 0; r < 4; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
-    for (int r = 0; r < 4; ++r) {
-      pRegs.push_back(pairReg(fmt::format("rp{}", r)));
-      vRegs.push_back(pairReg(fmt::format("rv{}", r)));
-    }
+    for (int64_t gr = 0; gr < G; ++gr)
+      for (int r = 0; r < 4; ++r) {
+        pRegs.push_back(pairReg(fmt::format("rp{}{}", r, group(gr))));
+        if (gr == 0) vRegs.push_back(pairReg(fmt::format("rv{}", r)));
+      }
   }
   const int tmp = slot("sh");
   const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
@@ -243,8 +260,8 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   // What the step's parts and the end share (lower_attention_step.cpp).
   Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
            keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
-           rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs, tmp,
-           rowLanes};
+           rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
+           tmp, rowLanes};
   Block step;
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;
@@ -259,12 +276,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   step.push_back(cpAsyncCommit());
   step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
   step.push_back(barrier());
-  if (!cuda) {
+  if (!cuda && qResident) {
     Block loadQ;
-    for (int64_t kk = 0; kk < kSteps; ++kk) {
-      Idx row = rg * idxConst(16) + mod(lane, 16), col = idxConst(kk * kMmaK) + floorDiv(lane, 16) * idxConst(8);
-      loadQ.push_back(ldmatrixPairs(qs, simplify(row * idxConst(sl.depthStride) + col, extents_), false, qRegs[kk]));
-    }
+    for (int64_t gr = 0; gr < G; ++gr)
+      for (int64_t kk = 0; kk < kSteps; ++kk)
+        loadQ.push_back(ldmatrixPairs(qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr * kSteps + kk)]));
     step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
   }
   flashScores(x, st, ring, step);

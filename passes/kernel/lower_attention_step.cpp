@@ -33,9 +33,10 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
   const Idx& lane = x.lane;
   const Idx& keyBase = x.keyBase;
   const Idx& tx = x.tx;
-  const std::array<Idx, 2>& rowLocal = x.rowLocal;
+  const std::vector<Idx>& rowLocal = x.rowLocal;
   const std::vector<Element>& scores = x.scores;
   const std::vector<std::array<int, 4>>& s = x.s;
+  const int64_t G = x.groups;
   const std::vector<std::vector<int>>& qRegs = x.qRegs;
   const std::vector<std::vector<int>>& qVec = x.qVec;
   const std::vector<std::vector<int>>& kVec = x.kVec;
@@ -57,24 +58,33 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
         for (int64_t c = 0; c < keysPerThread; ++c)
           inner.push_back(multiplyAdd(scores[static_cast<size_t>(r * keysPerThread + c)].reg, qVec[r][i], kVec[c][i]));
     step.push_back(forLoop(dVar, "dd", idxConst(0), idxConst(D), 4, std::move(inner)));
-  } else {  // per 16 of depth: k's fragments by ldmatrix.x4, two mma.sync per pair of 8-key tiles
-    for (int64_t j = 0; j < nTiles; ++j)
-      for (int c = 0; c < 4; ++c) step.push_back(assign(s[j][c], fconst(0.f)));
-    for (int64_t kk = 0; kk < kSteps; ++kk)
+  } else {  // per 16 of depth: k's fragments by ldmatrix.x4, two mma.sync per pair of 8-key tiles and row group
+    for (const auto& tile : s)
+      for (int c = 0; c < 4; ++c) step.push_back(assign(tile[c], fconst(0.f)));
+    for (int64_t kk = 0; kk < kSteps; ++kk) {
+      if (!x.qResident)
+        for (int64_t gr = 0; gr < G; ++gr)
+          step.push_back(ldmatrixPairs(x.qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr)]));
       for (int64_t j = 0; j < nTiles; j += 2) {
         Idx row = keyBase + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
         Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
         step.push_back(ldmatrixPairs(ks, simplify(ring * idxConst(sl.k) + row * idxConst(sl.depthStride) + col, extents_), false, kRegs));
-        step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[0], kRegs[1]}, {s[j][0], s[j][1], s[j][2], s[j][3]}));
-        step.push_back(mmaFromPairs(T, qRegs[kk], {kRegs[2], kRegs[3]}, {s[j + 1][0], s[j + 1][1], s[j + 1][2], s[j + 1][3]}));
+        for (int64_t gr = 0; gr < G; ++gr) {
+          const std::vector<int>& q = qRegs[static_cast<size_t>(x.qResident ? gr * kSteps + kk : gr)];
+          const auto& lo = s[static_cast<size_t>(gr * nTiles + j)];
+          const auto& hi = s[static_cast<size_t>(gr * nTiles + j + 1)];
+          step.push_back(mmaFromPairs(T, q, {kRegs[0], kRegs[1]}, {lo[0], lo[1], lo[2], lo[3]}));
+          step.push_back(mmaFromPairs(T, q, {kRegs[2], kRegs[3]}, {hi[0], hi[1], hi[2], hi[3]}));
+        }
       }
+    }
   }
   // Scores: the kernel's score expression at each element's query row and key (clamped inside the axes; keys past the
   // end are -inf).
   // (Rows and keys are named only where the score reads them.)
   const bool scoreReadsRow = loop::usesVar(*a.score, query.var), scoreReadsKey = loop::usesVar(*a.score, a.key.var);
-  std::array<Idx, 2> rowAt;
-  for (int r = 0; r < 2 && scoreReadsRow; ++r) {
+  std::vector<Idx> rowAt(rowLocal.size());
+  for (size_t r = 0; r < rowLocal.size() && scoreReadsRow; ++r) {
     int v = freshLoopVar();
     step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + rowLocal[r], idxConst(Lq - 1)), extents_)));
     extents_[v + kFirstLoopVar] = Lq;
@@ -112,10 +122,10 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
 
 void KernelBuilder::flashSoftmax(const Flash& x, Block& step) {
   using Element = Flash::Element;
-  const std::array<int, 2>& m = x.m;
-  const std::array<int, 2>& l = x.l;
-  const std::array<int, 2>& mSafe = x.mSafe;
-  const std::array<int, 2>& alpha = x.alpha;
+  const std::vector<int>& m = x.m;
+  const std::vector<int>& l = x.l;
+  const std::vector<int>& mSafe = x.mSafe;
+  const std::vector<int>& alpha = x.alpha;
   const std::vector<Element>& scores = x.scores;
   const std::vector<Element>& outputs = x.outputs;
   const int tmp = x.tmp;
@@ -131,7 +141,7 @@ void KernelBuilder::flashSoftmax(const Flash& x, Block& step) {
     }
     return xs[0];
   };
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < static_cast<int>(m.size()); ++r) {
     const int mNew = mSafe[r];
     std::vector<FE> row;
     for (const Element& e : scores)
@@ -165,7 +175,7 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
   const int vs = x.vs, ps = x.ps;
   const Idx& lane = x.lane;
   const Idx& keyBase = x.keyBase;
-  const std::array<Idx, 2>& rowLocal = x.rowLocal;
+  const std::vector<Idx>& rowLocal = x.rowLocal;
   const std::vector<Element>& scores = x.scores;
   const std::vector<Element>& outputs = x.outputs;
   const std::vector<std::array<int, 4>>& o = x.o;
@@ -200,21 +210,38 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
   }
   // O += p · v, 16 keys per mma step: p packed once into the A registers (a01 a23 a45 a67 = the C fragments of the step's
   // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
+  // With two row groups, each v fragment feeds both groups' mma.
+  const int64_t G = x.groups, nTiles = x.nTiles;
   for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
-    const auto& lo = s[static_cast<size_t>(2 * kk)];
-    const auto& hi = s[static_cast<size_t>(2 * kk + 1)];
-    step.push_back(packPair(T, pRegs[0], lo[0], lo[1]));
-    step.push_back(packPair(T, pRegs[1], lo[2], lo[3]));
-    step.push_back(packPair(T, pRegs[2], hi[0], hi[1]));
-    step.push_back(packPair(T, pRegs[3], hi[2], hi[3]));
+    std::vector<std::vector<int>> p(static_cast<size_t>(G));
+    for (int64_t gr = 0; gr < G; ++gr) {
+      const auto& lo = s[static_cast<size_t>(gr * nTiles + 2 * kk)];
+      const auto& hi = s[static_cast<size_t>(gr * nTiles + 2 * kk + 1)];
+      p[static_cast<size_t>(gr)].assign(pRegs.begin() + 4 * gr, pRegs.begin() + 4 * gr + 4);
+      const std::vector<int>& a = p[static_cast<size_t>(gr)];
+      step.push_back(packPair(T, a[0], lo[0], lo[1]));
+      step.push_back(packPair(T, a[1], lo[2], lo[3]));
+      step.push_back(packPair(T, a[2], hi[0], hi[1]));
+      step.push_back(packPair(T, a[3], hi[2], hi[3]));
+    }
     for (int64_t j = 0; j < eTiles; j += 2) {
       Idx row = keyBase + idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
       Idx col = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8);
       step.push_back(ldmatrixPairs(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), true, vRegs));
-      step.push_back(mmaFromPairs(T, pRegs, {vRegs[0], vRegs[1]}, {o[j][0], o[j][1], o[j][2], o[j][3]}));
-      step.push_back(mmaFromPairs(T, pRegs, {vRegs[2], vRegs[3]}, {o[j + 1][0], o[j + 1][1], o[j + 1][2], o[j + 1][3]}));
+      for (int64_t gr = 0; gr < G; ++gr) {
+        const auto& lo = o[static_cast<size_t>(gr * eTiles + j)];
+        const auto& hi = o[static_cast<size_t>(gr * eTiles + j + 1)];
+        step.push_back(mmaFromPairs(T, p[static_cast<size_t>(gr)], {vRegs[0], vRegs[1]}, {lo[0], lo[1], lo[2], lo[3]}));
+        step.push_back(mmaFromPairs(T, p[static_cast<size_t>(gr)], {vRegs[2], vRegs[3]}, {hi[0], hi[1], hi[2], hi[3]}));
+      }
     }
   }
+}
+
+Idx KernelBuilder::flashQueryFragment(const Flash& x, int64_t gr, int64_t kk) {
+  Idx row = x.rg * idxConst(16 * x.groups) + idxConst(16 * gr) + mod(x.lane, 16);
+  Idx col = idxConst(kk * kMmaK) + floorDiv(x.lane, 16) * idxConst(8);
+  return simplify(row * idxConst(x.sl.depthStride) + col, extents_);
 }
 
 void KernelBuilder::flashFinish(const Flash& x, Block& body) {
@@ -227,17 +254,18 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   const Idx& lane = x.lane;
   const Idx& rg = x.rg;
   const Idx& kh = x.kh;
-  const std::array<Idx, 2>& rowLocal = x.rowLocal;
-  const std::array<int, 2>& m = x.m;
-  const std::array<int, 2>& l = x.l;
-  const std::array<int, 2>& mSafe = x.mSafe;
-  const std::array<int, 2>& alpha = x.alpha;
+  const std::vector<Idx>& rowLocal = x.rowLocal;
+  const std::vector<int>& m = x.m;
+  const std::vector<int>& l = x.l;
+  const std::vector<int>& mSafe = x.mSafe;
+  const std::vector<int>& alpha = x.alpha;
   const std::vector<Element>& outputs = x.outputs;
   const std::vector<std::array<int, 4>>& o = x.o;
   const int tmp = x.tmp;
   const std::vector<int>& rowLanes = x.rowLanes;
   // Each row's sum over the lanes sharing it (in every warp: shuffles are warp-collective).
-  for (int r = 0; r < 2; ++r)
+  const int rows = static_cast<int>(rowLocal.size());
+  for (int r = 0; r < rows; ++r)
     for (int lanes : rowLanes) {
       body.push_back(shuffleXor(tmp, l[r], lanes));
       body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
@@ -276,7 +304,7 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
     }
   }
   // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only).
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < rows; ++r) {
     finish.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
     Block store;
     const Idx row = simplify(q0 + rowLocal[r], extents_);

@@ -61,7 +61,8 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-tile-long-reductions", tile::tileLongReductions);
   run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);
   run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);
-  run.pass(c.tileIR, "tile-balance-attention", tile::balanceAttention);
+  run.pass(c.tileIR, "tile-widen-attention-warps", tile::widenAttentionWarps);
+  run.pass(c.tileIR, "tile-balance-attention", tile::balanceAttention);  // after the block's rows are final
   run.pass(c.tileIR, "tile-warpgroup-products", tile::warpgroupProducts);  // the operands are final; before their shape
   run.pass(c.tileIR, "tile-shape-products", [](tile::Program& p) { return tile::shapeProducts(p); });  // after operand fusion: the operands are final
   run.pass(c.tileIR, "tile-stack-operands", tile::stackOperands);  // after tile_n is sized

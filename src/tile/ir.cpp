@@ -84,7 +84,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        k.attention->key.extent, f->blockKV, keyBoundsString(*f), k.attention->dot.axes[0].extent,
                        k.parallel[static_cast<size_t>(k.rowAxes)].extent,
                        flashOnCudaCores(*f) ? "ffma, 16 lanes per 2 rows, probabilities through shared [rows][keys+4]:f32"
-                                            : fmt::format("mma.sync.{} warps {} of 16 rows{}", dtypeName(f->mmaType), f->blockQ / 16,
+                                            : fmt::format("mma.sync.{} warps {} of {} rows{}", dtypeName(f->mmaType), f->blockQ / f->warpRows, f->warpRows,
                                                           f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : ""),
                        16 / dtypeBytes(f->mmaType), f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "");
@@ -127,7 +127,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -232,16 +232,22 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(!cudaCores || f->keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f->keySplit);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
-    KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64) && (f->blockKV == 64 || (cudaCores && f->blockKV == 32)),
-                "kernel {}: flash_attention blocks are 16, 32 or 64 queries by 64 keys (f32 also 32), not {} by {}", k.name,
+    KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64 || f->blockQ == 128) &&
+                    (f->blockKV == 64 || (cudaCores && f->blockKV == 32)),
+                "kernel {}: flash_attention blocks are 16, 32, 64 or 128 queries by 64 keys (f32 also 32), not {} by {}", k.name,
                 f->blockQ, f->blockKV);
+    KILN_ASSERT((f->warpRows == 16 || (f->warpRows == 32 && !cudaCores && f->keySplit == 1)) && f->blockQ % f->warpRows == 0 &&
+                    f->blockQ / f->warpRows <= 4,
+                "kernel {}: flash_attention warps of {} rows in blocks of {} (16, or 32 on tensor cores without a key split; "
+                "at most 4 warps of rows)", k.name, f->warpRows, f->blockQ);
     KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
                 k.name, f->keySplit);
     KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
     // Per thread: the score accumulators of a key step, the output accumulators, q's fragments (CUDA cores: two rows'
     // scores and outputs, a step of 4 depths' q and k vectors).
     const int64_t registers = cudaCores ? 2 * (f->blockKV / 16) + 2 * 4 * ((o->width + 63) / 64) + 4 * (2 + f->blockKV / 16)
-                                        : f->blockKV / f->keySplit / 2 + o->width / 2 + o->depth / 4;
+                                        : f->warpRows / 16 * (f->blockKV / f->keySplit / 2 + o->width / 2) +
+                                              (flashQueriesResident(*f, o->depth) ? f->warpRows / 16 * o->depth / 4 : 4);
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;
   }

@@ -32,7 +32,7 @@ int64_t threadsPerBlock(const Schedule& s) {
                         [](const PointwiseMap& m) { return m.threads; },
                         [](const RowReduction& r) { return r.threadsPerRow * r.rowsPerBlock; },
                         [](const FlashAttention& f) {
-                          return flashOnCudaCores(f) ? 8 * f.blockQ : f.blockQ / 16 * f.keySplit * Target::kWarpSize;
+                          return flashOnCudaCores(f) ? 8 * f.blockQ : f.blockQ / f.warpRows * f.keySplit * Target::kWarpSize;
                         },
                         [](const TiledContraction& t) {
                           switch (t.instruction) {

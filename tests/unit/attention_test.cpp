@@ -289,6 +289,59 @@ TEST(FlashAttention, DeeperRingsMatchTheLoopInterpreter) {
     }
 }
 
+// tile-widen-attention-warps: keys in 8 steps or more (512 tokens) give each warp two row groups of 16 and the block
+// twice the rows; fewer steps keep warps of 16 rows.
+TEST(FlashAttention, LongKeyWalksGetWarpsOfTwoRowGroups) {
+  Compiled c = compiled("attention_bf16_512", "tile");
+  const auto& f = std::get<tile::FlashAttention>(c.tileIR.schedules[0]);
+  EXPECT_EQ(f.warpRows, 32);
+  EXPECT_EQ(f.blockQ, 128);
+  EXPECT_EQ(tile::threadsPerBlock(f), 128) << "4 warps of 32 rows";
+  EXPECT_NE(tile::print(c.tileIR).find("mma.sync.bf16 warps 4 of 32 rows"), std::string::npos) << tile::print(c.tileIR);
+  Compiled narrow = compiled("attention_bf16_512", "tile", {"tile-widen-attention-warps"});
+  EXPECT_EQ(std::get<tile::FlashAttention>(narrow.tileIR.schedules[0]).warpRows, 16);
+  EXPECT_EQ(std::get<tile::FlashAttention>(narrow.tileIR.schedules[0]).blockQ, 64);
+  EXPECT_EQ(std::get<tile::FlashAttention>(compiled("attention_bf16_long", "tile").tileIR.schedules[0]).warpRows, 16)
+      << "200 keys: 4 steps";
+  // No key split, no CUDA cores, at most 4 warps of rows.
+  tile::Program bad = c.tileIR;
+  std::get<tile::FlashAttention>(bad.schedules[0]).keySplit = 2;
+  EXPECT_THROW(tile::verify(bad), InternalError);
+  bad = c.tileIR;
+  std::get<tile::FlashAttention>(bad.schedules[0]).warpRows = 64;
+  EXPECT_THROW(tile::verify(bad), InternalError);
+}
+
+// Warps of two row groups: every block size, pairing and ring depth, against the Loop IR: head dim 64 and 16 (q's
+// fragments held for the whole walk), 128 (loaded again at every step), and the widened 512-token schedule as chosen.
+TEST(FlashAttention, TwoRowGroupsPerWarpMatchTheLoopInterpreter) {
+  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) {
+    Compiled c = compiled(model, "tile");
+    auto inputs = test::randomInputs(c.loopIR, 8);
+    auto want = loop::interpret(c.loopIR, inputs);
+    for (int64_t rows : {32, 64, 128})
+      for (bool paired : {false, true})
+        for (int64_t ring : {2, 3}) {
+          if (ring == 3 && rows != 64) continue;
+          SCOPED_TRACE(fmt::format("{} block_q {} paired {} ring {}", model, rows, paired, ring));
+          tile::Program t = c.tileIR;
+          for (auto& s : t.schedules) {
+            auto& f = std::get<tile::FlashAttention>(s);
+            f.warpRows = 32;
+            f.blockQ = rows;
+            f.pairBlocks = paired;
+            f.ring = ring;
+            EXPECT_EQ(tile::flashQueriesResident(f, c.loopIR.kernels[0].attention->dot.axes[0].extent),
+                      std::string(model) != "attention_bf16_deep");
+          }
+          expectMatches(runSchedules(t, inputs), want);
+        }
+  }
+  Compiled wide = compiled("attention_bf16_512", "tile");
+  auto inputs = test::randomInputs(wide.loopIR, 9);
+  expectMatches(runSchedules(wide.tileIR, inputs), loop::interpret(wide.loopIR, inputs));
+}
+
 TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "hf_llama_tiny_bf16", "hf_gpt_neox_tiny_bf16", "hf_gemma2_tiny_bf16"}) {
     SCOPED_TRACE(model);

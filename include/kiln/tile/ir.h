@@ -122,7 +122,8 @@ struct TiledContraction {
 };
 
 // An attention kernel (loop::Kernel::attention) as flash attention on tensor cores (mma.sync m16n8k16, sm_80+): a block of
-// blockQ / 16 warps holds blockQ query rows of one point of the other row axes (batch, head), each warp 16 rows. The block
+// blockQ / warpRows warps holds blockQ query rows of one point of the other row axes (batch, head), each warp warpRows
+// rows (16, or 32 as two row groups of 16 that share every k and v fragment the warp loads). The block
 // walks the keys in steps of blockKV: k and v slices of blockKV keys stream by 16-byte cp.async through a ring of `ring`
 // shared slices, ring - 1 steps ahead of the one the block works on; per step each warp multiplies its q rows (fragments loaded
 // once by ldmatrix) with the k slice into score accumulators, applies the score expression (scale, masks) and the online
@@ -132,7 +133,11 @@ struct TiledContraction {
 // keySplit > 1 several warps share the rows and split each step's keys.
 struct FlashAttention {
   int queryAxis = -1;   // position in the kernel's parallel axes
-  int64_t blockQ = 64;  // query rows per block (16, 32 or 64), 16 per warp
+  int64_t blockQ = 64;  // query rows per block (16, 32, 64 or 128), warpRows per warp
+  // Query rows per warp: 16 (one m16 row group), or 32 (tile-widen-attention-warps): two row groups whose mma.sync share
+  // each k and v fragment, twice the independent tensor-core and exp work between a step's barriers. Tensor cores, no key
+  // split.
+  int64_t warpRows = 16;
   int64_t blockKV = 64;  // keys per step
   // Warps sharing each 16 query rows (1, 2 or 4): warp h of a row group takes keys [h, h + 1) * blockKV / keySplit of every
   // step, with its own running maximum, sum and accumulators, combined through shared memory at the end: a shorter chain
@@ -211,6 +216,7 @@ bool prefetchSlices(Program& p);                // tile-prefetch-slices
 bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 bool warpgroupProducts(Program& p);             // tile-warpgroup-products
+bool widenAttentionWarps(Program& p);           // tile-widen-attention-warps
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies

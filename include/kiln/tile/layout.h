@@ -39,6 +39,10 @@ struct FlashSlices {
 };
 // A flash schedule on CUDA cores (f32 operands; FlashAttention::mmaType).
 inline bool flashOnCudaCores(const FlashAttention& f) { return f.mmaType == DType::F32; }
+// Tensor cores: whether a warp keeps its q fragments in registers for the whole key walk (loaded once by ldmatrix) or
+// loads them again at every step (two row groups at head dims above 64, where held fragments would crowd out the
+// accumulators: 32 registers per row group and 64 of depth).
+inline bool flashQueriesResident(const FlashAttention& f, int64_t depth) { return f.warpRows / 16 * depth <= 128; }
 // Values one thread hands over when warps sharing rows combine: its two rows' maximum and sum, its width / 2 outputs.
 constexpr int64_t flashCombineValues(int64_t width) { return 4 + width / 2; }
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
