@@ -1,10 +1,11 @@
 // kiln's scalar building blocks for emitted kernels. Each definition matches tensor::applyFn (the CPU
 // interpreters' semantics) so the GPU and the interpreters compute the same function, with one difference of
-// precision: exp, silu and sigmoid use the special-function unit (ex2.approx after scaling by log2(e), an
+// precision: exp, silu and sigmoid use the special-function unit (ex2.approx.ftz after scaling by log2(e), an
 // approximate reciprocal instead of a division), below 4e-6 relative error for |x| <= 20 (checked on the GPU by
-// tests/unit/gpu_check_kernel_templates.cu), inside the f32 check's 1e-5. The accurate expf and the IEEE division
-// cost about 25 instructions an element, enough to make a softmax or a SiLU·mul bound by instruction issue
-// rather than by memory.
+// tests/unit/gpu_check_kernel_templates.cu), inside the f32 check's 1e-5; an exp below 2^-126 (x < -87.3) is 0. The
+// accurate expf and the IEEE division cost about 25 instructions an element, enough to make a softmax or a SiLU·mul
+// bound by instruction issue rather than by memory; ex2.approx without .ftz costs four (it rescales subnormals), with
+// .ftz one, beside the multiplication by log2(e).
 // Compiles on its own under nvcc (tests include it in an otherwise empty translation unit).
 #pragma once
 #include <cuda.h>  // CUtensorMap, the type of TMA tensor-map parameters
@@ -19,14 +20,18 @@ namespace kiln {
 __device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
 __device__ __forceinline__ float neg(float a) { return -a; }
-__device__ __forceinline__ float exp(float a) { return __expf(a); }
+__device__ __forceinline__ float exp(float a) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a * 1.4426950408889634f));
+  return r;
+}
 __device__ __forceinline__ float rsqrt(float a) { return 1.0f / sqrtf(a); }
 __device__ __forceinline__ float sqrt(float a) { return sqrtf(a); }
 __device__ __forceinline__ float relu(float a) { return a > 0.0f ? a : 0.0f; }
 // __fdividef(a, d): a * (1/d) by the approximate reciprocal; d = inf (a < -88) gives -0 as a / inf does, and the
 // 0 it returns for 2^126 < d < 2^128 is the exact quotient's |a| / d < 1e-36 rounded away.
-__device__ __forceinline__ float silu(float a) { return __fdividef(a, 1.0f + __expf(-a)); }
-__device__ __forceinline__ float sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+__device__ __forceinline__ float silu(float a) { return __fdividef(a, 1.0f + exp(-a)); }
+__device__ __forceinline__ float sigmoid(float a) { return __fdividef(1.0f, 1.0f + exp(-a)); }
 __device__ __forceinline__ float tanh(float a) { return tanhf(a); }
 __device__ __forceinline__ float abs(float a) { return fabsf(a); }
 __device__ __forceinline__ float gelu(float a) { return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f)); }
@@ -49,9 +54,22 @@ __device__ __forceinline__ float sub(float a, float b) { return a - b; }
 __device__ __forceinline__ float mul(float a, float b) { return a * b; }
 __device__ __forceinline__ float div(float a, float b) { return a / b; }
 __device__ __forceinline__ float pow(float a, float b) { return b == 2.0f ? a * a : powf(a, b); }
-// NaN-propagating, as torch.maximum/amax.
+// NaN-propagating, as torch.maximum/amax: one FMNMX.NAN on sm_80+ (max.NaN.f32), three instructions before.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ float max(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float min(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+#else
 __device__ __forceinline__ float max(float a, float b) { return (a > b || a != a) ? a : b; }
 __device__ __forceinline__ float min(float a, float b) { return (a < b || a != a) ? a : b; }
+#endif
 
 // Storage conversions: kernels compute in f32 whatever the buffer's type.
 __device__ __forceinline__ float to_f32(float v) { return v; }

@@ -99,6 +99,10 @@ ExprP walkMasks(const ExprP& e, int keyVar, int queryVar, const VarExtents& ext,
   if (e->kind == Expr::Kind::Apply && e->fn == Fn::Add) {
     auto copy = std::make_shared<Expr>(*e);
     for (auto& arg : copy->args) arg = walkMasks(arg, keyVar, queryVar, ext, bound);
+    // A mask whose kept value is 0 leaves s + 0: s (exact up to the sign of a zero score, which exp(s - max) ignores).
+    for (int i = 0; i < 2; ++i)
+      if (copy->args[static_cast<size_t>(i)]->kind == Expr::Kind::Imm && copy->args[static_cast<size_t>(i)]->imm == 0.f)
+        return copy->args[static_cast<size_t>(1 - i)];
     return copy;
   }
   if (e->kind != Expr::Kind::Select || !isKey(e->index[0], keyVar)) return e;

@@ -96,6 +96,15 @@ __global__ void transcendentals(float* __restrict__ out, int n, float lo, float 
   }
 }
 
+// max and min of every pair of v (n values): out[2 (a n + b)] = max(v[a], v[b]), out[2 (a n + b) + 1] = min.
+__global__ void extrema(const float* __restrict__ v, float* __restrict__ out, int n) {
+  int a = threadIdx.x / n, b = threadIdx.x % n;
+  if (a < n) {
+    out[2 * threadIdx.x] = kiln::max(v[a], v[b]);
+    out[2 * threadIdx.x + 1] = kiln::min(v[a], v[b]);
+  }
+}
+
 static int failures = 0;
 static void expect(bool ok, const char* what, int i, float got, float want) {
   if (!ok && failures++ < 10) printf("FAIL %s at %d: got %g want %g\n", what, i, got, want);
@@ -196,6 +205,28 @@ int main() {
       }
     }
     cudaFree(dt);
+  }
+  // max / min propagate NaN from either side, as tensor::applyFn (a > b || isnan(a) ? a : b) does.
+  {
+    const std::vector<float> v = {1.f, -1.f, 0.f, -0.f, INFINITY, -INFINITY, NAN, 2.5f};
+    const int k = static_cast<int>(v.size());
+    float *dv, *dm;
+    cudaMalloc(&dv, k * 4);
+    cudaMalloc(&dm, 2 * k * k * 4);
+    cudaMemcpy(dv, v.data(), k * 4, cudaMemcpyHostToDevice);
+    extrema<<<1, k * k>>>(dv, dm, k);
+    std::vector<float> m(2 * k * k);
+    cudaMemcpy(m.data(), dm, 2 * k * k * 4, cudaMemcpyDeviceToHost);
+    for (int a = 0; a < k; ++a)
+      for (int b = 0; b < k; ++b) {
+        const float want[2] = {v[a] > v[b] || std::isnan(v[a]) ? v[a] : v[b], v[a] < v[b] || std::isnan(v[a]) ? v[a] : v[b]};
+        for (int f = 0; f < 2; ++f) {
+          const float got = m[2 * (a * k + b) + f];
+          expect(std::isnan(want[f]) ? std::isnan(got) : got == want[f], f == 0 ? "max" : "min", a * k + b, got, want[f]);
+        }
+      }
+    cudaFree(dv);
+    cudaFree(dm);
   }
   cudaError_t err = cudaDeviceSynchronize();
   printf("cuda: %s\n", cudaGetErrorString(err));
