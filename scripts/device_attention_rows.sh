@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one device call: kiln's attention at the suite's long rows against itself and PyTorch. Builds
 # kiln, then
-#   1. ROWS_FIXTURE (default models/fixtures/attention_bf16_512.pt, the fixture whose schedule tile-widen-attention-warps
-#      changes): `kiln run --check`, compute-sanitizer memcheck and racecheck, the SASS counts of its kernel;
+#   1. each of ROWS_FIXTURES (default models/fixtures/attention_bf16.pt and attention_f32.pt: paired query blocks, bf16
+#      and f32): `kiln run --check`, compute-sanitizer memcheck and racecheck, the SASS counts of the first one's kernel;
 #   2. bench/kiln_variants.py over ROWS_FILTER (default: sdpa_causal_gqa and attention_naive at 512 tokens, both models)
 #      with ROWS_VARIANTS (default: kiln as it is, without tile-balance-attention, without tile-widen-attention-warps):
 #      each case checked against LibTorch and timed hot;
-#   3. the suite's rows for ROWS_FILTER (kiln as it is beside eager, bf16), for what is left of BENCH_LIMIT_SECONDS.
+#   3. the suite's rows for ROWS_FILTER (kiln as it is beside eager, bf16), for what is left of BENCH_LIMIT_SECONDS;
+#   4. with ROWS_MODEL=1, first: the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph
+#      --kiln-profile beside eager and torch.compile reduce-overhead) to $OUT/model.json.
 # $OUT gets rows.txt (the short summary, also printed last), variants.json, the suite's JSON/.md and logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BENCH_LIMIT_SECONDS:=540}"
-: "${ROWS_FIXTURE:=models/fixtures/attention_bf16_512.pt}"
+: "${ROWS_FIXTURES:=models/fixtures/attention_bf16.pt models/fixtures/attention_f32.pt}"
 : "${ROWS_FILTER:=tinyllama/sdpa_causal_gqa/s512,qwen2.5-7b/sdpa_causal_gqa/s512,tinyllama/attention_naive/s512,qwen2.5-7b/attention_naive/s512}"
 : "${ROWS_VARIANTS:=default;-tile-balance-attention;-tile-widen-attention-warps}"
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-attention-rows}
@@ -21,13 +23,22 @@ export KILN_CACHE_DIR=$LOG/cache
 summary=()
 bound=${KILN_SANITIZE_SECONDS:-90}
 
-m=$ROWS_FIXTURE n=$(basename "$ROWS_FIXTURE" .pt)
-./build/kiln compile "$m" --explain-schedule > "$LOG/$n-schedules.txt" 2>&1
-./build/kiln run "$m" --check --bench 20 > "$LOG/check-$n.log" 2>&1; rc=$?
-timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/memcheck-$n.log" 2>&1; mc=$?
-timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/racecheck-$n.log" 2>&1; rcc=$?
-summary+=("$n: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$n.log" | head -1), memcheck=$mc racecheck=$rcc; $(grep -o 'warps [0-9]* of [0-9]* rows' "$LOG/$n-schedules.txt" | head -1)")
-echo "${summary[-1]}"
+if [ "${ROWS_MODEL:-0}" = 1 ]; then
+  python3 bench/whole_model.py --configs bf16:1:128 --sides kiln,eager,compile_reduce_overhead --kiln-graph --kiln-profile \
+    --commit "${KILN_COMMIT:-unknown}" --out "$OUT/model.json" > "$LOG/model-default.log" 2>&1
+  python3 bench/summarize_model.py "$OUT/model.json" -o "$LOG/model-default" >> "$LOG/model-default.log" 2>&1
+  summary+=("whole model bf16 1x128:" "$(tail -n 8 "$LOG/model-default.log" | head -n 6)")
+  printf '%s\n' "${summary[-2]}" "${summary[-1]}"
+fi
+for m in $ROWS_FIXTURES; do
+  n=$(basename "$m" .pt)
+  ./build/kiln compile "$m" --explain-schedule > "$LOG/$n-schedules.txt" 2>&1
+  ./build/kiln run "$m" --check --bench 20 > "$LOG/check-$n.log" 2>&1; rc=$?
+  timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/memcheck-$n.log" 2>&1; mc=$?
+  timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/racecheck-$n.log" 2>&1; rcc=$?
+  summary+=("$n: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$n.log" | head -2 | tr '\n' ' '), memcheck=$mc racecheck=$rcc; $(grep -c 'paired' "$LOG/$n-schedules.txt") paired")
+  echo "${summary[-1]}"
+done
 for f in $(find "$KILN_CACHE_DIR" -name '*attention*.cubin' | sort); do
   cuobjdump -sass "$f" > "$LOG/sass-attention.txt" 2>/dev/null || continue
   summary+=("sass $(basename "$f"): $(for op in HMMA LDSM LDGSTS SHFL MUFU.EX2 BAR.SYNC LDL STL; do printf '%s %s, ' "$op" "$(grep -c "$op" "$LOG/sass-attention.txt")"; done)")

@@ -235,7 +235,7 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   Compiled unpaired = compiled("attention_bf16", "tile", {"tile-balance-attention"});
   EXPECT_EQ(tile::gridBlocks(unpaired.tileIR.schedules[0], k), 8 * 7);
   EXPECT_TRUE(tile::dynamicShared(*causal));
-  EXPECT_EQ(tile::sharedBytes(*causal, k), (16 * 72 + 2 * (64 * 72 + 64 * 72)) * 2);
+  EXPECT_EQ(tile::sharedBytes(*causal, k), (2 * 16 * 72 + 2 * (64 * 72 + 64 * 72)) * 2) << "paired: two q slices";
   EXPECT_NE(tile::print(c.tileIR).find("flash_attention query p2 (7 blocks of 16), keys 100 in steps of 64, from query + -39"),
             std::string::npos)
       << tile::print(c.tileIR);
@@ -244,7 +244,7 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   split.blockQ = 32;
   split.keySplit = 4;
   EXPECT_EQ(tile::threadsPerBlock(split), 256);
-  EXPECT_EQ(tile::sharedBytes(split, k), (32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
+  EXPECT_EQ(tile::sharedBytes(split, k), (2 * 32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
 }
 
 // Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and
@@ -366,7 +366,7 @@ TEST(FlashAttention, F32OnCudaCoresMatchesTheLoopInterpreter) {
   EXPECT_EQ(causal.keyTo, 1);
   EXPECT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[1]).keyFrom, -39);
   EXPECT_EQ(tile::threadsPerBlock(causal), 128);
-  EXPECT_EQ(tile::sharedBytes(causal, k), (16 * 68 + 2 * (64 * 68 + 64 * 68) + 16 * 68) * 4);
+  EXPECT_EQ(tile::sharedBytes(causal, k), (2 * 16 * 68 + 2 * (64 * 68 + 64 * 68) + 16 * 68) * 4) << "paired: two q slices";
   EXPECT_NE(tile::print(c.tileIR).find("ffma, 16 lanes per 2 rows"), std::string::npos) << tile::print(c.tileIR);
   auto inputs = test::randomInputs(c.loopIR, 7);
   auto want = loop::interpret(c.loopIR, inputs);
