@@ -98,7 +98,6 @@ class KernelBuilder {
     std::vector<int> vRegs;
     int tmp;
     std::vector<int> rowLanes;
-    Idx qBase;  // where the block's q slice starts in qs (paired: the second block's is the second slice)
   };
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).
   void flashScores(const Flash& x, const Idx& st, const Idx& ring, Block& step);  // S = q · kᵀ, then the score expression

@@ -65,7 +65,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     return static_cast<int>(k_.shared.size()) - 1;
   };
   const int64_t R = f.ring;
-  const int qs = sharedBuf("qs", (f.pairBlocks ? 2 : 1) * sl.q), ks = sharedBuf("ks", R * sl.k), vs = sharedBuf("vs", R * sl.v);
+  const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", R * sl.k), vs = sharedBuf("vs", R * sl.v);
   // G row groups of 16 per warp; rowGroups warps along the block's rows (each with KS warps sharing its rows).
   const int64_t G = cuda ? 1 : f.warpRows / 16, KS = f.keySplit, rowGroups = BQ / (16 * G), keysPerWarp = BKV / KS;
   const bool qResident = cuda || tile::flashQueriesResident(f, D);
@@ -98,8 +98,12 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     extents_[lk_.parallel[d].var + kFirstLoopVar] = 1;
   }
   Block body;
-  // The block's (first) query block; paired, the second is pb.
-  Idx qb = defVar(body, f.pairBlocks ? "qb_a" : "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);
+  const int halfVar = freshKernelVar();
+  extents_[halfVar] = 2;
+  const Idx half = idxVar(halfVar, "half");
+  Idx qb = f.pairBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) + half * idxAdd(idxMul(pb, 2), 1 - qBlocks), qBlocks)
+                        : defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);
+  const Idx q0 = simplify(qb * idxConst(BQ), extents_);
   Idx ct = defVar(top, "ct", threadIdx(), threads);
   Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);
   Idx lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
@@ -126,18 +130,13 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     }
   }
 
-  // The steps of keys [first, end) the rows of the query block starting at row q0 may see.
-  auto keySteps = [&](const Idx& q0) {
-    Idx first = idxConst(0), end = idxConst(steps);
-    if (f.keyFrom) first = floorDiv(idxMax(idxConst(0), idxAdd(q0, *f.keyFrom)), BKV);
-    if (f.keyTo) {
-      Idx lastRow = idxMin(idxAdd(q0, BQ - 1), idxConst(Lq - 1));
-      end = floorDiv(idxAdd(idxMin(idxConst(Lk), idxAdd(lastRow, *f.keyTo)), BKV - 1), BKV);
-    }
-    return std::pair{first, end};
-  };
-  const Idx q0 = simplify(qb * idxConst(BQ), extents_);
-  const auto [first, end] = keySteps(q0);
+  // The steps of keys the block's rows may see.
+  Idx first = idxConst(0), end = idxConst(steps);
+  if (f.keyFrom) first = floorDiv(idxMax(idxConst(0), idxAdd(q0, *f.keyFrom)), BKV);
+  if (f.keyTo) {
+    Idx lastRow = idxMin(idxAdd(q0, BQ - 1), idxConst(Lq - 1));
+    end = floorDiv(idxAdd(idxMin(idxConst(Lk), idxAdd(lastRow, *f.keyTo)), BKV - 1), BKV);
+  }
   Idx sBegin = defVar(body, "s_begin", first, steps + 1), sEnd = defVar(body, "s_end", end, steps + 1);
 
   // cp.async of `rows` rows (from rowStart, rows past `limit` zero-filled) of operand `load` into buf at `at`: rows of
@@ -177,39 +176,14 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, start, BKV, depth.var, D, sl.depthStride);
     copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, start, BKV, width.var, E, sl.widthStride);
   };
-  // Paired: the two query blocks' steps run as one sequence t = 0 .. n - 1, the first block's n_a steps, then the second
-  // block's, so the copies run ring - 1 steps ahead across the change of block, and the second block's q arrives with
-  // the first one's (a q slice each): no step waits for a cold start but the first. h(t) is 0, then 1 from t = n_a; the
-  // middle block of an odd count runs alone (n = n_a).
-  Idx qbB, sBeginB, nA, n;
-  if (f.pairBlocks) {
-    qbB = defVar(body, "qb_b", pb, qBlocks);
-    const Idx halves = idxMin(idxConst(2), idxAdd(idxMul(pb, -2), qBlocks));
-    const auto [firstB, endB] = keySteps(simplify(qbB * idxConst(BQ), extents_));
-    sBeginB = defVar(body, "s_begin_b", firstB, steps + 1);
-    nA = defVar(body, "n_a", sEnd + idxMul(sBegin, -1), steps + 1);
-    n = defVar(body, "n", nA + (endB + idxMul(firstB, -1)) * idxAdd(halves, -1), 2 * steps + 1);
-  }
-  auto secondOf = [&](const Idx& t) { return simplify(idxMin(idxMax(t + idxMul(nA, -1) + idxConst(1), idxConst(0)), idxConst(1)), extents_); };
-  auto keyStepOf = [&](const Idx& t, const Idx& h) {
-    return simplify(sBegin + t + h * (sBeginB + idxMul(sBegin, -1) + idxMul(nA, -1)), extents_);
-  };
-  // Prologue: q (paired: both blocks') with the first step, then the next ring - 2 steps (those that exist), one commit
-  // group each.
+  // Prologue: q with the first step, then the next ring - 2 steps (those that exist), one commit group each.
   copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride);
-  if (f.pairBlocks)
-    copyRows(body, qs, idxConst(sl.q), *ops->q, query.var, Lq, simplify(qbB * idxConst(BQ), extents_), BQ, depth.var, D, sl.depthStride);
   copyKeys(body, sBegin, idxConst(0));
   body.push_back(cpAsyncCommit());
   for (int64_t i = 1; i + 1 < R; ++i) {
     Block ahead;
-    if (f.pairBlocks) {
-      copyKeys(ahead, keyStepOf(idxConst(i), secondOf(idxConst(i))), idxConst(i));
-      body.push_back(ifLess(idxConst(i), n, std::move(ahead)));
-    } else {
-      copyKeys(ahead, idxAdd(sBegin, i), idxConst(i));
-      body.push_back(ifLess(idxAdd(sBegin, i), sEnd, std::move(ahead)));
-    }
+    copyKeys(ahead, idxAdd(sBegin, i), idxConst(i));
+    body.push_back(ifLess(idxAdd(sBegin, i), sEnd, std::move(ahead)));
     body.push_back(cpAsyncCommit());
   }
 
@@ -288,82 +262,48 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int tmp = slot("sh");
   const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
 
-  // What the step's parts and the end share (lower_attention_step.cpp), for the query block starting at row blockRow whose
-  // q slice starts at qBase.
-  auto flash = [&](const Idx& blockRow, const Idx& qBase) {
-    return Flash{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
-                 keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, blockRow, lane, rg, kh, keyBase, tx,
-                 rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs,
-                 vRegs, tmp, rowLanes, qBase};
-  };
-  // One key step: the copy ring - 1 steps ahead (`ahead`, the statements issuing it when it exists), the wait for this
-  // step's slices, q's fragments where firstLhs < firstRhs (the block's first step), S, the softmax, P·V.
-  auto keyStep = [&](Block& step, const Flash& x, const Idx& st, const Idx& ring, Stmt ahead, const Idx& firstLhs,
-                     const Idx& firstRhs) {
-    step.push_back(std::move(ahead));
-    step.push_back(cpAsyncCommit());
-    step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
-    step.push_back(barrier());
-    if (!cuda && qResident) {
-      Block loadQ;
-      for (int64_t gr = 0; gr < G; ++gr)
-        for (int64_t kk = 0; kk < kSteps; ++kk)
-          loadQ.push_back(ldmatrixPairs(qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr * kSteps + kk)]));
-      step.push_back(ifLess(firstLhs, firstRhs, std::move(loadQ)));
-    }
-    flashScores(x, st, ring, step);
-    flashSoftmax(x, step);
-    flashValues(x, ring, step);
-    step.push_back(barrier());
-  };
+  // What the step's parts and the end share (lower_attention_step.cpp).
+  Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
+           keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
+           rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
+           tmp, rowLanes};
   Block step;
-  if (!f.pairBlocks) {
-    const int stepVar = freshKernelVar();
-    extents_[stepVar] = steps;
-    const Idx st = idxVar(stepVar, "st");
-    Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), R), R);
+  const int stepVar = freshKernelVar();
+  extents_[stepVar] = steps;
+  const Idx st = idxVar(stepVar, "st");
+  Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), R), R);
+  {
     Block next;
     Idx nextSlot = defVar(next, "next_slot", mod(st + idxMul(sBegin, -1) + idxConst(R - 1), R), R);
     copyKeys(next, idxAdd(st, R - 1), nextSlot);
-    const Flash x = flash(q0, idxConst(0));
-    keyStep(step, x, st, ring, ifLess(idxAdd(st, R - 1), sEnd, std::move(next)), st, idxAdd(sBegin, 1));
-    body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
-    body.push_back(cpAsyncWait(0));
-    flashFinish(x, body);
+    step.push_back(ifLess(idxAdd(st, R - 1), sEnd, std::move(next)));
+  }
+  step.push_back(cpAsyncCommit());
+  step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
+  step.push_back(barrier());
+  if (!cuda && qResident) {
+    Block loadQ;
+    for (int64_t gr = 0; gr < G; ++gr)
+      for (int64_t kk = 0; kk < kSteps; ++kk)
+        loadQ.push_back(ldmatrixPairs(qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr * kSteps + kk)]));
+    step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
+  }
+  flashScores(x, st, ring, step);
+  flashSoftmax(x, step);
+  flashValues(x, ring, step);
+  step.push_back(barrier());
+  body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
+  body.push_back(cpAsyncWait(0));
+
+  flashFinish(x, body);
+  if (!f.pairBlocks) {
     top.insert(top.end(), body.begin(), body.end());
     return;
   }
-  // Paired: per t, the block h, its query block and key step; at the last step of each block its output is stored and
-  // the running state starts again.
-  const int tVar = freshKernelVar();
-  extents_[tVar] = 2 * steps;
-  const Idx t = idxVar(tVar, "t");
-  Idx h = defVar(step, "h", secondOf(t), 2);
-  Idx qbt = defVar(step, "qb", qb + h * (qbB + idxMul(qb, -1)), qBlocks);
-  Idx st = defVar(step, "st", keyStepOf(t, h), steps);
-  Idx ring = defVar(step, "slot", mod(t, R), R);
-  const Idx tn = idxAdd(t, R - 1);
-  Block next;
-  Idx nextSlot = defVar(next, "next_slot", mod(tn, R), R);
-  copyKeys(next, keyStepOf(tn, secondOf(tn)), nextSlot);
-  const Flash x = flash(simplify(qbt * idxConst(BQ), extents_), simplify(h * idxConst(sl.q), extents_));
-  // t = 0 or t = n_a: min(t, |t - n_a|) < 1
-  const Idx firstOfBlock = simplify(idxMin(t, idxMax(t + idxMul(nA, -1), nA + idxMul(t, -1))), extents_);
-  keyStep(step, x, st, ring, ifLess(tn, n, std::move(next)), firstOfBlock, idxConst(1));
-  Block finish;
-  flashFinish(x, finish);
-  for (int r = 0; r < rows; ++r) {
-    finish.push_back(assign(m[static_cast<size_t>(r)], fconst(-kInf)));
-    finish.push_back(assign(l[static_cast<size_t>(r)], fconst(0.f)));
-  }
-  for (const Element& e : outputs) finish.push_back(assign(e.reg, fconst(0.f)));
-  // t = n_a - 1 or t = n - 1: min(|t + 1 - n_a|, n - 1 - t) < 1
-  const Idx lastOfBlock = simplify(idxMin(idxMax(t + idxConst(1) + idxMul(nA, -1), nA + idxMul(t, -1) + idxConst(-1)),
-                                          n + idxMul(t, -1) + idxConst(-1)), extents_);
-  step.push_back(ifLess(lastOfBlock, idxConst(1), std::move(finish)));
-  body.push_back(forLoop(tVar, "t", idxConst(0), n, 1, std::move(step)));
-  body.push_back(cpAsyncWait(0));
-  top.insert(top.end(), body.begin(), body.end());
+  // The second query block's copies overwrite the slices (and the split's hand-over) the first one read last.
+  body.push_back(barrier());
+  top.push_back(forLoop(halfVar, "half", idxConst(0), simplify(idxMin(idxConst(2), idxAdd(idxMul(pb, -2), qBlocks)), extents_), 1,
+                        std::move(body)));
 }
 
 }  // namespace kiln::kernel::detail

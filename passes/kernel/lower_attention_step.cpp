@@ -49,7 +49,7 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
     const Idx dd = idxVar(dVar, "dd");
     Block inner;
     for (int r = 0; r < 2; ++r)
-      inner.push_back(loadSharedVector(qs, simplify(x.qBase + rowLocal[r] * idxConst(sl.depthStride) + dd, extents_), qVec[r]));
+      inner.push_back(loadSharedVector(qs, simplify(rowLocal[r] * idxConst(sl.depthStride) + dd, extents_), qVec[r]));
     for (int64_t c = 0; c < keysPerThread; ++c)
       inner.push_back(loadSharedVector(ks, simplify(ring * idxConst(sl.k) + idxAdd(tx, 16 * c) * idxConst(sl.depthStride) + dd, extents_),
                                        kVec[c]));
@@ -241,7 +241,7 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
 Idx KernelBuilder::flashQueryFragment(const Flash& x, int64_t gr, int64_t kk) {
   Idx row = x.rg * idxConst(16 * x.groups) + idxConst(16 * gr) + mod(x.lane, 16);
   Idx col = idxConst(kk * kMmaK) + floorDiv(x.lane, 16) * idxConst(8);
-  return simplify(x.qBase + row * idxConst(x.sl.depthStride) + col, extents_);
+  return simplify(row * idxConst(x.sl.depthStride) + col, extents_);
 }
 
 void KernelBuilder::flashFinish(const Flash& x, Block& body) {

@@ -1,8 +1,12 @@
 // tile-balance-attention: under a causal mask, query block qb of a (batch, head) row walks qb + 1 steps of keys, so the
 // blocks of a long sequence differ up to QB-fold in work and the GPU waits for its longest blocks (and for the SMs that
 // happened to get two of them). Pairing block QB - 1 - b with block b in one thread block (FlashAttention::pairBlocks)
-// gives every thread block about QB + 1 steps.
-// Rule: flash_attention schedules with an upper key bound (keyTo: causal) and at least 4 query blocks per row.
+// gives every thread block about QB + 1 steps, at the price of half the blocks (one per SM where the grid was two).
+// Rule: flash_attention schedules with an upper key bound (keyTo: causal) and at least 4 query blocks per row, on CUDA
+// cores (f32), or on tensor cores at head dims of 128 and more. At smaller head dims a key step is short and bound by
+// latency, and two unpaired blocks sharing an SM hide each other's waits better than one paired block walking its steps
+// alone. Measured on the H200 at 512 tokens (2026-12-03, bench/results/2026-12-03-h200-attention-*): TinyLlama's heads
+// (dim 64) 14.5 us unpaired against 15.9 paired, Qwen2.5-7B's (dim 128) 25.5 unpaired against 21.5 paired.
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
@@ -12,7 +16,9 @@ bool balanceAttention(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
-    if (!f || f->pairBlocks || !f->keyTo || flashQueryBlocks(*f, p.loop.kernels[i]) < 4) continue;
+    const loop::Kernel& k = p.loop.kernels[i];
+    if (!f || f->pairBlocks || !f->keyTo || flashQueryBlocks(*f, k) < 4) continue;
+    if (!flashOnCudaCores(*f) && k.attention->dot.axes[0].extent < 128) continue;
     f->pairBlocks = true;
     changed = true;
   }

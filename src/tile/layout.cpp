@@ -81,8 +81,7 @@ FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k) {
 int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
   if (auto* f = std::get_if<FlashAttention>(&s)) {
     FlashSlices sl = flashSlices(*f, k);
-    // Paired blocks hold both query blocks' q slices (the second copied with the first).
-    return ((f->pairBlocks ? 2 : 1) * sl.q + f->ring * (sl.k + sl.v)) * dtypeBytes(f->mmaType) + (sl.combine + sl.p) * 4;
+    return (sl.q + f->ring * (sl.k + sl.v)) * dtypeBytes(f->mmaType) + (sl.combine + sl.p) * 4;
   }
   if (auto* r = std::get_if<RowReduction>(&s)) return k.stages.empty() ? 0 : combineSlots(*r) * 4;
   if (auto* t = std::get_if<TiledContraction>(&s))

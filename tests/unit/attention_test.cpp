@@ -229,13 +229,20 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   EXPECT_EQ(causal->keySplit, 1);
   const loop::Kernel& k = c.tileIR.loop.kernels[0];
   EXPECT_EQ(tile::threadsPerBlock(*causal), 32);
-  // tile-balance-attention: 7 query blocks per head under a causal mask, paired (6, 0), (5, 1), (4, 2), (3).
-  EXPECT_TRUE(causal->pairBlocks && window->pairBlocks);
-  EXPECT_EQ(tile::gridBlocks(*causal, k), 8 * 4) << "8 heads x 4 pairs of blocks of 16 queries";
-  Compiled unpaired = compiled("attention_bf16", "tile", {"tile-balance-attention"});
-  EXPECT_EQ(tile::gridBlocks(unpaired.tileIR.schedules[0], k), 8 * 7);
+  // tile-balance-attention: 7 query blocks per head under a causal mask, but a head dim of 64 on tensor cores: unpaired.
+  EXPECT_FALSE(causal->pairBlocks || window->pairBlocks);
+  EXPECT_EQ(tile::gridBlocks(*causal, k), 8 * 7);
+  tile::FlashAttention paired = *causal;
+  paired.pairBlocks = true;
+  EXPECT_EQ(tile::gridBlocks(paired, k), 8 * 4) << "8 heads x 4 pairs of blocks of 16 queries: (6, 0), (5, 1), (4, 2), (3)";
+  // At head dim 128 (2 query heads, 80 tokens: 5 query blocks of 16) it pairs; f32 on CUDA cores pairs at any head dim.
+  Compiled deep = compiled("attention_bf16_deep", "tile");
+  EXPECT_TRUE(std::get<tile::FlashAttention>(deep.tileIR.schedules[0]).pairBlocks);
+  EXPECT_EQ(tile::gridBlocks(deep.tileIR.schedules[0], deep.tileIR.loop.kernels[0]), 2 * 3);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16_deep", "tile", {"tile-balance-attention"}).tileIR.schedules[0]).pairBlocks);
+  EXPECT_TRUE(std::get<tile::FlashAttention>(compiled("attention_f32", "tile").tileIR.schedules[0]).pairBlocks);
   EXPECT_TRUE(tile::dynamicShared(*causal));
-  EXPECT_EQ(tile::sharedBytes(*causal, k), (2 * 16 * 72 + 2 * (64 * 72 + 64 * 72)) * 2) << "paired: two q slices";
+  EXPECT_EQ(tile::sharedBytes(*causal, k), (16 * 72 + 2 * (64 * 72 + 64 * 72)) * 2);
   EXPECT_NE(tile::print(c.tileIR).find("flash_attention query p2 (7 blocks of 16), keys 100 in steps of 64, from query + -39"),
             std::string::npos)
       << tile::print(c.tileIR);
@@ -244,7 +251,7 @@ TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   split.blockQ = 32;
   split.keySplit = 4;
   EXPECT_EQ(tile::threadsPerBlock(split), 256);
-  EXPECT_EQ(tile::sharedBytes(split, k), (2 * 32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
+  EXPECT_EQ(tile::sharedBytes(split, k), (32 * 72 + 2 * (64 * 72 + 64 * 72)) * 2 + 3 * 64 * (4 + 32) * 4);
 }
 
 // Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and
@@ -366,7 +373,7 @@ TEST(FlashAttention, F32OnCudaCoresMatchesTheLoopInterpreter) {
   EXPECT_EQ(causal.keyTo, 1);
   EXPECT_EQ(std::get<tile::FlashAttention>(c.tileIR.schedules[1]).keyFrom, -39);
   EXPECT_EQ(tile::threadsPerBlock(causal), 128);
-  EXPECT_EQ(tile::sharedBytes(causal, k), (2 * 16 * 68 + 2 * (64 * 68 + 64 * 68) + 16 * 68) * 4) << "paired: two q slices";
+  EXPECT_EQ(tile::sharedBytes(causal, k), (16 * 68 + 2 * (64 * 68 + 64 * 68) + 16 * 68) * 4);
   EXPECT_NE(tile::print(c.tileIR).find("ffma, 16 lanes per 2 rows"), std::string::npos) << tile::print(c.tileIR);
   auto inputs = test::randomInputs(c.loopIR, 7);
   auto want = loop::interpret(c.loopIR, inputs);
