@@ -1,5 +1,7 @@
-// kernel-lower-from-tile for FlashAttention schedules (tile/ir.h): one block per 16, 32 or 64 query rows (block_q) of one
-// (batch, head) point, a warp per 16 rows, the keys walked in steps of 64.
+// kernel-lower-from-tile for FlashAttention schedules (tile/ir.h): one block per 16 to 128 query rows (block_q) of one
+// (batch, head) point, a warp per 16 rows (or 32, warp_rows: two row groups, each step below done for both, every k and v
+// fragment loaded once for the two; q's fragments loaded at every step where both groups' would not fit at once), the keys
+// walked in steps of 64.
 //
 //   prologue: cp.async q's block_q rows and step s_begin's k and v rows into ring slot 0, then steps s_begin + 1 ..
 //     s_begin + ring - 2 into the next slots; a commit group each
