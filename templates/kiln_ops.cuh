@@ -1,6 +1,6 @@
 // kiln's scalar building blocks for emitted kernels. Each definition matches tensor::applyFn (the CPU
 // interpreters' semantics) so the GPU and the interpreters compute the same function, with one difference of
-// precision: exp, silu and sigmoid use the special-function unit (ex2.approx.ftz after scaling by log2(e), an
+// precision: exp, exp2, silu and sigmoid use the special-function unit (ex2.approx.ftz after scaling by log2(e), an
 // approximate reciprocal instead of a division), below 4e-6 relative error for |x| <= 20 (checked on the GPU by
 // tests/unit/gpu_check_kernel_templates.cu), inside the f32 check's 1e-5; an exp below 2^-126 (x < -87.3) is 0. The
 // accurate expf and the IEEE division cost about 25 instructions an element, enough to make a softmax or a SiLU·mul
@@ -23,6 +23,12 @@ __device__ __forceinline__ float neg(float a) { return -a; }
 __device__ __forceinline__ float exp(float a) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a * 1.4426950408889634f));
+  return r;
+}
+// 2^a: ex2.approx.ftz alone (flash attention's softmax works in base 2, log2(e) folded into its scale).
+__device__ __forceinline__ float exp2(float a) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
   return r;
 }
 __device__ __forceinline__ float rsqrt(float a) { return 1.0f / sqrtf(a); }

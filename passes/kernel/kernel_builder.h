@@ -98,6 +98,13 @@ class KernelBuilder {
     std::vector<int> vRegs;
     int tmp;
     std::vector<int> rowLanes;
+    // The score's positive constant factor c (score = c · raw where the mask keeps the key; 1 when the score has none):
+    // the score registers hold raw values, maxima are of raw values, and every exponential is 2^((raw - max) · c·log2 e),
+    // one multiply-add and one ex2 an element (exp(s - m) would be a subtraction, a multiplication by log2 e and the ex2,
+    // besides the scaling of s).
+    float scale;
+    loop::ExprP rawScore;  // the unmasked score over c
+    float exp2Factor() const;  // c · log2 e
   };
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).
   void flashScores(const Flash& x, const Idx& st, const Idx& ring, Block& step);  // S = q · kᵀ, then the score expression
@@ -214,5 +221,9 @@ class KernelBuilder {
   int nextLoopVar_ = -1;
   std::vector<int> cVars_;  // row reductions with the row in registers: the Loop-IR variable of each vector a thread holds
 };
+
+// An attention score's positive constant factor and what it multiplies, where the unmasked score is such a product
+// (c · raw, e.g. q · kᵀ times 1/sqrt(d)); {1, unmasked} otherwise (lower_attention_step.cpp).
+std::pair<float, loop::ExprP> flashScoreScale(const loop::ExprP& unmasked);
 
 }  // namespace kiln::kernel::detail

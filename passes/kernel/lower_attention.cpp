@@ -264,11 +264,13 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int tmp = slot("sh");
   const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
 
+  // The score's constant factor, taken out of the scores into the exponentials (Flash::scale).
+  const auto scale = flashScoreScale(loop::unmaskedScore(lk_, f.queryAxis));
   // What the step's parts and the end share (lower_attention_step.cpp).
   Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
            keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
            rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
-           tmp, rowLanes};
+           tmp, rowLanes, scale.first, scale.second};
   Block step;
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;

@@ -16,6 +16,21 @@ namespace kiln::kernel::detail {
 
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// 2^(d · factor): the exponential of a difference of raw scores (Flash::scale).
+FE exp2Of(FE d, float factor) { return fapply(Fn::Exp2, {fapply(Fn::Mul, {std::move(d), fconst(factor)})}); }
+}
+
+float KernelBuilder::Flash::exp2Factor() const { return static_cast<float>(scale * 1.4426950408889634); }
+
+std::pair<float, loop::ExprP> flashScoreScale(const loop::ExprP& unmasked) {
+  using K = loop::Expr::Kind;
+  if (unmasked->kind == K::Apply && unmasked->fn == Fn::Mul)
+    for (int i = 0; i < 2; ++i) {
+      const loop::ExprP& c = unmasked->args[static_cast<size_t>(i)];
+      if (c->kind == K::Imm && c->imm > 0.f && std::isfinite(c->imm) && std::isfinite(1.f / c->imm))
+        return {c->imm, unmasked->args[static_cast<size_t>(1 - i)]};
+    }
+  return {1.f, unmasked};
 }
 
 void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, Block& step) {
@@ -97,7 +112,6 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
   if (f.keyTo) outside = outside + idxMax(idxAdd(st * idxConst(BKV) + idxMul(q0, -1), BKV - *f.keyTo), idxConst(0));
   if (f.keyFrom) outside = outside + idxMax(idxAdd(q0 + idxMul(st * idxConst(BKV), -1), BQ - 1 + *f.keyFrom), idxConst(0));
   outside = simplify(outside, extents_);
-  const loop::ExprP unmasked = loop::unmaskedScore(lk_, f.queryAxis);
   Block interior, edge;
   for (const Element& el : scores) {
     Idx key = simplify(st * idxConst(BKV) + el.col, extents_);
@@ -107,16 +121,18 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
     accs_ = {el.reg};
     for (bool masked : {false, true}) {
       Block& out = masked ? edge : interior;
-      loop::ExprP e = masked ? a.score : unmasked;
+      loop::ExprP e = masked ? a.score : x.rawScore;
       if (scoreReadsRow) e = atAxis(e, query.var, rowAt[static_cast<size_t>(el.row)]);
       if (scoreReadsKey) e = atAxis(e, a.key.var, idxVar(v, el.name));
       Cse cse;
       FE value = lower(e, out, cse);
+      if (masked && x.scale != 1.f) value = fapply(Fn::Mul, {value, fconst(1.f / x.scale)});  // raw (masked: -inf or -1e30 / c)
       if (masked && Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
+      if (value->kind == FExpr::Kind::Var && value->var == el.reg) continue;  // the raw score is the accumulator itself
       out.push_back(assign(el.reg, value));
     }
   }
-  step.push_back(ifLess(outside, idxConst(1), std::move(interior)));
+  if (!interior.empty()) step.push_back(ifLess(outside, idxConst(1), std::move(interior)));
   step.push_back(ifLess(idxConst(0), outside, std::move(edge)));
 }
 
@@ -151,16 +167,19 @@ void KernelBuilder::flashSoftmax(const Flash& x, Block& step) {
       step.push_back(shuffleXor(tmp, mNew, lanes));
       step.push_back(assign(mNew, fapply(Fn::Max, {fvar(mNew), fvar(tmp)})));
     }
-    // alpha from the old maximum, then m = m'; m' counts as 0 while it is -inf (every score so far masked).
+    // alpha from the old maximum, then m = m'; m' counts as 0 while it is -inf (every score so far masked). In base 2
+    // (Flash::scale): alpha = 2^((m - m') c log2 e), p = 2^(s c log2 e - m' c log2 e), a multiply-add before the ex2.
+    const float factor = x.exp2Factor();
     FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mNew), fconst(-kInf)}), fconst(0.f), fvar(mNew)});
-    step.push_back(assign(alpha[r], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(m[r]), safe})})));
+    step.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), factor)));
     step.push_back(assign(m[r], fvar(mNew)));
-    step.push_back(assign(mNew, safe));
+    step.push_back(assign(mNew, fapply(Fn::Mul, {safe, fconst(factor)})));
     step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
     for (const Element& e : outputs)
       if (e.row == r) step.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(alpha[r])})));
     for (const Element& e : scores)
-      if (e.row == r) step.push_back(assign(e.reg, fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(e.reg), fvar(mNew)})})));
+      if (e.row == r)
+        step.push_back(assign(e.reg, fapply(Fn::Exp2, {fapply(Fn::Sub, {fapply(Fn::Mul, {fvar(e.reg), fconst(factor)}), fvar(mNew)})})));
     step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
   }
 }
@@ -292,8 +311,8 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
         FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
         finish.push_back(assign(mSafe[r], big));
         FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
-        finish.push_back(assign(alpha[r], fapply(Fn::Exp, {fapply(Fn::Sub, {fvar(m[r]), safe})})));
-        finish.push_back(assign(tmp, fapply(Fn::Exp, {fapply(Fn::Sub, {theirs(r), safe})})));
+        finish.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), x.exp2Factor())));
+        finish.push_back(assign(tmp, exp2Of(fapply(Fn::Sub, {theirs(r), safe}), x.exp2Factor())));
         finish.push_back(assign(m[r], fvar(mSafe[r])));
         finish.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
         for (int64_t j = 0; j < eTiles; ++j)

@@ -11,6 +11,7 @@ const char* fnName(Fn f) {
   switch (f) {
     case Fn::Neg: return "neg";
     case Fn::Exp: return "exp";
+    case Fn::Exp2: return "exp2";
     case Fn::Rsqrt: return "rsqrt";
     case Fn::Sqrt: return "sqrt";
     case Fn::Relu: return "relu";
@@ -48,6 +49,7 @@ float applyFn(Fn f, float a, float b, float c) {
   switch (f) {
     case Fn::Neg: return -a;
     case Fn::Exp: return std::exp(a);
+    case Fn::Exp2: return std::exp2(a);
     case Fn::Rsqrt: return 1.f / std::sqrt(a);
     case Fn::Sqrt: return std::sqrt(a);
     case Fn::Relu: return a > 0.f ? a : 0.f;

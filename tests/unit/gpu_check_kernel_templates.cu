@@ -85,14 +85,15 @@ __global__ void ldm(const float* __restrict__ in0, float* __restrict__ out) {
     }
 }
 
-// exp, silu and sigmoid (the special-function-unit versions) at n points spread over [-lo, hi].
+// exp, silu, sigmoid and exp2 (the special-function-unit versions) at n points spread over [-lo, hi].
 __global__ void transcendentals(float* __restrict__ out, int n, float lo, float hi) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) {
     float x = lo + (hi - lo) * i / (n - 1);
-    out[3 * i] = kiln::exp(x);
-    out[3 * i + 1] = kiln::silu(x);
-    out[3 * i + 2] = kiln::sigmoid(x);
+    out[4 * i] = kiln::exp(x);
+    out[4 * i + 1] = kiln::silu(x);
+    out[4 * i + 2] = kiln::sigmoid(x);
+    out[4 * i + 3] = kiln::exp2(x);
   }
 }
 
@@ -183,24 +184,24 @@ int main() {
   checkLdm(ldm<2, true>, 2, "ldmatrix.x2.trans");
   checkLdm(ldm<4, false>, 4, "ldmatrix.x4");
   checkLdm(ldm<4, true>, 4, "ldmatrix.x4.trans");
-  // exp / silu / sigmoid against double precision: relative error within 4e-6 where |x| <= 20 (the bound
+  // exp / silu / sigmoid / exp2 against double precision: relative error within 4e-6 where |x| <= 20 (the bound
   // kiln_ops.cuh states), and the right limits beyond, to 1e-5 (silu(-100) = -0, sigmoid(100) = 1, exp(-100) = 0).
   {
     const int m = 4001;
     float* dt;
-    cudaMalloc(&dt, 3 * m * 4);
-    std::vector<float> t(3 * m);
+    cudaMalloc(&dt, 4 * m * 4);
+    std::vector<float> t(4 * m);
     for (auto [lo, hi, tol] : {std::tuple{-20.f, 20.f, 4e-6}, std::tuple{-100.f, 100.f, -1.0}}) {
       transcendentals<<<(m + 127) / 128, 128>>>(dt, m, lo, hi);
-      cudaMemcpy(t.data(), dt, 3 * m * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(t.data(), dt, 4 * m * 4, cudaMemcpyDeviceToHost);
       for (int i = 0; i < m; ++i) {
         float xf = lo + (hi - lo) * i / (m - 1);
-        double x = xf, e = std::exp(x), want[3] = {e, x / (1 + std::exp(-x)), 1 / (1 + std::exp(-x))};
-        for (int f = 0; f < 3; ++f) {
-          double got = t[3 * i + f], err = std::fabs(got - want[f]);
-          if (f == 0 && x > 88) continue;  // e^x near or beyond the largest float
+        double x = xf, e = std::exp(x), want[4] = {e, x / (1 + std::exp(-x)), 1 / (1 + std::exp(-x)), std::exp2(x)};
+        for (int f = 0; f < 4; ++f) {
+          double got = t[4 * i + f], err = std::fabs(got - want[f]);
+          if ((f == 0 && x > 88) || (f == 3 && (x > 127 || x < -126))) continue;  // beyond the largest float, or subnormal
           bool ok = err <= (tol > 0 ? tol : 1e-5) * std::fabs(want[f]) + 1e-30;
-          expect(ok, f == 0 ? "exp" : f == 1 ? "silu" : "sigmoid", i, static_cast<float>(got), static_cast<float>(want[f]));
+          expect(ok, f == 0 ? "exp" : f == 1 ? "silu" : f == 2 ? "sigmoid" : "exp2", i, static_cast<float>(got), static_cast<float>(want[f]));
         }
       }
     }

@@ -25,12 +25,14 @@ namespace kiln::tensor {
 // Scalar functions shared by every level below (Loop, Kernel, the interpreters and the CUDA emitter).
 enum class Fn {
   // unary
-  Neg, Exp, Rsqrt, Sqrt, Relu, Silu, Sigmoid, Tanh, Gelu, GeluTanh, Cast, Cos, Sin, Not, Abs,
+  Neg, Exp, Exp2, Rsqrt, Sqrt, Relu, Silu, Sigmoid, Tanh, Gelu, GeluTanh, Cast, Cos, Sin, Not, Abs,
   // binary
   Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne, And,
   // ternary
   Where,  // a != 0 ? b : c
 };
+// Exp2 (2 to the a) is made by kernel lowerings only (flash attention's softmax in base 2, the scale folded into the
+// exponent's multiply-add); no Torch op lowers to it.
 int arity(Fn f);
 const char* fnName(Fn f);
 float applyFn(Fn f, float a, float b = 0.f, float c = 0.f);  // the reference semantics of each function in f32
