@@ -7,6 +7,7 @@
 #      with ROWS_VARIANTS (default: kiln as it is, without tile-balance-attention, without tile-widen-attention-warps):
 #      each case checked against LibTorch and timed hot;
 #   3. the suite's rows for ROWS_FILTER (kiln as it is beside eager, bf16), for what is left of BENCH_LIMIT_SECONDS;
+#   0. with ROWS_TEMPLATES=1, while kiln builds: tests/unit/gpu_check_kernel_templates.cu (kiln_ops.cuh on the GPU);
 #   4. with ROWS_MODEL=1, first: the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph
 #      --kiln-profile beside eager and torch.compile reduce-overhead) to $OUT/model.json.
 # $OUT gets rows.txt (the short summary, also printed last), variants.json, the suite's JSON/.md and logs.tgz.
@@ -17,10 +18,18 @@ cd "$(dirname "$0")/.."
 : "${ROWS_FILTER:=tinyllama/sdpa_causal_gqa/s512,qwen2.5-7b/sdpa_causal_gqa/s512,tinyllama/attention_naive/s512,qwen2.5-7b/attention_naive/s512}"
 : "${ROWS_VARIANTS=default;-tile-balance-attention;-tile-widen-attention-warps}"  # empty: no variants
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-attention-rows}
+if [ "${ROWS_TEMPLATES:-0}" = 1 ]; then
+  during_build() {
+    export PATH=/usr/local/cuda/bin:$PATH
+    { nvcc -arch=sm_90a -O3 -std=c++17 -Werror all-warnings tests/unit/gpu_check_kernel_templates.cu -o /tmp/kiln-templates &&
+        /tmp/kiln-templates; } > /tmp/kiln-templates.log 2>&1
+  }
+fi
 source bench/device_setup.sh
 LOG=$(mktemp -d)
 export KILN_CACHE_DIR=$LOG/cache
 summary=()
+[ "${ROWS_TEMPLATES:-0}" = 1 ] && summary+=("kiln_ops.cuh on the GPU: $(tail -n 3 /tmp/kiln-templates.log | tr '\n' ' ')")
 bound=${KILN_SANITIZE_SECONDS:-90}
 
 if [ "${ROWS_MODEL:-0}" = 1 ]; then

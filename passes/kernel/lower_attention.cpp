@@ -93,8 +93,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   std::vector<loop::Axis> outer;
   for (int d = 0; d < lk_.rowAxes; ++d)
     if (d != f.queryAxis) outer.push_back(lk_.parallel[static_cast<size_t>(d)]);
-  unflatten(outer, floorDiv(bid, perRow), lk_.rowPoints() / Lq, top);
-  Idx pb = defVar(top, "pb", mod(bid, perRow), perRow);
+  const int64_t rowCount = lk_.rowPoints() / Lq;
+  // rowsInner: block b takes row b mod R and position pb = b div R of the order QB - 1, .., QB - H, 0, .., QB - H - 1
+  // (FlashAttention::rowsInner); otherwise row b div QB, position b mod QB of QB - 1, .., 0.
+  unflatten(outer, f.rowsInner ? mod(bid, rowCount) : floorDiv(bid, perRow), rowCount, top);
+  Idx pb = defVar(top, "pb", f.rowsInner ? floorDiv(bid, rowCount) : mod(bid, perRow), perRow);
   for (size_t d = static_cast<size_t>(lk_.rowAxes) + 1; d < lk_.parallel.size(); ++d) {  // extent-1 axes after the width
     top.push_back(defIdx(lk_.parallel[d].var + kFirstLoopVar, lk_.parallel[d].name, idxConst(0)));
     extents_[lk_.parallel[d].var + kFirstLoopVar] = 1;
@@ -103,8 +106,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int halfVar = freshKernelVar();
   extents_[halfVar] = 2;
   const Idx half = idxVar(halfVar, "half");
+  const int64_t heavy = (qBlocks + 1) / 2;  // rowsInner: positions pb >= heavy (light = 1) take query block pb - heavy
   Idx qb = f.pairBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) + half * idxAdd(idxMul(pb, 2), 1 - qBlocks), qBlocks)
-                        : defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);
+           : f.rowsInner ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) +
+                                                  floorDiv(pb, heavy) * idxAdd(idxMul(pb, 2), 1 - heavy - qBlocks), qBlocks)
+                         : defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);
   const Idx q0 = simplify(qb * idxConst(BQ), extents_);
   Idx ct = defVar(top, "ct", threadIdx(), threads);
   Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);

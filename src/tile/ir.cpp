@@ -87,7 +87,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                             : fmt::format("mma.sync.{} warps {} of {} rows{}", dtypeName(f->mmaType), f->blockQ / f->warpRows, f->warpRows,
                                                           f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : ""),
                        16 / dtypeBytes(f->mmaType), f->ring, launch) +
-           (f->pairBlocks ? "; query blocks paired last with first" : "");
+           (f->pairBlocks ? "; query blocks paired last with first" : "") +
+           (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -127,7 +128,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -233,8 +234,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
     KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64 || f->blockQ == 128) &&
-                    (f->blockKV == 64 || (cudaCores && f->blockKV == 32)),
-                "kernel {}: flash_attention blocks are 16, 32, 64 or 128 queries by 64 keys (f32 also 32), not {} by {}", k.name,
+                    (f->blockKV == 64 || (cudaCores ? f->blockKV == 32 : f->blockKV == 128)),
+                "kernel {}: flash_attention blocks are 16, 32, 64 or 128 queries by 64 keys (f32 also 32, tensor cores also 128), "
+                "not {} by {}", k.name,
                 f->blockQ, f->blockKV);
     KILN_ASSERT((f->warpRows == 16 || (f->warpRows == 32 && !cudaCores && f->keySplit == 1)) && f->blockQ % f->warpRows == 0 &&
                     f->blockQ / f->warpRows <= 4,

@@ -352,6 +352,54 @@ TEST(FlashAttention, TwoRowGroupsPerWarpMatchTheLoopInterpreter) {
   expectMatches(runSchedules(wide.tileIR, inputs), loop::interpret(wide.loopIR, inputs));
 }
 
+// tile-deepen-attention-steps and tile-interleave-attention-rows: 512 keys walk in steps of 128 (two ring slots keep two
+// blocks per SM); 200 keys (fewer than 4 whole steps of 64) and 100 keep steps of 64; the causal grid lists heads inner.
+TEST(FlashAttention, LongWalksTakeStepsOf128AndInterleaveTheirRows) {
+  Compiled c = compiled("attention_bf16_512", "tile");
+  const auto& f = std::get<tile::FlashAttention>(c.tileIR.schedules[0]);
+  EXPECT_EQ(f.blockKV, 128);
+  EXPECT_TRUE(f.rowsInner);
+  EXPECT_LE(2 * tile::sharedBytes(f, c.tileIR.loop.kernels[0]), c.tileIR.target.sharedPerSm) << "two blocks per SM";
+  EXPECT_NE(tile::print(c.tileIR).find("in steps of 128"), std::string::npos) << tile::print(c.tileIR);
+  EXPECT_EQ(std::get<tile::FlashAttention>(compiled("attention_bf16_long", "tile").tileIR.schedules[0]).blockKV, 64);
+  EXPECT_EQ(std::get<tile::FlashAttention>(compiled("attention_bf16", "tile").tileIR.schedules[0]).blockKV, 64);
+  Compiled off = compiled("attention_bf16_512", "tile", {"tile-deepen-attention-steps", "tile-interleave-attention-rows"});
+  EXPECT_EQ(std::get<tile::FlashAttention>(off.tileIR.schedules[0]).blockKV, 64);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(off.tileIR.schedules[0]).rowsInner);
+  tile::Program bad = c.tileIR;
+  std::get<tile::FlashAttention>(bad.schedules[0]).blockKV = 256;
+  EXPECT_THROW(tile::verify(bad), InternalError);
+  auto inputs = test::randomInputs(c.loopIR, 10);
+  expectMatches(runSchedules(c.tileIR, inputs), loop::interpret(c.loopIR, inputs));
+}
+
+// Steps of 128 keys and the interleaved grid at every block size, pairing and ring, against the Loop IR: 100 tokens (7, 4
+// or 2 query blocks, a partial step, a window), 200, and head dim 128.
+TEST(FlashAttention, DeepStepsAndInterleavedRowsMatchTheLoopInterpreter) {
+  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) {
+    Compiled c = compiled(model, "tile");
+    auto inputs = test::randomInputs(c.loopIR, 11);
+    auto want = loop::interpret(c.loopIR, inputs);
+    for (int64_t rows : {16, 64})
+      for (bool paired : {false, true})
+        for (bool inner : {false, true})
+          for (int64_t ring : {2, 3}) {
+            if (ring == 3 && (rows != 64 || paired)) continue;
+            SCOPED_TRACE(fmt::format("{} block_q {} paired {} rows inner {} ring {}", model, rows, paired, inner, ring));
+            tile::Program t = c.tileIR;
+            for (auto& s : t.schedules) {
+              auto& f = std::get<tile::FlashAttention>(s);
+              f.blockKV = 128;
+              f.blockQ = rows;
+              f.pairBlocks = paired;
+              f.rowsInner = inner;
+              f.ring = ring;
+            }
+            expectMatches(runSchedules(t, inputs), want);
+          }
+  }
+}
+
 TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "hf_llama_tiny_bf16", "hf_gpt_neox_tiny_bf16", "hf_gemma2_tiny_bf16"}) {
     SCOPED_TRACE(model);

@@ -138,7 +138,7 @@ struct FlashAttention {
   // each k and v fragment, twice the independent tensor-core and exp work between a step's barriers. Tensor cores, no key
   // split.
   int64_t warpRows = 16;
-  int64_t blockKV = 64;  // keys per step
+  int64_t blockKV = 64;  // keys per step: 64, or 128 on tensor cores (tile-deepen-attention-steps); f32 also 32
   // Warps sharing each 16 query rows (1, 2 or 4): warp h of a row group takes keys [h, h + 1) * blockKV / keySplit of every
   // step, with its own running maximum, sum and accumulators, combined through shared memory at the end: a shorter chain
   // of dependent steps per warp for blocks that walk many, but each warp rescales its whole output for its share of the
@@ -147,6 +147,12 @@ struct FlashAttention {
   // Block b of a row (batch, head) takes query blocks QB - 1 - b and then b (tile-balance-attention): under a causal mask
   // every block then walks about the same number of steps. The grid has ceil(QB / 2) blocks per row.
   bool pairBlocks = false;
+  // Grid order (tile-interleave-attention-rows; unpaired blocks of a causal mask): block b takes row (batch, head)
+  // b mod R and the (b div R)-th query block of the order QB - 1, QB - 2, .., QB - H (H = ceil(QB / 2)), then 0, 1, ..,
+  // QB - H - 1: every row's heaviest blocks first, then the lightest. A GPU that deals a grid's blocks out to its SMs in
+  // turn gives an SM's second block from the light half. Without it: block b takes row b div QB, query block
+  // QB - 1 - b mod QB (each row's blocks heaviest first, one row after another).
+  bool rowsInner = false;
   int64_t ring = 2;  // ring slots of k and v (2 to 4): the copies of ring - 1 steps ahead are in flight during a step
   // The operands' type: bf16/f16 multiply on tensor cores as above; f32 on CUDA cores (ffma, no TF32): a block of
   // 8 x blockQ threads, 16 lanes of a warp per pair of rows (r, r + blockQ / 2), lane t of them computing keys t, t + 16,
@@ -217,6 +223,8 @@ bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 bool widenAttentionWarps(Program& p);           // tile-widen-attention-warps
+bool deepenAttentionSteps(Program& p);          // tile-deepen-attention-steps
+bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-rows
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies
