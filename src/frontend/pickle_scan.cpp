@@ -105,8 +105,7 @@ std::unique_ptr<caffe2::serialize::PyTorchStreamReader> openArchive(const std::s
   }
 }
 
-void checkPickleRecords(const std::string& path) {
-  auto reader = openArchive(path);
+void checkPickleRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* reader) {
   if (!reader) return;  // not a zip archive: LibTorch's loader says so, in the caller's words
   std::vector<std::string> names;
   try {

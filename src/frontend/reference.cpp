@@ -93,8 +93,7 @@ bool intListsWithin(const c10::IValue& v, size_t size, int depth = 0) {
 // crashed it (found by fuzz/pt_fuzzer.cpp). Each is unpickled here first and its text-table indices checked; a
 // record that cannot be read or indexes past its table is a one-line error. Records in the older format (no table)
 // hold their text inline and need no check.
-void checkDebugRecords(const std::string& path) {
-  auto reader = openArchive(path);
+void checkDebugRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* reader) {
   if (!reader) return;  // not a zip archive: LibTorch's loader says so, in the caller's words
   std::vector<std::pair<std::string, c10::IValue>> records;
   std::string current;
@@ -126,9 +125,10 @@ void checkDebugRecords(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) userError("model file '{}' not found", path);
   if (!std::ifstream(path)) userError("model file '{}' cannot be read; check its permissions", path);
-  checkPickleRecords(path);  // before anything unpickles them
-  checkDebugRecords(path);
-  checkConstantRecords(path);
+  const auto archive = openArchive(path);  // one reader for the checks of its records
+  checkPickleRecords(path, archive.get());  // before anything unpickles them
+  checkDebugRecords(path, archive.get());
+  checkConstantRecords(path, archive.get());
   ::torch::jit::Module m;
   try {
     m = ::torch::jit::load(path, std::nullopt, extra);
@@ -136,7 +136,7 @@ void checkDebugRecords(const std::string& path) {
     userError("'{}' is not a readable TorchScript archive ({}); save the model with torch.jit.trace + torch.jit.save",
               path, firstLine(e.what()));
   }
-  checkTensorRecords(path, m);
+  checkTensorRecords(path, archive.get(), m);
   return m;
 }
 

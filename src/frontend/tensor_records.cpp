@@ -52,8 +52,7 @@ void forEachTensor(const c10::IValue& v, const std::function<void(const at::Tens
 
 }  // namespace
 
-void checkConstantRecords(const std::string& path) {
-  auto reader = openArchive(path);
+void checkConstantRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* reader) {
   if (!reader) return;  // not a zip archive: LibTorch's loader says so, in the caller's words
   if (!reader->hasRecord("constants.pkl")) return;  // older archives keep constants elsewhere; LibTorch checks them
   c10::IValue constants;
@@ -96,7 +95,7 @@ void checkConstantRecords(const std::string& path) {
   });
 }
 
-void checkTensorRecords(const std::string& path, const ::torch::jit::Module& m) {
+void checkTensorRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* reader, const ::torch::jit::Module& m) {
   std::map<const c10::StorageImpl*, int64_t> storages;  // each distinct storage once (tied weights share one)
   for (const auto& a : m.named_attributes(/*recurse=*/true)) {
     if (!a.value.isTensor()) continue;
@@ -109,11 +108,11 @@ void checkTensorRecords(const std::string& path, const ::torch::jit::Module& m) 
   // storages' (taken from the pickle) must agree, or some record is shorter or longer than the tensor it backs (a
   // record cannot be matched to its storage once loaded).
   std::vector<int64_t> records, held;
+  if (!reader) userError("'{}' is not a readable TorchScript archive (not a zip archive)", path);
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    for (const std::string& name : reader.getAllRecords())
+    for (const std::string& name : reader->getAllRecords())
       if (name.find("/data/") != std::string::npos || name.rfind("data/", 0) == 0)
-        records.push_back(static_cast<int64_t>(reader.getRecordSize(name)));
+        records.push_back(static_cast<int64_t>(reader->getRecordSize(name)));
   } catch (const std::exception& e) {
     userError("'{}' is not a readable TorchScript archive ({})", path, firstLine(e.what()));
   }

@@ -34,14 +34,16 @@ bool shapeOnly(const ::torch::jit::Node* node);
 // constants once the input shapes are fixed.
 bool metadataOnly(const ::torch::jit::Node* node);
 std::string firstLine(const std::string& s);
-// Every pickle record of the archive at `path` (data.pkl, constants.pkl, .debug_pkl) stores into its memo slots in order
-// (pickle_scan.cpp); UserError naming the record otherwise. Does nothing for a file that is not a zip archive.
-void checkPickleRecords(const std::string& path);
-// The tensors of the archive at `path` lie inside their storages and records (tensor_records.cpp); UserError naming the
-// tensor otherwise. checkConstantRecords reads the code's tensor constants (constants.pkl) and runs before
-// torch::jit::load, whose constant pooling reads them; checkTensorRecords takes the loaded module's attributes.
-void checkConstantRecords(const std::string& path);
-void checkTensorRecords(const std::string& path, const ::torch::jit::Module& m);
+// The checks below read the archive at `path` through one record reader, `archive` (openArchive; nullptr for a file that
+// is not a zip archive: the checks before the load then do nothing and LibTorch's loader says so, in its words).
+// Every pickle record (data.pkl, constants.pkl, .debug_pkl) stores into its memo slots in order (pickle_scan.cpp);
+// UserError naming the record otherwise.
+void checkPickleRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* archive);
+// The tensors lie inside their storages and records (tensor_records.cpp); UserError naming the tensor otherwise.
+// checkConstantRecords reads the code's tensor constants (constants.pkl) and runs before torch::jit::load, whose constant
+// pooling reads them; checkTensorRecords takes the loaded module's attributes.
+void checkConstantRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* archive);
+void checkTensorRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* archive, const ::torch::jit::Module& m);
 // The archive's record reader; nullptr for a file that is not a zip archive (pickle_scan.cpp).
 std::unique_ptr<caffe2::serialize::PyTorchStreamReader> openArchive(const std::string& path);
 
