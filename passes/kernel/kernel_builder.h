@@ -104,6 +104,10 @@ class KernelBuilder {
     // besides the scaling of s).
     float scale;
     loop::ExprP rawScore;  // the unmasked score over c
+    // FlashAttention::rowSumsByMma: row group gr's sum accumulators (the C fragment of an 8-column tile: c0, c1 row g,
+    // c2, c3 row g + 8, each the whole row's sum) and the pair register of two bf16/f16 ones; empty and -1 otherwise.
+    std::vector<std::array<int, 4>> lsum;
+    int ones;
     float exp2Factor() const;  // c · log2 e
   };
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).

@@ -267,6 +267,22 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
         if (gr == 0) vRegs.push_back(pairReg(fmt::format("rv{}", r)));
       }
   }
+  // Row sums by mma (FlashAttention::rowSumsByMma): per row group an accumulator tile, and a pair of ones.
+  std::vector<std::array<int, 4>> lsum;
+  int ones = -1;
+  if (f.rowSumsByMma) {
+    for (int64_t gr = 0; gr < G; ++gr) {
+      lsum.emplace_back();
+      for (int c = 0; c < 4; ++c) {
+        lsum.back()[c] = slot(fmt::format("ls{}{}", c, group(gr)));
+        body.push_back(assign(lsum.back()[c], fconst(0.f)));
+      }
+    }
+    const int one = slot("one");
+    body.push_back(assign(one, fconst(1.f)));
+    ones = pairReg("rones");
+    body.push_back(packPair(T, ones, one, one));
+  }
   const int tmp = slot("sh");
   const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
 
@@ -276,7 +292,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
            keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
            rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
-           tmp, rowLanes, scale.first, scale.second};
+           tmp, rowLanes, scale.first, scale.second, lsum, ones};
   Block step;
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;

@@ -174,13 +174,18 @@ void KernelBuilder::flashSoftmax(const Flash& x, Block& step) {
     step.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), factor)));
     step.push_back(assign(m[r], fvar(mNew)));
     step.push_back(assign(mNew, fapply(Fn::Mul, {safe, fconst(factor)})));
-    step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
+    if (x.lsum.empty()) step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
+    else  // row r is row group r / 2's row g (c0, c1) or g + 8 (c2, c3)
+      for (int c = 2 * (r % 2); c < 2 * (r % 2) + 2; ++c) {
+        const int reg = x.lsum[static_cast<size_t>(r / 2)][c];
+        step.push_back(assign(reg, fapply(Fn::Mul, {fvar(reg), fvar(alpha[r])})));
+      }
     for (const Element& e : outputs)
       if (e.row == r) step.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(alpha[r])})));
     for (const Element& e : scores)
       if (e.row == r)
         step.push_back(assign(e.reg, fapply(Fn::Exp2, {fapply(Fn::Sub, {fapply(Fn::Mul, {fvar(e.reg), fconst(factor)}), fvar(mNew)})})));
-    step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
+    if (x.lsum.empty()) step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
   }
 }
 
@@ -242,6 +247,9 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
       step.push_back(packPair(T, a[1], lo[2], lo[3]));
       step.push_back(packPair(T, a[2], hi[0], hi[1]));
       step.push_back(packPair(T, a[3], hi[2], hi[3]));
+      if (!x.lsum.empty())  // the row sums: the same A fragment times ones
+        step.push_back(mmaFromPairs(T, a, {x.ones, x.ones}, {x.lsum[static_cast<size_t>(gr)][0], x.lsum[static_cast<size_t>(gr)][1],
+                                                             x.lsum[static_cast<size_t>(gr)][2], x.lsum[static_cast<size_t>(gr)][3]}));
     }
     for (int64_t j = 0; j < eTiles; j += 2) {
       Idx row = keyBase + idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
@@ -283,12 +291,18 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   const int tmp = x.tmp;
   const std::vector<int>& rowLanes = x.rowLanes;
   // Each row's sum over the lanes sharing it (in every warp: shuffles are warp-collective).
+  // With row sums by mma, each lane's accumulator already holds its rows' whole sums.
   const int rows = static_cast<int>(rowLocal.size());
-  for (int r = 0; r < rows; ++r)
+  for (int r = 0; r < rows; ++r) {
+    if (!x.lsum.empty()) {
+      body.push_back(assign(l[r], fvar(x.lsum[static_cast<size_t>(r / 2)][2 * (r % 2)])));
+      continue;
+    }
     for (int lanes : rowLanes) {
       body.push_back(shuffleXor(tmp, l[r], lanes));
       body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
     }
+  }
   // Warps of keys 1.. hand their maxima, sums and outputs to the warp of keys 0 of their rows (same lane, same elements),
   // which rescales both to the larger maximum and adds: value i of thread (rg, lane) of warp kh at
   // comb[((kh - 1) * values + i) * rowGroups * 32 + rg * 32 + lane].

@@ -88,7 +88,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                                           f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : ""),
                        16 / dtypeBytes(f->mmaType), f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "") +
-           (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "");
+           (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
+           (f->rowSumsByMma ? "; row sums by mma" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -128,7 +129,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -231,6 +232,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(target.cpAsync && (cudaCores || target.ldmatrix), "kernel {}: flash_attention needs cp.async{}, which {} lacks",
                 k.name, cudaCores ? "" : " and ldmatrix", target.arch);
     KILN_ASSERT(!cudaCores || f->keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f->keySplit);
+    KILN_ASSERT(!cudaCores || !f->rowSumsByMma, "kernel {}: f32 flash_attention sums its rows without mma", k.name);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
     KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64 || f->blockQ == 128) &&

@@ -373,6 +373,35 @@ TEST(FlashAttention, LongWalksTakeStepsOf128AndInterleaveTheirRows) {
   expectMatches(runSchedules(c.tileIR, inputs), loop::interpret(c.loopIR, inputs));
 }
 
+// tile-sum-attention-rows-by-mma: on for tensor cores (not f32), and with it off the rows are summed by additions and
+// shuffles; both against the Loop IR, with a key split (whose combine takes the sums) and two row groups per warp.
+TEST(FlashAttention, RowSumsByMmaOrByAdditionsMatchTheLoopInterpreter) {
+  Compiled c = compiled("attention_bf16", "tile");
+  EXPECT_TRUE(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).rowSumsByMma);
+  EXPECT_NE(tile::print(c.tileIR).find("row sums by mma"), std::string::npos);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_f32", "tile").tileIR.schedules[0]).rowSumsByMma);
+  auto inputs = test::randomInputs(c.loopIR, 12);
+  auto want = loop::interpret(c.loopIR, inputs);
+  for (bool byMma : {false, true})
+    for (int64_t split : {1, 2})
+      for (int64_t warpRows : {16, 32}) {
+        if (split == 2 && warpRows == 32) continue;  // two row groups split no keys
+        SCOPED_TRACE(fmt::format("row sums by mma {} key split {} warp rows {}", byMma, split, warpRows));
+        tile::Program t = c.tileIR;
+        for (auto& s : t.schedules) {
+          auto& f = std::get<tile::FlashAttention>(s);
+          f.rowSumsByMma = byMma;
+          f.keySplit = split;
+          f.warpRows = warpRows;
+          f.blockQ = 64;
+        }
+        expectMatches(runSchedules(t, inputs), want);
+      }
+  tile::Program bad = compiled("attention_f32", "tile").tileIR;
+  std::get<tile::FlashAttention>(bad.schedules[0]).rowSumsByMma = true;
+  EXPECT_THROW(tile::verify(bad), InternalError);
+}
+
 // Steps of 128 keys and the interleaved grid at every block size, pairing and ring, against the Loop IR: 100 tokens (7, 4
 // or 2 query blocks, a partial step, a window), 200, and head dim 128.
 TEST(FlashAttention, DeepStepsAndInterleavedRowsMatchTheLoopInterpreter) {

@@ -153,6 +153,11 @@ struct FlashAttention {
   // turn gives an SM's second block from the light half. Without it: block b takes row b div QB, query block
   // QB - 1 - b mod QB (each row's blocks heaviest first, one row after another).
   bool rowsInner = false;
+  // Tensor cores: each row's running sum of probabilities accumulates in one more mma.sync per 16 keys, the packed
+  // probabilities times a fragment of ones (tile-sum-attention-rows-by-mma): one instruction where a thread would add
+  // 16 of its probabilities, the sum already over the 4 lanes sharing the row; it adds the bf16-rounded probabilities the
+  // P·V product multiplies, not the f32 ones.
+  bool rowSumsByMma = false;
   int64_t ring = 2;  // ring slots of k and v (2 to 4): the copies of ring - 1 steps ahead are in flight during a step
   // The operands' type: bf16/f16 multiply on tensor cores as above; f32 on CUDA cores (ffma, no TF32): a block of
   // 8 x blockQ threads, 16 lanes of a warp per pair of rows (r, r + blockQ / 2), lane t of them computing keys t, t + 16,
@@ -225,6 +230,7 @@ bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 bool widenAttentionWarps(Program& p);           // tile-widen-attention-warps
 bool deepenAttentionSteps(Program& p);          // tile-deepen-attention-steps
 bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-rows
+bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mma
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies
