@@ -3,10 +3,12 @@
 // happened to get two of them). Pairing block QB - 1 - b with block b in one thread block (FlashAttention::pairBlocks)
 // gives every thread block about QB + 1 steps, at the price of half the blocks (one per SM where the grid was two).
 // Rule: flash_attention schedules with an upper key bound (keyTo: causal) and at least 4 query blocks per row, on CUDA
-// cores (f32), or on tensor cores at head dims of 128 and more. At smaller head dims a key step is short and bound by
-// latency, and two unpaired blocks sharing an SM hide each other's waits better than one paired block walking its steps
-// alone. Measured on the H200 at 512 tokens (2026-12-03, bench/results/2026-12-03-h200-attention-*): TinyLlama's heads
-// (dim 64) 14.5 us unpaired against 15.9 paired, Qwen2.5-7B's (dim 128) 25.5 unpaired against 21.5 paired.
+// cores (f32). On tensor cores a key step is short and bound by latency, and two unpaired blocks sharing an SM hide each
+// other's waits better than one paired block walking its steps alone, once tile-interleave-attention-rows deals the
+// heavy and light blocks out together. Measured on the H200 at 512 tokens: TinyLlama's heads (dim 64) 14.5 us unpaired
+// against 15.9 paired (2026-12-03, head-major grid); Qwen2.5-7B's (dim 128) 25.5 unpaired against 21.5 paired with a
+// head-major grid, but 19.8 unpaired and interleaved against 21.1 paired (e7d0ef6,
+// bench/results/2026-12-03-h200-attention-variants-e7d0ef6.json).
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
@@ -18,7 +20,7 @@ bool balanceAttention(Program& p) {
     auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
     const loop::Kernel& k = p.loop.kernels[i];
     if (!f || f->pairBlocks || !f->keyTo || flashQueryBlocks(*f, k) < 4) continue;
-    if (!flashOnCudaCores(*f) && k.attention->dot.axes[0].extent < 128) continue;
+    if (!flashOnCudaCores(*f)) continue;
     f->pairBlocks = true;
     changed = true;
   }
