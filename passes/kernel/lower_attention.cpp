@@ -1,22 +1,24 @@
 // kernel-lower-from-tile for FlashAttention schedules (tile/ir.h): one block per 16 to 128 query rows (block_q) of one
 // (batch, head) point, a warp per 16 rows (or 32, warp_rows: two row groups, each step below done for both, every k and v
 // fragment loaded once for the two; q's fragments loaded at every step where both groups' would not fit at once), the keys
-// walked in steps of 64.
+// walked in steps of block_kv (64, or 128 on tensor cores), the grid's blocks in tile::FlashAttention's order (rows_inner).
 //
 //   prologue: cp.async q's block_q rows and step s_begin's k and v rows into ring slot 0, then steps s_begin + 1 ..
 //     s_begin + ring - 2 into the next slots; a commit group each
 //   for st in [s_begin, s_end):                       (the steps some row of the block may see: tile::FlashAttention)
 //     cp.async step st + ring - 1 (if any) into its slot; commit; wait for all but the ring - 1 newest groups; barrier
 //     first step only: q's fragments by ldmatrix.x4 into pair registers (kept for every step)
-//     S = q · kᵀ: per 16 of depth, k's fragments by ldmatrix.x4 and 8 mma.sync into 32 score accumulators per thread
-//     s = score(S) per element (scale, masks; keys past the end are -inf; steps inside every row's mask bounds skip the
-//       mask terms), the online softmax per row:
-//       m' = max(m, rowmax s) over the quad's 4 lanes (shuffles); alpha = exp(m - m'); l *= alpha; O *= alpha;
-//       p = exp(s - m'); l += p            (m' = -inf, a row that has seen no key yet, counts as 0)
+//     S = q · kᵀ: per 16 of depth, k's fragments by ldmatrix.x4 and block_kv / 8 mma.sync into block_kv / 2 score
+//       accumulators per thread
+//     s = score(S) / c per element (c: the score's positive constant factor, 1 if none; masks; keys past the end are
+//       -inf; steps inside every row's mask bounds skip the mask terms), the online softmax per row, in base 2 (F = c log2 e):
+//       m' = max(m, rowmax s) over the quad's 4 lanes (shuffles); alpha = 2^((m - m') F); l *= alpha; O *= alpha;
+//       p = 2^(s F - m' F); l += p         (m' = -inf, a row that has seen no key yet, counts as 0)
 //     O += p · v: p's accumulators are the A fragments of the next mma as they stand (the C layout of two 8-column tiles
-//       is the A layout of one 16-deep step), packed to bf16 pairs once; v's fragments by ldmatrix.x4.trans
+//       is the A layout of one 16-deep step), packed to bf16 pairs once; v's fragments by ldmatrix.x4.trans; with
+//       row_sums_by_mma, l += p is one more mma of those A fragments with a B fragment of ones (the whole row's sum)
 //     barrier (the slot is overwritten next step)
-//   l summed over the quad; out = result(O / l) for the rows inside the query axis.
+//   l summed over the quad (unless summed by mma); out = result(O / l) for the rows inside the query axis.
 // Thread layout (kernel::mma): warp w works on row group rg = w mod (block_q / 16) and, with a key split, on share
 // kh = w div (block_q / 16) of every step's keys; its lane l holds rows 16 rg + g and 16 rg + g + 8 (g = l / 4) at columns
 // 2t, 2t + 1 (t = l % 4) of every 8-column tile. Pairing (pair_blocks) runs all of the above once per query block of the
