@@ -164,11 +164,12 @@ __device__ __forceinline__ void load_vec(const T* p, F&... v) {
   ((v = to_f32(e[i++])), ...);
 }
 
-// Vector shared memory load (Kernel IR's loadSharedVector): v0..v{W-1} = p[0..W) of an f32 shared buffer by one 8- or 16-byte
-// ld.shared, p aligned to W * 4 bytes (the verifier proves the index a multiple of W; buffers start 16-byte aligned).
-template <int W, typename... F>
-__device__ __forceinline__ void load_shared_vec(const float* p, F&... v) {
-  static_assert(W == 2 || W == 4, "load_shared_vec<W> moves 2 or 4 floats");
+// Vector shared memory load (Kernel IR's loadSharedVector): v0..v{W-1} = p[0..W) of an f32 (W 2 or 4) or 16-bit (W 4
+// or 8) shared buffer, widened to f32, by one 8- or 16-byte ld.shared, p aligned to W * sizeof(T) bytes (the verifier
+// proves the index a multiple of W; buffers start 16-byte aligned).
+template <int W, typename T, typename... F>
+__device__ __forceinline__ void load_shared_vec(const T* p, F&... v) {
+  static_assert(W * sizeof(T) == 8 || W * sizeof(T) == 16, "load_shared_vec<W> moves 8 or 16 bytes");
   load_vec<W>(p, v...);
 }
 

@@ -115,6 +115,9 @@ class KernelBuilder {
   void flashSoftmax(const Flash& x, Block& step);                                // the online softmax per row
   void flashValues(const Flash& x, const Idx& ring, Block& step);                // O += p · v
   void flashFinish(const Flash& x, Block& body);                                 // key-split combine, the output's store
+  // Whether the output rows go through the v ring to 16-byte stores (tensor cores, no key split, the output in the
+  // operand type, rows of a multiple of 8 elements, the ring at least block_q rows deep).
+  bool flashStagesOutput(const Flash& x) const;
   Idx flashQueryFragment(const Flash& x, int64_t gr, int64_t kk);  // q's ldmatrix.x4 address: row group gr, depths 16 kk..
   // Row reductions: each stage's accumulator combined over the threads of the row (lower_row_reduction.cpp).
   void combineAcrossRow(const tile::RowReduction& r, size_t stage, const Idx& rowInBlock, Block& out);

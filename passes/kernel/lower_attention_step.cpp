@@ -271,6 +271,11 @@ Idx KernelBuilder::flashQueryFragment(const Flash& x, int64_t gr, int64_t kk) {
   return simplify(row * idxConst(x.sl.depthStride) + col, extents_);
 }
 
+bool KernelBuilder::flashStagesOutput(const Flash& x) const {
+  return !x.cuda && x.KS == 1 && x.E % 8 == 0 && x.sl.widthStride % 8 == 0 && k_.params[0].dtype == x.T &&
+         x.BQ * x.sl.widthStride <= x.f->ring * x.sl.v;
+}
+
 void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   using Element = Flash::Element;
   const loop::Axis& query = x.query;
@@ -336,34 +341,68 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
       }
     }
   }
-  // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only).
+  // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only): stored from the
+  // registers element by element, or (flashStagesOutput) staged as rows in the v ring, which no step reads any more, and
+  // stored 16 bytes at a time: whole 32-byte sectors instead of 2-byte stores to eight rows per instruction.
+  const tile::FlashSlices& sl = x.sl;
+  const bool staged = flashStagesOutput(x);
+  const Shape& outShape = tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape;
+  auto outputAt = [&](const Idx& row, const Idx& col) {
+    std::vector<Idx> at;
+    for (const loop::Axis& ax : lk_.parallel) at.push_back(ax.var == query.var ? row : ax.var == width.var ? col : var(ax));
+    return rowMajor(at, outShape, extents_);
+  };
+  if (staged) {  // no thread may stage into the ring while another's last copies into it could still land
+    out.push_back(barrier());
+  }
   for (int r = 0; r < rows; ++r) {
     finish.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
     Block store;
     const Idx row = simplify(q0 + rowLocal[r], extents_);
     int rowVar = freshLoopVar();
-    store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
+    if (!staged || loop::usesVar(*lk_.result, query.var))  // (named only where used: nvcc refuses unused variables)
+      store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
     extents_[rowVar + kFirstLoopVar] = Lq;
+    const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r));
     for (const Element& e : outputs) {
       if (e.row != r) continue;
       Block one;
       int colVar = freshLoopVar();
       one.push_back(defIdx(colVar + kFirstLoopVar, e.name, e.col));
       extents_[colVar + kFirstLoopVar] = E;
+      const Idx colAt = idxVar(colVar + kFirstLoopVar, e.name);
       one.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(l[r])})));
       accs_ = {e.reg};
       Cse cse;
       loop::ExprP result = atAxis(atAxis(lk_.result, query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
       FE value = lower(result, one, cse);
-      std::vector<Idx> at;
-      for (const loop::Axis& ax : lk_.parallel)
-        at.push_back(ax.var == query.var ? idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r))
-                     : ax.var == width.var ? idxVar(colVar + kFirstLoopVar, e.name) : var(ax));
-      one.push_back(storeGlobal(0, rowMajor(at, tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape, extents_), value));
+      if (staged) one.push_back(storeShared(x.vs, simplify(rowLocal[r] * idxConst(sl.widthStride) + colAt, extents_), value));
+      else one.push_back(storeGlobal(0, outputAt(rowAt, colAt), value));
       if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
       else store.insert(store.end(), one.begin(), one.end());
     }
     finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
+  }
+  if (staged) {  // thread ct moves 16-byte chunks ct, ct + threads, .. of the block's rows (row c / (E / 8), columns 8 (c mod E / 8) ..)
+    finish.push_back(barrier());
+    const int64_t per = E / 8, chunks = x.BQ * per, threads = k_.block[0];
+    std::vector<int> vals;
+    for (int i = 0; i < 8; ++i) vals.push_back(slot(fmt::format("ov{}", i)));
+    std::vector<FE> values;
+    for (int v : vals) values.push_back(fvar(v));
+    for (int64_t first = 0; first < chunks; first += threads) {
+      const Idx c = simplify(threadIdx() + idxConst(first), extents_);
+      const Idx r = simplify(floorDiv(c, per), extents_), col = simplify(mod(c, per) * idxConst(8), extents_);
+      const Idx row = simplify(q0 + r, extents_);
+      const int rowVar = freshLoopVar();
+      extents_[rowVar + kFirstLoopVar] = Lq;
+      const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads));
+      Block move{loadSharedVector(x.vs, simplify(r * idxConst(sl.widthStride) + col, extents_), vals),
+                 kernel::storeVector(0, outputAt(rowAt, col), values)};
+      move = Block{defIdx(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads), row), ifLess(rowAt, idxConst(Lq), std::move(move))};
+      if (chunks - first < threads) move = Block{ifLess(c, idxConst(chunks), std::move(move))};
+      finish.insert(finish.end(), move.begin(), move.end());
+    }
   }
   if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));
   else out.insert(out.end(), finish.begin(), finish.end());

@@ -190,7 +190,7 @@ Stmt loadVector(int param, Idx index, std::vector<int> slots) {
 Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots) {
   const size_t w = slots.size();
   KILN_ASSERT(sharedBuf >= 0 && index, "loadSharedVector: bad shared buffer {} or null index", sharedBuf);
-  KILN_ASSERT(w == 2 || w == 4, "loadSharedVector: width {} (want 2 or 4)", w);
+  KILN_ASSERT(w == 2 || w == 4 || w == 8, "loadSharedVector: width {} (want 2, 4 or 8)", w);
   for (int slot : slots) KILN_ASSERT(slot >= 0, "loadSharedVector: negative float slot {}", slot);
   Stmt s = makeStmt(Stmt::Kind::LoadSharedVector);
   s.target = sharedBuf;

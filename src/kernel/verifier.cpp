@@ -25,10 +25,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <string_view>
+#include <vector>
 
 #include "kiln/kernel/ir.h"
 #include "kiln/support/error.h"
@@ -96,6 +98,42 @@ struct Verifier {
 
   std::optional<Range> bound(const Idx& e, const Scope& s) {
     return intersect(interval(e, s.ranges, nullptr), interval(e, s.ranges, &s.defs));
+  }
+
+  // The exact range of a definition whose variables take at most kEnumerated combinations of values (and that reads no
+  // memory), by trying each: interval arithmetic loses what ties a variable's occurrences together (attention's
+  // query-block order `-pb + (pb div H)(2 pb + 1 - H - QB) + QB - 1` is bounded [-11, 10] by intervals; it is a
+  // permutation of 0..7).
+  std::optional<Range> enumeratedBound(const Idx& e, const Scope& s) {
+    static constexpr int64_t kEnumerated = 4096;
+    std::vector<std::pair<int, Range>> vars;
+    bool unbounded = false, loads = false;
+    forEachVar(e, [&](int v) {
+      auto r = s.ranges.find(v);
+      if (v < 0 || r == s.ranges.end()) unbounded = true;
+      else if (std::none_of(vars.begin(), vars.end(), [&](const auto& p) { return p.first == v; })) vars.push_back({v, r->second});
+    });
+    forEachIndexLoad(e, [&](const IndexNode&) { loads = true; });
+    if (unbounded || loads || vars.empty()) return std::nullopt;
+    int64_t combinations = 1, top = 0;
+    for (const auto& [v, r] : vars) {
+      combinations *= r.second - r.first + 1;
+      if (combinations > kEnumerated) return std::nullopt;
+      top = std::max<int64_t>(top, v);
+    }
+    std::vector<int64_t> env(static_cast<size_t>(top) + 1, 0);
+    Range out{std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+    for (int64_t c = 0; c < combinations; ++c) {
+      int64_t rest = c;
+      for (const auto& [v, r] : vars) {
+        const int64_t n = r.second - r.first + 1;
+        env[static_cast<size_t>(v)] = r.first + rest % n;
+        rest /= n;
+      }
+      const int64_t value = evaluate(e, env);
+      out = {std::min(out.first, value), std::max(out.second, value)};
+    }
+    return out;
   }
 
   // Even for every value of its variables: an even constant, a product with an even factor, a sum of even terms.
@@ -341,7 +379,7 @@ struct Verifier {
           checkIdx(st.a, s, "a definition");
           defineVar(st.var, st.name, s);
           if (varies(st.a, s)) s.varying.insert(st.var);
-          if (auto r = bound(st.a, s)) s.ranges[st.var] = *r;
+          if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s))) s.ranges[st.var] = *r;
           s.defs[st.var] = st.a;
           s.expanded[st.var] = expand(st.a, s);
           break;
@@ -433,8 +471,10 @@ struct Verifier {
           if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
             fail("shared vector load from buffer #{} of {}", st.target, k.shared.size());
           const SharedBuffer& sb = k.shared[st.target];
-          if (sb.dtype != DType::F32 || (w != 2 && w != 4))
-            fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32", w, dtypeName(sb.dtype), sb.name);
+          const size_t bytes = w * static_cast<size_t>(dtypeBytes(sb.dtype));
+          if (sb.mbarriers || (w != 2 && w != 4 && w != 8) || bytes < 8 || bytes > 16)
+            fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)", w,
+                 dtypeName(sb.dtype), sb.name);
           VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
           if (!provablyMultipleOf(expand(st.a, s), static_cast<int64_t>(w), extents))
             fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,

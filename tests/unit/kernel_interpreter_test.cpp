@@ -316,6 +316,29 @@ TEST(KernelInterpreter, VectorAccessFaults) {
   EXPECT_THROW(loadVector(0, idxConst(0), {0, 1, 2}), InternalError);
 }
 
+// A vector access whose index goes through a definition that interval arithmetic bounds too loosely: the verifier tries
+// each value of the definition's variables (block b of 8 stores row qb = 7 - pb + (pb div 4)(2 pb - 11), a permutation
+// of 0..7 that intervals bound by [-11, 10]); a definition that does reach outside still fails.
+TEST(KernelInterpreter, VectorAccessBoundsEnumerateSmallDefinitions) {
+  auto program = [](int64_t rowOffset) {
+    Program p = vectorProgram(DType::F32, 4, 64);
+    Kernel& k = p.kernels[0];
+    k.grid = {1, 1, 1};
+    k.block = {8, 1, 1};
+    Idx pb = idxVar(3, "pb"), qb = idxVar(4, "qb");
+    k.body = {defIdx(3, "pb", threadIdx()),
+              defIdx(4, "qb", idxAdd(idxMul(pb, -1), 7 + rowOffset) + floorDiv(pb, 4) * idxAdd(idxMul(pb, 2), -11)),
+              loadVector(0, idxMul(qb, 8), {0, 1, 2, 3}), storeVector(1, idxMul(qb, 8), {fvar(0), fvar(1), fvar(2), fvar(3)})};
+    return p;
+  };
+  Program p = program(0);
+  verify(p);
+  auto out = interpret(p, {ramp(64)});
+  for (int64_t row = 0; row < 8; ++row) EXPECT_EQ(out[0].values[static_cast<size_t>(row * 8)], ramp(64).values[static_cast<size_t>(row * 8)]);
+  EXPECT_NE(errorOf([&] { verify(program(1)); }).find("load4 x[qb*8] reaches elements [8, 67], outside the parameter's 64 elements"),
+            std::string::npos);
+}
+
 // Each warp of 64 threads all-reduces its 32 values of x with `combine`; every lane stores the result.
 Program warpReduce(Fn combine, int64_t guardBelow = 0, int64_t threads = 64) {
   Kernel k;

@@ -144,6 +144,16 @@ TEST(StreamedFfma, SharedVectorLoadsAreCheckedForAlignment) {
   for (float v : out[0].values) EXPECT_EQ(v, 5.f);
   p.kernels[0].body[5] = loadSharedVector(0, threadIdx() * idxConst(4) + idxConst(2), {0, 1, 2, 3});
   EXPECT_NE(errorOf([&] { verify(p); }).find("not provably aligned"), std::string::npos);
+  // 16-bit buffers: 4 or 8 elements (8 or 16 bytes), widened to f32; 2 (4 bytes) is refused.
+  p.kernels[0].shared[0].dtype = DType::BF16;
+  p.kernels[0].body[5] = loadSharedVector(0, threadIdx() * idxConst(4), {0, 1, 2, 3});
+  verify(p);
+  out = interpret(p, {kernel_test::ramp(1)});
+  for (float v : out[0].values) EXPECT_EQ(v, 5.f);
+  EXPECT_NE(cuda::emit(p).sources[0].text.find("kiln::load_shared_vec<4>(&s[threadIdx.x*4], v0, v1, v2, v3);"), std::string::npos);
+  kernel_test::expectNvccCompiles(p);
+  p.kernels[0].body[5] = loadSharedVector(0, threadIdx() * idxConst(4), {0, 1});
+  EXPECT_NE(errorOf([&] { verify(p); }).find("vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)"), std::string::npos);
 }
 
 }  // namespace

@@ -154,9 +154,10 @@ Stmt loadVector(int param, Idx index, std::vector<int> slots);
 // storeVector: param[index + i] = values[i] rounded to the parameter's dtype (as storeGlobal). All values are
 // evaluated before any element is written.
 Stmt storeVector(int param, Idx index, std::vector<FE> values);
-// Vector shared memory load: slots[i] = shared[index + i] for W = slots.size() (2 or 4) consecutive elements of an f32 shared
-// buffer, one aligned 8- or 16-byte load (ld.shared.v2/v4). `index` must provably be a multiple of W. CUDA-core products
-// read four k of one operand row at a time this way.
+// Vector shared memory load: slots[i] = shared[index + i] for W = slots.size() consecutive elements of a shared buffer,
+// widened to f32: 2 or 4 of an f32 buffer, 4 or 8 of a bf16/f16 one; one aligned 8- or 16-byte load. `index` must provably
+// be a multiple of W. CUDA-core products read four k of one operand row at a time this way; attention reads its staged
+// output rows 16 bytes at a time.
 Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots);
 // Warp shuffle: float slot dst = float slot src as held by lane (lane ^ laneMask) of the same warp, laneMask a
 // power of two in 1..16 (__shfl_xor_sync with a full mask). Warp-collective like mma: every lane of a warp
