@@ -151,8 +151,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
 
   // cp.async of `rows` rows (from rowStart, rows past `limit` zero-filled) of operand `load` into buf at `at`: rows of
   // `cols` elements along colVar, `stride` apart. Thread ct copies 16-byte chunks ct, ct + threads, ...
+  // With `cores` (scores by wgmma: q and k) the slice is 8 x 8 core matrices instead, element (r, c) at
+  // (r / 8) * 8 cols + (c / 8) * 64 + (r % 8) * 8 + c % 8, and chunk e is row 8 (e div 8 per) + e mod 8, column chunk
+  // (e div 8) mod per: eight neighbouring threads fill one core matrix's 128 contiguous bytes (no bank conflicts).
   auto copyRows = [&](Block& out, int buf, const Idx& at, const loop::Expr& load, int rowVar, int64_t limit, const Idx& rowStart,
-                      int64_t rows, int colVar, int64_t cols, int64_t stride) {
+                      int64_t rows, int colVar, int64_t cols, int64_t stride, bool cores = false) {
     const int64_t perCopy = Target::kVectorBytes / dtypeBytes(T);  // elements of one 16-byte copy
     const int64_t per = cols / perCopy, chunks = rows * per, bytes = Target::kVectorBytes;
     extents_[rowVar + kFirstLoopVar] = limit;
@@ -162,7 +165,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     // copies).
     const bool whole = limit % rows == 0;
     auto chunk = [&](const Idx& e) {
-      Idx r = simplify(floorDiv(e, per), extents_), c = simplify(mod(e, per) * idxConst(perCopy), extents_);
+      Idx r = simplify(cores ? floorDiv(e, 8 * per) * idxConst(8) + mod(e, 8) : floorDiv(e, per), extents_);
+      Idx c = simplify((cores ? mod(floorDiv(e, 8), per) : mod(e, per)) * idxConst(perCopy), extents_);
+      Idx to = cores ? simplify(at + floorDiv(e, 8 * per) * idxConst(8 * cols) + mod(floorDiv(e, 8), per) * idxConst(64) + mod(e, 8) * idxConst(8), extents_)
+                     : simplify(at + r * idxConst(stride) + c, extents_);
       Idx row = simplify(rowStart + r, extents_);
       Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
                             return v == rowVar + kFirstLoopVar ? (whole ? row : idxMin(row, idxConst(limit - 1)))
@@ -170,8 +176,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
                           }), extents_);
       Idx valid = whole ? idxConst(bytes)
                         : simplify(idxMin(idxMax(idxMul(idxAdd(idxMul(row, -1), limit), bytes), idxConst(0)), idxConst(bytes)), extents_);
-      return cpAsync(buf, simplify(at + r * idxConst(stride) + c, extents_), param(load.buffer, false), from,
-                     static_cast<int>(bytes), valid);
+      return cpAsync(buf, to, param(load.buffer, false), from, static_cast<int>(bytes), valid);
     };
     if (chunks % threads == 0) {
       for (int64_t i = 0; i < chunks / threads; ++i) out.push_back(chunk(ct + idxConst(i * threads)));
@@ -183,11 +188,12 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   };
   auto copyKeys = [&](Block& out, const Idx& step, const Idx& slot) {
     const Idx start = simplify(step * idxConst(BKV), extents_);
-    copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, start, BKV, depth.var, D, sl.depthStride);
+    copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, start, BKV, depth.var, D, sl.depthStride,
+             f.scoresByWgmma);
     copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, start, BKV, width.var, E, sl.widthStride);
   };
   // Prologue: q with the first step, then the next ring - 2 steps (those that exist), one commit group each.
-  copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride);
+  copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride, f.scoresByWgmma);
   copyKeys(body, sBegin, idxConst(0));
   body.push_back(cpAsyncCommit());
   for (int64_t i = 1; i + 1 < R; ++i) {
@@ -258,11 +264,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
           scores.push_back({reg, static_cast<int>(2 * gr) + c / 2, keyBase + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), nullptr,
                             fmt::format("kj{}_{}{}", j, c, group(gr))});
         }
-    for (int64_t gr = 0; gr < G; ++gr)
+    for (int64_t gr = 0; gr < G && !f.scoresByWgmma; ++gr)  // (wgmma reads q and k from shared memory)
       for (int64_t st = 0; st < (qResident ? kSteps : 1); ++st)
         for (int r = 0; r < 4; ++r)
           qRegs[static_cast<size_t>(qResident ? gr * kSteps + st : gr)].push_back(pairReg(fmt::format("rq{}_{}{}", st, r, group(gr))));
-    for (int r = 0; r < 4; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
+    for (int r = 0; r < 4 && !f.scoresByWgmma; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
     for (int64_t gr = 0; gr < G; ++gr)
       for (int r = 0; r < 4; ++r) {
         pRegs.push_back(pairReg(fmt::format("rp{}{}", r, group(gr))));
@@ -308,8 +314,9 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   }
   step.push_back(cpAsyncCommit());
   step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
+  if (f.scoresByWgmma) step.push_back(fenceProxyAsync());  // the landed q and k become visible to wgmma's reads
   step.push_back(barrier());
-  if (!cuda && qResident) {
+  if (!cuda && qResident && !f.scoresByWgmma) {
     Block loadQ;
     for (int64_t gr = 0; gr < G; ++gr)
       for (int64_t kk = 0; kk < kSteps; ++kk)

@@ -73,6 +73,18 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
         for (int64_t c = 0; c < keysPerThread; ++c)
           inner.push_back(multiplyAdd(scores[static_cast<size_t>(r * keysPerThread + c)].reg, qVec[r][i], kVec[c][i]));
     step.push_back(forLoop(dVar, "dd", idxConst(0), idxConst(D), 4, std::move(inner)));
+  } else if (f.scoresByWgmma) {  // per 16 of depth one wgmma m64n{block_kv}k16 of the warpgroup: the block's q by the step's k
+    for (const auto& tile : s)
+      for (int c = 0; c < 4; ++c) step.push_back(assign(tile[c], fconst(0.f)));
+    step.push_back(wgmmaFence());
+    std::vector<int> acc;  // accumulator 4j + c: tile j's c (kernel::wgmmaElement is the mma C layout of warp w's rows)
+    for (const auto& tile : s) acc.insert(acc.end(), tile.begin(), tile.end());
+    const Stmt::CoreMatrices cores{64, 8 * D};  // core matrices 64 elements apart in depth, 8 rows of them 8 D apart
+    for (int64_t kk = 0; kk < kSteps; ++kk)
+      step.push_back(wgmma(T, x.qs, idxConst(kk * 2 * 64), cores, ks, simplify(ring * idxConst(sl.k) + idxConst(kk * 2 * 64), extents_),
+                           cores, BKV, acc));
+    step.push_back(wgmmaCommit());
+    step.push_back(wgmmaWait(0));
   } else {  // per 16 of depth: k's fragments by ldmatrix.x4, two mma.sync per pair of 8-key tiles and row group
     for (const auto& tile : s)
       for (int c = 0; c < 4; ++c) step.push_back(assign(tile[c], fconst(0.f)));

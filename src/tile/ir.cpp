@@ -89,7 +89,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        16 / dtypeBytes(f->mmaType), f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "") +
            (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
-           (f->rowSumsByMma ? "; row sums by mma" : "");
+           (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -129,7 +129,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -233,6 +233,10 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 k.name, cudaCores ? "" : " and ldmatrix", target.arch);
     KILN_ASSERT(!cudaCores || f->keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f->keySplit);
     KILN_ASSERT(!cudaCores || !f->rowSumsByMma, "kernel {}: f32 flash_attention sums its rows without mma", k.name);
+    KILN_ASSERT(!f->scoresByWgmma || (target.wgmma && !cudaCores && f->blockQ == kFlashWgmmaRows && f->warpRows == 16 &&
+                                      f->keySplit == 1 && o->depth % 16 == 0),
+                "kernel {}: flash_attention scores by wgmma need sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
+                "{}, no key split) and a depth that is a multiple of 16", k.name, kFlashWgmmaRows);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
     KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64 || f->blockQ == 128) &&

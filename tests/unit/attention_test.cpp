@@ -403,29 +403,78 @@ TEST(FlashAttention, RowSumsByMmaOrByAdditionsMatchTheLoopInterpreter) {
 
 // Steps of 128 keys and the interleaved grid at every block size, pairing and ring, against the Loop IR: 100 tokens (7, 4
 // or 2 query blocks, a partial step, a window), 200, and head dim 128.
-TEST(FlashAttention, DeepStepsAndInterleavedRowsMatchTheLoopInterpreter) {
-  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) {
-    Compiled c = compiled(model, "tile");
-    auto inputs = test::randomInputs(c.loopIR, 11);
-    auto want = loop::interpret(c.loopIR, inputs);
-    for (int64_t rows : {16, 64})
-      for (bool paired : {false, true})
-        for (bool inner : {false, true})
-          for (int64_t ring : {2, 3}) {
-            if (ring == 3 && (rows != 64 || paired)) continue;
-            SCOPED_TRACE(fmt::format("{} block_q {} paired {} rows inner {} ring {}", model, rows, paired, inner, ring));
-            tile::Program t = c.tileIR;
-            for (auto& s : t.schedules) {
-              auto& f = std::get<tile::FlashAttention>(s);
-              f.blockKV = 128;
-              f.blockQ = rows;
-              f.pairBlocks = paired;
-              f.rowsInner = inner;
-              f.ring = ring;
-            }
-            expectMatches(runSchedules(t, inputs), want);
-          }
+// Each variant's change to every attention schedule of `model`, run by the Kernel-IR interpreter against the Loop IR.
+using Variant = std::pair<std::string, std::function<void(tile::FlashAttention&)>>;
+void expectVariantsMatch(const char* model, int seed, const std::vector<Variant>& variants) {
+  Compiled c = compiled(model, "tile");
+  auto inputs = test::randomInputs(c.loopIR, seed);
+  auto want = loop::interpret(c.loopIR, inputs);
+  for (const auto& [name, change] : variants) {
+    SCOPED_TRACE(fmt::format("{}: {}", model, name));
+    tile::Program t = c.tileIR;
+    for (auto& s : t.schedules) change(std::get<tile::FlashAttention>(s));
+    expectMatches(runSchedules(t, inputs), want);
   }
+}
+
+TEST(FlashAttention, DeepStepsAndInterleavedRowsMatchTheLoopInterpreter) {
+  std::vector<Variant> variants;
+  for (int64_t rows : {16, 64})
+    for (bool paired : {false, true})
+      for (bool inner : {false, true})
+        for (int64_t ring : {2, 3}) {
+          if (ring == 3 && (rows != 64 || paired)) continue;
+          variants.push_back({fmt::format("block_q {} paired {} rows inner {} ring {}", rows, paired, inner, ring),
+                              [=](tile::FlashAttention& f) {
+                                f.blockKV = 128;
+                                f.blockQ = rows;
+                                f.pairBlocks = paired;
+                                f.rowsInner = inner;
+                                f.ring = ring;
+                              }});
+        }
+  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 11, variants);
+}
+
+// tile-attention-scores-by-wgmma: on sm_90a for blocks of one warpgroup (64 rows of 16-row warps), not for smaller blocks
+// or other targets; the scores by wgmma (q and k as core matrices) at both step depths, paired or interleaved, two and
+// three ring slots, row sums by mma or not, at head dims 64 and 128 (_deep), against the Loop IR.
+TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
+  EXPECT_TRUE(std::get<tile::FlashAttention>(compiled("attention_bf16_512", "tile").tileIR.schedules[0]).scoresByWgmma);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16", "tile").tileIR.schedules[0]).scoresByWgmma);
+  Compiled ampere = compileModel(test::fixturePath("attention_bf16_512"), {}, {}, "tile", std::nullopt, targetFor("sm_80"));
+  EXPECT_FALSE(std::get<tile::FlashAttention>(ampere.tileIR.schedules[0]).scoresByWgmma);
+  std::vector<Variant> variants;
+  for (int64_t keys : {64, 128})
+    for (bool paired : {false, true})
+      for (int64_t ring : {2, 3})
+        for (bool sums : {true, false}) {
+          if ((ring == 3 && paired) || (!sums && (keys != 128 || ring != 2))) continue;
+          variants.push_back({fmt::format("block_kv {} paired {} ring {} row sums by mma {}", keys, paired, ring, sums),
+                              [=](tile::FlashAttention& f) {
+                                f.blockQ = 64;
+                                f.warpRows = 16;
+                                f.keySplit = 1;
+                                f.blockKV = keys;
+                                f.pairBlocks = paired;
+                                f.rowsInner = !paired;
+                                f.ring = ring;
+                                f.rowSumsByMma = sums;
+                                f.scoresByWgmma = true;
+                              }});
+        }
+  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 12, variants);
+  // The verifier: one warpgroup only.
+  Compiled c = compiled("attention_bf16", "tile");
+  tile::Program bad = c.tileIR;
+  for (auto& s : bad.schedules) std::get<tile::FlashAttention>(s).scoresByWgmma = true;  // blocks of 16 rows
+  std::string error;
+  try {
+    tile::verify(bad);
+  } catch (const InternalError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("scores by wgmma need sm_90a"), std::string::npos) << error;
 }
 
 TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {

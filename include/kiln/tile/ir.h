@@ -158,6 +158,11 @@ struct FlashAttention {
   // 16 of its probabilities, the sum already over the 4 lanes sharing the row; it adds the bf16-rounded probabilities the
   // P·V product multiplies, not the f32 ones.
   bool rowSumsByMma = false;
+  // sm_90a, one warpgroup of 16-row warps (block_q 64, no key split): S = q · kᵀ of a step is one
+  // wgmma.mma_async m64n{block_kv}k16 per 16 of depth from shared memory (tile-attention-scores-by-wgmma), q and k
+  // kept there as 8 x 8 core matrices, instead of every warp loading q and k fragments by ldmatrix and issuing
+  // block_kv / 8 mma.sync per 16 of depth; the accumulators land in the layout the softmax and P·V read.
+  bool scoresByWgmma = false;
   int64_t ring = 2;  // ring slots of k and v (2 to 4): the copies of ring - 1 steps ahead are in flight during a step
   // The operands' type: bf16/f16 multiply on tensor cores as above; f32 on CUDA cores (ffma, no TF32): a block of
   // 8 x blockQ threads, 16 lanes of a warp per pair of rows (r, r + blockQ / 2), lane t of them computing keys t, t + 16,
@@ -231,6 +236,7 @@ bool widenAttentionWarps(Program& p);           // tile-widen-attention-warps
 bool deepenAttentionSteps(Program& p);          // tile-deepen-attention-steps
 bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-rows
 bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mma
+bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmma
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies

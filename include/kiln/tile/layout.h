@@ -37,6 +37,8 @@ struct FlashSlices {
   int64_t combine;                  // keySplit > 1: f32 values the warps of keys 1.. leave for those of keys 0
   int64_t p = 0, pStride = 0;       // f32: the probabilities' slice and its row stride
 };
+// Query rows of a flash block whose scores are one warpgroup's wgmma (FlashAttention::scoresByWgmma): wgmma's m.
+constexpr int64_t kFlashWgmmaRows = 64;
 // A flash schedule on CUDA cores (f32 operands; FlashAttention::mmaType).
 inline bool flashOnCudaCores(const FlashAttention& f) { return f.mmaType == DType::F32; }
 // Tensor cores: whether a warp keeps its q fragments in registers for the whole key walk (loaded once by ldmatrix) or
