@@ -4,7 +4,7 @@ Hugging Face's eager path adds a prepared mask. 100 tokens: not a multiple of th
 Also attention_bf16_long.pt: causal sdpa over 200 tokens, head dim 16 (enough key steps for deeper copy rings);
 attention_bf16_deep.pt: causal sdpa over 80 tokens at head dim 128 (2 query heads on 1 key/value head: warps of two row
 groups load q's fragments at every step); attention_bf16_512.pt: causal sdpa over 512 tokens, 8 query heads on 2, head
-dim 16 (keys in 4 steps of 128; one warpgroup's blocks: tile-attention-scores-by-wgmma takes it); and attention_f32.pt: the two attentions of
+dim 16 (keys in 4 steps of 128; blocks of one warpgroup, as tile-attention-scores-by-wgmma needs); and attention_f32.pt: the two attentions of
 attention_bf16.pt in f32 (the flash schedule on CUDA cores)."""
 import pathlib
 import sys

@@ -4,7 +4,7 @@
 #   1. each of ROWS_FIXTURES (default models/fixtures/attention_bf16.pt and attention_f32.pt: paired query blocks, bf16
 #      and f32): `kiln run --check`, compute-sanitizer memcheck and racecheck, the SASS counts of the first one's kernel;
 #   2. bench/kiln_variants.py over ROWS_FILTER (default: sdpa_causal_gqa and attention_naive at 512 tokens, both models)
-#      with ROWS_VARIANTS (default: kiln as it is, without tile-balance-attention, without tile-attention-scores-by-wgmma):
+#      with ROWS_VARIANTS (default: kiln as it is, without tile-balance-attention, with tile-attention-scores-by-wgmma):
 #      each case checked against LibTorch and timed hot;
 #   3. the suite's rows for ROWS_FILTER (kiln as it is beside eager, bf16), for what is left of BENCH_LIMIT_SECONDS;
 #   0. with ROWS_TEMPLATES=1, while kiln builds: tests/unit/gpu_check_kernel_templates.cu (kiln_ops.cuh on the GPU);
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 : "${BENCH_LIMIT_SECONDS:=540}"
 : "${ROWS_FIXTURES:=models/fixtures/attention_bf16.pt models/fixtures/attention_f32.pt}"
 : "${ROWS_FILTER:=tinyllama/sdpa_causal_gqa/s512,qwen2.5-7b/sdpa_causal_gqa/s512,tinyllama/attention_naive/s512,qwen2.5-7b/attention_naive/s512}"
-: "${ROWS_VARIANTS=default;-tile-balance-attention;-tile-attention-scores-by-wgmma}"  # empty: no variants
+: "${ROWS_VARIANTS=default;-tile-balance-attention;+tile-attention-scores-by-wgmma}"  # empty: no variants
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-attention-rows}
 if [ "${ROWS_TEMPLATES:-0}" = 1 ]; then
   during_build() {

@@ -5,7 +5,7 @@
 # runs it once (compiles into the cache), then ncu (--clock-control none) on the first matching launch: speed of light,
 # warp stall reasons, pipe utilisation, shared-memory wavefronts and bank conflicts, occupancy.
 # NCU_METRICS (comma-separated metric names) adds raw metrics to each report; NCU_KILN_ARGS are kiln arguments for every
-# case (e.g. "--disable-pass tile-attention-scores-by-wgmma"); NCU_SOURCE=1 also writes source-<n>.csv, the SASS of the kernel
+# case (e.g. "--enable-pass tile-attention-scores-by-wgmma"); NCU_SOURCE=1 also writes source-<n>.csv, the SASS of the kernel
 # with each instruction's sampled warp stalls (ncu's source page), and prints the instructions where most samples fell.
 # $OUT gets ncu-<n>.txt per case and ncu.txt (the key lines, also printed).
 set -uo pipefail

@@ -9,7 +9,9 @@
 //     cp.async step st + ring - 1 (if any) into its slot; commit; wait for all but the ring - 1 newest groups; barrier
 //     first step only: q's fragments by ldmatrix.x4 into pair registers (kept for every step)
 //     S = q · kᵀ: per 16 of depth, k's fragments by ldmatrix.x4 and block_kv / 8 mma.sync into block_kv / 2 score
-//       accumulators per thread
+//       accumulators per thread; with scores_by_wgmma (one warpgroup, q and k slices as 8 x 8 core matrices, made
+//       visible to the async proxy by fence.proxy.async before the barrier) one wgmma m64n{block_kv}k16 per 16 of depth
+//       into the same accumulators, waited for at once
 //     s = score(S) / c per element (c: the score's positive constant factor, 1 if none; masks; keys past the end are
 //       -inf; steps inside every row's mask bounds skip the mask terms), the online softmax per row, in base 2 (F = c log2 e):
 //       m' = max(m, rowmax s) over the quad's 4 lanes (shuffles); alpha = 2^((m - m') F); l *= alpha; O *= alpha;
@@ -18,7 +20,9 @@
 //       is the A layout of one 16-deep step), packed to bf16 pairs once; v's fragments by ldmatrix.x4.trans; with
 //       row_sums_by_mma, l += p is one more mma of those A fragments with a B fragment of ones (the whole row's sum)
 //     barrier (the slot is overwritten next step)
-//   l summed over the quad (unless summed by mma); out = result(O / l) for the rows inside the query axis.
+//   l summed over the quad (unless summed by mma); out = result(O / l) for the rows inside the query axis: stored per
+//   element, or (KernelBuilder::flashStagesOutput) written as bf16 rows into the v ring, then moved by 16-byte shared
+//   loads and 16-byte global stores, whole sectors.
 // Thread layout (kernel::mma): warp w works on row group rg = w mod (block_q / 16) and, with a key split, on share
 // kh = w div (block_q / 16) of every step's keys; its lane l holds rows 16 rg + g and 16 rg + g + 8 (g = l / 4) at columns
 // 2t, 2t + 1 (t = l % 4) of every 8-column tile. Pairing (pair_blocks) runs all of the above once per query block of the
