@@ -213,7 +213,8 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 // The 64-bit shared-memory matrix descriptor of an operand laid out as 8x8 core matrices of 128 contiguous bytes, no
 // swizzle: start address, leading byte offset (between core matrices adjacent in k), stride byte offset (adjacent in
-// m or n), each in units of 16 bytes.
+// m or n), each in units of 16 bytes. An MN-major B (imm-trans-b 1: n contiguous inside each core matrix) takes the same
+// two strides in the same fields.
 __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, unsigned k_stride_bytes, unsigned row_stride_bytes) {
   const unsigned addr = shared_address(smem);
   return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |

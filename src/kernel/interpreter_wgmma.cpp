@@ -68,7 +68,8 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
       const std::vector<float>& data = shared[buffer];
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t kk = 0; kk < kWgmmaK; ++kk) {
-          int64_t e = from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (r % 8) * 8 + kk % 8;
+          int64_t e = l.mnMajor ? from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (kk % 8) * 8 + r % 8
+                                : from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (r % 8) * 8 + kk % 8;
           if (l.swizzle128) {
             const int64_t logical = from + (r / 8) * l.rowStride + (r % 8) * 64 + kk;
             e = logical ^ (((logical / 64) % 8) * 8);
@@ -93,7 +94,20 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
         }
       return m;
     };
-    const std::vector<float> a = gather(s.sharedA, start(s.a, "A"), s.layoutA, kWgmmaM, "A");
+    // A from shared memory, or (wgmmaRegA) element i of thread 32w + l's mma A fragment from its pair register i / 2.
+    std::vector<float> a(static_cast<size_t>(kWgmmaM * kWgmmaK));
+    if (s.sharedA >= 0) {
+      a = gather(s.sharedA, start(s.a, "A"), s.layoutA, kWgmmaM, "A");
+    } else {
+      for (int64_t t = 0; t < kWarpgroupThreads; ++t)
+        for (int i = 0; i < 8; ++i) {
+          const int reg = s.pairRegs[static_cast<size_t>(i / 2)];
+          KILN_ASSERT(reg >= 0 && reg < np, "kernel {}: wgmma reads pair register {} of {}", k.name, reg, np);
+          auto [r, c] = mmaElementA(static_cast<int>(t % 32), i);
+          a[static_cast<size_t>((16 * (t / 32) + r) * kWgmmaK + c)] =
+              loop::roundTo(s.operandType, pairValues[((first + t) * np + reg) * 2 + i % 2]);
+        }
+    }
     const std::vector<float> b = gather(s.sharedB, start(s.b, "B"), s.layoutB, n, "B");
     for (int64_t t = 0; t < kWarpgroupThreads; ++t)
       for (size_t i = 0; i < s.fragment.size(); ++i) {

@@ -379,6 +379,17 @@ Stmt wgmma(DType operandType, int sharedA, Idx aStart, Stmt::CoreMatrices layout
   return s;
 }
 
+Stmt wgmmaRegA(DType operandType, std::vector<int> aRegs, int sharedB, Idx bStart, Stmt::CoreMatrices layoutB, int64_t n,
+               std::vector<int> acc) {
+  KILN_ASSERT(aRegs.size() == 4, "wgmmaRegA: {} A registers (want 4 pairs)", aRegs.size());
+  for (int r : aRegs) KILN_ASSERT(r >= 0, "wgmmaRegA: negative pair register {}", r);
+  Stmt s = wgmma(operandType, 0, idxConst(0), Stmt::CoreMatrices{}, sharedB, std::move(bStart), layoutB, n, std::move(acc));
+  s.sharedA = -1;
+  s.a = nullptr;
+  s.pairRegs = std::move(aRegs);
+  return s;
+}
+
 Stmt wgmmaFence() { return makeStmt(Stmt::Kind::WgmmaFence); }
 Stmt wgmmaCommit() { return makeStmt(Stmt::Kind::WgmmaCommit); }
 Stmt wgmmaWait(int pendingGroups) {

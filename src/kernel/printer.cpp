@@ -182,10 +182,13 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
         // The accumulators as a range (there are up to 128): first .. last.
         std::string acc = s.fragment.empty() ? std::string("{}")
                                              : fmt::format("{{{} .. {}}}", floatName(k, s.fragment.front()), floatName(k, s.fragment.back()));
-        lines.push_back(fmt::format("{}wgmma.m64n{}k16.{} {} += shared {}[{}] (core matrices k {} row {}) x shared {}[{}] (core "
-                                    "matrices k {} row {})", ind, s.wgmmaN, dtypeName(s.operandType), acc, sharedName(k, s.sharedA),
-                                    idxString(s.a), s.layoutA.kStride, s.layoutA.rowStride, sharedName(k, s.sharedB), idxString(s.b),
-                                    s.layoutB.kStride, s.layoutB.rowStride));
+        std::string a = s.sharedA < 0 ? fmt::format("registers {} {} {} {}", pairName(k, s.pairRegs[0]), pairName(k, s.pairRegs[1]),
+                                                    pairName(k, s.pairRegs[2]), pairName(k, s.pairRegs[3]))
+                                      : fmt::format("shared {}[{}] (core matrices k {} row {})", sharedName(k, s.sharedA), idxString(s.a),
+                                                    s.layoutA.kStride, s.layoutA.rowStride);
+        lines.push_back(fmt::format("{}wgmma.m64n{}k16.{} {} += {} x shared {}[{}] ({}core matrices k {} row {})", ind, s.wgmmaN,
+                                    dtypeName(s.operandType), acc, a, sharedName(k, s.sharedB), idxString(s.b),
+                                    s.layoutB.mnMajor ? "mn-major " : "", s.layoutB.kStride, s.layoutB.rowStride));
         break;
       }
       case Stmt::Kind::WgmmaFence: lines.push_back(ind + "wgmma.fence"); break;

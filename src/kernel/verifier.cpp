@@ -284,6 +284,7 @@ struct Verifier {
       if (sb.dtype != st.operandType)
         fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(st.operandType), which, sb.name, dtypeName(sb.dtype));
       if (layout.swizzle128) {
+        if (layout.mnMajor) fail("wgmma {}: MN-major core matrices take no swizzle", which);
         if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != 512)
           fail("wgmma {} with the 128-byte swizzle reads {} with row stride {} (want 16-bit elements, 8 rows of 64: 512)", which,
                dtypeName(sb.dtype), layout.rowStride);
@@ -300,7 +301,15 @@ struct Verifier {
                                              : (rows / 8 - 1) * layout.rowStride + layout.kStride + 63;
       checkSharedIndex(buffer, start + idxConst(last), s, "wgmma operand");
     };
-    operand(st.sharedA, st.a, st.layoutA, kWgmmaM, "A");
+    if (st.sharedA >= 0) {
+      if (st.layoutA.mnMajor) fail("wgmma A from shared {} as MN-major core matrices (only B may be)", k.shared[st.sharedA].name);
+      operand(st.sharedA, st.a, st.layoutA, kWgmmaM, "A");
+    } else if (st.pairRegs.size() != 4) {
+      fail("wgmma with A from {} pair registers (want 4)", st.pairRegs.size());
+    } else {
+      for (int r : st.pairRegs)
+        if (r < 0 || r >= static_cast<int>(k.pairVars.size())) fail("wgmma A from pair register #{} of {}", r, k.pairVars.size());
+    }
     operand(st.sharedB, st.b, st.layoutB, st.wgmmaN, "B");
     for (int slot : st.fragment) checkSlotRead(slot, "wgmma");
   }

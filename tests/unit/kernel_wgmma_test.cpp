@@ -34,6 +34,16 @@ void storeAccumulators(Kernel& k, const Idx& tid) {
   }
 }
 
+// The product issued after wgmma.fence, committed and waited for; then y from the accumulators.
+Program issueAndStore(Kernel k, Stmt product, const Idx& tid) {
+  k.body.push_back(wgmmaFence());
+  k.body.push_back(std::move(product));
+  k.body.push_back(wgmmaCommit());
+  k.body.push_back(wgmmaWait(0));
+  storeAccumulators(k, tid);
+  return program(kAElems + kBElems, 64 * kN, std::move(k));
+}
+
 enum class Fault { None, NoFence, StoreWhilePending, Divergent, NoWait };
 
 // One warpgroup: x[0 .. 1024) is A (64 x 16, row-major), x[1024 ..) is B (kN x 16, [n][k]). Both are stored into bf16
@@ -124,12 +134,7 @@ Program swizzledProduct(int64_t aStart = 16) {
   k.body.push_back(barrier());
   std::vector<int> acc = zeroAccumulators(k);
   const Stmt::CoreMatrices layout{0, 512, true};
-  k.body.push_back(wgmmaFence());
-  k.body.push_back(wgmma(DType::BF16, 0, idxConst(aStart), layout, 1, idxConst(16), layout, kN, acc));
-  k.body.push_back(wgmmaCommit());
-  k.body.push_back(wgmmaWait(0));
-  storeAccumulators(k, tid);
-  return program(kAElems + kBElems, 64 * kN, std::move(k));
+  return issueAndStore(std::move(k), wgmma(DType::BF16, 0, idxConst(aStart), layout, 1, idxConst(16), layout, kN, acc), tid);
 }
 
 TEST(KernelWgmma, Swizzle128) {
@@ -149,6 +154,69 @@ TEST(KernelWgmma, Swizzle128) {
   msg = errorOf([&] { verify(p2); });
   EXPECT_NE(msg.find("wgmma A with the 128-byte swizzle reads shared a, which is not a 1024-byte aligned dynamic buffer"),
             std::string::npos) << msg;
+}
+
+// wgmma's register-A form with an MN-major B (attention's P·V: P's packed accumulators times v stored [key][width]):
+// each thread loads its mma A fragment of x's A (64 x 16) into floats and packs them into 4 pair registers; B (kN x 16,
+// [n][k] in x) goes to shared memory as MN-major core matrices, element (n, k) at (n / 8) * 128 + (k / 8) * 64 +
+// (k % 8) * 8 + n % 8 (n contiguous inside each). y = A·Bᵀ as before.
+Program registerAProduct() {
+  Kernel k;
+  k.name = "k_wgmma_regs";
+  k.block = {128, 1, 1};
+  k.shared = {SharedBuffer{"b", kBElems, DType::BF16}};
+  const int kTid = 2, kE = 3;
+  Idx tid = idxVar(kTid, "tid"), e = idxVar(kE, "e");
+  k.body.push_back(defIdx(kTid, "tid", threadIdx()));
+  Idx n = floorDiv(e, 16), kk = mod(e, 16);
+  k.body.push_back(forLoop(kE, "e", tid, idxConst(kBElems), 128,
+                           {storeShared(0, floorDiv(n, 8) * idxConst(128) + floorDiv(kk, 8) * idxConst(64) + mod(kk, 8) * idxConst(8) + mod(n, 8),
+                                        loadGlobal(0, e + idxConst(kAElems)))}));
+  k.body.push_back(fenceProxyAsync());
+  k.body.push_back(barrier());
+  std::vector<int> acc = zeroAccumulators(k);
+  Idx w = floorDiv(tid, 32), g = floorDiv(mod(tid, 32), 4), t = mod(tid, 4);
+  std::vector<int> regs;
+  for (int i = 0; i < 8; ++i) {  // mma's A fragment: element i at (g + 8 ((i / 2) % 2), 2t + i % 2 + 8 (i / 4)) of the warp's rows
+    k.floatVars.push_back(fmt::format("fa{}", i));
+    Idx row = w * idxConst(16) + g + idxConst(8 * ((i / 2) % 2)), col = t * idxConst(2) + idxConst(i % 2 + 8 * (i / 4));
+    k.body.push_back(assign(static_cast<int>(k.floatVars.size()) - 1, loadGlobal(0, row * idxConst(16) + col)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    k.pairVars.push_back(fmt::format("ra{}", r));
+    regs.push_back(r);
+    const int lo = static_cast<int>(kN / 2) + 2 * r;
+    k.body.push_back(packPair(DType::BF16, r, lo, lo + 1));
+  }
+  Stmt::CoreMatrices mn{64, 128};
+  mn.mnMajor = true;
+  return issueAndStore(std::move(k), wgmmaRegA(DType::BF16, regs, 0, idxConst(0), mn, kN, acc), tid);
+}
+
+TEST(KernelWgmma, RegisterAAndMnMajorB) {
+  Program p = registerAProduct();
+  expectProduct(p, ramp(kAElems + kBElems));
+  std::string text = print(p);
+  EXPECT_NE(text.find("  wgmma.m64n24k16.bf16 {%c0 .. %c11} += registers $ra0 $ra1 $ra2 $ra3 x shared b[0] (mn-major core "
+                      "matrices k 64 row 128)\n"), std::string::npos) << text;
+  std::string cu = cuda::emit(p).sources[0].text;
+  EXPECT_NE(cu.find("wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, "
+                    "{%13, %14, %15, %16}, %17, d, 1, 1, 1;"), std::string::npos) << cu;
+  EXPECT_NE(cu.find(": \"r\"(1), \"r\"(ra0), \"r\"(ra1), \"r\"(ra2), \"r\"(ra3), \"l\"(kiln::wgmma_desc(&b[0], 128, 256)));"),
+            std::string::npos) << cu;
+  // The verifier: MN-major only for B and without the swizzle; the registers must exist.
+  for (Stmt& st : p.kernels[0].body)
+    if (st.kind == Stmt::Kind::Wgmma) st.layoutB.swizzle128 = true;
+  EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma B: MN-major core matrices take no swizzle"), std::string::npos);
+  p = registerAProduct();
+  for (Stmt& st : p.kernels[0].body)
+    if (st.kind == Stmt::Kind::Wgmma) st.pairRegs[3] = 9;
+  EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma A from pair register #9 of 4"), std::string::npos);
+  p = warpgroupProduct();
+  for (Stmt& st : p.kernels[0].body)
+    if (st.kind == Stmt::Kind::Wgmma) st.layoutA.mnMajor = true;
+  EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma A from shared a as MN-major core matrices (only B may be)"), std::string::npos);
+  EXPECT_THROW(wgmmaRegA(DType::BF16, {0, 1, 2}, 0, idxConst(0), Stmt::CoreMatrices{64, 128}, 8, std::vector<int>(4, 0)), InternalError);
 }
 
 TEST(KernelWgmma, AsynchronousRules) {

@@ -124,6 +124,9 @@ struct Stmt {
     // The 128-byte swizzle (16-bit operands 64 deep): rows of 64 elements, 16-byte chunk c of row r stored at chunk
     // c ^ (r mod 8); kStride is unused, rowStride is 512 (8 rows); see wgmma().
     bool swizzle128 = false;
+    // B only, without the swizzle: MN-major (wgmma's transposed B) core matrices, n contiguous inside each: 8 rows of
+    // k, each 8 consecutive n (v as attention's P·V reads it: [key][width]); see wgmmaRegA().
+    bool mnMajor = false;
   } layoutA, layoutB;
 };
 Stmt defIdx(int var, std::string name, Idx value);
@@ -221,6 +224,16 @@ Stmt mmaFromPairs(DType operandType, std::vector<int> aRegs, std::vector<int> bR
 // into shared memory a pending wgmma reads.
 Stmt wgmma(DType operandType, int sharedA, Idx aStart, Stmt::CoreMatrices layoutA, int sharedB, Idx bStart,
            Stmt::CoreMatrices layoutB, int64_t n, std::vector<int> acc);
+// The same product with A from registers (wgmma's register-A form): each thread's 4 pair registers (Kernel::pairVars,
+// packed by packPair or ldmatrixPairs) hold, for thread 32w + l of the warpgroup (g = l / 4, t = l % 4), A's elements
+//   a01: (16w + g, 2t .. 2t + 1)   a23: (16w + g + 8, 2t ..)   a45: (16w + g, 2t + 8 ..)   a67: (16w + g + 8, 2t + 8 ..)
+// (mma's A fragment per warp: the accumulators of a previous wgmma, packed in pairs, are the A of the next one). B from
+// shared as in wgmma(); with layoutB.mnMajor
+//   B(j, k) = sharedB[bStart + (j / 8) * layoutB.rowStride + (k / 8) * layoutB.kStride + (k % 8) * 8 + j % 8]
+// (imm-trans-b: core matrices of 8 k by 8 consecutive j). The registers are read at issue: they may be rewritten only
+// after the wgmma is waited for, like the accumulators.
+Stmt wgmmaRegA(DType operandType, std::vector<int> aRegs, int sharedB, Idx bStart, Stmt::CoreMatrices layoutB, int64_t n,
+               std::vector<int> acc);
 Stmt wgmmaFence();
 Stmt wgmmaCommit();
 Stmt wgmmaWait(int pendingGroups);
