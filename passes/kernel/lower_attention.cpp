@@ -171,8 +171,8 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     auto chunk = [&](const Idx& e) {
       Idx r = simplify(cores ? floorDiv(e, 8 * per) * idxConst(8) + mod(e, 8) : floorDiv(e, per), extents_);
       Idx c = simplify((cores ? mod(floorDiv(e, 8), per) : mod(e, per)) * idxConst(perCopy), extents_);
-      Idx to = cores ? simplify(at + floorDiv(e, 8 * per) * idxConst(8 * cols) + mod(floorDiv(e, 8), per) * idxConst(64) + mod(e, 8) * idxConst(8), extents_)
-                     : simplify(at + r * idxConst(stride) + c, extents_);
+      Idx to = simplify(cores ? at + floorDiv(r, 8) * idxConst(8 * cols) + floorDiv(c, 8) * idxConst(64) + mod(r, 8) * idxConst(8)
+                              : at + r * idxConst(stride) + c, extents_);
       Idx row = simplify(rowStart + r, extents_);
       Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
                             return v == rowVar + kFirstLoopVar ? (whole ? row : idxMin(row, idxConst(limit - 1)))
@@ -217,7 +217,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     mSafe[r] = slot(fmt::format("ms{}", r));
     alpha[r] = slot(fmt::format("alpha{}", r));
     body.push_back(assign(m[r], fconst(-kInf)));
-    body.push_back(assign(l[r], fconst(0.f)));
+    if (!f.rowSumsByMma) body.push_back(assign(l[r], fconst(0.f)));  // (by mma: l is the ls accumulators' at the end)
   }
   using Element = Flash::Element;  // the thread's score and output elements
   std::vector<Element> scores, outputs;
