@@ -289,24 +289,25 @@ class Emitter {
       if (l.swizzle128) return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}))", shared_[buffer], idx(at), l.rowStride * bytes);
       return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes, l.rowStride * bytes);
     };
-    const int transB = s.layoutB.mnMajor ? 1 : 0;
-    if (s.sharedA < 0) {  // A from the 4 pair registers: wgmma's register form (no trans-a immediate)
-      std::vector<std::string> a, in;
+    // A: a descriptor of shared memory, then the immediates scale-a, scale-b, trans-a, trans-b; or (wgmmaRegA) the 4 pair
+    // registers, and no trans-a immediate. Operands: the accumulators, the scale-d flag, A's inputs, B's descriptor.
+    std::vector<std::string> a, in;
+    if (s.sharedA < 0)
       for (size_t i = 0; i < 4; ++i) {
         a.push_back(fmt::format("%{}", n + 1 + i));
         in.push_back(fmt::format("\"r\"({})", pairs_[s.pairRegs[i]]));
       }
-      return fmt::format("{0}asm volatile(\"{{\\n.reg .pred d;\\nsetp.ne.b32 d, %{1}, 0;\\n\"\n"
-                         "{0}             \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} {{{4}}}, {{{5}}}, %{6}, d, 1, 1, {7};\\n}}\\n\"\n"
-                         "{0}             : {8}\n{0}             : \"r\"(1), {9}, {10});\n",
-                         pad, n, s.wgmmaN, type, fmt::join(regs, ", "), fmt::join(a, ", "), n + 5, transB, fmt::join(outs, ", "),
-                         fmt::join(in, ", "), desc(s.sharedB, s.b, s.layoutB));
+    else {
+      a.push_back(fmt::format("%{}", n + 1));
+      in.push_back(desc(s.sharedA, s.a, s.layoutA));
     }
+    const std::string aOperand = s.sharedA < 0 ? fmt::format("{{{}}}", fmt::join(a, ", ")) : a[0];
+    const std::string immediates = std::string(s.sharedA < 0 ? "1, 1, " : "1, 1, 0, ") + (s.layoutB.mnMajor ? "1" : "0");
     return fmt::format("{0}asm volatile(\"{{\\n.reg .pred d;\\nsetp.ne.b32 d, %{1}, 0;\\n\"\n"
-                       "{0}             \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} {{{4}}}, %{5}, %{6}, d, 1, 1, 0, {10};\\n}}\\n\"\n"
-                       "{0}             : {7}\n{0}             : \"r\"(1), {8}, {9});\n",
-                       pad, n, s.wgmmaN, type, fmt::join(regs, ", "), n + 1, n + 2, fmt::join(outs, ", "),
-                       desc(s.sharedA, s.a, s.layoutA), desc(s.sharedB, s.b, s.layoutB), transB);
+                       "{0}             \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} {{{4}}}, {5}, %{6}, d, {7};\\n}}\\n\"\n"
+                       "{0}             : {8}\n{0}             : \"r\"(1), {9}, {10});\n",
+                       pad, n, s.wgmmaN, type, fmt::join(regs, ", "), aOperand, n + 1 + in.size(), immediates, fmt::join(outs, ", "),
+                       fmt::join(in, ", "), desc(s.sharedB, s.b, s.layoutB));
   }
 
   const kernel::Program& p_;

@@ -25,7 +25,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -46,6 +45,7 @@ using detail::Ranges;
 using detail::interval;
 using detail::floorDivI;
 using detail::intersect;
+using detail::enumeratedBound;
 
 struct Verifier {
   const Program& p;
@@ -98,42 +98,6 @@ struct Verifier {
 
   std::optional<Range> bound(const Idx& e, const Scope& s) {
     return intersect(interval(e, s.ranges, nullptr), interval(e, s.ranges, &s.defs));
-  }
-
-  // The exact range of a definition whose variables take at most kEnumerated combinations of values (and that reads no
-  // memory), by trying each: interval arithmetic loses what ties a variable's occurrences together (attention's
-  // query-block order `-pb + (pb div H)(2 pb + 1 - H - QB) + QB - 1` is bounded [-11, 10] by intervals; it is a
-  // permutation of 0..7).
-  std::optional<Range> enumeratedBound(const Idx& e, const Scope& s) {
-    static constexpr int64_t kEnumerated = 4096;
-    std::vector<std::pair<int, Range>> vars;
-    bool unbounded = false, loads = false;
-    forEachVar(e, [&](int v) {
-      auto r = s.ranges.find(v);
-      if (v < 0 || r == s.ranges.end()) unbounded = true;
-      else if (std::none_of(vars.begin(), vars.end(), [&](const auto& p) { return p.first == v; })) vars.push_back({v, r->second});
-    });
-    forEachIndexLoad(e, [&](const IndexNode&) { loads = true; });
-    if (unbounded || loads || vars.empty()) return std::nullopt;
-    int64_t combinations = 1, top = 0;
-    for (const auto& [v, r] : vars) {
-      combinations *= r.second - r.first + 1;
-      if (combinations > kEnumerated) return std::nullopt;
-      top = std::max<int64_t>(top, v);
-    }
-    std::vector<int64_t> env(static_cast<size_t>(top) + 1, 0);
-    Range out{std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
-    for (int64_t c = 0; c < combinations; ++c) {
-      int64_t rest = c;
-      for (const auto& [v, r] : vars) {
-        const int64_t n = r.second - r.first + 1;
-        env[static_cast<size_t>(v)] = r.first + rest % n;
-        rest /= n;
-      }
-      const int64_t value = evaluate(e, env);
-      out = {std::min(out.first, value), std::max(out.second, value)};
-    }
-    return out;
   }
 
   // Even for every value of its variables: an even constant, a product with an even factor, a sum of even terms.
@@ -307,8 +271,7 @@ struct Verifier {
     } else if (st.pairRegs.size() != 4) {
       fail("wgmma with A from {} pair registers (want 4)", st.pairRegs.size());
     } else {
-      for (int r : st.pairRegs)
-        if (r < 0 || r >= static_cast<int>(k.pairVars.size())) fail("wgmma A from pair register #{} of {}", r, k.pairVars.size());
+      checkPairRegs(st.pairRegs, false, "wgmma A from");
     }
     operand(st.sharedB, st.b, st.layoutB, st.wgmmaN, "B");
     for (int slot : st.fragment) checkSlotRead(slot, "wgmma");
@@ -388,7 +351,7 @@ struct Verifier {
           checkIdx(st.a, s, "a definition");
           defineVar(st.var, st.name, s);
           if (varies(st.a, s)) s.varying.insert(st.var);
-          if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s))) s.ranges[st.var] = *r;
+          if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s.ranges))) s.ranges[st.var] = *r;
           s.defs[st.var] = st.a;
           s.expanded[st.var] = expand(st.a, s);
           break;

@@ -1,6 +1,8 @@
 #include "verifier_ranges.h"
 
 #include <algorithm>
+#include <limits>
+#include <vector>
 
 namespace kiln::kernel::detail {
 namespace {
@@ -76,6 +78,37 @@ std::optional<Range> interval(const Idx& e, const Ranges& ranges, const std::map
       return Range{alo >> blo, ahi >> blo};
     default: return std::nullopt;
   }
+}
+
+std::optional<Range> enumeratedBound(const Idx& e, const Ranges& ranges) {
+  std::vector<std::pair<int, Range>> vars;
+  bool unbounded = false, loads = false;
+  forEachVar(e, [&](int v) {
+    auto r = ranges.find(v);
+    if (v < 0 || r == ranges.end()) unbounded = true;
+    else if (std::none_of(vars.begin(), vars.end(), [&](const auto& p) { return p.first == v; })) vars.push_back({v, r->second});
+  });
+  forEachIndexLoad(e, [&](const IndexNode&) { loads = true; });
+  if (unbounded || loads || vars.empty()) return std::nullopt;
+  int64_t combinations = 1, top = 0;
+  for (const auto& [v, r] : vars) {
+    combinations *= r.second - r.first + 1;
+    if (combinations > kEnumeratedCombinations) return std::nullopt;
+    top = std::max<int64_t>(top, v);
+  }
+  std::vector<int64_t> env(static_cast<size_t>(top) + 1, 0);
+  Range out{std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+  for (int64_t c = 0; c < combinations; ++c) {
+    int64_t rest = c;
+    for (const auto& [v, r] : vars) {
+      const int64_t n = r.second - r.first + 1;
+      env[static_cast<size_t>(v)] = r.first + rest % n;
+      rest /= n;
+    }
+    const int64_t value = evaluate(e, env);
+    out = {std::min(out.first, value), std::max(out.second, value)};
+  }
+  return out;
 }
 
 std::optional<Range> intersect(std::optional<Range> a, std::optional<Range> b) {

@@ -18,6 +18,12 @@ using Ranges = std::map<int, Range>;
 std::optional<Range> interval(const Idx& e, const Ranges& ranges, const std::map<int, Idx>* defs);
 // a / b rounded toward negative infinity.
 int64_t floorDivI(int64_t a, int64_t b);
+// The exact range of e when its variables (all bounded in `ranges`) take at most kEnumeratedCombinations combinations of
+// values and it reads no memory, by trying each; nullopt otherwise. Interval arithmetic loses what ties a variable's
+// occurrences together: attention's query-block order `-pb + (pb div H)(2 pb + 1 - H - QB) + QB - 1` is bounded [-11, 10]
+// by intervals, and is a permutation of 0..7.
+constexpr int64_t kEnumeratedCombinations = 4096;
+std::optional<Range> enumeratedBound(const Idx& e, const Ranges& ranges);
 // Both bounds at once (either may be unknown).
 std::optional<Range> intersect(std::optional<Range> a, std::optional<Range> b);
 
