@@ -260,6 +260,18 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   __trap();
 #endif
 }
+// tma_load_2d by one lane of the warp (see mbarrier_arrive_expect_tx_elected).
+__device__ __forceinline__ void tma_load_2d_elected(void* dst, const CUtensorMap* map, int col, int row, unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n"
+               " @p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n}\n"
+               ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row),
+               "r"(shared_address(bar))
+               : "memory");
+#else
+  __trap();
+#endif
+}
 
 // mbarriers (Kernel IR's mbarrier statements; sm_80+): 64-bit barrier objects in shared memory counting arrivals in
 // phases. Waits poll test_wait.parity on sm_80 (it has no blocking try_wait), try_wait.parity from sm_90.
@@ -297,6 +309,17 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, int parit
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+// The same done by one lane of the warp (every lane calls it; elect.sync picks the lane, a predicate rather than a branch):
+// a producer warp's copies without a branch on the lane, so ptxas keeps the wgmmas of the loop it shares with the
+// warpgroups unserialized.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx_elected(unsigned long long* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n}\n"
+               ::"r"(shared_address(bar)), "r"(bytes) : "memory");
 #else
   __trap();
 #endif

@@ -169,6 +169,9 @@ class KernelBuilder {
     std::vector<Owned> owned;
     Idx ring;  // pipelined (cp_async) products: the ring slot the multiplication reads; null otherwise
     Idx copier;  // pipelined products: threadIdx as a signed index variable (the copies' indices have negative terms)
+    // Products with a producer warp: the thread's warpgroup, warp-uniform (defWarpUniform); the producer warp's is the
+    // number of consumer warpgroups. Branches on it keep each warpgroup's wgmmas on a path ptxas knows is uniform.
+    Idx role;
   };
   struct OperandSlice {  // one operand of a stage, staged slice by slice into shared buffer `buf`
     loop::ExprP value;
@@ -209,6 +212,22 @@ class KernelBuilder {
   void pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // The same ring filled by TMA copies completing on mbarriers (lower_contraction_tma.cpp).
   void tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
+  // A tma ring: its mbarrier buffers (full, and empty or -1), each operand's tensor map and where its k starts in the map
+  // (a split's part), the bytes that complete a slot's phase, and slice i's first k (rotatedSlices).
+  struct TmaRing {
+    int full = -1, empty = -1;
+    std::vector<int> maps;
+    std::vector<Idx> shifts;
+    int64_t sliceBytes = 0;
+    std::function<Idx(const Idx&)> sliceStart;
+  };
+  TmaRing tmaRing(const Tiling& t, const std::vector<OperandSlice>& operands, bool empty);
+  bool multicastPart(const Tiling& t, const OperandSlice& o);  // o's slices are copied in parts, one per block of the cluster
+  // The arrive.expect_tx on full[slot] and the copies of slice i into ring slot `slot`.
+  void tmaIssue(const Tiling& t, const std::vector<OperandSlice>& operands, const TmaRing& r, const Idx& i, const Idx& slot,
+                Block& out);
+  // With a producer warp (lower_contraction_specialized.cpp).
+  void specializedTmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // The epilogue's paired vector stores (lower_contraction.cpp).
   bool pairedStores(const Tiling& t);
   void storePair(const Tiling& t, const Owned& a, const Owned& b, Block& store);

@@ -105,6 +105,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   extents_[t.mAxis.var + kFirstLoopVar] = t.c.m;
   extents_[t.nAxis.var + kFirstLoopVar] = t.c.n;
   const bool pairs = pairedStores(t);
+  Block epilogue;
   for (size_t i = 0; i < t.owned.size(); ++i) {
     const Owned& o = t.owned[i];
     Block store;
@@ -118,8 +119,14 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
       for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = o.acc[st];
       storeResult(store);
     }
-    k_.body.push_back(ifLess(o.row, idxConst(t.c.m), Block{ifLess(o.col, idxConst(t.c.n), std::move(store))}));
+    epilogue.push_back(ifLess(o.row, idxConst(t.c.m), Block{ifLess(o.col, idxConst(t.c.n), std::move(store))}));
   }
+  if (!s.producerWarp) {
+    k_.body.insert(k_.body.end(), epilogue.begin(), epilogue.end());
+    return;
+  }
+  // The producer warp holds no outputs (its row index would name the next tile's rows).
+  k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));
 }
 
 // wgmma products store the two outputs a thread holds in adjacent columns (2t, 2t + 1 of each 8) with one vector store

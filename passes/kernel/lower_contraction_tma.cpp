@@ -37,33 +37,64 @@
 
 namespace kiln::kernel::detail {
 
-void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply) {
-  const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, ahead = depth - 1 - t.s.mmaInFlight;
-  KILN_ASSERT(ahead >= 1, "kernel {}: a ring of {} slots with {} wgmma groups in flight copies nothing ahead", lk_.name, depth,
-              t.s.mmaInFlight);
-  const int full = static_cast<int>(k_.shared.size());
+KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector<OperandSlice>& operands, bool empty) {
+  TmaRing r;
+  const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, C = t.s.cluster;
+  r.full = static_cast<int>(k_.shared.size());
   // After the ring in dynamic shared memory: a static buffer would come before the dynamic ones, and the ring's 1024-byte
   // alignment (the swizzle's) is only that of the dynamic region's start when nothing precedes it.
   k_.shared.push_back(SharedBuffer{"full", depth, DType::F32, true, true});
-  const int64_t C = t.s.cluster;
   k_.cluster = C;
-  const int empty = C > 1 ? static_cast<int>(k_.shared.size()) : -1;
-  if (C > 1) k_.shared.push_back(SharedBuffer{"empty", depth, DType::F32, true, true});
+  if (empty) {
+    r.empty = static_cast<int>(k_.shared.size());
+    k_.shared.push_back(SharedBuffer{"empty", depth, DType::F32, true, true});
+  }
   k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
-  auto shared = [&](const OperandSlice& o) { return C > 1 && o.staging == &t.s.a; };  // A: multicast in parts
-  std::vector<int> maps;
-  std::vector<Idx> shifts;  // per operand: where its k starts in the map (a split's part), or 0
-  int64_t sliceBytes = 0;  // every operand's box, zeros included: what completes a slot's phase
   for (const OperandSlice& o : operands) {
     auto view = tile::tmaView(tp_.loop, lk_, o.value, o.rowAxis.var, o.kAxis.var);
     KILN_ASSERT(view, "kernel {}: a tma operand that is not a [row][k] view of a buffer", lk_.name);
-    maps.push_back(static_cast<int>(k_.tensorMaps.size()));
+    r.maps.push_back(static_cast<int>(k_.tensorMaps.size()));
     k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, view->cols > 0 ? view->cols : K,
-                                      view->rowStride, shared(o) ? o.rows / C : o.rows, tk, true});
-    shifts.push_back(view->colShift ? substitute(view->colShift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); })
-                                    : idxConst(0));
-    sliceBytes += o.rows * tk * dtypeBytes(k_.shared[o.buf].dtype);
+                                      view->rowStride, multicastPart(t, o) ? o.rows / C : o.rows, tk, true});
+    r.shifts.push_back(view->colShift ? substitute(view->colShift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); })
+                                      : idxConst(0));
+    r.sliceBytes += o.rows * tk * dtypeBytes(k_.shared[o.buf].dtype);
   }
+  return r;
+}
+
+bool KernelBuilder::multicastPart(const Tiling& t, const OperandSlice& o) { return t.s.cluster > 1 && o.staging == &t.s.a; }
+
+void KernelBuilder::tmaIssue(const Tiling& t, const std::vector<OperandSlice>& operands, const TmaRing& r, const Idx& i,
+                             const Idx& slot, Block& out) {
+  const int64_t tk = t.s.tileK, C = t.s.cluster;
+  const Idx kStart = r.sliceStart(i);
+  auto put = [&](Stmt s) { out.push_back(t.s.producerWarp ? elected(std::move(s)) : std::move(s)); };  // the producer warp's lane
+  put(mbarrierArriveExpectTx(r.full, slot, r.sliceBytes));
+  for (size_t j = 0; j < operands.size(); ++j) {
+    const OperandSlice& o = operands[j];
+    const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, tk);
+    Idx dst = simplify(slot * idxConst(slotElements) + idxConst(o.slotOffset), extents_);
+    Idx row = simplify(o.tileIdx * idxConst(o.rows), extents_);
+    if (multicastPart(t, o)) {  // this block's part, into every block of the cluster
+      const int64_t part = o.rows / C;
+      const Idx rank = mod(blockIdx(), C);  // the block's place in its cluster (clusters are consecutive blocks)
+      out.push_back(tmaLoadMulticast(o.buf, simplify(dst + rank * idxConst(part * tk), extents_), r.maps[j],
+                                     simplify(kStart + r.shifts[j], extents_), simplify(row + rank * idxConst(part), extents_), r.full, slot));
+      continue;
+    }
+    put(tmaLoad(o.buf, dst, r.maps[j], simplify(kStart + r.shifts[j], extents_), row, r.full, slot));
+  }
+}
+
+void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply) {
+  if (t.s.producerWarp) return specializedTmaSteps(t, operands, multiply);
+  const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, ahead = tile::copiesAhead(t.s);
+  KILN_ASSERT(ahead >= 1, "kernel {}: a ring of {} slots with {} wgmma groups in flight copies nothing ahead", lk_.name, depth,
+              t.s.mmaInFlight);
+  const int64_t C = t.s.cluster;
+  TmaRing r = tmaRing(t, operands, C > 1);
+  const int full = r.full, empty = r.empty;
   const Idx first = idxConst(1);  // `threadIdx < 1`: thread 0
   Block init;
   for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(full, idxConst(s), 1));
@@ -72,25 +103,8 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   if (C > 1) init.push_back(fenceMbarrierInit());  // ... and to the cluster's other blocks, whose copies complete on them
   k_.body.push_back(ifLess(threadIdx(), first, std::move(init)));
   k_.body.push_back(C > 1 ? clusterBarrier() : barrier());
-  const Idx rank = mod(blockIdx(), C);  // the block's place in its cluster (clusters are consecutive blocks)
-  const std::function<Idx(const Idx&)> sliceStart = rotatedSlices(t);
-  auto issue = [&](const Idx& i, const Idx& slot, Block& out) {  // slice i into ring slot `slot`
-    const Idx kStart = sliceStart(i);
-    out.push_back(mbarrierArriveExpectTx(full, slot, sliceBytes));
-    for (size_t j = 0; j < operands.size(); ++j) {
-      const OperandSlice& o = operands[j];
-      const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, tk);
-      Idx dst = simplify(slot * idxConst(slotElements) + idxConst(o.slotOffset), extents_);
-      Idx row = simplify(o.tileIdx * idxConst(o.rows), extents_);
-      if (shared(o)) {  // this block's part, into every block of the cluster
-        const int64_t part = o.rows / C;
-        out.push_back(tmaLoadMulticast(o.buf, simplify(dst + rank * idxConst(part * tk), extents_), maps[j],
-                                       simplify(kStart + shifts[j], extents_), simplify(row + rank * idxConst(part), extents_), full, slot));
-        continue;
-      }
-      out.push_back(tmaLoad(o.buf, dst, maps[j], simplify(kStart + shifts[j], extents_), row, full, slot));
-    }
-  };
+  r.sliceStart = rotatedSlices(t);
+  auto issue = [&](const Idx& i, const Idx& slot, Block& out) { tmaIssue(t, operands, r, i, slot, out); };
   Block prologue;
   for (int64_t i = 0; i < ahead && i * tk < K; ++i) issue(idxConst(i), idxConst(i), prologue);
   k_.body.push_back(ifLess(threadIdx(), first, std::move(prologue)));

@@ -21,7 +21,15 @@ namespace kiln::kernel::detail {
 
 std::function<void(Block&)> KernelBuilder::multiplyOnWarpgroups(Tiling& t) {
   const int64_t n = t.s.tileN, groups = t.s.tileM / kWgmmaM;
-  Idx group = defVar(k_.body, "wg", floorDiv(threadIdx(), kWarpgroupThreads), groups);
+  Idx group;
+  if (t.s.producerWarp) {  // the role the warps branch on (the producer warp's threads, after the warpgroups, see groups)
+    const int v = freshKernelVar();
+    group = t.role = idxVar(v, "wg");
+    extents_[v] = groups + 1;
+    k_.body.push_back(defWarpUniform(v, "wg", floorDiv(threadIdx(), kWarpgroupThreads)));
+  } else {
+    group = defVar(k_.body, "wg", floorDiv(threadIdx(), kWarpgroupThreads), groups);
+  }
   Idx warp = defVar(k_.body, "warp", mod(floorDiv(threadIdx(), 32), 4), 4);
   Idx lane = defVar(k_.body, "lane", mod(threadIdx(), 32), 32);
   Idx g = defVar(k_.body, "g", floorDiv(lane, 4), 8);

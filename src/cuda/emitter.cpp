@@ -144,7 +144,10 @@ class Emitter {
     using K = kernel::Stmt::Kind;
     for (const kernel::Stmt& s : b) {
       switch (s.kind) {
-        case K::DefIdx: out += fmt::format("{}const {} {} = {};\n", pad, indexType_, s.name, idx(s.a)); break;
+        case K::DefIdx:
+          out += s.warpUniform ? fmt::format("{}const {} {} = __shfl_sync(0xffffffffu, {}, 0);  // warp-uniform\n", pad, indexType_, s.name, idx(s.a))
+                               : fmt::format("{}const {} {} = {};\n", pad, indexType_, s.name, idx(s.a));
+          break;
         case K::Assign: out += fmt::format("{}{} = {};\n", pad, floats_[s.var], fe(s.value)); break;
         case K::For:
           out += fmt::format("{}for ({} {} = {}; {} < {}; {} += {}) {{\n", pad, indexType_, s.name, idx(s.a), s.name, idx(s.b),
@@ -227,10 +230,11 @@ class Emitter {
           break;
         case K::NamedBarrier: out += fmt::format("{}kiln::named_barrier<{}, {}>();\n", pad, s.target, s.arrivals); break;
         case K::MbarrierExpectTx:
-          out += fmt::format("{}kiln::mbarrier_arrive_expect_tx(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.txBytes);
+          out += fmt::format("{}kiln::mbarrier_arrive_expect_tx{}(&{}[{}], {});\n", pad, s.elected ? "_elected" : "", shared_[s.target],
+                             idx(s.a), s.txBytes);
           break;
         case K::TmaLoad:
-          out += fmt::format("{}kiln::tma_load_2d(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, shared_[s.target], idx(s.a),
+          out += fmt::format("{}kiln::tma_load_2d{}(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, s.elected ? "_elected" : "", shared_[s.target], idx(s.a),
                              tensorMaps_[static_cast<size_t>(s.tensorMap)], idx(s.coords[0]), idx(s.coords[1]), shared_[s.barriers],
                              idx(s.b), s.multicast ? fmt::format(", {}", (1 << k_.cluster) - 1) : "");
           break;

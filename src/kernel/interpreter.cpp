@@ -300,8 +300,8 @@ void Machine::exec(const Block& body, int depth) {
       case Stmt::Kind::MbarrierExpectTx:
       case Stmt::Kind::TmaLoad:
         if (!mbarrierUsed) raise(fmt::format("kernel {}: an mbarrier statement, but no barrier is ever initialised", k.name));
-        if (s.kind == Stmt::Kind::TmaLoad) tmaLoadStep(s, mask);
-        else mbarrierStep(s, mask);
+        if (s.kind == Stmt::Kind::TmaLoad) tmaLoadStep(s, s.elected ? electedLanes(mask, s) : mask);
+        else mbarrierStep(s, s.elected ? electedLanes(mask, s) : mask);
         break;
       case Stmt::Kind::Wgmma: wgmmaStep(s, mask); break;
       case Stmt::Kind::WgmmaFence: activeWarpgroups(mask, "wgmma.fence"); break;

@@ -153,8 +153,11 @@ struct Machine {
   void wgmmaCommitStep(const std::vector<uint8_t>& mask);
   void wgmmaWaitStep(const Stmt& s, const std::vector<uint8_t>& mask);
   void fenceProxyAsyncStep(const std::vector<uint8_t>& mask);
-  // Warpgroups active under `mask`: each wholly or not at all, else an error naming `what`.
-  std::vector<int64_t> activeWarpgroups(const std::vector<uint8_t>& mask, const char* what);
+  // The warpgroups the mask holds whole (a part of one is an error naming `what`). trailing: the block's last, partial warpgroup (a
+  // producer warp) may take part whole too; it is then not listed (it issues no wgmma: wgmma.wait_group only).
+  std::vector<int64_t> activeWarpgroups(const std::vector<uint8_t>& mask, const char* what, bool trailing = false);
+  // An elected statement's threads: lane 0 of each warp in the mask, whose lanes must all be there (elect.sync).
+  std::vector<uint8_t> electedLanes(const std::vector<uint8_t>& mask, const Stmt& s);
 };
 
 }  // namespace kiln::kernel::interp

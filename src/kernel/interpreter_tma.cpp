@@ -48,6 +48,20 @@ std::vector<std::vector<int64_t>> Machine::clusterIssuers(const Stmt& s, int64_t
   return envs;
 }
 
+std::vector<uint8_t> Machine::electedLanes(const std::vector<uint8_t>& mask, const Stmt& s) {
+  std::vector<uint8_t> one(mask.size(), 0);
+  for (int64_t w = 0; w * 32 < T; ++w) {
+    const auto first = mask.begin() + w * 32, last = mask.begin() + std::min(T, (w + 1) * 32);
+    const int64_t active = std::count(first, last, uint8_t{1});
+    if (active == 0) continue;
+    if (active != 32)
+      raise(fmt::format("kernel {}: elected {} reached by {} of the 32 lanes of warp {} (block {}; elect.sync takes whole warps)",
+                        k.name, s.kind == Stmt::Kind::TmaLoad ? "tma.load" : "mbarrier.arrive.expect_tx", active, w, block));
+    one[static_cast<size_t>(w * 32)] = 1;
+  }
+  return one;
+}
+
 void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   KILN_ASSERT(s.tensorMap >= 0 && s.tensorMap < static_cast<int>(k.tensorMaps.size()) && s.coords.size() == 2,
               "kernel {}: tma.load from tensor map #{}", k.name, s.tensorMap);

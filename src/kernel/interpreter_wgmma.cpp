@@ -32,12 +32,15 @@ void Machine::noteSharedWrite(int buffer, int64_t i, int64_t t) {
   unfenced[buffer][i] = static_cast<int32_t>(t) + 1;
 }
 
-std::vector<int64_t> Machine::activeWarpgroups(const std::vector<uint8_t>& mask, const char* what) {
-  if (T % kWarpgroupThreads != 0) raise(fmt::format("kernel {}: {} in a block of {} threads (not whole warpgroups)", k.name, what, T));
+std::vector<int64_t> Machine::activeWarpgroups(const std::vector<uint8_t>& mask, const char* what, bool trailing) {
+  // A block may end in a part of a warpgroup (a producer warp): those threads must not reach it.
   std::vector<int64_t> groups;
-  for (int64_t q = 0; q < T / kWarpgroupThreads; ++q) {
-    const auto first = mask.begin() + q * kWarpgroupThreads;
-    const int64_t active = std::count(first, first + kWarpgroupThreads, uint8_t{1});
+  for (int64_t q = 0; q * kWarpgroupThreads < T; ++q) {
+    const auto first = mask.begin() + q * kWarpgroupThreads, last = mask.begin() + std::min(T, (q + 1) * kWarpgroupThreads);
+    const int64_t active = std::count(first, last, uint8_t{1});
+    if (trailing && last - first != kWarpgroupThreads && active == last - first) continue;
+    if (active != 0 && last - first != kWarpgroupThreads)
+      raise(fmt::format("kernel {}: {} reached by threads of the block's last {} (not whole warpgroups)", k.name, what, last - first));
     if (active != 0 && active != kWarpgroupThreads)
       raise(fmt::format("kernel {}: {} reached by {} of the 128 threads of warpgroup {} (block {})", k.name, what, active, q, block));
     if (active) groups.push_back(q);
@@ -127,7 +130,7 @@ void Machine::wgmmaCommitStep(const std::vector<uint8_t>& mask) {
 }
 
 void Machine::wgmmaWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
-  for (int64_t q : activeWarpgroups(mask, "wgmma.wait_group")) {
+  for (int64_t q : activeWarpgroups(mask, "wgmma.wait_group", true)) {
     if (!wgmmaUsed) continue;
     auto& groups = wgCommitted[static_cast<size_t>(q)];
     while (static_cast<int64_t>(groups.size()) > s.pendingGroups) {

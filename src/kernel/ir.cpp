@@ -72,6 +72,18 @@ Stmt defIdx(int var, std::string name, Idx value) {
   return s;
 }
 
+Stmt elected(Stmt s) {
+  KILN_ASSERT(s.kind == Stmt::Kind::TmaLoad || s.kind == Stmt::Kind::MbarrierExpectTx, "elected: only tma.load and expect_tx");
+  s.elected = true;
+  return s;
+}
+
+Stmt defWarpUniform(int var, std::string name, Idx value) {
+  Stmt s = defIdx(var, std::move(name), std::move(value));
+  s.warpUniform = true;
+  return s;
+}
+
 Stmt assign(int slot, FE value) {
   KILN_ASSERT(slot >= 0 && value, "assign: bad slot {} or null value", slot);
   Stmt s = makeStmt(Stmt::Kind::Assign);

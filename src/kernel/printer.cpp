@@ -56,7 +56,9 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
   std::string ind(2 * depth, ' ');
   for (auto& s : body) {
     switch (s.kind) {
-      case Stmt::Kind::DefIdx: lines.push_back(fmt::format("{}{} = {}", ind, s.name, idxString(s.a))); break;
+      case Stmt::Kind::DefIdx:
+        lines.push_back(fmt::format("{}{} = {}{}", ind, s.name, idxString(s.a), s.warpUniform ? "  (warp-uniform)" : ""));
+        break;
       case Stmt::Kind::Assign:
         lines.push_back(fmt::format("{}{} = {}", ind, floatName(k, s.var), exprString(k, s.value)));
         break;
@@ -127,11 +129,11 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
         lines.push_back(fmt::format("{}cp.async.mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));
         break;
       case Stmt::Kind::MbarrierExpectTx:
-        lines.push_back(fmt::format("{}mbarrier.arrive.expect_tx {}[{}], {} bytes", ind, sharedName(k, s.target), idxString(s.a),
-                                    s.txBytes));
+        lines.push_back(fmt::format("{}{}mbarrier.arrive.expect_tx {}[{}], {} bytes", ind, s.elected ? "elected " : "",
+                                    sharedName(k, s.target), idxString(s.a), s.txBytes));
         break;
       case Stmt::Kind::TmaLoad:
-        lines.push_back(fmt::format("{}tma.load{} shared {}[{}] <- tmap{}[row {}, col {}] on {}[{}]", ind,
+        lines.push_back(fmt::format("{}{}tma.load{} shared {}[{}] <- tmap{}[row {}, col {}] on {}[{}]", ind, s.elected ? "elected " : "",
                                     s.multicast ? ".multicast" : "", sharedName(k, s.target),
                                     idxString(s.a), s.tensorMap, idxString(s.coords[1]), idxString(s.coords[0]),
                                     sharedName(k, s.barriers), idxString(s.b)));

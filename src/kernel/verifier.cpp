@@ -234,8 +234,7 @@ struct Verifier {
   // wgmma: sm_90a, warpgroup-collective, operands of its type in shared memory, starts and core-matrix strides 16-byte
   // aligned, every core matrix it reads inside its buffer, accumulators assigned before (they are read and written).
   void checkWgmma(const Stmt& st, const Scope& s) {
-    checkWarpCollective("wgmma");
-    if (k.block[0] % kWarpgroupThreads != 0) fail("wgmma in a block of {} threads (not whole warpgroups of 128)", k.block[0]);
+    checkWarpCollective("wgmma", kWarpgroupThreads);
     if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
     if (st.wgmmaN < 8 || st.wgmmaN > 256 || st.wgmmaN % 8 != 0 || static_cast<int64_t>(st.fragment.size()) != st.wgmmaN / 2)
       fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", st.wgmmaN,
@@ -277,10 +276,19 @@ struct Verifier {
     for (int slot : st.fragment) checkSlotRead(slot, "wgmma");
   }
 
-  // Warp-collective statements: every lane of every warp executes them; block-uniform control flow guarantees it.
-  void checkWarpCollective(const char* what) {
-    if (!divergence.empty()) fail("{} under thread-dependent control flow `{}` (lanes of a warp may skip it)", what, divergence);
-    if (k.block[0] % 32 != 0) fail("{} in a block of {} threads (not whole warps)", what, k.block[0]);
+  // Collective statements: every lane of every warp (every thread of every warpgroup: granule 128) that reaches them
+  // executes them. Block-uniform control flow guarantees it in a block of whole groups; under thread-dependent
+  // conditions (warp roles) those must read threadIdx alone and let whole groups through, outside loops whose bounds
+  // depend on the thread.
+  void checkWarpCollective(const char* what, int64_t granule = Target::kWarpSize, bool trailing = false) {
+    if (divergence.empty()) {
+      if (k.block[0] % granule != 0 && !(trailing && k.block[0] % Target::kWarpSize == 0)) fail("{} in a block of {} threads (not whole {}s of {})", what, k.block[0],
+                                          granule == Target::kWarpSize ? "warp" : "warpgroup", granule);
+      return;
+    }
+    if (divergentLoop) fail("{} in a loop whose bounds depend on the thread (`{}`)", what, divergence);
+    if (std::string why = detail::checkWholeGroups(roleConditions, k.block[0] * k.block[1] * k.block[2], granule, trailing); !why.empty())
+      fail("{} under thread-dependent control flow `{}`: {}", what, divergence, why);
   }
 
   void checkSlotRead(int slot, const char* what) {
@@ -349,6 +357,9 @@ struct Verifier {
       switch (st.kind) {
         case Stmt::Kind::DefIdx: {
           checkIdx(st.a, s, "a definition");
+          if (st.warpUniform)
+            if (std::string why = detail::checkWarpUniform(expand(st.a, s), k.block[0]); !why.empty())
+              fail("warp-uniform {} = {}: {}", st.name, toString(st.a), why);
           defineVar(st.var, st.name, s);
           if (varies(st.a, s)) s.varying.insert(st.var);
           if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s.ranges))) s.ranges[st.var] = *r;
@@ -468,7 +479,8 @@ struct Verifier {
         case Stmt::Kind::WgmmaFence:
         case Stmt::Kind::WgmmaCommit:
         case Stmt::Kind::WgmmaWait:
-          checkWarpCollective("wgmma.fence / commit_group / wait_group");
+          // wait_group also in the block's trailing part of a warpgroup (a producer warp: no group of its own to wait for)
+          checkWarpCollective("wgmma.fence / commit_group / wait_group", kWarpgroupThreads, st.kind == Stmt::Kind::WgmmaWait);
           if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
           if (st.kind == Stmt::Kind::WgmmaWait && (st.pendingGroups < 0 || st.pendingGroups > 7))
             fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
@@ -494,8 +506,12 @@ struct Verifier {
         case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkLaunch)
         case Stmt::Kind::CpAsyncMbarrierArrive:
         case Stmt::Kind::MbarrierExpectTx:
-        case Stmt::Kind::MbarrierWait: checkMbarrier(st, s); break;
+        case Stmt::Kind::MbarrierWait:
+          if (st.elected) checkWarpCollective("an elected mbarrier.arrive.expect_tx");
+          checkMbarrier(st, s);
+          break;
         case Stmt::Kind::TmaLoad: {  // the map and buffers (verifier_tma.cpp); here the indices: in bounds, aligned
+          if (st.elected) checkWarpCollective("an elected tma.load");
           if (std::string why = detail::checkTmaLoad(k, st); !why.empty()) fail("{}", why);
           for (const Idx* e : {&st.a, &st.b, &st.coords[0], &st.coords[1]}) checkIdx(*e, s, "a tma.load");
           checkSharedIndex(st.barriers, st.b, s, "mbarrier");

@@ -102,12 +102,12 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
     case TC::Instruction::Wgmma:
       instr = fmt::format("wgmma.m64n{}k16.{} warpgroups {} of 64x{}{}", t.tileN, dtypeName(t.mmaType), t.tileM / 64, t.tileN,
                           t.mmaInFlight > 0 ? fmt::format(", {} group in flight (copies {} slice{} ahead)", t.mmaInFlight,
-                                                          t.pipelineDepth - 1 - t.mmaInFlight,
-                                                          t.pipelineDepth - 1 - t.mmaInFlight == 1 ? "" : "s")
+                                                          copiesAhead(t), copiesAhead(t) == 1 ? "" : "s")
                                             : "");
       if (t.stackedB) instr += fmt::format(", the {} stages' B stacked: wgmma.m64n{}k16", k.stages.size(),
                                            static_cast<int64_t>(k.stages.size()) * t.tileN);
       if (t.cluster > 1) instr += fmt::format(", clusters of {} blocks (A multicast)", t.cluster);
+      if (t.producerWarp) instr += ", a producer warp issuing the copies";
       break;
   }
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
@@ -140,7 +140,7 @@ nlohmann::json toJson(const Schedule& s) {
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}});
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"producer_warp", t.producerWarp}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -340,6 +340,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "slices of 8 rows or more per block ({} rows) and copies 2 or more slices ahead (ring {}, {} group in flight)",
                 k.name, t.cluster, tilesN(t, c), t.tileM, t.pipelineDepth, t.mmaInFlight);
   }
+  KILN_ASSERT(!t.producerWarp || (t.a.copy == TC::Copy::Tma && t.cluster == 1 && t.mmaInFlight == 1),
+              "kernel {}: a producer warp needs a tma product outside clusters with one wgmma group in flight (copy {}, cluster {}, "
+              "{} in flight)", k.name, copyName(t.a.copy), t.cluster, t.mmaInFlight);
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);

@@ -37,7 +37,8 @@ int64_t threadsPerBlock(const Schedule& s) {
                         [](const TiledContraction& t) {
                           switch (t.instruction) {
                             case TiledContraction::Instruction::MmaSync: return int64_t{128};
-                            case TiledContraction::Instruction::Wgmma: return t.tileM / 64 * 128;  // a warpgroup per 64 rows
+                            case TiledContraction::Instruction::Wgmma:  // a warpgroup per 64 rows, and the producer warp
+                              return t.tileM / 64 * 128 + (t.producerWarp ? Target::kWarpSize : 0);
                             default: return (t.tileM / t.microM) * (t.tileN / t.microN);
                           }
                         },
@@ -87,7 +88,7 @@ int64_t sharedBytes(const Schedule& s, const loop::Kernel& k) {
   if (auto* t = std::get_if<TiledContraction>(&s))
     return dynamicShared(s) ? t->pipelineDepth * (ringSlotBytes(*t, contractionOf(*t, k)) +
                                                   (t->a.copy == TiledContraction::Copy::Tma ? kMbarrierBytes : 0) +
-                                                  (t->cluster > 1 ? kMbarrierBytes : 0))  // full (and empty) per slot
+                                                  (t->cluster > 1 || t->producerWarp ? kMbarrierBytes : 0))  // full (and empty) per slot
                             : operandSliceBytes(*t, static_cast<int64_t>(k.stages.size()), t->tileK);
   return 0;
 }
@@ -185,8 +186,13 @@ int64_t ringDepth(const Target& target, const TiledContraction& s, const Contrac
   return 0;
 }
 
+int64_t copiesAhead(const TiledContraction& s) {
+  return s.pipelineDepth - 1 - (s.producerWarp ? 0 : s.mmaInFlight);
+}
+
 int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages) {
-  return stages * s.tileM * s.tileN / threadsPerBlock(s);
+  const int64_t holders = threadsPerBlock(s) - (s.producerWarp ? Target::kWarpSize : 0);  // the producer warp holds none
+  return stages * s.tileM * s.tileN / holders;
 }
 
 int64_t prefetchRegisters(const TiledContraction& s, int64_t stages) {

@@ -30,7 +30,9 @@ struct Products {
 // (tma) then tile-tma-copies: every slice copied by TMA boxes completing on the ring slots' mbarriers; (cluster) then
 // tile-multicast-operands: the products whose tile columns pair up run in clusters of 2 that multicast their A slices
 // (the down product's 192 columns in tiles of 32 instead of 64, so that its 6 tile columns pair up too).
-Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, bool tma = false, bool cluster = false) {
+// (producer) then tile-specialize-warps: tma products with a producer warp and empty mbarriers instead of the block barrier.
+Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, bool tma = false, bool cluster = false,
+                       bool producer = false) {
   PipelineOptions o;
   o.disable = {"tile-stack-operands", "tile-deepen-rings", "tile-overlap-wgmma"};  // applied by hand below
   Products w;
@@ -49,6 +51,7 @@ Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, b
         t->tileN = 32;
     EXPECT_TRUE(tile::multicastOperands(w.c.tileIR));
   }
+  if (producer) EXPECT_TRUE(tile::specializeWarps(w.c.tileIR));
   tile::verify(w.c.tileIR);
   for (const tile::Schedule& s : w.c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma)
@@ -186,6 +189,64 @@ TEST(WarpgroupProducts, TmaClustersMatchTheLoopProgram) {
     expectMatchesTheLoopProgram(w, overlap ? "clusters, a group in flight" : "clusters");
   }
   kernel::kernel_test::expectNvccCompiles(wgmmaProducts(true, true, true, true, true).kernelIR);
+}
+
+// tile-specialize-warps: a producer warp after the warpgroups copies every slice, the warpgroups release each slot on its
+// empty mbarrier. Without deepen the down product's ring of 4 holds its 8 slices in turn, so the producer waits for
+// releases; the sums are those of the block-barrier ring with a group in flight, bit for bit. The emitted loop has no
+// block barrier, the producer's threads store nothing, and the block is the warpgroups plus one warp.
+TEST(WarpgroupProducts, ProducerWarpMatchesTheLoopProgram) {
+  for (bool deepen : {false, true}) {
+    Products w = wgmmaProducts(true, true, deepen, true, false, true), before = wgmmaProducts(true, true, deepen, true);
+    ASSERT_EQ(w.schedules.size(), 2u);
+    for (const tile::TiledContraction& s : w.schedules) {
+      EXPECT_TRUE(s.producerWarp);
+      EXPECT_EQ(s.mmaInFlight, 1);
+      EXPECT_EQ(tile::threadsPerBlock(s), s.tileM / 64 * 128 + 32);
+      EXPECT_EQ(tile::copiesAhead(s), s.pipelineDepth - 1);
+    }
+    expectMatchesTheLoopProgram(w, deepen ? "producer warp, deep rings" : "producer warp, rings reused");
+    auto got = run(w), want = run(before);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare(got[i], want[i]).relL2, 0.0) << "output " << i;
+  }
+  Products w = wgmmaProducts(true, true, false, true, false, true);
+  const std::string cu = cuda::print(cuda::emit(w.kernelIR));
+  const size_t loop = cu.find("for (int k0 = 0;");
+  ASSERT_NE(loop, std::string::npos) << cu;
+  const std::string body = cu.substr(loop, cu.find("kiln::wgmma_wait_group<0>();", loop) - loop);
+  EXPECT_EQ(body.find("__syncthreads();"), std::string::npos) << body;
+  EXPECT_NE(body.find("kiln::mbarrier_arrive(&empty["), std::string::npos) << body;
+  EXPECT_NE(body.find("kiln::mbarrier_wait(&empty["), std::string::npos) << body;
+  EXPECT_NE(tile::print(w.c.tileIR).find("a producer warp issuing the copies"), std::string::npos);
+  kernel::kernel_test::expectNvccCompiles(w.kernelIR);
+}
+
+// The verifier's rules for the producer warp: a tma product outside clusters with a group in flight; and the Kernel-IR
+// verifier refuses a wgmma that a part of a warpgroup reaches (here: the producer warp, were the consumers' guard in the
+// k loop gone).
+TEST(WarpgroupProducts, ProducerWarpRules) {
+  Products w = wgmmaProducts(true, true, false, true);
+  tile::Program bad = w.c.tileIR;
+  for (tile::Schedule& s : bad.schedules)
+    if (auto* t = std::get_if<tile::TiledContraction>(&s)) t->producerWarp = true, t->mmaInFlight = 0;
+  std::string msg = kernel::kernel_test::errorOf([&] { tile::verify(bad); });
+  EXPECT_NE(msg.find("a producer warp needs a tma product outside clusters with one wgmma group in flight"), std::string::npos) << msg;
+  Products p = wgmmaProducts(true, true, false, true, false, true);
+  kernel::Kernel& k = p.kernelIR.kernels[0];
+  ASSERT_EQ(k.block[0], 160) << "one warpgroup and the producer warp";
+  for (kernel::Stmt& loop : k.body) {
+    if (loop.kind != kernel::Stmt::Kind::For) continue;
+    kernel::Block flat;  // the consumers' part of each step spliced in unguarded
+    for (kernel::Stmt& st : loop.body) {
+      const bool consumers = st.kind == kernel::Stmt::Kind::If && !st.body.empty() && st.body[0].kind == kernel::Stmt::Kind::MbarrierWait;
+      if (consumers) flat.insert(flat.end(), st.body.begin(), st.body.end());
+      else flat.push_back(st);
+    }
+    loop.body = flat;
+  }
+  msg = kernel::kernel_test::errorOf([&] { kernel::verify(p.kernelIR); });
+  EXPECT_NE(msg.find("in a block of 160 threads (not whole warpgroups of 128)"), std::string::npos) << msg;
 }
 
 TEST(WarpgroupProducts, NvccCompilesBothForSm90a) {

@@ -112,6 +112,8 @@ struct Stmt {
   int barriers = -1;                // TmaLoad: the buffer of mbarriers its bytes complete on, barrier `b`
   bool multicast = false;           // TmaLoad: into every block of the cluster, see tmaLoad()
   bool transpose = false;           // Ldmatrix: .trans
+  bool warpUniform = false;         // DefIdx: the same in every lane of a warp, see defWarpUniform()
+  bool elected = false;             // TmaLoad, MbarrierExpectTx: one lane of each warp reaching it, see elected()
   // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
   // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
   std::vector<int> pairRegs;
@@ -130,6 +132,14 @@ struct Stmt {
   } layoutA, layoutB;
 };
 Stmt defIdx(int var, std::string name, Idx value);
+// A definition whose value every lane of a warp shares (it reads threadIdx only through whole warps: a warp role), emitted
+// as lane 0's value broadcast by __shfl_sync so that nvcc and ptxas know branches on it do not split a warp: a wgmma
+// under a branch they take for divergent is serialized (ptxas C7518). The verifier checks the claim on every thread.
+Stmt defWarpUniform(int var, std::string name, Idx value);
+// s (a tmaLoad or mbarrierArriveExpectTx) done by one lane of each warp that reaches it, whole (elect.sync and a
+// predicate, no branch): how a producer warp issues its copies without a branch on the lane, which would put the wgmmas
+// of the loop it shares with the warpgroups on a path ptxas takes for divergent (it serializes them, C7518).
+Stmt elected(Stmt s);
 Stmt assign(int slot, FE value);
 Stmt forLoop(int var, std::string name, Idx begin, Idx end, int64_t step, Block body);
 Stmt ifLess(Idx lhs, Idx rhs, Block body);

@@ -116,6 +116,12 @@ struct TiledContraction {
   // per cluster instead of once per block. The k loop's block barrier becomes a cluster barrier (a block's slot is only
   // overwritten once every block of the cluster is done with it).
   int64_t cluster = 1;
+  // Tma products outside clusters (tile-specialize-warps): one warp more after the warpgroups, the producer, whose first
+  // lane issues every slice's copies; the warpgroups, the consumers, only wait for a slot's copies, multiply and release
+  // the slot (an mbarrier `empty` per slot, one arrival per consumer warp) while the producer waits for that release
+  // before it refills the slot. No block barrier in the k loop: the warpgroups run apart, and one wgmma group stays in
+  // flight (mmaInFlight 1) while the copies run pipelineDepth - 1 slices ahead of the one multiplied.
+  bool producerWarp = false;
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
@@ -240,6 +246,7 @@ bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies
 bool multicastOperands(Program& p);             // tile-multicast-operands
+bool specializeWarps(Program& p);               // tile-specialize-warps
 bool deepenRings(Program& p);                   // tile-deepen-rings
 bool stackOperands(Program& p);                 // tile-stack-operands
 // Blocks per thread-block cluster that tile-multicast-operands gives tma products.

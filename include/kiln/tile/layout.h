@@ -78,7 +78,11 @@ int64_t ringSlotBudget(const TiledContraction& s, const Contraction& c);
 // Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
 // Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c);
-// Accumulator registers per thread, and the registers RegisterPrefetch adds (per operand slice,
+// How many slices ahead of the one being multiplied a ring's copies run: pipelineDepth - 1 less the wgmma groups in flight
+// (their slots are still read when the next copies go out), but pipelineDepth - 1 with a producer warp (it refills a slot
+// as soon as the warpgroups release it, not a step later).
+int64_t copiesAhead(const TiledContraction& s);
+// Accumulator registers per thread that holds any, and the registers RegisterPrefetch adds (per operand slice,
 // ceil(rows * tileK / threads) values).
 int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages);
 int64_t prefetchRegisters(const TiledContraction& s, int64_t stages);

@@ -1,0 +1,74 @@
+// kernel-lower-from-tile for tma products with a producer warp (TiledContraction::producerWarp; see
+// passes/tile/specialize_warps.cpp for why). Threads [0, P) are the warpgroups (the consumers), warp P / 32 the producer;
+// the roles branch on wg = threadIdx / 128 (Tiling::role), broadcast from lane 0 (defWarpUniform: ptxas serializes wgmmas
+// under a branch it takes for divergent).
+// Ring slot s has mbarriers full[s] (one arrival a phase: the producer's arrive.expect_tx, whose bytes the copies then
+// complete) and empty[s] (one arrival a phase from each consumer warp: the warp is done reading the slot). Slice i is the
+// (i / depth)-th use of its slot: its copies complete phase i / depth of full (parity (i / depth) mod 2), and the slice
+// before it in the slot, i - depth, was released by phase i / depth - 1 of empty.
+//   thread 0: init full[0 .. depth) (1 arrival) and empty[0 .. depth) (P / 32 arrivals), fence them; barrier
+//   producer: expect_tx and the copies of slices 0 .. depth - 2
+//   for k0 in steps of tile_k (slice i):
+//     consumers: wait for full[i mod depth]'s phase; multiply slice i (commit; wait until one group is pending: slice
+//       i - 1's wgmmas are done); lane 0 of each warp, if i > 0: arrive on empty[(i - 1) mod depth]
+//     producer, if slice j = i + depth - 1 exists: if j >= depth, wait for the release of slice j - depth (= i - 1)
+//       from its slot; expect_tx and the copies of slice j into slot j mod depth
+//   every thread: wait for every wgmma group (the accumulators are final); the epilogue is the consumers' alone
+// The producer warp runs whole (a branch on the lane would put the wgmmas on a path ptxas takes for divergent and it
+// would serialize them, C7518): its expect_tx and copies are elected, one lane doing them by a predicate.
+// The two roles share one loop. On the GPU the producer warp runs ahead on its own, held back only by the empty barriers,
+// and no block barrier ties the warpgroups together; in the interpreter, which runs threads in lockstep, every wait finds
+// the arrivals it needs earlier in program order (the consumers' part of a step comes before the producer's).
+#include <fmt/format.h>
+
+#include "kernel_builder.h"
+#include "kiln/support/error.h"
+
+namespace kiln::kernel::detail {
+
+void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlice>& operands,
+                                        const std::function<void(Block&)>& multiply) {
+  const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, slices = (K + tk - 1) / tk;
+  const int64_t groups = t.s.tileM / kWgmmaM, consumers = groups * kWarpgroupThreads;
+  KILN_ASSERT(t.s.cluster == 1 && t.s.mmaInFlight == 1 && depth >= 3,
+              "kernel {}: a producer warp feeds one wgmma group in flight through a ring of 3 or more outside clusters", lk_.name);
+  TmaRing r = tmaRing(t, operands, true);
+  Block init;
+  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.full, idxConst(s), 1));
+  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.empty, idxConst(s), consumers / Target::kWarpSize));
+  init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
+  k_.body.push_back(ifLess(threadIdx(), idxConst(1), std::move(init)));
+  k_.body.push_back(barrier());
+  r.sliceStart = rotatedSlices(t);
+  KILN_ASSERT(t.role, "kernel {}: a producer warp without the warp role (multiplyOnWarpgroups defines it)", lk_.name);
+  const Idx lane = mod(threadIdx(), Target::kWarpSize);
+  // wg == groups: the producer warp, whole (its copies are elected: one lane issues them, without a branch on the lane)
+  auto producer = [&](Block body) { return ifLess(idxConst(groups - 1), t.role, std::move(body)); };
+  Block prologue;
+  for (int64_t i = 0; i < depth - 1 && i < slices; ++i) tmaIssue(t, operands, r, idxConst(i), idxConst(i), prologue);
+  k_.body.push_back(producer(std::move(prologue)));
+
+  Block steps;
+  Idx slice = floorDiv(t.k0, tk);
+  t.ring = defVar(steps, "slot", mod(slice, depth), depth);
+  Block consume;
+  consume.push_back(mbarrierWait(r.full, t.ring, mod(floorDiv(slice, depth), 2)));
+  multiply(consume);
+  Block release;
+  Idx freed = defVar(release, "free_slot", mod(idxAdd(slice, depth - 1), depth), depth);  // (i - 1) mod depth
+  release.push_back(mbarrierArrive(r.empty, freed));
+  consume.push_back(ifLess(idxConst(0), slice, {ifLess(lane, idxConst(1), std::move(release))}));
+  steps.push_back(ifLess(t.role, idxConst(groups), std::move(consume)));
+  Block refill;
+  const Idx j = idxAdd(slice, depth - 1);  // the slice copied in this step, into the slot slice i - 1 held
+  Idx writeSlot = defVar(refill, "next_slot", mod(j, depth), depth);
+  refill.push_back(ifLess(idxConst(depth - 1), j, {mbarrierWait(r.empty, writeSlot, mod(idxAdd(floorDiv(j, depth), 1), 2))}));
+  tmaIssue(t, operands, r, j, writeSlot, refill);
+  steps.push_back(producer({ifLess(j, idxConst(slices), std::move(refill))}));
+  k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
+  // The accumulators are final. The producer warp waits too (it has no group pending): behind a branch, ptxas would add
+  // the wait itself where the roles' paths join.
+  k_.body.push_back(wgmmaWait(0));
+}
+
+}  // namespace kiln::kernel::detail
