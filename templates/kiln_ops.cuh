@@ -260,18 +260,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   __trap();
 #endif
 }
-// tma_load_2d by one lane of the warp (see mbarrier_arrive_expect_tx_elected).
-__device__ __forceinline__ void tma_load_2d_elected(void* dst, const CUtensorMap* map, int col, int row, unsigned long long* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n"
-               " @p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n}\n"
-               ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row),
-               "r"(shared_address(bar))
-               : "memory");
-#else
-  __trap();
-#endif
-}
 
 // mbarriers (Kernel IR's mbarrier statements; sm_80+): 64-bit barrier objects in shared memory counting arrivals in
 // phases. Waits poll test_wait.parity on sm_80 (it has no blocking try_wait), try_wait.parity from sm_90.
@@ -325,17 +313,26 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx_elected(unsigned long 
 #endif
 }
 // One box of `map` whose first element is (row, col) into shared memory at `dst`, its bytes completing on `bar`. The map
-// is a __grid_constant__ kernel parameter: its generic address is what the instruction takes.
+// is a __grid_constant__ kernel parameter: its generic address is what the instruction takes. Elected: done by one lane
+// of the warp (see mbarrier_arrive_expect_tx_elected).
+#define KILN_TMA_LOAD_2D "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+template <bool Elected = false>
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int col, int row, unsigned long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-               ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row),
-               "r"(shared_address(bar))
-               : "memory");
+  if constexpr (Elected)
+    asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n @p " KILN_TMA_LOAD_2D "}\n"
+                 ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row),
+                 "r"(shared_address(bar))
+                 : "memory");
+  else
+    asm volatile(KILN_TMA_LOAD_2D ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row),
+                 "r"(shared_address(bar))
+                 : "memory");
 #else
   __trap();
 #endif
 }
+#undef KILN_TMA_LOAD_2D
 
 // The same box into every block of the cluster named in `blocks` (bit r: the block of rank r), at the same shared offset,
 // its bytes completing on the same mbarrier of each (Kernel IR's tmaLoadMulticast).

@@ -234,7 +234,7 @@ class Emitter {
                              idx(s.a), s.txBytes);
           break;
         case K::TmaLoad:
-          out += fmt::format("{}kiln::tma_load_2d{}(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, s.elected ? "_elected" : "", shared_[s.target], idx(s.a),
+          out += fmt::format("{}kiln::tma_load_2d{}(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, s.elected ? "<true>" : "", shared_[s.target], idx(s.a),
                              tensorMaps_[static_cast<size_t>(s.tensorMap)], idx(s.coords[0]), idx(s.coords[1]), shared_[s.barriers],
                              idx(s.b), s.multicast ? fmt::format(", {}", (1 << k_.cluster) - 1) : "");
           break;
