@@ -222,7 +222,7 @@ class KernelBuilder {
     std::function<Idx(const Idx&)> sliceStart;
   };
   TmaRing tmaRing(const Tiling& t, const std::vector<OperandSlice>& operands, bool empty);
-  bool multicastPart(const Tiling& t, const OperandSlice& o);  // o's slices are copied in parts, one per block of the cluster
+  static bool multicastPart(const Tiling& t, const OperandSlice& o);  // o's slices are copied in parts, one per block of the cluster
   // The arrive.expect_tx on full[slot] and the copies of slice i into ring slot `slot`.
   void tmaIssue(const Tiling& t, const std::vector<OperandSlice>& operands, const TmaRing& r, const Idx& i, const Idx& slot,
                 Block& out);

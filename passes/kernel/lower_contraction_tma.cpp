@@ -37,6 +37,8 @@
 
 namespace kiln::kernel::detail {
 
+bool KernelBuilder::multicastPart(const Tiling& t, const OperandSlice& o) { return t.s.cluster > 1 && o.staging == &t.s.a; }
+
 KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector<OperandSlice>& operands, bool empty) {
   TmaRing r;
   const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, C = t.s.cluster;
@@ -62,8 +64,6 @@ KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector
   }
   return r;
 }
-
-bool KernelBuilder::multicastPart(const Tiling& t, const OperandSlice& o) { return t.s.cluster > 1 && o.staging == &t.s.a; }
 
 void KernelBuilder::tmaIssue(const Tiling& t, const std::vector<OperandSlice>& operands, const TmaRing& r, const Idx& i,
                              const Idx& slot, Block& out) {

@@ -100,16 +100,6 @@ struct Verifier {
     return intersect(interval(e, s.ranges, nullptr), interval(e, s.ranges, &s.defs));
   }
 
-  // Even for every value of its variables: an even constant, a product with an even factor, a sum of even terms.
-  static bool provablyEven(const Idx& e) {
-    switch (e->op) {
-      case IndexNode::Op::Const: return e->value % 2 == 0;
-      case IndexNode::Op::Mul: return provablyEven(e->a) || provablyEven(e->b);
-      case IndexNode::Op::Add: return provablyEven(e->a) && provablyEven(e->b);
-      default: return false;
-    }
-  }
-
   static constexpr int kTripVar = 1 << 20;  // + loop variable id: the trip count of that loop, in `expanded`
 
   Idx expand(const Idx& e, const Scope& s) {
@@ -117,22 +107,6 @@ struct Verifier {
       auto it = s.expanded.find(v);
       return it == s.expanded.end() ? nullptr : it->second;
     });
-  }
-
-  // `c*v + k` (c > 0) in a few structural forms: the variable, its coefficient and the constant.
-  struct AffineVar {
-    int var;
-    int64_t coef, constant;
-  };
-  static std::optional<AffineVar> affineVar(const Idx& e) {
-    using Op = IndexNode::Op;
-    if (e->op == Op::Var) return AffineVar{e->var, 1, 0};
-    if (e->op == Op::Mul && e->a->op == Op::Var && constValue(e->b) && *constValue(e->b) > 0)
-      return AffineVar{e->a->var, *constValue(e->b), 0};
-    if (e->op == Op::Add && constValue(e->b))
-      if (auto inner = affineVar(e->a); inner && inner->constant == 0)
-        return AffineVar{inner->var, inner->coef, *constValue(e->b)};
-    return std::nullopt;
   }
 
   // A vector access of `width` elements of parameter `param` at `index`: width and dtype, provable alignment,
@@ -405,7 +379,7 @@ struct Verifier {
           // `a < v` gives v >= min(a) + 1.
           auto ra = bound(st.a, s), rb = bound(st.b, s);
           if (ra && rb && ra->first >= rb->second) inner.reachable = false;
-          if (auto av = affineVar(st.a); rb && av) {
+          if (auto av = detail::affineVar(st.a); rb && av) {
             auto cur = bound(idxVar(av->var, ""), s);
             if (cur)
               inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
@@ -545,7 +519,7 @@ struct Verifier {
               checkIdx(st.pairs[i], s, "an mma pair");
               checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
               checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
-              if (!provablyEven(st.pairs[i]))
+              if (!detail::provablyEven(st.pairs[i]))
                 fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(st.pairs[i]));
               if (k.shared[buffer].dtype != st.operandType)
                 fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,

@@ -117,4 +117,23 @@ std::optional<Range> intersect(std::optional<Range> a, std::optional<Range> b) {
   return Range{std::max(a->first, b->first), std::min(a->second, b->second)};
 }
 
+bool provablyEven(const Idx& e) {
+  switch (e->op) {
+    case IndexNode::Op::Const: return e->value % 2 == 0;
+    case IndexNode::Op::Mul: return provablyEven(e->a) || provablyEven(e->b);
+    case IndexNode::Op::Add: return provablyEven(e->a) && provablyEven(e->b);
+    default: return false;
+  }
+}
+
+std::optional<AffineVar> affineVar(const Idx& e) {
+  using Op = IndexNode::Op;
+  if (e->op == Op::Var) return AffineVar{e->var, 1, 0};
+  if (e->op == Op::Mul && e->a->op == Op::Var && constValue(e->b) && *constValue(e->b) > 0)
+    return AffineVar{e->a->var, *constValue(e->b), 0};
+  if (e->op == Op::Add && constValue(e->b))
+    if (auto inner = affineVar(e->a); inner && inner->constant == 0) return AffineVar{inner->var, inner->coef, *constValue(e->b)};
+  return std::nullopt;
+}
+
 }  // namespace kiln::kernel::detail

@@ -24,6 +24,15 @@ int64_t floorDivI(int64_t a, int64_t b);
 // by intervals, and is a permutation of 0..7.
 constexpr int64_t kEnumeratedCombinations = 4096;
 std::optional<Range> enumeratedBound(const Idx& e, const Ranges& ranges);
+// Even for every value of its variables: an even constant, a product with an even factor, a sum of even terms.
+bool provablyEven(const Idx& e);
+// `c*v + k` (c > 0) in a few structural forms: the variable, its coefficient and the constant (an If's condition narrows
+// the variable's range by it).
+struct AffineVar {
+  int var;
+  int64_t coef, constant;
+};
+std::optional<AffineVar> affineVar(const Idx& e);
 // Both bounds at once (either may be unknown).
 std::optional<Range> intersect(std::optional<Range> a, std::optional<Range> b);
 

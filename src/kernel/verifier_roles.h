@@ -17,11 +17,11 @@ namespace kiln::kernel::detail {
 std::string checkWarpGroup(const std::vector<std::pair<Idx, Idx>>& conditions, int64_t threads, int64_t expected);
 // The same conditions enclosing a collective statement of groups of `granule` threads (32: mma, shuffles; 128: wgmma):
 // "" when the threads that satisfy all of them are whole groups, aligned (threads [g, g + granule) for g a multiple of
-// granule) and inside the block (a trailing group of fewer threads reaches none of it); otherwise why not.
-// "" when e (expanded) reads threadIdx alone and takes one value in all lanes of each warp of a block of `threads`.
-std::string checkWarpUniform(const Idx& e, int64_t threads);
-// trailing: the block's last group, when it has fewer threads, may be reached whole too (wgmma.wait_group in a producer warp).
+// granule) and inside the block (a trailing group of fewer threads reaches none of it); otherwise why not. trailing: the
+// block's last group, when it has fewer threads, may be reached whole too (wgmma.wait_group in a producer warp).
 std::string checkWholeGroups(const std::vector<std::pair<Idx, Idx>>& conditions, int64_t threads, int64_t granule,
                              bool trailing = false);
+// "" when e (expanded) reads threadIdx alone and takes one value in all lanes of each warp of a block of `threads`.
+std::string checkWarpUniform(const Idx& e, int64_t threads);
 
 }  // namespace kiln::kernel::detail
