@@ -56,7 +56,6 @@ constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16
 constexpr double kTensorCorePeakFlops = 767e12;  // bf16 matrix product measured on the H200 (REFERENCE.md)
 constexpr double kWgmmaPeakFraction = 0.7;
 constexpr double kL2Bytes = 50e6;                // the H200's L2
-constexpr double kWgmmaSliceSeconds = 0.05e-6;
 
 struct Candidate {
   int64_t tileM = 0, tileN = 0, split = 1;
@@ -83,10 +82,7 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
   const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
   const double peak = (warpgroups ? kWgmmaPeakFraction : kMmaSyncPeakFraction) * kTensorCorePeakFlops;
-  // wgmma: each slice a block walks also costs kWgmmaSliceSeconds on its SM, whatever its bytes.
-  const double slices = warpgroups ? static_cast<double>(ceilDiv(c.k / split, 64)) * kWgmmaSliceSeconds : 0.0;
-  const double seconds = std::max({memory / bandwidth,
-                                   waves * (blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)) + slices),
+  const double seconds = std::max({memory / bandwidth, waves * blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)),
                                    flops / peak});
   return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
 }
