@@ -56,6 +56,7 @@ constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16
 constexpr double kTensorCorePeakFlops = 767e12;  // bf16 matrix product measured on the H200 (REFERENCE.md)
 constexpr double kWgmmaPeakFraction = 0.7;
 constexpr double kL2Bytes = 50e6;                // the H200's L2
+constexpr double kWgmmaSliceSeconds = 0.05e-6;  // per 64-deep slice a block walks (fitted to bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt)
 
 struct Candidate {
   int64_t tileM = 0, tileN = 0, split = 1;
@@ -82,9 +83,15 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
   const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
   const double peak = (warpgroups ? kWgmmaPeakFraction : kMmaSyncPeakFraction) * kTensorCorePeakFlops;
-  const double seconds = std::max({memory / bandwidth, waves * blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)),
+  // wgmma: each slice a block walks also costs kWgmmaSliceSeconds on its SM, whatever its bytes.
+  const double slices = warpgroups ? static_cast<double>(ceilDiv(c.k / split, 64)) * kWgmmaSliceSeconds : 0.0;
+  const double seconds = std::max({memory / bandwidth,
+                                   waves * (blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)) + slices),
                                    flops / peak});
-  return seconds * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
+  // A split's second kernel runs after the first: its launch, and reading the f32 partials and writing the output.
+  const double adding = split > 1 ? kSplitKernelMicros * 1e-6 + static_cast<double>((4 * split + 2) * c.outerPoints * c.m * c.n) / bandwidth
+                                  : 0.0;
+  return (seconds + (warpgroups ? adding : (split > 1 ? kSplitKernelMicros * 1e-6 : 0.0))) * 1e6;
 }
 
 }  // namespace
