@@ -26,9 +26,16 @@
 //   HBM bytes    = each operand once (the activations and the weights; the weights again per extra row of tiles when
 //                  they do not fit in half the L2) + the partials of a split
 //   time         = max(HBM bytes / bandwidth,
-//                      waves * block bytes / (2 * bandwidth / SMs),   one SM streaming its blocks (through L2)
+//                      waves * (block bytes / (2 * bandwidth / SMs)   one SM streaming its blocks (through L2),
+//                               + slices per block * kWgmmaSliceSeconds),   each 64-deep slice's fixed cost
 //                      padded flops / (0.7 * the tensor-core peak))   (wgmma from shared memory)
-//                  + (S > 1: kSplitKernelMicros)
+//                  + (S > 1: kSplitKernelMicros + the adding kernel's bytes (f32 partials read, output written) / bandwidth)
+// block bytes count A's rows up to m and B's columns up to n (TMA and cp.async zero-fill the rest without reading it).
+// The slice cost and the adding kernel's bytes came with a sweep of tiles on the H200 (2026-12-03,
+// bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt): at equal bytes, narrow tiles that walk more slices per SM
+// measured slower (Qwen2.5-7B gate_proj at 32 tokens: 64x72 in two waves 46.6 us, 64x144 in one 34.8), and splits that
+// only save slices lose to the partials' round trip; the suite's bf16 products went from 0.92x to 0.96x eager's geomean
+// (2e48ed9).
 // Accumulators: stages * tile_n / 2 registers per thread within 128. Measured on the H200 (2026-12-02): it predicts
 // TinyLlama's gate/up at 128 tokens at 14 us where it takes 26 (each SM takes in ~35 GB/s through L2, not the 73
 // assumed); charging that rate and the adding kernel's reads made it choose splits that measured slower (see
