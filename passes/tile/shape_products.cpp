@@ -91,14 +91,13 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
   const double peak = (warpgroups ? kWgmmaPeakFraction : kMmaSyncPeakFraction) * kTensorCorePeakFlops;
   // wgmma: each slice a block walks also costs kWgmmaSliceSeconds on its SM, whatever its bytes.
-  const double slices = warpgroups ? static_cast<double>(ceilDiv(c.k / split, 64)) * kWgmmaSliceSeconds : 0.0;
+  const double sliceSeconds = warpgroups ? static_cast<double>(ceilDiv(c.k / split, 64)) * kWgmmaSliceSeconds : 0.0;
   const double seconds = std::max({memory / bandwidth,
-                                   waves * (blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)) + slices),
+                                   waves * (blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)) + sliceSeconds),
                                    flops / peak});
-  // A split's second kernel runs after the first: its launch, and reading the f32 partials and writing the output.
-  const double adding = split > 1 ? kSplitKernelMicros * 1e-6 + static_cast<double>((4 * split + 2) * c.outerPoints * c.m * c.n) / bandwidth
-                                  : 0.0;
-  return (seconds + (warpgroups ? adding : (split > 1 ? kSplitKernelMicros * 1e-6 : 0.0))) * 1e6;
+  // A split's second kernel runs after the first: its launch and (wgmma) reading the f32 partials and writing the output.
+  const double partials = warpgroups ? static_cast<double>((4 * split + 2) * c.outerPoints * c.m * c.n) / bandwidth : 0.0;
+  return (seconds + (split > 1 ? kSplitKernelMicros * 1e-6 + partials : 0.0)) * 1e6;
 }
 
 }  // namespace
