@@ -177,10 +177,22 @@ int64_t ringSlotBudget(const TiledContraction& s, const Contraction& c) {
   return ringSlotBytes(s, c) + (s.instruction == TiledContraction::Instruction::Wgmma ? kMbarrierBytes : 0);
 }
 
+bool oneBlockPerSm(const Target& target, const TiledContraction& s, const Contraction& c) {
+  if (s.instruction != TiledContraction::Instruction::Wgmma) return false;
+  const int64_t stages = static_cast<int64_t>(c.stages.size());
+  const int64_t registers = ceilDiv(accumulatorRegisters(s, stages) + kRegistersBesideAccumulators, 8) * 8;  // 8 at a time
+  return 2 * threadsPerBlock(s) * registers > target.registersPerSm;
+}
+
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c) {
   const int64_t slot = ringSlotBudget(s, c);
-  const int64_t budget = std::min(target.maxSharedPerBlock, target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
   const int64_t slices = ceilDiv(c.k, s.tileK);
+  if (oneBlockPerSm(target, s, c)) {  // the SM's shared memory is the block's alone
+    int64_t depth = 0;
+    while (depth < kMaxRingDepth && (depth + 1) * slot <= target.maxSharedPerBlock) ++depth;
+    return depth < 2 ? 0 : std::min(depth, std::max<int64_t>(2, slices + 1));
+  }
+  const int64_t budget = std::min(target.maxSharedPerBlock, target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
   for (int64_t d : {4, 3, 2})
     if (d * slot <= budget) return std::min(d, std::max<int64_t>(2, slices + 1));
   return 0;

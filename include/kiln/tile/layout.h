@@ -75,8 +75,15 @@ int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c);
 // (kMbarrierBytes; reserved before tile-tma-copies decides, so that a ring sized to fill a block's shared memory still
 // takes tma).
 int64_t ringSlotBudget(const TiledContraction& s, const Contraction& c);
+// Registers a wgmma product's thread holds besides its accumulators (addresses, descriptors, loop state): ptxas gave the
+// H200's 128 x 144 tiles 98 registers for 72 accumulators (2026-12-03).
+constexpr int64_t kRegistersBesideAccumulators = 32;
+// Whether a wgmma product's registers (accumulators plus kRegistersBesideAccumulators, allocated 8 at a time) leave no
+// room for a second block on an SM: 128 x 256 tiles hold 128 accumulators per thread.
+bool oneBlockPerSm(const Target& target, const TiledContraction& s, const Contraction& c);
 // Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
 // Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
+// A block alone on its SM (oneBlockPerSm) takes the deepest ring, up to kMaxRingDepth, that fits one block's maximum.
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c);
 // How many slices ahead of the one being multiplied a ring's copies run: pipelineDepth - 1 less the wgmma groups in flight
 // (their slots are still read when the next copies go out), but pipelineDepth - 1 with a producer warp (it refills a slot
