@@ -335,19 +335,27 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 #undef KILN_TMA_LOAD_2D
 
 // The same box into every block of the cluster named in `blocks` (bit r: the block of rank r), at the same shared offset,
-// its bytes completing on the same mbarrier of each (Kernel IR's tmaLoadMulticast).
+// its bytes completing on the same mbarrier of each (Kernel IR's tmaLoadMulticast); elected as above.
+#define KILN_TMA_LOAD_2D_MULTICAST \
+  "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+template <bool Elected = false>
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int col, int row, unsigned long long* bar,
                                             unsigned short blocks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
-      "[%4], %5;\n" ::"r"(shared_address(dst)),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(shared_address(bar)), "h"(blocks)
-      : "memory");
+  if constexpr (Elected)
+    asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n @p " KILN_TMA_LOAD_2D_MULTICAST "}\n"
+                 ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row),
+                 "r"(shared_address(bar)), "h"(blocks)
+                 : "memory");
+  else
+    asm volatile(KILN_TMA_LOAD_2D_MULTICAST ::"r"(shared_address(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col),
+                 "r"(row), "r"(shared_address(bar)), "h"(blocks)
+                 : "memory");
 #else
   __trap();
 #endif
 }
+#undef KILN_TMA_LOAD_2D_MULTICAST
 // Programmatic dependent launch (Kernel::programmaticLaunch): the first statement of such a kernel. The calling
 // thread waits until every grid this one depends on (those launched before it on the stream) has completed and its
 // memory operations are visible; without a programmatic launch it returns at once.

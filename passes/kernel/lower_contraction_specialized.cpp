@@ -30,15 +30,17 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
                                         const std::function<void(Block&)>& multiply) {
   const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, slices = (K + tk - 1) / tk;
   const int64_t groups = t.s.tileM / kWgmmaM, consumers = groups * kWarpgroupThreads;
-  KILN_ASSERT(t.s.cluster == 1 && t.s.mmaInFlight == 1 && depth >= 3,
-              "kernel {}: a producer warp feeds one wgmma group in flight through a ring of 3 or more outside clusters", lk_.name);
+  const int64_t C = t.s.cluster;
+  KILN_ASSERT(t.s.mmaInFlight == 1 && depth >= 3, "kernel {}: a producer warp feeds one wgmma group in flight through a ring of 3 or more",
+              lk_.name);
   TmaRing r = tmaRing(t, operands, true);
   Block init;
   for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.full, idxConst(s), 1));
-  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.empty, idxConst(s), consumers / Target::kWarpSize));
+  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.empty, idxConst(s), C * consumers / Target::kWarpSize));
   init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
+  if (C > 1) init.push_back(fenceMbarrierInit());  // ... and to the cluster's other blocks, whose copies and releases reach them
   k_.body.push_back(ifLess(threadIdx(), idxConst(1), std::move(init)));
-  k_.body.push_back(barrier());
+  k_.body.push_back(C > 1 ? clusterBarrier() : barrier());
   r.sliceStart = rotatedSlices(t);
   KILN_ASSERT(t.role, "kernel {}: a producer warp without the warp role (multiplyOnWarpgroups defines it)", lk_.name);
   const Idx lane = mod(threadIdx(), Target::kWarpSize);
@@ -56,7 +58,7 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   multiply(consume);
   Block release;
   Idx freed = defVar(release, "free_slot", mod(idxAdd(slice, depth - 1), depth), depth);  // (i - 1) mod depth
-  release.push_back(mbarrierArrive(r.empty, freed));
+  release.push_back(C > 1 ? mbarrierArriveCluster(r.empty, freed) : mbarrierArrive(r.empty, freed));
   consume.push_back(ifLess(idxConst(0), slice, {ifLess(lane, idxConst(1), std::move(release))}));
   steps.push_back(ifLess(t.role, idxConst(groups), std::move(consume)));
   Block refill;
@@ -69,6 +71,7 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   // The accumulators are final. The producer warp waits too (it has no group pending): behind a branch, ptxas would add
   // the wait itself where the roles' paths join.
   k_.body.push_back(wgmmaWait(0));
+  if (C > 1) k_.body.push_back(clusterBarrier());  // no block leaves while copies into it may still be on their way
 }
 
 }  // namespace kiln::kernel::detail

@@ -79,8 +79,8 @@ void KernelBuilder::tmaIssue(const Tiling& t, const std::vector<OperandSlice>& o
     if (multicastPart(t, o)) {  // this block's part, into every block of the cluster
       const int64_t part = o.rows / C;
       const Idx rank = mod(blockIdx(), C);  // the block's place in its cluster (clusters are consecutive blocks)
-      out.push_back(tmaLoadMulticast(o.buf, simplify(dst + rank * idxConst(part * tk), extents_), r.maps[j],
-                                     simplify(kStart + r.shifts[j], extents_), simplify(row + rank * idxConst(part), extents_), r.full, slot));
+      put(tmaLoadMulticast(o.buf, simplify(dst + rank * idxConst(part * tk), extents_), r.maps[j],
+                           simplify(kStart + r.shifts[j], extents_), simplify(row + rank * idxConst(part), extents_), r.full, slot));
       continue;
     }
     put(tmaLoad(o.buf, dst, r.maps[j], simplify(kStart + r.shifts[j], extents_), row, r.full, slot));

@@ -22,7 +22,7 @@ bool specializeWarps(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
-    if (!s || s->a.copy != TiledContraction::Copy::Tma || s->cluster != 1 || s->producerWarp) continue;
+    if (!s || s->a.copy != TiledContraction::Copy::Tma || s->producerWarp) continue;
     TiledContraction t = *s;
     t.producerWarp = true;
     t.mmaInFlight = 1;

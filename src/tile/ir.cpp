@@ -340,9 +340,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "slices of 8 rows or more per block ({} rows) and copies 2 or more slices ahead (ring {}, {} group in flight)",
                 k.name, t.cluster, tilesN(t, c), t.tileM, t.pipelineDepth, t.mmaInFlight);
   }
-  KILN_ASSERT(!t.producerWarp || (t.a.copy == TC::Copy::Tma && t.cluster == 1 && t.mmaInFlight == 1),
-              "kernel {}: a producer warp needs a tma product outside clusters with one wgmma group in flight (copy {}, cluster {}, "
-              "{} in flight)", k.name, copyName(t.a.copy), t.cluster, t.mmaInFlight);
+  KILN_ASSERT(!t.producerWarp || (t.a.copy == TC::Copy::Tma && t.mmaInFlight == 1),
+              "kernel {}: a producer warp needs a tma product with one wgmma group in flight (copy {}, {} in flight)", k.name,
+              copyName(t.a.copy), t.mmaInFlight);
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);
