@@ -16,6 +16,10 @@
 //   every thread: wait for every wgmma group (the accumulators are final); the epilogue is the consumers' alone
 // The producer warp runs whole (a branch on the lane would put the wgmmas on a path ptxas takes for divergent and it
 // would serialize them, C7518): its expect_tx and copies are elected, one lane doing them by a predicate.
+// In clusters of C blocks (tile-multicast-operands) each producer warp copies its block's part of every A slice into all
+// C blocks (tmaIssue), each consumer warp releases a slot on empty[s] of every block of the cluster (C * P / 32 arrivals
+// a phase), so that no producer refills a slot some block still reads; cluster barriers after the inits (which are fenced
+// for the cluster) and at the end (no block leaves while copies into it may still be on their way).
 // The two roles share one loop. On the GPU the producer warp runs ahead on its own, held back only by the empty barriers,
 // and no block barrier ties the warpgroups together; in the interpreter, which runs threads in lockstep, every wait finds
 // the arrivals it needs earlier in program order (the consumers' part of a step comes before the producer's).

@@ -335,10 +335,10 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   if (t.cluster != 1) {
     const Contraction c = contractionOf(t, k);
     KILN_ASSERT(t.a.copy == TC::Copy::Tma && target.tma && (t.cluster == 2 || t.cluster == 4 || t.cluster == 8) &&
-                    tilesN(t, c) % t.cluster == 0 && t.tileM % (8 * t.cluster) == 0 && t.pipelineDepth - 1 - t.mmaInFlight >= 2,
+                    tilesN(t, c) % t.cluster == 0 && t.tileM % (8 * t.cluster) == 0 && t.producerWarp && copiesAhead(t) >= 2,
                 "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along n, A "
-                "slices of 8 rows or more per block ({} rows) and copies 2 or more slices ahead (ring {}, {} group in flight)",
-                k.name, t.cluster, tilesN(t, c), t.tileM, t.pipelineDepth, t.mmaInFlight);
+                "slices of 8 rows or more per block ({} rows), a producer warp ({}) and copies 2 or more slices ahead (ring {})",
+                k.name, t.cluster, tilesN(t, c), t.tileM, t.producerWarp ? "yes" : "none", t.pipelineDepth);
   }
   KILN_ASSERT(!t.producerWarp || (t.a.copy == TC::Copy::Tma && t.mmaInFlight == 1),
               "kernel {}: a producer warp needs a tma product with one wgmma group in flight (copy {}, {} in flight)", k.name,

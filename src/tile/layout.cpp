@@ -184,6 +184,11 @@ bool oneBlockPerSm(const Target& target, const TiledContraction& s, const Contra
   return 2 * threadsPerBlock(s) * registers > target.registersPerSm;
 }
 
+bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k) {
+  return gridBlocks(s, k) <= target.smCount || oneBlockPerSm(target, s, contractionOf(s, k)) ||
+         2 * (sharedBytes(s, k) + 1024) > target.sharedPerSm;
+}
+
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c) {
   const int64_t slot = ringSlotBudget(s, c);
   const int64_t slices = ceilDiv(c.k, s.tileK);

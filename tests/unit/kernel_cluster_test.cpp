@@ -107,12 +107,11 @@ TEST(KernelCluster, VerifierRules) {
   EXPECT_NE(msg.find("thread-block clusters on sm_80, which has none"), std::string::npos) << msg;
 }
 
-// The pipeline with tile-multicast-operands on a bf16 MLP: its gate/up tma product runs in clusters of 2, the interpreter lands both blocks'
-// parts of every A slice, and the result is the Loop program's.
+// The pipeline on a bf16 MLP: its gate/up tma product runs in clusters of 2 with a producer warp
+// (tile-specialize-warps, tile-multicast-operands), the interpreter lands both blocks' parts of every A slice, and the result is the
+// Loop program's.
 TEST(KernelCluster, LinearLayerProductMulticastsItsActivations) {
-  PipelineOptions o;
-  o.enable = {"tile-multicast-operands"};  // off by default until it pays on the GPU (passes.def)
-  Compiled c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, o, "kernel");
+  Compiled c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, {}, "kernel");
   int clustered = 0;
   for (const tile::Schedule& s : c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->cluster > 1) ++clustered;

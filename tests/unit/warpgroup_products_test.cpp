@@ -27,10 +27,11 @@ struct Products {
 // and (overlap) tile-overlap-wgmma; without deepen the down product's ring (4) is shallower than its 8 slices, so the
 // loop's copies overwrite slots of earlier slices and the interpreter's pending-wgmma check has something to check;
 // stacked false: the gate/up product's B slices in separate buffers, one wgmma per stage.
-// (tma) then tile-tma-copies: every slice copied by TMA boxes completing on the ring slots' mbarriers; (cluster) then
-// tile-multicast-operands: the products whose tile columns pair up run in clusters of 2 that multicast their A slices
-// (the down product's 192 columns in tiles of 32 instead of 64, so that its 6 tile columns pair up too).
-// (producer) then tile-specialize-warps: tma products with a producer warp and empty mbarriers instead of the block barrier.
+// (tma) then tile-tma-copies: every slice copied by TMA boxes completing on the ring slots' mbarriers; (producer) then
+// tile-specialize-warps: tma products with a producer warp and empty mbarriers instead of the block barrier; (cluster,
+// with producer) then tile-multicast-operands: the products whose tile columns pair up run in clusters of 2 that
+// multicast their A slices (the down product's 192 columns in tiles of 32 instead of 64, so that its 6 tile columns pair
+// up too).
 Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, bool tma = false, bool cluster = false,
                        bool producer = false) {
   PipelineOptions o;
@@ -45,13 +46,12 @@ Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, b
   if (deepen) EXPECT_TRUE(tile::deepenRings(w.c.tileIR));
   if (overlap) EXPECT_TRUE(tile::overlapWgmma(w.c.tileIR));
   if (tma) EXPECT_TRUE(tile::tmaCopies(w.c.tileIR));
-  if (cluster) {
+  if (cluster)
     for (tile::Schedule& s : w.c.tileIR.schedules)
       if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->a.copy == tile::TiledContraction::Copy::Tma && !t->stackedB)
         t->tileN = 32;
-    EXPECT_TRUE(tile::multicastOperands(w.c.tileIR));
-  }
   if (producer) EXPECT_TRUE(tile::specializeWarps(w.c.tileIR));
+  if (cluster) EXPECT_TRUE(tile::multicastOperands(w.c.tileIR));
   tile::verify(w.c.tileIR);
   for (const tile::Schedule& s : w.c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma)
@@ -175,22 +175,6 @@ TEST(WarpgroupProducts, TmaRingsMatchTheLoopProgram) {
   }
 }
 
-// tile-multicast-operands on the same: the clustered products' rings refill slots only after both blocks released them
-// (without deepen, the down product's ring reuses its 4 slots over its 8 slices), and the interpreter checks that both
-// blocks of each cluster issue the same copies and arrivals.
-TEST(WarpgroupProducts, TmaClustersMatchTheLoopProgram) {
-  for (bool overlap : {false, true}) {
-    Products w = wgmmaProducts(overlap, true, overlap, true, true);
-    int clustered = 0;
-    for (const tile::TiledContraction& s : w.schedules) clustered += s.cluster == 2;
-    EXPECT_EQ(clustered, 2);
-    for (const kernel::Kernel& k : w.kernelIR.kernels)
-      if (k.cluster > 1) EXPECT_EQ(k.grid[0] % k.cluster, 0) << k.name;
-    expectMatchesTheLoopProgram(w, overlap ? "clusters, a group in flight" : "clusters");
-  }
-  kernel::kernel_test::expectNvccCompiles(wgmmaProducts(true, true, true, true, true).kernelIR);
-}
-
 // tile-specialize-warps: a producer warp after the warpgroups copies every slice, the warpgroups release each slot on its
 // empty mbarrier. Without deepen the down product's ring of 4 holds its 8 slices in turn, so the producer waits for
 // releases; the sums are those of the block-barrier ring with a group in flight, bit for bit. The emitted loop has no
@@ -222,22 +206,21 @@ TEST(WarpgroupProducts, ProducerWarpMatchesTheLoopProgram) {
   kernel::kernel_test::expectNvccCompiles(w.kernelIR);
 }
 
-// Both: the producer warp of each block of a cluster multicasts its part of every A slice and waits, before refilling a
-// slot, for the releases of every consumer warp of the cluster (each arrives on the slot's empty mbarrier in every block).
-// Same sums as the block-barrier ring in the same clusters, bit for bit; the interpreter checks that the blocks issue the
-// same copies.
+// tile-multicast-operands: the producer warp of each block of a cluster multicasts its part of every A slice and waits,
+// before refilling a slot, for the releases of every consumer warp of the cluster (each arrives on the slot's empty
+// mbarrier in every block); without deepen the rings are reused, so the producers wait for releases. The interpreter
+// checks that the blocks of a cluster issue the same copies and arrivals.
 TEST(WarpgroupProducts, ProducerWarpInClustersMatchesTheLoopProgram) {
-  Products w = wgmmaProducts(true, true, false, true, true, true), before = wgmmaProducts(true, true, false, true, true);
+  Products w = wgmmaProducts(true, true, false, true, true, true);
   int clustered = 0;
   for (const tile::TiledContraction& s : w.schedules) {
     EXPECT_TRUE(s.producerWarp);
     clustered += s.cluster == 2;
   }
   EXPECT_EQ(clustered, 2);
+  for (const kernel::Kernel& k : w.kernelIR.kernels)
+    if (k.cluster > 1) EXPECT_EQ(k.grid[0] % k.cluster, 0) << k.name;
   expectMatchesTheLoopProgram(w, "producer warp in clusters");
-  auto got = run(w), want = run(before);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare(got[i], want[i]).relL2, 0.0) << "output " << i;
   const std::string cu = cuda::print(cuda::emit(w.kernelIR));
   EXPECT_NE(cu.find("kiln::mbarrier_arrive_cluster<2>(&empty["), std::string::npos) << cu;
   EXPECT_NE(cu.find("kiln::tma_load_2d<true>("), std::string::npos) << cu;

@@ -81,6 +81,9 @@ constexpr int64_t kRegistersBesideAccumulators = 32;
 // Whether a wgmma product's registers (accumulators plus kRegistersBesideAccumulators, allocated 8 at a time) leave no
 // room for a second block on an SM: 128 x 256 tiles hold 128 accumulators per thread.
 bool oneBlockPerSm(const Target& target, const TiledContraction& s, const Contraction& c);
+// Whether each SM runs at most one of the product's blocks at a time: one wave of blocks, or registers (oneBlockPerSm)
+// or shared memory (1 KB reserved per block) for one block only.
+bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k);
 // Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
 // Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
 // A block alone on its SM (oneBlockPerSm) takes the deepest ring, up to kMaxRingDepth, that fits one block's maximum.
