@@ -60,7 +60,6 @@ namespace {
 
 constexpr double kSplitKernelMicros = 2.0;     // launch and run of the kernel adding the partials
 constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16 tensor-core rate
-constexpr double kTensorCorePeakFlops = 767e12;  // bf16 matrix product measured on the H200 (REFERENCE.md)
 constexpr double kWgmmaPeakFraction = 0.7;
 constexpr double kL2Bytes = 50e6;                // the H200's L2
 constexpr double kWgmmaSliceSeconds = 0.05e-6;  // per 64-deep slice a block walks (fitted to bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt)

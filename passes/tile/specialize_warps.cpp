@@ -10,27 +10,38 @@
 // block-barrier ring (pipelineDepth - 1: a slot is refilled as soon as it is released, not a step later). It is also
 // what lets clusters pay (tile-multicast-operands runs after this pass, on products with a producer warp only).
 //
-// Only for blocks alone on their SMs (tile::aloneOnSm: one wave, registers or shared memory for one block): the ninth
-// warp costs a block with two per SM its second. Measured on the H200 (2026-12-03, 9e6424d): Qwen2.5-7B gate_proj at 512
-// tokens (128 x 144 tiles, two blocks per SM) 176.6 us with it against 134.4; Nsight Compute: 98 registers x 9 warps
-// leave room for one block. On blocks alone on their SMs it costs nothing, and with clusters (1362ca8, hot): Qwen2.5-7B
-// q_proj at 512 tokens 25.6 -> 24.3 us, down_proj 116.4 -> 112.1; TinyLlama gate_proj 23.2 -> 21.6, q_proj 12.2 -> 11.4.
+// Only for compute-bound products (tile::computeBound) whose blocks are alone on their SMs (tile::aloneOnSm: one wave,
+// registers or shared memory for one block) and walk kMinSpecializedSlices or more slices. Measured on the H200:
+// - the ninth warp costs a block with two per SM its second (9e6424d): Qwen2.5-7B gate_proj at 512 tokens (128 x 144
+//   tiles) 176.6 us with it against 134.4; Nsight Compute: 98 registers x 9 warps leave room for one block;
+// - on blocks alone on their SMs, with clusters (1362ca8, hot): Qwen2.5-7B q_proj at 512 tokens 25.6 -> 24.3 us,
+//   down_proj 116.4 -> 112.1; TinyLlama gate_proj 23.2 -> 21.6, q_proj 12.2 -> 11.4;
+// - on every product alone on its SM (5e3e23f, rotated, all 42 bf16 nn.Linear rows; bench/results/
+//   2026-12-03-h200-products-bf16-5e3e23f*): the compute-bound rows of 32 slices or more 3-6 % faster, the short and
+//   memory-bound ones up to 21 % slower (TinyLlama k_proj at 32 tokens, 4 slices a block: 3.72 -> 4.51 us; q_proj at 128,
+//   8 slices: 7.96 -> 9.34); memory-bound ones of 32 or more slices within -2 .. +8 %.
 // The empty mbarriers take 8 bytes a slot; a ring sized to fill a block's shared memory gives up a slot for them.
-// Precondition: tile-tma-copies has run. Postcondition: producerWarp and mmaInFlight 1 on every tma product alone on its
-// SM whose ring keeps 3 or more slots, or the schedule unchanged.
+// Precondition: tile-tma-copies has run. Postcondition: producerWarp and mmaInFlight 1 on every such tma product whose ring
+// keeps 3 or more slots, or the schedule unchanged.
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
 namespace kiln::tile {
+namespace {
+constexpr int64_t kMinSpecializedSlices = 32;  // slices each block walks; fewer measured slower (see above)
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
 
-bool specializeWarps(Program& p) {
+bool specializeWarps(Program& p, bool everywhere) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
     if (!s || s->a.copy != TiledContraction::Copy::Tma || s->producerWarp || s->cluster != 1) continue;
     const loop::Kernel& k = p.loop.kernels[i];
-    if (!aloneOnSm(p.target, *s, k)) continue;
+    const Contraction c = contractionOf(*s, k);
+    const bool pays = aloneOnSm(p.target, *s, k) && computeBound(p.target, *s, c) && ceilDiv(c.k, s->tileK) >= kMinSpecializedSlices;
+    if (!pays && !everywhere) continue;
     TiledContraction t = *s;
     t.producerWarp = true;
     t.mmaInFlight = 1;

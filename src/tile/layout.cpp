@@ -184,6 +184,14 @@ bool oneBlockPerSm(const Target& target, const TiledContraction& s, const Contra
   return 2 * threadsPerBlock(s) * registers > target.registersPerSm;
 }
 
+bool computeBound(const Target& target, const TiledContraction& s, const Contraction& c) {
+  const double stages = static_cast<double>(c.stages.size()), outer = static_cast<double>(c.outerPoints);
+  const double m = static_cast<double>(c.m), n = static_cast<double>(c.n), k = static_cast<double>(c.k);
+  const double flops = 2.0 * outer * stages * m * n * k;
+  const double bytes = outer * (m * k + stages * n * k + m * n) * static_cast<double>(dtypeBytes(s.mmaType));
+  return flops / kTensorCorePeakFlops > bytes / (target.memoryBandwidthGBs * 1e9);
+}
+
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k) {
   return gridBlocks(s, k) <= target.smCount || oneBlockPerSm(target, s, contractionOf(s, k)) ||
          2 * (sharedBytes(s, k) + 1024) > target.sharedPerSm;

@@ -8,7 +8,10 @@
 
 #include "kernel_test_support.h"
 #include "kiln/driver/pipeline.h"
+#include "kiln/kernel/lower.h"
+#include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::kernel {
 namespace {
@@ -107,20 +110,33 @@ TEST(KernelCluster, VerifierRules) {
   EXPECT_NE(msg.find("thread-block clusters on sm_80, which has none"), std::string::npos) << msg;
 }
 
-// The pipeline on a bf16 MLP: its gate/up tma product runs in clusters of 2 with a producer warp
-// (tile-specialize-warps, tile-multicast-operands), the interpreter lands both blocks' parts of every A slice, and the result is the
-// Loop program's.
+// Where the pipeline gives clusters: tile-specialize-warps (which tile-multicast-operands needs) takes only compute-bound
+// products whose blocks are alone on their SMs and walk 32 or more slices. mlp_bf16_wide's products at 64 tokens (3
+// slices, memory-bound) keep the block-barrier ring; forced on them (specializeWarps everywhere), the gate/up product
+// runs in clusters of 2 with a producer warp, the interpreter lands both blocks' parts of every A slice, and the result is
+// the Loop program's.
 TEST(KernelCluster, LinearLayerProductMulticastsItsActivations) {
-  Compiled c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, {}, "kernel");
+  Compiled c = compileModel(test::fixturePath("mlp_bf16_wide"), {}, {}, "tile");
+  for (size_t i = 0; i < c.tileIR.schedules.size(); ++i)
+    if (auto* t = std::get_if<tile::TiledContraction>(&c.tileIR.schedules[i])) {
+      EXPECT_FALSE(t->producerWarp);
+      EXPECT_EQ(t->cluster, 1);
+      EXPECT_FALSE(tile::computeBound(c.tileIR.target, *t, tile::contractionOf(*t, c.tileIR.loop.kernels[i])));
+    }
+  ASSERT_TRUE(tile::specializeWarps(c.tileIR, /*everywhere=*/true));
+  ASSERT_TRUE(tile::multicastOperands(c.tileIR));
+  tile::verify(c.tileIR);
+  Program k = lowerFromTile(c.tileIR);
+  verify(k);
   int clustered = 0;
   for (const tile::Schedule& s : c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->cluster > 1) ++clustered;
   int multicast = 0;
-  for (const Kernel& k : c.kernelIR.kernels) multicast += k.cluster > 1;
+  for (const Kernel& kernel : k.kernels) multicast += kernel.cluster > 1;
   EXPECT_EQ(multicast, clustered);
   ASSERT_GT(clustered, 0) << "the gate/up product of mlp_bf16_wide has an even number of tile columns";
-  auto inputs = test::randomInputs(c.kernelIR, 3);
-  auto got = interpret(c.kernelIR, inputs);
+  auto inputs = test::randomInputs(k, 3);
+  auto got = interpret(k, inputs);
   auto want = loop::interpret(c.loopIR, inputs);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-3) << i;
 }

@@ -50,7 +50,7 @@ Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, b
     for (tile::Schedule& s : w.c.tileIR.schedules)
       if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->a.copy == tile::TiledContraction::Copy::Tma && !t->stackedB)
         t->tileN = 32;
-  if (producer) EXPECT_TRUE(tile::specializeWarps(w.c.tileIR));
+  if (producer) EXPECT_TRUE(tile::specializeWarps(w.c.tileIR, /*everywhere=*/true));
   if (cluster) EXPECT_TRUE(tile::multicastOperands(w.c.tileIR));
   tile::verify(w.c.tileIR);
   for (const tile::Schedule& s : w.c.tileIR.schedules)

@@ -246,7 +246,9 @@ bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies
 bool multicastOperands(Program& p);             // tile-multicast-operands
-bool specializeWarps(Program& p);               // tile-specialize-warps
+// tile-specialize-warps; everywhere: on every tma product the ring allows, not only where the GPU measured it faster
+// (tests that need a producer warp on small products).
+bool specializeWarps(Program& p, bool everywhere = false);
 bool deepenRings(Program& p);                   // tile-deepen-rings
 bool stackOperands(Program& p);                 // tile-stack-operands
 // Blocks per thread-block cluster that tile-multicast-operands gives tma products.
