@@ -226,7 +226,7 @@ class KernelBuilder {
   // The arrive.expect_tx on full[slot] and the copies of slice i into ring slot `slot`.
   void tmaIssue(const Tiling& t, const std::vector<OperandSlice>& operands, const TmaRing& r, const Idx& i, const Idx& slot,
                 Block& out);
-  // With a producer warp (lower_contraction_specialized.cpp).
+  // With a producer warp, in clusters or not (lower_contraction_specialized.cpp).
   void specializedTmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // The epilogue's paired vector stores (lower_contraction.cpp).
   bool pairedStores(const Tiling& t);

@@ -110,15 +110,15 @@ struct TiledContraction {
   // B slices one after another, and one wgmma m64n{stages * tile_n} per 16 of k multiplies them all (A read from
   // shared memory once, half the wgmmas of two stages; its accumulators are the stages' in order).
   bool stackedB = false;
-  // Tma products: blocks per thread-block cluster (1, 2, 4 or 8; tile-multicast-operands). A cluster is that many blocks
-  // consecutive in n (the same tile row, the same other output axes): they read the same A slices, so block r of the
-  // cluster copies rows [r, r + 1) * tile_m / cluster of each and multicasts them to all, and each A slice leaves L2 once
-  // per cluster instead of once per block. The k loop's block barrier becomes a cluster barrier (a block's slot is only
-  // overwritten once every block of the cluster is done with it).
+  // Tma products with a producer warp: blocks per thread-block cluster (1, 2, 4 or 8; tile-multicast-operands). A
+  // cluster is that many blocks consecutive in n (the same tile row, the same other output axes): they read the same A
+  // slices, so block r of the cluster copies rows [r, r + 1) * tile_m / cluster of each and multicasts them to all, and
+  // each A slice leaves L2 once per cluster instead of once per block. A block's slot is only refilled once every
+  // consumer warp of the cluster is done with it (each releases it in every block of the cluster).
   int64_t cluster = 1;
-  // Tma products outside clusters (tile-specialize-warps): one warp more after the warpgroups, the producer, whose first
-  // lane issues every slice's copies; the warpgroups, the consumers, only wait for a slot's copies, multiply and release
-  // the slot (an mbarrier `empty` per slot, one arrival per consumer warp) while the producer waits for that release
+  // Tma products (tile-specialize-warps): one warp more after the warpgroups, the producer, whose first lane issues every
+  // slice's copies; the warpgroups, the consumers, only wait for a slot's copies, multiply and release the slot (an
+  // mbarrier `empty` per slot, one arrival per consumer warp of the cluster) while the producer waits for that release
   // before it refills the slot. No block barrier in the k loop: the warpgroups run apart, and one wgmma group stays in
   // flight (mmaInFlight 1) while the copies run pipelineDepth - 1 slices ahead of the one multiplied.
   bool producerWarp = false;
@@ -245,7 +245,7 @@ bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmm
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies
-bool multicastOperands(Program& p);             // tile-multicast-operands
+bool multicastOperands(Program& p);             // tile-multicast-operands (after tile-specialize-warps)
 // tile-specialize-warps; everywhere: on every tma product the ring allows, not only where the GPU measured it faster
 // (tests that need a producer warp on small products).
 bool specializeWarps(Program& p, bool everywhere = false);
