@@ -54,24 +54,53 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   for (int64_t i = 0; i < depth - 1 && i < slices; ++i) tmaIssue(t, operands, r, idxConst(i), idxConst(i), prologue);
   k_.body.push_back(producer(std::move(prologue)));
 
+  // One k step, slice i: the consumers wait for its slot's phase, multiply it and release the slot of slice i - 1; the
+  // producer refills that slot with slice i + depth - 1 once the cluster has released it. Slots and parities are given:
+  // computed from i in the rolled loop, constants and one parity per round of `depth` steps in the unrolled one.
+  struct Step {
+    Idx slice, slot, parity, freed, writeSlot, writeParity;
+  };
+  auto step = [&](const Step& st, Block& out) {
+    Block consume;
+    t.ring = st.slot;
+    consume.push_back(mbarrierWait(r.full, st.slot, st.parity));
+    multiply(consume);
+    Block release;
+    release.push_back(C > 1 ? mbarrierArriveCluster(r.empty, st.freed) : mbarrierArrive(r.empty, st.freed));
+    consume.push_back(ifLess(idxConst(0), st.slice, {ifLess(lane, idxConst(1), std::move(release))}));
+    out.push_back(ifLess(t.role, idxConst(groups), std::move(consume)));
+    Block refill;
+    const Idx j = idxAdd(st.slice, depth - 1);  // the slice copied in this step, into the slot slice i - 1 held
+    refill.push_back(ifLess(idxConst(depth - 1), j, {mbarrierWait(r.empty, st.writeSlot, st.writeParity)}));
+    tmaIssue(t, operands, r, j, st.writeSlot, refill);
+    out.push_back(producer({ifLess(j, idxConst(slices), std::move(refill))}));
+  };
   Block steps;
-  Idx slice = floorDiv(t.k0, tk);
-  t.ring = defVar(steps, "slot", mod(slice, depth), depth);
-  Block consume;
-  consume.push_back(mbarrierWait(r.full, t.ring, mod(floorDiv(slice, depth), 2)));
-  multiply(consume);
-  Block release;
-  Idx freed = defVar(release, "free_slot", mod(idxAdd(slice, depth - 1), depth), depth);  // (i - 1) mod depth
-  release.push_back(C > 1 ? mbarrierArriveCluster(r.empty, freed) : mbarrierArrive(r.empty, freed));
-  consume.push_back(ifLess(idxConst(0), slice, {ifLess(lane, idxConst(1), std::move(release))}));
-  steps.push_back(ifLess(t.role, idxConst(groups), std::move(consume)));
-  Block refill;
-  const Idx j = idxAdd(slice, depth - 1);  // the slice copied in this step, into the slot slice i - 1 held
-  Idx writeSlot = defVar(refill, "next_slot", mod(j, depth), depth);
-  refill.push_back(ifLess(idxConst(depth - 1), j, {mbarrierWait(r.empty, writeSlot, mod(idxAdd(floorDiv(j, depth), 1), 2))}));
-  tmaIssue(t, operands, r, j, writeSlot, refill);
-  steps.push_back(producer({ifLess(j, idxConst(slices), std::move(refill))}));
-  k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
+  if (!t.s.unrollRing) {
+    const Idx slice = floorDiv(t.k0, tk), j = idxAdd(slice, depth - 1);
+    Step st{slice, defVar(steps, "slot", mod(slice, depth), depth), mod(floorDiv(slice, depth), 2), nullptr, nullptr,
+            mod(idxAdd(floorDiv(j, depth), 1), 2)};
+    st.freed = defVar(steps, "free_slot", mod(j, depth), depth);  // (i - 1) mod depth: the slot slice j fills
+    st.writeSlot = st.freed;
+    step(st, steps);
+    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
+  } else {  // rounds of `depth` steps: step s of a round multiplies slot s
+    const int64_t roundK = depth * tk, rounds = (slices + depth - 1) / depth;
+    const Idx round = defVar(steps, "round", floorDiv(t.k0, roundK), rounds);
+    for (int64_t s = 0; s < depth; ++s) {
+      const Idx slice = simplify(floorDiv(t.k0, tk) + idxConst(s), extents_);
+      const int64_t w = (s + depth - 1) % depth, wRound = (s + depth - 1) / depth;  // slice i + depth - 1: slot and round
+      Step st{slice, idxConst(s), mod(round, 2), idxConst(w), idxConst(w), mod(idxAdd(round, wRound + 1), 2)};
+      if (slices % depth == 0 || s < slices % depth) {
+        step(st, steps);
+      } else {  // the last round stops short of this step
+        Block guarded;
+        step(st, guarded);
+        steps.push_back(ifLess(slice, idxConst(slices), std::move(guarded)));
+      }
+    }
+    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), roundK, std::move(steps)));
+  }
   // The accumulators are final. The producer warp waits too (it has no group pending): behind a branch, ptxas would add
   // the wait itself where the roles' paths join.
   k_.body.push_back(wgmmaWait(0));

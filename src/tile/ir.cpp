@@ -108,6 +108,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                            static_cast<int64_t>(k.stages.size()) * t.tileN);
       if (t.cluster > 1) instr += fmt::format(", clusters of {} blocks (A multicast)", t.cluster);
       if (t.producerWarp) instr += ", a producer warp issuing the copies";
+      if (t.unrollRing) instr += fmt::format(", the k loop unrolled by the ring ({} steps a round)", t.pipelineDepth);
       break;
   }
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
@@ -140,7 +141,7 @@ nlohmann::json toJson(const Schedule& s) {
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"producer_warp", t.producerWarp}});
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -343,6 +344,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   KILN_ASSERT(!t.producerWarp || (t.a.copy == TC::Copy::Tma && t.mmaInFlight == 1),
               "kernel {}: a producer warp needs a tma product with one wgmma group in flight (copy {}, {} in flight)", k.name,
               copyName(t.a.copy), t.mmaInFlight);
+  KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);

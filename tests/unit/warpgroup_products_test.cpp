@@ -206,6 +206,30 @@ TEST(WarpgroupProducts, ProducerWarpMatchesTheLoopProgram) {
   kernel::kernel_test::expectNvccCompiles(w.kernelIR);
 }
 
+// tile-unroll-rings: the producer-warp ring walked in rounds of its depth, each step on a constant slot. Without deepen
+// the down product's 8 slices fill its ring of 4 twice (the empty waits' parities change between rounds) and the gate/up
+// product's 3 slices stop short of a round (the guard); with clusters too. Bit-identical to the rolled loop; the emitted
+// loop steps by whole rounds and computes no slot from k.
+TEST(WarpgroupProducts, UnrolledRingMatchesTheRolledOne) {
+  for (bool cluster : {false, true}) {
+    Products rolled = wgmmaProducts(true, true, false, true, cluster, true);
+    Products w = rolled;
+    ASSERT_TRUE(tile::unrollRings(w.c.tileIR));
+    tile::verify(w.c.tileIR);
+    w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
+    kernel::verify(w.kernelIR);
+    expectMatchesTheLoopProgram(w, cluster ? "unrolled ring, clusters" : "unrolled ring");
+    auto got = run(w), want = run(rolled);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(compare(got[i], want[i]).relL2, 0.0) << "output " << i;
+    const std::string cu = cuda::print(cuda::emit(w.kernelIR));
+    EXPECT_EQ(cu.find("int slot ="), std::string::npos) << cu;
+    EXPECT_NE(cu.find("int round ="), std::string::npos) << cu;
+    EXPECT_NE(tile::print(w.c.tileIR).find("the k loop unrolled by the ring"), std::string::npos);
+    kernel::kernel_test::expectNvccCompiles(w.kernelIR);
+  }
+}
+
 // tile-multicast-operands: the producer warp of each block of a cluster multicasts its part of every A slice and waits,
 // before refilling a slot, for the releases of every consumer warp of the cluster (each arrives on the slot's empty
 // mbarrier in every block); without deepen the rings are reused, so the producers wait for releases. The interpreter

@@ -122,6 +122,10 @@ struct TiledContraction {
   // before it refills the slot. No block barrier in the k loop: the warpgroups run apart, and one wgmma group stays in
   // flight (mmaInFlight 1) while the copies run pipelineDepth - 1 slices ahead of the one multiplied.
   bool producerWarp = false;
+  // Products with a producer warp (tile-unroll-rings): the k loop walks rounds of pipelineDepth steps, step s of a round
+  // multiplying ring slot s, so that slots and mbarrier parities are constants or one per round instead of each step's
+  // `slice mod depth` and `slice / depth` (and the wgmma descriptors computed from them).
+  bool unrollRing = false;
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
@@ -250,6 +254,7 @@ bool multicastOperands(Program& p);             // tile-multicast-operands (afte
 // (tests that need a producer warp on small products).
 bool specializeWarps(Program& p, bool everywhere = false);
 bool deepenRings(Program& p);                   // tile-deepen-rings
+bool unrollRings(Program& p);                   // tile-unroll-rings
 bool stackOperands(Program& p);                 // tile-stack-operands
 // Blocks per thread-block cluster that tile-multicast-operands gives tma products.
 constexpr int64_t kMulticastCluster = 2;
