@@ -20,6 +20,9 @@
 // C blocks (tmaIssue), each consumer warp releases a slot on empty[s] of every block of the cluster (C * P / 32 arrivals
 // a phase), so that no producer refills a slot some block still reads; cluster barriers after the inits (which are fenced
 // for the cluster) and at the end (no block leaves while copies into it may still be on their way).
+// With unrollRing (tile-unroll-rings) the loop walks rounds of `depth` steps: step s of round q is slice q * depth + s on
+// slot s, the full waits' parity q mod 2, the empty waits' (q + (s + depth - 1) / depth + 1) mod 2; a last round's steps
+// past the reduction are skipped (a guard on the loop variable, uniform).
 // The two roles share one loop. On the GPU the producer warp runs ahead on its own, held back only by the empty barriers,
 // and no block barrier ties the warpgroups together; in the interpreter, which runs threads in lockstep, every wait finds
 // the arrivals it needs earlier in program order (the consumers' part of a step comes before the producer's).
