@@ -69,7 +69,6 @@ struct Candidate {
   double micros = 0;
 };
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The predicted time of one candidate (the header's models; `warpgroups` selects the wgmma one).
 double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split,

@@ -30,7 +30,6 @@
 namespace kiln::tile {
 namespace {
 constexpr int64_t kMinSpecializedSlices = 32;  // slices each block walks; fewer measured slower (see above)
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 bool specializeWarps(Program& p, bool everywhere) {

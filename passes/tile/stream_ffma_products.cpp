@@ -43,7 +43,6 @@ struct Shape {
   bool separate = false;  // a product of several stages as one single-stage product per stage (splitProduct)
 };
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split) {
   const int64_t um = tileM / 16, un = tileN / 16, stages = static_cast<int64_t>(c.stages.size());

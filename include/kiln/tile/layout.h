@@ -8,6 +8,8 @@
 
 namespace kiln::tile {
 
+// a / b rounded up (a >= 0, b > 0).
+constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t threadsPerBlock(const Schedule& s);
 int64_t gridBlocks(const Schedule& s, const loop::Kernel& k);
 // Shared memory one block declares, in bytes (every slice of a pipelined product's ring included, and a tma ring's
