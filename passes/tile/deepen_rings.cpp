@@ -23,11 +23,8 @@ bool deepenRings(Program& p) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
     if (!s || s->instruction != TiledContraction::Instruction::Wgmma || s->a.copy != TiledContraction::Copy::CpAsync) continue;
     if (gridBlocks(p.schedules[i], p.loop.kernels[i]) > p.target.smCount) continue;
-    const Contraction c = contractionOf(*s, p.loop.kernels[i]);
-    const int64_t slices = (c.k + s->tileK - 1) / s->tileK, slot = ringSlotBudget(*s, c);
-    int64_t depth = s->pipelineDepth;
-    while (depth < kMaxRingDepth && depth + 1 <= slices + 1 && (depth + 1) * slot <= p.target.maxSharedPerBlock) ++depth;
-    if (depth == s->pipelineDepth) continue;
+    const int64_t depth = deepestRing(p.target, *s, contractionOf(*s, p.loop.kernels[i]));
+    if (depth <= s->pipelineDepth) continue;
     s->pipelineDepth = depth;
     changed = true;
   }

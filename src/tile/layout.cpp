@@ -191,20 +191,28 @@ bool computeBound(const Target& target, const TiledContraction& s, const Contrac
   return flops / kTensorCorePeakFlops > bytes / (target.memoryBandwidthGBs * 1e9);
 }
 
+namespace {
+// Shared memory per block when two share an SM (the driver reserves 1 KB per block).
+int64_t sharedForTwoBlocks(const Target& target) { return target.sharedPerSm / 2 - 1024; }
+}  // namespace
+
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k) {
   return gridBlocks(s, k) <= target.smCount || oneBlockPerSm(target, s, contractionOf(s, k)) ||
-         2 * (sharedBytes(s, k) + 1024) > target.sharedPerSm;
+         sharedBytes(s, k) > sharedForTwoBlocks(target);
+}
+
+int64_t deepestRing(const Target& target, const TiledContraction& s, const Contraction& c) {
+  const int64_t slot = ringSlotBudget(s, c), most = std::min(kMaxRingDepth, std::max<int64_t>(2, ceilDiv(c.k, s.tileK) + 1));
+  int64_t depth = 0;
+  while (depth < most && (depth + 1) * slot <= target.maxSharedPerBlock) ++depth;
+  return depth < 2 ? 0 : depth;
 }
 
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c) {
+  if (oneBlockPerSm(target, s, c)) return deepestRing(target, s, c);  // the SM's shared memory is the block's alone
   const int64_t slot = ringSlotBudget(s, c);
   const int64_t slices = ceilDiv(c.k, s.tileK);
-  if (oneBlockPerSm(target, s, c)) {  // the SM's shared memory is the block's alone
-    int64_t depth = 0;
-    while (depth < kMaxRingDepth && (depth + 1) * slot <= target.maxSharedPerBlock) ++depth;
-    return depth < 2 ? 0 : std::min(depth, std::max<int64_t>(2, slices + 1));
-  }
-  const int64_t budget = std::min(target.maxSharedPerBlock, target.sharedPerSm / 2 - 1024);  // 1 KB reserved per block
+  const int64_t budget = std::min(target.maxSharedPerBlock, sharedForTwoBlocks(target));
   for (int64_t d : {4, 3, 2})
     if (d * slot <= budget) return std::min(d, std::max<int64_t>(2, slices + 1));
   return 0;

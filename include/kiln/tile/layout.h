@@ -94,8 +94,11 @@ bool computeBound(const Target& target, const TiledContraction& s, const Contrac
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k);
 // Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
 // Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
-// A block alone on its SM (oneBlockPerSm) takes the deepest ring, up to kMaxRingDepth, that fits one block's maximum.
+// A block alone on its SM (oneBlockPerSm) takes deepestRing.
 int64_t ringDepth(const Target& target, const TiledContraction& s, const Contraction& c);
+// The deepest ring, 2 to kMaxRingDepth slots and never more than the reduction's slices plus one, that one block's
+// maximum shared memory holds; 0 if not even 2 slots fit.
+int64_t deepestRing(const Target& target, const TiledContraction& s, const Contraction& c);
 // How many slices ahead of the one being multiplied a ring's copies run: pipelineDepth - 1 less the wgmma groups in flight
 // (their slots are still read when the next copies go out), but pipelineDepth - 1 with a producer warp (it refills a slot
 // as soon as the warpgroups release it, not a step later).
