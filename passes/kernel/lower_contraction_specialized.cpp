@@ -61,7 +61,8 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   // producer refills that slot with slice i + depth - 1 once the cluster has released it. Slots and parities are given:
   // computed from i in the rolled loop, constants and one parity per round of `depth` steps in the unrolled one.
   struct Step {
-    Idx slice, slot, parity, freed, writeSlot, writeParity;
+    Idx slice, slot, parity;
+    Idx previous, refillParity;  // the slot slice i - 1 held, which slice i + depth - 1 fills; its empty wait's parity
   };
   auto step = [&](const Step& st, Block& out) {
     Block consume;
@@ -69,23 +70,21 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
     consume.push_back(mbarrierWait(r.full, st.slot, st.parity));
     multiply(consume);
     Block release;
-    release.push_back(C > 1 ? mbarrierArriveCluster(r.empty, st.freed) : mbarrierArrive(r.empty, st.freed));
+    release.push_back(C > 1 ? mbarrierArriveCluster(r.empty, st.previous) : mbarrierArrive(r.empty, st.previous));
     consume.push_back(ifLess(idxConst(0), st.slice, {ifLess(lane, idxConst(1), std::move(release))}));
     out.push_back(ifLess(t.role, idxConst(groups), std::move(consume)));
     Block refill;
     const Idx j = idxAdd(st.slice, depth - 1);  // the slice copied in this step, into the slot slice i - 1 held
-    refill.push_back(ifLess(idxConst(depth - 1), j, {mbarrierWait(r.empty, st.writeSlot, st.writeParity)}));
-    tmaIssue(t, operands, r, j, st.writeSlot, refill);
+    refill.push_back(ifLess(idxConst(depth - 1), j, {mbarrierWait(r.empty, st.previous, st.refillParity)}));
+    tmaIssue(t, operands, r, j, st.previous, refill);
     out.push_back(producer({ifLess(j, idxConst(slices), std::move(refill))}));
   };
   Block steps;
   if (!t.s.unrollRing) {
     const Idx slice = floorDiv(t.k0, tk), j = idxAdd(slice, depth - 1);
-    Step st{slice, defVar(steps, "slot", mod(slice, depth), depth), mod(floorDiv(slice, depth), 2), nullptr, nullptr,
-            mod(idxAdd(floorDiv(j, depth), 1), 2)};
-    st.freed = defVar(steps, "free_slot", mod(j, depth), depth);  // (i - 1) mod depth: the slot slice j fills
-    st.writeSlot = st.freed;
-    step(st, steps);
+    const Idx slot = defVar(steps, "slot", mod(slice, depth), depth);
+    const Idx previous = defVar(steps, "free_slot", mod(j, depth), depth);  // (i - 1) mod depth
+    step({slice, slot, mod(floorDiv(slice, depth), 2), previous, mod(idxAdd(floorDiv(j, depth), 1), 2)}, steps);
     k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
   } else {  // rounds of `depth` steps: step s of a round multiplies slot s
     const int64_t roundK = depth * tk, rounds = (slices + depth - 1) / depth;
@@ -93,7 +92,7 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
     for (int64_t s = 0; s < depth; ++s) {
       const Idx slice = simplify(floorDiv(t.k0, tk) + idxConst(s), extents_);
       const int64_t w = (s + depth - 1) % depth, wRound = (s + depth - 1) / depth;  // slice i + depth - 1: slot and round
-      Step st{slice, idxConst(s), mod(round, 2), idxConst(w), idxConst(w), mod(idxAdd(round, wRound + 1), 2)};
+      const Step st{slice, idxConst(s), mod(round, 2), idxConst(w), mod(idxAdd(round, wRound + 1), 2)};
       if (slices % depth == 0 || s < slices % depth) {
         step(st, steps);
       } else {  // the last round stops short of this step
