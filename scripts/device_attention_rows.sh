@@ -6,7 +6,8 @@
 #   2. bench/kiln_variants.py over ROWS_FILTER (default: sdpa_causal_gqa and attention_naive at 512 tokens, both models)
 #      with ROWS_VARIANTS (default: kiln as it is, without tile-balance-attention, with tile-attention-scores-by-wgmma):
 #      each case checked against LibTorch and timed hot;
-#   3. the suite's rows for ROWS_FILTER (kiln as it is beside eager, bf16), for what is left of BENCH_LIMIT_SECONDS;
+#   3. the suite's rows for ROWS_FILTER (kiln as it is beside eager, bf16), for what is left of BENCH_LIMIT_SECONDS
+#      (ROWS_SUITE=0: not);
 #   0. with ROWS_TEMPLATES=1, while kiln builds: tests/unit/gpu_check_kernel_templates.cu (kiln_ops.cuh on the GPU);
 #   4. with ROWS_MODEL=1, first: the whole TinyLlama-shaped model, bf16 1 x 128 (bench/whole_model.py --kiln-graph
 #      --kiln-profile beside eager and torch.compile reduce-overhead) to $OUT/model.json.
@@ -61,5 +62,5 @@ if [ -n "$ROWS_VARIANTS" ]; then
   printf '%s\n' "${summary[-2]}" "${summary[-1]}"
 fi
 
-suite_rows bf16 "$ROWS_FILTER"
+[ "${ROWS_SUITE:-1}" = 1 ] && suite_rows bf16 "$ROWS_FILTER"
 finish_call rows.txt bf16
