@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BENCH_LIMIT_SECONDS:=540}"
-: "${ROWS_FIXTURES:=models/fixtures/attention_bf16.pt models/fixtures/attention_f32.pt}"
+: "${ROWS_FIXTURES=models/fixtures/attention_bf16.pt models/fixtures/attention_f32.pt}"
 : "${ROWS_FILTER:=tinyllama/sdpa_causal_gqa/s512,qwen2.5-7b/sdpa_causal_gqa/s512,tinyllama/attention_naive/s512,qwen2.5-7b/attention_naive/s512}"
 : "${ROWS_VARIANTS=default;-tile-balance-attention;+tile-attention-scores-by-wgmma}"  # empty: no variants
 NAME=${BENCH_NAME:-$(date -u +%F)-h200-attention-rows}
