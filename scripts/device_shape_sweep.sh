@@ -5,7 +5,8 @@
 # table of that one product, then `kiln run --check` once and `kiln run --bench SWEEP_BENCH` (hot, from graphs) and
 # `--rotate-mb 512` (operands from HBM), printing µs per forward beside the model's own choice ("model").
 # SWEEP_VARIANTS (";"-separated kiln argument lists, default one empty list) runs every shape once per list, e.g.
-# ";--enable-pass tile-multicast-operands" for each shape without and with clusters.
+# ";--enable-pass tile-multicast-operands" for each shape without and with clusters; words of the form NAME=VALUE in a list
+# set kiln's environment instead (e.g. "KILN_CACHE_DIR=/tmp/c --disable-pass tile-unroll-rings").
 # $OUT gets sweep.txt (also printed) and logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,9 @@ for c in "${cases[@]}"; do
   [ -f "$pt" ] || { echo "$name: no trace" | tee -a "$OUT/sweep.txt"; continue; }
   for shape in model ${shapes//,/ }; do
    for variant in "${variants[@]}"; do
-    read -ra args <<< "$variant"
+    read -ra words <<< "$variant"
+    envs=(); args=()
+    for w in "${words[@]}"; do if [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$w"); else args+=("$w"); fi; done
     tag=$shape${variant:+ [$variant]}
     if [ "$shape" != model ]; then
       tm=${shape%%x*}; rest=${shape#*x}; tn=${rest%%s*}; split=${rest#*s}
@@ -39,12 +42,12 @@ for c in "${cases[@]}"; do
       args+=(--product-shapes "$f")
     fi
     l="$LOG/$(echo "$name" | sed 's|/|_|g')-$shape-$(echo "$variant" | tr -c 'a-z0-9\n' '_')"
-    ./build/kiln compile "$pt" --explain-schedule "${args[@]}" > "$l.schedule" 2>&1
-    ./build/kiln run "$pt" --check "${args[@]}" > "$l.check" 2>&1; rc=$?
-    ./build/kiln run "$pt" --bench "$SWEEP_BENCH" "${args[@]}" > "$l.hot" 2>&1
-    ./build/kiln run "$pt" --bench "$SWEEP_BENCH" --rotate-mb 512 "${args[@]}" > "$l.rot" 2>&1
+    env "${envs[@]}" ./build/kiln compile "$pt" --explain-schedule "${args[@]}" > "$l.schedule" 2>&1
+    env "${envs[@]}" ./build/kiln run "$pt" --check "${args[@]}" > "$l.check" 2>&1; rc=$?
+    env "${envs[@]}" ./build/kiln run "$pt" --bench "$SWEEP_BENCH" "${args[@]}" > "$l.hot" 2>&1
+    env "${envs[@]}" ./build/kiln run "$pt" --bench "$SWEEP_BENCH" --rotate-mb 512 "${args[@]}" > "$l.rot" 2>&1
     used=$(grep -c 'from --product-shapes' "$l.schedule")
-    echo "$name $tag: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$l.check" | head -1), hot $(ms "$l.hot") us, rotated $(ms "$l.rot") us$([ "$shape" != model ] && [ "$used" = 0 ] && echo ' (table not used)') | $(grep -o 'tile [0-9x]* ([^)]*)' "$l.schedule" | head -1) $(grep -o 'clusters of [0-9]*' "$l.schedule" | head -1) $(grep -o 'x[0-9]* ring' "$l.schedule" | head -1) $(grep -o 'grid [0-9]* x [0-9]* threads' "$l.schedule" | head -1)" | tee -a "$OUT/sweep.txt"
+    echo "$name $tag: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$l.check" | head -1), hot $(ms "$l.hot") us, rotated $(ms "$l.rot") us$([ "$shape" != model ] && [ "$used" = 0 ] && echo ' (table not used)') | $(grep -o 'tile [0-9x]* ([^)]*)' "$l.schedule" | head -1) $(grep -o 'clusters of [0-9]*' "$l.schedule" | head -1) $(grep -o 'a producer warp' "$l.schedule" | head -1) $(grep -o 'x[0-9]* ring' "$l.schedule" | head -1) $(grep -o 'grid [0-9]* x [0-9]* threads' "$l.schedule" | head -1)" | tee -a "$OUT/sweep.txt"
    done
   done
 done
