@@ -62,24 +62,35 @@ constexpr double kSplitKernelMicros = 2.0;     // launch and run of the kernel a
 constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16 tensor-core rate
 constexpr double kWgmmaPeakFraction = 0.7;
 constexpr double kL2Bytes = 50e6;                // the H200's L2
-constexpr double kWgmmaSliceSeconds = 0.05e-6;  // per 64-deep slice a block walks (fitted to bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt)
+// Compute-bound wgmma products: per 64-deep slice a block walks (fitted to bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt).
+constexpr double kWgmmaSliceSeconds = 0.05e-6;
+// Streaming (memory-bound) wgmma products, fitted (least squares on log time) to 60 measured tiles and splits of seven
+// such products on the H200 (bench/results/2026-12-03-h200-shape-sweep-931763e.txt and -a8a9173.txt; rms error 8 %):
+constexpr double kStreamingSliceSeconds = 0.27e-6;      // per 64-deep slice a block walks, whatever its bytes
+constexpr double kStreamingSmBytesPerSecond = 82e9;     // one SM streaming its block's operands through L2
+constexpr double kStreamingBandwidthFraction = 0.92;    // of the Target's bandwidth, each operand once
+constexpr double kStreamingSplitMicros = 1.0;           // the kernel adding a split's partials (a programmatic launch)
+constexpr double kStreamingPartialsBytesPerSecond = 25e12;  // its reads of the partials (still in L2) and its output
 
 struct Candidate {
   int64_t tileM = 0, tileN = 0, split = 1;
   double micros = 0;
 };
 
+// Which of the header's models predicts a product's time.
+enum class Model { MmaSync, WgmmaComputeBound, WgmmaStreaming };
 
-// The predicted time of one candidate (the header's models; `warpgroups` selects the wgmma one).
+// The predicted time of one candidate.
 double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split,
-                     int64_t elementBytes, bool warpgroups) {
+                     int64_t elementBytes, Model model) {
   const double bandwidth = target.memoryBandwidthGBs * 1e9;
   const int64_t stages = static_cast<int64_t>(c.stages.size());
   const int64_t tm = ceilDiv(c.m, tileM), tn = ceilDiv(c.n, tileN);
   const int64_t blocks = c.outerPoints * tm * tn * split;
   const double blockBytes = static_cast<double>((tileM * aOperands + tileN * stages) * (c.k / split) * elementBytes);
+  const double slices = static_cast<double>(ceilDiv(c.k / split, 64));
   double memory = static_cast<double>(blocks) * blockBytes;  // mma.sync: every block's operands at HBM bandwidth
-  if (warpgroups) {  // each operand once; the weights again per row of tiles when they do not stay in L2
+  if (model != Model::MmaSync) {  // each operand once; the weights again per row of tiles when they do not stay in L2
     const double weights = static_cast<double>(c.outerPoints * c.n * c.k * stages * elementBytes);
     memory = static_cast<double>(c.outerPoints * c.m * c.k * aOperands * elementBytes) +
              weights * static_cast<double>(weights > kL2Bytes / 2 ? tm : 1);
@@ -87,15 +98,30 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   if (split > 1) memory += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
   const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
   const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
-  const double peak = (warpgroups ? kWgmmaPeakFraction : kMmaSyncPeakFraction) * kTensorCorePeakFlops;
-  // wgmma: each slice a block walks also costs kWgmmaSliceSeconds on its SM, whatever its bytes.
-  const double sliceSeconds = warpgroups ? static_cast<double>(ceilDiv(c.k / split, 64)) * kWgmmaSliceSeconds : 0.0;
-  const double seconds = std::max({memory / bandwidth,
-                                   waves * (blockBytes / (2.0 * bandwidth / static_cast<double>(target.smCount)) + sliceSeconds),
-                                   flops / peak});
+  const double peak = (model == Model::MmaSync ? kMmaSyncPeakFraction : kWgmmaPeakFraction) * kTensorCorePeakFlops;
+  const double smRate = 2.0 * bandwidth / static_cast<double>(target.smCount);
   // A split's second kernel runs after the first: its launch and (wgmma) reading the f32 partials and writing the output.
-  const double partials = warpgroups ? static_cast<double>((4 * split + 2) * c.outerPoints * c.m * c.n) / bandwidth : 0.0;
-  return (seconds + (split > 1 ? kSplitKernelMicros * 1e-6 + partials : 0.0)) * 1e6;
+  const double partialsBytes = static_cast<double>((4 * split + 2) * c.outerPoints * c.m * c.n);
+  switch (model) {
+    case Model::MmaSync:
+      return (std::max({memory / bandwidth, waves * blockBytes / smRate, flops / peak}) +
+              (split > 1 ? kSplitKernelMicros * 1e-6 : 0.0)) * 1e6;
+    case Model::WgmmaComputeBound:  // each slice a block walks also costs kWgmmaSliceSeconds on its SM
+      return (std::max({memory / bandwidth, waves * (blockBytes / smRate + slices * kWgmmaSliceSeconds), flops / peak}) +
+              (split > 1 ? kSplitKernelMicros * 1e-6 + partialsBytes / bandwidth : 0.0)) * 1e6;
+    case Model::WgmmaStreaming: {
+      // A block takes the longer of streaming its operands and walking its slices; a wave of blocks the longer of that
+      // and its share of the memory traffic (a last wave of a few blocks costs a block's whole time while HBM idles).
+      const double block = std::max(blockBytes / kStreamingSmBytesPerSecond, slices * kStreamingSliceSeconds);
+      const double stream = memory / (kStreamingBandwidthFraction * bandwidth);
+      double walked = 0;
+      for (int64_t left = blocks; left > 0; left -= target.smCount)
+        walked += std::max(block, stream * static_cast<double>(std::min(left, target.smCount)) / static_cast<double>(blocks));
+      return (std::max(walked, flops / peak) +
+              (split > 1 ? kStreamingSplitMicros * 1e-6 + partialsBytes / kStreamingPartialsBytesPerSecond : 0.0)) * 1e6;
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -181,8 +207,9 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
     const int64_t bytes = dtypeBytes(s->mmaType);
     const bool wgmma = s->instruction == TiledContraction::Instruction::Wgmma;
+    const Model model = !wgmma ? Model::MmaSync : computeBound(p.target, *s, c) ? Model::WgmmaComputeBound : Model::WgmmaStreaming;
     auto predict = [&](int64_t tileM, int64_t tileN, int64_t split) {
-      return predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes, wgmma);
+      return predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes, model);
     };
     auto splits = [&](int64_t split) { return split == 1 || (stages == 1 && c.k % (split * 64) == 0 && c.k / split >= 256); };
     Candidate current{s->tileM, s->tileN, 1, predict(s->tileM, s->tileN, 1)};
@@ -214,6 +241,19 @@ bool shapeProducts(Program& p, const ProductShape* force) {
             considered.push_back({tileM, tileN, split, t});
             if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
           }
+      // A streaming product takes, of the candidates within 5 % of the fastest prediction, the fastest of those in the
+      // fewest waves of blocks (the first found of equals). Measured: Qwen2.5-7B gate_proj at 32 tokens, 64x144 in one
+      // wave 34.8 us, 64x128 in two 39.2, predicted within 5 %.
+      if (model == Model::WgmmaStreaming && !considered.empty()) {
+        const double fastest = std::min_element(considered.begin(), considered.end(), [](const Candidate& a, const Candidate& b) {
+                                 return a.micros < b.micros;
+                               })->micros;
+        auto key = [&](const Candidate& x) {
+          return std::make_pair(ceilDiv(c.outerPoints * ceilDiv(c.m, x.tileM) * ceilDiv(c.n, x.tileN) * x.split, p.target.smCount), x.micros);
+        };
+        for (const Candidate& x : considered)
+          if (x.micros <= fastest * 1.05 && (best.micros > fastest * 1.05 || key(x) < key(best))) best = x;
+      }
     } else {
       for (int64_t tileM : {32, 64, 128})
         for (int64_t tileN : {32, 64, 128})
