@@ -22,27 +22,34 @@
 //
 // Products that tile-warpgroup-products made wgmma products (sm_90a) get warpgroup tiles (tile_m 64 or 128, the rows
 // past m zero-filled; tile_n a multiple of 8 from 16 to 256, among them widths that spread the columns evenly over the
-// SMs) and the model counts memory traffic where it happens:
+// SMs), predicted by one of two models that count memory traffic where it happens:
 //   HBM bytes    = each operand once (the activations and the weights; the weights again per extra row of tiles when
-//                  they do not fit in half the L2) + the partials of a split
+//                  they do not fit in half the L2) + the partials of a split (8 bytes per output per split)
+// Compute-bound products (tile::computeBound: flops at the tensor-core peak outlast the bytes at the bandwidth):
 //   time         = max(HBM bytes / bandwidth,
 //                      waves * (block bytes / (2 * bandwidth / SMs)   one SM streaming its blocks (through L2),
 //                               + slices per block * kWgmmaSliceSeconds),   each 64-deep slice's fixed cost
 //                      padded flops / (0.7 * the tensor-core peak))   (wgmma from shared memory)
 //                  + (S > 1: kSplitKernelMicros + the adding kernel's bytes (f32 partials read, output written) / bandwidth)
+//   (the slice cost came with a sweep of tiles on the H200, bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt).
+// Streaming (memory-bound) products, the LLM's products at 32 and 128 tokens:
+//   block        = block bytes / kStreamingSmBytesPerSecond + slices per block * kStreamingSliceSeconds
+//   time         = sum over the waves of max(block, the wave's blocks' share of HBM bytes / (0.96 * bandwidth)),
+//                  at least padded flops / (0.7 * peak)
+//                  + (S > 1: kStreamingSplitMicros + the adding kernel's bytes / kStreamingPartialsBytesPerSecond)
+//   and of the candidates predicted within 5 % of the fastest, the fastest of those in the fewest waves.
+//   Its constants are a least-squares fit (on log time) to 90 measured tiles and splits of nine memory-bound products
+//   on the H200 (the sweeps bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt and -931763e.txt, the suite's rows at
+//   b0f888e and 241a30f; rms error 7 %): a slice costs about 0.2 us whatever its bytes (a block of 64 x 48 tiles walking
+//   32 slices of TinyLlama's gate_proj at 32 tokens took 11.9 us, 64 x 128 split 2, 16 slices, 9.5), and a last wave
+//   of a few blocks costs a whole block (Qwen2.5-7B gate_proj at 32 tokens: 64x144 in one wave 34.8 us, 64x128 in two
+//   39.2). What it does not see: two warpgroups (tile_m 128) beat one of twice the width at equal bytes (TinyLlama
+//   q_proj at 128 tokens, 128x64 split 4 7.5 us, 64x128 split 4 7.9), and 64x64 split 2 ran 7.2 there.
 // block bytes count A's rows up to m and B's columns up to n (TMA and cp.async zero-fill the rest without reading it).
-// The slice cost and the adding kernel's bytes came with a sweep of tiles on the H200 (2026-12-03,
-// bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt): at equal bytes, narrow tiles that walk more slices per SM
-// measured slower (Qwen2.5-7B gate_proj at 32 tokens: 64x72 in two waves 46.6 us, 64x144 in one 34.8), and splits that
-// only save slices lose to the partials' round trip; the suite's bf16 products went from 0.92x to 0.96x eager's geomean
-// (2e48ed9).
-// Accumulators: stages * tile_n / 2 registers per thread within 128. Measured on the H200 (2026-12-02): it predicts
-// TinyLlama's gate/up at 128 tokens at 14 us where it takes 26 (each SM takes in ~35 GB/s through L2, not the 73
-// assumed); charging that rate and the adding kernel's reads made it choose splits that measured slower (see
-// bench/results/2026-12-02-h200-products-calibrated-experiment-summary.txt), so the rate here stays.
+// Accumulators: stages * tile_n / 2 registers per thread within 128.
 // The chosen schedule's `model` field says what was predicted, against the tile it replaced, and the three other
-// candidates predicted fastest (one within 5 % of the choice does not replace it: the first found stays;
-// `kiln compile --explain-schedule` lists every kernel's schedule with it).
+// candidates predicted fastest (a candidate within 5 % of the choice does not replace it, the first found stays, but
+// for the streaming rule above; `kiln compile --explain-schedule` lists every kernel's schedule with it).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -64,13 +71,12 @@ constexpr double kWgmmaPeakFraction = 0.7;
 constexpr double kL2Bytes = 50e6;                // the H200's L2
 // Compute-bound wgmma products: per 64-deep slice a block walks (fitted to bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt).
 constexpr double kWgmmaSliceSeconds = 0.05e-6;
-// Streaming (memory-bound) wgmma products, fitted (least squares on log time) to 60 measured tiles and splits of seven
-// such products on the H200 (bench/results/2026-12-03-h200-shape-sweep-931763e.txt and -a8a9173.txt; rms error 8 %):
-constexpr double kStreamingSliceSeconds = 0.27e-6;      // per 64-deep slice a block walks, whatever its bytes
-constexpr double kStreamingSmBytesPerSecond = 82e9;     // one SM streaming its block's operands through L2
-constexpr double kStreamingBandwidthFraction = 0.92;    // of the Target's bandwidth, each operand once
+// Streaming (memory-bound) wgmma products, fitted as the header says (rms error 7 %):
+constexpr double kStreamingSliceSeconds = 0.21e-6;      // per 64-deep slice a block walks, besides its bytes
+constexpr double kStreamingSmBytesPerSecond = 197e9;    // one SM streaming its block's operands through L2
+constexpr double kStreamingBandwidthFraction = 0.96;    // of the Target's bandwidth, each operand once
 constexpr double kStreamingSplitMicros = 1.0;           // the kernel adding a split's partials (a programmatic launch)
-constexpr double kStreamingPartialsBytesPerSecond = 25e12;  // its reads of the partials (still in L2) and its output
+constexpr double kStreamingPartialsBytesPerSecond = 6.9e12;  // its reads of the partials (mostly in L2) and its output
 
 struct Candidate {
   int64_t tileM = 0, tileN = 0, split = 1;
@@ -110,9 +116,9 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
       return (std::max({memory / bandwidth, waves * (blockBytes / smRate + slices * kWgmmaSliceSeconds), flops / peak}) +
               (split > 1 ? kSplitKernelMicros * 1e-6 + partialsBytes / bandwidth : 0.0)) * 1e6;
     case Model::WgmmaStreaming: {
-      // A block takes the longer of streaming its operands and walking its slices; a wave of blocks the longer of that
-      // and its share of the memory traffic (a last wave of a few blocks costs a block's whole time while HBM idles).
-      const double block = std::max(blockBytes / kStreamingSmBytesPerSecond, slices * kStreamingSliceSeconds);
+      // A block streams its operands and pays a fixed cost per slice; a wave of blocks takes the longer of that and its
+      // share of the memory traffic (a last wave of a few blocks costs a block's whole time while HBM idles).
+      const double block = blockBytes / kStreamingSmBytesPerSecond + slices * kStreamingSliceSeconds;
       const double stream = memory / (kStreamingBandwidthFraction * bandwidth);
       double walked = 0;
       for (int64_t left = blocks; left > 0; left -= target.smCount)
