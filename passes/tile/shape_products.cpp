@@ -37,7 +37,7 @@
 //   time         = sum over the waves of max(block, the wave's blocks' share of HBM bytes / (0.96 * bandwidth)),
 //                  at least padded flops / (0.7 * peak)
 //                  + (S > 1: kStreamingSplitMicros + the adding kernel's bytes / kStreamingPartialsBytesPerSecond)
-//   and of the candidates predicted within 5 % of the fastest, the fastest of those in the fewest waves.
+//   and of the candidates predicted within 5 % of the fastest, the fastest of those in the fewest waves, then splits.
 //   Its constants are a least-squares fit (on log time) to 90 measured tiles and splits of nine memory-bound products
 //   on the H200 (the sweeps bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt and -931763e.txt, the suite's rows at
 //   b0f888e and 241a30f; rms error 7 %): a slice costs about 0.2 us whatever its bytes (a block of 64 x 48 tiles walking
@@ -56,6 +56,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "kiln/support/error.h"
@@ -248,14 +249,16 @@ bool shapeProducts(Program& p, const ProductShape* force) {
             if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
           }
       // A streaming product takes, of the candidates within 5 % of the fastest prediction, the fastest of those in the
-      // fewest waves of blocks (the first found of equals). Measured: Qwen2.5-7B gate_proj at 32 tokens, 64x144 in one
-      // wave 34.8 us, 64x128 in two 39.2, predicted within 5 %.
+      // fewest waves of blocks and then with the fewest splits (the first found of equals). Measured: Qwen2.5-7B gate_proj
+      // at 32 tokens, 64x144 in one wave 34.8 us, 64x128 in two 39.2; TinyLlama q_proj at 128 tokens, 64x64 split 2
+      // 7.2 us, 64x128 split 4 7.9 (the partials' round trip costs more than the model counts); both within 5 %.
       if (model == Model::WgmmaStreaming && !considered.empty()) {
         const double fastest = std::min_element(considered.begin(), considered.end(), [](const Candidate& a, const Candidate& b) {
                                  return a.micros < b.micros;
                                })->micros;
         auto key = [&](const Candidate& x) {
-          return std::make_pair(ceilDiv(c.outerPoints * ceilDiv(c.m, x.tileM) * ceilDiv(c.n, x.tileN) * x.split, p.target.smCount), x.micros);
+          return std::make_tuple(ceilDiv(c.outerPoints * ceilDiv(c.m, x.tileM) * ceilDiv(c.n, x.tileN) * x.split, p.target.smCount),
+                                 x.split, x.micros);
         };
         for (const Candidate& x : considered)
           if (x.micros <= fastest * 1.05 && (best.micros > fastest * 1.05 || key(x) < key(best))) best = x;
