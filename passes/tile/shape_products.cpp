@@ -17,7 +17,7 @@
 //                      waves * block bytes / (2 * bandwidth / SMs), one SM streaming its blocks
 //                      padded flops / half the tensor-core peak)    (mma.sync reaches about half of it)
 //                  + (S > 1: kSplitKernelMicros for the second kernel)
-// with waves = ceil(blocks / SMs). Candidates need accumulators within 128 registers per thread (2 x 2 warps of
+// with waves = ceil(blocks / SMs). ProductCandidates need accumulators within 128 registers per thread (2 x 2 warps of
 // (tile_m / 2) x (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256.
 //
 // Products that tile-warpgroup-products made wgmma products (sm_90a) get warpgroup tiles (tile_m 64 or 128, the rows
@@ -40,11 +40,13 @@
 //   and of the candidates predicted within 5 % of the fastest, the fastest of those in the fewest waves, then splits.
 //   Its constants are a least-squares fit (on log time) to 90 measured tiles and splits of nine memory-bound products
 //   on the H200 (the sweeps bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt and -931763e.txt, the suite's rows at
-//   b0f888e and 241a30f; rms error 7 %): a slice costs about 0.2 us whatever its bytes (a block of 64 x 48 tiles walking
-//   32 slices of TinyLlama's gate_proj at 32 tokens took 11.9 us, 64 x 128 split 2, 16 slices, 9.5), and a last wave
-//   of a few blocks costs a whole block (Qwen2.5-7B gate_proj at 32 tokens: 64x144 in one wave 34.8 us, 64x128 in two
-//   39.2). What it does not see: two warpgroups (tile_m 128) beat one of twice the width at equal bytes (TinyLlama
-//   q_proj at 128 tokens, 128x64 split 4 7.5 us, 64x128 split 4 7.9), and 64x64 split 2 ran 7.2 there.
+//   b0f888e and 241a30f; rms error 7 %): a slice costs about 0.2 us whatever its bytes (a block of 64 x 48 tiles
+//   walking 32 slices of TinyLlama's gate_proj at 32 tokens took 11.9 us, 64 x 128 split 2, 16 slices, 9.5), and a
+//   last wave of a few blocks costs a whole block (Qwen2.5-7B gate_proj at 32 tokens: 64x144 in one wave 34.8 us,
+//   64x128 in two, the second of 16 blocks, 39.2). The tie rule picks the measured best where the fit cannot tell
+//   (TinyLlama q_proj at 128 tokens: 64x64 split 2 7.2 us, 64x128 split 4 7.9, predicted within 2 %). What it does not
+//   see: two warpgroups (tile_m 128) beat one of twice the width at equal bytes (there, 128x64 split 4 ran 7.5).
+//   Choosing with it moved the suite's bf16 products from 0.963x to 0.985x eager's geomean (ae62c67 against b0f888e).
 // block bytes count A's rows up to m and B's columns up to n (TMA and cp.async zero-fill the rest without reading it).
 // Accumulators: stages * tile_n / 2 registers per thread within 128.
 // The chosen schedule's `model` field says what was predicted, against the tile it replaced, and the three other
@@ -78,11 +80,6 @@ constexpr double kStreamingSmBytesPerSecond = 197e9;    // one SM streaming its 
 constexpr double kStreamingBandwidthFraction = 0.96;    // of the Target's bandwidth, each operand once
 constexpr double kStreamingSplitMicros = 1.0;           // the kernel adding a split's partials (a programmatic launch)
 constexpr double kStreamingPartialsBytesPerSecond = 6.9e12;  // its reads of the partials (mostly in L2) and its output
-
-struct Candidate {
-  int64_t tileM = 0, tileN = 0, split = 1;
-  double micros = 0;
-};
 
 // Which of the header's models predicts a product's time.
 enum class Model { MmaSync, WgmmaComputeBound, WgmmaStreaming };
@@ -202,6 +199,79 @@ void splitProduct(Program& p, size_t i, int64_t split, TiledContraction partialS
   p.schedules.insert(p.schedules.begin() + at(partials.size()), adding);
 }
 
+ProductPrediction predictProductShape(const Program& p, const TiledContraction& s, const Contraction& c) {
+  const int64_t stages = static_cast<int64_t>(c.stages.size());
+  const std::vector<size_t> src = aSources(c);
+  int64_t aOperands = 0;
+  for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
+  const int64_t bytes = dtypeBytes(s.mmaType);
+  const bool wgmma = s.instruction == TiledContraction::Instruction::Wgmma;
+  const Model model = !wgmma ? Model::MmaSync : computeBound(p.target, s, c) ? Model::WgmmaComputeBound : Model::WgmmaStreaming;
+  ProductPrediction out;
+  out.predict = [=, &p](int64_t tileM, int64_t tileN, int64_t split) {
+    return predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes, model);
+  };
+  const auto& predict = out.predict;
+  auto splits = [&](int64_t split) { return split == 1 || (stages == 1 && c.k % (split * 64) == 0 && c.k / split >= 256); };
+  out.current = {s.tileM, s.tileN, 1, predict(s.tileM, s.tileN, 1)};
+  std::vector<ProductCandidate>& considered = out.considered;
+  ProductCandidate& best = out.best;
+  best = out.current;
+  if (wgmma) {
+    // Warpgroup tiles: 64 or 128 rows (128 only when m needs more than one 64-row tile); columns a multiple of 8
+    // from 16 to 256, among them the widths that give each of 1 to 4 waves of blocks an even share of n.
+    std::vector<int64_t> widths{16, 32, 64, 96, 128, 192, 256};
+    for (int64_t w = 1; w <= 4; ++w)
+      for (int64_t split : {1, 2, 4, 8}) {
+        const int64_t perRowOfTiles = w * p.target.smCount / (split * c.outerPoints * ceilDiv(c.m, 128));
+        if (perRowOfTiles > 0) widths.push_back(ceilDiv(ceilDiv(c.n, perRowOfTiles), 8) * 8);
+      }
+    if (const TabledShape* t = tabledShape(p, s.mmaType, c)) widths.push_back(t->tileN);  // considered like the others
+    std::sort(widths.begin(), widths.end());
+    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+    best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
+    for (int64_t tileM : {64, 128})
+      for (int64_t tileN : widths)
+        for (int64_t split : {1, 2, 4, 8}) {
+          if ((tileM == 128 && c.m <= 64) || tileN < 16 || tileN > 256 || tileN > ceilDiv(c.n, 8) * 8 + 8 || !splits(split)) continue;
+          if (stages * tileN / 2 > 128) continue;  // accumulator registers per thread
+          TiledContraction sized = s;
+          sized.tileM = tileM;
+          sized.tileN = tileN;
+          if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
+          const double t = predict(tileM, tileN, split);
+          considered.push_back({tileM, tileN, split, t});
+          if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
+        }
+    // A streaming product takes, of the candidates within 5 % of the fastest prediction, the fastest of those in the
+    // fewest waves of blocks and then with the fewest splits (the first found of equals). Measured: Qwen2.5-7B gate_proj
+    // at 32 tokens, 64x144 in one wave 34.8 us, 64x72 in two 46.6; TinyLlama q_proj at 128 tokens, 64x64 split 2
+    // 7.2 us, 64x128 split 4 7.9 (the partials' round trip costs more than the model counts); both within 5 %.
+    if (model == Model::WgmmaStreaming && !considered.empty()) {
+      const auto faster = [](const ProductCandidate& a, const ProductCandidate& b) { return a.micros < b.micros; };
+      const double fastest = std::min_element(considered.begin(), considered.end(), faster)->micros;
+      auto key = [&](const ProductCandidate& x) {
+        return std::make_tuple(ceilDiv(c.outerPoints * ceilDiv(c.m, x.tileM) * ceilDiv(c.n, x.tileN) * x.split, p.target.smCount),
+                               x.split, x.micros);
+      };
+      for (const ProductCandidate& x : considered)
+        if (x.micros <= fastest * 1.05 && (best.micros > fastest * 1.05 || key(x) < key(best))) best = x;
+    }
+  } else {
+    for (int64_t tileM : {32, 64, 128})
+      for (int64_t tileN : {32, 64, 128})
+        for (int64_t split : {1, 2, 4, 8}) {
+          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+          if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
+          if (!splits(split)) continue;
+          const double t = predict(tileM, tileN, split);
+          considered.push_back({tileM, tileN, split, t});
+          if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
+        }
+  }
+  return out;
+}
+
 bool shapeProducts(Program& p, const ProductShape* force) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
@@ -209,75 +279,14 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     if (!s || s->instruction == TiledContraction::Instruction::Ffma || !asyncCopyable(p.loop, p.loop.kernels[i], *s)) continue;
     const Contraction c = contractionOf(*s, p.loop.kernels[i]);
     const int64_t stages = static_cast<int64_t>(c.stages.size());
-    const std::vector<size_t> src = aSources(c);
-    int64_t aOperands = 0;
-    for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
-    const int64_t bytes = dtypeBytes(s->mmaType);
     const bool wgmma = s->instruction == TiledContraction::Instruction::Wgmma;
-    const Model model = !wgmma ? Model::MmaSync : computeBound(p.target, *s, c) ? Model::WgmmaComputeBound : Model::WgmmaStreaming;
-    auto predict = [&](int64_t tileM, int64_t tileN, int64_t split) {
-      return predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes, model);
-    };
-    auto splits = [&](int64_t split) { return split == 1 || (stages == 1 && c.k % (split * 64) == 0 && c.k / split >= 256); };
-    Candidate current{s->tileM, s->tileN, 1, predict(s->tileM, s->tileN, 1)};
-    std::vector<Candidate> considered;  // every candidate with its prediction, for the runners-up in `model`
-    Candidate best = current;
-    if (wgmma) {
-      // Warpgroup tiles: 64 or 128 rows (128 only when m needs more than one 64-row tile); columns a multiple of 8
-      // from 16 to 256, among them the widths that give each of 1 to 4 waves of blocks an even share of n.
-      std::vector<int64_t> widths{16, 32, 64, 96, 128, 192, 256};
-      for (int64_t w = 1; w <= 4; ++w)
-        for (int64_t split : {1, 2, 4, 8}) {
-          const int64_t perRowOfTiles = w * p.target.smCount / (split * c.outerPoints * ceilDiv(c.m, 128));
-          if (perRowOfTiles > 0) widths.push_back(ceilDiv(ceilDiv(c.n, perRowOfTiles), 8) * 8);
-        }
-      if (const TabledShape* t = tabledShape(p, s->mmaType, c)) widths.push_back(t->tileN);  // considered like the others
-      std::sort(widths.begin(), widths.end());
-      widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
-      best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
-      for (int64_t tileM : {64, 128})
-        for (int64_t tileN : widths)
-          for (int64_t split : {1, 2, 4, 8}) {
-            if ((tileM == 128 && c.m <= 64) || tileN < 16 || tileN > 256 || tileN > ceilDiv(c.n, 8) * 8 + 8 || !splits(split)) continue;
-            if (stages * tileN / 2 > 128) continue;  // accumulator registers per thread
-            TiledContraction sized = *s;
-            sized.tileM = tileM;
-            sized.tileN = tileN;
-            if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
-            const double t = predict(tileM, tileN, split);
-            considered.push_back({tileM, tileN, split, t});
-            if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
-          }
-      // A streaming product takes, of the candidates within 5 % of the fastest prediction, the fastest of those in the
-      // fewest waves of blocks and then with the fewest splits (the first found of equals). Measured: Qwen2.5-7B gate_proj
-      // at 32 tokens, 64x144 in one wave 34.8 us, 64x128 in two 39.2; TinyLlama q_proj at 128 tokens, 64x64 split 2
-      // 7.2 us, 64x128 split 4 7.9 (the partials' round trip costs more than the model counts); both within 5 %.
-      if (model == Model::WgmmaStreaming && !considered.empty()) {
-        const double fastest = std::min_element(considered.begin(), considered.end(), [](const Candidate& a, const Candidate& b) {
-                                 return a.micros < b.micros;
-                               })->micros;
-        auto key = [&](const Candidate& x) {
-          return std::make_tuple(ceilDiv(c.outerPoints * ceilDiv(c.m, x.tileM) * ceilDiv(c.n, x.tileN) * x.split, p.target.smCount),
-                                 x.split, x.micros);
-        };
-        for (const Candidate& x : considered)
-          if (x.micros <= fastest * 1.05 && (best.micros > fastest * 1.05 || key(x) < key(best))) best = x;
-      }
-    } else {
-      for (int64_t tileM : {32, 64, 128})
-        for (int64_t tileN : {32, 64, 128})
-          for (int64_t split : {1, 2, 4, 8}) {
-            if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
-            if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
-            if (!splits(split)) continue;
-            const double t = predict(tileM, tileN, split);
-            considered.push_back({tileM, tileN, split, t});
-            if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
-          }
-    }
+    ProductPrediction prediction = predictProductShape(p, *s, c);
+    const ProductCandidate current = prediction.current;
+    std::vector<ProductCandidate>& considered = prediction.considered;
+    ProductCandidate best = prediction.best;
     std::string chosenBy = "predicted";
     if (const TabledShape* t = tabledShape(p, s->mmaType, c); t && !force) {  // --product-shapes, if it is a candidate
-      auto it = std::find_if(considered.begin(), considered.end(), [&](const Candidate& x) {
+      auto it = std::find_if(considered.begin(), considered.end(), [&](const ProductCandidate& x) {
         return x.tileM == t->tileM && x.tileN == t->tileN && x.split == t->split;
       });
       if (it == considered.end() || t->perStage)
@@ -291,7 +300,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     }
     if (force) {
       const bool split = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
-      best = {force->tileM, force->tileN, split ? force->split : 1, predict(force->tileM, force->tileN, split ? force->split : 1)};
+      best = {force->tileM, force->tileN, split ? force->split : 1, prediction.predict(force->tileM, force->tileN, split ? force->split : 1)};
     }
     if (best.tileM == current.tileM && best.tileN == current.tileN && best.split == 1) continue;
     TiledContraction shaped = *s;
@@ -302,12 +311,12 @@ bool shapeProducts(Program& p, const ProductShape* force) {
       part.k = c.k / best.split;
       shaped.pipelineDepth = ringDepth(p.target, shaped, part);
     }
-    auto name = [](const Candidate& x) {
+    auto name = [](const ProductCandidate& x) {
       return fmt::format("{}x{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string());
     };
-    std::sort(considered.begin(), considered.end(), [](const Candidate& a, const Candidate& b) { return a.micros < b.micros; });
+    std::sort(considered.begin(), considered.end(), [](const ProductCandidate& a, const ProductCandidate& b) { return a.micros < b.micros; });
     std::vector<std::string> next;
-    for (const Candidate& x : considered)
+    for (const ProductCandidate& x : considered)
       if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split))
         next.push_back(fmt::format("{} {:.1f}", name(x), x.micros));
     shaped.model = fmt::format("shape-products: {} {} {:.1f} us against {:.1f} us for {}x{}{}", name(best), chosenBy, best.micros,

@@ -1,6 +1,8 @@
 // The rules that decide where a wgmma product's block stands alone on its SM and where the producer warp (with clusters)
 // pays (include/kiln/tile/layout.h; passes/tile/specialize_warps.cpp says what the H200 measured): tile::oneBlockPerSm
-// from the registers, tile::ringDepth's deeper ring for such blocks, tile::computeBound from flops against bytes.
+// from the registers, tile::ringDepth's deeper ring for such blocks, tile::computeBound from flops against bytes; and
+// the tiles and splits tile-shape-products' models choose for the suite's products (tile::predictProductShape).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "kiln/support/target.h"
@@ -55,6 +57,32 @@ TEST(ProductRules, ComputeBoundAtFiveHundredTwelveTokens) {
   EXPECT_FALSE(computeBound(h200, wgmmaTile(112), product(128, 3584, 3584)));
   EXPECT_FALSE(computeBound(h200, wgmmaTile(48), product(32, 5632, 2048)));
   EXPECT_FALSE(computeBound(h200, wgmmaTile(64), product(512, 256, 2048)));
+}
+
+// tile-shape-products' choices for the suite's bf16 products on the H200, each the tile and split that measured fastest
+// of those tried (bench/results/2026-12-03-h200-shape-sweep-931763e.txt, -products-bf16-ae62c67.md; the streaming
+// model's header says why): a test that fails here means the model changed its mind about a measured product.
+TEST(ProductRules, ShapeModelsTakeTheMeasuredTiles) {
+  Program p;
+  p.target = targetFor("sm_90a");
+  auto chosen = [&](int64_t m, int64_t n, int64_t k) {
+    TiledContraction s = wgmmaTile(64);
+    s.tileM = s.tileN = 64;
+    s.a.copy = s.b.copy = TiledContraction::Copy::CpAsync;  // tile-tma-copies runs later
+    const ProductCandidate best = predictProductShape(p, s, product(m, n, k)).best;
+    return fmt::format("{}x{} split {}", best.tileM, best.tileN, best.split);
+  };
+  EXPECT_EQ(chosen(128, 2048, 2048), "64x64 split 2");    // TinyLlama q_proj, 128 tokens: 7.2 us; 64x128 split 4, 7.9
+  EXPECT_EQ(chosen(32, 5632, 2048), "64x128 split 2");    // TinyLlama gate_proj, 32 tokens: 9.5 us; 64x48, 11.9
+  EXPECT_EQ(chosen(32, 18944, 3584), "64x144 split 1");   // Qwen2.5-7B gate_proj, 32 tokens: one wave, 34.8 us; 64x72 in two, 46.6
+  EXPECT_EQ(chosen(32, 3584, 3584), "64x112 split 4");    // Qwen2.5-7B q_proj, 32 tokens: 9.9 us; 64x56 split 2, 12.2
+  EXPECT_EQ(chosen(128, 3584, 3584), "128x56 split 2");   // Qwen2.5-7B q_proj, 128 tokens: 12.8 us; 128x112 split 4, 13.9
+  EXPECT_EQ(chosen(512, 3584, 3584), "128x112 split 1");  // compute-bound: Qwen2.5-7B q_proj, 512 tokens; 128x224 split 2, 28.4
+  // The tie the streaming rule breaks there: one wave of 64 x 144 tiles and two of 64 x 72 predicted within 5 %.
+  TiledContraction s = wgmmaTile(64);
+  s.a.copy = s.b.copy = TiledContraction::Copy::CpAsync;
+  const ProductPrediction gate = predictProductShape(p, s, product(32, 18944, 3584));
+  EXPECT_LT(gate.predict(64, 72, 1), gate.predict(64, 144, 1) * 1.05);
 }
 
 }  // namespace

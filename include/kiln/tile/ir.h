@@ -15,6 +15,7 @@
 //                    warpgroup); with cp_async copies the slices stream through a ring of pipelineDepth buffers
 //   FlashAttention   an attention kernel (softmax over keys of q·k products, weighting v) in one pass over the keys
 #pragma once
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -266,6 +267,19 @@ struct ProductShape {
   int64_t tileM = 0, tileN = 0, split = 1;
 };
 bool shapeProducts(Program& p, const ProductShape* force = nullptr);  // tile-shape-products
+// tile-shape-products' model for one product s of shape c (passes/tile/shape_products.cpp says how it predicts and
+// chooses): the tile it has now, every candidate tile and split it considers with the predicted µs, the one it chooses
+// (before a --product-shapes table), and the prediction for any tile and split.
+struct ProductCandidate {
+  int64_t tileM = 0, tileN = 0, split = 1;
+  double micros = 0;
+};
+struct ProductPrediction {
+  ProductCandidate current, best;
+  std::vector<ProductCandidate> considered;
+  std::function<double(int64_t tileM, int64_t tileN, int64_t split)> predict;
+};
+ProductPrediction predictProductShape(const Program& p, const TiledContraction& s, const Contraction& c);
 // Kernel i, a product of S stages, becomes S single-stage kernels, stage st's partial products over K / split of its
 // reduction per block (at i + st, each with partialSchedule, into an f32 buffer [split][output]; "NAME_split", or
 // "NAME_split<st>" for several stages), and a vectorized pointwise map adding each stage's partials in place of its
