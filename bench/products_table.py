@@ -54,8 +54,13 @@ def main():
                                                    int(r["case"].split("/s")[-1])))
         if not rs:
             continue
-        geo = math.exp(sum(math.log(r["eager"] / r["kiln"]) for r in rs) / len(rs))
-        out += [f"## {dtype} (kiln {', '.join(sorted({r['commit'] for r in rs}))}): eager / kiln geomean {geo:.2f}× over {len(rs)} rows", "",
+        def geomean(group):
+            return math.exp(sum(math.log(r["eager"] / r["kiln"]) for r in group) / len(group))
+        commits = sorted({r["commit"] for r in rs})
+        # Rows of different commits are different kernels: each commit's own geomean too, when there are several.
+        per = "" if len(commits) < 2 else " (" + ", ".join(
+            f"{c}: {geomean([r for r in rs if r['commit'] == c]):.3f}× over {sum(r['commit'] == c for r in rs)}" for c in commits) + ")"
+        out += [f"## {dtype} (kiln {', '.join(commits)}): eager / kiln geomean {geomean(rs):.2f}× over {len(rs)} rows{per}", "",
                 "| case | kiln commit | check | kernels | kiln µs | TFLOP/s | % floor | % HBM | eager µs | eager / kiln |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rs:
