@@ -17,7 +17,7 @@
 //                      waves * block bytes / (2 * bandwidth / SMs), one SM streaming its blocks
 //                      padded flops / half the tensor-core peak)    (mma.sync reaches about half of it)
 //                  + (S > 1: kSplitKernelMicros for the second kernel)
-// with waves = ceil(blocks / SMs). ProductCandidates need accumulators within 128 registers per thread (2 x 2 warps of
+// with waves = ceil(blocks / SMs). Candidates need accumulators within 128 registers per thread (2 x 2 warps of
 // (tile_m / 2) x (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256.
 //
 // Products that tile-warpgroup-products made wgmma products (sm_90a) get warpgroup tiles (tile_m 64 or 128, the rows
@@ -282,7 +282,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     const bool wgmma = s->instruction == TiledContraction::Instruction::Wgmma;
     ProductPrediction prediction = predictProductShape(p, *s, c);
     const ProductCandidate current = prediction.current;
-    std::vector<ProductCandidate>& considered = prediction.considered;
+    std::vector<ProductCandidate>& considered = prediction.considered;  // for the runners-up in `model`
     ProductCandidate best = prediction.best;
     std::string chosenBy = "predicted";
     if (const TabledShape* t = tabledShape(p, s->mmaType, c); t && !force) {  // --product-shapes, if it is a candidate
@@ -300,7 +300,8 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     }
     if (force) {
       const bool split = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
-      best = {force->tileM, force->tileN, split ? force->split : 1, prediction.predict(force->tileM, force->tileN, split ? force->split : 1)};
+      const int64_t ways = split ? force->split : 1;
+      best = {force->tileM, force->tileN, ways, prediction.predict(force->tileM, force->tileN, ways)};
     }
     if (best.tileM == current.tileM && best.tileN == current.tileN && best.split == 1) continue;
     TiledContraction shaped = *s;
@@ -314,7 +315,8 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     auto name = [](const ProductCandidate& x) {
       return fmt::format("{}x{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string());
     };
-    std::sort(considered.begin(), considered.end(), [](const ProductCandidate& a, const ProductCandidate& b) { return a.micros < b.micros; });
+    std::sort(considered.begin(), considered.end(),
+              [](const ProductCandidate& a, const ProductCandidate& b) { return a.micros < b.micros; });
     std::vector<std::string> next;
     for (const ProductCandidate& x : considered)
       if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split))
