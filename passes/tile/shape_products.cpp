@@ -254,8 +254,10 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
         return std::make_tuple(ceilDiv(c.outerPoints * ceilDiv(c.m, x.tileM) * ceilDiv(c.n, x.tileN) * x.split, p.target.smCount),
                                x.split, x.micros);
       };
+      const ProductCandidate* chosen = nullptr;
       for (const ProductCandidate& x : considered)
-        if (x.micros <= fastest * 1.05 && (best.micros > fastest * 1.05 || key(x) < key(best))) best = x;
+        if (x.micros <= fastest * 1.05 && (!chosen || key(x) < key(*chosen))) chosen = &x;
+      best = *chosen;
     }
   } else {
     for (int64_t tileM : {32, 64, 128})

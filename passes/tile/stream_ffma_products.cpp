@@ -43,7 +43,6 @@ struct Shape {
   bool separate = false;  // a product of several stages as one single-stage product per stage (splitProduct)
 };
 
-
 double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split) {
   const int64_t um = tileM / 16, un = tileN / 16, stages = static_cast<int64_t>(c.stages.size());
   const int64_t tm = ceilDiv(c.m, tileM), tn = ceilDiv(c.n, tileN), blocks = c.outerPoints * tm * tn * split;

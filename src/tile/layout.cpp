@@ -14,7 +14,6 @@ struct Overloaded : Fs... {
 template <class... Fs>
 Overloaded(Fs...) -> Overloaded<Fs...>;
 
-
 }  // namespace
 
 int64_t rowsOf(const loop::Kernel& k) { return k.rowPoints(); }

@@ -65,10 +65,10 @@ TEST(ProductRules, ComputeBoundAtFiveHundredTwelveTokens) {
 TEST(ProductRules, ShapeModelsTakeTheMeasuredTiles) {
   Program p;
   p.target = targetFor("sm_90a");
+  TiledContraction s = wgmmaTile(64);
+  s.tileM = 64;
+  s.a.copy = s.b.copy = TiledContraction::Copy::CpAsync;  // tile-tma-copies runs later
   auto chosen = [&](int64_t m, int64_t n, int64_t k) {
-    TiledContraction s = wgmmaTile(64);
-    s.tileM = s.tileN = 64;
-    s.a.copy = s.b.copy = TiledContraction::Copy::CpAsync;  // tile-tma-copies runs later
     const ProductCandidate best = predictProductShape(p, s, product(m, n, k)).best;
     return fmt::format("{}x{} split {}", best.tileM, best.tileN, best.split);
   };
@@ -79,8 +79,6 @@ TEST(ProductRules, ShapeModelsTakeTheMeasuredTiles) {
   EXPECT_EQ(chosen(128, 3584, 3584), "128x56 split 2");   // Qwen2.5-7B q_proj, 128 tokens: 12.8 us; 128x112 split 4, 13.9
   EXPECT_EQ(chosen(512, 3584, 3584), "128x112 split 1");  // compute-bound: Qwen2.5-7B q_proj, 512 tokens; 128x224 split 2, 28.4
   // The tie the streaming rule breaks there: one wave of 64 x 144 tiles and two of 64 x 72 predicted within 5 %.
-  TiledContraction s = wgmmaTile(64);
-  s.a.copy = s.b.copy = TiledContraction::Copy::CpAsync;
   const ProductPrediction gate = predictProductShape(p, s, product(32, 18944, 3584));
   EXPECT_LT(gate.predict(64, 72, 1), gate.predict(64, 144, 1) * 1.05);
 }
