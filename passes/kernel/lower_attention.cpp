@@ -298,8 +298,9 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int tmp = slot("sh");
   const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
 
-  // The score's constant factor, taken out of the scores into the exponentials (Flash::scale).
-  const auto scale = flashScoreScale(loop::unmaskedScore(lk_, f.queryAxis));
+  // The score's constant factor, taken out of the scores into the exponentials (Flash::scale). Without key bounds (no
+  // mask keyBounds recognises, or one that leaves some row no key) every step takes the whole score, masks included.
+  const auto scale = flashScoreScale(f.keyFrom || f.keyTo ? loop::unmaskedScore(lk_, f.queryAxis) : a.score);
   // What the step's parts and the end share (lower_attention_step.cpp).
   Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
            keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,

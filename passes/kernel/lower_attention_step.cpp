@@ -110,12 +110,13 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
   // end are -inf).
   // (Rows and keys are named only where the score reads them.)
   const bool scoreReadsRow = loop::usesVar(*a.score, query.var), scoreReadsKey = loop::usesVar(*a.score, a.key.var);
-  std::vector<Idx> rowAt(rowLocal.size());
+  std::vector<Idx> rowAt(rowLocal.size()), rowIdx(rowLocal.size());
   for (size_t r = 0; r < rowLocal.size() && scoreReadsRow; ++r) {
     int v = freshLoopVar();
     step.push_back(defIdx(v + kFirstLoopVar, fmt::format("qi{}", r), simplify(idxMin(q0 + rowLocal[r], idxConst(Lq - 1)), extents_)));
     extents_[v + kFirstLoopVar] = Lq;
     rowAt[r] = idxVar(v, fmt::format("qi{}", r));
+    rowIdx[r] = idxVar(v + kFirstLoopVar, fmt::format("qi{}", r));
   }
   // A step whose every key lies inside every row's bounds and the key axis (interior) takes the score without its mask
   // terms (loop::unmaskedScore); the others (the diagonal of a causal mask, the edge of a window, the last keys) the
@@ -124,6 +125,12 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
   if (f.keyTo) outside = outside + idxMax(idxAdd(st * idxConst(BKV) + idxMul(q0, -1), BKV - *f.keyTo), idxConst(0));
   if (f.keyFrom) outside = outside + idxMax(idxAdd(q0 + idxMul(st * idxConst(BKV), -1), BQ - 1 + *f.keyFrom), idxConst(0));
   outside = simplify(outside, extents_);
+  // On the other steps, where the schedule carries the mask's key bounds (f.keyFrom, f.keyTo: every select keyBounds
+  // recognised, and no other), a key outside a row's bounds is -inf and one inside takes the interior's raw score: one
+  // comparison and one select per bound, where the whole score would scale, add its masks and unscale (five
+  // instructions an element on TinyLlama's diagonal steps). Exact: inside the bounds every recognised select keeps its
+  // score, and outside one of them masks it, to a value whose probability is 0 (each row keeps a key; keyBounds).
+  const bool bounded = f.keyFrom || f.keyTo;
   Block interior, edge;
   for (const Element& el : scores) {
     Idx key = simplify(st * idxConst(BKV) + el.col, extents_);
@@ -133,12 +140,19 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
     accs_ = {el.reg};
     for (bool masked : {false, true}) {
       Block& out = masked ? edge : interior;
-      loop::ExprP e = masked ? a.score : x.rawScore;
+      const bool wholeScore = masked && !bounded;
+      loop::ExprP e = wholeScore ? a.score : x.rawScore;
       if (scoreReadsRow) e = atAxis(e, query.var, rowAt[static_cast<size_t>(el.row)]);
       if (scoreReadsKey) e = atAxis(e, a.key.var, idxVar(v, el.name));
       Cse cse;
       FE value = lower(e, out, cse);
-      if (masked && x.scale != 1.f) value = fapply(Fn::Mul, {value, fconst(1.f / x.scale)});  // raw (masked: -inf or -1e30 / c)
+      if (wholeScore && x.scale != 1.f) value = fapply(Fn::Mul, {value, fconst(1.f / x.scale)});  // raw (masked: -inf or -1e30 / c)
+      if (masked && bounded) {
+        // (rowAt and the key's variable name Loop-IR variables, for atAxis; here the Kernel IR's, kFirstLoopVar on.)
+        const Idx row = rowIdx[static_cast<size_t>(el.row)], at = scoreReadsKey ? idxVar(v + kFirstLoopVar, el.name) : key;
+        if (f.keyTo) value = fselect(at, simplify(row + idxConst(*f.keyTo), extents_), value, fconst(-kInf));
+        if (f.keyFrom) value = fselect(at, simplify(row + idxConst(*f.keyFrom), extents_), fconst(-kInf), value);
+      }
       if (masked && Lk % BKV != 0) value = fselect(key, idxConst(Lk), value, fconst(-kInf));
       if (value->kind == FExpr::Kind::Var && value->var == el.reg) continue;  // the raw score is the accumulator itself
       out.push_back(assign(el.reg, value));

@@ -26,8 +26,15 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   k_.grid = {tile::gridBlocks(s, lk_), 1, 1};
   extents_[kThreadIdx] = threads;
   extents_[kBlockIdx] = k_.grid[0];
+  if (s.multicastB) {  // clusters of C blocks consecutive in m: block b takes tile (C ((b / C) div tiles_n) + b mod C, (b / C) mod tiles_n)
+    const int64_t C = s.cluster;
+    const Idx pair = floorDiv(blockIdx(), C);
+    t.tileN = defVar(k_.body, "tn", mod(pair, tilesN), tilesN);
+    t.tileM = defVar(k_.body, "tm", simplify(mod(floorDiv(pair, tilesN), tilesM / C) * idxConst(C) + mod(blockIdx(), C), extents_), tilesM);
+  } else {
     t.tileN = defVar(k_.body, "tn", mod(blockIdx(), tilesN), tilesN);
-  t.tileM = defVar(k_.body, "tm", mod(floorDiv(blockIdx(), tilesN), tilesM), tilesM);
+    t.tileM = defVar(k_.body, "tm", mod(floorDiv(blockIdx(), tilesN), tilesM), tilesM);
+  }
   std::vector<loop::Axis> outer;
   for (size_t d = 0; d < lk_.parallel.size(); ++d)
     if (static_cast<int>(d) != t.c.mAxis && static_cast<int>(d) != t.c.nAxis) outer.push_back(lk_.parallel[d]);

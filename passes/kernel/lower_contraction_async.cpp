@@ -59,8 +59,9 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
 std::function<Idx(const Idx&)> KernelBuilder::rotatedSlices(const Tiling& t) {
   const int64_t tk = t.s.tileK, slices = (t.c.k + tk - 1) / tk;
   if (slices == 1) return [this, tk](const Idx& i) { return simplify(i * idxConst(tk), extents_); };
-  // A cluster's blocks (consecutive tile columns) walk alike: they multicast each other's A slices.
-  Idx rotation = defVar(k_.body, "k_first", mod(floorDiv(t.tileN, t.s.cluster), slices), slices);
+  // A cluster's blocks (consecutive tile columns, or with B multicast one tile column) walk alike: they multicast each
+  // other's slices.
+  Idx rotation = defVar(k_.body, "k_first", mod(floorDiv(t.tileN, t.s.multicastB ? 1 : t.s.cluster), slices), slices);
   return [this, tk, slices, rotation](const Idx& i) { return simplify(mod(i + rotation, slices) * idxConst(tk), extents_); };
 }
 

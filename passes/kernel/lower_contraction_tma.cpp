@@ -13,8 +13,9 @@
 // the slice (tile rows x tile_k = 64, 128-byte swizzle); rows and k past the matrix arrive as zeros. A split product's
 // part reads k from its shift on (the map spans the whole row; the parts end on slice boundaries).
 // Products in clusters (TiledContraction::cluster = C) have a producer warp (lower_contraction_specialized.cpp): block r of
-// a cluster copies rows [r, r + 1) * rows / C of every A slice into the same place in all C blocks (multicast; the map's
-// boxes are that high), each block still arms its own full[s] with the whole slice's bytes (tmaRing, tmaIssue here).
+// a cluster copies rows [r, r + 1) * rows / C of every A slice (B with TiledContraction::multicastB) into the same place in
+// all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s] with the whole slice's
+// bytes (tmaRing, tmaIssue here).
 // (Measured on the H200 without a producer warp, thread 0 waiting for the other block's releases in the middle of the
 // step: slower everywhere, e.g. Qwen2.5-7B q_proj at 512 tokens 25.3 -> 37.1 us, 2026-12-03; that path is gone.)
 #include <fmt/format.h>
@@ -25,7 +26,9 @@
 
 namespace kiln::kernel::detail {
 
-bool KernelBuilder::multicastPart(const Tiling& t, const OperandSlice& o) { return t.s.cluster > 1 && o.staging == &t.s.a; }
+bool KernelBuilder::multicastPart(const Tiling& t, const OperandSlice& o) {
+  return t.s.cluster > 1 && o.staging == (t.s.multicastB ? &t.s.b : &t.s.a);
+}
 
 KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector<OperandSlice>& operands, bool empty) {
   TmaRing r;

@@ -106,7 +106,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                             : "");
       if (t.stackedB) instr += fmt::format(", the {} stages' B stacked: wgmma.m64n{}k16", k.stages.size(),
                                            static_cast<int64_t>(k.stages.size()) * t.tileN);
-      if (t.cluster > 1) instr += fmt::format(", clusters of {} blocks (A multicast)", t.cluster);
+      if (t.cluster > 1) instr += fmt::format(", clusters of {} blocks ({} multicast)", t.cluster, t.multicastB ? "B" : "A");
       if (t.producerWarp) instr += ", a producer warp issuing the copies";
       if (t.unrollRing) instr += fmt::format(", the k loop unrolled by the ring ({} steps a round)", t.pipelineDepth);
       break;
@@ -141,7 +141,7 @@ nlohmann::json toJson(const Schedule& s) {
               {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
+    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -333,13 +333,18 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "kernel {}: stacked B slices need a cp_async wgmma product whose stages all read one A, with stages x tile_n "
                 "a multiple of 8 up to 256 ({} x {})", k.name, stages, t.tileN);
   }
+  KILN_ASSERT(!t.multicastB || t.cluster > 1, "kernel {}: B multicast without a cluster", k.name);
   if (t.cluster != 1) {
     const Contraction c = contractionOf(t, k);
+    // The operand multicast: its tiles along the cluster's other axis, its slice's rows.
+    const int64_t tiles = t.multicastB ? tilesM(t, c) : tilesN(t, c), rows = t.multicastB ? t.tileN : t.tileM;
     KILN_ASSERT(t.a.copy == TC::Copy::Tma && target.tma && (t.cluster == 2 || t.cluster == 4 || t.cluster == 8) &&
-                    tilesN(t, c) % t.cluster == 0 && t.tileM % (8 * t.cluster) == 0 && t.producerWarp && copiesAhead(t) >= 2,
-                "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along n, A "
-                "slices of 8 rows or more per block ({} rows), a producer warp ({}) and copies 2 or more slices ahead (ring {})",
-                k.name, t.cluster, tilesN(t, c), t.tileM, t.producerWarp ? "yes" : "none", t.pipelineDepth);
+                    tiles % t.cluster == 0 && rows % (8 * t.cluster) == 0 && t.producerWarp && copiesAhead(t) >= 2 &&
+                    (!t.multicastB || (stages == 1 && !t.stackedB)),
+                "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along {}, {} "
+                "slices of 8 rows or more per block ({} rows), a producer warp ({}) and copies 2 or more slices ahead (ring {}); "
+                "B multicast one stage, unstacked", k.name, t.cluster, tiles, t.multicastB ? "m" : "n", t.multicastB ? "B" : "A",
+                rows, t.producerWarp ? "yes" : "none", t.pipelineDepth);
   }
   KILN_ASSERT(!t.producerWarp || (t.a.copy == TC::Copy::Tma && t.mmaInFlight == 1),
               "kernel {}: a producer warp needs a tma product with one wgmma group in flight (copy {}, {} in flight)", k.name,

@@ -3,11 +3,13 @@
 // every block waits for the whole slice on its own mbarrier and writes it out. The interpreter lands every block's part
 // in each; it reports a copy whose operands differ across the cluster (a block's part read from an index that another
 // block computed differently) and parts that a cluster's blocks issue from different statements. The verifier's rules,
-// the emitted CUDA and nvcc for sm_90a; and tile-multicast-operands choosing clusters for a linear layer's tma product.
+// the emitted CUDA and nvcc for sm_90a; and tile-multicast-operands choosing clusters for a linear layer's tma product,
+// multicasting its activations (A) or, where its tiles are wider than high, its weights (B).
 #include <gtest/gtest.h>
 
 #include "kernel_test_support.h"
 #include "kiln/driver/pipeline.h"
+#include "kiln/frontend/frontend.h"
 #include "kiln/kernel/lower.h"
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
@@ -139,6 +141,43 @@ TEST(KernelCluster, LinearLayerProductMulticastsItsActivations) {
   auto got = interpret(k, inputs);
   auto want = loop::interpret(c.loopIR, inputs);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-3) << i;
+}
+
+// Clusters that multicast B: mlp_bf16_wide at 128 tokens, its down product (m 128, n 192, k 512) in tiles of 64 x 64
+// (2 tile rows, 3 tile columns: A's clusters would not divide them) with a producer warp: tile-multicast-operands gives
+// it clusters of 2 blocks of one tile column that multicast their B slices, the blocks of a cluster take tile rows 0
+// and 1 of a column, and the interpreter lands both blocks' halves of every B slice: the Loop program's result.
+TEST(KernelCluster, WideTilesMulticastTheirWeights) {
+  Compiled c = compileModel(test::fixturePath("mlp_bf16_wide"), {frontend::parseInputOverride("x=1x128x192:bf16")}, {}, "tile");
+  auto* down = std::get_if<tile::TiledContraction>(&c.tileIR.schedules.back());
+  ASSERT_TRUE(down && down->a.copy == tile::TiledContraction::Copy::Tma) << tile::print(c.tileIR);
+  down->tileM = 64;
+  down->tileN = 64;
+  ASSERT_TRUE(tile::specializeWarps(c.tileIR, /*everywhere=*/true));
+  ASSERT_TRUE(tile::multicastOperands(c.tileIR));
+  tile::verify(c.tileIR);
+  down = std::get_if<tile::TiledContraction>(&c.tileIR.schedules.back());
+  EXPECT_EQ(down->cluster, 2);
+  EXPECT_TRUE(down->multicastB);
+  EXPECT_NE(tile::print(c.tileIR).find("clusters of 2 blocks (B multicast)"), std::string::npos) << tile::print(c.tileIR);
+  Program k = lowerFromTile(c.tileIR);
+  verify(k);
+  EXPECT_EQ(k.kernels.back().cluster, 2);
+  auto inputs = test::randomInputs(k, 4);
+  auto got = interpret(k, inputs);
+  auto want = loop::interpret(c.loopIR, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(compare(got[i], want[i]).relL2, 1e-3) << i;
+  // The verifier refuses B multicast where the clusters do not divide the tile rows.
+  tile::Program odd = c.tileIR;
+  std::get<tile::TiledContraction>(odd.schedules.back()).tileM = 128;
+  std::string msg;
+  try {
+    tile::verify(odd);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("dividing the 1 tiles along m"), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -117,6 +117,11 @@ struct TiledContraction {
   // each A slice leaves L2 once per cluster instead of once per block. A block's slot is only refilled once every
   // consumer warp of the cluster is done with it (each releases it in every block of the cluster).
   int64_t cluster = 1;
+  // Clusters that multicast B instead of A (tile-multicast-operands, where a B slice is the larger): the cluster's blocks
+  // are consecutive in m instead (the same tile column: block b takes tile column (b / C) mod tiles_n and tile row
+  // C ((b / C) div tiles_n) + b mod C), they read the same B slices, and block r copies rows [r, r + 1) * tile_n /
+  // cluster of each into all of them.
+  bool multicastB = false;
   // Tma products (tile-specialize-warps): one warp more after the warpgroups, the producer, whose first lane issues every
   // slice's copies; the warpgroups, the consumers, only wait for a slot's copies, multiply and release the slot (an
   // mbarrier `empty` per slot, one arrival per consumer warp of the cluster) while the producer waits for that release
