@@ -230,6 +230,9 @@ class KernelBuilder {
   void specializedTmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // The epilogue's paired vector stores (lower_contraction.cpp).
   bool pairedStores(const Tiling& t);
+  // `lhs < bound ? body`, or body in a scope of its own where every value lhs takes over the extents is below bound.
+  Stmt guardBelow(const Idx& lhs, int64_t bound, Block body);
+  bool below(const Idx& lhs, int64_t bound);
   void storePair(const Tiling& t, const Owned& a, const Owned& b, Block& store);
   // The multiplication of one staged slice (at ring slot t.ring) with fragments in pair registers loaded by
   // ldmatrix.x4; acc[stage] as multiplyOnTensorCores lays it out.

@@ -1,6 +1,8 @@
 // kernel-lower-from-tile for TiledContraction schedules (kernel_builder.h).
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
 
@@ -112,6 +114,12 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   extents_[t.mAxis.var + kFirstLoopVar] = t.c.m;
   extents_[t.nAxis.var + kFirstLoopVar] = t.c.n;
   const bool pairs = pairedStores(t);
+  // With a producer warp the epilogue runs on the warpgroups alone (wg below their count): its guards may know that.
+  std::optional<std::pair<int, int64_t>> roleExtent;
+  if (s.producerWarp && t.role && t.role->op == IndexNode::Op::Var) {
+    roleExtent = {t.role->var, extents_[t.role->var]};
+    extents_[t.role->var] = s.tileM / kWgmmaM;
+  }
   Block epilogue;
   for (size_t i = 0; i < t.owned.size(); ++i) {
     const Owned& o = t.owned[i];
@@ -126,8 +134,9 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
       for (size_t st = 0; st < lk_.stages.size(); ++st) accs_[st] = o.acc[st];
       storeResult(store);
     }
-    epilogue.push_back(ifLess(o.row, idxConst(t.c.m), Block{ifLess(o.col, idxConst(t.c.n), std::move(store))}));
+    epilogue.push_back(guardBelow(o.row, t.c.m, Block{guardBelow(o.col, t.c.n, std::move(store))}));
   }
+  if (roleExtent) extents_[roleExtent->first] = roleExtent->second;
   if (!s.producerWarp) {
     k_.body.insert(k_.body.end(), epilogue.begin(), epilogue.end());
     return;
@@ -167,12 +176,28 @@ void KernelBuilder::storePair(const Tiling& t, const Owned& a, const Owned& b, B
     else store.insert(store.end(), part.begin(), part.end());
     values.push_back(fvar(v));
   }
-  // The guards again, on the variables: the verifier bounds the vector's elements by its variables' ranges.
+  // The guards again, on the variables: the verifier bounds the vector's elements by its variables' ranges (dropped
+  // where the tiles divide the matrix: the definitions bound them).
   const int mVar = t.mAxis.var + kFirstLoopVar;
   store.push_back(defIdx(nVar, t.nAxis.name, a.col));
-  store.push_back(ifLess(idxVar(mVar, t.mAxis.name), idxConst(t.c.m),
-                         Block{ifLess(idxVar(nVar, t.nAxis.name), idxConst(t.c.n - 1),
-                                      Block{kernel::storeVector(0, outputIndex(), std::move(values))})}));
+  const bool rowsInside = below(a.row, t.c.m), pairInside = below(a.col, t.c.n - 1);
+  Block vector{kernel::storeVector(0, outputIndex(), std::move(values))};
+  if (!pairInside) vector = Block{ifLess(idxVar(nVar, t.nAxis.name), idxConst(t.c.n - 1), std::move(vector))};
+  if (!rowsInside) vector = Block{ifLess(idxVar(mVar, t.mAxis.name), idxConst(t.c.m), std::move(vector))};
+  store.insert(store.end(), vector.begin(), vector.end());
+}
+
+// Every value lhs takes over the extents is below bound (false where that is not proven).
+bool KernelBuilder::below(const Idx& lhs, int64_t bound) {
+  auto range = idxRange(simplify(lhs, extents_), extents_);
+  return range && range->second < bound;
+}
+
+// The epilogue's guards: tiles that divide the matrix need none (nvcc keeps a comparison and a predicate per output
+// otherwise, the range of blockIdx % tiles being unknown to it).
+Stmt KernelBuilder::guardBelow(const Idx& lhs, int64_t bound, Block body) {
+  if (below(lhs, bound)) return ifLess(idxConst(0), idxConst(1), std::move(body));  // a scope of its own
+  return ifLess(lhs, idxConst(bound), std::move(body));
 }
 
 // Where element (kk, rr) of operand o's slice lies (tile::sliceSlot's layout), simplified.
