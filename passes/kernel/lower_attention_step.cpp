@@ -130,7 +130,7 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
   // comparison and one select per bound, where the whole score would scale, add its masks and unscale (five
   // instructions an element on TinyLlama's diagonal steps). Exact: inside the bounds every recognised select keeps its
   // score, and outside one of them masks it, to a value whose probability is 0 (each row keeps a key; keyBounds).
-  const bool bounded = f.keyFrom || f.keyTo;
+  const bool bounded = (f.keyFrom || f.keyTo) && scoreReadsRow;  // (bounds come from selects on the row: always both)
   Block interior, edge;
   for (const Element& el : scores) {
     Idx key = simplify(st * idxConst(BKV) + el.col, extents_);

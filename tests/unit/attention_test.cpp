@@ -475,6 +475,22 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
   EXPECT_NE(error.find("scores by wgmma need sm_90a"), std::string::npos) << error;
 }
 
+// A masked step takes the raw score inside the schedule's key bounds and -inf outside; a schedule without the bounds
+// (as for a mask that leaves some row no key, which keyBounds refuses) takes the whole score, masks included, on every
+// step, so the causal and windowed masks still hold, at 64-key and 128-key steps.
+TEST(FlashAttention, MasksHoldWithAndWithoutTheKeyBounds) {
+  std::vector<Variant> variants{{"bounds", [](tile::FlashAttention&) {}},
+                                {"no bounds", [](tile::FlashAttention& f) { f.keyFrom = f.keyTo = std::nullopt; }},
+                                {"no bounds, 128-key steps", [](tile::FlashAttention& f) {
+                                   f.keyFrom = f.keyTo = std::nullopt;
+                                   f.blockKV = 128;
+                                 }}};
+  expectVariantsMatch("attention_bf16", 12, variants);
+  Compiled c = compiled("attention_bf16", "kernel");
+  const std::string text = kernel::print(c.kernelIR);
+  EXPECT_NE(text.find("select(kj0_0 < qi0 + 1, %s0_0, -inf)"), std::string::npos) << "the causal diagonal as a select";
+}
+
 TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "hf_llama_tiny_bf16", "hf_gpt_neox_tiny_bf16", "hf_gemma2_tiny_bf16"}) {
     SCOPED_TRACE(model);
