@@ -131,6 +131,14 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
   // instructions an element on TinyLlama's diagonal steps). Exact: inside the bounds every recognised select keeps its
   // score, and outside one of them masks it, to a value whose probability is 0 (each row keeps a key; keyBounds).
   const bool bounded = (f.keyFrom || f.keyTo) && scoreReadsRow;  // (bounds come from selects on the row: always both)
+  // A score that reads a buffer (a mask kept as a weight or an input: padding, or one that leaves some row no key) is
+  // held at or above kMaskedScore: a masked value such as -3.4e38 times the exponentials' factor c log2 e would overflow
+  // to -inf, and a row whose every key is masked would turn NaN (-inf minus -inf) where LibTorch's softmax gives the row
+  // equal weights. Every value at or below kMaskedScore means masked (loop/attention.h), and such a row's equal values
+  // give it equal weights here too (also where the mask is -inf and LibTorch's row is NaN). One max an element, only in
+  // those kernels.
+  bool readsBuffer = false;
+  loop::forEachLoad(a.score, [&](const loop::Expr&) { readsBuffer = true; });
   Block interior, edge;
   for (const Element& el : scores) {
     Idx key = simplify(st * idxConst(BKV) + el.col, extents_);
@@ -147,6 +155,7 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
       Cse cse;
       FE value = lower(e, out, cse);
       if (wholeScore && x.scale != 1.f) value = fapply(Fn::Mul, {value, fconst(1.f / x.scale)});  // raw (masked: -inf or -1e30 / c)
+      if (readsBuffer) value = fapply(Fn::Max, {value, fconst(loop::kMaskedScore / x.scale)});  // (raw: the score over c)
       if (masked && bounded) {
         // (rowAt and the key's variable name Loop-IR variables, for atAxis; here the Kernel IR's, kFirstLoopVar on.)
         const Idx row = rowIdx[static_cast<size_t>(el.row)], at = scoreReadsKey ? idxVar(v + kFirstLoopVar, el.name) : key;

@@ -491,6 +491,34 @@ TEST(FlashAttention, MasksHoldWithAndWithoutTheKeyBounds) {
   EXPECT_NE(text.find("select(kj0_0 < qi0 + 1, %s0_0, -inf)"), std::string::npos) << "the causal diagonal as a select";
 }
 
+// Masks read as weights (loop-mask-predicates off) in which rows 0 and 50 mask every key with float's lowest value:
+// LibTorch's softmax gives such a row equal weights (every score the same), and so must the flash kernel, whose
+// exponentials would otherwise overflow (the score times c log2 e) and leave the row NaN. The other rows as before.
+TEST(FlashAttention, RowsWhoseEveryKeyIsMaskedWeighTheKeysAlike) {
+  auto maskRows = [](loop::Program& p) {
+    int masks = 0;
+    for (loop::Buffer& b : p.buffers)
+      if (b.kind == loop::Buffer::Kind::Weight && b.name.find("mask") != std::string::npos) {
+        auto w = std::make_shared<torch::WeightData>(*b.weight);
+        const int64_t cols = b.shape.back();
+        for (int64_t row : {0, 50})
+          for (int64_t j = 0; j < cols; ++j) w->values[static_cast<size_t>(row * cols + j)] = std::numeric_limits<float>::lowest();
+        b.weight = w;
+        ++masks;
+      }
+    return masks;
+  };
+  Compiled fused = compiled("attention_bf16", "tile", {"loop-mask-predicates"});
+  Compiled unfused = compiled("attention_bf16", "loop", {"loop-mask-predicates", "loop-fuse-attention"});
+  ASSERT_EQ(maskRows(fused.tileIR.loop), 2) << "the causal and the window mask, as weights";
+  ASSERT_EQ(maskRows(unfused.loopIR), 2);
+  ASSERT_TRUE(std::holds_alternative<tile::FlashAttention>(fused.tileIR.schedules[0]));
+  auto inputs = test::randomInputs(fused.tileIR.loop, 13);
+  auto want = loop::interpret(unfused.loopIR, inputs);
+  ASSERT_FALSE(compare(want[0], want[0]).hasNaN);
+  expectMatches(runSchedules(fused.tileIR, inputs), want);
+}
+
 TEST(FlashAttention, KernelInterpreterMatchesTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "hf_llama_tiny_bf16", "hf_gpt_neox_tiny_bf16", "hf_gemma2_tiny_bf16"}) {
     SCOPED_TRACE(model);
