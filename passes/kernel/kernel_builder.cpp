@@ -98,8 +98,17 @@ Idx KernelBuilder::outputIndex() {
   return rowMajor(idx, tp_.loop.buffers[lk_.output].shape, extents_);
 }
 
+// The kernel's result as its stores take it: without a final cast to the output's type, which the store rounds to the same
+// way (nvcc keeps both conversions and the shift between them: three instructions an element).
+loop::ExprP KernelBuilder::storedResult() const {
+  const loop::ExprP& e = lk_.result;
+  const DType stored = tp_.loop.buffers[static_cast<size_t>(lk_.output)].dtype;
+  const bool finalCast = e->kind == loop::Expr::Kind::Apply && e->fn == Fn::Cast && e->castTo == stored;
+  return finalCast ? e->args[0] : e;
+}
+
 void KernelBuilder::storeResult(Block& out, Cse cse) {
-  FE r = lower(lk_.result, out, cse);
+  FE r = lower(storedResult(), out, cse);
   out.push_back(storeGlobal(0, outputIndex(), r));
 }
 

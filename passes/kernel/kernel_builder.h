@@ -140,6 +140,7 @@ class KernelBuilder {
     return assign(acc, fapply(Fn::Add, {fvar(acc), fapply(Fn::Mul, {fvar(x), fvar(y)})}));
   }
   void storeResult(Block& out, Cse cse = {});
+  loop::ExprP storedResult() const;  // lk_.result without a final cast to the output's type (the store rounds alike)
   void hoistRowInvariants(const loop::ExprP& e, Block& out, Cse& cse);
   void accumulate(size_t stage, Block& body);
   void makeAccumulators();

@@ -409,14 +409,8 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
       one.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(l[r])})));
       accs_ = {e.reg};
       Cse cse;
-      loop::ExprP result = atAxis(atAxis(lk_.result, query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
+      loop::ExprP result = atAxis(atAxis(storedResult(), query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
       FE value = lower(result, one, cse);
-      // A result that ends rounding to the output's type (an output cast) is stored unrounded: the store rounds it the
-      // same way, and nvcc keeps both conversions and the shift between them (three instructions an element).
-      const DType stored = tp_.loop.buffers[static_cast<size_t>(lk_.output)].dtype;
-      if (value->kind == FExpr::Kind::Var && !one.empty() && one.back().kind == Stmt::Kind::Assign && one.back().var == value->var &&
-          one.back().value->kind == FExpr::Kind::Apply && one.back().value->fn == Fn::Cast && one.back().value->castTo == stored)
-        one.back().value = one.back().value->args[0];
       if (staged) one.push_back(storeShared(x.vs, simplify(rowLocal[r] * idxConst(sl.widthStride) + colAt, extents_), value));
       else one.push_back(storeGlobal(0, outputAt(rowAt, colAt), value));
       if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));

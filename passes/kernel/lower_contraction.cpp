@@ -170,7 +170,7 @@ void KernelBuilder::storePair(const Tiling& t, const Owned& a, const Owned& b, B
     int& v = pairSlots_[values.size()];
     if (v < 0) v = slot(fmt::format("e{}", values.size()));
     Cse cse;
-    FE value = lower(lk_.result, part, cse);
+    FE value = lower(storedResult(), part, cse);
     part.push_back(assign(v, value));
     if (column) store.push_back(ifLess(idxConst(0), idxConst(1), std::move(part)));  // a scope for the column variable
     else store.insert(store.end(), part.begin(), part.end());

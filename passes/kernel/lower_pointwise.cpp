@@ -31,7 +31,7 @@ void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
       part.linear = defVar(k_.body, fmt::format("i{}", u), (blockIdx() * idxConst(perThread) + idxConst(u)) * idxConst(block) + threadIdx(), points);
       // Vector u's own variables: each parallel axis renamed (the innermost walked by its vector index q).
       std::vector<loop::Axis> axes;
-      loop::ExprP result = lk_.result;
+      loop::ExprP result = storedResult();
       for (size_t d = 0; d < lk_.parallel.size(); ++d) {
         const loop::Axis& a = lk_.parallel[d];
         const bool inner = d + 1 == lk_.parallel.size();
