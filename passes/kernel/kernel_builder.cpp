@@ -98,8 +98,10 @@ Idx KernelBuilder::outputIndex() {
   return rowMajor(idx, tp_.loop.buffers[lk_.output].shape, extents_);
 }
 
-// The kernel's result as its stores take it: without a final cast to the output's type, which the store rounds to the same
-// way (nvcc keeps both conversions and the shift between them: three instructions an element).
+// The kernel's result as the stores that lower it afresh take it (pointwise maps, paired product stores, flash attention's
+// output): without a final cast to the output's type, which the store rounds to the same way (nvcc keeps both
+// conversions and the shift between them: three instructions an element). Not where parts of the result were hoisted
+// and are reused through a Cse (storeResult, the row reductions): the hoisted cast would be left unused.
 loop::ExprP KernelBuilder::storedResult() const {
   const loop::ExprP& e = lk_.result;
   const DType stored = tp_.loop.buffers[static_cast<size_t>(lk_.output)].dtype;
@@ -107,8 +109,8 @@ loop::ExprP KernelBuilder::storedResult() const {
   return finalCast ? e->args[0] : e;
 }
 
-void KernelBuilder::storeResult(Block& out, Cse cse) {
-  FE r = lower(storedResult(), out, cse);
+void KernelBuilder::storeResult(Block& out, Cse cse) {  // (the whole result: callers may have hoisted parts of it into cse)
+  FE r = lower(lk_.result, out, cse);
   out.push_back(storeGlobal(0, outputIndex(), r));
 }
 

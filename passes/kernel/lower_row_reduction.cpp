@@ -162,7 +162,7 @@ void KernelBuilder::rowReduction(const tile::RowReduction& r) {
   forEachVector(k_.body, [&](const Idx& c, Block& body, Cse& cse) {
     Cse local = r.rowInRegisters ? Cse{} : shared;  // a loop body may reuse the hoisted row values
     Cse& use = r.rowInRegisters ? cse : local;
-    auto copies = copiesAt(storedResult(), c, -1);
+    auto copies = copiesAt(lk_.result, c, -1);
     vectorLoads(copies, body, use);
     std::vector<FE> values;
     for (const loop::ExprP& e : copies) values.push_back(lower(e, body, use));
