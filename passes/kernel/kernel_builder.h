@@ -111,7 +111,10 @@ class KernelBuilder {
     float exp2Factor() const;  // c · log2 e
   };
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).
-  void flashScores(const Flash& x, const Idx& st, const Idx& ring, Block& step);  // S = q · kᵀ, then the score expression
+  // S = q · kᵀ of the keys in ring slot `ring` into `tiles` (tensor cores: tiles as Flash::s; CUDA cores: the score
+  // elements' registers).
+  void flashProduct(const Flash& x, const Idx& ring, const std::vector<std::array<int, 4>>& tiles, Block& step);
+  void flashScores(const Flash& x, const Idx& st, Block& step);                  // the score expression on step st's S
   void flashSoftmax(const Flash& x, Block& step);                                // the online softmax per row
   void flashValues(const Flash& x, const Idx& ring, Block& step);                // O += p · v
   void flashFinish(const Flash& x, Block& body);                                 // key-split combine, the output's store

@@ -50,7 +50,21 @@ namespace kiln::kernel::detail {
 
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The statements of two independent blocks (neither reads what the other writes) in one, b's spread evenly among a's,
+// each in its own order: nvcc schedules within a basic block from the order it is given, and a warp issues in order, so
+// b's tensor-core work then issues between a's dependent steps rather than after them.
+Block interleaved(Block a, Block b) {
+  Block out;
+  size_t taken = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    out.push_back(std::move(a[i]));
+    for (const size_t due = (i + 1) * b.size() / a.size(); taken < due; ++taken) out.push_back(std::move(b[taken]));
+  }
+  for (; taken < b.size(); ++taken) out.push_back(std::move(b[taken]));
+  return out;
 }
+}  // namespace
 
 void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const loop::OnlineSoftmax& a = *lk_.attention;
@@ -190,17 +204,25 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     extents_[e] = chunks;
     out.push_back(forLoop(e, "e", ct, idxConst(chunks), threads, Block{chunk(idxVar(e, "e"))}));
   };
-  auto copyKeys = [&](Block& out, const Idx& step, const Idx& slot) {
-    const Idx start = simplify(step * idxConst(BKV), extents_);
-    copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, start, BKV, depth.var, D, sl.depthStride,
-             f.scoresByWgmma);
-    copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, start, BKV, width.var, E, sl.widthStride);
+  auto copyK = [&](Block& out, const Idx& step, const Idx& slot) {
+    copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, simplify(step * idxConst(BKV), extents_),
+             BKV, depth.var, D, sl.depthStride, f.scoresByWgmma);
   };
-  // Prologue: q with the first step, then the next ring - 2 steps (those that exist), one commit group each.
+  auto copyV = [&](Block& out, const Idx& step, const Idx& slot) {
+    copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, simplify(step * idxConst(BKV), extents_),
+             BKV, width.var, E, sl.widthStride);
+  };
+  auto copyKeys = [&](Block& out, const Idx& step, const Idx& slot) {
+    copyK(out, step, slot);
+    copyV(out, step, slot);
+  };
+  // Prologue: q with the first step, then the next ring - 2 steps (those that exist), one commit group each. (Scores a
+  // step ahead: q with the first step's k only; the rest below.)
   copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride, f.scoresByWgmma);
-  copyKeys(body, sBegin, idxConst(0));
+  if (f.scoresAhead) copyK(body, sBegin, idxConst(0));
+  else copyKeys(body, sBegin, idxConst(0));
   body.push_back(cpAsyncCommit());
-  for (int64_t i = 1; i + 1 < R; ++i) {
+  for (int64_t i = 1; i + 1 < R && !f.scoresAhead; ++i) {
     Block ahead;
     copyKeys(ahead, idxAdd(sBegin, i), idxConst(i));
     body.push_back(ifLess(idxAdd(sBegin, i), sEnd, std::move(ahead)));
@@ -306,33 +328,98 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
            keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
            rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
            tmp, rowLanes, scale.first, scale.second, lsum, ones};
-  Block step;
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;
   const Idx st = idxVar(stepVar, "st");
-  Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), R), R);
-  {
-    Block next;
-    Idx nextSlot = defVar(next, "next_slot", mod(st + idxMul(sBegin, -1) + idxConst(R - 1), R), R);
-    copyKeys(next, idxAdd(st, R - 1), nextSlot);
-    step.push_back(ifLess(idxAdd(st, R - 1), sEnd, std::move(next)));
-  }
-  step.push_back(cpAsyncCommit());
-  step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
-  if (f.scoresByWgmma) step.push_back(fenceProxyAsync());  // the landed q and k become visible to wgmma's reads
-  step.push_back(barrier());
-  if (!cuda && qResident && !f.scoresByWgmma) {
-    Block loadQ;
+  auto loadQueries = [&](Block& out) {
     for (int64_t gr = 0; gr < G; ++gr)
       for (int64_t kk = 0; kk < kSteps; ++kk)
-        loadQ.push_back(ldmatrixPairs(qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr * kSteps + kk)]));
-    step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
+        out.push_back(ldmatrixPairs(qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr * kSteps + kk)]));
+  };
+  if (f.scoresAhead) {
+    // The scores a step ahead (FlashAttention::scoresAhead): k of step s + 1 and v of step s in the slots of step s + 1
+    // and s (mod 2). Prologue: q and k of the first step landed, its scores into the ahead set; then v of the first step
+    // with k of the second (already issued), v of the second with k of the third.
+    std::vector<std::array<int, 4>> ahead(s.size());
+    for (size_t i = 0; i < s.size(); ++i)
+      for (int c = 0; c < 4; ++c) ahead[i][c] = slot(fmt::format("sa{}_{}{}", i % static_cast<size_t>(nTiles), c,
+                                                                 group(static_cast<int64_t>(i) / nTiles)));
+    {
+      Block next;
+      copyV(body, sBegin, idxConst(0));
+      copyK(next, idxAdd(sBegin, 1), idxConst(1));
+      body.push_back(ifLess(idxAdd(sBegin, 1), sEnd, std::move(next)));
+      body.push_back(cpAsyncCommit());
+    }
+    body.push_back(cpAsyncWait(1));
+    body.push_back(barrier());
+    if (qResident) loadQueries(body);
+    flashProduct(x, idxConst(0), ahead, body);
+    body.push_back(barrier());  // (every warp's k reads of slot 0 before its next copy)
+    {
+      Block v1, k2;
+      copyV(v1, idxAdd(sBegin, 1), idxConst(1));
+      copyK(k2, idxAdd(sBegin, 2), idxConst(0));
+      body.push_back(ifLess(idxAdd(sBegin, 1), sEnd, std::move(v1)));
+      body.push_back(ifLess(idxAdd(sBegin, 2), sEnd, std::move(k2)));
+      body.push_back(cpAsyncCommit());
+    }
+    // Step st: wait for its v and the next step's k; take the scores multiplied ahead, apply the score expression;
+    // multiply the next step's scores, spread through this step's softmax; P·V; then (the slots free) copy v of step
+    // st + 2 and k of step st + 3. The last step multiplies nothing ahead: it follows the loop, on its own.
+    auto walkStep = [&](const Idx& at, bool last, Block& step) {
+      Idx vSlot = defVar(step, last ? "last_slot" : "slot", mod(at + idxMul(sBegin, -1), 2), 2);
+      step.push_back(cpAsyncWait(1));
+      step.push_back(barrier());
+      for (size_t i = 0; i < s.size(); ++i)
+        for (int c = 0; c < 4; ++c) step.push_back(assign(s[i][c], fvar(ahead[i][c])));
+      flashScores(x, at, step);
+      Block softmax, next;
+      flashSoftmax(x, softmax);
+      Idx kSlot = last ? nullptr : defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2);
+      if (!last) flashProduct(x, kSlot, ahead, next);
+      Block both = interleaved(std::move(softmax), std::move(next));
+      step.insert(step.end(), both.begin(), both.end());
+      flashValues(x, vSlot, step);
+      if (last) return;
+      step.push_back(barrier());
+      Block v2, k3;
+      copyV(v2, idxAdd(at, 2), vSlot);
+      copyK(k3, idxAdd(at, 3), kSlot);
+      step.push_back(ifLess(idxAdd(at, 2), sEnd, std::move(v2)));
+      step.push_back(ifLess(idxAdd(at, 3), sEnd, std::move(k3)));
+      step.push_back(cpAsyncCommit());
+    };
+    Block step, last;
+    walkStep(st, false, step);
+    body.push_back(forLoop(stepVar, "st", sBegin, idxAdd(sEnd, -1), 1, std::move(step)));
+    walkStep(idxAdd(sEnd, -1), true, last);
+    body.push_back(ifLess(sBegin, sEnd, std::move(last)));  // (every block's rows see some key: always)
+  } else {
+    Block step;
+    Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), R), R);
+    {
+      Block next;
+      Idx nextSlot = defVar(next, "next_slot", mod(st + idxMul(sBegin, -1) + idxConst(R - 1), R), R);
+      copyKeys(next, idxAdd(st, R - 1), nextSlot);
+      step.push_back(ifLess(idxAdd(st, R - 1), sEnd, std::move(next)));
+    }
+    step.push_back(cpAsyncCommit());
+    step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
+    if (f.scoresByWgmma) step.push_back(fenceProxyAsync());  // the landed q and k become visible to wgmma's reads
+    step.push_back(barrier());
+    if (!cuda && qResident && !f.scoresByWgmma) {
+      Block loadQ;
+      loadQueries(loadQ);
+      step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
+    }
+    flashProduct(x, ring, s, step);
+    flashScores(x, st, step);
+    flashSoftmax(x, step);
+    flashValues(x, ring, step);
+    step.push_back(barrier());
+    body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
   }
-  flashScores(x, st, ring, step);
-  flashSoftmax(x, step);
-  flashValues(x, ring, step);
-  step.push_back(barrier());
-  body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
   body.push_back(cpAsyncWait(0));
 
   flashFinish(x, body);

@@ -33,24 +33,19 @@ std::pair<float, loop::ExprP> flashScoreScale(const loop::ExprP& unmasked) {
   return {1.f, unmasked};
 }
 
-void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, Block& step) {
+void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vector<std::array<int, 4>>& s, Block& step) {
   using Element = Flash::Element;
   const tile::FlashAttention& f = *x.f;
-  const loop::OnlineSoftmax& a = *x.a;
   const tile::FlashSlices& sl = x.sl;
-  const loop::Axis& query = x.query;
-  const int64_t D = x.D, BQ = x.BQ, BKV = x.BKV, Lq = x.Lq, Lk = x.Lk, nTiles = x.nTiles, kSteps = x.kSteps,
-      keysPerThread = x.keysPerThread;
+  const int64_t D = x.D, BKV = x.BKV, nTiles = x.nTiles, kSteps = x.kSteps, keysPerThread = x.keysPerThread;
   const DType T = x.T;
   const bool cuda = x.cuda;
   const int qs = x.qs, ks = x.ks;
-  const Idx& q0 = x.q0;
   const Idx& lane = x.lane;
   const Idx& keyBase = x.keyBase;
   const Idx& tx = x.tx;
   const std::vector<Idx>& rowLocal = x.rowLocal;
   const std::vector<Element>& scores = x.scores;
-  const std::vector<std::array<int, 4>>& s = x.s;
   const int64_t G = x.groups;
   const std::vector<std::vector<int>>& qRegs = x.qRegs;
   const std::vector<std::vector<int>>& qVec = x.qVec;
@@ -106,6 +101,17 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, const Idx& ring, 
       }
     }
   }
+}
+
+void KernelBuilder::flashScores(const Flash& x, const Idx& st, Block& step) {
+  using Element = Flash::Element;
+  const tile::FlashAttention& f = *x.f;
+  const loop::OnlineSoftmax& a = *x.a;
+  const loop::Axis& query = x.query;
+  const int64_t BQ = x.BQ, BKV = x.BKV, Lq = x.Lq, Lk = x.Lk;
+  const Idx& q0 = x.q0;
+  const std::vector<Idx>& rowLocal = x.rowLocal;
+  const std::vector<Element>& scores = x.scores;
   // Scores: the kernel's score expression at each element's query row and key (clamped inside the axes; keys past the
   // end are -inf).
   // (Rows and keys are named only where the score reads them.)

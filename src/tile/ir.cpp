@@ -89,7 +89,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        16 / dtypeBytes(f->mmaType), f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "") +
            (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
-           (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "");
+           (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "") +
+           (f->scoresAhead ? "; scores a step ahead" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -130,7 +131,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -252,10 +253,13 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
                 k.name, f->keySplit);
     KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
+    KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && !f->scoresByWgmma && f->ring == 2),
+                "kernel {}: flash_attention scores a step ahead need mma.sync (tensor cores, not by wgmma), no key split and "
+                "two ring slots", k.name);
     // Per thread: the score accumulators of a key step, the output accumulators, q's fragments (CUDA cores: two rows'
     // scores and outputs, a step of 4 depths' q and k vectors).
     const int64_t registers = cudaCores ? 2 * (f->blockKV / 16) + 2 * 4 * ((o->width + 63) / 64) + 4 * (2 + f->blockKV / 16)
-                                        : f->warpRows / 16 * (f->blockKV / f->keySplit / 2 + o->width / 2) +
+                                        : f->warpRows / 16 * ((f->scoresAhead ? 2 : 1) * f->blockKV / f->keySplit / 2 + o->width / 2) +
                                               (flashQueriesResident(*f, o->depth) ? f->warpRows / 16 * o->depth / 4 : 4);
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;

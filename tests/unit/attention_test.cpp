@@ -264,18 +264,21 @@ TEST(FlashAttention, EveryBlockAndSplitMatchesTheLoopInterpreter) {
   for (int64_t rows : {16, 32, 64})
     for (int64_t split : {1, 2, 4})
       for (bool paired : {false, true})
-        for (int64_t ring : {2, 3, 4}) {
-          if (ring != 2 && (split != 1 || rows == 32)) continue;  // rings are independent of the split and block: fewer runs
-          SCOPED_TRACE(fmt::format("block_q {} key_split {} paired {} ring {}", rows, split, paired, ring));
-          tile::Program t = c.tileIR;
-          for (auto& s : t.schedules) {
-            std::get<tile::FlashAttention>(s).ring = ring;
-            std::get<tile::FlashAttention>(s).blockQ = rows;
-            std::get<tile::FlashAttention>(s).keySplit = split;
-            std::get<tile::FlashAttention>(s).pairBlocks = paired;
+        for (int64_t ring : {2, 3, 4})
+          for (bool ahead : {false, true}) {
+            if (ring != 2 && (split != 1 || rows == 32)) continue;  // rings are independent of the split and block: fewer runs
+            if (ahead && (split != 1 || ring != 2)) continue;       // scores a step ahead: no key split, two slots
+            SCOPED_TRACE(fmt::format("block_q {} key_split {} paired {} ring {} scores ahead {}", rows, split, paired, ring, ahead));
+            tile::Program t = c.tileIR;
+            for (auto& s : t.schedules) {
+              std::get<tile::FlashAttention>(s).ring = ring;
+              std::get<tile::FlashAttention>(s).blockQ = rows;
+              std::get<tile::FlashAttention>(s).keySplit = split;
+              std::get<tile::FlashAttention>(s).pairBlocks = paired;
+              std::get<tile::FlashAttention>(s).scoresAhead = ahead;
+            }
+            expectMatches(runSchedules(t, inputs), want);
           }
-          expectMatches(runSchedules(t, inputs), want);
-        }
 }
 
 // Four steps of keys (200, the last step partial): copies two steps ahead by default; every ring depth, paired or not.
@@ -293,6 +296,7 @@ TEST(FlashAttention, DeeperRingsMatchTheLoopInterpreter) {
       f.ring = ring;
       f.pairBlocks = paired;
       f.blockQ = 64;
+      f.scoresAhead = ring == 2;
       expectMatches(runSchedules(t, inputs), want);
     }
 }
@@ -337,6 +341,7 @@ TEST(FlashAttention, TwoRowGroupsPerWarpMatchTheLoopInterpreter) {
             f.blockQ = rows;
             f.pairBlocks = paired;
             f.ring = ring;
+            f.scoresAhead = ring == 2 && std::string(model) != "attention_bf16_deep";  // (deep: 260 accumulators)
             EXPECT_EQ(tile::flashQueriesResident(f, c.loopIR.kernels[0].attention->dot.axes[0].extent),
                       std::string(model) != "attention_bf16_deep");
           }
@@ -387,6 +392,7 @@ TEST(FlashAttention, RowSumsByMmaOrByAdditionsMatchTheLoopInterpreter) {
           f.keySplit = split;
           f.warpRows = warpRows;
           f.blockQ = 64;
+          f.scoresAhead = split == 1;
         }
         expectMatches(runSchedules(t, inputs), want);
       }
@@ -425,9 +431,57 @@ TEST(FlashAttention, DeepStepsAndInterleavedRowsMatchTheLoopInterpreter) {
                                 f.pairBlocks = paired;
                                 f.rowsInner = inner;
                                 f.ring = ring;
+                                f.scoresAhead = ring == 2;
                               }});
         }
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 11, variants);
+}
+
+// tile-attention-scores-ahead: on for tensor-core walks of two ring slots and more than one step (100 keys, head dims 64
+// and 128), not for f32 or a deeper ring (200 and 512 keys of head dim 16: three slots); the verifier refuses it with a key
+// split, a third slot, scores by wgmma or CUDA cores. The kernel multiplies the next step's scores before this step's softmax
+// (a second set of score accumulators), and matches the Loop IR with and without it: at one step (the last, multiplying
+// nothing ahead) up to the 16 steps of a 1000-key walk (attention_bf16_deep: head dim 128, q loaded at every step by two
+// row groups).
+TEST(FlashAttention, ScoresAStepAheadMatchTheLoopInterpreter) {
+  Compiled c = compiled("attention_bf16", "tile");
+  EXPECT_TRUE(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).scoresAhead);
+  EXPECT_TRUE(std::get<tile::FlashAttention>(compiled("attention_bf16_deep", "tile").tileIR.schedules[0]).scoresAhead);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16_512", "tile").tileIR.schedules[0]).scoresAhead);
+  EXPECT_NE(tile::print(c.tileIR).find("; scores a step ahead"), std::string::npos) << tile::print(c.tileIR);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_f32", "tile").tileIR.schedules[0]).scoresAhead);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16_long", "tile").tileIR.schedules[0]).scoresAhead) << "three slots";
+  EXPECT_FALSE(std::get<tile::FlashAttention>(
+                   compiled("attention_bf16", "tile", {"tile-attention-scores-ahead"}).tileIR.schedules[0]).scoresAhead);
+  // Two sets of score accumulators in the generated kernel: the ahead set is multiplied inside the step loop.
+  const std::string cuda = printLevel(compiled("attention_bf16", "cuda"), "cuda");
+  EXPECT_NE(cuda.find("sa0_0 = 0.0f;"), std::string::npos);
+  EXPECT_NE(cuda.find("s0_0 = sa0_0;"), std::string::npos);
+  for (auto change : std::vector<std::function<void(tile::FlashAttention&)>>{
+           [](tile::FlashAttention& f) { f.keySplit = 2; }, [](tile::FlashAttention& f) { f.ring = 3; }}) {
+    tile::Program bad = c.tileIR;
+    change(std::get<tile::FlashAttention>(bad.schedules[0]));
+    EXPECT_THROW(tile::verify(bad), InternalError);
+  }
+  tile::Program byWgmma = compiled("attention_bf16_512", "tile", {}, {"tile-attention-scores-by-wgmma"}).tileIR;
+  auto& w = std::get<tile::FlashAttention>(byWgmma.schedules[0]);
+  ASSERT_TRUE(w.scoresByWgmma);
+  w.ring = 2;
+  tile::verify(byWgmma);
+  w.scoresAhead = true;
+  EXPECT_THROW(tile::verify(byWgmma), InternalError) << "scores ahead are by mma.sync";
+  tile::Program f32 = compiled("attention_f32", "tile").tileIR;
+  std::get<tile::FlashAttention>(f32.schedules[0]).scoresAhead = true;
+  EXPECT_THROW(tile::verify(f32), InternalError);
+  std::vector<Variant> variants;
+  for (bool ahead : {false, true})
+    for (int64_t keys : {64, 128})
+      variants.push_back({fmt::format("scores ahead {} block_kv {}", ahead, keys), [=](tile::FlashAttention& f) {
+                            f.ring = 2;
+                            f.blockKV = keys;
+                            f.scoresAhead = ahead;
+                          }});
+  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 13, variants);
 }
 
 // tile-attention-scores-by-wgmma (off by default: slower on the H200 as it stands, docs/pipeline.md): on sm_90a for blocks of one warpgroup (64 rows of 16-row warps), not for smaller blocks
@@ -459,6 +513,7 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
                                 f.ring = ring;
                                 f.rowSumsByMma = sums;
                                 f.scoresByWgmma = true;
+                                f.scoresAhead = false;
                               }});
         }
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 12, variants);
