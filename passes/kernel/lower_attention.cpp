@@ -116,15 +116,8 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const int64_t rowCount = lk_.rowPoints() / Lq;
   // rowsInner: block b takes row b mod R and position pb = b div R of the order QB - 1, .., QB - H, 0, .., QB - H - 1
   // (FlashAttention::rowsInner); otherwise row b div QB, position b mod QB of QB - 1, .., 0.
-  // soloBlocks: block b takes rank r (FlashAttention::soloBlocks), row r mod R and query block QB - 1 - r div R.
-  Idx order = bid;
-  if (f.soloBlocks > 0) {
-    const int64_t N = k_.grid[0], A = f.soloBlocks, S = (N + A) / 2, P = N - S;
-    auto from = [&](int64_t at) { return idxMin(idxMax(idxAdd(bid, 1 - at), idxConst(0)), idxConst(1)); };  // [b >= at]
-    order = defVar(top, "rank", idxAdd(bid, A) + from(P) * idxConst(-(A + P)) + from(S) * idxAdd(idxMul(bid, -2), N - 1 + S + P), N);
-  }
-  unflatten(outer, f.rowsInner ? mod(order, rowCount) : floorDiv(bid, perRow), rowCount, top);
-  Idx pb = defVar(top, "pb", f.rowsInner ? floorDiv(order, rowCount) : mod(bid, perRow), perRow);
+  unflatten(outer, f.rowsInner ? mod(bid, rowCount) : floorDiv(bid, perRow), rowCount, top);
+  Idx pb = defVar(top, "pb", f.rowsInner ? floorDiv(bid, rowCount) : mod(bid, perRow), perRow);
   for (size_t d = static_cast<size_t>(lk_.rowAxes) + 1; d < lk_.parallel.size(); ++d) {  // extent-1 axes after the width
     top.push_back(defIdx(lk_.parallel[d].var + kFirstLoopVar, lk_.parallel[d].name, idxConst(0)));
     extents_[lk_.parallel[d].var + kFirstLoopVar] = 1;
@@ -135,7 +128,6 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const Idx half = idxVar(halfVar, "half");
   const int64_t heavy = (qBlocks + 1) / 2;  // rowsInner: positions pb >= heavy (light = 1) take query block pb - heavy
   Idx qb = f.pairBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) + half * idxAdd(idxMul(pb, 2), 1 - qBlocks), qBlocks)
-           : f.soloBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks)
            : f.rowsInner ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) +
                                                   floorDiv(pb, heavy) * idxAdd(idxMul(pb, 2), 1 - heavy - qBlocks), qBlocks)
                          : defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);

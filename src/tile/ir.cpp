@@ -88,9 +88,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                                           f->keySplit > 1 ? fmt::format(" x {} splitting each step's keys", f->keySplit) : ""),
                        16 / dtypeBytes(f->mmaType), f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "") +
-           (f->rowsInner && !f->soloBlocks ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
-           (f->soloBlocks ? fmt::format("; grid: rows inner, the {} heaviest query blocks alone on an SM, the next heaviest "
-                                        "each beside one of the lightest", f->soloBlocks) : "") +
+           (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "") +
            (f->scoresAhead ? "; scores a step ahead" : "");
   const auto& t = std::get<TiledContraction>(s);
@@ -133,7 +131,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"solo_blocks", f->soloBlocks}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -255,11 +253,6 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
                 k.name, f->keySplit);
     KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
-    const int64_t blocks = gridBlocks(*f, k);
-    KILN_ASSERT(f->soloBlocks == 0 || (f->rowsInner && !f->pairBlocks && f->soloBlocks > 0 && f->soloBlocks < blocks &&
-                                       (blocks + f->soloBlocks) % 2 == 0),
-                "kernel {}: flash_attention with {} blocks alone on an SM needs the rows-inner grid, unpaired, of more blocks "
-                "than that (as many more as the pairs beside them: {} blocks)", k.name, f->soloBlocks, blocks);
     KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && !f->scoresByWgmma && f->ring == 2),
                 "kernel {}: flash_attention scores a step ahead need mma.sync (tensor cores, not by wgmma), no key split and "
                 "two ring slots", k.name);

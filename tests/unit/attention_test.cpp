@@ -371,34 +371,6 @@ TEST(FlashAttention, LongWalksTakeStepsOf128AndInterleaveTheirRows) {
   expectMatches(runSchedules(c.tileIR, inputs), loop::interpret(c.loopIR, inputs));
 }
 
-// tile-solo-attention-blocks: a rows-inner causal grid of more blocks than SMs and at most two per SM runs its heaviest
-// blocks alone. attention_bf16_512 has 64 blocks (8 heads of 8 query blocks): on a GPU of 40 SMs the 16 heaviest go
-// alone (blocks 24..39: ranks 0..15, query block 7 of every head and 6 of all), block b < 24 takes rank 16 + b and block
-// 40 + i rank 63 - i; every (head, query block) once, against the Loop IR. On the H200's 132 SMs (64 blocks, one wave)
-// and on 20 SMs (over two per SM) the order stays rows inner; the verifier refuses a count the pairs do not make up.
-TEST(FlashAttention, HeaviestBlocksRunAloneWhereTheGridHasSpareSMs) {
-  auto withSms = [](int64_t sms) {
-    Target t = defaultTarget();
-    t.smCount = sms;
-    return compileModel(test::fixturePath("attention_bf16_512"), {}, {}, "tile", std::nullopt, t);
-  };
-  Compiled c = withSms(40);
-  const auto& f = std::get<tile::FlashAttention>(c.tileIR.schedules[0]);
-  ASSERT_EQ(tile::gridBlocks(f, c.loopIR.kernels[0]), 64);
-  EXPECT_EQ(f.soloBlocks, 16);
-  EXPECT_NE(tile::print(c.tileIR).find("the 16 heaviest query blocks alone on an SM"), std::string::npos) << tile::print(c.tileIR);
-  EXPECT_EQ(std::get<tile::FlashAttention>(compiled("attention_bf16_512", "tile").tileIR.schedules[0]).soloBlocks, 0);
-  EXPECT_EQ(std::get<tile::FlashAttention>(withSms(20).tileIR.schedules[0]).soloBlocks, 0);
-  auto inputs = test::randomInputs(c.loopIR, 14);
-  expectMatches(runSchedules(c.tileIR, inputs), loop::interpret(c.loopIR, inputs));
-  tile::Program bad = c.tileIR;
-  std::get<tile::FlashAttention>(bad.schedules[0]).soloBlocks = 15;
-  EXPECT_THROW(tile::verify(bad), InternalError);
-  std::get<tile::FlashAttention>(bad.schedules[0]).soloBlocks = 16;
-  std::get<tile::FlashAttention>(bad.schedules[0]).rowsInner = false;
-  EXPECT_THROW(tile::verify(bad), InternalError);
-}
-
 // tile-sum-attention-rows-by-mma: on for tensor cores (not f32), and with it off the rows are summed by additions and
 // shuffles; both against the Loop IR, with a key split (whose combine takes the sums) and two row groups per warp.
 TEST(FlashAttention, RowSumsByMmaOrByAdditionsMatchTheLoopInterpreter) {

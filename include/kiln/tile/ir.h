@@ -169,12 +169,6 @@ struct FlashAttention {
   // turn gives an SM's second block from the light half. Without it: block b takes row b div QB, query block
   // QB - 1 - b mod QB (each row's blocks heaviest first, one row after another).
   bool rowsInner = false;
-  // Rows inner, a grid of N blocks on S SMs (S < N <= 2S) two of which fit on an SM (tile-solo-attention-blocks): the
-  // blocks in order of their work, rank r the row r mod R and query block QB - 1 - r div R (heaviest first), are dealt
-  // so that the soloBlocks = 2S - N heaviest get an SM each and every other SM one of the next heaviest with one of the
-  // lightest: block b takes rank A + b for b < P (A = soloBlocks, P = N - S), rank b - P for P <= b < S (alone on
-  // their SMs), and rank N - 1 - (b - S) for b >= S (beside block b - S). With 0, rowsInner's order.
-  int64_t soloBlocks = 0;
   // Tensor cores: each row's running sum of probabilities accumulates in one more mma.sync per 16 keys, the packed
   // probabilities times a fragment of ones (tile-sum-attention-rows-by-mma): one instruction where a thread would add
   // 16 of its probabilities, the sum already over the 4 lanes sharing the row; it adds the bf16-rounded probabilities the
@@ -265,7 +259,6 @@ bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-row
 bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mma
 bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmma
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
-bool soloAttentionBlocks(Program& p);          // tile-solo-attention-blocks
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool tmaCopies(Program& p);                     // tile-tma-copies
