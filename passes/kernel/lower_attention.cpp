@@ -20,6 +20,10 @@
 //       is the A layout of one 16-deep step), packed to bf16 pairs once; v's fragments by ldmatrix.x4.trans; with
 //       row_sums_by_mma, l += p is one more mma of those A fragments with a B fragment of ones (the whole row's sum)
 //     barrier (the slot is overwritten next step)
+//   With scores_ahead (tile-attention-scores-ahead): the prologue multiplies the first step's S into a second set of
+//     accumulators; step st takes them, applies the score expression, multiplies step st + 1's S into that set spread
+//     through its softmax (`interleaved`), runs P·V, and copies v of st + 2 and k of st + 3 (k two steps ahead, v one, in
+//     two slots each); the last step, with nothing to multiply ahead, follows the loop.
 //   l summed over the quad (unless summed by mma); out = result(O / l) for the rows inside the query axis: stored per
 //   element, or (KernelBuilder::flashStagesOutput) written as bf16 rows into the v ring, then moved by 16-byte shared
 //   loads and 16-byte global stores, whole sectors.
