@@ -348,13 +348,13 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     for (size_t i = 0; i < s.size(); ++i)
       for (int c = 0; c < 4; ++c) ahead[i][c] = slot(fmt::format("sa{}_{}{}", i % static_cast<size_t>(nTiles), c,
                                                                  group(static_cast<int64_t>(i) / nTiles)));
+    copyV(body, sBegin, idxConst(0));
     {
-      Block next;
-      copyV(body, sBegin, idxConst(0));
-      copyK(next, idxAdd(sBegin, 1), idxConst(1));
-      body.push_back(ifLess(idxAdd(sBegin, 1), sEnd, std::move(next)));
-      body.push_back(cpAsyncCommit());
+      Block k1;
+      copyK(k1, idxAdd(sBegin, 1), idxConst(1));
+      body.push_back(ifLess(idxAdd(sBegin, 1), sEnd, std::move(k1)));
     }
+    body.push_back(cpAsyncCommit());
     body.push_back(cpAsyncWait(1));
     body.push_back(barrier());
     if (qResident) loadQueries(body);

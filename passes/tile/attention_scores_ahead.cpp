@@ -18,13 +18,12 @@ bool attentionScoresAhead(Program& p) {
     if (!f || flashOnCudaCores(*f) || f->scoresByWgmma || f->scoresAhead || f->keySplit != 1 || f->ring != 2) continue;
     const loop::Kernel& k = p.loop.kernels[i];
     if (k.attention->key.extent <= f->blockKV) continue;  // one step: nothing to multiply ahead
-    // Accumulators per thread with the second set: two sets of scores, the outputs, q's fragments (tile::verify's count),
-    // kept below 192 so that addresses and the softmax's temporaries fit in the 255 a thread may hold.
-    const int64_t depth = k.attention->dot.axes[0].extent, width = k.parallel[static_cast<size_t>(k.rowAxes)].extent;
-    const int64_t accumulators = f->warpRows / 16 * (f->blockKV + width / 2) +
-                                 (flashQueriesResident(*f, depth) ? f->warpRows / 16 * depth / 4 : 4);
-    if (accumulators > 192) continue;
-    f->scoresAhead = true;
+    // Accumulators per thread with the second set of scores kept at 192, so that addresses and the softmax's
+    // temporaries fit in the 255 a thread may hold.
+    FlashAttention ahead = *f;
+    ahead.scoresAhead = true;
+    if (flashAccumulators(ahead, k.attention->dot.axes[0].extent, k.parallel[static_cast<size_t>(k.rowAxes)].extent) > 192) continue;
+    *f = ahead;
     changed = true;
   }
   return changed;

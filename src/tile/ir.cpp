@@ -256,11 +256,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && !f->scoresByWgmma && f->ring == 2),
                 "kernel {}: flash_attention scores a step ahead need mma.sync (tensor cores, not by wgmma), no key split and "
                 "two ring slots", k.name);
-    // Per thread: the score accumulators of a key step, the output accumulators, q's fragments (CUDA cores: two rows'
-    // scores and outputs, a step of 4 depths' q and k vectors).
-    const int64_t registers = cudaCores ? 2 * (f->blockKV / 16) + 2 * 4 * ((o->width + 63) / 64) + 4 * (2 + f->blockKV / 16)
-                                        : f->warpRows / 16 * ((f->scoresAhead ? 2 : 1) * f->blockKV / f->keySplit / 2 + o->width / 2) +
-                                              (flashQueriesResident(*f, o->depth) ? f->warpRows / 16 * o->depth / 4 : 4);
+    const int64_t registers = flashAccumulators(*f, o->depth, o->width);
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;
   }

@@ -47,6 +47,14 @@ inline bool flashOnCudaCores(const FlashAttention& f) { return f.mmaType == DTyp
 // loads them again at every step (two row groups at head dims above 64, where held fragments would crowd out the
 // accumulators: 32 registers per row group and 64 of depth).
 inline bool flashQueriesResident(const FlashAttention& f, int64_t depth) { return f.warpRows / 16 * depth <= 128; }
+// Accumulator registers a flash thread holds for the whole walk: a key step's scores (twice with scoresAhead), the
+// outputs and q's fragments (CUDA cores: two rows' scores and outputs, a step of 4 depths' q and k vectors). The
+// verifier bounds it by the Target's registers; tile-attention-scores-ahead keeps it at 192.
+inline int64_t flashAccumulators(const FlashAttention& f, int64_t depth, int64_t width) {
+  if (flashOnCudaCores(f)) return 2 * (f.blockKV / 16) + 2 * 4 * ((width + 63) / 64) + 4 * (2 + f.blockKV / 16);
+  return f.warpRows / 16 * ((f.scoresAhead ? 2 : 1) * f.blockKV / f.keySplit / 2 + width / 2) +
+         (flashQueriesResident(f, depth) ? f.warpRows / 16 * depth / 4 : 4);
+}
 // Values one thread hands over when warps sharing rows combine: its two rows' maximum and sum, its width / 2 outputs.
 constexpr int64_t flashCombineValues(int64_t width) { return 4 + width / 2; }
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
