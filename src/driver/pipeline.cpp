@@ -62,7 +62,6 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);
   run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);
   run.pass(c.tileIR, "tile-balance-attention", tile::balanceAttention);  // after the block's rows are final
-  run.pass(c.tileIR, "tile-widen-attention-warps", tile::widenAttentionWarps);  // before the steps deepen (16-row warps only)
   run.pass(c.tileIR, "tile-deepen-attention-steps", tile::deepenAttentionSteps);  // after the grid is final
   run.pass(c.tileIR, "tile-interleave-attention-rows", tile::interleaveAttentionRows);  // unpaired blocks only
   run.pass(c.tileIR, "tile-sum-attention-rows-by-mma", tile::sumAttentionRowsByMma);

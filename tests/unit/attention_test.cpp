@@ -371,11 +371,13 @@ TEST(FlashAttention, LongWalksTakeStepsOf128AndInterleaveTheirRows) {
   expectMatches(runSchedules(c.tileIR, inputs), loop::interpret(c.loopIR, inputs));
 }
 
-// tile-sum-attention-rows-by-mma: on for tensor cores (not f32), and with it off the rows are summed by additions and
-// shuffles; both against the Loop IR, with a key split (whose combine takes the sums) and two row groups per warp.
+// tile-sum-attention-rows-by-mma: on for tensor cores (not f32) with rows at most 64 wide (not attention_bf16_deep's 128),
+// and with it off the rows are summed by additions and shuffles; both against the Loop IR, with a key split (whose
+// combine takes the sums) and two row groups per warp.
 TEST(FlashAttention, RowSumsByMmaOrByAdditionsMatchTheLoopInterpreter) {
   Compiled c = compiled("attention_bf16", "tile");
   EXPECT_TRUE(std::get<tile::FlashAttention>(c.tileIR.schedules[0]).rowSumsByMma);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16_deep", "tile").tileIR.schedules[0]).rowSumsByMma);
   EXPECT_NE(tile::print(c.tileIR).find("row sums by mma"), std::string::npos);
   EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_f32", "tile").tileIR.schedules[0]).rowSumsByMma);
   auto inputs = test::randomInputs(c.loopIR, 12);

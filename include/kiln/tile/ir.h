@@ -254,7 +254,6 @@ bool prefetchSlices(Program& p);                // tile-prefetch-slices
 bool pairMmaOperands(Program& p);               // tile-mma-operand-pairs
 bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 bool warpgroupProducts(Program& p);             // tile-warpgroup-products
-bool widenAttentionWarps(Program& p);           // tile-widen-attention-warps (off by default)
 bool deepenAttentionSteps(Program& p);          // tile-deepen-attention-steps
 bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-rows
 bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mma
