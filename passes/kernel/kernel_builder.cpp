@@ -204,16 +204,18 @@ void KernelBuilder::vectorLoads(const std::vector<loop::ExprP>& copies, Block& o
   }
 }
 
-void KernelBuilder::storeVector(const std::vector<FE>& values, const Idx& index, Block& out) {
-  const DType type = tp_.loop.buffers[static_cast<size_t>(lk_.output)].dtype;
+void KernelBuilder::storeVector(const std::vector<FE>& values, const Idx& index, Block& out, int buffer) {
+  if (buffer < 0) buffer = lk_.output;
+  const int target = param(buffer, true);
+  const DType type = tp_.loop.buffers[static_cast<size_t>(buffer)].dtype;
   const size_t width = std::min<size_t>(values.size(), static_cast<size_t>(Target::kVectorBytes / dtypeBytes(type)));
   for (size_t c = 0; c < values.size(); c += width) {
     Idx at = simplify(index + idxConst(static_cast<int64_t>(c)), extents_);
     if (width < 2) {
-      out.push_back(storeGlobal(0, at, values[c]));
+      out.push_back(storeGlobal(target, at, values[c]));
       continue;
     }
-    out.push_back(kernel::storeVector(0, at, std::vector<FE>(values.begin() + static_cast<std::ptrdiff_t>(c),
+    out.push_back(kernel::storeVector(target, at, std::vector<FE>(values.begin() + static_cast<std::ptrdiff_t>(c),
                                                              values.begin() + static_cast<std::ptrdiff_t>(c + width))));
   }
 }

@@ -25,7 +25,9 @@ Idx rowMajor(const std::vector<Idx>& index, const Shape& shape, const VarExtents
 
 class KernelBuilder {
  public:
-  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s) : tp_(tp), lk_(lk), s_(s) {}
+  // tail: with TiledContraction::lastBlockSums, the kernel adding the partials, which the last blocks run.
+  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s, const loop::Kernel* tail = nullptr)
+      : tp_(tp), lk_(lk), s_(s), tail_(tail) {}
   Kernel build();
 
  private:
@@ -156,8 +158,9 @@ class KernelBuilder {
   // axis (copy v at offset v). Every load that reads V consecutive, aligned elements across the copies is read
   // once with vector loads, its copies entered in `cse` under their own keys, so lowering the copies reuses them.
   void vectorLoads(const std::vector<loop::ExprP>& copies, Block& out, Cse& cse);
-  // The V copies' values stored with vector stores at the output's flat index of copy 0.
-  void storeVector(const std::vector<FE>& values, const Idx& index, Block& out);
+  // The V copies' values stored with vector stores at the output's flat index of copy 0 (of buffer `buffer`: -1, the
+  // kernel's output).
+  void storeVector(const std::vector<FE>& values, const Idx& index, Block& out, int buffer = -1);
 
   // Tiled contractions (lower_contraction.cpp).
   struct Owned {  // one output a thread holds: its row and column in the matrix, its accumulator per stage
@@ -232,6 +235,9 @@ class KernelBuilder {
                 Block& out);
   // With a producer warp, in clusters or not (lower_contraction_specialized.cpp).
   void specializedTmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
+  // TiledContraction::lastBlockSums (lower_contraction_sums.cpp): after every block stored its partial, the ticket, and
+  // in the last block of each tile the tail kernel (tail_) for the tile's outputs.
+  void sumPartialsInLastBlock(const Tiling& t);
   // The epilogue's paired vector stores (lower_contraction.cpp).
   bool pairedStores(const Tiling& t);
   // `lhs < bound ? body`, or body in a scope of its own where every value lhs takes over the extents is below bound.
@@ -248,6 +254,7 @@ class KernelBuilder {
   std::array<int, 2> pairSlots_{-1, -1};  // storePair's two float slots, made once per kernel
   const loop::Kernel& lk_;
   const tile::Schedule& s_;
+  const loop::Kernel* tail_;
   Kernel k_;
   std::vector<int> accs_;
   VarExtents extents_;

@@ -139,10 +139,10 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   if (roleExtent) extents_[roleExtent->first] = roleExtent->second;
   if (!s.producerWarp) {
     k_.body.insert(k_.body.end(), epilogue.begin(), epilogue.end());
-    return;
+  } else {  // the producer warp holds no outputs (its row index would name the next tile's rows)
+    k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));
   }
-  // The producer warp holds no outputs (its row index would name the next tile's rows).
-  k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));
+  if (s.lastBlockSums) sumPartialsInLastBlock(t);
 }
 
 // wgmma products store the two outputs a thread holds in adjacent columns (2t, 2t + 1 of each 8) with one vector store

@@ -43,6 +43,7 @@ runtime::BufferKind kindOf(loop::Buffer::Kind k) {
     case loop::Buffer::Kind::Weight: return runtime::BufferKind::Weight;
     case loop::Buffer::Kind::Temp: return runtime::BufferKind::Temp;
     case loop::Buffer::Kind::Output: return runtime::BufferKind::Output;
+    case loop::Buffer::Kind::Counters: return runtime::BufferKind::Counters;
   }
   return runtime::BufferKind::Temp;
 }

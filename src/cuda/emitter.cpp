@@ -174,6 +174,21 @@ class Emitter {
                                cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
           break;
         case K::Barrier: out += pad + "__syncthreads();\n"; break;
+        case K::BlockTicket: {  // kernel::blockTicket: publish, one atomic per block, share it
+          const std::string held = s.name + "_held", counter = fmt::format("{}[{}]", params_[s.param], idx(s.a));
+          out += fmt::format("{}__threadfence();  // this thread's stores, seen by the block that takes the last ticket\n", pad);
+          out += fmt::format("{}__shared__ unsigned long long {};\n", pad, held);
+          out += pad + "__syncthreads();\n";
+          out += fmt::format("{}if (threadIdx.x == 0) {{\n", pad);
+          out += fmt::format("{}  {} = atomicAdd(reinterpret_cast<unsigned long long*>(&{}), 1ull);\n", pad, held, counter);
+          out += fmt::format("{}  if ({} == {}ull) atomicExch(reinterpret_cast<unsigned long long*>(&{}), 0ull);  // the last: "
+                             "zero for the next launch\n", pad, held, s.arrivals - 1, counter);
+          out += pad + "}\n";
+          out += pad + "__syncthreads();\n";
+          out += fmt::format("{}const {} {} = static_cast<{}>({});\n", pad, indexType_, s.name, indexType_, held);
+          out += fmt::format("{}__threadfence();\n", pad);
+          break;
+        }
         case K::LoadVector: {
           std::vector<std::string> slots;
           for (int slot : s.fragment) slots.push_back(floats_[slot]);

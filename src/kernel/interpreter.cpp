@@ -54,7 +54,7 @@ void scanExpr(const FE& e, Dims& d) {
 void scanBlock(const Block& body, int depth, Dims& d) {
   d.depth = std::max(d.depth, depth);
   for (auto& s : body) {
-    if (s.kind == Stmt::Kind::DefIdx || s.kind == Stmt::Kind::For) {
+    if (s.kind == Stmt::Kind::DefIdx || s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::BlockTicket) {
       KILN_ASSERT(s.var > kBlockIdx, "index variable {} has reserved or negative id {}", s.name, s.var);
       d.maxVar = std::max(d.maxVar, s.var);
     }
@@ -272,6 +272,26 @@ void Machine::exec(const Block& body, int depth) {
             for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];
         break;
       }
+      case Stmt::Kind::BlockTicket: {  // a barrier, then one ticket for the block (blocks run one after another here)
+        int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
+        if (n != T)
+          raise(fmt::format("kernel {}: ticket {} taken by {} of {} threads (under divergent control flow; block {})", k.name,
+                            s.name, n, T, block));
+        barrierStep();
+        const Param& prm = k.params[s.param];
+        std::vector<float>& counters = buffers[prm.buffer];
+        const int64_t i = evaluate(s.a, env[0], &loader);
+        if (i < 0 || i >= static_cast<int64_t>(counters.size()))
+          raise(fmt::format("kernel {}: block {} takes ticket {}[{}] out of bounds ({} counters)", k.name, block, prm.name, i,
+                            counters.size()));
+        const auto before = static_cast<int64_t>(counters[static_cast<size_t>(i)]);
+        if (before < 0 || before >= s.arrivals)
+          raise(fmt::format("kernel {}: counter {}[{}] holds {} at block {}'s ticket (want 0 .. {}: counters start at zero)",
+                            k.name, prm.name, i, before, block, s.arrivals - 1));
+        counters[static_cast<size_t>(i)] = static_cast<float>(before + 1 == s.arrivals ? 0 : before + 1);
+        for (int64_t t = 0; t < T; ++t) env[t][s.var] = before;
+        break;
+      }
       case Stmt::Kind::Barrier:
       case Stmt::Kind::ClusterBarrier: {  // the cluster's other blocks run the same code (see tmaLoadMulticast)
         int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
@@ -378,8 +398,8 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
                   "kernel IR interpreter: weight buffer {} has no data or the wrong number of values", info.name);
       buffers[b] = info.weight->values;
       for (float& v : buffers[b]) v = loop::roundTo(info.dtype, v);  // as uploaded in the buffer's dtype
-    } else {
-      buffers[b].assign(numel(info.shape), interp::kPoison);
+    } else {  // counters start at zero, as the runtime's arena does; the rest poisoned
+      buffers[b].assign(numel(info.shape), info.kind == loop::Buffer::Kind::Counters ? 0.f : interp::kPoison);
     }
   }
   for (size_t i = 0; i < inputs.size(); ++i) {

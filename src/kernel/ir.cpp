@@ -135,6 +135,17 @@ Stmt storeShared(int buffer, Idx index, FE value) {
 
 Stmt barrier() { return makeStmt(Stmt::Kind::Barrier); }
 
+Stmt blockTicket(int var, std::string name, int param, Idx index, int64_t blocks) {
+  KILN_ASSERT(param >= 0 && index && blocks >= 2, "blockTicket: parameter {}, {} blocks (want 2 or more)", param, blocks);
+  Stmt s = makeStmt(Stmt::Kind::BlockTicket);
+  s.var = var;
+  s.name = std::move(name);
+  s.param = param;
+  s.a = std::move(index);
+  s.arrivals = blocks;
+  return s;
+}
+
 Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<int> c) {
   KILN_ASSERT(a.size() == 8 && b.size() == 4 && c.size() == 4, "mma: fragments of {}, {}, {} slots (want 8, 4, 4)", a.size(),
               b.size(), c.size());

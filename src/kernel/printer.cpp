@@ -80,6 +80,9 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
             fmt::format("{}store shared {}[{}] = {}", ind, sharedName(k, s.target), idxString(s.a), exprString(k, s.value)));
         break;
       case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
+      case Stmt::Kind::BlockTicket:
+        lines.push_back(fmt::format("{}{} = ticket {}[{}] of {}", ind, s.name, paramName(k, s.param), idxString(s.a), s.arrivals));
+        break;
       case Stmt::Kind::ClusterBarrier: lines.push_back(ind + "cluster.barrier"); break;
       case Stmt::Kind::FenceMbarrierInit: lines.push_back(ind + "fence.mbarrier_init.cluster"); break;
       case Stmt::Kind::LoadVector: {

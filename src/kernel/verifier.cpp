@@ -412,6 +412,25 @@ struct Verifier {
           checkExpr(st.value, s);
           checkSharedIndex(st.target, st.a, s, "store");
           break;
+        case Stmt::Kind::BlockTicket: {
+          if (!divergence.empty())
+            fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", st.name, divergence);
+          checkIdx(st.a, s, "a ticket's counter index");
+          if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
+            fail("ticket {} at parameter #{} of {}", st.name, st.param, k.params.size());
+          const Param& counters = k.params[st.param];
+          if (!counters.written || counters.dtype != DType::I64 ||
+              p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
+            fail("ticket {} at parameter {}: tickets are taken at a written i64 buffer of kind counters", st.name, counters.name);
+          if (st.arrivals < 2) fail("ticket {} of {} blocks (want 2 or more)", st.name, st.arrivals);
+          auto r = bound(st.a, s);
+          if (!r || r->first < 0 || r->second >= counters.elements)
+            fail("ticket {}: counter index {} not provably within the {} counters of {}", st.name, toString(st.a),
+                 counters.elements, counters.name);
+          defineVar(st.var, st.name, s);
+          s.ranges[st.var] = Range{0, st.arrivals - 1};
+          break;
+        }
         case Stmt::Kind::Barrier:
         case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkLaunch)
           if (!divergence.empty())

@@ -10,6 +10,7 @@ const char* bufferKindName(Buffer::Kind k) {
     case Buffer::Kind::Weight: return "weight";
     case Buffer::Kind::Temp: return "temp";
     case Buffer::Kind::Output: return "output";
+    case Buffer::Kind::Counters: return "counters";
   }
   return "?";
 }

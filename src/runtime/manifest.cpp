@@ -28,6 +28,7 @@ std::string_view bufferKindName(BufferKind k) {
     case BufferKind::Output: return "output";
     case BufferKind::Weight: return "weight";
     case BufferKind::Temp: return "temp";
+    case BufferKind::Counters: return "counters";
   }
   return "?";
 }
@@ -95,9 +96,9 @@ struct Reader {
 };
 
 BufferKind parseKind(const std::string& s, const std::string& what, const std::string& path) {
-  for (BufferKind k : {BufferKind::Input, BufferKind::Output, BufferKind::Weight, BufferKind::Temp})
+  for (BufferKind k : {BufferKind::Input, BufferKind::Output, BufferKind::Weight, BufferKind::Temp, BufferKind::Counters})
     if (bufferKindName(k) == s) return k;
-  userError("{}: field '{}' must be one of input|output|weight|temp, got \"{}\"", what, path, s);
+  userError("{}: field '{}' must be one of input|output|weight|temp|counters, got \"{}\"", what, path, s);
 }
 
 }  // namespace

@@ -112,6 +112,9 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
       if (t.unrollRing) instr += fmt::format(", the k loop unrolled by the ring ({} steps a round)", t.pipelineDepth);
       break;
   }
+  if (t.lastBlockSums)
+    instr += fmt::format(", the last of a tile's {} blocks adds the partials and runs the next kernel's epilogue",
+                         k.parallel.at(0).extent);
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
                      t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
@@ -143,6 +146,7 @@ nlohmann::json toJson(const Schedule& s) {
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
     else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
+    if (t.lastBlockSums) j.update({{"last_block_sums", true}, {"counters", t.counters}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -360,7 +364,22 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
 void verify(const Program& p) {
   loop::verify(p.loop);
   KILN_ASSERT(p.schedules.size() == p.loop.kernels.size(), "{} schedules for {} kernels", p.schedules.size(), p.loop.kernels.size());
-  for (size_t i = 0; i < p.schedules.size(); ++i) verifySchedule(p, p.schedules[i], p.loop.kernels[i]);
+  for (size_t i = 0; i < p.schedules.size(); ++i) {
+    verifySchedule(p, p.schedules[i], p.loop.kernels[i]);
+    const auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (!t || !t->lastBlockSums) continue;
+    const std::string& name = p.loop.kernels[i].name;
+    KILN_ASSERT(addsPartialsOf(p, i), "kernel {}: its last blocks add the partials of a split product, but it is none or the "
+                "next kernel does not add its partials alone (tile::addsPartialsOf)", name);
+    KILN_ASSERT(t->counters >= 0 && t->counters < static_cast<int>(p.loop.buffers.size()), "kernel {}: counters buffer #{}",
+                name, t->counters);
+    const loop::Buffer& c = p.loop.buffers[static_cast<size_t>(t->counters)];
+    KILN_ASSERT(c.kind == loop::Buffer::Kind::Counters && c.dtype == DType::I64 &&
+                    numel(c.shape) == splitParts(*t, p.loop.kernels[i]).tilesPerPart,
+                "kernel {}: its tickets need an i64 counters buffer of one counter per output tile ({}), not {} {} {} {}", name,
+                splitParts(*t, p.loop.kernels[i]).tilesPerPart, loop::bufferKindName(c.kind), dtypeName(c.dtype), c.name,
+                shapeString(c.shape));
+  }
 }
 
 }  // namespace kiln::tile

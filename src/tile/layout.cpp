@@ -240,4 +240,34 @@ std::optional<DType> scheduledTensorCoreType(const Schedule& s) {
   return t->mmaType;
 }
 
+bool addsPartialsOf(const Program& p, size_t i) {
+  if (i + 1 >= p.loop.kernels.size()) return false;
+  const auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
+  const loop::Kernel &k = p.loop.kernels[i], &sum = p.loop.kernels[i + 1];
+  if (!t || k.stages.size() != 1 || k.parallel.size() < 3 || t->mAxis == 0 || t->nAxis == 0 || k.parallel[0].extent < 2)
+    return false;
+  if (!std::holds_alternative<PointwiseMap>(p.schedules[i + 1]) || !sum.stages.empty() || sum.parallel.size() + 1 != k.parallel.size())
+    return false;
+  for (size_t d = 0; d < sum.parallel.size(); ++d)
+    if (sum.parallel[d].var != k.parallel[d + 1].var || sum.parallel[d].extent != k.parallel[d + 1].extent) return false;
+  const loop::Buffer& partials = p.loop.buffers[static_cast<size_t>(k.output)];
+  if (partials.kind != loop::Buffer::Kind::Temp || partials.dtype != DType::F32 || partials.shape.empty() ||
+      partials.shape[0] != k.parallel[0].extent)
+    return false;
+  bool readsPartials = false, othersRead = false;
+  for (size_t j = 0; j < p.loop.kernels.size(); ++j)
+    loop::forEachKernelExpr(p.loop.kernels[j], [&](const loop::ExprP& e) {
+      loop::forEachLoad(e, [&](const loop::Expr& load) {
+        if (load.buffer != k.output) return;
+        (j == i + 1 ? readsPartials : othersRead) = true;
+      });
+    });
+  return readsPartials && !othersRead;
+}
+
+SplitParts splitParts(const TiledContraction& s, const loop::Kernel& k) {
+  const int64_t parts = k.parallel.at(0).extent;
+  return {parts, gridBlocks(Schedule{s}, k) / parts};
+}
+
 }  // namespace kiln::tile

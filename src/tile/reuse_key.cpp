@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "kiln/loop/ir.h"
@@ -32,6 +33,23 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   };
   loop::forEachKernelExpr(k, [&](const loop::ExprP& e) { noteIndexLoads(e, noteIndexLoads); });
   if (readsIndices) return "";
+  Schedule s = tp.schedules[index];
+  // A split product whose last blocks add its partials runs the next kernel too (TiledContraction::lastBlockSums): that
+  // kernel and the counters are part of it, their buffers numbered on.
+  std::string tail;
+  std::optional<loop::Kernel> cs;
+  if (auto* t = std::get_if<TiledContraction>(&s); t && t->lastBlockSums) {
+    const loop::Kernel& sum = tp.loop.kernels.at(index + 1);
+    cs = sum;
+    cs->name = "tail";
+    cs->output = canonical(sum.output);
+    loop::mapKernelExprs(*cs, [&](const loop::ExprP& e) { return loop::renumberBuffers(e, canonical); });
+    loop::forEachKernelExpr(sum, [&](const loop::ExprP& e) { noteIndexLoads(e, noteIndexLoads); });
+    if (readsIndices) return "";
+    t->counters = canonical(t->counters);
+    for (auto& a : sum.parallel) tail += fmt::format("p{}:{} ", a.var, a.extent);
+    tail += toJson(tp.schedules.at(index + 1)).dump() + "\n";
+  }
   std::string key;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const loop::Buffer& b = tp.loop.buffers[buffers[i]];
@@ -46,9 +64,9 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
     key += fmt::format("j{}:{} ", k.attention->key.var, k.attention->key.extent);
     for (auto& a : k.attention->dot.axes) key += fmt::format("d{}:{} ", a.var, a.extent);
   }
-  const Schedule& s = tp.schedules[index];
   key += fmt::format("rows {} {}", k.rowAxes, toJson(s).dump());
-  return key + "\n" + loop::printKernelBody(canon, ck);
+  if (cs) tail += loop::printKernelBody(canon, *cs);
+  return key + "\n" + loop::printKernelBody(canon, ck) + tail;
 }
 
 }  // namespace kiln::tile

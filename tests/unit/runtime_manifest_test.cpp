@@ -231,7 +231,7 @@ TEST(RuntimeManifest, FileBytesInMessagesStayOnOneLine) {
   auto j = toJson(sample());
   j["buffers"][2]["kind"] = "te\nmp";
   writeText(dir.path / "manifest.json", j.dump());
-  expectReadError(dir.path, "field 'buffers[2].kind' must be one of input|output|weight|temp, got \"te\\x0amp\"");
+  expectReadError(dir.path, "field 'buffers[2].kind' must be one of input|output|weight|temp|counters, got \"te\\x0amp\"");
   j = toJson(sample());
   j["buffers"][0]["name"] = "x\ty";
   j["inputs"] = nlohmann::json::array();

@@ -424,7 +424,8 @@ TEST_P(TensorCores, DeeperPrefetchedAndPairedSlicesMatchTheUntiledLoopProgram) {
 
 // tile-shape-products' rewrite: each single-stage product split into partial products over halves of the
 // reduction and a kernel adding them (then pipelined like any product), in each tile shape: the result of the
-// untiled Loop program, up to the order of the f32 sums.
+// untiled Loop program, up to the order of the f32 sums. With tile-last-block-sums the last block of each tile adds the
+// partials instead of the adding kernel: one kernel fewer per split product, the same bits.
 TEST_P(TensorCores, SplitReductionsMatchTheUntiledLoopProgram) {
   for (tile::ProductShape shape : {tile::ProductShape{32, 32, 2}, tile::ProductShape{64, 32, 2}, tile::ProductShape{32, 64, 4},
                                    tile::ProductShape{128, 64, 1}}) {
@@ -455,6 +456,18 @@ TEST_P(TensorCores, SplitReductionsMatchTheUntiledLoopProgram) {
       // the difference propagate through the layers (an indexing error would be of order 1).
       EXPECT_LE(compare(got[i], want[i]).relL2, 1e-3) << GetParam().model << " split " << shape.split << " output " << i;
     if (shape.split == 2 && shape.tileM == 32) expectNvccCompiles(t.kernelIR);
+
+    const bool fused = tile::lastBlockSums(t.c.tileIR, /*everyInstruction=*/true);
+    EXPECT_EQ(fused, shape.split > 1) << GetParam().model << " split " << shape.split;
+    if (!fused) continue;
+    tile::verify(t.c.tileIR);
+    kernel::Program sums = kernel::lowerFromTile(t.c.tileIR);
+    kernel::verify(sums);
+    EXPECT_LT(sums.kernels.size(), t.kernelIR.kernels.size());
+    auto summed = kernel::interpret(sums, inputs);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(summed[i].values, got[i].values) << GetParam().model << " split " << shape.split << " output " << i;
+    if (shape.split == 2 && shape.tileM == 32) expectNvccCompiles(sums);
   }
 }
 

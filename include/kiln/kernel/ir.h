@@ -85,6 +85,7 @@ struct Stmt {
     ClusterBarrier,         // every thread of every block of the thread-block cluster, see clusterBarrier()
     FenceMbarrierInit,      // fence.mbarrier_init.release.cluster, see clusterBarrier()
     MbarrierArriveCluster,  // the thread arrives on an mbarrier of every block of its cluster, see mbarrierArriveCluster()
+    BlockTicket,            // const index var = the block's ticket at a global counter (every thread reaches it), see blockTicket()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -105,7 +106,7 @@ struct Stmt {
   int bytes = 0;                    // CpAsync: bytes copied
   Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
   int pendingGroups = 0;            // CpAsyncWait
-  int64_t arrivals = 0;             // MbarrierInit: arrivals that complete each phase
+  int64_t arrivals = 0;             // MbarrierInit: arrivals that complete each phase; BlockTicket: tickets per round
   int64_t txBytes = 0;              // MbarrierExpectTx: bytes of copies the phase awaits
   int tensorMap = -1;               // TmaLoad: Kernel::tensorMaps index (target: the shared buffer, a: the element index)
   std::vector<Idx> coords;          // TmaLoad: the box's first column and first row in the map
@@ -307,6 +308,15 @@ Stmt fenceMbarrierInit();
 // they multicast into, without stopping every thread as clusterBarrier() does. The interpreter counts the cluster's
 // arrivals on the running block's barrier where its thread arrives (each block arrives at the same point, as above).
 Stmt mbarrierArriveCluster(int barriers, Idx index);
+// Blocks that meet at a counter (a split product's blocks of one output tile: the last to finish adds the others' parts).
+// Every thread of the block reaches it, like barrier(). Once each thread's earlier global stores are visible to the whole
+// GPU (__threadfence), one thread takes a ticket: counter element `index` of parameter `param` (an i64 buffer of kind
+// counters, zero when the kernel starts) is incremented, back to zero at the `blocks`-th ticket, and every thread of the
+// block defines index variable `var` as the count before (0 .. blocks - 1; the ticket holder of blocks - 1 is the last
+// to arrive). After it, a block sees every global store the blocks with earlier tickets made before taking theirs; the
+// counter is zero again once all `blocks` tickets are taken, ready for the next launch. The interpreter runs the blocks
+// one after another, so there the last block in grid order takes the last ticket.
+Stmt blockTicket(int var, std::string name, int param, Idx index, int64_t blocks);
 constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
 // The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
 std::pair<int, int> wgmmaElement(int thread, int i);

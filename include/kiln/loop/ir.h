@@ -29,7 +29,9 @@ using tensor::Fn;
 using tensor::ReduceFn;
 
 struct Buffer {
-  enum class Kind { Input, Weight, Temp, Output };
+  // Counters: i64 counters that kernels meet at (kernel::blockTicket), zero when the model is loaded and left zero by every
+  // kernel that uses them; never poisoned, never shared with another buffer.
+  enum class Kind { Input, Weight, Temp, Output, Counters };
   Kind kind = Kind::Temp;
   std::string name;
   DType dtype = DType::F32;

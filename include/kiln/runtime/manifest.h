@@ -18,9 +18,10 @@ namespace kiln::runtime {
 // own guarantee), whatever the buffer's neighbours are.
 inline constexpr int64_t kArenaAlignment = 256;
 
-enum class BufferKind { Input, Output, Weight, Temp };
+// Counters: i64 counters kernels meet at, zero from the arena's allocation on; each kernel using them leaves them zero.
+enum class BufferKind { Input, Output, Weight, Temp, Counters };
 
-std::string_view bufferKindName(BufferKind k);  // "input", "output", "weight", "temp"
+std::string_view bufferKindName(BufferKind k);  // "input", "output", "weight", "temp", "counters"
 
 struct BufferInfo {
   int64_t id = 0;

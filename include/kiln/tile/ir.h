@@ -132,6 +132,13 @@ struct TiledContraction {
   // multiplying ring slot s, so that slots and mbarrier parities are constants or one per round instead of each step's
   // `slice mod depth` and `slice / depth` (and the wgmma descriptors computed from them).
   bool unrollRing = false;
+  // A split product's partial kernel (its first parallel axis the split, S parts of the reduction; tile-shape-products)
+  // whose next kernel adds the S partials and applies the epilogue (tile-last-block-sums): every block stores its
+  // partial as before, then takes a ticket at its tile's counter (kernel::blockTicket on buffer `counters`, one i64 per
+  // output tile of a part); the last of a tile's S blocks to arrive runs the next kernel for its tile (the S partials
+  // added in the order that kernel adds them, its epilogue, its store), and the next kernel is not launched.
+  bool lastBlockSums = false;
+  int counters = -1;  // lastBlockSums: the program's counters buffer
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
@@ -261,6 +268,7 @@ bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmm
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
+bool lastBlockSums(Program& p, bool everyInstruction = false);  // tile-last-block-sums
 bool tmaCopies(Program& p);                     // tile-tma-copies
 bool multicastOperands(Program& p);             // tile-multicast-operands (after tile-specialize-warps)
 // tile-specialize-warps; everywhere: on every tma product the ring allows, not only where the GPU measured it faster

@@ -100,6 +100,16 @@ bool computeBound(const Target& target, const TiledContraction& s, const Contrac
 // Whether each SM runs at most one of the product's blocks at a time: one wave of blocks, or registers (oneBlockPerSm)
 // or shared memory (1 KB reserved per block) for one block only.
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k);
+// Split products (tile-shape-products' splitProduct): whether kernel i is a matrix product of one stage whose first
+// parallel axis splits its reduction into parts (extent 2 or more, neither m nor n) into an f32 buffer [parts][output],
+// and kernel i + 1 is the pointwise map that adds those partials (its parallel axes kernel i's but the first, the only
+// kernel reading that buffer). Then the output tiles of one part, and the blocks of one tile, come from splitParts.
+bool addsPartialsOf(const Program& p, size_t i);
+struct SplitParts {
+  int64_t parts = 0;         // S: the blocks of one output tile
+  int64_t tilesPerPart = 0;  // the grid's blocks / S: block b takes part b / tilesPerPart of tile b mod tilesPerPart
+};
+SplitParts splitParts(const TiledContraction& s, const loop::Kernel& k);
 // Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
 // Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
 // A block alone on its SM (oneBlockPerSm) takes deepestRing.
