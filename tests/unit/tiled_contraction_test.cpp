@@ -468,6 +468,24 @@ TEST_P(TensorCores, SplitReductionsMatchTheUntiledLoopProgram) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_EQ(summed[i].values, got[i].values) << GetParam().model << " split " << shape.split << " output " << i;
     if (shape.split == 2 && shape.tileM == 32) expectNvccCompiles(sums);
+    // The verifier holds the flag to split products whose next kernel adds their partials.
+    for (size_t i = 0; i < t.c.tileIR.schedules.size(); ++i)
+      if (auto* tc = std::get_if<tile::TiledContraction>(&t.c.tileIR.schedules[i]); tc && !tc->lastBlockSums) {
+        tile::Program bad = t.c.tileIR;
+        auto& b = std::get<tile::TiledContraction>(bad.schedules[i]);
+        b.lastBlockSums = true;
+        b.counters = std::get<tile::TiledContraction>(*std::find_if(bad.schedules.begin(), bad.schedules.end(), [](auto& s) {
+                       auto* x = std::get_if<tile::TiledContraction>(&s);
+                       return x && x->lastBlockSums;
+                     })).counters;
+        try {
+          tile::verify(bad);
+          ADD_FAILURE() << "the verifier took last-block sums on " << bad.loop.kernels[i].name;
+        } catch (const InternalError& e) {
+          EXPECT_NE(std::string(e.what()).find("but it is none or the next kernel does not add"), std::string::npos) << e.what();
+        }
+        break;
+      }
   }
 }
 
