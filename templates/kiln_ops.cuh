@@ -376,6 +376,16 @@ __device__ __forceinline__ void launch_dependent_grids() {
 #endif
 }
 
+// Kernel IR's blockTicket, by one thread between two block barriers: the count at *counter before this ticket (0 ..
+// tickets - 1), counted modulo `tickets` (the last ticket sets it back to zero). acq_rel at gpu scope: the stores the
+// block made before the first barrier are visible to whoever takes a later ticket, and the stores of those who took
+// earlier tickets are visible to this block after the second barrier.
+__device__ __forceinline__ unsigned long long ticket(unsigned long long* counter, unsigned long long tickets) {
+  unsigned long long before;
+  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;\n" : "=l"(before) : "l"(counter) : "memory");
+  if (before + 1 == tickets) asm volatile("st.relaxed.gpu.global.u64 [%0], 0;\n" ::"l"(counter) : "memory");
+  return before;
+}
 // Every thread of every block of the cluster (Kernel IR's clusterBarrier): what each did before is visible to all after.
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -310,7 +310,7 @@ Stmt fenceMbarrierInit();
 Stmt mbarrierArriveCluster(int barriers, Idx index);
 // Blocks that meet at a counter (a split product's blocks of one output tile: the last to finish adds the others' parts).
 // Every thread of the block reaches it, like barrier(). Once each thread's earlier global stores are visible to the whole
-// GPU (__threadfence), one thread takes a ticket: counter element `index` of parameter `param` (an i64 buffer of kind
+// GPU (released by one acq_rel atomic after a block barrier), one thread takes a ticket: counter element `index` of parameter `param` (an i64 buffer of kind
 // counters, zero when the kernel starts) is incremented, back to zero at the `blocks`-th ticket, and every thread of the
 // block defines index variable `var` as the count before (0 .. blocks - 1; the ticket holder of blocks - 1 is the last
 // to arrive). After it, a block sees every global store the blocks with earlier tickets made before taking theirs; the
