@@ -6,7 +6,7 @@
 Meant for the passes registered off by default (`kiln passes` marks them): before turning one on, this says
 what it does to the time of representative matrix products, at their real sizes. A variant is a list of pass
 choices separated by commas: "+NAME" enables a pass, "-NAME" disables one, "default" is kiln as it is, "+off"
-enables every pass that is off by default. The default variants: default, each off-by-default pass alone,
+enables every pass that is off by default, "shapes=FILE" takes product tiles from a --product-shapes table. The default variants: default, each off-by-default pass alone,
 all of them, and the plain schedules (the tile passes disabled).
 
 Per case, dtype and variant: `kiln run CASE.pt --check` (compiles into kiln's run cache and compares with LibTorch
@@ -61,10 +61,12 @@ def variant_args(variant, off):
         if choice == "+off":
             for p in off:
                 args += ["--enable-pass", p]
+        elif choice.startswith("shapes="):  # a --product-shapes table
+            args += ["--product-shapes", choice[len("shapes="):]]
         elif choice[0] in "+-":
             args += ["--enable-pass" if choice[0] == "+" else "--disable-pass", choice[1:]]
         else:
-            sys.exit(f"variant {variant!r}: {choice!r} is not +PASS, -PASS, +off or default")
+            sys.exit(f"variant {variant!r}: {choice!r} is not +PASS, -PASS, +off, shapes=FILE or default")
     return args
 
 

@@ -230,9 +230,12 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
     std::sort(widths.begin(), widths.end());
     widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
     best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
-    for (int64_t tileM : {64, 128})
+    for (int64_t tileM : {64, 128, 256})
       for (int64_t tileN : widths)
         for (int64_t split : {1, 2, 4, 8}) {
+          // Four warpgroups (tile_m 256): compute-bound products of more than 128 rows only, their accumulators within
+          // the 96 registers ptxas leaves each of 17 warps (with a producer warp).
+          if (tileM == 256 && (c.m <= 128 || model != Model::WgmmaComputeBound || stages * tileN / 2 > 48)) continue;
           if ((tileM == 128 && c.m <= 64) || tileN < 16 || tileN > 256 || tileN > ceilDiv(c.n, 8) * 8 + 8 || !splits(split)) continue;
           if (stages * tileN / 2 > 128) continue;  // accumulator registers per thread
           TiledContraction sized = s;

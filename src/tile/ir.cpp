@@ -278,9 +278,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "kernel {}: fragments {} from {} slices", k.name, fragmentsName(t.fragments), layoutName(t.a.layout));
   } else if (t.instruction == TC::Instruction::Wgmma) {
     KILN_ASSERT(target.wgmma, "kernel {}: wgmma on {}, which lacks it (sm_90a only)", k.name, target.arch);
-    KILN_ASSERT((t.tileM == 64 || t.tileM == 128) && t.tileN >= 8 && t.tileN <= 256 && t.tileN % 8 == 0 && t.tileK >= 16 &&
+    KILN_ASSERT((t.tileM == 64 || t.tileM == 128 || t.tileM == 256) && t.tileN >= 8 && t.tileN <= 256 && t.tileN % 8 == 0 && t.tileK >= 16 &&
                     t.tileK % 16 == 0,
-                "kernel {}: wgmma tiles are 64 or 128 rows by a multiple of 8 up to 256 columns, tile_k a multiple of 16, not "
+                "kernel {}: wgmma tiles are 64, 128 or 256 rows by a multiple of 8 up to 256 columns, tile_k a multiple of 16, not "
                 "{}x{}x{}", k.name, t.tileM, t.tileN, t.tileK);
     KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: wgmma on {}", k.name, dtypeName(t.mmaType));
     KILN_ASSERT((t.a.layout == TC::SharedLayout::CoreMatrices || (t.a.layout == TC::SharedLayout::Swizzled128 && t.tileK == 64)) &&
