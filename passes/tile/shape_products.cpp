@@ -71,6 +71,8 @@ namespace {
 constexpr double kSplitKernelMicros = 2.0;     // launch and run of the kernel adding the partials
 constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16 tensor-core rate
 constexpr double kWgmmaPeakFraction = 0.7;
+// Compute-bound wgmma products alone on their SMs (a producer warp follows): what is left of the predicted time.
+constexpr double kSpecializedFraction = 0.95;
 constexpr double kL2Bytes = 50e6;                // the H200's L2
 // Compute-bound wgmma products: per 64-deep slice a block walks (fitted to bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt).
 constexpr double kWgmmaSliceSeconds = 0.05e-6;
@@ -242,7 +244,13 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
           sized.tileM = tileM;
           sized.tileN = tileN;
           if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
-          const double t = predict(tileM, tileN, split);
+          double t = predict(tileM, tileN, split);
+          // A compute-bound product whose blocks are alone on their SMs and walk 32 or more slices gets a producer warp
+          // (tile-specialize-warps), measured 3-6 % faster there; the model's terms do not see it.
+          const int64_t blocks = c.outerPoints * ceilDiv(c.m, tileM) * ceilDiv(c.n, tileN) * split;
+          if (model == Model::WgmmaComputeBound && ceilDiv(c.k / split, 64) >= 32 &&
+              (blocks <= p.target.smCount || oneBlockPerSm(p.target, sized, c)))
+            t *= kSpecializedFraction;
           considered.push_back({tileM, tileN, split, t});
           if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
         }
