@@ -8,8 +8,6 @@
 // threads x V: first every round's loads of the partials and of whatever else the adding kernel reads in V-wide
 // vectors (all in flight at once), then every round's sums, epilogue and vector store. Outputs outside the matrix
 // (a tile past m or n) are neither read nor written.
-#include <fmt/format.h>
-
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
 
