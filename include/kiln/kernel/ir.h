@@ -309,11 +309,11 @@ Stmt fenceMbarrierInit();
 // arrivals on the running block's barrier where its thread arrives (each block arrives at the same point, as above).
 Stmt mbarrierArriveCluster(int barriers, Idx index);
 // Blocks that meet at a counter (a split product's blocks of one output tile: the last to finish adds the others' parts).
-// Every thread of the block reaches it, like barrier(). Once each thread's earlier global stores are visible to the whole
-// GPU (released by one acq_rel atomic after a block barrier), one thread takes a ticket: counter element `index` of parameter `param` (an i64 buffer of kind
-// counters, zero when the kernel starts) is incremented, back to zero at the `blocks`-th ticket, and every thread of the
-// block defines index variable `var` as the count before (0 .. blocks - 1; the ticket holder of blocks - 1 is the last
-// to arrive). After it, a block sees every global store the blocks with earlier tickets made before taking theirs; the
+// Every thread of the block reaches it, like barrier(). After a block barrier one thread takes a ticket with an acq_rel
+// atomic at gpu scope, which makes the block's earlier global stores visible to later ticket holders: counter element
+// `index` of parameter `param` (an i64 buffer of kind counters, zero when the kernel starts) is incremented, back to zero
+// at the `blocks`-th ticket, and every thread of the block defines index variable `var` as the count before (0 ..
+// blocks - 1; the ticket holder of blocks - 1 is the last to arrive). After it, a block sees every global store the blocks with earlier tickets made before taking theirs; the
 // counter is zero again once all `blocks` tickets are taken, ready for the next launch. The interpreter runs the blocks
 // one after another, so there the last block in grid order takes the last ticket.
 Stmt blockTicket(int var, std::string name, int param, Idx index, int64_t blocks);
