@@ -9,6 +9,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,12 @@ Idx rowMajor(const std::vector<Idx>& index, const Shape& shape, const VarExtents
 
 class KernelBuilder {
  public:
-  // tail: with TiledContraction::lastBlockSums, the kernel adding the partials, which the last blocks run.
-  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s, const loop::Kernel* tail = nullptr)
+  // With TiledContraction::lastBlockSums, the kernel adding the partials and its schedule, which the last blocks run.
+  struct Tail {
+    const loop::Kernel& kernel;
+    const tile::PointwiseMap& map;
+  };
+  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s, std::optional<Tail> tail = std::nullopt)
       : tp_(tp), lk_(lk), s_(s), tail_(tail) {}
   Kernel build();
 
@@ -254,7 +259,7 @@ class KernelBuilder {
   std::array<int, 2> pairSlots_{-1, -1};  // storePair's two float slots, made once per kernel
   const loop::Kernel& lk_;
   const tile::Schedule& s_;
-  const loop::Kernel* tail_;
+  std::optional<Tail> tail_;
   Kernel k_;
   std::vector<int> accs_;
   VarExtents extents_;

@@ -15,7 +15,7 @@ namespace kiln::kernel::detail {
 
 void KernelBuilder::sumPartialsInLastBlock(const Tiling& t) {
   KILN_ASSERT(tail_, "kernel {}: its last blocks add the partials, but no kernel adding them was given", lk_.name);
-  const loop::Kernel& sum = *tail_;
+  const loop::Kernel& sum = tail_->kernel;
   const tile::SplitParts parts = tile::splitParts(t.s, lk_);
   const int ticketVar = freshKernelVar();
   extents_[ticketVar] = parts.parts;
@@ -23,10 +23,9 @@ void KernelBuilder::sumPartialsInLastBlock(const Tiling& t) {
                                 simplify(mod(blockIdx(), parts.tilesPerPart), extents_), parts.parts));
 
   // The adding kernel's vector, where it runs along the product's n (tile_n is a multiple of 8 on wgmma).
-  const auto index = static_cast<size_t>(tail_ - tp_.loop.kernels.data());
-  const auto* map = std::get_if<tile::PointwiseMap>(&tp_.schedules.at(index));
+  const int64_t vector = tail_->map.vector;
   const bool alongN = !sum.parallel.empty() && sum.parallel.back().var == t.nAxis.var;
-  const int64_t V = map && alongN && t.s.tileN % map->vector == 0 ? map->vector : 1;
+  const int64_t V = alongN && t.s.tileN % vector == 0 ? vector : 1;
   const int64_t threads = k_.block[0], points = t.s.tileM * t.s.tileN / V, rounds = (points + threads - 1) / threads;
 
   // Round r's outputs: a row m and a vector nv of V columns (n = nv V + v), defined in a scope of their own (each

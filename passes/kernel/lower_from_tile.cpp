@@ -31,7 +31,8 @@ Program lowerFromTile(const tile::Program& tp, const LowerOptions& options, Lowe
     // A split product whose last blocks add its partials (TiledContraction::lastBlockSums) runs the next kernel in them:
     // that kernel is lowered into this one and not on its own.
     const auto* t = std::get_if<tile::TiledContraction>(&tp.schedules[i]);
-    const loop::Kernel* tail = t && t->lastBlockSums ? &tp.loop.kernels.at(i + 1) : nullptr;
+    std::optional<detail::KernelBuilder::Tail> tail;
+    if (t && t->lastBlockSums) tail.emplace(tp.loop.kernels.at(i + 1), std::get<tile::PointwiseMap>(tp.schedules.at(i + 1)));
     if (it == lowered.end()) {
       p.kernels.push_back(detail::KernelBuilder(tp, lk, tp.schedules[i], tail).build());
       if (!key.empty()) lowered.emplace(std::move(key), Lowered{p.kernels.size() - 1, std::move(buffers)});

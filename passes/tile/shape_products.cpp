@@ -245,10 +245,11 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
           sized.tileN = tileN;
           if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
           double t = predict(tileM, tileN, split);
-          // A compute-bound product whose blocks are alone on their SMs and walk 32 or more slices gets a producer warp
-          // (tile-specialize-warps), measured 3-6 % faster there; the model's terms do not see it.
+          // A compute-bound product whose blocks are alone on their SMs (one wave, or registers for one block: the ring is
+          // not sized yet) and walk kMinSpecializedSlices or more slices gets a producer warp (tile-specialize-warps),
+          // measured 3-6 % faster there; the model's terms do not see it.
           const int64_t blocks = c.outerPoints * ceilDiv(c.m, tileM) * ceilDiv(c.n, tileN) * split;
-          if (model == Model::WgmmaComputeBound && ceilDiv(c.k / split, 64) >= 32 &&
+          if (model == Model::WgmmaComputeBound && ceilDiv(c.k / split, 64) >= kMinSpecializedSlices &&
               (blocks <= p.target.smCount || oneBlockPerSm(p.target, sized, c)))
             t *= kSpecializedFraction;
           considered.push_back({tileM, tileN, split, t});

@@ -28,10 +28,6 @@
 #include "kiln/tile/layout.h"
 
 namespace kiln::tile {
-namespace {
-constexpr int64_t kMinSpecializedSlices = 32;  // slices each block walks; fewer measured slower (see above)
-}  // namespace
-
 bool specializeWarps(Program& p, bool everywhere) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {

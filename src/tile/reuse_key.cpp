@@ -14,25 +14,31 @@ namespace kiln::tile {
 std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers) {
   const loop::Kernel& k = tp.loop.kernels[index];
   buffers.clear();
-  bool readsIndices = false;
   std::map<int, int> order;
   auto canonical = [&](int b) {
     auto [it, fresh] = order.emplace(b, static_cast<int>(buffers.size()));
     if (fresh) buffers.push_back(b);
     return it->second;
   };
-  loop::Program canon;
-  loop::Kernel ck = k;
-  ck.name = "k";
-  ck.output = canonical(k.output);
-  loop::mapKernelExprs(ck, [&](const loop::ExprP& e) { return loop::renumberBuffers(e, canonical); });
-  auto noteIndexLoads = [&](const loop::ExprP& e, auto& self) -> void {
-    if (!e) return;
-    for (auto& i : e->index) forEachIndexLoad(i, [&](const IndexNode&) { readsIndices = true; });
-    for (auto& a : e->args) self(a, self);
+  // A kernel with its buffers renumbered in order of first appearance; none if it reads indices from memory.
+  auto renumbered = [&](const loop::Kernel& original, const char* name) -> std::optional<loop::Kernel> {
+    bool readsIndices = false;
+    auto noteIndexLoads = [&](const loop::ExprP& e, auto& self) -> void {
+      if (!e) return;
+      for (auto& i : e->index) forEachIndexLoad(i, [&](const IndexNode&) { readsIndices = true; });
+      for (auto& a : e->args) self(a, self);
+    };
+    loop::forEachKernelExpr(original, [&](const loop::ExprP& e) { noteIndexLoads(e, noteIndexLoads); });
+    if (readsIndices) return std::nullopt;
+    loop::Kernel c = original;
+    c.name = name;
+    c.output = canonical(original.output);
+    loop::mapKernelExprs(c, [&](const loop::ExprP& e) { return loop::renumberBuffers(e, canonical); });
+    return c;
   };
-  loop::forEachKernelExpr(k, [&](const loop::ExprP& e) { noteIndexLoads(e, noteIndexLoads); });
-  if (readsIndices) return "";
+  loop::Program canon;
+  const std::optional<loop::Kernel> ck = renumbered(k, "k");
+  if (!ck) return "";
   Schedule s = tp.schedules[index];
   // A split product whose last blocks add its partials runs the next kernel too (TiledContraction::lastBlockSums): that
   // kernel and the counters are part of it, their buffers numbered on.
@@ -40,12 +46,8 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   std::optional<loop::Kernel> cs;
   if (auto* t = std::get_if<TiledContraction>(&s); t && t->lastBlockSums) {
     const loop::Kernel& sum = tp.loop.kernels.at(index + 1);
-    cs = sum;
-    cs->name = "tail";
-    cs->output = canonical(sum.output);
-    loop::mapKernelExprs(*cs, [&](const loop::ExprP& e) { return loop::renumberBuffers(e, canonical); });
-    loop::forEachKernelExpr(sum, [&](const loop::ExprP& e) { noteIndexLoads(e, noteIndexLoads); });
-    if (readsIndices) return "";
+    cs = renumbered(sum, "tail");
+    if (!cs) return "";
     t->counters = canonical(t->counters);
     for (auto& a : sum.parallel) tail += fmt::format("p{}:{} ", a.var, a.extent);
     tail += toJson(tp.schedules.at(index + 1)).dump() + "\n";
@@ -66,7 +68,7 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   }
   key += fmt::format("rows {} {}", k.rowAxes, toJson(s).dump());
   if (cs) tail += loop::printKernelBody(canon, *cs);
-  return key + "\n" + loop::printKernelBody(canon, ck) + tail;
+  return key + "\n" + loop::printKernelBody(canon, *ck) + tail;
 }
 
 }  // namespace kiln::tile

@@ -100,6 +100,9 @@ bool computeBound(const Target& target, const TiledContraction& s, const Contrac
 // Whether each SM runs at most one of the product's blocks at a time: one wave of blocks, or registers (oneBlockPerSm)
 // or shared memory (1 KB reserved per block) for one block only.
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k);
+// Slices of the reduction a block walks, at least, for tile-specialize-warps' producer warp to pay on a compute-bound
+// product alone on its SM (fewer measured slower; passes/tile/specialize_warps.cpp). tile-shape-products' model counts it.
+constexpr int64_t kMinSpecializedSlices = 32;
 // Split products (tile-shape-products' splitProduct): whether kernel i is a matrix product of one stage whose first
 // parallel axis splits its reduction into parts (extent 2 or more, neither m nor n) into an f32 buffer [parts][output],
 // and kernel i + 1 is the pointwise map that adds those partials (its parallel axes kernel i's but the first, the only
