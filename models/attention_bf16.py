@@ -4,9 +4,7 @@ Hugging Face's eager path adds a prepared mask. 100 tokens: not a multiple of th
 Also attention_bf16_long.pt: causal sdpa over 200 tokens, head dim 16 (enough key steps for deeper copy rings);
 attention_bf16_deep.pt: causal sdpa over 80 tokens at head dim 128 (2 query heads on 1 key/value head: warps of two row
 groups load q's fragments at every step); attention_bf16_512.pt: causal sdpa over 512 tokens, 8 query heads on 2, head
-dim 16 (keys in 4 steps of 128; blocks of one warpgroup, as tile-attention-scores-by-wgmma needs); attention_bf16_split.pt: causal
-sdpa over 384 tokens at head dim 128, 2 query heads on 1 (6 query blocks of 64, the heaviest walking 6 steps of 64 keys: what
-tile-split-attention-keys splits); and attention_f32.pt: the two attentions of
+dim 16 (keys in 4 steps of 128; blocks of one warpgroup, as tile-attention-scores-by-wgmma needs); and attention_f32.pt: the two attentions of
 attention_bf16.pt in f32 (the flash schedule on CUDA cores)."""
 import pathlib
 import sys
@@ -64,7 +62,7 @@ def main():
         "v": torch.randn(1, 1, 200, 16).bfloat16(),
     }
     export(LongCausal(), long_inputs, fixtures / f"{NAME}_long.pt")
-    for suffix, heads, kv_heads, length, dim in (("deep", 2, 1, 80, 128), ("512", 8, 2, 512, 16), ("split", 2, 1, 384, 128)):
+    for suffix, heads, kv_heads, length, dim in (("deep", 2, 1, 80, 128), ("512", 8, 2, 512, 16)):
         shaped = {
             "q": torch.randn(1, heads, length, dim).bfloat16(),
             "k": torch.randn(1, kv_heads, length, dim).bfloat16(),

@@ -115,9 +115,6 @@ class KernelBuilder {
     // c2, c3 row g + 8, each the whole row's sum) and the pair register of two bf16/f16 ones; empty and -1 otherwise.
     std::vector<std::array<int, 4>> lsum;
     int ones;
-    // FlashAttention::splitKeys: 1 for a block walking a whole query block, 0 for one of two halves; the half (0, 1);
-    // the split query block's number (its counter, its halves' place in the partials). Null otherwise.
-    Idx whole, half, splitAt;
     float exp2Factor() const;  // c · log2 e
   };
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).

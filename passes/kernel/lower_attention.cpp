@@ -113,26 +113,15 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Block& top = k_.body;
   // signed: the expressions below subtract (a grid of one block names no block: nvcc refuses unused variables)
   Idx bid = k_.grid[0] > 1 ? defVar(top, "bid", blockIdx(), k_.grid[0]) : idxConst(0);
-  const int64_t splitBlocks = tile::flashSplitBlocks(f, lk_), perRow = f.pairBlocks ? (qBlocks + 1) / 2 : qBlocks + splitBlocks;
+  const int64_t perRow = f.pairBlocks ? (qBlocks + 1) / 2 : qBlocks;
   std::vector<loop::Axis> outer;
   for (int d = 0; d < lk_.rowAxes; ++d)
     if (d != f.queryAxis) outer.push_back(lk_.parallel[static_cast<size_t>(d)]);
   const int64_t rowCount = lk_.rowPoints() / Lq;
   // rowsInner: block b takes row b mod R and position pb = b div R of the order QB - 1, .., QB - H, 0, .., QB - H - 1
   // (FlashAttention::rowsInner); otherwise row b div QB, position b mod QB of QB - 1, .., 0.
-  Idx rowAt = f.rowsInner ? mod(bid, rowCount) : floorDiv(bid, perRow);
-  if (f.splitKeys) rowAt = defVar(top, "row", rowAt, rowCount);
-  unflatten(outer, rowAt, rowCount, top);
+  unflatten(outer, f.rowsInner ? mod(bid, rowCount) : floorDiv(bid, perRow), rowCount, top);
   Idx pb = defVar(top, "pb", f.rowsInner ? floorDiv(bid, rowCount) : mod(bid, perRow), perRow);
-  // Split query blocks (splitKeys): positions pb < 2 H are halves, query block QB - 1 - pb div 2 and half pb mod 2; the
-  // rest whole blocks QB - 1 + H - pb.
-  Idx whole, splitHalf, splitAt;
-  if (f.splitKeys) {
-    whole = defVar(top, "whole", idxMin(floorDiv(pb, 2 * splitBlocks), idxConst(1)), 2);
-    splitHalf = defVar(top, "kpart", (idxConst(1) + idxMul(whole, -1)) * mod(pb, 2), 2);
-    splitAt = defVar(top, "split_at", rowAt * idxConst(splitBlocks) + idxMin(floorDiv(pb, 2), idxConst(splitBlocks - 1)),
-                     rowCount * splitBlocks);
-  }
   for (size_t d = static_cast<size_t>(lk_.rowAxes) + 1; d < lk_.parallel.size(); ++d) {  // extent-1 axes after the width
     top.push_back(defIdx(lk_.parallel[d].var + kFirstLoopVar, lk_.parallel[d].name, idxConst(0)));
     extents_[lk_.parallel[d].var + kFirstLoopVar] = 1;
@@ -143,8 +132,6 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   const Idx half = idxVar(halfVar, "half");
   const int64_t heavy = (qBlocks + 1) / 2;  // rowsInner: positions pb >= heavy (light = 1) take query block pb - heavy
   Idx qb = f.pairBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) + half * idxAdd(idxMul(pb, 2), 1 - qBlocks), qBlocks)
-           : f.splitKeys ? defVar(body, "qb", idxAdd(idxMul(floorDiv(pb, 2), -1), qBlocks - 1) +
-                                                  whole * idxAdd(idxMul(pb, -1) + floorDiv(pb, 2), splitBlocks), qBlocks)
            : f.rowsInner ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) +
                                                   floorDiv(pb, heavy) * idxAdd(idxMul(pb, 2), 1 - heavy - qBlocks), qBlocks)
                          : defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);
@@ -181,12 +168,6 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   if (f.keyTo) {
     Idx lastRow = idxMin(idxAdd(q0, BQ - 1), idxConst(Lq - 1));
     end = floorDiv(idxAdd(idxMin(idxConst(Lk), idxAdd(lastRow, *f.keyTo)), BKV - 1), BKV);
-  }
-  if (f.splitKeys) {  // half 0 walks the first ceil(n / 2) steps, half 1 the rest
-    Idx from = defVar(body, "s_from", first, steps + 1), to = defVar(body, "s_to", end, steps + 1);
-    Idx mid = defVar(body, "s_mid", floorDiv(idxAdd(from + to, 1), 2), steps + 1);
-    first = from + splitHalf * (mid + idxMul(from, -1));
-    end = to + (idxConst(1) + idxMul(whole, -1)) * (idxConst(1) + idxMul(splitHalf, -1)) * (mid + idxMul(to, -1));
   }
   Idx sBegin = defVar(body, "s_begin", first, steps + 1), sEnd = defVar(body, "s_end", end, steps + 1);
 
@@ -350,7 +331,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
            keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
            rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
-           tmp, rowLanes, scale.first, scale.second, lsum, ones, whole, splitHalf, splitAt};
+           tmp, rowLanes, scale.first, scale.second, lsum, ones};
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;
   const Idx st = idxVar(stepVar, "st");

@@ -354,64 +354,37 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   // comb[((kh - 1) * values + i) * rowGroups * 32 + rg * 32 + lane].
   Block& out = body;
   Block finish;
-  // What a warp hands over (its rows' maxima and sums, its output accumulators: tile::flashCombineValues) and the
-  // combination of another's value i (`theirs`) into its own: both rescaled to the larger maximum and added.
-  const int64_t values = tile::flashCombineValues(E);
-  std::vector<int> mine{m[0], m[1], l[0], l[1]};
-  for (int64_t j = 0; j < eTiles && !x.cuda; ++j)
-    for (int c = 0; c < 4; ++c) mine.push_back(o[j][c]);
-  auto combine = [&](Block& into, const std::function<FE(int64_t)>& theirs) {
-    for (int r = 0; r < 2; ++r) {
-      FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
-      into.push_back(assign(mSafe[r], big));
-      FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
-      into.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), x.exp2Factor())));
-      into.push_back(assign(tmp, exp2Of(fapply(Fn::Sub, {theirs(r), safe}), x.exp2Factor())));
-      into.push_back(assign(m[r], fvar(mSafe[r])));
-      into.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
-      for (int64_t j = 0; j < eTiles; ++j)
-        for (int c = 2 * r; c < 2 * r + 2; ++c)
-          into.push_back(assign(o[j][c], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])}),
-                                                          fapply(Fn::Mul, {theirs(4 + j * 4 + c), fvar(tmp)})})));
-    }
-  };
   if (KS > 1) {
-    const int64_t lanes = rowGroups * Target::kWarpSize;
+    const int64_t values = tile::flashCombineValues(E), lanes = rowGroups * Target::kWarpSize;
+    std::vector<int> mine{m[0], m[1], l[0], l[1]};
+    for (int64_t j = 0; j < eTiles; ++j)
+      for (int c = 0; c < 4; ++c) mine.push_back(o[j][c]);
     const Idx thread = simplify(rg * idxConst(Target::kWarpSize) + lane, extents_);
     auto at = [&](const Idx& partner, int64_t i) { return simplify((partner * idxConst(values) + idxConst(i)) * idxConst(lanes) + thread, extents_); };
     Block hand;
     for (int64_t i = 0; i < values; ++i) hand.push_back(storeShared(comb, at(idxAdd(kh, -1), i), fvar(mine[static_cast<size_t>(i)])));
     out.push_back(ifLess(idxConst(0), kh, std::move(hand)));
     out.push_back(barrier());
-    for (int64_t partner = 0; partner + 1 < KS; ++partner)
-      combine(finish, [&](int64_t i) { return loadShared(comb, at(idxConst(partner), i)); });
+    for (int64_t partner = 0; partner + 1 < KS; ++partner) {
+      auto theirs = [&](int64_t i) { return loadShared(comb, at(idxConst(partner), i)); };
+      for (int r = 0; r < 2; ++r) {
+        FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
+        finish.push_back(assign(mSafe[r], big));
+        FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
+        finish.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), x.exp2Factor())));
+        finish.push_back(assign(tmp, exp2Of(fapply(Fn::Sub, {theirs(r), safe}), x.exp2Factor())));
+        finish.push_back(assign(m[r], fvar(mSafe[r])));
+        finish.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
+        for (int64_t j = 0; j < eTiles; ++j)
+          for (int c = 2 * r; c < 2 * r + 2; ++c)
+            finish.push_back(assign(o[j][c], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])}),
+                                                            fapply(Fn::Mul, {theirs(4 + j * 4 + c), fvar(tmp)})})));
+      }
+    }
   }
   // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only): stored from the
   // registers element by element, or (flashStagesOutput) staged as rows in the v ring, which no step reads any more, and
   // stored 16 bytes at a time: whole 32-byte sectors instead of 2-byte stores to eight rows per instruction.
-  // Split query blocks (FlashAttention::splitKeys): each half stores what it hands over to the partials (value i of
-  // thread t of half h of split block j at ((2 j + h) values + i) threads + t) and takes a ticket at the block's counter;
-  // the second to arrive loads the other half's values (all in flight at once), combines them into its own and writes
-  // the output below; blocks walking a whole query block write it as they are.
-  const int64_t threads = k_.block[0];
-  Block halves;
-  int ticket = -1;
-  if (x.splitAt) {
-    KILN_ASSERT(!x.cuda && KS == 1 && rows == 2, "kernel {}: split query blocks on tensor cores, one row group a warp only", lk_.name);
-    const int partials = param(x.f->partials, true);
-    auto at = [&](const Idx& half, int64_t i) {
-      return simplify(((x.splitAt * idxConst(2) + half) * idxConst(values) + idxConst(i)) * idxConst(threads) + threadIdx(), extents_);
-    };
-    for (int64_t i = 0; i < values; ++i) halves.push_back(storeGlobal(partials, at(x.half, i), fvar(mine[static_cast<size_t>(i)])));
-    ticket = freshKernelVar();
-    extents_[ticket] = 2;
-    halves.push_back(blockTicket(ticket, "ticket", param(x.f->counters, true), x.splitAt, 2));
-    std::vector<int> theirs;
-    for (int64_t i = 0; i < values; ++i) theirs.push_back(slot(fmt::format("th{}", i)));
-    const Idx other = simplify(idxConst(1) + idxMul(x.half, -1), extents_);
-    for (int64_t i = 0; i < values; ++i) finish.push_back(assign(theirs[static_cast<size_t>(i)], loadGlobal(partials, at(other, i))));
-    combine(finish, [&](int64_t i) { return fvar(theirs[static_cast<size_t>(i)]); });
-  }
   const tile::FlashSlices& sl = x.sl;
   const bool staged = flashStagesOutput(x);
   const Shape& outShape = tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape;
@@ -423,67 +396,55 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   if (staged) {  // no thread may stage into the ring while another's last copies into it could still land
     out.push_back(barrier());
   }
-  auto writeOutput = [&](Block& into) {
-    for (int r = 0; r < rows; ++r) {
-      into.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
-      Block store;
-      const Idx row = simplify(q0 + rowLocal[r], extents_);
-      int rowVar = freshLoopVar();
-      if (!staged || loop::usesVar(*lk_.result, query.var))  // (named only where used: nvcc refuses unused variables)
-        store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
-      extents_[rowVar + kFirstLoopVar] = Lq;
-      const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r));
-      for (const Element& e : outputs) {
-        if (e.row != r) continue;
-        Block one;
-        int colVar = freshLoopVar();
-        one.push_back(defIdx(colVar + kFirstLoopVar, e.name, e.col));
-        extents_[colVar + kFirstLoopVar] = E;
-        const Idx colAt = idxVar(colVar + kFirstLoopVar, e.name);
-        one.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(l[r])})));
-        accs_ = {e.reg};
-        Cse cse;
-        loop::ExprP result = atAxis(atAxis(storedResult(), query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
-        FE value = lower(result, one, cse);
-        if (staged) one.push_back(storeShared(x.vs, simplify(rowLocal[r] * idxConst(sl.widthStride) + colAt, extents_), value));
-        else one.push_back(storeGlobal(0, outputAt(rowAt, colAt), value));
-        if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
-        else store.insert(store.end(), one.begin(), one.end());
-      }
-      into.push_back(ifLess(row, idxConst(Lq), std::move(store)));
+  for (int r = 0; r < rows; ++r) {
+    finish.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
+    Block store;
+    const Idx row = simplify(q0 + rowLocal[r], extents_);
+    int rowVar = freshLoopVar();
+    if (!staged || loop::usesVar(*lk_.result, query.var))  // (named only where used: nvcc refuses unused variables)
+      store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
+    extents_[rowVar + kFirstLoopVar] = Lq;
+    const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r));
+    for (const Element& e : outputs) {
+      if (e.row != r) continue;
+      Block one;
+      int colVar = freshLoopVar();
+      one.push_back(defIdx(colVar + kFirstLoopVar, e.name, e.col));
+      extents_[colVar + kFirstLoopVar] = E;
+      const Idx colAt = idxVar(colVar + kFirstLoopVar, e.name);
+      one.push_back(assign(e.reg, fapply(Fn::Mul, {fvar(e.reg), fvar(l[r])})));
+      accs_ = {e.reg};
+      Cse cse;
+      loop::ExprP result = atAxis(atAxis(storedResult(), query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
+      FE value = lower(result, one, cse);
+      if (staged) one.push_back(storeShared(x.vs, simplify(rowLocal[r] * idxConst(sl.widthStride) + colAt, extents_), value));
+      else one.push_back(storeGlobal(0, outputAt(rowAt, colAt), value));
+      if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
+      else store.insert(store.end(), one.begin(), one.end());
     }
-    if (staged) {  // thread ct moves 16-byte chunks ct, ct + threads, .. of the block's rows (row c / (E / 8), columns 8 (c mod E / 8) ..)
-      into.push_back(barrier());
-      const int64_t per = E / 8, chunks = x.BQ * per;
-      std::vector<int> vals;
-      for (int i = 0; i < 8; ++i) vals.push_back(slot(fmt::format("ov{}", i)));
-      std::vector<FE> values;
-      for (int v : vals) values.push_back(fvar(v));
-      for (int64_t first = 0; first < chunks; first += threads) {
-        const Idx c = simplify(threadIdx() + idxConst(first), extents_);
-        const Idx r = simplify(floorDiv(c, per), extents_), col = simplify(mod(c, per) * idxConst(8), extents_);
-        const Idx row = simplify(q0 + r, extents_);
-        const int rowVar = freshLoopVar();
-        extents_[rowVar + kFirstLoopVar] = Lq;
-        const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads));
-        Block move{loadSharedVector(x.vs, simplify(r * idxConst(sl.widthStride) + col, extents_), vals),
-                   kernel::storeVector(0, outputAt(rowAt, col), values)};
-        move = Block{defIdx(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads), row), ifLess(rowAt, idxConst(Lq), std::move(move))};
-        if (chunks - first < threads) move = Block{ifLess(c, idxConst(chunks), std::move(move))};
-        into.insert(into.end(), move.begin(), move.end());
-      }
-    }
-  };
-  if (x.splitAt) {
-    writeOutput(finish);
-    halves.push_back(ifLess(idxConst(0), idxVar(ticket, "ticket"), std::move(finish)));
-    out.push_back(ifLess(x.whole, idxConst(1), std::move(halves)));
-    Block rest;
-    writeOutput(rest);
-    out.push_back(ifLess(idxConst(0), x.whole, std::move(rest)));
-    return;
+    finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
   }
-  writeOutput(finish);
+  if (staged) {  // thread ct moves 16-byte chunks ct, ct + threads, .. of the block's rows (row c / (E / 8), columns 8 (c mod E / 8) ..)
+    finish.push_back(barrier());
+    const int64_t per = E / 8, chunks = x.BQ * per, threads = k_.block[0];
+    std::vector<int> vals;
+    for (int i = 0; i < 8; ++i) vals.push_back(slot(fmt::format("ov{}", i)));
+    std::vector<FE> values;
+    for (int v : vals) values.push_back(fvar(v));
+    for (int64_t first = 0; first < chunks; first += threads) {
+      const Idx c = simplify(threadIdx() + idxConst(first), extents_);
+      const Idx r = simplify(floorDiv(c, per), extents_), col = simplify(mod(c, per) * idxConst(8), extents_);
+      const Idx row = simplify(q0 + r, extents_);
+      const int rowVar = freshLoopVar();
+      extents_[rowVar + kFirstLoopVar] = Lq;
+      const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads));
+      Block move{loadSharedVector(x.vs, simplify(r * idxConst(sl.widthStride) + col, extents_), vals),
+                 kernel::storeVector(0, outputAt(rowAt, col), values)};
+      move = Block{defIdx(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads), row), ifLess(rowAt, idxConst(Lq), std::move(move))};
+      if (chunks - first < threads) move = Block{ifLess(c, idxConst(chunks), std::move(move))};
+      finish.insert(finish.end(), move.begin(), move.end());
+    }
+  }
   if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));
   else out.insert(out.end(), finish.begin(), finish.end());
 }

@@ -64,7 +64,6 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-balance-attention", tile::balanceAttention);  // after the block's rows are final
   run.pass(c.tileIR, "tile-deepen-attention-steps", tile::deepenAttentionSteps);  // after the grid is final
   run.pass(c.tileIR, "tile-interleave-attention-rows", tile::interleaveAttentionRows);  // unpaired blocks only
-  run.pass(c.tileIR, "tile-split-attention-keys", [](tile::Program& p) { return tile::splitAttentionKeys(p); });  // after the steps and the grid order
   run.pass(c.tileIR, "tile-sum-attention-rows-by-mma", tile::sumAttentionRowsByMma);
   run.pass(c.tileIR, "tile-attention-scores-by-wgmma", tile::attentionScoresByWgmma);  // after the block's rows and steps
   run.pass(c.tileIR, "tile-attention-scores-ahead", tile::attentionScoresAhead);  // after the ring and the scores' instruction

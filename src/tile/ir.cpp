@@ -90,8 +90,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
            (f->pairBlocks ? "; query blocks paired last with first" : "") +
            (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "") +
-           (f->scoresAhead ? "; scores a step ahead" : "") +
-           (f->splitKeys ? fmt::format("; the {} heaviest query blocks of a row walked by two blocks each, combined by the second", flashSplitBlocks(*f, k)) : "");
+           (f->scoresAhead ? "; scores a step ahead" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -137,7 +136,6 @@ nlohmann::json toJson(const Schedule& s) {
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
     j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
-    if (f->splitKeys) j.update({{"split_keys", true}, {"partials", f->partials}, {"counters", f->counters}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
   } else {
@@ -262,25 +260,6 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && !f->scoresByWgmma && f->ring == 2),
                 "kernel {}: flash_attention scores a step ahead need mma.sync (tensor cores, not by wgmma), no key split and "
                 "two ring slots", k.name);
-    if (f->splitKeys) {
-      const int64_t qb = flashQueryBlocks(*f, k), split = flashSplitBlocks(*f, k), rows = k.rowPoints() / k.parallel[static_cast<size_t>(f->queryAxis)].extent;
-      KILN_ASSERT(!cudaCores && f->warpRows == 16 && f->keySplit == 1 && !f->pairBlocks && f->keyTo && !f->keyFrom &&
-                      flashLightestSplitSteps(*f, k) >= 2,
-                  "kernel {}: split query blocks need tensor cores, 16-row warps, no key split, no pairing and a causal mask "
-                  "(keys up to the query, none cut off below) leaving every split block two or more steps", k.name);
-      auto buffer = [&](int id, loop::Buffer::Kind kind, DType type, int64_t elements, const char* what) {
-        KILN_ASSERT(id >= 0 && id < static_cast<int>(p.loop.buffers.size()), "kernel {}: {} buffer #{}", k.name, what, id);
-        const loop::Buffer& b = p.loop.buffers[static_cast<size_t>(id)];
-        KILN_ASSERT(b.kind == kind && b.dtype == type && numel(b.shape) == elements,
-                    "kernel {}: its split query blocks need a {} {} buffer of {} {} elements, not {} {} {} {}", k.name,
-                    loop::bufferKindName(kind), dtypeName(type), elements, what, loop::bufferKindName(b.kind), dtypeName(b.dtype),
-                    b.name, shapeString(b.shape));
-      };
-      buffer(f->counters, loop::Buffer::Kind::Counters, DType::I64, rows * split, "counters");
-      buffer(f->partials, loop::Buffer::Kind::Temp, DType::F32,
-             rows * split * 2 * flashCombineValues(o->width) * threadsPerBlock(*f), "partials");
-      KILN_ASSERT(qb >= 2, "kernel {}: {} query block(s) to split", k.name, qb);
-    }
     const int64_t registers = flashAccumulators(*f, o->depth, o->width);
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;

@@ -50,8 +50,7 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                         [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
                         [&](const FlashAttention& f) {
                           const int64_t blocks = flashQueryBlocks(f, k);
-                          return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent *
-                                 (f.pairBlocks ? (blocks + 1) / 2 : blocks + flashSplitBlocks(f, k));
+                          return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * (f.pairBlocks ? (blocks + 1) / 2 : blocks);
                         },
                         [&](const TiledContraction& t) {
                           Contraction c = contractionOf(t, k);
@@ -63,16 +62,6 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
 
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k) {
   return ceilDiv(k.parallel[static_cast<size_t>(f.queryAxis)].extent, f.blockQ);
-}
-
-int64_t flashSplitBlocks(const FlashAttention& f, const loop::Kernel& k) {
-  return f.splitKeys ? (flashQueryBlocks(f, k) + 1) / 2 : 0;
-}
-
-int64_t flashLightestSplitSteps(const FlashAttention& f, const loop::Kernel& k) {
-  const int64_t qb = flashQueryBlocks(f, k), lq = k.parallel[static_cast<size_t>(f.queryAxis)].extent, lk = k.attention->key.extent;
-  const int64_t lastRow = std::min((qb - (qb + 1) / 2) * f.blockQ + f.blockQ - 1, lq - 1);
-  return ceilDiv(f.keyTo ? std::clamp<int64_t>(lastRow + *f.keyTo, 0, lk) : lk, f.blockKV);
 }
 
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k) {

@@ -52,10 +52,6 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
     for (auto& a : sum.parallel) tail += fmt::format("p{}:{} ", a.var, a.extent);
     tail += toJson(tp.schedules.at(index + 1)).dump() + "\n";
   }
-  if (auto* f = std::get_if<FlashAttention>(&s); f && f->splitKeys) {  // its counters and halves, numbered on
-    f->counters = canonical(f->counters);
-    f->partials = canonical(f->partials);
-  }
   std::string key;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const loop::Buffer& b = tp.loop.buffers[buffers[i]];

@@ -14,14 +14,18 @@
 #include "kiln/loop/attention.h"
 #include "kiln/support/error.h"
 #include "kiln/tile/layout.h"
-#include "attention_support.h"
 #include "test_support.h"
 
 namespace kiln {
 namespace {
-using attention_test::compiled;
-using attention_test::expectMatches;
-using attention_test::runSchedules;
+
+Compiled compiled(const std::string& model, const std::string& level, std::vector<std::string> disable = {},
+                  std::vector<std::string> enable = {}) {
+  PipelineOptions o;
+  o.disable.insert(disable.begin(), disable.end());
+  o.enable.insert(enable.begin(), enable.end());
+  return compileModel(test::fixturePath(model), {}, o, level);
+}
 
 std::vector<const loop::Kernel*> attentionKernels(const loop::Program& p) {
   std::vector<const loop::Kernel*> ks;
@@ -191,6 +195,25 @@ TEST(FuseAttention, LoopInterpreterMatchesTheUnfusedProgram) {
 }
 
 // ---- the flash_attention schedule and its lowering ----
+
+// The kernels agree with the Loop IR to bf16 precision: they round the probabilities to bf16 for the tensor cores
+// (relative to the running maximum), the Loop IR weights in f32.
+void expectMatches(const std::vector<HostTensor>& got, const std::vector<HostTensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    Comparison cmp = compare(got[i], want[i]);
+    EXPECT_LE(cmp.relL2, 1e-2) << "output " << i;
+    EXPECT_FALSE(cmp.hasNaN) << "output " << i;
+  }
+}
+
+// Schedule t verified, lowered, verified and run by the Kernel-IR interpreter.
+std::vector<HostTensor> runSchedules(const tile::Program& t, const std::vector<HostTensor>& inputs) {
+  tile::verify(t);
+  kernel::Program kp = kernel::lowerFromTile(t);
+  kernel::verify(kp);
+  return kernel::interpret(kp, inputs);
+}
 
 TEST(FlashAttention, ScheduleCarriesTheMaskBounds) {
   Compiled c = compiled("attention_bf16", "tile");

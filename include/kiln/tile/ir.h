@@ -192,16 +192,6 @@ struct FlashAttention {
   // while the tensor cores work on S', where they waited for S. k's copies run two steps ahead and v's one (the same two
   // slots each: a step reads k of the next step and v of its own).
   bool scoresAhead = false;
-  // Causal, tensor cores, 16-row warps, no key split, unpaired (tile-split-attention-keys): the heavier half of each row's
-  // query blocks, the last H = ceil(QB / 2) (tile::flashSplitBlocks), are each walked by two blocks, the first over
-  // the first ceil(n / 2) of the block's n steps, the second over the rest. Each stores its rows' maxima, sums and
-  // unnormalised outputs to buffer `partials` (f32; value i of thread t of half h of split block j at
-  // ((2 j + h) flashCombineValues + i) threads + t), takes a ticket at the split block's counter (kernel::blockTicket,
-  // buffer `counters`, one i64 per split block), and the second to arrive rescales both halves to the larger maximum,
-  // adds them and writes the output. Grid positions per row: the 2H halves first (query block QB - 1 - p div 2, half
-  // p mod 2), then query blocks QB - 1 - H down to 0; rowsInner orders rows as above.
-  bool splitKeys = false;
-  int partials = -1, counters = -1;  // splitKeys: the program's buffers
   int64_t ring = 2;  // ring slots of k and v (2 to 4): the copies of ring - 1 steps ahead are in flight during a step
   // The operands' type: bf16/f16 multiply on tensor cores as above; f32 on CUDA cores (ffma, no TF32): a block of
   // 8 x blockQ threads, 16 lanes of a warp per pair of rows (r, r + blockQ / 2), lane t of them computing keys t, t + 16,
@@ -277,9 +267,6 @@ bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mm
 bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmma
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
-// tile-split-attention-keys: splits where a row's heaviest query block walks minSteps or more steps of keys.
-constexpr int64_t kMinSplitAttentionSteps = 6;
-bool splitAttentionKeys(Program& p, int64_t minSteps = kMinSplitAttentionSteps);
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool lastBlockSums(Program& p, bool everyInstruction = false);  // tile-last-block-sums
 bool tmaCopies(Program& p);                     // tile-tma-copies

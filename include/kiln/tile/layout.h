@@ -57,11 +57,6 @@ inline int64_t flashAccumulators(const FlashAttention& f, int64_t depth, int64_t
 }
 // Values one thread hands over when warps sharing rows combine: its two rows' maximum and sum, its width / 2 outputs.
 constexpr int64_t flashCombineValues(int64_t width) { return 4 + width / 2; }
-// FlashAttention::splitKeys: the query blocks of a row walked by two blocks each (the last ceil(QB / 2); 0 unsplit).
-int64_t flashSplitBlocks(const FlashAttention& f, const loop::Kernel& k);
-// The steps of keys the lightest query block that splitKeys would split walks (query block QB - ceil(QB / 2), keys up to
-// its last row + keyTo; all keys without keyTo).
-int64_t flashLightestSplitSteps(const FlashAttention& f, const loop::Kernel& k);
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
 
 // Tiled contractions.
