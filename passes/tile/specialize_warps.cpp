@@ -28,16 +28,14 @@
 #include "kiln/tile/layout.h"
 
 namespace kiln::tile {
-bool specializeWarps(Program& p, bool everywhere, bool streaming) {
+bool specializeWarps(Program& p, bool everywhere) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
     if (!s || s->a.copy != TiledContraction::Copy::Tma || s->producerWarp || s->cluster != 1) continue;
     const loop::Kernel& k = p.loop.kernels[i];
     const Contraction c = contractionOf(*s, k);
-    const bool bound = computeBound(p.target, *s, c);
-    const bool pays = aloneOnSm(p.target, *s, k) && (streaming ? !bound && ceilDiv(c.k, s->tileK) >= kMinStreamingSpecializedSlices
-                                                               : bound && ceilDiv(c.k, s->tileK) >= kMinSpecializedSlices);
+    const bool pays = aloneOnSm(p.target, *s, k) && computeBound(p.target, *s, c) && ceilDiv(c.k, s->tileK) >= kMinSpecializedSlices;
     if (!pays && !everywhere) continue;
     TiledContraction t = *s;
     t.producerWarp = true;

@@ -273,10 +273,7 @@ bool tmaCopies(Program& p);                     // tile-tma-copies
 bool multicastOperands(Program& p);             // tile-multicast-operands (after tile-specialize-warps)
 // tile-specialize-warps; everywhere: on every tma product the ring allows, not only where the GPU measured it faster
 // (tests that need a producer warp on small products).
-// streaming: instead, the memory-bound products alone on their SMs that walk kMinStreamingSpecializedSlices or more slices
-// (tile-specialize-streaming-warps, off by default: a producer warp, and with it clusters multicasting an operand).
-bool specializeWarps(Program& p, bool everywhere = false, bool streaming = false);
-constexpr int64_t kMinStreamingSpecializedSlices = 16;
+bool specializeWarps(Program& p, bool everywhere = false);
 bool deepenRings(Program& p);                   // tile-deepen-rings
 bool unrollRings(Program& p);                   // tile-unroll-rings
 bool stackOperands(Program& p);                 // tile-stack-operands
