@@ -120,7 +120,8 @@ class KernelBuilder {
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).
   // S = q · kᵀ of the keys in ring slot `ring` into `tiles` (tensor cores: tiles as Flash::s; CUDA cores: the score
   // elements' registers).
-  void flashProduct(const Flash& x, const Idx& ring, const std::vector<std::array<int, 4>>& tiles, Block& step);
+  // By wgmma (scores_by_wgmma) the group is waited for at once unless `wait` is false (the caller waits for it).
+  void flashProduct(const Flash& x, const Idx& ring, const std::vector<std::array<int, 4>>& tiles, Block& step, bool wait = true);
   void flashScores(const Flash& x, const Idx& st, Block& step);                  // the score expression on step st's S
   void flashSoftmax(const Flash& x, Block& step);                                // the online softmax per row
   void flashValues(const Flash& x, const Idx& ring, Block& step);                // O += p · v

@@ -356,8 +356,9 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     }
     body.push_back(cpAsyncCommit());
     body.push_back(cpAsyncWait(1));
+    if (f.scoresByWgmma) body.push_back(fenceProxyAsync());  // the landed q and k become visible to wgmma's reads
     body.push_back(barrier());
-    if (qResident) loadQueries(body);
+    if (qResident && !f.scoresByWgmma) loadQueries(body);
     flashProduct(x, idxConst(0), ahead, body);
     body.push_back(barrier());  // (every warp's k reads of slot 0 before its next copy)
     {
@@ -371,21 +372,26 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     // Step st: wait for its v and the next step's k; take the scores multiplied ahead, apply the score expression;
     // multiply the next step's scores, spread through this step's softmax; P·V; then (the slots free) copy v of step
     // st + 2 and k of step st + 3. The last step multiplies nothing ahead: it follows the loop, on its own.
+    // By wgmma: the next step's group is issued first (before the score expression: it reads only shared memory and
+    // the ahead set, just copied out) and waited for after P·V, before the barrier that frees its k slot.
     auto walkStep = [&](const Idx& at, bool last, Block& step) {
       Idx vSlot = defVar(step, last ? "last_slot" : "slot", mod(at + idxMul(sBegin, -1), 2), 2);
       step.push_back(cpAsyncWait(1));
+      if (f.scoresByWgmma) step.push_back(fenceProxyAsync());  // the next step's k becomes visible to wgmma's reads
       step.push_back(barrier());
       for (size_t i = 0; i < s.size(); ++i)
         for (int c = 0; c < 4; ++c) step.push_back(assign(s[i][c], fvar(ahead[i][c])));
+      Idx kSlot = last ? nullptr : defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2);
+      if (!last && f.scoresByWgmma) flashProduct(x, kSlot, ahead, step, false);
       flashScores(x, at, step);
       Block softmax, next;
       flashSoftmax(x, softmax);
-      Idx kSlot = last ? nullptr : defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2);
-      if (!last) flashProduct(x, kSlot, ahead, next);
+      if (!last && !f.scoresByWgmma) flashProduct(x, kSlot, ahead, next);
       Block both = interleaved(std::move(softmax), std::move(next));
       step.insert(step.end(), both.begin(), both.end());
       flashValues(x, vSlot, step);
       if (last) return;
+      if (f.scoresByWgmma) step.push_back(wgmmaWait(0));
       step.push_back(barrier());
       Block v2, k3;
       copyV(v2, idxAdd(at, 2), vSlot);

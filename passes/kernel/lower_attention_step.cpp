@@ -33,7 +33,7 @@ std::pair<float, loop::ExprP> flashScoreScale(const loop::ExprP& unmasked) {
   return {1.f, unmasked};
 }
 
-void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vector<std::array<int, 4>>& s, Block& step) {
+void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vector<std::array<int, 4>>& s, Block& step, bool wait) {
   using Element = Flash::Element;
   const tile::FlashAttention& f = *x.f;
   const tile::FlashSlices& sl = x.sl;
@@ -79,7 +79,7 @@ void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vec
       step.push_back(wgmma(T, x.qs, idxConst(kk * 2 * 64), cores, ks, simplify(ring * idxConst(sl.k) + idxConst(kk * 2 * 64), extents_),
                            cores, BKV, acc));
     step.push_back(wgmmaCommit());
-    step.push_back(wgmmaWait(0));
+    if (wait) step.push_back(wgmmaWait(0));
   } else {  // per 16 of depth: k's fragments by ldmatrix.x4, two mma.sync per pair of 8-key tiles and row group
     for (const auto& tile : s)
       for (int c = 0; c < 4; ++c) step.push_back(assign(tile[c], fconst(0.f)));

@@ -4,8 +4,10 @@
 // the next step's scores first, into a second set of accumulators, and then running this step's softmax and P·V on
 // the scores the step before multiplied (FlashAttention::scoresAhead) lets one warp's exponentials issue while its own
 // mma.sync work, one step apart. The same shared memory: k's copies run two steps ahead and v's one.
-// Rule: tensor-core flash attention by mma.sync (scores not by wgmma) without a key split, with two ring slots and
-// keys of at least two steps, while the second set of score accumulators keeps the thread within its registers.
+// With the scores by wgmma (tile-attention-scores-by-wgmma) the next step's wgmma group is issued before this step's
+// softmax and waited for after its P·V: the warpgroup's tensor cores multiply it while the warps run the softmax.
+// Rule: tensor-core flash attention without a key split, with two ring slots and keys of at least two steps, while the
+// second set of score accumulators keeps the thread within its registers.
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
@@ -15,7 +17,7 @@ bool attentionScoresAhead(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
-    if (!f || flashOnCudaCores(*f) || f->scoresByWgmma || f->scoresAhead || f->keySplit != 1 || f->ring != 2) continue;
+    if (!f || flashOnCudaCores(*f) || f->scoresAhead || f->keySplit != 1 || f->ring != 2) continue;
     const loop::Kernel& k = p.loop.kernels[i];
     if (k.attention->key.extent <= f->blockKV) continue;  // one step: nothing to multiply ahead
     // Accumulators per thread with the second set of scores kept at 192, so that addresses and the softmax's

@@ -257,9 +257,8 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
                 k.name, f->keySplit);
     KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
-    KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && !f->scoresByWgmma && f->ring == 2),
-                "kernel {}: flash_attention scores a step ahead need mma.sync (tensor cores, not by wgmma), no key split and "
-                "two ring slots", k.name);
+    KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && f->ring == 2),
+                "kernel {}: flash_attention scores a step ahead need tensor cores, no key split and two ring slots", k.name);
     const int64_t registers = flashAccumulators(*f, o->depth, o->width);
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;

@@ -471,7 +471,9 @@ TEST(FlashAttention, ScoresAStepAheadMatchTheLoopInterpreter) {
   w.ring = 2;
   tile::verify(byWgmma);
   w.scoresAhead = true;
-  EXPECT_THROW(tile::verify(byWgmma), InternalError) << "scores ahead are by mma.sync";
+  EXPECT_NO_THROW(tile::verify(byWgmma)) << "the next step's wgmma group issued before the softmax";
+  w.scoresAhead = false;
+  EXPECT_TRUE(tile::attentionScoresAhead(byWgmma) && w.scoresAhead) << "the rule takes wgmma scores too";
   tile::Program f32 = compiled("attention_f32", "tile").tileIR;
   std::get<tile::FlashAttention>(f32.schedules[0]).scoresAhead = true;
   EXPECT_THROW(tile::verify(f32), InternalError);
@@ -488,7 +490,8 @@ TEST(FlashAttention, ScoresAStepAheadMatchTheLoopInterpreter) {
 
 // tile-attention-scores-by-wgmma (off by default: slower on the H200 as it stands, docs/pipeline.md): on sm_90a for blocks of one warpgroup (64 rows of 16-row warps), not for smaller blocks
 // or other targets; the scores by wgmma (q and k as core matrices) at both step depths, paired or interleaved, two and
-// three ring slots, row sums by mma or not, at head dims 64 and 128 (_deep), against the Loop IR.
+// three ring slots, row sums by mma or not, a step ahead (the next step's group issued before the softmax) or not, at
+// head dims 64 and 128 (_deep), against the Loop IR.
 TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
   const std::vector<std::string> wgmma = {"tile-attention-scores-by-wgmma"};  // off by default: slower as it stands
   EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16_512", "tile").tileIR.schedules[0]).scoresByWgmma);
@@ -502,9 +505,11 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
   for (int64_t keys : {64, 128})
     for (bool paired : {false, true})
       for (int64_t ring : {2, 3})
-        for (bool sums : {true, false}) {
-          if ((ring == 3 && paired) || (!sums && (keys != 128 || ring != 2))) continue;
-          variants.push_back({fmt::format("block_kv {} paired {} ring {} row sums by mma {}", keys, paired, ring, sums),
+        for (bool sums : {true, false})
+          for (bool ahead : {false, true}) {
+          if ((ring == 3 && paired) || (!sums && (keys != 128 || ring != 2)) || (ahead && ring != 2)) continue;
+          variants.push_back({fmt::format("block_kv {} paired {} ring {} row sums by mma {} scores ahead {}", keys, paired, ring,
+                                          sums, ahead),
                               [=](tile::FlashAttention& f) {
                                 f.blockQ = 64;
                                 f.warpRows = 16;
@@ -515,9 +520,9 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
                                 f.ring = ring;
                                 f.rowSumsByMma = sums;
                                 f.scoresByWgmma = true;
-                                f.scoresAhead = false;
+                                f.scoresAhead = ahead;
                               }});
-        }
+          }
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 12, variants);
   // The verifier: one warpgroup only.
   Compiled c = compiled("attention_bf16", "tile");
