@@ -381,12 +381,13 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
       step.push_back(barrier());
       for (size_t i = 0; i < s.size(); ++i)
         for (int c = 0; c < 4; ++c) step.push_back(assign(s[i][c], fvar(ahead[i][c])));
-      Idx kSlot = last ? nullptr : defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2);
-      if (!last && f.scoresByWgmma) flashProduct(x, kSlot, ahead, step, false);
+      auto nextSlot = [&] { return defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2); };
+      Idx kSlot;
+      if (!last && f.scoresByWgmma) flashProduct(x, kSlot = nextSlot(), ahead, step, false);
       flashScores(x, at, step);
       Block softmax, next;
       flashSoftmax(x, softmax);
-      if (!last && !f.scoresByWgmma) flashProduct(x, kSlot, ahead, next);
+      if (!last && !f.scoresByWgmma) flashProduct(x, kSlot = nextSlot(), ahead, next);
       Block both = interleaved(std::move(softmax), std::move(next));
       step.insert(step.end(), both.begin(), both.end());
       flashValues(x, vSlot, step);

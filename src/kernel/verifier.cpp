@@ -35,576 +35,414 @@
 #include "kiln/support/error.h"
 #include "verifier_ranges.h"
 #include "verifier_roles.h"
+#include "verifier_state.h"
 #include "verifier_tma.h"
 
 namespace kiln::kernel {
-namespace {
+namespace detail {
 
-using detail::Range;
-using detail::Ranges;
-using detail::interval;
-using detail::floorDivI;
-using detail::intersect;
-using detail::enumeratedBound;
-
-struct Verifier {
-  const Program& p;
-  const Kernel& k;
-  Verifier(const Program& program, const Kernel& kernel) : p(program), k(kernel) {}
-
-  // Scoped state: copied on entry to a block, so leaving it drops its definitions and narrowings.
-  struct Scope {
-    std::set<int> defined;     // index variables in scope
-    std::set<int> varying;     // thread-varying index variables in scope
-    Ranges ranges;             // bounds of variables (opaque view of DefIdx variables)
-    std::map<int, Idx> defs;   // DefIdx definitions in scope
-    // Every variable in scope expanded down to threadIdx, blockIdx and one fresh variable per loop (a loop
-    // variable is begin + step * trip), for proofs of alignment.
-    std::map<int, Idx> expanded;
-    bool reachable = true;     // false when the block provably never runs (bounds are then meaningless)
-  };
-  std::vector<bool> assigned;  // float slots assigned so far in program order
-  std::vector<bool> pairAssigned;  // pair registers loaded so far in program order
-  void checkPairRegs(const std::vector<int>& regs, bool write, const char* what) {
-    for (int r : regs) {
-      if (r < 0 || r >= static_cast<int>(k.pairVars.size())) fail("{} pair register {} of {}", what, r, k.pairVars.size());
-      if (write) pairAssigned[r] = true;
-      else if (!pairAssigned[r]) fail("{} reads pair register ${} before any load", what, k.pairVars[r]);
-    }
+void Verifier::checkPairRegs(const std::vector<int>& regs, bool write, const char* what) {
+  for (int r : regs) {
+    if (r < 0 || r >= static_cast<int>(k.pairVars.size())) fail("{} pair register {} of {}", what, r, k.pairVars.size());
+    if (write) pairAssigned[r] = true;
+    else if (!pairAssigned[r]) fail("{} reads pair register ${} before any load", what, k.pairVars[r]);
   }
-  std::string divergence;      // non-empty while inside thread-dependent control flow: what makes it so
-  std::vector<std::pair<Idx, Idx>> roleConditions;  // the thread-dependent conditions around here, expanded
-  bool divergentLoop = false;  // inside a loop whose bounds depend on the thread
+}
 
-  template <typename... Args>
-  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
-    internalError(__FILE__, __LINE__, fmt::format("kernel IR verifier: kernel {}: ", k.name) +
-                                          fmt::format(f, std::forward<Args>(args)...));
+void Verifier::checkIdx(const Idx& e, const Scope& s, const char* what) {
+  if (!e) fail("null index expression in {}", what);
+  forEachVar(e, [&](int v) {
+    if (v == kThreadIdx || v == kBlockIdx) return;
+    if (!s.defined.count(v)) fail("index variable #{} used in {} ({}) before its definition or outside its scope", v, what, toString(e));
+  });
+}
+
+bool Verifier::varies(const Idx& e, const Scope& s) {
+  bool r = false;
+  forEachVar(e, [&](int v) { r = r || v == kThreadIdx || s.varying.count(v); });
+  return r;
+}
+
+std::optional<Range> Verifier::bound(const Idx& e, const Scope& s) {
+  return intersect(interval(e, s.ranges, nullptr), interval(e, s.ranges, &s.defs));
+}
+
+Idx Verifier::expand(const Idx& e, const Scope& s) {
+  return substitute(e, [&](int v, const std::string&) -> Idx {
+    auto it = s.expanded.find(v);
+    return it == s.expanded.end() ? nullptr : it->second;
+  });
+}
+
+void Verifier::checkVectorAccess(int param, const Idx& index, size_t width, const Scope& s, const char* what) {
+  if (param < 0 || param >= static_cast<int>(k.params.size())) fail("{} of parameter #{} of {}", what, param, k.params.size());
+  const Param& prm = k.params[param];
+  const int64_t bytes = static_cast<int64_t>(width) * dtypeBytes(prm.dtype);
+  if (width < 2 || (width & (width - 1)) != 0 || bytes < 4 || bytes > 16 ||
+      (prm.dtype != DType::F32 && prm.dtype != DType::BF16 && prm.dtype != DType::F16))
+    fail("{}{} of {} {}: vectors are 2, 4 or 8 elements of f32, bf16 or f16 in 4 to 16 bytes", what, width,
+         dtypeName(prm.dtype), prm.name);
+  VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+  if (!provablyMultipleOf(expand(index, s), static_cast<int64_t>(width), extents))
+    fail("vector access not provably aligned: {}{} {}[{}] needs an index that is a multiple of {} (expanded: {})", what,
+         width, prm.name, toString(index), width, toString(expand(index, s)));
+  if (!s.reachable) return;
+  if (auto r = bound(index, s); r && (r->first < 0 || r->second + static_cast<int64_t>(width) > prm.elements))
+    fail("{}{} {}[{}] reaches elements [{}, {}], outside the parameter's {} elements", what, width, prm.name, toString(index),
+         r->first, r->second + static_cast<int64_t>(width) - 1, prm.elements);
+}
+
+void Verifier::checkWarpCollective(const char* what, int64_t granule, bool trailing) {
+  if (divergence.empty()) {
+    if (k.block[0] % granule != 0 && !(trailing && k.block[0] % Target::kWarpSize == 0)) fail("{} in a block of {} threads (not whole {}s of {})", what, k.block[0],
+                                        granule == Target::kWarpSize ? "warp" : "warpgroup", granule);
+    return;
   }
+  if (divergentLoop) fail("{} in a loop whose bounds depend on the thread (`{}`)", what, divergence);
+  if (std::string why = detail::checkWholeGroups(roleConditions, k.block[0] * k.block[1] * k.block[2], granule, trailing); !why.empty())
+    fail("{} under thread-dependent control flow `{}`: {}", what, divergence, why);
+}
 
-  void checkIdx(const Idx& e, const Scope& s, const char* what) {
-    if (!e) fail("null index expression in {}", what);
-    forEachVar(e, [&](int v) {
-      if (v == kThreadIdx || v == kBlockIdx) return;
-      if (!s.defined.count(v)) fail("index variable #{} used in {} ({}) before its definition or outside its scope", v, what, toString(e));
-    });
-  }
+void Verifier::checkSlotRead(int slot, const char* what) {
+  if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+    fail("{} float slot {} out of range ({} float variables)", what, slot, k.floatVars.size());
+  if (!assigned[slot]) fail("{} reads float variable %{} before any assignment", what, k.floatVars[slot]);
+}
 
-  bool varies(const Idx& e, const Scope& s) {
-    bool r = false;
-    forEachVar(e, [&](int v) { r = r || v == kThreadIdx || s.varying.count(v); });
-    return r;
-  }
+void Verifier::checkSlotWrite(int slot, const char* what) {
+  if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+    fail("{} writes float slot {} of {}", what, slot, k.floatVars.size());
+  assigned[slot] = true;
+}
 
-  std::optional<Range> bound(const Idx& e, const Scope& s) {
-    return intersect(interval(e, s.ranges, nullptr), interval(e, s.ranges, &s.defs));
-  }
+void Verifier::checkSharedIndex(int buffer, const Idx& index, const Scope& s, const char* what) {
+  if (buffer < 0 || buffer >= static_cast<int>(k.shared.size()))
+    fail("{} names shared buffer #{} of {}", what, buffer, k.shared.size());
+  const SharedBuffer& sb = k.shared[buffer];
+  if (sb.mbarriers != (std::string_view(what) == "mbarrier"))
+    fail("{} of shared {}: {}", what, sb.name, sb.mbarriers ? "mbarriers are touched only by mbarrier statements" : "not mbarriers");
+  if (!s.reachable) return;
+  if (auto r = bound(index, s); r && (r->first < 0 || r->second >= sb.elements))
+    fail("{} shared {}[{}] indexes [{}, {}], outside the buffer's {} elements", what, sb.name, toString(index), r->first,
+         r->second, sb.elements);
+}
 
-  static constexpr int kTripVar = 1 << 20;  // + loop variable id: the trip count of that loop, in `expanded`
-
-  Idx expand(const Idx& e, const Scope& s) {
-    return substitute(e, [&](int v, const std::string&) -> Idx {
-      auto it = s.expanded.find(v);
-      return it == s.expanded.end() ? nullptr : it->second;
-    });
-  }
-
-  // A vector access of `width` elements of parameter `param` at `index`: width and dtype, provable alignment,
-  // bounds where known.
-  void checkVectorAccess(int param, const Idx& index, size_t width, const Scope& s, const char* what) {
-    if (param < 0 || param >= static_cast<int>(k.params.size())) fail("{} of parameter #{} of {}", what, param, k.params.size());
-    const Param& prm = k.params[param];
-    const int64_t bytes = static_cast<int64_t>(width) * dtypeBytes(prm.dtype);
-    if (width < 2 || (width & (width - 1)) != 0 || bytes < 4 || bytes > 16 ||
-        (prm.dtype != DType::F32 && prm.dtype != DType::BF16 && prm.dtype != DType::F16))
-      fail("{}{} of {} {}: vectors are 2, 4 or 8 elements of f32, bf16 or f16 in 4 to 16 bytes", what, width,
-           dtypeName(prm.dtype), prm.name);
-    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-    if (!provablyMultipleOf(expand(index, s), static_cast<int64_t>(width), extents))
-      fail("vector access not provably aligned: {}{} {}[{}] needs an index that is a multiple of {} (expanded: {})", what,
-           width, prm.name, toString(index), width, toString(expand(index, s)));
-    if (!s.reachable) return;
-    if (auto r = bound(index, s); r && (r->first < 0 || r->second + static_cast<int64_t>(width) > prm.elements))
-      fail("{}{} {}[{}] reaches elements [{}, {}], outside the parameter's {} elements", what, width, prm.name, toString(index),
-           r->first, r->second + static_cast<int64_t>(width) - 1, prm.elements);
-  }
-
-  // mbarrier statements: sm_80+; a buffer of mbarriers, in bounds; 1 to (block threads) arrivals; a parity of 0 or 1.
-  void checkMbarrier(const Stmt& st, const Scope& s) {
-    checkIdx(st.a, s, "an mbarrier index");
-    if (!p.target.cpAsync) fail("mbarrier on {}, which does not have it (sm_80 and later)", p.target.arch);
-    checkSharedIndex(st.target, st.a, s, "mbarrier");
-    const int64_t threads = k.block[0] * k.block[1] * k.block[2];
-    if (st.kind == Stmt::Kind::MbarrierInit && (st.arrivals < 1 || st.arrivals > threads))
-      fail("mbarrier.init with {} arrivals per phase in a block of {} threads", st.arrivals, threads);
-    if (st.kind == Stmt::Kind::MbarrierExpectTx && (!p.target.tma || st.txBytes < 1 || st.txBytes >= (1 << 20)))
-      fail("mbarrier.arrive.expect_tx of {} bytes on {} (sm_90+, 1 to 2^20 - 1 bytes)", st.txBytes, p.target.arch);
-    if (st.kind != Stmt::Kind::MbarrierWait) return;
-    checkIdx(st.b, s, "an mbarrier parity");
-    if (auto r = bound(st.b, s); s.reachable && r && (r->first < 0 || r->second > 1))
-      fail("mbarrier.wait for parity {} in [{}, {}] (want 0 or 1)", toString(st.b), r->first, r->second);
-  }
-
-  // cp.async: an instruction of the target; same dtype on both sides; both indices provably aligned to the copy;
-  // the shared range within its buffer and, without a valid-bytes operand, the global range within its parameter.
-  void checkCpAsync(const Stmt& st, const Scope& s) {
-    checkIdx(st.a, s, "a cp.async shared index");
-    checkIdx(st.b, s, "a cp.async global index");
-    if (st.validBytes) checkIdx(st.validBytes, s, "cp.async valid bytes");
-    if (!p.target.cpAsync) fail("cp.async on {}, which does not have it", p.target.arch);
-    if (st.bytes != 4 && st.bytes != 8 && st.bytes != 16) fail("cp.async of {} bytes (want 4, 8 or 16)", st.bytes);
-    if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
-      fail("cp.async from parameter #{} of {}", st.param, k.params.size());
-    if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
-      fail("cp.async into shared buffer #{} of {}", st.target, k.shared.size());
-    const Param& prm = k.params[st.param];
-    const SharedBuffer& sb = k.shared[st.target];
-    if (prm.dtype != sb.dtype || st.bytes % dtypeBytes(sb.dtype) != 0)
-      fail("cp.async{} copies {} {} into shared {} of {} (same dtype, whole elements)", st.bytes, dtypeName(prm.dtype), prm.name,
-           sb.name, dtypeName(sb.dtype));
-    const int64_t n = st.bytes / dtypeBytes(sb.dtype);
-    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-    for (const Idx& at : {st.a, st.b})
-      if (!provablyMultipleOf(expand(at, s), n, extents))
-        fail("cp.async not provably aligned: cp.async{} shared {}[{}] <- {}[{}] needs indices that are multiples of {} (index {} "
-             "expanded: {})", st.bytes, sb.name, toString(st.a), prm.name, toString(st.b), n, toString(at), toString(expand(at, s)));
-    checkSharedIndex(st.target, st.a, s, "cp.async into");
-    checkSharedIndex(st.target, st.a + idxConst(n - 1), s, "cp.async into");
-    if (!s.reachable) return;
-    if (st.validBytes) {
-      if (auto r = bound(st.validBytes, s); r && (r->first < 0 || r->second > st.bytes))
-        fail("cp.async{} valid bytes {} range over [{}, {}], outside 0..{}", st.bytes, toString(st.validBytes), r->first, r->second,
-             st.bytes);
-    } else if (auto r = bound(st.b, s); r && (r->first < 0 || r->second + n > prm.elements)) {
-      fail("cp.async{} reads {}[{}] over elements [{}, {}], outside the parameter's {} elements", st.bytes, prm.name,
-           toString(st.b), r->first, r->second + n - 1, prm.elements);
-    }
-  }
-
-  // ldmatrix: warp-collective, an instruction of the target, b16 matrices, rows provably 16-byte aligned and in bounds.
-  void checkLdmatrix(const Stmt& st, const Scope& s) {
-    checkWarpCollective("ldmatrix");
-    checkIdx(st.a, s, "an ldmatrix row index");
-    if (!p.target.ldmatrix) fail("ldmatrix on {}, which does not have it", p.target.arch);
-    const size_t n = st.pairRegs.empty() ? st.fragment.size() : 2 * st.pairRegs.size();
-    if (n != 2 && n != 4 && n != 8) fail("ldmatrix with {} slots (want 2, 4 or 8)", n);
-    if (!st.pairRegs.empty() && !st.fragment.empty()) fail("ldmatrix into both float slots and pair registers");
-    if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
-      fail("ldmatrix from shared buffer #{} of {}", st.target, k.shared.size());
-    const SharedBuffer& sb = k.shared[st.target];
-    if (sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix from shared {} of type {} (want bf16 or f16)", sb.name,
-                                                                dtypeName(sb.dtype));
-    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-    if (!provablyMultipleOf(expand(st.a, s), 8, extents))
-      fail("ldmatrix row not provably aligned: shared {}[{}] must be a multiple of 8 elements (16 bytes; expanded: {})", sb.name,
-           toString(st.a), toString(expand(st.a, s)));
-    checkSharedIndex(st.target, st.a, s, "ldmatrix row");
-    checkSharedIndex(st.target, st.a + idxConst(7), s, "ldmatrix row");
-    for (int slot : st.fragment) checkSlotWrite(slot, "ldmatrix");
-    checkPairRegs(st.pairRegs, true, "ldmatrix into");
-    if (!st.pairRegs.empty() && sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix pairs from {}", sb.name);
-  }
-
-  // wgmma: sm_90a, warpgroup-collective, operands of its type in shared memory, starts and core-matrix strides 16-byte
-  // aligned, every core matrix it reads inside its buffer, accumulators assigned before (they are read and written).
-  void checkWgmma(const Stmt& st, const Scope& s) {
-    checkWarpCollective("wgmma", kWarpgroupThreads);
-    if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
-    if (st.wgmmaN < 8 || st.wgmmaN > 256 || st.wgmmaN % 8 != 0 || static_cast<int64_t>(st.fragment.size()) != st.wgmmaN / 2)
-      fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", st.wgmmaN,
-           st.fragment.size());
-    VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-    auto operand = [&](int buffer, const Idx& start, const Stmt::CoreMatrices& layout, int64_t rows, const char* which) {
-      checkIdx(start, s, "a wgmma start");
-      if (buffer < 0 || buffer >= static_cast<int>(k.shared.size())) fail("wgmma {} from shared buffer #{} of {}", which, buffer, k.shared.size());
-      const SharedBuffer& sb = k.shared[buffer];
-      if (sb.dtype != st.operandType)
-        fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(st.operandType), which, sb.name, dtypeName(sb.dtype));
-      if (layout.swizzle128) {
-        if (layout.mnMajor) fail("wgmma {}: MN-major core matrices take no swizzle", which);
-        if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != 512)
-          fail("wgmma {} with the 128-byte swizzle reads {} with row stride {} (want 16-bit elements, 8 rows of 64: 512)", which,
-               dtypeName(sb.dtype), layout.rowStride);
-        if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
-          fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
-      } else if (layout.kStride <= 0 || layout.rowStride <= 0 || layout.kStride % 8 != 0 || layout.rowStride % 8 != 0) {
-        fail("wgmma {} core-matrix strides k {} row {} (want positive multiples of 8 elements)", which, layout.kStride, layout.rowStride);
-      }
-      if (!provablyMultipleOf(expand(start, s), 8, extents))
-        fail("wgmma {} start shared {}[{}] not provably a multiple of 8 elements (16 bytes; expanded: {})", which, sb.name,
-             toString(start), toString(expand(start, s)));
-      checkSharedIndex(buffer, start, s, "wgmma operand");
-      const int64_t last = layout.swizzle128 ? (rows / 8 - 1) * layout.rowStride + 7 * 64 + kWgmmaK - 1
-                                             : (rows / 8 - 1) * layout.rowStride + layout.kStride + 63;
-      checkSharedIndex(buffer, start + idxConst(last), s, "wgmma operand");
-    };
-    if (st.sharedA >= 0) {
-      if (st.layoutA.mnMajor) fail("wgmma A from shared {} as MN-major core matrices (only B may be)", k.shared[st.sharedA].name);
-      operand(st.sharedA, st.a, st.layoutA, kWgmmaM, "A");
-    } else if (st.pairRegs.size() != 4) {
-      fail("wgmma with A from {} pair registers (want 4)", st.pairRegs.size());
-    } else {
-      checkPairRegs(st.pairRegs, false, "wgmma A from");
-    }
-    operand(st.sharedB, st.b, st.layoutB, st.wgmmaN, "B");
-    for (int slot : st.fragment) checkSlotRead(slot, "wgmma");
-  }
-
-  // Collective statements: every lane of every warp (every thread of every warpgroup: granule 128) that reaches them
-  // executes them. Block-uniform control flow guarantees it in a block of whole groups; under thread-dependent
-  // conditions (warp roles) those must read threadIdx alone and let whole groups through, outside loops whose bounds
-  // depend on the thread.
-  void checkWarpCollective(const char* what, int64_t granule = Target::kWarpSize, bool trailing = false) {
-    if (divergence.empty()) {
-      if (k.block[0] % granule != 0 && !(trailing && k.block[0] % Target::kWarpSize == 0)) fail("{} in a block of {} threads (not whole {}s of {})", what, k.block[0],
-                                          granule == Target::kWarpSize ? "warp" : "warpgroup", granule);
+void Verifier::checkExpr(const FE& e, const Scope& s) {
+  if (!e) fail("null float expression");
+  switch (e->kind) {
+    case FExpr::Kind::Const: return;
+    case FExpr::Kind::Var:
+      if (e->var < 0 || e->var >= static_cast<int>(k.floatVars.size()))
+        fail("float slot {} out of range ({} float variables)", e->var, k.floatVars.size());
+      if (!assigned[e->var]) fail("float variable %{} read before any assignment", k.floatVars[e->var]);
       return;
-    }
-    if (divergentLoop) fail("{} in a loop whose bounds depend on the thread (`{}`)", what, divergence);
-    if (std::string why = detail::checkWholeGroups(roleConditions, k.block[0] * k.block[1] * k.block[2], granule, trailing); !why.empty())
-      fail("{} under thread-dependent control flow `{}`: {}", what, divergence, why);
+    case FExpr::Kind::LoadGlobal:
+      if (e->param < 0 || e->param >= static_cast<int>(k.params.size()))
+        fail("load of parameter #{} of {}", e->param, k.params.size());
+      checkIdx(e->index, s, "a global load");
+      return;
+    case FExpr::Kind::LoadShared:
+      checkIdx(e->index, s, "a shared load");
+      checkSharedIndex(e->shared, e->index, s, "load");
+      return;
+    case FExpr::Kind::Select:
+      checkIdx(e->index, s, "a select condition");
+      checkIdx(e->bound, s, "a select condition");
+      for (auto& a : e->args) checkExpr(a, s);
+      return;
+    case FExpr::Kind::Apply:
+      if (static_cast<int>(e->args.size()) != tensor::arity(e->fn))
+        fail("{} applied to {} operands", tensor::fnName(e->fn), e->args.size());
+      for (auto& a : e->args) checkExpr(a, s);
+      return;
   }
+}
 
-  void checkSlotRead(int slot, const char* what) {
-    if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
-      fail("{} float slot {} out of range ({} float variables)", what, slot, k.floatVars.size());
-    if (!assigned[slot]) fail("{} reads float variable %{} before any assignment", what, k.floatVars[slot]);
-  }
+void Verifier::defineVar(int var, const std::string& name, Scope& s) {
+  if (var == kThreadIdx || var == kBlockIdx || var < 0) fail("variable {} uses reserved or negative id {}", name, var);
+  if (s.defined.count(var)) fail("variable {} (#{}) redefined while an earlier definition is in scope", name, var);
+  s.defined.insert(var);
+}
 
-  void checkSlotWrite(int slot, const char* what) {
-    if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
-      fail("{} writes float slot {} of {}", what, slot, k.floatVars.size());
-    assigned[slot] = true;
-  }
-
-  void checkSharedIndex(int buffer, const Idx& index, const Scope& s, const char* what) {
-    if (buffer < 0 || buffer >= static_cast<int>(k.shared.size()))
-      fail("{} names shared buffer #{} of {}", what, buffer, k.shared.size());
-    const SharedBuffer& sb = k.shared[buffer];
-    if (sb.mbarriers != (std::string_view(what) == "mbarrier"))
-      fail("{} of shared {}: {}", what, sb.name, sb.mbarriers ? "mbarriers are touched only by mbarrier statements" : "not mbarriers");
-    if (!s.reachable) return;
-    if (auto r = bound(index, s); r && (r->first < 0 || r->second >= sb.elements))
-      fail("{} shared {}[{}] indexes [{}, {}], outside the buffer's {} elements", what, sb.name, toString(index), r->first,
-           r->second, sb.elements);
-  }
-
-  void checkExpr(const FE& e, const Scope& s) {
-    if (!e) fail("null float expression");
-    switch (e->kind) {
-      case FExpr::Kind::Const: return;
-      case FExpr::Kind::Var:
-        if (e->var < 0 || e->var >= static_cast<int>(k.floatVars.size()))
-          fail("float slot {} out of range ({} float variables)", e->var, k.floatVars.size());
-        if (!assigned[e->var]) fail("float variable %{} read before any assignment", k.floatVars[e->var]);
-        return;
-      case FExpr::Kind::LoadGlobal:
-        if (e->param < 0 || e->param >= static_cast<int>(k.params.size()))
-          fail("load of parameter #{} of {}", e->param, k.params.size());
-        checkIdx(e->index, s, "a global load");
-        return;
-      case FExpr::Kind::LoadShared:
-        checkIdx(e->index, s, "a shared load");
-        checkSharedIndex(e->shared, e->index, s, "load");
-        return;
-      case FExpr::Kind::Select:
-        checkIdx(e->index, s, "a select condition");
-        checkIdx(e->bound, s, "a select condition");
-        for (auto& a : e->args) checkExpr(a, s);
-        return;
-      case FExpr::Kind::Apply:
-        if (static_cast<int>(e->args.size()) != tensor::arity(e->fn))
-          fail("{} applied to {} operands", tensor::fnName(e->fn), e->args.size());
-        for (auto& a : e->args) checkExpr(a, s);
-        return;
-    }
-  }
-
-  void defineVar(int var, const std::string& name, Scope& s) {
-    if (var == kThreadIdx || var == kBlockIdx || var < 0) fail("variable {} uses reserved or negative id {}", name, var);
-    if (s.defined.count(var)) fail("variable {} (#{}) redefined while an earlier definition is in scope", name, var);
-    s.defined.insert(var);
-  }
-
-  void block(const Block& body, Scope s) {
-    for (const Stmt& st : body) {
-      switch (st.kind) {
-        case Stmt::Kind::DefIdx: {
-          checkIdx(st.a, s, "a definition");
-          if (st.warpUniform)
-            if (std::string why = detail::checkWarpUniform(expand(st.a, s), k.block[0]); !why.empty())
-              fail("warp-uniform {} = {}: {}", st.name, toString(st.a), why);
-          defineVar(st.var, st.name, s);
-          if (varies(st.a, s)) s.varying.insert(st.var);
-          if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s.ranges))) s.ranges[st.var] = *r;
-          s.defs[st.var] = st.a;
-          s.expanded[st.var] = expand(st.a, s);
-          break;
-        }
-        case Stmt::Kind::Assign:
-          checkExpr(st.value, s);
-          if (st.var < 0 || st.var >= static_cast<int>(k.floatVars.size()))
-            fail("assignment to float slot {} of {}", st.var, k.floatVars.size());
-          assigned[st.var] = true;
-          break;
-        case Stmt::Kind::For: {
-          checkIdx(st.a, s, "a loop bound");
-          checkIdx(st.b, s, "a loop bound");
-          if (st.step <= 0) fail("loop {} has step {}", st.name, st.step);
-          Scope inner = s;
-          defineVar(st.var, st.name, inner);
-          bool divergent = varies(st.a, s) || varies(st.b, s);
-          if (divergent) inner.varying.insert(st.var);
-          inner.expanded[st.var] = expand(st.a, s) + idxVar(kTripVar + st.var, st.name + "_trip") * idxConst(st.step);
-          auto rb = bound(st.a, s), re = bound(st.b, s);
-          if (rb && re) {
-            if (re->second - 1 < rb->first) inner.reachable = false;
-            else inner.ranges[st.var] = Range{rb->first, re->second - 1};
-          }
-          std::string saved = divergence;
-          const bool savedLoop = divergentLoop;
-          if (divergent && divergence.empty())
-            divergence = fmt::format("for {} in {}..{}", st.name, toString(st.a), toString(st.b));
-          divergentLoop = divergentLoop || divergent;
-          block(st.body, std::move(inner));
-          divergence = saved;
-          divergentLoop = savedLoop;
-          break;
-        }
-        case Stmt::Kind::If: {
-          checkIdx(st.a, s, "a condition");
-          checkIdx(st.b, s, "a condition");
-          Scope inner = s;
-          // Narrow a variable compared with a bounded expression: `c*v + k < b` gives v <= (max(b) - 1 - k) / c,
-          // `a < v` gives v >= min(a) + 1.
-          auto ra = bound(st.a, s), rb = bound(st.b, s);
-          if (ra && rb && ra->first >= rb->second) inner.reachable = false;
-          if (auto av = detail::affineVar(st.a); rb && av) {
-            auto cur = bound(idxVar(av->var, ""), s);
-            if (cur)
-              inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
-          }
-          if (ra && st.b->op == IndexNode::Op::Var) {
-            auto cur = bound(st.b, inner);
-            if (cur) inner.ranges[st.b->var] = Range{std::max(cur->first, ra->first + 1), cur->second};
-          }
-          for (auto& [v, r] : inner.ranges)
-            if (r.first > r.second) inner.reachable = false;
-          std::string saved = divergence;
-          const bool role = varies(st.a, s) || varies(st.b, s);
-          if (divergence.empty() && role) divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
-          if (role) roleConditions.emplace_back(expand(st.a, s), expand(st.b, s));
-          block(st.body, std::move(inner));
-          if (role) roleConditions.pop_back();
-          divergence = saved;
-          break;
-        }
-        case Stmt::Kind::StoreGlobal: {
-          checkIdx(st.a, s, "a global store");
-          checkExpr(st.value, s);
-          if (st.target < 0 || st.target >= static_cast<int>(k.params.size()))
-            fail("store to parameter #{} of {}", st.target, k.params.size());
-          if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
-          break;
-        }
-        case Stmt::Kind::StoreShared:
-          checkIdx(st.a, s, "a shared store");
-          checkExpr(st.value, s);
-          checkSharedIndex(st.target, st.a, s, "store");
-          break;
-        case Stmt::Kind::BlockTicket: {
-          if (!divergence.empty())
-            fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", st.name, divergence);
-          checkIdx(st.a, s, "a ticket's counter index");
-          if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
-            fail("ticket {} at parameter #{} of {}", st.name, st.param, k.params.size());
-          const Param& counters = k.params[st.param];
-          if (!counters.written || counters.dtype != DType::I64 ||
-              p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
-            fail("ticket {} at parameter {}: tickets are taken at a written i64 buffer of kind counters", st.name, counters.name);
-          if (st.arrivals < 2) fail("ticket {} of {} blocks (want 2 or more)", st.name, st.arrivals);
-          auto r = bound(st.a, s);
-          if (!r || r->first < 0 || r->second >= counters.elements)
-            fail("ticket {}: counter index {} not provably within the {} counters of {}", st.name, toString(st.a),
-                 counters.elements, counters.name);
-          defineVar(st.var, st.name, s);
-          s.ranges[st.var] = Range{0, st.arrivals - 1};
-          break;
-        }
-        case Stmt::Kind::Barrier:
-        case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkLaunch)
-          if (!divergence.empty())
-            fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
-          break;
-        case Stmt::Kind::LoadVector:
-          checkIdx(st.a, s, "a vector load");
-          checkVectorAccess(st.target, st.a, st.fragment.size(), s, "load");
-          for (int slot : st.fragment) checkSlotWrite(slot, "vector load");
-          break;
-        case Stmt::Kind::LoadSharedVector: {
-          checkIdx(st.a, s, "a shared vector load");
-          const size_t w = st.fragment.size();
-          if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
-            fail("shared vector load from buffer #{} of {}", st.target, k.shared.size());
-          const SharedBuffer& sb = k.shared[st.target];
-          const size_t bytes = w * static_cast<size_t>(dtypeBytes(sb.dtype));
-          if (sb.mbarriers || (w != 2 && w != 4 && w != 8) || bytes < 8 || bytes > 16)
-            fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)", w,
-                 dtypeName(sb.dtype), sb.name);
-          VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-          if (!provablyMultipleOf(expand(st.a, s), static_cast<int64_t>(w), extents))
-            fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,
-                 toString(st.a), w, toString(expand(st.a, s)));
-          checkSharedIndex(st.target, st.a, s, "shared vector load");
-          checkSharedIndex(st.target, st.a + idxConst(static_cast<int64_t>(w) - 1), s, "shared vector load");
-          for (int slot : st.fragment) checkSlotWrite(slot, "shared vector load");
-          break;
-        }
-        case Stmt::Kind::StoreVector:
-          checkIdx(st.a, s, "a vector store");
-          for (auto& v : st.values) checkExpr(v, s);
-          checkVectorAccess(st.target, st.a, st.values.size(), s, "store");
-          if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
-          break;
-        case Stmt::Kind::CpAsync: checkCpAsync(st, s); break;
-        case Stmt::Kind::CpAsyncCommit: break;
-        case Stmt::Kind::Wgmma: checkWgmma(st, s); break;
-        case Stmt::Kind::WgmmaFence:
-        case Stmt::Kind::WgmmaCommit:
-        case Stmt::Kind::WgmmaWait:
-          // wait_group also in the block's trailing part of a warpgroup (a producer warp: no group of its own to wait for)
-          checkWarpCollective("wgmma.fence / commit_group / wait_group", kWarpgroupThreads, st.kind == Stmt::Kind::WgmmaWait);
-          if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
-          if (st.kind == Stmt::Kind::WgmmaWait && (st.pendingGroups < 0 || st.pendingGroups > 7))
-            fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
-          break;
-        case Stmt::Kind::FenceProxyAsync:
-        case Stmt::Kind::FenceMbarrierInit:
-          if (p.target.computeMajor < 9) fail("a fence of sm_90 and later on {}", p.target.arch);
-          break;
-        case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); break;
-        case Stmt::Kind::CpAsyncWait:
-          if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
-          break;
-        case Stmt::Kind::NamedBarrier: {
-          if (st.target < 1 || st.target > 15 || st.arrivals < 32 || st.arrivals % 32 != 0)
-            fail("named barrier {} of {} threads (ids 1..15, whole warps)", st.target, st.arrivals);
-          if (divergentLoop) fail("named barrier {} in a loop whose bounds depend on the thread (`{}`)", st.target, divergence);
-          std::string why = detail::checkWarpGroup(roleConditions, k.block[0] * k.block[1] * k.block[2], st.arrivals);
-          if (!why.empty()) fail("named barrier {} of {} threads: {}", st.target, st.arrivals, why);
-          break;
-        }
-        case Stmt::Kind::MbarrierInit:
-        case Stmt::Kind::MbarrierArrive:
-        case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkLaunch)
-        case Stmt::Kind::CpAsyncMbarrierArrive:
-        case Stmt::Kind::MbarrierExpectTx:
-        case Stmt::Kind::MbarrierWait:
-          if (st.elected) checkWarpCollective("an elected mbarrier.arrive.expect_tx");
-          checkMbarrier(st, s);
-          break;
-        case Stmt::Kind::TmaLoad: {  // the map and buffers (verifier_tma.cpp); here the indices: in bounds, aligned
-          if (st.elected) checkWarpCollective("an elected tma.load");
-          if (std::string why = detail::checkTmaLoad(k, st); !why.empty()) fail("{}", why);
-          for (const Idx* e : {&st.a, &st.b, &st.coords[0], &st.coords[1]}) checkIdx(*e, s, "a tma.load");
-          checkSharedIndex(st.barriers, st.b, s, "mbarrier");
-          checkSharedIndex(st.target, st.a, s, "tma.load");
-          checkSharedIndex(st.target, st.a + idxConst(detail::boxElements(k, st) - 1), s, "tma.load");
-          const int64_t align = detail::tmaDestinationAlignment(k, st);
-          if (!provablyMultipleOf(expand(st.a, s), align, VarExtents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}}))
-            fail("tma.load into {}[{}]: the index is not provably a multiple of {}", k.shared[st.target].name, toString(st.a), align);
-          break;
-        }
-        case Stmt::Kind::PackPair:
-          if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
-          if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());
-          for (int slot : st.fragment) checkSlotRead(slot, "pack");
-          checkPairRegs(st.pairRegs, true, "pack into");
-          break;
-        case Stmt::Kind::ShuffleXor:
-          checkWarpCollective("shuffle");
-          if (st.laneMask < 1 || st.laneMask > 16 || (st.laneMask & (st.laneMask - 1)) != 0)
-            fail("shuffle with lane mask {} (want 1, 2, 4, 8 or 16)", st.laneMask);
-          checkSlotRead(st.srcSlot, "shuffle");
-          checkSlotWrite(st.var, "shuffle");
-          break;
-        case Stmt::Kind::Mma:
-          checkWarpCollective("mma");
-          if (!st.pairs.empty()) {  // A and B as pairs of the operand type straight from shared memory
-            if (st.pairs.size() != 6 || st.fragment.size() != 4)
-              fail("mma from shared with {} pairs and {} accumulator slots (want 6 and 4)", st.pairs.size(), st.fragment.size());
-            for (size_t i = 0; i < st.pairs.size(); ++i) {
-              int buffer = i < 4 ? st.sharedA : st.sharedB;
-              checkIdx(st.pairs[i], s, "an mma pair");
-              checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
-              checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
-              if (!detail::provablyEven(st.pairs[i]))
-                fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(st.pairs[i]));
-              if (k.shared[buffer].dtype != st.operandType)
-                fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
-                     dtypeName(k.shared[buffer].dtype));
-            }
-          } else if (!st.pairRegs.empty()) {  // A and B in pair registers loaded by ldmatrix
-            if (st.pairRegs.size() != 6 || st.fragment.size() != 4)
-              fail("mma from pair registers with {} registers and {} accumulator slots (want 6 and 4)", st.pairRegs.size(),
-                   st.fragment.size());
-            checkPairRegs(st.pairRegs, false, "mma");
-          } else if (st.fragment.size() != 16) {
-            fail("mma with {} fragment slots (want 16)", st.fragment.size());
-          }
-          for (int slot : st.fragment) {
-            if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
-              fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());
-            if (!assigned[slot]) fail("mma reads float variable %{} before any assignment", k.floatVars[slot]);
-          }
-          break;
+void Verifier::block(const Block& body, Scope s) {
+  for (const Stmt& st : body) {
+    switch (st.kind) {
+      case Stmt::Kind::DefIdx: {
+        checkIdx(st.a, s, "a definition");
+        if (st.warpUniform)
+          if (std::string why = detail::checkWarpUniform(expand(st.a, s), k.block[0]); !why.empty())
+            fail("warp-uniform {} = {}: {}", st.name, toString(st.a), why);
+        defineVar(st.var, st.name, s);
+        if (varies(st.a, s)) s.varying.insert(st.var);
+        if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s.ranges))) s.ranges[st.var] = *r;
+        s.defs[st.var] = st.a;
+        s.expanded[st.var] = expand(st.a, s);
+        break;
       }
+      case Stmt::Kind::Assign:
+        checkExpr(st.value, s);
+        if (st.var < 0 || st.var >= static_cast<int>(k.floatVars.size()))
+          fail("assignment to float slot {} of {}", st.var, k.floatVars.size());
+        assigned[st.var] = true;
+        break;
+      case Stmt::Kind::For: {
+        checkIdx(st.a, s, "a loop bound");
+        checkIdx(st.b, s, "a loop bound");
+        if (st.step <= 0) fail("loop {} has step {}", st.name, st.step);
+        Scope inner = s;
+        defineVar(st.var, st.name, inner);
+        bool divergent = varies(st.a, s) || varies(st.b, s);
+        if (divergent) inner.varying.insert(st.var);
+        inner.expanded[st.var] = expand(st.a, s) + idxVar(kTripVar + st.var, st.name + "_trip") * idxConst(st.step);
+        auto rb = bound(st.a, s), re = bound(st.b, s);
+        if (rb && re) {
+          if (re->second - 1 < rb->first) inner.reachable = false;
+          else inner.ranges[st.var] = Range{rb->first, re->second - 1};
+        }
+        std::string saved = divergence;
+        const bool savedLoop = divergentLoop;
+        if (divergent && divergence.empty())
+          divergence = fmt::format("for {} in {}..{}", st.name, toString(st.a), toString(st.b));
+        divergentLoop = divergentLoop || divergent;
+        block(st.body, std::move(inner));
+        divergence = saved;
+        divergentLoop = savedLoop;
+        break;
+      }
+      case Stmt::Kind::If: {
+        checkIdx(st.a, s, "a condition");
+        checkIdx(st.b, s, "a condition");
+        Scope inner = s;
+        // Narrow a variable compared with a bounded expression: `c*v + k < b` gives v <= (max(b) - 1 - k) / c,
+        // `a < v` gives v >= min(a) + 1.
+        auto ra = bound(st.a, s), rb = bound(st.b, s);
+        if (ra && rb && ra->first >= rb->second) inner.reachable = false;
+        if (auto av = detail::affineVar(st.a); rb && av) {
+          auto cur = bound(idxVar(av->var, ""), s);
+          if (cur)
+            inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
+        }
+        if (ra && st.b->op == IndexNode::Op::Var) {
+          auto cur = bound(st.b, inner);
+          if (cur) inner.ranges[st.b->var] = Range{std::max(cur->first, ra->first + 1), cur->second};
+        }
+        for (auto& [v, r] : inner.ranges)
+          if (r.first > r.second) inner.reachable = false;
+        std::string saved = divergence;
+        const bool role = varies(st.a, s) || varies(st.b, s);
+        if (divergence.empty() && role) divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
+        if (role) roleConditions.emplace_back(expand(st.a, s), expand(st.b, s));
+        block(st.body, std::move(inner));
+        if (role) roleConditions.pop_back();
+        divergence = saved;
+        break;
+      }
+      case Stmt::Kind::StoreGlobal: {
+        checkIdx(st.a, s, "a global store");
+        checkExpr(st.value, s);
+        if (st.target < 0 || st.target >= static_cast<int>(k.params.size()))
+          fail("store to parameter #{} of {}", st.target, k.params.size());
+        if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+        break;
+      }
+      case Stmt::Kind::StoreShared:
+        checkIdx(st.a, s, "a shared store");
+        checkExpr(st.value, s);
+        checkSharedIndex(st.target, st.a, s, "store");
+        break;
+      case Stmt::Kind::BlockTicket: {
+        if (!divergence.empty())
+          fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", st.name, divergence);
+        checkIdx(st.a, s, "a ticket's counter index");
+        if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
+          fail("ticket {} at parameter #{} of {}", st.name, st.param, k.params.size());
+        const Param& counters = k.params[st.param];
+        if (!counters.written || counters.dtype != DType::I64 ||
+            p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
+          fail("ticket {} at parameter {}: tickets are taken at a written i64 buffer of kind counters", st.name, counters.name);
+        if (st.arrivals < 2) fail("ticket {} of {} blocks (want 2 or more)", st.name, st.arrivals);
+        auto r = bound(st.a, s);
+        if (!r || r->first < 0 || r->second >= counters.elements)
+          fail("ticket {}: counter index {} not provably within the {} counters of {}", st.name, toString(st.a),
+               counters.elements, counters.name);
+        defineVar(st.var, st.name, s);
+        s.ranges[st.var] = Range{0, st.arrivals - 1};
+        break;
+      }
+      case Stmt::Kind::Barrier:
+      case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkLaunch)
+        if (!divergence.empty())
+          fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
+        break;
+      case Stmt::Kind::LoadVector:
+        checkIdx(st.a, s, "a vector load");
+        checkVectorAccess(st.target, st.a, st.fragment.size(), s, "load");
+        for (int slot : st.fragment) checkSlotWrite(slot, "vector load");
+        break;
+      case Stmt::Kind::LoadSharedVector: {
+        checkIdx(st.a, s, "a shared vector load");
+        const size_t w = st.fragment.size();
+        if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+          fail("shared vector load from buffer #{} of {}", st.target, k.shared.size());
+        const SharedBuffer& sb = k.shared[st.target];
+        const size_t bytes = w * static_cast<size_t>(dtypeBytes(sb.dtype));
+        if (sb.mbarriers || (w != 2 && w != 4 && w != 8) || bytes < 8 || bytes > 16)
+          fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)", w,
+               dtypeName(sb.dtype), sb.name);
+        VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+        if (!provablyMultipleOf(expand(st.a, s), static_cast<int64_t>(w), extents))
+          fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,
+               toString(st.a), w, toString(expand(st.a, s)));
+        checkSharedIndex(st.target, st.a, s, "shared vector load");
+        checkSharedIndex(st.target, st.a + idxConst(static_cast<int64_t>(w) - 1), s, "shared vector load");
+        for (int slot : st.fragment) checkSlotWrite(slot, "shared vector load");
+        break;
+      }
+      case Stmt::Kind::StoreVector:
+        checkIdx(st.a, s, "a vector store");
+        for (auto& v : st.values) checkExpr(v, s);
+        checkVectorAccess(st.target, st.a, st.values.size(), s, "store");
+        if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+        break;
+      case Stmt::Kind::CpAsync: checkCpAsync(st, s); break;
+      case Stmt::Kind::CpAsyncCommit: break;
+      case Stmt::Kind::Wgmma: checkWgmma(st, s); break;
+      case Stmt::Kind::WgmmaFence:
+      case Stmt::Kind::WgmmaCommit:
+      case Stmt::Kind::WgmmaWait:
+        // wait_group also in the block's trailing part of a warpgroup (a producer warp: no group of its own to wait for)
+        checkWarpCollective("wgmma.fence / commit_group / wait_group", kWarpgroupThreads, st.kind == Stmt::Kind::WgmmaWait);
+        if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
+        if (st.kind == Stmt::Kind::WgmmaWait && (st.pendingGroups < 0 || st.pendingGroups > 7))
+          fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
+        break;
+      case Stmt::Kind::FenceProxyAsync:
+      case Stmt::Kind::FenceMbarrierInit:
+        if (p.target.computeMajor < 9) fail("a fence of sm_90 and later on {}", p.target.arch);
+        break;
+      case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); break;
+      case Stmt::Kind::CpAsyncWait:
+        if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
+        break;
+      case Stmt::Kind::NamedBarrier: {
+        if (st.target < 1 || st.target > 15 || st.arrivals < 32 || st.arrivals % 32 != 0)
+          fail("named barrier {} of {} threads (ids 1..15, whole warps)", st.target, st.arrivals);
+        if (divergentLoop) fail("named barrier {} in a loop whose bounds depend on the thread (`{}`)", st.target, divergence);
+        std::string why = detail::checkWarpGroup(roleConditions, k.block[0] * k.block[1] * k.block[2], st.arrivals);
+        if (!why.empty()) fail("named barrier {} of {} threads: {}", st.target, st.arrivals, why);
+        break;
+      }
+      case Stmt::Kind::MbarrierInit:
+      case Stmt::Kind::MbarrierArrive:
+      case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkLaunch)
+      case Stmt::Kind::CpAsyncMbarrierArrive:
+      case Stmt::Kind::MbarrierExpectTx:
+      case Stmt::Kind::MbarrierWait:
+        if (st.elected) checkWarpCollective("an elected mbarrier.arrive.expect_tx");
+        checkMbarrier(st, s);
+        break;
+      case Stmt::Kind::TmaLoad: {  // the map and buffers (verifier_tma.cpp); here the indices: in bounds, aligned
+        if (st.elected) checkWarpCollective("an elected tma.load");
+        if (std::string why = detail::checkTmaLoad(k, st); !why.empty()) fail("{}", why);
+        for (const Idx* e : {&st.a, &st.b, &st.coords[0], &st.coords[1]}) checkIdx(*e, s, "a tma.load");
+        checkSharedIndex(st.barriers, st.b, s, "mbarrier");
+        checkSharedIndex(st.target, st.a, s, "tma.load");
+        checkSharedIndex(st.target, st.a + idxConst(detail::boxElements(k, st) - 1), s, "tma.load");
+        const int64_t align = detail::tmaDestinationAlignment(k, st);
+        if (!provablyMultipleOf(expand(st.a, s), align, VarExtents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}}))
+          fail("tma.load into {}[{}]: the index is not provably a multiple of {}", k.shared[st.target].name, toString(st.a), align);
+        break;
+      }
+      case Stmt::Kind::PackPair:
+        if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
+        if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());
+        for (int slot : st.fragment) checkSlotRead(slot, "pack");
+        checkPairRegs(st.pairRegs, true, "pack into");
+        break;
+      case Stmt::Kind::ShuffleXor:
+        checkWarpCollective("shuffle");
+        if (st.laneMask < 1 || st.laneMask > 16 || (st.laneMask & (st.laneMask - 1)) != 0)
+          fail("shuffle with lane mask {} (want 1, 2, 4, 8 or 16)", st.laneMask);
+        checkSlotRead(st.srcSlot, "shuffle");
+        checkSlotWrite(st.var, "shuffle");
+        break;
+      case Stmt::Kind::Mma:
+        checkWarpCollective("mma");
+        if (!st.pairs.empty()) {  // A and B as pairs of the operand type straight from shared memory
+          if (st.pairs.size() != 6 || st.fragment.size() != 4)
+            fail("mma from shared with {} pairs and {} accumulator slots (want 6 and 4)", st.pairs.size(), st.fragment.size());
+          for (size_t i = 0; i < st.pairs.size(); ++i) {
+            int buffer = i < 4 ? st.sharedA : st.sharedB;
+            checkIdx(st.pairs[i], s, "an mma pair");
+            checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
+            checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
+            if (!detail::provablyEven(st.pairs[i]))
+              fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(st.pairs[i]));
+            if (k.shared[buffer].dtype != st.operandType)
+              fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
+                   dtypeName(k.shared[buffer].dtype));
+          }
+        } else if (!st.pairRegs.empty()) {  // A and B in pair registers loaded by ldmatrix
+          if (st.pairRegs.size() != 6 || st.fragment.size() != 4)
+            fail("mma from pair registers with {} registers and {} accumulator slots (want 6 and 4)", st.pairRegs.size(),
+                 st.fragment.size());
+          checkPairRegs(st.pairRegs, false, "mma");
+        } else if (st.fragment.size() != 16) {
+          fail("mma with {} fragment slots (want 16)", st.fragment.size());
+        }
+        for (int slot : st.fragment) {
+          if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+            fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());
+          if (!assigned[slot]) fail("mma reads float variable %{} before any assignment", k.floatVars[slot]);
+        }
+        break;
     }
   }
+}
 
-  void run() {
-    const int64_t kMaxBlock[3] = {1024, 1024, 64};
-    const int64_t kMaxGrid[3] = {(int64_t{1} << 31) - 1, 65535, 65535};
-    int64_t threads = 1;
-    for (int d = 0; d < 3; ++d) {
-      if (k.block[d] < 1 || k.block[d] > kMaxBlock[d]) fail("block dimension {} is {} (allowed 1..{})", d, k.block[d], kMaxBlock[d]);
-      if (k.grid[d] < 1 || k.grid[d] > kMaxGrid[d]) fail("grid dimension {} is {} (allowed 1..{})", d, k.grid[d], kMaxGrid[d]);
-      threads *= k.block[d];
-    }
-    if (threads > 1024) fail("{} threads per block (at most 1024)", threads);
-    for (auto& sb : k.shared)
-      if (sb.elements < 1) fail("shared buffer {} has {} elements", sb.name, sb.elements);
-    const Target& target = p.target;
-    if (k.sharedBytes() > target.staticSharedPerBlock)
-      fail("{} bytes of static shared memory (at most {} on {}; mark large buffers dynamic)", k.sharedBytes(),
-           target.staticSharedPerBlock, target.arch);
-    if (k.dynamicSharedBytes < k.dynamicBuffersBytes())
-      fail("dynamic shared buffers need {} bytes but the kernel launches with {} bytes of dynamic shared memory",
-           k.dynamicBuffersBytes(), k.dynamicSharedBytes);
-    if (k.sharedBytes() + k.dynamicSharedBytes > target.maxSharedPerBlock)
-      fail("{} bytes of shared memory in all ({} static + {} dynamic; at most {} per block on {})",
-           k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
-    for (size_t i = 0; i < k.tensorMaps.size(); ++i)
-      if (std::string why = detail::checkTensorMap(k, target, i); !why.empty()) fail("{}", why);
-    if (std::string why = detail::checkLaunch(k, target); !why.empty()) fail("{}", why);
-    for (auto& prm : k.params) {
-      if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
-        fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());
-      const loop::Buffer& b = p.buffers[prm.buffer];
-      if (prm.dtype != b.dtype || prm.elements != numel(b.shape))
-        fail("parameter {} is {}[{}] but buffer {} is {}[{}]", prm.name, dtypeName(prm.dtype), prm.elements, b.name,
-             dtypeName(b.dtype), numel(b.shape));
-    }
-    assigned.assign(k.floatVars.size(), false);
-    pairAssigned.assign(k.pairVars.size(), false);
-    Scope top;
-    top.ranges[kThreadIdx] = Range{0, k.block[0] - 1};
-    top.ranges[kBlockIdx] = Range{0, k.grid[0] - 1};
-    block(k.body, std::move(top));
+void Verifier::run() {
+  const int64_t kMaxBlock[3] = {1024, 1024, 64};
+  const int64_t kMaxGrid[3] = {(int64_t{1} << 31) - 1, 65535, 65535};
+  int64_t threads = 1;
+  for (int d = 0; d < 3; ++d) {
+    if (k.block[d] < 1 || k.block[d] > kMaxBlock[d]) fail("block dimension {} is {} (allowed 1..{})", d, k.block[d], kMaxBlock[d]);
+    if (k.grid[d] < 1 || k.grid[d] > kMaxGrid[d]) fail("grid dimension {} is {} (allowed 1..{})", d, k.grid[d], kMaxGrid[d]);
+    threads *= k.block[d];
   }
-};
+  if (threads > 1024) fail("{} threads per block (at most 1024)", threads);
+  for (auto& sb : k.shared)
+    if (sb.elements < 1) fail("shared buffer {} has {} elements", sb.name, sb.elements);
+  const Target& target = p.target;
+  if (k.sharedBytes() > target.staticSharedPerBlock)
+    fail("{} bytes of static shared memory (at most {} on {}; mark large buffers dynamic)", k.sharedBytes(),
+         target.staticSharedPerBlock, target.arch);
+  if (k.dynamicSharedBytes < k.dynamicBuffersBytes())
+    fail("dynamic shared buffers need {} bytes but the kernel launches with {} bytes of dynamic shared memory",
+         k.dynamicBuffersBytes(), k.dynamicSharedBytes);
+  if (k.sharedBytes() + k.dynamicSharedBytes > target.maxSharedPerBlock)
+    fail("{} bytes of shared memory in all ({} static + {} dynamic; at most {} per block on {})",
+         k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
+  for (size_t i = 0; i < k.tensorMaps.size(); ++i)
+    if (std::string why = detail::checkTensorMap(k, target, i); !why.empty()) fail("{}", why);
+  if (std::string why = detail::checkLaunch(k, target); !why.empty()) fail("{}", why);
+  for (auto& prm : k.params) {
+    if (prm.buffer < 0 || prm.buffer >= static_cast<int>(p.buffers.size()))
+      fail("parameter {} names buffer #{} of {}", prm.name, prm.buffer, p.buffers.size());
+    const loop::Buffer& b = p.buffers[prm.buffer];
+    if (prm.dtype != b.dtype || prm.elements != numel(b.shape))
+      fail("parameter {} is {}[{}] but buffer {} is {}[{}]", prm.name, dtypeName(prm.dtype), prm.elements, b.name,
+           dtypeName(b.dtype), numel(b.shape));
+  }
+  assigned.assign(k.floatVars.size(), false);
+  pairAssigned.assign(k.pairVars.size(), false);
+  Scope top;
+  top.ranges[kThreadIdx] = Range{0, k.block[0] - 1};
+  top.ranges[kBlockIdx] = Range{0, k.grid[0] - 1};
+  block(k.body, std::move(top));
+}
 
-}  // namespace
+}  // namespace detail
+
 
 void verify(const Program& p) {
   for (int b : p.inputs)
@@ -614,7 +452,7 @@ void verify(const Program& p) {
   for (auto& b : p.buffers)
     KILN_ASSERT(b.kind != loop::Buffer::Kind::Weight || (b.weight && static_cast<int64_t>(b.weight->values.size()) == numel(b.shape)),
                 "kernel IR verifier: weight buffer {} has no data or the wrong number of values", b.name);
-  for (const Kernel& k : p.kernels) Verifier(p, k).run();
+  for (const Kernel& k : p.kernels) detail::Verifier(p, k).run();
 }
 
 }  // namespace kiln::kernel

@@ -1,0 +1,126 @@
+// The Kernel IR verifier's checks of the asynchronous copies and the tensor cores' shared-memory operands: mbarriers,
+// cp.async, ldmatrix, wgmma (the rules in verifier.cpp's header).
+#include <fmt/format.h>
+
+#include "kiln/kernel/ir.h"
+#include "verifier_roles.h"
+#include "verifier_state.h"
+
+namespace kiln::kernel::detail {
+
+void Verifier::checkMbarrier(const Stmt& st, const Scope& s) {
+  checkIdx(st.a, s, "an mbarrier index");
+  if (!p.target.cpAsync) fail("mbarrier on {}, which does not have it (sm_80 and later)", p.target.arch);
+  checkSharedIndex(st.target, st.a, s, "mbarrier");
+  const int64_t threads = k.block[0] * k.block[1] * k.block[2];
+  if (st.kind == Stmt::Kind::MbarrierInit && (st.arrivals < 1 || st.arrivals > threads))
+    fail("mbarrier.init with {} arrivals per phase in a block of {} threads", st.arrivals, threads);
+  if (st.kind == Stmt::Kind::MbarrierExpectTx && (!p.target.tma || st.txBytes < 1 || st.txBytes >= (1 << 20)))
+    fail("mbarrier.arrive.expect_tx of {} bytes on {} (sm_90+, 1 to 2^20 - 1 bytes)", st.txBytes, p.target.arch);
+  if (st.kind != Stmt::Kind::MbarrierWait) return;
+  checkIdx(st.b, s, "an mbarrier parity");
+  if (auto r = bound(st.b, s); s.reachable && r && (r->first < 0 || r->second > 1))
+    fail("mbarrier.wait for parity {} in [{}, {}] (want 0 or 1)", toString(st.b), r->first, r->second);
+}
+
+void Verifier::checkCpAsync(const Stmt& st, const Scope& s) {
+  checkIdx(st.a, s, "a cp.async shared index");
+  checkIdx(st.b, s, "a cp.async global index");
+  if (st.validBytes) checkIdx(st.validBytes, s, "cp.async valid bytes");
+  if (!p.target.cpAsync) fail("cp.async on {}, which does not have it", p.target.arch);
+  if (st.bytes != 4 && st.bytes != 8 && st.bytes != 16) fail("cp.async of {} bytes (want 4, 8 or 16)", st.bytes);
+  if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
+    fail("cp.async from parameter #{} of {}", st.param, k.params.size());
+  if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+    fail("cp.async into shared buffer #{} of {}", st.target, k.shared.size());
+  const Param& prm = k.params[st.param];
+  const SharedBuffer& sb = k.shared[st.target];
+  if (prm.dtype != sb.dtype || st.bytes % dtypeBytes(sb.dtype) != 0)
+    fail("cp.async{} copies {} {} into shared {} of {} (same dtype, whole elements)", st.bytes, dtypeName(prm.dtype), prm.name,
+         sb.name, dtypeName(sb.dtype));
+  const int64_t n = st.bytes / dtypeBytes(sb.dtype);
+  VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+  for (const Idx& at : {st.a, st.b})
+    if (!provablyMultipleOf(expand(at, s), n, extents))
+      fail("cp.async not provably aligned: cp.async{} shared {}[{}] <- {}[{}] needs indices that are multiples of {} (index {} "
+           "expanded: {})", st.bytes, sb.name, toString(st.a), prm.name, toString(st.b), n, toString(at), toString(expand(at, s)));
+  checkSharedIndex(st.target, st.a, s, "cp.async into");
+  checkSharedIndex(st.target, st.a + idxConst(n - 1), s, "cp.async into");
+  if (!s.reachable) return;
+  if (st.validBytes) {
+    if (auto r = bound(st.validBytes, s); r && (r->first < 0 || r->second > st.bytes))
+      fail("cp.async{} valid bytes {} range over [{}, {}], outside 0..{}", st.bytes, toString(st.validBytes), r->first, r->second,
+           st.bytes);
+  } else if (auto r = bound(st.b, s); r && (r->first < 0 || r->second + n > prm.elements)) {
+    fail("cp.async{} reads {}[{}] over elements [{}, {}], outside the parameter's {} elements", st.bytes, prm.name,
+         toString(st.b), r->first, r->second + n - 1, prm.elements);
+  }
+}
+
+void Verifier::checkLdmatrix(const Stmt& st, const Scope& s) {
+  checkWarpCollective("ldmatrix");
+  checkIdx(st.a, s, "an ldmatrix row index");
+  if (!p.target.ldmatrix) fail("ldmatrix on {}, which does not have it", p.target.arch);
+  const size_t n = st.pairRegs.empty() ? st.fragment.size() : 2 * st.pairRegs.size();
+  if (n != 2 && n != 4 && n != 8) fail("ldmatrix with {} slots (want 2, 4 or 8)", n);
+  if (!st.pairRegs.empty() && !st.fragment.empty()) fail("ldmatrix into both float slots and pair registers");
+  if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+    fail("ldmatrix from shared buffer #{} of {}", st.target, k.shared.size());
+  const SharedBuffer& sb = k.shared[st.target];
+  if (sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix from shared {} of type {} (want bf16 or f16)", sb.name,
+                                                              dtypeName(sb.dtype));
+  VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+  if (!provablyMultipleOf(expand(st.a, s), 8, extents))
+    fail("ldmatrix row not provably aligned: shared {}[{}] must be a multiple of 8 elements (16 bytes; expanded: {})", sb.name,
+         toString(st.a), toString(expand(st.a, s)));
+  checkSharedIndex(st.target, st.a, s, "ldmatrix row");
+  checkSharedIndex(st.target, st.a + idxConst(7), s, "ldmatrix row");
+  for (int slot : st.fragment) checkSlotWrite(slot, "ldmatrix");
+  checkPairRegs(st.pairRegs, true, "ldmatrix into");
+  if (!st.pairRegs.empty() && sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix pairs from {}", sb.name);
+}
+
+void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
+  checkWarpCollective("wgmma", kWarpgroupThreads);
+  if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
+  if (st.wgmmaN < 8 || st.wgmmaN > 256 || st.wgmmaN % 8 != 0 || static_cast<int64_t>(st.fragment.size()) != st.wgmmaN / 2)
+    fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", st.wgmmaN,
+         st.fragment.size());
+  VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+  auto operand = [&](int buffer, const Idx& start, const Stmt::CoreMatrices& layout, int64_t rows, const char* which) {
+    checkIdx(start, s, "a wgmma start");
+    if (buffer < 0 || buffer >= static_cast<int>(k.shared.size())) fail("wgmma {} from shared buffer #{} of {}", which, buffer, k.shared.size());
+    const SharedBuffer& sb = k.shared[buffer];
+    if (sb.dtype != st.operandType)
+      fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(st.operandType), which, sb.name, dtypeName(sb.dtype));
+    if (layout.swizzle128) {
+      if (layout.mnMajor) fail("wgmma {}: MN-major core matrices take no swizzle", which);
+      if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != 512)
+        fail("wgmma {} with the 128-byte swizzle reads {} with row stride {} (want 16-bit elements, 8 rows of 64: 512)", which,
+             dtypeName(sb.dtype), layout.rowStride);
+      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
+        fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
+    } else if (layout.kStride <= 0 || layout.rowStride <= 0 || layout.kStride % 8 != 0 || layout.rowStride % 8 != 0) {
+      fail("wgmma {} core-matrix strides k {} row {} (want positive multiples of 8 elements)", which, layout.kStride, layout.rowStride);
+    }
+    if (!provablyMultipleOf(expand(start, s), 8, extents))
+      fail("wgmma {} start shared {}[{}] not provably a multiple of 8 elements (16 bytes; expanded: {})", which, sb.name,
+           toString(start), toString(expand(start, s)));
+    checkSharedIndex(buffer, start, s, "wgmma operand");
+    const int64_t last = layout.swizzle128 ? (rows / 8 - 1) * layout.rowStride + 7 * 64 + kWgmmaK - 1
+                                           : (rows / 8 - 1) * layout.rowStride + layout.kStride + 63;
+    checkSharedIndex(buffer, start + idxConst(last), s, "wgmma operand");
+  };
+  if (st.sharedA >= 0) {
+    if (st.layoutA.mnMajor) fail("wgmma A from shared {} as MN-major core matrices (only B may be)", k.shared[st.sharedA].name);
+    operand(st.sharedA, st.a, st.layoutA, kWgmmaM, "A");
+  } else if (st.pairRegs.size() != 4) {
+    fail("wgmma with A from {} pair registers (want 4)", st.pairRegs.size());
+  } else {
+    checkPairRegs(st.pairRegs, false, "wgmma A from");
+  }
+  operand(st.sharedB, st.b, st.layoutB, st.wgmmaN, "B");
+  for (int slot : st.fragment) checkSlotRead(slot, "wgmma");
+}
+
+}  // namespace kiln::kernel::detail
