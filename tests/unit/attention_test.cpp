@@ -19,11 +19,7 @@
 
 namespace kiln {
 namespace {
-using attention_test::compiled;
-using attention_test::expectMatches;
-using attention_test::expectVariantsMatch;
-using attention_test::runSchedules;
-using attention_test::Variant;
+using namespace attention_test;  // NOLINT(google-build-using-namespace): the attention tests' shared helpers
 
 std::vector<const loop::Kernel*> attentionKernels(const loop::Program& p) {
   std::vector<const loop::Kernel*> ks;

@@ -18,11 +18,7 @@
 
 namespace kiln {
 namespace {
-using attention_test::compiled;
-using attention_test::expectMatches;
-using attention_test::expectVariantsMatch;
-using attention_test::runSchedules;
-using attention_test::Variant;
+using namespace attention_test;  // NOLINT(google-build-using-namespace): the attention tests' shared helpers
 
 // Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and
 // windowed, 100 tokens: partial last blocks and steps; 7, 4 or 2 query blocks, so an odd count pairs its middle block
