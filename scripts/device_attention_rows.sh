@@ -2,7 +2,8 @@
 # On the GPU machine, in one device call: kiln's attention at the suite's long rows against itself and PyTorch. Builds
 # kiln, then
 #   1. each of ROWS_FIXTURES (default models/fixtures/attention_bf16.pt and attention_f32.pt: paired query blocks, bf16
-#      and f32): `kiln run --check`, compute-sanitizer memcheck and racecheck, the SASS counts of the first one's kernel;
+#      and f32; any model file): `kiln run --check`, compute-sanitizer memcheck and racecheck, the SASS counts of the
+#      first one's kernel, all with ROWS_KILN_ARGS (e.g. "--enable-pass NAME");
 #   2. bench/kiln_variants.py over ROWS_FILTER (default: sdpa_causal_gqa and attention_naive at 512 tokens, both models)
 #      with ROWS_VARIANTS (default: kiln as it is, without tile-balance-attention, with tile-attention-scores-by-wgmma):
 #      each case checked against LibTorch and timed hot;
@@ -40,12 +41,13 @@ if [ "${ROWS_MODEL:-0}" = 1 ]; then
   summary+=("whole model bf16 1x128:" "$(tail -n 8 "$LOG/model-default.log" | head -n 6)")
   printf '%s\n' "${summary[-2]}" "${summary[-1]}"
 fi
+read -ra kargs <<< "${ROWS_KILN_ARGS:-}"
 for m in $ROWS_FIXTURES; do
   n=$(basename "$m" .pt)
-  ./build/kiln compile "$m" --explain-schedule > "$LOG/$n-schedules.txt" 2>&1
-  ./build/kiln run "$m" --check --bench 20 > "$LOG/check-$n.log" 2>&1; rc=$?
-  timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/memcheck-$n.log" 2>&1; mc=$?
-  timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$m" > "$LOG/racecheck-$n.log" 2>&1; rcc=$?
+  ./build/kiln compile "$m" --explain-schedule "${kargs[@]}" > "$LOG/$n-schedules.txt" 2>&1
+  ./build/kiln run "$m" --check --bench 20 "${kargs[@]}" > "$LOG/check-$n.log" 2>&1; rc=$?
+  timeout "$bound" compute-sanitizer --tool memcheck --error-exitcode 9 ./build/kiln run "$m" "${kargs[@]}" > "$LOG/memcheck-$n.log" 2>&1; mc=$?
+  timeout "$bound" compute-sanitizer --tool racecheck --error-exitcode 9 ./build/kiln run "$m" "${kargs[@]}" > "$LOG/racecheck-$n.log" 2>&1; rcc=$?
   summary+=("$n: check rc=$rc $(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$n.log" | head -2 | tr '\n' ' '), memcheck=$mc racecheck=$rcc; $(grep -c 'paired' "$LOG/$n-schedules.txt") paired")
   echo "${summary[-1]}"
 done
