@@ -14,7 +14,8 @@
 // 10.8 with B, o_proj 11.4 / 10.8, o_proj_residual 12.2 / 11.2; gate_proj (128 x 176) and Qwen2.5-7B's down_proj
 // (128 x 224) the same either way (H200, 2026-12-03, hot). Clusters of 4 blocks (A multicast) were 50 % slower on every
 // one-wave product tried (TinyLlama q_proj at 512 tokens 11.4 -> 17.4 us, Qwen2.5-7B q_proj 23.8 -> 38.2): fewer clusters of
-// 4 fit the GPU at once than the grid's 32, and a second wave follows.
+// 4 fit the GPU at once than the grid's 32, and a second wave follows (bench/probes/cluster_occupancy.cu on the H200: with
+// 150 KB or more of shared memory a block, 66 clusters of 2 run at once but only 30 of 4, 120 blocks, and 15 of 8).
 // Only with a producer warp: without one, thread 0 of each block waited for the other block's releases in the middle of
 // its warpgroup's k step, and clusters measured slower everywhere on the H200 (2026-12-03, c746357, hot: Qwen2.5-7B
 // q_proj at 512 tokens 25.3 -> 37.1 us, gate_proj 134.1 -> 177.0; TinyLlama gate_proj 23.1 -> 24.3). With the producer

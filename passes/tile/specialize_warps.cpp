@@ -19,7 +19,10 @@
 // - on every product alone on its SM (5e3e23f, rotated, all 42 bf16 nn.Linear rows; bench/results/
 //   2026-12-03-h200-products-bf16-5e3e23f*): the compute-bound rows of 32 slices or more 3-6 % faster, the short and
 //   memory-bound ones up to 21 % slower (TinyLlama k_proj at 32 tokens, 4 slices a block: 3.72 -> 4.51 us; q_proj at 128,
-//   8 slices: 7.96 -> 9.34); memory-bound ones of 32 or more slices within -2 .. +8 %.
+//   8 slices: 7.96 -> 9.34); memory-bound ones of 32 or more slices within -2 .. +8 %;
+// - on the memory-bound s32/s128 rows of 16 or more slices, with the clusters that then follow (36c95f4, 11 rows,
+//   bench/results/2026-12-04-h200-streaming-*): 2-4 % faster hot where weights sit in L2 (Qwen2.5-7B q_proj at 128 tokens
+//   11.2 -> 10.9 us), no faster rotated beside eager (12.5 -> 12.5), TinyLlama gate_proj at 32 tokens 9.5 -> 10.3.
 // The empty mbarriers take 8 bytes a slot; a ring sized to fill a block's shared memory gives up a slot for them.
 // Precondition: tile-tma-copies has run. Postcondition: producerWarp and mmaInFlight 1 on every such tma product whose ring
 // keeps 3 or more slots, or the schedule unchanged.
