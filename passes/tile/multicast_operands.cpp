@@ -56,30 +56,4 @@ bool multicastOperands(Program& p) {
   return changed;
 }
 
-// tile-multicast-quads (off by default, being measured): a B-multicast product whose tile rows come in fours takes
-// clusters of 4 blocks consecutive in m instead of 2, so each B slice leaves L2 once per 4 blocks, where the grid's
-// clusters of 4 all run at once (Target::clustersOfFour): Qwen2.5-7B's q_proj at 512 tokens in 128 x 128 tiles is 112
-// blocks, 28 clusters, 20 KB of operands a block and slice (9.5 KB per MFLOP) where 128 x 112 tiles in clusters of 2
-// sharing A take 22 KB (12 KB per MFLOP).
-bool multicastQuads(Program& p) {
-  if (p.target.clustersOfFour == 0) return false;
-  bool changed = false;
-  for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
-    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
-    if (!s || !s->producerWarp || s->cluster > 2) continue;
-    const Contraction c = contractionOf(*s, p.loop.kernels[i]);
-    const int64_t blocks = c.outerPoints * tilesM(*s, c) * tilesN(*s, c);
-    if (tilesM(*s, c) % 4 != 0 || s->tileN % 32 != 0 || c.stages.size() != 1 || s->stackedB || copiesAhead(*s) < 2 ||
-        blocks > 4 * p.target.clustersOfFour)
-      continue;
-    TiledContraction t = *s;
-    t.cluster = 4;
-    t.multicastB = true;
-    if (sharedBytes(t, p.loop.kernels[i]) > p.target.maxSharedPerBlock) continue;
-    *s = t;
-    changed = true;
-  }
-  return changed;
-}
-
 }  // namespace kiln::tile

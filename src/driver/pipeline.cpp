@@ -75,7 +75,6 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-tma-copies", tile::tmaCopies);        // after the ring passes, which shape cp_async rings
   run.pass(c.tileIR, "tile-specialize-warps", [](tile::Program& p) { return tile::specializeWarps(p); });  // after tile-tma-copies
   run.pass(c.tileIR, "tile-multicast-operands", tile::multicastOperands);  // products with a producer warp only
-  run.pass(c.tileIR, "tile-multicast-quads", tile::multicastQuads);  // after the clusters of 2
   run.pass(c.tileIR, "tile-unroll-rings", tile::unrollRings);              // products with a producer warp only
   run.pass(c.tileIR, "tile-last-block-sums", [](tile::Program& p) { return tile::lastBlockSums(p); });         // after the split products' grids are final
   run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);  // before the depth: halves the slices' bytes

@@ -33,7 +33,6 @@ std::vector<Target> buildTargets() {
   // lent machine (REFERENCE.md); the A100 and L40S figures are their data sheets'.
   ts.push_back(make("sm_90", "H200", 9, 0, 132, 2048, 227 * 1024, 228 * 1024, 4200, 50));
   Target a = make("sm_90a", "H200", 9, 0, 132, 2048, 227 * 1024, 228 * 1024, 4200, 50);
-  a.clustersOfFour = 30;  // bench/results/2026-12-04-h200-cluster-occupancy.txt
   a.wgmma = true;  // the architecture-specific features (wgmma, setmaxnreg) exist only under sm_90a
   ts.push_back(a);
   return ts;

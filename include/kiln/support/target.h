@@ -28,9 +28,6 @@ struct Target {
   bool ldmatrix = false;  // ldmatrix (sm_75+)
   bool tma = false;       // cp.async.bulk.tensor + mbarrier transaction counts (sm_90+)
   bool clusters = false;  // thread-block clusters, distributed shared memory (sm_90+)
-  // Clusters of 4 blocks that run at once when each block takes most of an SM's shared memory (150 KB or more): fewer
-  // than smCount / 4, as a cluster stays within one GPC (measured by bench/probes/cluster_occupancy.cu; 0: unknown).
-  int64_t clustersOfFour = 0;
   bool programmaticLaunch = false;  // griddepcontrol: a kernel's launch overlaps the one before it (sm_90+)
   bool wgmma = false;     // wgmma.mma_async (sm_90a only)
 

@@ -271,7 +271,6 @@ bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool lastBlockSums(Program& p, bool everyInstruction = false);  // tile-last-block-sums
 bool tmaCopies(Program& p);                     // tile-tma-copies
 bool multicastOperands(Program& p);             // tile-multicast-operands (after tile-specialize-warps)
-bool multicastQuads(Program& p);                // tile-multicast-quads (after tile-multicast-operands)
 // tile-specialize-warps; everywhere: on every tma product the ring allows, not only where the GPU measured it faster
 // (tests that need a producer warp on small products).
 bool specializeWarps(Program& p, bool everywhere = false);
