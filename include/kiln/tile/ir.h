@@ -186,11 +186,12 @@ struct FlashAttention {
   // kept there as 8 x 8 core matrices, instead of every warp loading q and k fragments by ldmatrix and issuing
   // block_kv / 8 mma.sync per 16 of depth; the accumulators land in the layout the softmax and P·V read.
   bool scoresByWgmma = false;
-  // Tensor cores (mma.sync), no key split, scores not by wgmma, two ring slots (tile-attention-scores-ahead): each step
-  // first multiplies the next step's scores, S' = q · k'ᵀ into a second set of score accumulators, and only then runs
-  // this step's softmax and P·V on the scores the step before multiplied: the warp's exponentials and shuffles issue
-  // while the tensor cores work on S', where they waited for S. k's copies run two steps ahead and v's one (the same two
-  // slots each: a step reads k of the next step and v of its own).
+  // Tensor cores, no key split, two ring slots (tile-attention-scores-ahead): each step first multiplies the next step's
+  // scores, S' = q · k'ᵀ into a second set of score accumulators, and only then runs this step's softmax and P·V on the
+  // scores the step before multiplied: the warp's exponentials and shuffles issue while the tensor cores work on S',
+  // where they waited for S (by mma.sync spread through the softmax; by wgmma one group issued before it and waited for
+  // after P·V). k's copies run two steps ahead and v's one (the same two slots each: a step reads k of the next step and
+  // v of its own).
   bool scoresAhead = false;
   int64_t ring = 2;  // ring slots of k and v (2 to 4): the copies of ring - 1 steps ahead are in flight during a step
   // The operands' type: bf16/f16 multiply on tensor cores as above; f32 on CUDA cores (ffma, no TF32): a block of
