@@ -383,11 +383,17 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
         for (int c = 0; c < 4; ++c) step.push_back(assign(s[i][c], fvar(ahead[i][c])));
       auto nextSlot = [&] { return defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2); };
       Idx kSlot;
-      if (!last && f.scoresByWgmma) flashProduct(x, kSlot = nextSlot(), ahead, step, false);
+      if (!last && f.scoresByWgmma) {
+        kSlot = nextSlot();
+        flashProduct(x, kSlot, ahead, step, false);
+      }
       flashScores(x, at, step);
       Block softmax, next;
       flashSoftmax(x, softmax);
-      if (!last && !f.scoresByWgmma) flashProduct(x, kSlot = nextSlot(), ahead, next);
+      if (!last && !f.scoresByWgmma) {
+        kSlot = nextSlot();
+        flashProduct(x, kSlot, ahead, next);
+      }
       Block both = interleaved(std::move(softmax), std::move(next));
       step.insert(step.end(), both.begin(), both.end());
       flashValues(x, vSlot, step);

@@ -21,7 +21,8 @@
 //    copies and clusters as verifier_tma.cpp checks them, their shared destinations in bounds and provably aligned;
 //  * cp.async: on targets that have it, same dtype both sides, both indices provably aligned to the copy size,
 //    in bounds where known. (Whether every read waits for its copy is checked by the interpreter, not here.)
-// The interval arithmetic behind the bounds is in verifier_ranges.cpp.
+// The interval arithmetic behind the bounds is in verifier_ranges.cpp; the walk's state and its checks are declared in
+// verifier_state.h, those of the asynchronous copies and tensor cores defined in verifier_async.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -442,7 +443,6 @@ void Verifier::run() {
 }
 
 }  // namespace detail
-
 
 void verify(const Program& p) {
   for (int b : p.inputs)
