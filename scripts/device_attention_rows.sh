@@ -6,7 +6,7 @@
 #      first one's kernel, all with ROWS_KILN_ARGS (e.g. "--enable-pass NAME");
 #   2. bench/kiln_variants.py over ROWS_FILTER (default: sdpa_causal_gqa and attention_naive at 512 tokens, both models)
 #      with ROWS_VARIANTS (default: kiln as it is, without tile-balance-attention, with tile-attention-scores-by-wgmma):
-#      each case checked against LibTorch and timed hot;
+#      each case checked against LibTorch and timed hot, for at most ROWS_VARIANTS_SECONDS (default 240);
 #   3. the suite's rows for ROWS_FILTER (kiln as it is beside eager, bf16), for what is left of BENCH_LIMIT_SECONDS
 #      (ROWS_SUITE=0: not);
 #   0. with ROWS_TEMPLATES=1, while kiln builds: tests/unit/gpu_check_kernel_templates.cu (kiln_ops.cuh on the GPU);
@@ -57,10 +57,10 @@ for f in $(find "$KILN_CACHE_DIR" -name '*attention*.cubin' | sort); do
   echo "${summary[-1]}"; break
 done
 
-[ -n "$ROWS_VARIANTS" ] && python3 bench/kiln_variants.py --filter "$ROWS_FILTER" --dtype bf16 --variants "$ROWS_VARIANTS" --limit-seconds 240 --out "$OUT/variants.json" \
+[ -n "$ROWS_VARIANTS" ] && python3 bench/kiln_variants.py --filter "$ROWS_FILTER" --dtype bf16 --variants "$ROWS_VARIANTS" --limit-seconds "${ROWS_VARIANTS_SECONDS:-240}" --out "$OUT/variants.json" \
   > "$LOG/variants.log" 2>&1
 if [ -n "$ROWS_VARIANTS" ]; then
-  summary+=("kiln_variants:" "$(grep -v '^\s*$' "$LOG/variants.log" | tail -n 14)")
+  summary+=("kiln_variants:" "$(grep -v '^\s*$' "$LOG/variants.log" | tail -n "${ROWS_VARIANTS_LINES:-14}")")
   printf '%s\n' "${summary[-2]}" "${summary[-1]}"
 fi
 

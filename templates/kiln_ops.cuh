@@ -386,6 +386,18 @@ __device__ __forceinline__ unsigned long long ticket(unsigned long long* counter
   if (before + 1 == tickets) asm volatile("st.relaxed.gpu.global.u64 [%0], 0;\n" ::"l"(counter) : "memory");
   return before;
 }
+// Kernel IR's counterRelease and counterAwait, one thread each (after / before a barrier of the threads whose stores are
+// handed over): a release add at gpu scope, and acquire loads at gpu scope until the count is there, then zero again.
+__device__ __forceinline__ void counter_release(unsigned long long* counter) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+__device__ __forceinline__ void counter_await(unsigned long long* counter, unsigned long long count) {
+  unsigned long long now;
+  do {
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(now) : "l"(counter) : "memory");
+  } while (now != count);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], 0;\n" ::"l"(counter) : "memory");
+}
 // Every thread of every block of the cluster (Kernel IR's clusterBarrier): what each did before is visible to all after.
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

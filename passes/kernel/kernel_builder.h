@@ -185,6 +185,16 @@ class KernelBuilder {
     // Products with a producer warp: the thread's warpgroup, warp-uniform (defWarpUniform); the producer warp's is the
     // number of consumer warpgroups. Branches on it keep each warpgroup's wgmmas on a path ptxas knows is uniform.
     Idx role;
+    Block epilogue;  // stream-K products: the epilogue, built before the k loop that runs it (contractionEpilogue)
+    // Wgmma products: null, or where a slice's first wgmma starts its accumulators afresh (zero: scale-d 0, D = A·B) rather
+    // than adding to them (stream-K, at each tile's first slice: no accumulator is written outside the wgmmas in the loop).
+    Idx accumulate;
+  };
+  // A stream-K product's walk (TiledContraction::streamBlocks, lower_contraction_stream_k.cpp): the block's cluster's
+  // place r in the order of walks (G - 1 - its cluster), its first step and its number of steps.
+  struct StreamWalk {
+    tile::StreamK w;
+    Idx order, first, length;
   };
   struct OperandSlice {  // one operand of a stage, staged slice by slice into shared buffer `buf`
     loop::ExprP value;
@@ -244,6 +254,17 @@ class KernelBuilder {
   // TiledContraction::lastBlockSums (lower_contraction_sums.cpp): after every block stored its partial, the ticket, and
   // in the last block of each tile the tail kernel (tail_) for the tile's outputs.
   void sumPartialsInLastBlock(const Tiling& t);
+  // Stream-K products (lower_contraction_stream_k.cpp): the walk's variables (defined at the kernel's start); the unit of
+  // the walk's step i and that unit's tile (tm, tn), defined in `out`; the loops over the walk's units and each one's
+  // slices, `step` building the ring step of walk step i; what the consumers do where a unit's slices [from, to) end
+  // (partial tile and release, or wait, partials added and the epilogue).
+  StreamWalk streamWalk(const Tiling& t);
+  Idx streamUnit(const StreamWalk& walk, const Idx& i, Block& out);
+  void defineStreamTile(const Tiling& t, const Idx& unit, Block& out);
+  void streamLoops(Tiling& t, const StreamWalk& walk, const std::function<void(const Idx&, Block&)>& step);
+  void streamTileEnd(const Tiling& t, const StreamWalk& walk, const Idx& unit, const Idx& from, const Idx& to, Block& out);
+  // The epilogue's statements for every owned output (lower_contraction.cpp), the producer warp's guard left to the caller.
+  Block contractionEpilogue(Tiling& t);
   // The epilogue's paired vector stores (lower_contraction.cpp).
   bool pairedStores(const Tiling& t);
   // `lhs < bound ? body`, or body in a scope of its own where every value lhs takes over the extents is below bound.

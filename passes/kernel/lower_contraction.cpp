@@ -28,7 +28,12 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   k_.grid = {tile::gridBlocks(s, lk_), 1, 1};
   extents_[kThreadIdx] = threads;
   extents_[kBlockIdx] = k_.grid[0];
-  if (s.multicastB) {  // clusters of C blocks consecutive in m: block b takes tile (C ((b / C) div tiles_n) + b mod C, (b / C) mod tiles_n)
+  if (s.streamBlocks > 0) {  // stream-K: each step's unit defines them where it is used (lower_contraction_stream_k.cpp)
+    t.tileN = idxVar(freshKernelVar(), "tn");
+    t.tileM = idxVar(freshKernelVar(), "tm");
+    extents_[t.tileN->var] = tilesN;
+    extents_[t.tileM->var] = tilesM;
+  } else if (s.multicastB) {  // clusters of C blocks consecutive in m: block b takes tile (C ((b / C) div tiles_n) + b mod C, (b / C) mod tiles_n)
     const int64_t C = s.cluster;
     const Idx pair = floorDiv(blockIdx(), C);
     t.tileN = defVar(k_.body, "tn", mod(pair, tilesN), tilesN);
@@ -85,6 +90,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
       operands.back().slotOffset = slice * static_cast<int64_t>(st);
     }
   }
+  if (s.streamBlocks > 0) t.epilogue = contractionEpilogue(t);  // run inside the k loop, where a tile's walk ends
   using Copy = tile::TiledContraction::Copy;
   const bool ring = s.a.copy == Copy::CpAsync || s.a.copy == Copy::Tma;
   if (s.a.copy == Copy::Tma) {
@@ -109,7 +115,20 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     steps.push_back(barrier());  // everyone is done with the slices before the next step overwrites them
     k_.body.push_back(forLoop(kStepVar, "k0", idxConst(0), idxConst(t.c.k), t.s.tileK, std::move(steps)));
   }
-  // The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.
+  if (s.streamBlocks == 0) {
+    Block epilogue = contractionEpilogue(t);
+    if (!s.producerWarp) {
+      k_.body.insert(k_.body.end(), epilogue.begin(), epilogue.end());
+    } else {  // the producer warp holds no outputs (its row index would name the next tile's rows)
+      k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));
+    }
+  }
+  if (s.lastBlockSums) sumPartialsInLastBlock(t);
+}
+
+// The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.
+Block KernelBuilder::contractionEpilogue(Tiling& t) {
+  const tile::TiledContraction& s = t.s;
   accs_.assign(lk_.stages.size(), -1);
   extents_[t.mAxis.var + kFirstLoopVar] = t.c.m;
   extents_[t.nAxis.var + kFirstLoopVar] = t.c.n;
@@ -137,12 +156,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     epilogue.push_back(guardBelow(o.row, t.c.m, Block{guardBelow(o.col, t.c.n, std::move(store))}));
   }
   if (roleExtent) extents_[roleExtent->first] = roleExtent->second;
-  if (!s.producerWarp) {
-    k_.body.insert(k_.body.end(), epilogue.begin(), epilogue.end());
-  } else {  // the producer warp holds no outputs (its row index would name the next tile's rows)
-    k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));
-  }
-  if (s.lastBlockSums) sumPartialsInLastBlock(t);
+  return epilogue;
 }
 
 // wgmma products store the two outputs a thread holds in adjacent columns (2t, 2t + 1 of each 8) with one vector store

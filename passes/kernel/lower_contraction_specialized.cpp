@@ -28,6 +28,8 @@
 // the arrivals it needs earlier in program order (the consumers' part of a step comes before the producer's).
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
 
@@ -48,13 +50,35 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   if (C > 1) init.push_back(fenceMbarrierInit());  // ... and to the cluster's other blocks, whose copies and releases reach them
   k_.body.push_back(ifLess(threadIdx(), idxConst(1), std::move(init)));
   k_.body.push_back(C > 1 ? clusterBarrier() : barrier());
-  r.sliceStart = rotatedSlices(t);
+  // Stream-K (TiledContraction::streamBlocks): the loop walks the cluster's steps, `walkEnd` of them (at most `steps`),
+  // each step's slice and tile from its place in the walk; otherwise the tile's slices in a rotated order.
+  const bool stream = t.s.streamBlocks > 0;
+  std::optional<StreamWalk> walk;
+  if (stream) walk = streamWalk(t);
+  const int64_t steps = stream ? walk->w.longest : slices;
+  const Idx walkEnd = stream ? walk->length : idxConst(slices);
+  if (stream) {
+    const Idx first = walk->first;
+    r.sliceStart = [this, tk, slices, first](const Idx& i) { return simplify(mod(first + i, slices) * idxConst(tk), extents_); };
+  } else {
+    r.sliceStart = rotatedSlices(t);
+  }
+  // The copies of the walk's slice j into `slot`; stream-K: after the definitions of its tile (in out's scope).
+  auto issue = [&](const Idx& j, const Idx& slot, Block& out) {
+    if (stream) defineStreamTile(t, streamUnit(*walk, j, out), out);
+    tmaIssue(t, operands, r, j, slot, out);
+  };
   KILN_ASSERT(t.role, "kernel {}: a producer warp without the warp role (multiplyOnWarpgroups defines it)", lk_.name);
   const Idx lane = mod(threadIdx(), Target::kWarpSize);
   // wg == groups: the producer warp, whole (its copies are elected: one lane issues them, without a branch on the lane)
   auto producer = [&](Block body) { return ifLess(idxConst(groups - 1), t.role, std::move(body)); };
   Block prologue;
-  for (int64_t i = 0; i < depth - 1 && i < slices; ++i) tmaIssue(t, operands, r, idxConst(i), idxConst(i), prologue);
+  for (int64_t i = 0; i < depth - 1 && i < steps; ++i) {
+    Block copies;
+    issue(idxConst(i), idxConst(i), copies);
+    if (stream) prologue.push_back(ifLess(idxConst(i), walkEnd, std::move(copies)));  // a scope for the tile's definitions
+    else prologue.insert(prologue.end(), copies.begin(), copies.end());
+  }
   k_.body.push_back(producer(std::move(prologue)));
 
   // One k step, slice i: the consumers wait for its slot's phase, multiply it and release the slot of slice i - 1; the
@@ -76,32 +100,38 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
     Block refill;
     const Idx j = idxAdd(st.slice, depth - 1);  // the slice copied in this step, into the slot slice i - 1 held
     refill.push_back(ifLess(idxConst(depth - 1), j, {mbarrierWait(r.empty, st.previous, st.refillParity)}));
-    tmaIssue(t, operands, r, j, st.previous, refill);
-    out.push_back(producer({ifLess(j, idxConst(slices), std::move(refill))}));
+    issue(j, st.previous, refill);
+    out.push_back(producer({ifLess(j, walkEnd, std::move(refill))}));
   };
-  Block steps;
-  if (!t.s.unrollRing) {
-    const Idx slice = floorDiv(t.k0, tk), j = idxAdd(slice, depth - 1);
-    const Idx slot = defVar(steps, "slot", mod(slice, depth), depth);
-    const Idx previous = defVar(steps, "free_slot", mod(j, depth), depth);  // (i - 1) mod depth
-    step({slice, slot, mod(floorDiv(slice, depth), 2), previous, mod(idxAdd(floorDiv(j, depth), 1), 2)}, steps);
-    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
+  // A ring step at slice (walk step) i: its slot, the phase it waits for, the slot it frees and that slot's release phase.
+  auto rolledStep = [&](const Idx& slice, Block& out) {
+    const Idx j = idxAdd(slice, depth - 1);
+    const Idx slot = defVar(out, "slot", mod(slice, depth), depth);
+    const Idx previous = defVar(out, "free_slot", mod(j, depth), depth);  // (i - 1) mod depth
+    step({slice, slot, mod(floorDiv(slice, depth), 2), previous, mod(idxAdd(floorDiv(j, depth), 1), 2)}, out);
+  };
+  Block body;
+  if (stream) {  // the walk's tiles one after another, each its slices, then the tile's end (streamTileEnd)
+    streamLoops(t, *walk, [&](const Idx& i, Block& out) { rolledStep(i, out); });
+  } else if (!t.s.unrollRing) {
+    rolledStep(floorDiv(t.k0, tk), body);
+    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(body)));
   } else {  // rounds of `depth` steps: step s of a round multiplies slot s
     const int64_t roundK = depth * tk, rounds = (slices + depth - 1) / depth;
-    const Idx round = defVar(steps, "round", floorDiv(t.k0, roundK), rounds);
+    const Idx round = defVar(body, "round", floorDiv(t.k0, roundK), rounds);
     for (int64_t s = 0; s < depth; ++s) {
       const Idx slice = simplify(floorDiv(t.k0, tk) + idxConst(s), extents_);
       const int64_t w = (s + depth - 1) % depth, wRound = (s + depth - 1) / depth;  // slice i + depth - 1: slot and round
       const Step st{slice, idxConst(s), mod(round, 2), idxConst(w), mod(idxAdd(round, wRound + 1), 2)};
       if (slices % depth == 0 || s < slices % depth) {
-        step(st, steps);
+        step(st, body);
       } else {  // the last round stops short of this step
         Block guarded;
         step(st, guarded);
-        steps.push_back(ifLess(slice, idxConst(slices), std::move(guarded)));
+        body.push_back(ifLess(slice, idxConst(slices), std::move(guarded)));
       }
     }
-    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), roundK, std::move(steps)));
+    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), roundK, std::move(body)));
   }
   // The accumulators are final. The producer warp waits too (it has no group pending): behind a branch, ptxas would add
   // the wait itself where the roles' paths join.

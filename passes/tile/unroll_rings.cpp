@@ -21,7 +21,7 @@ bool unrollRings(Program& p) {
   bool changed = false;
   for (Schedule& s : p.schedules) {
     auto* t = std::get_if<TiledContraction>(&s);
-    if (!t || !t->producerWarp || t->unrollRing) continue;
+    if (!t || !t->producerWarp || t->unrollRing || t->streamBlocks > 0) continue;  // stream-K walks its own loops
     t->unrollRing = true;
     changed = true;
   }

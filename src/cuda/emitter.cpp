@@ -189,6 +189,13 @@ class Emitter {
           out += fmt::format("{}const {} {} = static_cast<{}>({});\n", pad, indexType_, s.name, indexType_, held);
           break;
         }
+        case K::CounterRelease:
+          out += fmt::format("{}kiln::counter_release(reinterpret_cast<unsigned long long*>(&{}[{}]));\n", pad, params_[s.param], idx(s.a));
+          break;
+        case K::CounterAwait:
+          out += fmt::format("{}kiln::counter_await(reinterpret_cast<unsigned long long*>(&{}[{}]), static_cast<unsigned long long>({}));\n",
+                             pad, params_[s.param], idx(s.a), idx(s.b));
+          break;
         case K::LoadVector: {
           std::vector<std::string> slots;
           for (int slot : s.fragment) slots.push_back(floats_[slot]);
@@ -294,7 +301,7 @@ class Emitter {
   }
 
   // One wgmma.mma_async as inline PTX: its n / 2 accumulators are "+f" operands (too many for a fixed helper), the
-  // operands two shared-memory descriptors (kiln::wgmma_desc, no swizzle), scale-d = 1 (D += A·B).
+  // operands two shared-memory descriptors (kiln::wgmma_desc, no swizzle), scale-d = 1 (D += A·B) or Stmt::scaleD.
   std::string wgmma(const kernel::Stmt& s, const std::string& pad) {
     const size_t n = s.fragment.size();
     std::vector<std::string> regs, outs;
@@ -324,9 +331,9 @@ class Emitter {
     const std::string immediates = std::string(s.sharedA < 0 ? "1, 1, " : "1, 1, 0, ") + (s.layoutB.mnMajor ? "1" : "0");
     return fmt::format("{0}asm volatile(\"{{\\n.reg .pred d;\\nsetp.ne.b32 d, %{1}, 0;\\n\"\n"
                        "{0}             \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} {{{4}}}, {5}, %{6}, d, {7};\\n}}\\n\"\n"
-                       "{0}             : {8}\n{0}             : \"r\"(1), {9}, {10});\n",
+                       "{0}             : {8}\n{0}             : \"r\"({11}), {9}, {10});\n",
                        pad, n, s.wgmmaN, type, fmt::join(regs, ", "), aOperand, n + 1 + in.size(), immediates, fmt::join(outs, ", "),
-                       fmt::join(in, ", "), desc(s.sharedB, s.b, s.layoutB));
+                       fmt::join(in, ", "), desc(s.sharedB, s.b, s.layoutB), s.scaleD ? idx(s.scaleD) : std::string("1"));
   }
 
   const kernel::Program& p_;

@@ -75,6 +75,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-tma-copies", tile::tmaCopies);        // after the ring passes, which shape cp_async rings
   run.pass(c.tileIR, "tile-specialize-warps", [](tile::Program& p) { return tile::specializeWarps(p); });  // after tile-tma-copies
   run.pass(c.tileIR, "tile-multicast-operands", tile::multicastOperands);  // products with a producer warp only
+  run.pass(c.tileIR, "tile-stream-k-products", [](tile::Program& p) { return tile::streamKProducts(p); });  // after the clusters
   run.pass(c.tileIR, "tile-unroll-rings", tile::unrollRings);              // products with a producer warp only
   run.pass(c.tileIR, "tile-last-block-sums", [](tile::Program& p) { return tile::lastBlockSums(p); });         // after the split products' grids are final
   run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);  // before the depth: halves the slices' bytes

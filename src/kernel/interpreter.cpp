@@ -272,6 +272,30 @@ void Machine::exec(const Block& body, int depth) {
             for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];
         break;
       }
+      case Stmt::Kind::CounterRelease:
+      case Stmt::Kind::CounterAwait: {  // per thread that reaches it (blocks run one after another here)
+        const Param& prm = k.params[s.param];
+        std::vector<float>& counters = buffers[prm.buffer];
+        for (int64_t t = 0; t < T; ++t) {
+          if (!mask[t]) continue;
+          const int64_t i = evaluate(s.a, env[t], &loader);
+          if (i < 0 || i >= static_cast<int64_t>(counters.size()))
+            raise(fmt::format("kernel {}: block {} thread {} reaches counter {}[{}] out of bounds ({} counters)", k.name, block, t,
+                              prm.name, i, counters.size()));
+          float& c = counters[static_cast<size_t>(i)];
+          if (s.kind == Stmt::Kind::CounterRelease) {
+            c += 1.f;
+            continue;
+          }
+          const int64_t want = evaluate(s.b, env[t], &loader);
+          if (static_cast<int64_t>(c) != want)
+            raise(fmt::format("kernel {}: block {} thread {} waits for counter {}[{}] to hold {}, and it holds {}: the blocks it "
+                              "waits for must come earlier in grid order (the interpreter runs blocks one after another)",
+                              k.name, block, t, prm.name, i, want, static_cast<int64_t>(c)));
+          c = 0.f;
+        }
+        break;
+      }
       case Stmt::Kind::BlockTicket: {  // a barrier, then one ticket for the block (blocks run one after another here)
         int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
         if (n != T)

@@ -112,10 +112,12 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
         }
     }
     const std::vector<float> b = gather(s.sharedB, start(s.b, "B"), s.layoutB, n, "B");
+    const bool overwrite = s.scaleD && start(s.scaleD, "scale-d") == 0;  // D = A·B
     for (int64_t t = 0; t < kWarpgroupThreads; ++t)
       for (size_t i = 0; i < s.fragment.size(); ++i) {
         auto [r, c] = wgmmaElement(static_cast<int>(t), static_cast<int>(i));
         float& acc = floats[(first + t) * nf + s.fragment[i]];
+        if (overwrite) acc = 0.f;
         for (int64_t kk = 0; kk < kWgmmaK; ++kk) acc += a[static_cast<size_t>(r * kWgmmaK + kk)] * b[static_cast<size_t>(c * kWgmmaK + kk)];
       }
   }

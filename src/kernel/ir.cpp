@@ -135,6 +135,23 @@ Stmt storeShared(int buffer, Idx index, FE value) {
 
 Stmt barrier() { return makeStmt(Stmt::Kind::Barrier); }
 
+Stmt counterRelease(int param, Idx index) {
+  KILN_ASSERT(param >= 0 && index, "counterRelease: parameter {}", param);
+  Stmt s = makeStmt(Stmt::Kind::CounterRelease);
+  s.param = param;
+  s.a = std::move(index);
+  return s;
+}
+
+Stmt counterAwait(int param, Idx index, Idx count) {
+  KILN_ASSERT(param >= 0 && index && count, "counterAwait: parameter {}", param);
+  Stmt s = makeStmt(Stmt::Kind::CounterAwait);
+  s.param = param;
+  s.a = std::move(index);
+  s.b = std::move(count);
+  return s;
+}
+
 Stmt blockTicket(int var, std::string name, int param, Idx index, int64_t blocks) {
   KILN_ASSERT(param >= 0 && index && blocks >= 2, "blockTicket: parameter {}, {} blocks (want 2 or more)", param, blocks);
   Stmt s = makeStmt(Stmt::Kind::BlockTicket);

@@ -83,6 +83,12 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
       case Stmt::Kind::BlockTicket:
         lines.push_back(fmt::format("{}{} = ticket {}[{}] of {}", ind, s.name, paramName(k, s.param), idxString(s.a), s.arrivals));
         break;
+      case Stmt::Kind::CounterRelease:
+        lines.push_back(fmt::format("{}counter.release {}[{}]", ind, paramName(k, s.param), idxString(s.a)));
+        break;
+      case Stmt::Kind::CounterAwait:
+        lines.push_back(fmt::format("{}counter.await {}[{}] == {}, then 0", ind, paramName(k, s.param), idxString(s.a), idxString(s.b)));
+        break;
       case Stmt::Kind::ClusterBarrier: lines.push_back(ind + "cluster.barrier"); break;
       case Stmt::Kind::FenceMbarrierInit: lines.push_back(ind + "fence.mbarrier_init.cluster"); break;
       case Stmt::Kind::LoadVector: {
@@ -191,9 +197,10 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
                                                     pairName(k, s.pairRegs[2]), pairName(k, s.pairRegs[3]))
                                       : fmt::format("shared {}[{}] (core matrices k {} row {})", sharedName(k, s.sharedA), idxString(s.a),
                                                     s.layoutA.kStride, s.layoutA.rowStride);
-        lines.push_back(fmt::format("{}wgmma.m64n{}k16.{} {} += {} x shared {}[{}] ({}core matrices k {} row {})", ind, s.wgmmaN,
-                                    dtypeName(s.operandType), acc, a, sharedName(k, s.sharedB), idxString(s.b),
-                                    s.layoutB.mnMajor ? "mn-major " : "", s.layoutB.kStride, s.layoutB.rowStride));
+        lines.push_back(fmt::format("{}wgmma.m64n{}k16.{} {} {} {} x shared {}[{}] ({}core matrices k {} row {})", ind, s.wgmmaN,
+                                    dtypeName(s.operandType), acc, s.scaleD ? fmt::format("+= (unless {} is 0)", idxString(s.scaleD)) : "+=",
+                                    a, sharedName(k, s.sharedB), idxString(s.b), s.layoutB.mnMajor ? "mn-major " : "",
+                                    s.layoutB.kStride, s.layoutB.rowStride));
         break;
       }
       case Stmt::Kind::WgmmaFence: lines.push_back(ind + "wgmma.fence"); break;

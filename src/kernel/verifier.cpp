@@ -251,6 +251,21 @@ void Verifier::block(const Block& body, Scope s) {
         checkExpr(st.value, s);
         checkSharedIndex(st.target, st.a, s, "store");
         break;
+      case Stmt::Kind::CounterRelease:
+      case Stmt::Kind::CounterAwait: {
+        const char* what = st.kind == Stmt::Kind::CounterRelease ? "counter release" : "counter wait";
+        checkIdx(st.a, s, "a counter index");
+        if (st.b) checkIdx(st.b, s, "a counter's count");
+        if (st.param < 0 || st.param >= static_cast<int>(k.params.size())) fail("{} at parameter #{} of {}", what, st.param, k.params.size());
+        const Param& counters = k.params[st.param];
+        if (!counters.written || counters.dtype != DType::I64 ||
+            p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
+          fail("{} at parameter {}: counters are a written i64 buffer of kind counters", what, counters.name);
+        auto r = bound(st.a, s);
+        if (!r || r->first < 0 || r->second >= counters.elements)
+          fail("{}: counter index {} not provably within the {} counters of {}", what, toString(st.a), counters.elements, counters.name);
+        break;
+      }
       case Stmt::Kind::BlockTicket: {
         if (!divergence.empty())
           fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", st.name, divergence);

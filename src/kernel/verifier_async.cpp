@@ -82,6 +82,10 @@ void Verifier::checkLdmatrix(const Stmt& st, const Scope& s) {
 
 void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
   checkWarpCollective("wgmma", kWarpgroupThreads);
+  if (st.scaleD) {
+    checkIdx(st.scaleD, s, "a wgmma's scale-d");
+    if (varies(st.scaleD, s)) fail("wgmma scale-d {} varies between threads (one value a warpgroup)", toString(st.scaleD));
+  }
   if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
   if (st.wgmmaN < 8 || st.wgmmaN > 256 || st.wgmmaN % 8 != 0 || static_cast<int64_t>(st.fragment.size()) != st.wgmmaN / 2)
     fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", st.wgmmaN,

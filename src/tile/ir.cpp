@@ -115,6 +115,12 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
   if (t.lastBlockSums)
     instr += fmt::format(", the last of a tile's {} blocks adds the partials and runs the next kernel's epilogue",
                          k.parallel.at(0).extent);
+  if (t.streamBlocks > 0) {
+    const StreamK w = streamK(t, c);
+    instr += fmt::format(", stream-K: a persistent grid of {} clusters walking {} steps ({} units x {} slices), {} or {} a cluster; "
+                         "the block of a tile's first slice adds the partials of its other {} blocks at most",
+                         w.clusters, w.steps, w.units, w.slices, w.steps / w.clusters, w.longest, w.pieces - 1);
+  }
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
                      t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
@@ -147,6 +153,7 @@ nlohmann::json toJson(const Schedule& s) {
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
     else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
     if (t.lastBlockSums) j.update({{"last_block_sums", true}, {"counters", t.counters}});
+    if (t.streamBlocks > 0) j.update({{"stream_blocks", t.streamBlocks}, {"partials", t.partials}, {"counters", t.counters}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -353,9 +360,35 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
               "kernel {}: a producer warp needs a tma product with one wgmma group in flight (copy {}, {} in flight)", k.name,
               copyName(t.a.copy), t.mmaInFlight);
   KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
+  if (t.streamBlocks > 0) {
+    const Contraction c = contractionOf(t, k);
+    KILN_ASSERT(t.producerWarp && !t.unrollRing && !t.lastBlockSums && c.outerPoints == 1 && t.streamBlocks % t.cluster == 0 &&
+                    (stages == 1 || t.stackedB) && tilesM(t, c) * tilesN(t, c) % t.cluster == 0 &&
+                    t.streamBlocks / t.cluster <= streamK(t, c).steps,
+                "kernel {}: a stream-K grid ({} blocks) needs a tma product with a producer warp and a rolled k loop, one stage or "
+                "stacked B, no other output axes, whole clusters, and at least a step per cluster", k.name, t.streamBlocks);
+  }
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);
+}
+
+// A stream-K product's counters (i64, one per output tile) and partial tiles (f32, one per block of the grid).
+void verifyStreamKBuffers(const Program& p, const TiledContraction& t, const loop::Kernel& k) {
+  const Contraction c = contractionOf(t, k);
+  const int64_t tiles = tilesM(t, c) * tilesN(t, c), stages = static_cast<int64_t>(k.stages.size());
+  auto buffer = [&](int b) -> const loop::Buffer* {
+    return b >= 0 && b < static_cast<int>(p.loop.buffers.size()) ? &p.loop.buffers[static_cast<size_t>(b)] : nullptr;
+  };
+  const loop::Buffer *counters = buffer(t.counters), *partials = buffer(t.partials);
+  KILN_ASSERT(counters && counters->kind == loop::Buffer::Kind::Counters && counters->dtype == DType::I64 &&
+                  numel(counters->shape) >= tiles,
+              "kernel {}: a stream-K product needs an i64 counters buffer of {} counters or more (buffer #{})", k.name, tiles,
+              t.counters);
+  KILN_ASSERT(partials && partials->kind == loop::Buffer::Kind::Temp && partials->dtype == DType::F32 &&
+                  numel(partials->shape) >= t.streamBlocks * t.tileM * t.tileN * stages,
+              "kernel {}: a stream-K product needs an f32 buffer of {} partial tiles of {} x {} x {} (buffer #{})", k.name,
+              t.streamBlocks, t.tileM, t.tileN, stages, t.partials);
 }
 
 }  // namespace
@@ -366,6 +399,7 @@ void verify(const Program& p) {
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     verifySchedule(p, p.schedules[i], p.loop.kernels[i]);
     const auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
+    if (t && t->streamBlocks > 0) verifyStreamKBuffers(p, *t, p.loop.kernels[i]);
     if (!t || !t->lastBlockSums) continue;
     const std::string& name = p.loop.kernels[i].name;
     KILN_ASSERT(addsPartialsOf(p, i), "kernel {}: its last blocks add the partials of a split product, but it is none or the "

@@ -53,6 +53,7 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                           return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * (f.pairBlocks ? (blocks + 1) / 2 : blocks);
                         },
                         [&](const TiledContraction& t) {
+                          if (t.streamBlocks > 0) return t.streamBlocks;  // persistent
                           Contraction c = contractionOf(t, k);
                           return c.outerPoints * tilesM(t, c) * tilesN(t, c);
                         },
@@ -268,6 +269,19 @@ bool addsPartialsOf(const Program& p, size_t i) {
 SplitParts splitParts(const TiledContraction& s, const loop::Kernel& k) {
   const int64_t parts = k.parallel.at(0).extent;
   return {parts, gridBlocks(Schedule{s}, k) / parts};
+}
+
+StreamK streamK(const TiledContraction& s, const Contraction& c) {
+  StreamK w;
+  w.units = tilesM(s, c) * tilesN(s, c) / s.cluster;
+  w.slices = ceilDiv(c.k, s.tileK);
+  w.steps = w.units * w.slices;
+  w.clusters = s.streamBlocks / s.cluster;
+  w.longest = ceilDiv(w.steps, w.clusters);
+  // The shortest walk is floor(steps / clusters) >= 1 steps: a tile's slices span at most ceil((slices - 1) / shortest) + 1 walks.
+  const int64_t shortest = std::max<int64_t>(1, w.steps / w.clusters);
+  w.pieces = std::min(w.clusters, ceilDiv(w.slices - 1, shortest) + 1);
+  return w;
 }
 
 }  // namespace kiln::tile

@@ -52,6 +52,10 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
     for (auto& a : sum.parallel) tail += fmt::format("p{}:{} ", a.var, a.extent);
     tail += toJson(tp.schedules.at(index + 1)).dump() + "\n";
   }
+  if (auto* t = std::get_if<TiledContraction>(&s); t && t->streamBlocks > 0) {  // its partials and counters, numbered on
+    t->partials = canonical(t->partials);
+    t->counters = canonical(t->counters);
+  }
   std::string key;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const loop::Buffer& b = tp.loop.buffers[buffers[i]];

@@ -251,6 +251,46 @@ TEST(WarpgroupProducts, ProducerWarpInClustersMatchesTheLoopProgram) {
   kernel::kernel_test::expectNvccCompiles(w.kernelIR);
 }
 
+// tile-stream-k-products: a persistent grid of 5 clusters walks the products' (unit, slice) steps across tiles, so that
+// walks start and end inside tiles: the blocks that start inside a tile hand their partial tiles over through the
+// partials buffer and a counter, the block of the tile's first slice waits for them (the interpreter checks the count is
+// complete when it waits), adds them and applies the epilogue; launched twice, the counters are back at zero. With and
+// without clusters; tile-unroll-rings leaves stream-K products rolled.
+TEST(WarpgroupProducts, StreamKWalksMatchTheLoopProgram) {
+  for (bool cluster : {false, true})
+    for (bool unroll : {false, true}) {
+      Products w = wgmmaProducts(true, true, false, true, cluster, true);
+      const int64_t C = cluster ? 2 : 1;
+      ASSERT_TRUE(tile::streamKProducts(w.c.tileIR, 5 * C));
+      if (unroll) EXPECT_FALSE(tile::unrollRings(w.c.tileIR)) << "stream-K products walk their own loops";
+      tile::verify(w.c.tileIR);
+      int streamed = 0;
+      for (size_t i = 0; i < w.c.tileIR.schedules.size(); ++i) {
+        const auto* t = std::get_if<tile::TiledContraction>(&w.c.tileIR.schedules[i]);
+        if (!t || t->streamBlocks == 0) continue;
+        ++streamed;
+        const tile::StreamK walk = tile::streamK(*t, tile::contractionOf(*t, w.c.tileIR.loop.kernels[i]));
+        EXPECT_EQ(walk.clusters, 5);
+        EXPECT_NE(walk.steps % walk.clusters, 0) << "walks of unequal length";
+        EXPECT_GE(walk.pieces, 2) << "tiles shared by walks";
+        EXPECT_NE(tile::describe(*t, w.c.tileIR.loop.kernels[i]).find("stream-K: a persistent grid of 5 clusters"), std::string::npos);
+      }
+      EXPECT_EQ(streamed, 2);
+      w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
+      kernel::verify(w.kernelIR);
+      for (const kernel::Kernel& k : w.kernelIR.kernels)
+        if (k.name.find("reduce_sum") != std::string::npos) EXPECT_EQ(k.grid[0], 5 * C) << k.name;
+      expectMatchesTheLoopProgram(w, cluster ? "stream-K in clusters" : "stream-K");
+      // Launched twice: the counters are back at zero after the first launch (the second's waits find their counts).
+      kernel::Program twice = w.kernelIR;
+      twice.kernels.insert(twice.kernels.end(), w.kernelIR.kernels.begin(), w.kernelIR.kernels.end());
+      auto again = kernel::interpret(twice, test::randomInputs(w.kernelIR, 7)), once = run(w);
+      ASSERT_EQ(again.size(), once.size());
+      for (size_t o = 0; o < once.size(); ++o) EXPECT_EQ(compare(again[o], once[o]).relL2, 0.0) << "output " << o;
+      kernel::kernel_test::expectNvccCompiles(w.kernelIR);
+    }
+}
+
 // The verifier's rules for the producer warp: a tma product with a group in flight; and the Kernel-IR
 // verifier refuses a wgmma that a part of a warpgroup reaches (here: the producer warp, were the consumers' guard in the
 // k loop gone).

@@ -86,6 +86,8 @@ struct Stmt {
     FenceMbarrierInit,      // fence.mbarrier_init.release.cluster, see clusterBarrier()
     MbarrierArriveCluster,  // the thread arrives on an mbarrier of every block of its cluster, see mbarrierArriveCluster()
     BlockTicket,            // const index var = the block's ticket at a global counter (every thread reaches it), see blockTicket()
+    CounterRelease,         // the thread adds one to a global counter, releasing what its block did before, see counterRelease()
+    CounterAwait,           // the thread waits for a global counter to hold a count, then sets it to zero, see counterAwait()
   };
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign: float slot
@@ -105,6 +107,7 @@ struct Stmt {
   int param = -1;                   // CpAsync: the global source parameter (target: the shared buffer; a, b: indices)
   int bytes = 0;                    // CpAsync: bytes copied
   Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
+  Idx scaleD;                       // Wgmma: D += A·B where it is nonzero or null, D = A·B where it is zero (wgmma's scale-d)
   int pendingGroups = 0;            // CpAsyncWait
   int64_t arrivals = 0;             // MbarrierInit: arrivals that complete each phase; BlockTicket: tickets per round
   int64_t txBytes = 0;              // MbarrierExpectTx: bytes of copies the phase awaits
@@ -317,6 +320,16 @@ Stmt mbarrierArriveCluster(int barriers, Idx index);
 // counter is zero again once all `blocks` tickets are taken, ready for the next launch. The interpreter runs the blocks
 // one after another, so there the last block in grid order takes the last ticket.
 Stmt blockTicket(int var, std::string name, int param, Idx index, int64_t blocks);
+// Blocks that hand partial results to one block that waits for them (a stream-K product's tiles): one thread each, after
+// a barrier of the threads whose stores it hands over (counterRelease), and before one for those that read what was handed
+// (counterAwait). counterRelease adds one to counter element `index` of parameter `param` (an i64 buffer of kind counters)
+// with release semantics at gpu scope: the global stores ordered before it (the barrier's threads') are visible to whoever
+// acquires the count. counterAwait spins, with acquire loads at gpu scope, until the counter holds `count` (the number of
+// releases it waits for), then sets it back to zero for the next launch: after it (and the barrier), the releasers'
+// stores are visible. The interpreter runs blocks one after another: there the count must already be complete when
+// the wait is reached (the releasing blocks come earlier in grid order), or it fails.
+Stmt counterRelease(int param, Idx index);
+Stmt counterAwait(int param, Idx index, Idx count);
 constexpr int64_t kWgmmaM = 64, kWgmmaK = 16, kWarpgroupThreads = 128;
 // The (row, column) of accumulator i of thread `thread` (0..127) of a warpgroup.
 std::pair<int, int> wgmmaElement(int thread, int i);

@@ -138,7 +138,17 @@ struct TiledContraction {
   // output tile of a part); the last of a tile's S blocks to arrive runs the next kernel for its tile (the S partials
   // added in the order that kernel adds them, its epilogue, its store), and the next kernel is not launched.
   bool lastBlockSums = false;
-  int counters = -1;  // lastBlockSums: the program's counters buffer
+  int counters = -1;  // lastBlockSums, streamBlocks: the program's counters buffer
+  // Tma products with a producer warp, one stage or stacked, no other output axes (tile-stream-k-products): a persistent
+  // grid of streamBlocks blocks, clusters of `cluster`, one wave. The product's work is U x S steps (U units: a cluster's
+  // tiles at one place, S slices of tile_k each); walking steps in the order (unit, slice), cluster g takes the steps
+  // [floor(r I / G), floor((r + 1) I / G)) with r = G - 1 - g (G clusters, I = U x S), so every cluster walks its share
+  // of the reduction whatever the tile count. A block whose walk starts inside a tile stores its partial tile (f32, buffer
+  // `partials`, a tile per block) and adds one to the tile's counter (release); the block that walked the tile's first
+  // slice waits for the count of the others (acquire), adds their partials in the order of their walks and applies the
+  // epilogue. A tile's other blocks have lower block indices (r counts down), so they start no later than the one waiting.
+  int64_t streamBlocks = 0;
+  int partials = -1;  // streamBlocks: the program's f32 buffer of partial tiles
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
@@ -270,6 +280,8 @@ bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 bool lastBlockSums(Program& p, bool everyInstruction = false);  // tile-last-block-sums
+// tile-stream-k-products; blocks: the persistent grid (0: a wave of the Target's SMs; tests give fewer).
+bool streamKProducts(Program& p, int64_t blocks = 0);
 bool tmaCopies(Program& p);                     // tile-tma-copies
 bool multicastOperands(Program& p);             // tile-multicast-operands (after tile-specialize-warps)
 // tile-specialize-warps; everywhere: on every tma product the ring allows, not only where the GPU measured it faster

@@ -113,6 +113,13 @@ struct SplitParts {
   int64_t tilesPerPart = 0;  // the grid's blocks / S: block b takes part b / tilesPerPart of tile b mod tilesPerPart
 };
 SplitParts splitParts(const TiledContraction& s, const loop::Kernel& k);
+// A stream-K product's walk (TiledContraction::streamBlocks): `units` places of a cluster's tiles (tiles / cluster), each
+// `slices` slices of tile_k deep, `steps` = units x slices in all, shared by `clusters` clusters; a cluster walks at most
+// `longest` steps (ceil(steps / clusters)) and a tile's slices are walked by at most `pieces` clusters.
+struct StreamK {
+  int64_t units = 0, slices = 0, steps = 0, clusters = 0, longest = 0, pieces = 0;
+};
+StreamK streamK(const TiledContraction& s, const Contraction& c);
 // Slices in the ring of a cp_async product: the largest of 4, 3, 2 whose ring leaves room for two blocks per SM in the
 // Target's shared memory and fits one block's maximum, never more than the reduction's slices plus one; 0 if none fits.
 // A block alone on its SM (oneBlockPerSm) takes deepestRing.

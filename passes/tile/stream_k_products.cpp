@@ -1,0 +1,66 @@
+// tile-stream-k-products (off by default): compute-bound tma products with a producer warp whose tiles do not fill
+// whole waves of the Target's SMs run as a persistent grid of one wave (TiledContraction::streamBlocks): every cluster
+// walks an equal share of the product's (unit, slice) steps, across tile boundaries, and the partial tiles where shares
+// meet are added by the block that walked the tile's first slice (a counter per tile; lower_contraction_stream_k.cpp).
+//
+// Why: a one-wave product sized to the SM count gets small tiles (Qwen2.5-7B q_proj at 512 tokens: 128 x 112 in
+// clusters of 2, 12 KB of operands from L2 per MFLOP, 4.3 TFLOP/s an SM on the H200), and larger tiles leave SMs idle
+// (128 x 256 in clusters of 2 sharing B: 7.6 KB per MFLOP, 5.9 TFLOP/s an SM, but 56 tiles); a grid of several waves
+// pays for its last, partly empty one (Qwen2.5-7B gate_proj in 128 x 256 tiles: 296 blocks, 3 waves for 2.24 of work).
+// Walking steps instead of tiles keeps every SM busy with the larger tiles (2026-12-04 measurements,
+// bench/results/2026-12-04-h200-wide-*).
+// The price: a partial tile of tile_m x tile_n f32 stored and loaded where a walk starts inside a tile (at most one per
+// block, into the program's `stream_k_partials`), a release and a wait per such tile, the epilogue inside the k loop.
+// Rule: every tma product with a producer warp, one stage or stacked B slices, no other output axes (batch), blocks alone
+// on their SMs, whose tiles are not a whole number of waves. The grid: the Target's SMs in whole clusters. The program's
+// products share one partials buffer and one counters buffer (they run one after another; each leaves its counters zero).
+#include <algorithm>
+
+#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
+
+namespace kiln::tile {
+namespace {
+
+// The program's buffer `name` (made on first use), grown to `elements`.
+int sharedBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements) {
+  for (size_t b = 0; b < p.loop.buffers.size(); ++b) {
+    loop::Buffer& buf = p.loop.buffers[b];
+    if (buf.name != name) continue;
+    buf.shape = {std::max(buf.shape.at(0), elements)};
+    return static_cast<int>(b);
+  }
+  loop::Buffer buf;
+  buf.kind = kind;
+  buf.name = name;
+  buf.dtype = dtype;
+  buf.shape = {elements};
+  p.loop.buffers.push_back(buf);
+  return static_cast<int>(p.loop.buffers.size() - 1);
+}
+
+}  // namespace
+
+bool streamKProducts(Program& p, int64_t blocks) {
+  bool changed = false;
+  for (size_t i = 0; i < p.schedules.size(); ++i) {
+    auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
+    const loop::Kernel& k = p.loop.kernels[i];
+    if (!t || !t->producerWarp || t->streamBlocks > 0 || t->lastBlockSums) continue;
+    const Contraction c = contractionOf(*t, k);
+    const int64_t stages = static_cast<int64_t>(k.stages.size()), tiles = tilesM(*t, c) * tilesN(*t, c);
+    if (c.outerPoints != 1 || (stages > 1 && !t->stackedB) || tiles % t->cluster != 0) continue;
+    const int64_t wave = blocks > 0 ? blocks : p.target.smCount / t->cluster * t->cluster;
+    TiledContraction s = *t;
+    s.streamBlocks = wave;
+    if (wave < t->cluster || wave % t->cluster != 0 || tiles % wave == 0 || streamK(s, c).steps < wave / t->cluster) continue;
+    if (blocks == 0 && !aloneOnSm(p.target, *t, k)) continue;  // a wave is one block per SM
+    s.partials = sharedBuffer(p, "stream_k_partials", loop::Buffer::Kind::Temp, DType::F32, wave * t->tileM * t->tileN * stages);
+    s.counters = sharedBuffer(p, "stream_k_counters", loop::Buffer::Kind::Counters, DType::I64, tiles);
+    *t = s;
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::tile
