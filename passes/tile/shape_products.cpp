@@ -271,6 +271,22 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
         if (x.micros <= fastest * 1.05 && (!chosen || key(x) < key(*chosen))) chosen = &x;
       best = *chosen;
     }
+    // A compute-bound product of one stage whose 128 x 256 tiles make two waves or more, not a whole number of them, takes
+    // them: tile-stream-k-products walks such grids as one persistent wave of clusters sharing B (tiles wide, so
+    // tile-multicast-operands shares B). The model does not see stream-K; measured on the H200 (2026-12-04, 16c1fb0,
+    // bench/results/2026-12-04-h200-stream-k-variants-*.json): Qwen2.5-7B gate_proj at 512 tokens, 296 such tiles,
+    // 121.1 and 123.7 us against 131.9 and 131.5 for 256 x 96 in three whole waves. (With fewer tiles than two waves each
+    // tile is shared by several walks and stream-K measured slower: q_proj 31.6 against 23.7 us.)
+    const int64_t wide = c.outerPoints * ceilDiv(c.m, 128) * ceilDiv(c.n, 256);
+    if (model == Model::WgmmaComputeBound && stages == 1 && c.outerPoints == 1 && wide >= 2 * p.target.smCount &&
+        wide % p.target.smCount != 0) {
+      auto it = std::find_if(considered.begin(), considered.end(),
+                             [](const ProductCandidate& x) { return x.tileM == 128 && x.tileN == 256 && x.split == 1; });
+      if (it != considered.end()) {
+        best = *it;
+        out.streamK = true;
+      }
+    }
   } else {
     for (int64_t tileM : {32, 64, 128})
       for (int64_t tileN : {32, 64, 128})
@@ -298,7 +314,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     const ProductCandidate current = prediction.current;
     std::vector<ProductCandidate>& considered = prediction.considered;  // for the runners-up in `model`
     ProductCandidate best = prediction.best;
-    std::string chosenBy = "predicted";
+    std::string chosenBy = prediction.streamK ? "by the stream-K rule (two waves or more, walked as one); the model predicted" : "predicted";
     if (const TabledShape* t = tabledShape(p, s->mmaType, c); t && !force) {  // --product-shapes, if it is a candidate
       auto it = std::find_if(considered.begin(), considered.end(), [&](const ProductCandidate& x) {
         return x.tileM == t->tileM && x.tileN == t->tileN && x.split == t->split;

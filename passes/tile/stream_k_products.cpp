@@ -12,7 +12,14 @@
 // The price: a partial tile of tile_m x tile_n f32 stored and loaded where a walk starts inside a tile (at most one per
 // block, into the program's `stream_k_partials`), a release and a wait per such tile, the epilogue inside the k loop.
 // Rule: every tma product with a producer warp, one stage or stacked B slices, no other output axes (batch), blocks alone
-// on their SMs, whose tiles are not a whole number of waves. The grid: the Target's SMs in whole clusters. The program's
+// on their SMs, whose tiles make two waves or more but not a whole number of them. The grid: the Target's SMs in whole
+// clusters. tile-shape-products gives such products 128 x 256 tiles (its stream-K rule).
+// Measured on the H200 (2026-12-04, bench/results/2026-12-04-h200-stream-k-variants-*.json, hot us, default against the
+// pass, against the pass with 128 x 256 tiles): Qwen2.5-7B gate_proj at 512 tokens 131.9 / 131.0 / 121.1 (the default
+// tiles, 256 x 96, are three whole waves: the pass leaves them); with under two tiles a walk, slower everywhere:
+// Qwen2.5-7B q_proj 23.8 / 30.1 / 31.9, TinyLlama q_proj 10.7 / 13.8 / 21.5, gate_proj 21.1 / 25.1 / 26.9. Nsight Compute
+// on q_proj (128 x 112, 132 blocks against 128): 18.5 % of the stall samples waiting for a slot's copies, the tensor pipe
+// 43 % busy against 59 %, twice the instructions executed; not understood yet. The program's
 // products share one partials buffer and one counters buffer (they run one after another; each leaves its counters zero).
 #include <algorithm>
 
@@ -55,6 +62,10 @@ bool streamKProducts(Program& p, int64_t blocks) {
     s.streamBlocks = wave;
     if (wave < t->cluster || wave % t->cluster != 0 || tiles % wave == 0 || streamK(s, c).steps < wave / t->cluster) continue;
     if (blocks == 0 && !aloneOnSm(p.target, *t, k)) continue;  // a wave is one block per SM
+    // Each cluster walks two tiles' worth or more (measured faster there; with less, every tile is shared by several walks
+    // and the partial tiles' stores, waits and loads cost more than the idle SMs of a last wave: slower on every such
+    // product measured). Tests give `blocks` to walk small products in pieces.
+    if (blocks == 0 && streamK(s, c).units < 2 * streamK(s, c).clusters) continue;
     s.partials = sharedBuffer(p, "stream_k_partials", loop::Buffer::Kind::Temp, DType::F32, wave * t->tileM * t->tileN * stages);
     s.counters = sharedBuffer(p, "stream_k_counters", loop::Buffer::Kind::Counters, DType::I64, tiles);
     *t = s;

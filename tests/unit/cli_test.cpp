@@ -439,8 +439,7 @@ TEST(Cli, EveryPassOnByDefaultAndDisablePassSkipsOne) {
   Result list = kiln({"passes"});
   std::string others = list.out;
   for (const std::string off : {"[off by default: --enable-pass tile-attention-scores-by-wgmma]",
-                                 "[off by default: --enable-pass tile-last-block-sums]",
-                                 "[off by default: --enable-pass tile-stream-k-products]"}) {
+                                 "[off by default: --enable-pass tile-last-block-sums]"}) {
     auto at = others.find(off);
     EXPECT_NE(at, std::string::npos) << off << "\n" << describe(list);
     if (at != std::string::npos) others.erase(at, off.size());

@@ -78,6 +78,12 @@ TEST(ProductRules, ShapeModelsTakeTheMeasuredTiles) {
   EXPECT_EQ(chosen(32, 3584, 3584), "64x112 split 4");    // Qwen2.5-7B q_proj, 32 tokens: 9.9 us; 64x56 split 2, 12.2
   EXPECT_EQ(chosen(128, 3584, 3584), "128x56 split 2");   // Qwen2.5-7B q_proj, 128 tokens: 12.8 us; 128x112 split 4, 13.9
   EXPECT_EQ(chosen(512, 3584, 3584), "128x112 split 1");  // compute-bound: Qwen2.5-7B q_proj, 512 tokens; 128x224 split 2, 28.4
+  // The stream-K rule: Qwen2.5-7B gate_proj at 512 tokens, 296 tiles of 128 x 256 walked as one wave: 121.1 us; 256 x 96 in
+  // three whole waves, 131.9. TinyLlama gate_proj (88 such tiles, under two waves) keeps the model's choice.
+  EXPECT_EQ(chosen(512, 18944, 3584), "128x256 split 1");
+  EXPECT_TRUE(predictProductShape(p, s, product(512, 18944, 3584)).streamK);
+  EXPECT_FALSE(predictProductShape(p, s, product(512, 5632, 2048)).streamK);
+  EXPECT_FALSE(predictProductShape(p, s, product(512, 3584, 3584)).streamK);
   // The tie the streaming rule breaks there: one wave of 64 x 144 tiles and two of 64 x 72 predicted within 5 %.
   const ProductPrediction gate = predictProductShape(p, s, product(32, 18944, 3584));
   EXPECT_LT(gate.predict(64, 72, 1), gate.predict(64, 144, 1) * 1.05);

@@ -309,6 +309,7 @@ struct ProductCandidate {
 };
 struct ProductPrediction {
   ProductCandidate current, best;
+  bool streamK = false;  // best is 128 x 256 by the stream-K rule (passes/tile/shape_products.cpp), not by the prediction
   std::vector<ProductCandidate> considered;
   std::function<double(int64_t tileM, int64_t tileN, int64_t split)> predict;
 };
