@@ -2,6 +2,8 @@
 // why). The producer-warp ring of lower_contraction_specialized.cpp walks the cluster's steps instead of one tile's
 // slices: step i of the walk is step `first + i` of the product, its unit (first + i) div S and its slice (first + i)
 // mod S (S slices a tile), the unit's tile (unit, rank in the cluster) defined where a step's copies or its end use it.
+// Units go m fastest (walks side by side, at nearly the same slice, read the same B: the weights, once from L2), but in
+// clusters sharing B, which go n fastest (the cluster's tiles already share B; neighbours then share A).
 // The ring's slots and phases count the walk's steps, across tiles, as they counted a tile's slices.
 //   at the start: walk r = G - 1 - (blockIdx / C), first = floor(r I / G), steps = floor((r + 1) I / G) - first
 //   consumers, after step i's wgmmas, where the tile's slices end (slice S - 1) or the walk does (i = steps - 1):
@@ -53,16 +55,15 @@ Idx KernelBuilder::streamUnit(const StreamWalk& walk, const Idx& i, Block& out) 
 }
 
 void KernelBuilder::defineStreamTile(const Tiling& t, const Idx& unit, Block& out) {
-  const int64_t C = t.s.cluster, tilesN = tile::tilesN(t.s, t.c);
+  const int64_t C = t.s.cluster, tilesM = tile::tilesM(t.s, t.c), tilesN = tile::tilesN(t.s, t.c);
   const Idx rank = mod(blockIdx(), C);
   Idx tm, tn;
-  if (t.s.multicastB) {  // the cluster's tiles share a column: C consecutive rows of tiles
+  if (t.s.multicastB) {  // the cluster's tiles share a column: C consecutive rows of tiles; units n fastest (sharing A)
     tn = mod(unit, tilesN);
     tm = idxConst(C) * floorDiv(unit, tilesN) + rank;
-  } else {  // C consecutive tiles of a row (tiles_n a multiple of C)
-    const Idx tileIndex = unit * idxConst(C) + rank;
-    tn = mod(tileIndex, tilesN);
-    tm = floorDiv(tileIndex, tilesN);
+  } else {  // C consecutive tiles of a row (tiles_n a multiple of C); units m fastest, so that walks side by side share B
+    tm = mod(unit, tilesM);
+    tn = floorDiv(unit, tilesM) * idxConst(C) + rank;
   }
   out.push_back(defIdx(t.tileM->var, "tm", simplify(tm, extents_)));
   out.push_back(defIdx(t.tileN->var, "tn", simplify(tn, extents_)));

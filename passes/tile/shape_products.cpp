@@ -327,16 +327,18 @@ bool shapeProducts(Program& p, const ProductShape* force) {
                              : "tiles of 32, 64 or 128 within the product");
       best = *it;
       chosenBy = fmt::format("from --product-shapes ({}); the model predicted", t->where);
+      prediction.streamK = t->streamK;
     }
     if (force) {
       const bool split = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
       const int64_t ways = split ? force->split : 1;
       best = {force->tileM, force->tileN, ways, prediction.predict(force->tileM, force->tileN, ways)};
     }
-    if (best.tileM == current.tileM && best.tileN == current.tileN && best.split == 1) continue;
+    if (best.tileM == current.tileM && best.tileN == current.tileN && best.split == 1 && !prediction.streamK) continue;
     TiledContraction shaped = *s;
     shaped.tileM = best.tileM;
     shaped.tileN = best.tileN;
+    shaped.streamK = prediction.streamK && best.split == 1;
     if (wgmma) {  // the ring is sized for the slots of this tile and the reduction each block walks
       Contraction part = c;
       part.k = c.k / best.split;

@@ -11,9 +11,10 @@
 // bench/results/2026-12-04-h200-wide-*).
 // The price: a partial tile of tile_m x tile_n f32 stored and loaded where a walk starts inside a tile (at most one per
 // block, into the program's `stream_k_partials`), a release and a wait per such tile, the epilogue inside the k loop.
-// Rule: every tma product with a producer warp, one stage or stacked B slices, no other output axes (batch), blocks alone
-// on their SMs, whose tiles make two waves or more but not a whole number of them. The grid: the Target's SMs in whole
-// clusters. tile-shape-products gives such products 128 x 256 tiles (its stream-K rule).
+// Rule: every tma product that tile-shape-products chose to walk stream-K (TiledContraction::streamK: its rule, two
+// waves or more of 128 x 256 tiles, not a whole number; or a --product-shapes entry's "stream_k") and that has a producer
+// warp, one stage or stacked B slices, no other output axes (batch), blocks alone on their SMs, and tiles that are not a
+// whole number of waves. The grid: the Target's SMs in whole clusters. (Tests give `blocks`: every such product then.)
 // Measured on the H200 (2026-12-04, bench/results/2026-12-04-h200-stream-k-variants-*.json, hot us, default against the
 // pass, against the pass with 128 x 256 tiles): Qwen2.5-7B gate_proj at 512 tokens 131.9 / 131.0 / 121.1 (the default
 // tiles, 256 x 96, are three whole waves: the pass leaves them); with under two tiles a walk, slower everywhere:
@@ -53,7 +54,7 @@ bool streamKProducts(Program& p, int64_t blocks) {
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
     const loop::Kernel& k = p.loop.kernels[i];
-    if (!t || !t->producerWarp || t->streamBlocks > 0 || t->lastBlockSums) continue;
+    if (!t || !t->producerWarp || t->streamBlocks > 0 || t->lastBlockSums || (blocks == 0 && !t->streamK)) continue;
     const Contraction c = contractionOf(*t, k);
     const int64_t stages = static_cast<int64_t>(k.stages.size()), tiles = tilesM(*t, c) * tilesN(*t, c);
     if (c.outerPoints != 1 || (stages > 1 && !t->stackedB) || tiles % t->cluster != 0) continue;
@@ -62,10 +63,6 @@ bool streamKProducts(Program& p, int64_t blocks) {
     s.streamBlocks = wave;
     if (wave < t->cluster || wave % t->cluster != 0 || tiles % wave == 0 || streamK(s, c).steps < wave / t->cluster) continue;
     if (blocks == 0 && !aloneOnSm(p.target, *t, k)) continue;  // a wave is one block per SM
-    // Each cluster walks two tiles' worth or more (measured faster there; with less, every tile is shared by several walks
-    // and the partial tiles' stores, waits and loads cost more than the idle SMs of a last wave: slower on every such
-    // product measured). Tests give `blocks` to walk small products in pieces.
-    if (blocks == 0 && streamK(s, c).units < 2 * streamK(s, c).clusters) continue;
     s.partials = sharedBuffer(p, "stream_k_partials", loop::Buffer::Kind::Temp, DType::F32, wave * t->tileM * t->tileN * stages);
     s.counters = sharedBuffer(p, "stream_k_counters", loop::Buffer::Kind::Counters, DType::I64, tiles);
     *t = s;

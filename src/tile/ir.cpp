@@ -154,6 +154,7 @@ nlohmann::json toJson(const Schedule& s) {
     else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
     if (t.lastBlockSums) j.update({{"last_block_sums", true}, {"counters", t.counters}});
     if (t.streamBlocks > 0) j.update({{"stream_blocks", t.streamBlocks}, {"partials", t.partials}, {"counters", t.counters}});
+    if (t.streamK) j.update({{"stream_k", true}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;

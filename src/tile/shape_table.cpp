@@ -56,6 +56,10 @@ std::vector<TabledShape> readProductShapes(const std::string& path) {
       if (!e["per_stage"].is_boolean()) userError("--product-shapes: {}: \"per_stage\" must be true or false", t.where);
       t.perStage = e["per_stage"].get<bool>();
     }
+    if (e.contains("stream_k")) {
+      if (!e["stream_k"].is_boolean()) userError("--product-shapes: {}: \"stream_k\" must be true or false", t.where);
+      t.streamK = e["stream_k"].get<bool>();
+    }
     out.push_back(t);
   }
   return out;

@@ -149,6 +149,9 @@ struct TiledContraction {
   // epilogue. A tile's other blocks have lower block indices (r counts down), so they start no later than the one waiting.
   int64_t streamBlocks = 0;
   int partials = -1;  // streamBlocks: the program's f32 buffer of partial tiles
+  // tile-shape-products chose the tile to be walked stream-K (its rule, or a --product-shapes entry's "stream_k"):
+  // tile-stream-k-products makes the persistent grid where the rest of the schedule allows it.
+  bool streamK = false;
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
   // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
@@ -230,10 +233,12 @@ struct TabledShape {
   std::optional<int64_t> outer;
   int64_t tileM = 0, tileN = 0, split = 1;
   bool perStage = false;
+  bool streamK = false;  // the tile walked stream-K (TiledContraction::streamK)
   std::string where;  // "FILE entry I", for messages
 };
 // Reads a --product-shapes file: {"products": [{"type": "f32", "m": 128, "n": 5632, "k": 2048, "stages": 2, "tile_m": 128,
-// "tile_n": 128, "split": 8, "per_stage": true}, ...]} ("stages", "outer", "split", "per_stage" optional). UserError in one
+// "tile_n": 128, "split": 8, "per_stage": true, "stream_k": false}, ...]} ("stages", "outer", "split", "per_stage", "stream_k"
+// optional; "stream_k": the tiles walked as one persistent wave, tile-stream-k-products). UserError in one
 // line for an unreadable file, bad JSON, or a field of the wrong type or range.
 std::vector<TabledShape> readProductShapes(const std::string& path);
 
