@@ -115,6 +115,9 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
   if (t.lastBlockSums)
     instr += fmt::format(", the last of a tile's {} blocks adds the partials and runs the next kernel's epilogue",
                          k.parallel.at(0).extent);
+  if (t.streamK && t.streamBlocks == 0)
+    instr += ", stream-K chosen but not walked (tile-stream-k-products needs a producer warp, one stage or stacked B, no other "
+             "output axes, blocks alone on their SMs and tiles that are not whole waves)";
   if (t.streamBlocks > 0) {
     const StreamK w = streamK(t, c);
     instr += fmt::format(", stream-K: a persistent grid of {} clusters walking {} steps ({} units x {} slices), {} or {} a cluster; "

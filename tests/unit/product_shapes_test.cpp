@@ -46,6 +46,13 @@ TEST(ProductShapes, TableShapesWarpgroupProducts) {
                    "split": 2}]})")});
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "64x96 split 2 from --product-shapes")) << describe(r);
+  // "stream_k" asks for the tiles to be walked as one wave (tile-stream-k-products); this product's 8 slices get no
+  // producer warp, so the schedule says it is not walked.
+  Result walked = kiln({"compile", "models/fixtures/mlp_bf16_wide.pt", "--explain-schedule", "--product-shapes",
+                        table(dir, R"({"products": [{"type": "bf16", "m": 64, "n": 192, "k": 512, "tile_m": 64, "tile_n": 32,
+                        "stream_k": true}]})")});
+  ASSERT_EQ(walked.code, 0) << describe(walked);
+  EXPECT_TRUE(contains(walked.out, "stream-K chosen but not walked")) << describe(walked);
 }
 
 TEST(ProductShapes, BadTablesAreOneLine) {
@@ -61,6 +68,8 @@ TEST(ProductShapes, BadTablesAreOneLine) {
                      {"entry 0", "no \"tile_n\""});
   expectOneLineError(compile(R"({"products": [{"type": "f32", "m": 512, "n": 48, "k": 64, "tile_m": 48, "tile_n": 32}]})"), 1,
                      {"entry 0", "tile 48x32 split 1 is not one tile-stream-ffma-products can give", "512x48x64"});
+  expectOneLineError(compile(R"({"products": [{"type": "f32", "m": 512, "n": 48, "k": 64, "tile_m": 32, "tile_n": 32,
+                     "stream_k": 1}]})"), 1, {"entry 0", "\"stream_k\" must be true or false"});
   expectOneLineError(kiln({"compile", "models/fixtures/linear.pt", "--product-shapes", (dir.path / "missing.json").string()}), 1,
                      {"--product-shapes", "cannot read"});
 }
