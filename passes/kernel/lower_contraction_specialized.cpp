@@ -23,6 +23,8 @@
 // With unrollRing (tile-unroll-rings) the loop walks rounds of `depth` steps: step s of round q is slice q * depth + s on
 // slot s, the full waits' parity q mod 2, the empty waits' (q + (s + depth - 1) / depth + 1) mod 2; a last round's steps
 // past the reduction are skipped (a guard on the loop variable, uniform).
+// Stream-K products (TiledContraction::streamBlocks) walk their cluster's steps across tiles in the loops of
+// lower_contraction_stream_k.cpp, the slice i of the steps above being the walk's step, always rolled.
 // The two roles share one loop. On the GPU the producer warp runs ahead on its own, held back only by the empty barriers,
 // and no block barrier ties the warpgroups together; in the interpreter, which runs threads in lockstep, every wait finds
 // the arrivals it needs earlier in program order (the consumers' part of a step comes before the producer's).
@@ -50,8 +52,9 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   if (C > 1) init.push_back(fenceMbarrierInit());  // ... and to the cluster's other blocks, whose copies and releases reach them
   k_.body.push_back(ifLess(threadIdx(), idxConst(1), std::move(init)));
   k_.body.push_back(C > 1 ? clusterBarrier() : barrier());
-  // Stream-K (TiledContraction::streamBlocks): the loop walks the cluster's steps, `walkEnd` of them (at most `steps`),
-  // each step's slice and tile from its place in the walk; otherwise the tile's slices in a rotated order.
+  // Stream-K (TiledContraction::streamBlocks): the loops of streamLoops (lower_contraction_stream_k.cpp) walk the cluster's
+  // steps, `walkEnd` of them (at most `steps`), each step's slice and tile from its place in the walk; otherwise one loop
+  // walks the tile's slices in a rotated order.
   const bool stream = t.s.streamBlocks > 0;
   std::optional<StreamWalk> walk;
   if (stream) walk = streamWalk(t);

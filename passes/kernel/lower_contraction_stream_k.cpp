@@ -6,13 +6,16 @@
 // clusters sharing B, which go n fastest (the cluster's tiles already share B; neighbours then share A).
 // The ring's slots and phases count the walk's steps, across tiles, as they counted a tile's slices.
 //   at the start: walk r = G - 1 - (blockIdx / C), first = floor(r I / G), steps = floor((r + 1) I / G) - first
-//   consumers, after step i's wgmmas, where the tile's slices end (slice S - 1) or the walk does (i = steps - 1):
-//     wait for every wgmma group
-//     the walk started inside the tile (i < slice): store the accumulators as the block's partial tile (slot r C + rank
+//   for each unit u the walk reaches (first / S .. (first + steps - 1) / S), its slices [from, to) (from = first mod S in
+//   the walk's first unit, 0 after; to = its last step's slice + 1 in the last unit, S before):
+//     for each slice: the ring step of walk step i = u S + slice - first (lower_contraction_specialized.cpp's)
+//     every warp waits for its wgmma groups (behind the roles' branch ptxas would serialize the wgmmas)
+//     consumers:
+//     the walk started inside the tile (from > 0): store the accumulators as the block's partial tile (slot r C + rank
 //       of buffer `partials`, [slot][accumulator / 4][consumer thread][4]: 16-byte stores, each thread its own vectors);
 //       named barrier of the consumers; thread 0 adds one to the tile's counter (release)
-//     the walk has the tile's first slice (slice <= i):
-//       it ends before the tile's last slice: thread 0 waits until the tile's counter holds the number of the tile's
+//     the walk has the tile's first slice (from = 0):
+//       it ends before the tile's last slice (to < S): thread 0 waits until the tile's counter holds the number of the tile's
 //         other walks (r + 1 .. the walk of its last slice, owner(u S + S - 1) = floor(((u + 1) S G - 1) / I)) and sets
 //         it back to zero (acquire); named barrier; every thread adds the partials of those walks, in their order
 //       the epilogue (contractionEpilogue) for the tile
