@@ -1,6 +1,6 @@
 // kernel::blockTicket by hand: blocks meeting at a counter, the last of them adding what the others stored (how a split
-// product's last block per tile adds its partials, tile-last-block-sums); the verifier's rules, the interpreter, the
-// printer and nvcc.
+// product's last block per tile adds its partials, tile-last-block-sums); kernel::counterRelease / counterAwait, one block
+// handing a partial to another (stream-K); the verifier's rules, the interpreter, the printer and nvcc.
 #include <gtest/gtest.h>
 
 #include "kernel_test_support.h"
@@ -92,6 +92,69 @@ TEST(BlockTicket, EmitsOneAtomicPerBlockAndCompiles) {
   EXPECT_NE(cu.find("ticket_held = kiln::ticket(reinterpret_cast<unsigned long long*>(&"), std::string::npos) << cu;
   EXPECT_NE(cu.find("]), 3ull);"), std::string::npos) << cu;
   expectNvccCompiles(p);
+}
+
+// kernel::counterRelease / counterAwait by hand (how a stream-K product's walks hand partial tiles to the walk that
+// finishes each tile): block 0 of each pair stores x + 1 and releases its pair's counter; block 1 waits for the count of
+// 1 and writes y = its x plus what block 0 stored. The interpreter runs blocks in order, so the wait finds its count;
+// were the roles swapped (the waiting block first), the wait is an error that says why.
+Program handOver(bool waiterFirst = false) {
+  Kernel k;
+  k.name = "k_hand_over";
+  k.grid = {2 * kTiles, 1, 1};
+  k.block = {kThreads, 1, 1};
+  const Idx t = threadIdx(), pair = idxVar(2, "pair"), role = idxVar(3, "role");
+  k.body.push_back(defIdx(2, "pair", floorDiv(blockIdx(), 2)));
+  k.body.push_back(defIdx(3, "role", waiterFirst ? idxConst(1) + idxMul(mod(blockIdx(), 2), -1) : mod(blockIdx(), 2)));
+  Block give, take;
+  give.push_back(storeGlobal(kPartials, pair * idxConst(kThreads) + t,
+                             fapply(Fn::Add, {loadGlobal(kX, blockIdx() * idxConst(kThreads) + t), fconst(1.f)})));
+  give.push_back(barrier());
+  give.push_back(ifLess(t, idxConst(1), {counterRelease(3, pair)}));
+  take.push_back(ifLess(t, idxConst(1), {counterAwait(3, pair, idxConst(1))}));
+  take.push_back(barrier());
+  take.push_back(storeGlobal(kY, pair * idxConst(kThreads) + t,
+                             fapply(Fn::Add, {loadGlobal(kX, blockIdx() * idxConst(kThreads) + t),
+                                              loadGlobal(kPartials, pair * idxConst(kThreads) + t)})));
+  k.body.push_back(ifLess(role, idxConst(1), std::move(give)));
+  k.body.push_back(ifLess(idxConst(0), role, std::move(take)));
+  Program p = program(2 * kTiles * kThreads, kTiles * kThreads, std::move(k));
+  p.buffers.push_back(kernel_test::buffer(loop::Buffer::Kind::Temp, "partials", kTiles * kThreads));
+  loop::Buffer counters = kernel_test::buffer(loop::Buffer::Kind::Counters, "counters", kTiles);
+  counters.dtype = DType::I64;
+  p.buffers.push_back(counters);
+  Kernel& kk = p.kernels[0];
+  kk.params.push_back(Param{kPartials, "partials", DType::F32, kTiles * kThreads, true});
+  kk.params.push_back(Param{kCounters, "counters", DType::I64, kTiles, true});
+  return p;
+}
+
+TEST(CounterHandOver, TheWaitingBlockReadsWhatTheReleasingOneStored) {
+  Program p = handOver();
+  p.kernels.push_back(p.kernels[0]);  // twice: the wait sets the counter back to zero for the next launch
+  verify(p);
+  HostTensor x = ramp(2 * kTiles * kThreads);
+  auto out = interpret(p, {x});
+  for (int pair = 0; pair < kTiles; ++pair)
+    for (int t = 0; t < kThreads; ++t)
+      EXPECT_EQ(out[0].values[static_cast<size_t>(pair * kThreads + t)],
+                x.values[static_cast<size_t>((2 * pair + 1) * kThreads + t)] + (x.values[static_cast<size_t>(2 * pair * kThreads + t)] + 1.f));
+  EXPECT_NE(print(p).find("counter.await counters[pair] == 1, then 0"), std::string::npos) << print(p);
+  const std::string cu = cuda::emit(p).sources.at(0).text;
+  EXPECT_NE(cu.find("kiln::counter_release(reinterpret_cast<unsigned long long*>(&"), std::string::npos) << cu;
+  EXPECT_NE(cu.find("kiln::counter_await(reinterpret_cast<unsigned long long*>(&"), std::string::npos) << cu;
+  expectNvccCompiles(p);
+}
+
+TEST(CounterHandOver, AWaitBeforeItsReleasesAndAWrongBufferAreErrors) {
+  Program early = handOver(/*waiterFirst=*/true);
+  verify(early);
+  const std::string msg = errorOf([&] { interpret(early, {ramp(2 * kTiles * kThreads)}); });
+  EXPECT_NE(msg.find("waits for counter counters[0] to hold 1, and it holds 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("must come earlier in grid order"), std::string::npos) << msg;
+  Program partials = handOver();
+  partials.kernels[0].body[2].body[2].body[0].param = 2;  // release on the f32 partials
+  EXPECT_NE(errorOf([&] { verify(partials); }).find("counters are a written i64 buffer of kind counters"), std::string::npos);
 }
 
 }  // namespace
