@@ -1,5 +1,5 @@
-// tile-stream-k-products (off by default): compute-bound tma products with a producer warp whose tiles do not fill
-// whole waves of the Target's SMs run as a persistent grid of one wave (TiledContraction::streamBlocks): every cluster
+// tile-stream-k-products: compute-bound tma products with a producer warp whose tiles do not fill whole waves of the
+// Target's SMs, where tile-shape-products chose it, run as a persistent grid of one wave (TiledContraction::streamBlocks): every cluster
 // walks an equal share of the product's (unit, slice) steps, across tile boundaries, and the partial tiles where shares
 // meet are added by the block that walked the tile's first slice (a counter per tile; lower_contraction_stream_k.cpp).
 //
@@ -10,13 +10,13 @@
 // Walking steps instead of tiles keeps every SM busy with the larger tiles (2026-12-04 measurements,
 // bench/results/2026-12-04-h200-wide-*).
 // The price: a partial tile of tile_m x tile_n f32 stored and loaded where a walk starts inside a tile (at most one per
-// block, into the program's `stream_k_partials`), a release and a wait per such tile, the epilogue inside the k loop.
+// block, into the program's `stream_k_partials`), a release and a wait per such tile, the epilogue inside the walk's loops.
 // Rule: every tma product that tile-shape-products chose to walk stream-K (TiledContraction::streamK: its rule, two
 // waves or more of 128 x 256 tiles, not a whole number; or a --product-shapes entry's "stream_k") and that has a producer
 // warp, one stage or stacked B slices, no other output axes (batch), blocks alone on their SMs, and tiles that are not a
 // whole number of waves. The grid: the Target's SMs in whole clusters. (Tests give `blocks`: every such product then.)
 // Measured on the H200 (2026-12-04, bench/results/2026-12-04-h200-stream-k-variants-*.json, hot us, default against the
-// pass, against the pass with 128 x 256 tiles): Qwen2.5-7B gate_proj at 512 tokens 131.9 / 131.0 / 121.1 (the default
+// pass, against the pass with 128 x 256 tiles): Qwen2.5-7B gate_proj at 512 tokens 131.9 / 132.0 / 121.1 (the default
 // tiles, 256 x 96, are three whole waves: the pass leaves them); with under two tiles a walk, slower everywhere:
 // Qwen2.5-7B q_proj 23.8 / 30.1 / 31.9, TinyLlama q_proj 10.7 / 13.8 / 21.5, gate_proj 21.1 / 25.1 / 26.9. Nsight Compute
 // on q_proj (128 x 112, 132 blocks against 128): 18.5 % of the stall samples waiting for a slot's copies, the tensor pipe
