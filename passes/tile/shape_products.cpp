@@ -277,7 +277,7 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
     // bench/results/2026-12-04-h200-stream-k-variants-*.json): Qwen2.5-7B gate_proj at 512 tokens, 296 such tiles,
     // 121.1 and 123.7 us against 131.9 and 131.5 for 256 x 96 in three whole waves. (With fewer tiles than two waves each
     // tile is shared by several walks and stream-K measured slower: q_proj 31.6 against 23.7 us.)
-    const int64_t wide = c.outerPoints * ceilDiv(c.m, 128) * ceilDiv(c.n, 256);
+    const int64_t wide = ceilDiv(c.m, 128) * ceilDiv(c.n, 256);  // tiles of 128 x 256 (no other output axes, below)
     if (model == Model::WgmmaComputeBound && stages == 1 && c.outerPoints == 1 && wide >= 2 * p.target.smCount &&
         wide % p.target.smCount != 0) {
       auto it = std::find_if(considered.begin(), considered.end(),
