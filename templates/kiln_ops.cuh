@@ -435,6 +435,13 @@ __device__ __forceinline__ void named_barrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
 }
 
+// bar.sync id, Threads with the id in a register: the barrier of one group of a thread block that packs several of the
+// kernel's blocks (Kernel IR's Kernel::groups; group g uses barrier 1 + g).
+template <int Threads>
+__device__ __forceinline__ void group_barrier(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(Threads) : "memory");
+}
+
 // ldmatrix (Kernel IR's ldmatrix; sm_75+): Count (1, 2, 4) 8x8 matrices of T (bf16 or f16) from shared memory, this
 // lane's `row` being row (lane % 8) of matrix (lane / 8) (16-byte aligned; ignored for lanes >= 8 * Count). Each
 // 32-bit result register holds two elements, the lower column in the low half; they arrive widened to f32, two

@@ -58,6 +58,18 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // The statements of two independent blocks (neither reads what the other writes) in one, b's spread evenly among a's,
 // each in its own order: nvcc schedules within a basic block from the order it is given, and a warp issues in order, so
 // b's tensor-core work then issues between a's dependent steps rather than after them.
+// FlashAttention::packedPairs: the item (index into the query blocks listed heaviest first) of the kernel's block v,
+// group v mod 2 of thread block b = v div 2, for S thread blocks and N items (S < N <= 2 S, M = N - S): group 0 of b < M
+// takes S - M + b and group 1 N - 1 - b; group 0 of b >= M takes b - M and group 1 none (N).
+Idx packedItem(const Idx& v, int64_t S, int64_t N) {
+  const int64_t M = N - S;
+  const Idx b = floorDiv(v, 2), g = mod(v, 2);
+  const Idx alone = idxMin(idxMax(idxAdd(b, 1 - M), idxConst(0)), idxConst(1));  // b >= M
+  const Idx first = idxAdd(b, S - M) + idxMul(alone, -S);                     // S - M + b, or b - M
+  const Idx second = idxAdd(idxMul(b, -1), N - 1) + alone * idxAdd(b, 1);    // N - 1 - b, or N
+  return first + g * (second + idxMul(first, -1));
+}
+
 Block interleaved(Block a, Block b) {
   Block out;
   size_t taken = 0;
@@ -118,10 +130,21 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   for (int d = 0; d < lk_.rowAxes; ++d)
     if (d != f.queryAxis) outer.push_back(lk_.parallel[static_cast<size_t>(d)]);
   const int64_t rowCount = lk_.rowPoints() / Lq;
+  // packedPairs: the kernel's block b is group b mod 2 of thread block b div 2 and takes item `item` of the query blocks
+  // listed heaviest first (row item mod R, position item div R of QB - 1, .., 0), none where item is N (see
+  // FlashAttention::packedPairs and packedItem).
+  const int64_t items = rowCount * qBlocks;
+  Idx item;
+  if (f.packedPairs > 0) {
+    k_.groups = 2;
+    item = defVar(top, "item", packedItem(bid, f.packedPairs, items), items + 1);
+    bid = defVar(top, "it", idxMin(item, idxConst(items - 1)), items);  // in range where `item` names none (guarded below)
+  }
   // rowsInner: block b takes row b mod R and position pb = b div R of the order QB - 1, .., QB - H, 0, .., QB - H - 1
   // (FlashAttention::rowsInner); otherwise row b div QB, position b mod QB of QB - 1, .., 0.
-  unflatten(outer, f.rowsInner ? mod(bid, rowCount) : floorDiv(bid, perRow), rowCount, top);
-  Idx pb = defVar(top, "pb", f.rowsInner ? floorDiv(bid, rowCount) : mod(bid, perRow), perRow);
+  const bool inner = f.rowsInner || f.packedPairs > 0;
+  unflatten(outer, inner ? mod(bid, rowCount) : floorDiv(bid, perRow), rowCount, top);
+  Idx pb = defVar(top, "pb", inner ? floorDiv(bid, rowCount) : mod(bid, perRow), perRow);
   for (size_t d = static_cast<size_t>(lk_.rowAxes) + 1; d < lk_.parallel.size(); ++d) {  // extent-1 axes after the width
     top.push_back(defIdx(lk_.parallel[d].var + kFirstLoopVar, lk_.parallel[d].name, idxConst(0)));
     extents_[lk_.parallel[d].var + kFirstLoopVar] = 1;
@@ -440,6 +463,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   body.push_back(cpAsyncWait(0));
 
   flashFinish(x, body);
+  if (f.packedPairs > 0) {  // a thread block's second group idles where it has no query block of its own
+    top.push_back(ifLess(item, idxConst(items), std::move(body)));
+    return;
+  }
   if (!f.pairBlocks) {
     top.insert(top.end(), body.begin(), body.end());
     return;

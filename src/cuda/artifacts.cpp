@@ -114,7 +114,9 @@ runtime::Manifest plan(const kernel::Program& p, const Module& module, const Art
       info.grid[d] = static_cast<int>(k.grid[d]);
       info.block[d] = static_cast<int>(k.block[d]);
     }
-    info.sharedBytes = k.dynamicSharedBytes;
+    info.grid[0] = static_cast<int>(k.grid[0] / k.groups);  // Kernel::groups: the body's blocks packed into thread blocks
+    info.block[0] = static_cast<int>(k.block[0] * k.groups);
+    info.sharedBytes = k.groups * k.groupSharedBytes();
     info.programmaticLaunch = k.programmaticLaunch;
     for (const kernel::TensorMap& t : k.tensorMaps)
       info.tensorMaps.push_back({t.param, t.offset, t.rows, t.cols, t.rowStride, t.boxRows, t.boxCols, t.swizzle128});

@@ -66,8 +66,13 @@ class Emitter {
       args.push_back(fmt::format("const __grid_constant__ CUtensorMap {}", tensorMaps_.back()));
     }
     const std::string cluster = k_.cluster > 1 ? fmt::format("__cluster_dims__({}, 1, 1) ", k_.cluster) : "";
-    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}{}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2],
+    out += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}{}({}) {{\n", k_.block[0] * k_.block[1] * k_.block[2] * k_.groups,
                        cluster, k_.name, fmt::join(args, ", "));
+    if (k_.groups > 1) {  // Kernel::groups: the body's block and thread indices, and the group's share of shared memory
+      out += fmt::format("  const int kiln_group = threadIdx.x / {};  // {} of the kernel's blocks in this thread block\n", k_.block[0], k_.groups);
+      out += fmt::format("  const int kiln_thread = threadIdx.x % {};\n", k_.block[0]);
+      out += fmt::format("  const int kiln_block = blockIdx.x * {} + kiln_group;\n", k_.groups);
+    }
     std::set<int> asyncTargets, tmaTargets;
     collectAsyncTargets(k_.body, asyncTargets, tmaTargets);
     std::string dynamicBase;  // the extern __shared__ array the dynamic buffers are carved from
@@ -88,8 +93,9 @@ class Emitter {
         dynamicBase = cIdentifier("kiln_dynamic_shared", used);
         out += fmt::format("  extern __shared__ __align__(1024) unsigned char {}[];\n", dynamicBase);
       }
+      const std::string base = k_.groups > 1 ? fmt::format("{} + kiln_group * {}", dynamicBase, k_.groupSharedBytes()) : dynamicBase;
       out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} {5}\n",
-                         sb.mbarriers ? "unsigned long long" : cudaTypeName(sb.dtype), shared_[i], dynamicBase,
+                         sb.mbarriers ? "unsigned long long" : cudaTypeName(sb.dtype), shared_[i], base,
                          k_.dynamicSharedOffset(static_cast<int>(i)), sb.elements, sb.mbarriers ? "mbarriers" : "elements");
     }
     if (!floats_.empty()) out += fmt::format("  float {};\n", fmt::join(floats_, ", "));
@@ -116,6 +122,10 @@ class Emitter {
   // Index variables print with their C names (threadIdx.x, blockIdx.x, p0, r0, i, j).
   std::string idx(const Idx& e) {
     Idx named = mapIndexLoads(e, [&](const IndexNode& l, const Idx& flat) { return idxLoad(l.buffer, params_[l.buffer], flat); });
+    if (k_.groups > 1)  // the body's indices within its group (Kernel::groups)
+      named = substitute(named, [](int v, const std::string&) -> Idx {
+        return v == kernel::kThreadIdx ? idxVar(v, "kiln_thread") : v == kernel::kBlockIdx ? idxVar(v, "kiln_block") : nullptr;
+      });
     return toString(named, true);
   }
 
@@ -173,7 +183,9 @@ class Emitter {
             out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, shared_[s.target], idx(s.a),
                                cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
           break;
-        case K::Barrier: out += pad + "__syncthreads();\n"; break;
+        case K::Barrier:  // a group's own barrier where the thread block holds several (Kernel::groups)
+          out += k_.groups > 1 ? fmt::format("{}kiln::group_barrier<{}>(1 + kiln_group);\n", pad, k_.block[0]) : pad + "__syncthreads();\n";
+          break;
         case K::BlockTicket: {  // kernel::blockTicket: the block's stores, then one acq_rel atomic by thread 0, shared
           // bar.sync orders every thread's stores before thread 0's release (cumulative at gpu scope), and its acquire
           // before every thread's loads after the second bar.sync: no fence per thread (a fence.sc per thread measured

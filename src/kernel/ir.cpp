@@ -466,6 +466,11 @@ int64_t Kernel::dynamicSharedOffset(int buffer) const {
   return offset;
 }
 
+int64_t Kernel::groupSharedBytes() const {
+  constexpr int64_t kGroupAlignment = 1024;  // what a TMA destination needs, so each group's buffers align as one block's
+  return groups > 1 ? (dynamicSharedBytes + kGroupAlignment - 1) / kGroupAlignment * kGroupAlignment : dynamicSharedBytes;
+}
+
 int64_t Kernel::dynamicBuffersBytes() const {
   int64_t end = 0;
   for (int i = 0; i < static_cast<int>(shared.size()); ++i)

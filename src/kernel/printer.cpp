@@ -243,6 +243,7 @@ std::string print(const Program& p) {
     out += fmt::format("\nkernel {} grid{} block{} shared {} bytes", k.name, dims(k.grid), dims(k.block), k.sharedBytes());
     if (k.dynamicSharedBytes) out += fmt::format(" (dynamic {} bytes)", k.dynamicSharedBytes);
     if (k.cluster > 1) out += fmt::format(" cluster {}", k.cluster);
+    if (k.groups > 1) out += fmt::format(" groups {}", k.groups);
     if (k.programmaticLaunch) out += " programmatic-launch";
     if (!k.origins.empty()) out += fmt::format("  // {}", fmt::join(k.origins, "; "));
     out += "\n";
@@ -294,6 +295,7 @@ nlohmann::json toJson(const Program& p) {
                       {"float_vars", k.floatVars}};
     if (!k.pairVars.empty()) kj["pair_vars"] = k.pairVars;
     if (k.cluster > 1) kj["cluster"] = k.cluster;
+    if (k.groups > 1) kj["groups"] = k.groups;
     if (k.programmaticLaunch) kj["programmatic_launch"] = true;
     kj["params"] = nlohmann::json::array();
     for (auto& prm : k.params)

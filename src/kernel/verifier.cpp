@@ -435,9 +435,10 @@ void Verifier::run() {
   if (k.dynamicSharedBytes < k.dynamicBuffersBytes())
     fail("dynamic shared buffers need {} bytes but the kernel launches with {} bytes of dynamic shared memory",
          k.dynamicBuffersBytes(), k.dynamicSharedBytes);
-  if (k.sharedBytes() + k.dynamicSharedBytes > target.maxSharedPerBlock)
+  if (k.sharedBytes() + k.groups * k.groupSharedBytes() > target.maxSharedPerBlock)
     fail("{} bytes of shared memory in all ({} static + {} dynamic; at most {} per block on {})",
-         k.sharedBytes() + k.dynamicSharedBytes, k.sharedBytes(), k.dynamicSharedBytes, target.maxSharedPerBlock, target.arch);
+         k.sharedBytes() + k.groups * k.groupSharedBytes(), k.sharedBytes(), k.groups * k.groupSharedBytes(), target.maxSharedPerBlock,
+         target.arch);
   for (size_t i = 0; i < k.tensorMaps.size(); ++i)
     if (std::string why = detail::checkTensorMap(k, target, i); !why.empty()) fail("{}", why);
   if (std::string why = detail::checkLaunch(k, target); !why.empty()) fail("{}", why);

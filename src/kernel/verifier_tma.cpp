@@ -66,7 +66,26 @@ bool usesClusters(const Block& body, bool peers) {  // peers: only statements th
 }
 }  // namespace
 
+namespace {
+bool usesGroupWideState(const Block& body) {  // what a group of a packed thread block cannot have to itself
+  for (const Stmt& st : body)
+    if (st.kind == Stmt::Kind::NamedBarrier || st.kind == Stmt::Kind::BlockTicket || usesGroupWideState(st.body)) return true;
+  return false;
+}
+}  // namespace
+
 std::string checkLaunch(const Kernel& k, const Target& target) {
+  if (k.groups < 1 || k.groups > 8) return fmt::format("{} groups a thread block (1 to 8)", k.groups);
+  if (k.groups > 1) {
+    if (k.grid[0] % k.groups != 0 || k.grid[1] != 1 || k.grid[2] != 1 || k.block[1] != 1 || k.block[2] != 1)
+      return fmt::format("{} groups a thread block in a grid of ({}, {}, {}) blocks of ({}, {}, {}) threads (groups divide a "
+                         "one-dimensional grid)", k.groups, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2]);
+    if (k.block[0] % Target::kWarpSize != 0 || k.block[0] * k.groups > 1024)
+      return fmt::format("{} groups of {} threads a thread block (whole warps, at most 1024 threads)", k.groups, k.block[0]);
+    if (k.cluster > 1 || k.sharedBytes() > 0 || usesGroupWideState(k.body))
+      return "groups in a kernel with a cluster, static shared buffers, named barriers or block tickets (each would be the "
+             "thread block's, not a group's)";
+  }
   if (k.cluster < 1 || k.cluster > 8) return fmt::format("a cluster of {} blocks (1 to 8)", k.cluster);
   if (k.cluster > 1 && (k.grid[0] % k.cluster != 0 || k.grid[1] != 1 || k.grid[2] != 1))
     return fmt::format("a cluster of {} blocks in a grid of ({}, {}, {}) (clusters divide a one-dimensional grid)", k.cluster, k.grid[0],

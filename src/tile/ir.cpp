@@ -89,6 +89,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                        16 / dtypeBytes(f->mmaType), f->ring, launch) +
            (f->pairBlocks ? "; query blocks paired last with first" : "") +
            (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
+           (f->packedPairs > 0 ? fmt::format("; grid: {} thread blocks of two query blocks whose key steps add up evenly "
+                                             "(the heaviest alone)", f->packedPairs) : "") +
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "") +
            (f->scoresAhead ? "; scores a step ahead" : "");
   const auto& t = std::get<TiledContraction>(s);
@@ -143,7 +145,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"packed_pairs", f->packedPairs}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -270,6 +272,13 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
     KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && f->ring == 2),
                 "kernel {}: flash_attention scores a step ahead need tensor cores, no key split and two ring slots", k.name);
+    if (f->packedPairs > 0) {
+      const int64_t items = k.rowPoints() / k.parallel[static_cast<size_t>(f->queryAxis)].extent * flashQueryBlocks(*f, k);
+      KILN_ASSERT(!cudaCores && f->keyTo && !f->pairBlocks && !f->rowsInner && f->packedPairs < items && items <= 2 * f->packedPairs,
+                  "kernel {}: flash_attention packed in {} thread blocks of two needs tensor cores, a causal mask, no other grid "
+                  "order and between {} and {} query blocks (it has {})", k.name, f->packedPairs, f->packedPairs + 1,
+                  2 * f->packedPairs, items);
+    }
     const int64_t registers = flashAccumulators(*f, o->depth, o->width);
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;

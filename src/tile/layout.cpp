@@ -50,6 +50,7 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                         [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
                         [&](const FlashAttention& f) {
                           const int64_t blocks = flashQueryBlocks(f, k);
+                          if (f.packedPairs > 0) return 2 * f.packedPairs;  // two groups a thread block (the blocks seen by its body)
                           return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * (f.pairBlocks ? (blocks + 1) / 2 : blocks);
                         },
                         [&](const TiledContraction& t) {

@@ -386,6 +386,16 @@ struct Kernel {
   std::array<int64_t, 3> block{1, 1, 1};
   // Blocks per thread-block cluster along x (1: none; 2..8, dividing grid[0]; sm_90+), see tmaLoadMulticast.
   int64_t cluster = 1;
+  // Blocks packed into one thread block (1: none; 2..8, dividing grid[0]): grid and block stay those of the kernel's
+  // blocks as its body sees them (blockIdx, threadIdx, barriers, shared buffers), and the launch runs grid[0] / groups
+  // thread blocks of groups * block[0] threads. Block b of the body is group b mod groups of thread block b div groups:
+  // its threads are that thread block's [g * block[0], (g + 1) * block[0]), each group has its own copy of the dynamic
+  // shared memory (dynamicSharedBytes, rounded up to 1024 bytes, apart) and `barrier` is the group's (bar.sync 1 + g).
+  // What it is for: blocks that must share an SM (a GPU places separate blocks where it chooses:
+  // bench/probes/block_placement.cu). The interpreter runs the body's blocks as it would without. A kernel with groups
+  // has neither static shared buffers, named barriers, block tickets nor clusters, and block[0] is whole warps.
+  int64_t groups = 1;
+  int64_t groupSharedBytes() const;  // a group's share of the thread block's dynamic shared memory
   // Programmatic dependent launch (sm_90+; Target::programmaticLaunch), set by kernel-overlap-launches: every thread
   // first waits until the grids launched before this one on the stream have completed and their writes are visible
   // (griddepcontrol.wait, before the body touches any memory); after the body it allows the next grid to launch

@@ -189,6 +189,15 @@ struct FlashAttention {
   // turn gives an SM's second block from the light half. Without it: block b takes row b div QB, query block
   // QB - 1 - b mod QB (each row's blocks heaviest first, one row after another).
   bool rowsInner = false;
+  // Causal, unpaired, N query blocks in all with S < N <= 2 S for S = packedPairs (the target's SMs;
+  // tile-pack-attention-pairs): S thread blocks of two groups (Kernel IR Kernel::groups), so that the two query blocks
+  // of a thread block share its SM, dealt so that every SM walks about the same number of key steps. List the query
+  // blocks heaviest first (rows inner: item i is row i mod R, query block QB - 1 - i div R) and let M = N - S: thread
+  // block b < M pairs item S - M + b with item N - 1 - b (the lighter of the heavy ones with the lightest), thread block
+  // b >= M runs item b - M alone (the heaviest), its second group idle. Where the GPU chooses which separate blocks
+  // share an SM, it did not pair them this way on the H200 (bench/probes/block_placement.cu: 28 heads at 512 tokens,
+  // 224 blocks, left up to 10 key steps on an SM where the mean is 7.6; dealt so, at most 8). 0: not packed.
+  int64_t packedPairs = 0;
   // Tensor cores: each row's running sum of probabilities accumulates in one more mma.sync per 16 keys, the packed
   // probabilities times a fragment of ones (tile-sum-attention-rows-by-mma): one instruction where a thread would add
   // 16 of its probabilities, the sum already over the 4 lanes sharing the row; it adds the bf16-rounded probabilities the
@@ -279,6 +288,7 @@ bool pipelineAsyncCopies(Program& p);           // tile-pipeline-async-copies
 bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 bool deepenAttentionSteps(Program& p);          // tile-deepen-attention-steps
 bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-rows
+bool packAttentionPairs(Program& p);            // tile-pack-attention-pairs
 bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mma
 bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmma
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
