@@ -285,4 +285,20 @@ StreamK streamK(const TiledContraction& s, const Contraction& c) {
   return w;
 }
 
+int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements) {
+  for (size_t b = 0; b < p.loop.buffers.size(); ++b) {
+    loop::Buffer& buf = p.loop.buffers[b];
+    if (buf.name != name) continue;
+    buf.shape = {std::max(buf.shape.at(0), elements)};
+    return static_cast<int>(b);
+  }
+  loop::Buffer buf;
+  buf.kind = kind;
+  buf.name = name;
+  buf.dtype = dtype;
+  buf.shape = {elements};
+  p.loop.buffers.push_back(buf);
+  return static_cast<int>(p.loop.buffers.size() - 1);
+}
+
 }  // namespace kiln::tile

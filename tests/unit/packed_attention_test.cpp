@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "attention_support.h"
@@ -62,43 +63,57 @@ TEST(PackedAttention, TheRulePacksGridsOfOneToTwoBlocksAnSm) {
   }
 }
 
-// Every query block once, the heaviest alone: on 40 SMs, 64 blocks make 24 pairs and 16 alone, and no SM walks more key
-// steps than the heaviest block (8) — the interleaved grid leaves it to the GPU.
+// Every query block once, the heaviest on a thread block of their own: on 40 SMs, 64 blocks make 24 pairs and 16 that
+// split their keys over both groups (the same item twice), and no SM walks more key steps than the heaviest block (8) —
+// the interleaved grid leaves which blocks share an SM to the GPU. Without the split, the lone blocks' second groups idle.
 TEST(PackedAttention, EachQueryBlockRunsOnceAndPairsBalance) {
-  Compiled c = compiledFor("attention_bf16_512", 40, "kernel");
-  const kernel::Kernel& k = c.kernelIR.kernels[0];
-  EXPECT_EQ(k.groups, 2);
-  EXPECT_EQ(k.grid[0], 80);
-  EXPECT_EQ(k.block[0], 128);
-  EXPECT_NE(kernel::print(c.kernelIR).find(" groups 2"), std::string::npos);
-  // The item each of the kernel's blocks takes, as the lowering computes it (the `item` definition).
-  const kernel::Stmt* def = nullptr;
-  for (const kernel::Stmt& s : k.body)
-    if (s.kind == kernel::Stmt::Kind::DefIdx && s.name == "item") def = &s;
-  ASSERT_NE(def, nullptr) << kernel::print(c.kernelIR);
-  std::vector<int> seen(64, 0);
-  std::vector<int64_t> steps(40, 0);
-  int idle = 0;
-  for (int64_t v = 0; v < 80; ++v) {
-    // `bid` (the block index) is the only variable the item reads.
-    const int64_t i = evaluate(substitute(def->a, [&](int, const std::string& name) -> Idx { return name == "bid" ? idxConst(v) : nullptr; }), {});
-    if (i == 64) {
-      ++idle;
-      continue;
+  for (bool split : {true, false}) {
+    SCOPED_TRACE(split ? "lone blocks split" : "lone blocks alone");
+    Compiled c = compiledFor("attention_bf16_512", 40, "tile");
+    auto& f = std::get<tile::FlashAttention>(c.tileIR.schedules[0]);
+    EXPECT_TRUE(f.splitAlone) << "the rule splits them";
+    f.splitAlone = split;
+    kernel::Program kp = kernel::lowerFromTile(c.tileIR);
+    const kernel::Kernel& k = kp.kernels[0];
+    EXPECT_EQ(k.groups, 2);
+    EXPECT_EQ(k.grid[0], 80);
+    EXPECT_EQ(k.block[0], 128);
+    EXPECT_NE(kernel::print(kp).find(" groups 2"), std::string::npos);
+    std::vector<int> seen(64, 0);
+    std::vector<int64_t> steps(40, 0);
+    int idle = 0;
+    for (int64_t v = 0; v < 80; ++v) {
+      // The item each of the kernel's blocks takes, as its first definitions compute it.
+      std::vector<int64_t> env(1 << 12, 0);
+      env[kernel::kBlockIdx] = v;
+      std::optional<int64_t> item;
+      for (const kernel::Stmt& s : k.body) {
+        if (s.kind != kernel::Stmt::Kind::DefIdx) continue;
+        env.at(static_cast<size_t>(s.var)) = evaluate(s.a, env);
+        if (s.name == "item") item = env[static_cast<size_t>(s.var)];
+        if (item) break;
+      }
+      ASSERT_TRUE(item.has_value()) << kernel::print(kp);
+      const int64_t i = *item;
+      if (i == 64) {
+        ++idle;
+        continue;
+      }
+      ASSERT_GE(i, 0);
+      ASSERT_LT(i, 64);
+      if (++seen[static_cast<size_t>(i)] == 1) steps[static_cast<size_t>(v / 2)] += 8 - i / 8;  // query block 7 - i div 8
     }
-    ASSERT_GE(i, 0);
-    ASSERT_LT(i, 64);
-    ++seen[static_cast<size_t>(i)];
-    steps[static_cast<size_t>(v / 2)] += 8 - i / 8;  // item i: query block 7 - i div 8 walks 8 - i div 8 steps
+    EXPECT_EQ(idle, split ? 0 : 16);
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(seen[static_cast<size_t>(i)], split && i < 16 ? 2 : 1) << "item " << i;
+    EXPECT_EQ(*std::max_element(steps.begin(), steps.end()), 8);
+    EXPECT_EQ(*std::min_element(steps.begin(), steps.end()), 7) << "64 blocks of 8 .. 1 steps on 40 SMs: 288, 7.2 an SM";
   }
-  EXPECT_EQ(idle, 16);
-  for (int s : seen) EXPECT_EQ(s, 1);
-  EXPECT_EQ(*std::max_element(steps.begin(), steps.end()), 8);
-  EXPECT_EQ(*std::min_element(steps.begin(), steps.end()), 7) << "64 blocks of 8 .. 1 steps on 40 SMs: 288, 7.2 an SM";
 }
 
-// Packed on every count of thread blocks from all pairs to one pair, against the Loop IR: causal and windowed attention at
-// 100 tokens (partial blocks), 200 tokens of head dim 16, 80 of head dim 128 and 512 tokens.
+// Packed on every count of thread blocks from all pairs to one pair, the lone blocks alone or splitting their keys (also
+// where a lone block walks one step, its second half none), against the Loop IR: causal and windowed attention at 100
+// tokens (partial blocks), 200 tokens of head dim 16, 80 of head dim 128 and 512 tokens; each twice, so the counters are
+// back at zero.
 TEST(PackedAttention, PackedBlocksMatchTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep", "attention_bf16_512"}) {
     Compiled c = compiled(model, "tile");
@@ -106,18 +121,28 @@ TEST(PackedAttention, PackedBlocksMatchTheLoopInterpreter) {
     auto want = loop::interpret(c.loopIR, inputs);
     const int64_t n = queryBlocksInAll(c.tileIR, 0);
     for (size_t i = 1; i < c.tileIR.schedules.size(); ++i) ASSERT_EQ(queryBlocksInAll(c.tileIR, i), n);
-    for (int64_t sms : {(n + 1) / 2, (3 * n) / 4, n - 1}) {
-      if (sms < 1 || sms >= n || 2 * sms < n) continue;
-      SCOPED_TRACE(fmt::format("{}: {} query blocks in {} thread blocks", model, n, sms));
-      tile::Program t = c.tileIR;
-      for (auto& s : t.schedules) {
-        auto& f = std::get<tile::FlashAttention>(s);
-        f.rowsInner = false;
-        f.pairBlocks = false;
-        f.packedPairs = sms;
+    for (int64_t sms : {(n + 1) / 2, (3 * n) / 4, n - 1})
+      for (bool split : {false, true}) {
+        if (sms < 1 || sms >= n || 2 * sms < n || (split && 2 * sms == n)) continue;
+        SCOPED_TRACE(fmt::format("{}: {} query blocks in {} thread blocks, split {}", model, n, sms, split));
+        tile::Program t = c.tileIR;
+        for (auto& s : t.schedules) {
+          auto& f = std::get<tile::FlashAttention>(s);
+          f.rowsInner = false;
+          f.pairBlocks = false;
+          f.packedPairs = sms;
+          if (!split || f.keySplit != 1 || f.warpRows != 16) continue;
+          f.splitAlone = true;
+          f.partials = tile::programBuffer(t, "attention_partials", loop::Buffer::Kind::Temp, DType::F32,
+                                           (2 * sms - n) * tile::flashCombineValues(64) * tile::threadsPerBlock(f) * 4);
+          f.counters = tile::programBuffer(t, "attention_counters", loop::Buffer::Kind::Counters, DType::I64, 2 * sms - n);
+        }
+        tile::verify(t);
+        kernel::Program kp = kernel::lowerFromTile(t);
+        kernel::verify(kp);
+        expectMatches(kernel::interpret(kp, inputs), want);
+        expectMatches(kernel::interpret(kp, inputs), want);
       }
-      expectMatches(runSchedules(t, inputs), want);
-    }
   }
 }
 

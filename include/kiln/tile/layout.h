@@ -137,5 +137,8 @@ int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages);
 int64_t prefetchRegisters(const TiledContraction& s, int64_t stages);
 // The tensor-core operand type the schedule multiplies in, if it uses tensor cores.
 std::optional<DType> scheduledTensorCoreType(const Schedule& s);
+// The program's buffer `name` of `kind` and `dtype` (made on first use), one-dimensional, grown to `elements` or more:
+// scratch that kernels running one after another share (stream-K partial tiles, attention partials, counters).
+int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements);
 
 }  // namespace kiln::tile
