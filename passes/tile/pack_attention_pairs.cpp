@@ -11,14 +11,16 @@
 // share its SM by construction and the worst walks 8 (28 heads: 40 alone with 8 or 7 steps, 92 pairs of 8 or 7; 32
 // heads: 9). Measured on the H200 (2026-12-04, f7a80d0, hot, against without): Qwen2.5-7B's heads at 512 tokens,
 // sdpa 13.2 against 14.3 us, attention_naive 13.2 against 14.6; TinyLlama's 9.8 against 9.8.
-// The blocks that run alone (the 2 S - N heaviest) split their key steps over both groups (FlashAttention::splitAlone):
-// alone, a 4-warp block has one warp a scheduler to hide each step's latency, and with 28 heads its 8 steps are what
-// the kernel waits for last.
 // Rule: unpaired tensor-core flash attention with an upper key bound (keyTo) and 4 or more query blocks per row, N
 // query blocks in all with S < N <= 2 S (S = Target::smCount), two blocks' threads and shared memory within one
-// thread block's. The lone blocks' keys split where there is no key split already, warps hold 16 rows, no lower key
-// bound (window) and every lone block walks 2 steps or more. Runs after tile-interleave-attention-rows, whose order it
-// replaces.
+// thread block's. Runs after tile-interleave-attention-rows, whose order it replaces.
+//
+// tile-split-lone-attention-blocks: in such a packed grid, the thread blocks whose query block runs alone (the 2 S - N
+// heaviest) split its key steps over both groups (FlashAttention::splitAlone), the first half handing its partial to
+// the second through global memory. Why: alone, a 4-warp block has one warp a scheduler to hide each step's latency,
+// and at 28 heads those blocks' 8 steps are what the kernel waits for last.
+// Rule: packed, no key split already, warps of 16 rows, no lower key bound (window), and every lone block walks 2
+// steps or more.
 #include <algorithm>
 
 #include "kiln/tile/ir.h"
@@ -41,6 +43,19 @@ bool packAttentionPairs(Program& p) {
       continue;
     f->rowsInner = false;
     f->packedPairs = sms;
+    changed = true;
+  }
+  return changed;
+}
+
+bool splitLoneAttentionBlocks(Program& p) {
+  bool changed = false;
+  for (size_t i = 0; i < p.schedules.size(); ++i) {
+    auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
+    const loop::Kernel& k = p.loop.kernels[i];
+    if (!f || f->packedPairs == 0 || f->splitAlone) continue;
+    const int64_t items = k.rowPoints() / k.parallel[static_cast<size_t>(f->queryAxis)].extent * flashQueryBlocks(*f, k);
+    const int64_t sms = f->packedPairs;
     // The lightest lone block: item 2 S - N - 1 of the list heaviest first (rows inner), query block QB - 1 - item div R.
     const int64_t alone = 2 * sms - items, rows = items / flashQueryBlocks(*f, k);
     const int64_t lq = k.parallel[static_cast<size_t>(f->queryAxis)].extent, lk = k.attention->key.extent;
@@ -52,8 +67,8 @@ bool packAttentionPairs(Program& p) {
       f->splitAlone = true;
       f->partials = programBuffer(p, "attention_partials", loop::Buffer::Kind::Temp, DType::F32, alone * values * threadsPerBlock(*f));
       f->counters = programBuffer(p, "attention_counters", loop::Buffer::Kind::Counters, DType::I64, alone);
+      changed = true;
     }
-    changed = true;
   }
   return changed;
 }

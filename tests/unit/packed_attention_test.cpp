@@ -55,6 +55,13 @@ TEST(PackedAttention, TheRulePacksGridsOfOneToTwoBlocksAnSm) {
   forty.smCount = 40;
   Compiled off = compileModel(test::fixturePath("attention_bf16_512"), {}, without, "tile", std::nullopt, forty);
   EXPECT_EQ(std::get<tile::FlashAttention>(off.tileIR.schedules[0]).packedPairs, 0);
+  without.disable = {"tile-split-lone-attention-blocks"};
+  Compiled unsplit = compileModel(test::fixturePath("attention_bf16_512"), {}, without, "tile", std::nullopt, forty);
+  EXPECT_EQ(std::get<tile::FlashAttention>(unsplit.tileIR.schedules[0]).packedPairs, 40);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(unsplit.tileIR.schedules[0]).splitAlone);
+  EXPECT_TRUE(std::get<tile::FlashAttention>(compiledFor("attention_bf16_512", 40, "tile").tileIR.schedules[0]).splitAlone);
+  // 63 SMs: one pair, 62 alone, the lightest of them query block 0 of one step: not split.
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiledFor("attention_bf16_512", 63, "tile").tileIR.schedules[0]).splitAlone);
   Compiled f32 = compiledFor("attention_f32", 132, "tile");
   const int64_t n = queryBlocksInAll(f32.tileIR, 0);
   for (int64_t sms : {(n + 1) / 2, n - 1}) {
