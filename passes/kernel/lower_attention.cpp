@@ -62,9 +62,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // group g = v mod 2 of thread block b = v div 2, for S thread blocks and N items (S < N <= 2 S, M = N - S): group 0 of
 // b < M takes S - M + b and group 1 N - 1 - b; group 0 of b >= M (`alone`: 1 there, else 0) takes b - M and group 1
 // none (N), or the same item where the two split its keys (splitAlone).
-Idx packedItem(const Idx& v, const Idx& alone, int64_t S, int64_t N, bool split) {
+Idx packedItem(const Idx& v, const Idx& g, const Idx& alone, int64_t S, int64_t N, bool split) {
   const int64_t M = N - S;
-  const Idx b = floorDiv(v, 2), g = mod(v, 2);
+  const Idx b = floorDiv(v, 2);
   const Idx first = idxAdd(b, S - M) + idxMul(alone, -S);  // S - M + b, or b - M
   const Idx second = idxAdd(idxMul(b, -1), N - 1) +         // N - 1 - b, or N (split: b - M)
                      alone * (split ? idxAdd(idxMul(b, 2), 1 - M - N) : idxAdd(b, 1));
@@ -141,7 +141,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     const int64_t M = items - f.packedPairs;
     alone = defVar(top, "alone", idxMin(idxMax(idxAdd(floorDiv(bid, 2), 1 - M), idxConst(0)), idxConst(1)), 2);  // b >= M
     packedGroup = defVar(top, "grp", mod(bid, 2), 2);
-    item = defVar(top, "item", packedItem(bid, alone, f.packedPairs, items, f.splitAlone), items + 1);
+    item = defVar(top, "item", packedItem(bid, packedGroup, alone, f.packedPairs, items, f.splitAlone), items + 1);
     bid = defVar(top, "it", idxMin(item, idxConst(items - 1)), items);  // in range where `item` names none (guarded below)
   }
   // rowsInner: block b takes row b mod R and position pb = b div R of the order QB - 1, .., QB - H, 0, .., QB - H - 1

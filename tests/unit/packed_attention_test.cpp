@@ -176,6 +176,14 @@ TEST(PackedAttention, TheEmittedKernelPacksTwoGroupsAThreadBlock) {
   EXPECT_EQ(j["kernels"][0]["grid"][0], 40);
   EXPECT_EQ(j["kernels"][0]["block"][0], 256);
   EXPECT_EQ(j["kernels"][0]["shared_bytes"], 2 * k.groupSharedBytes());
+  // Packed without the split of the lone blocks' keys: nvcc takes that kernel too (no variable left unused).
+  PipelineOptions unsplit;
+  unsplit.disable = {"tile-split-lone-attention-blocks"};
+  Target forty = defaultTarget();
+  forty.smCount = 40;
+  Compiled alone = compileModel(test::fixturePath("attention_bf16_512"), {}, unsplit, "cuda", std::nullopt, forty);
+  ASSERT_EQ(alone.kernelIR.kernels[0].groups, 2);
+  EXPECT_NO_THROW(cuda::writeArtifacts(alone.kernelIR, alone.cudaIR, tmp.path / "b", cuda::ArtifactOptions{"sm_90a", true}));
 }
 
 // Refused: a packed schedule with another grid order or not between S + 1 and 2 S query blocks; a kernel with groups
