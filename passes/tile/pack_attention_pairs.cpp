@@ -15,14 +15,12 @@
 // query blocks in all with S < N <= 2 S (S = Target::smCount), two blocks' threads and shared memory within one
 // thread block's. Runs after tile-interleave-attention-rows, whose order it replaces.
 //
-// tile-split-lone-attention-blocks: in such a packed grid, the thread blocks whose query block runs alone (the 2 S - N
-// heaviest) split its key steps over both groups (FlashAttention::splitAlone), the first half handing its partial to
-// the second through global memory. Why: alone, a 4-warp block has one warp a scheduler to hide each step's latency,
-// and at 28 heads those blocks' 8 steps are what the kernel waits for last.
-// Rule: packed, no key split already, warps of 16 rows, no lower key bound (window), and every lone block walks 2
-// steps or more.
-#include <algorithm>
-
+// The lone blocks could split their key steps over both groups (FlashAttention::splitAlone: the first half hands its
+// partial to the second through global memory); a pass that chose that where every lone block walks 2 steps or more,
+// tile-split-lone-attention-blocks, measured slower on the H200 (2026-12-04, eb885b3, one call, hot: Qwen2.5-7B's heads
+// at 512 tokens 13.9 us split against 13.0 packed alone, TinyLlama's 9.8 against 9.5) and was deleted; the schedule,
+// its lowering and its tests stay. Two groups stepping through halves of one block's keys share the SM's tensor cores
+// as two query blocks do: the lone block is not waiting on latency its idle group could hide.
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
@@ -44,31 +42,6 @@ bool packAttentionPairs(Program& p) {
     f->rowsInner = false;
     f->packedPairs = sms;
     changed = true;
-  }
-  return changed;
-}
-
-bool splitLoneAttentionBlocks(Program& p) {
-  bool changed = false;
-  for (size_t i = 0; i < p.schedules.size(); ++i) {
-    auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
-    const loop::Kernel& k = p.loop.kernels[i];
-    if (!f || f->packedPairs == 0 || f->splitAlone) continue;
-    const int64_t items = k.rowPoints() / k.parallel[static_cast<size_t>(f->queryAxis)].extent * flashQueryBlocks(*f, k);
-    const int64_t sms = f->packedPairs;
-    // The lightest lone block: item 2 S - N - 1 of the list heaviest first (rows inner), query block QB - 1 - item div R.
-    const int64_t alone = 2 * sms - items, rows = items / flashQueryBlocks(*f, k);
-    const int64_t lq = k.parallel[static_cast<size_t>(f->queryAxis)].extent, lk = k.attention->key.extent;
-    const int64_t lightest = flashQueryBlocks(*f, k) - 1 - (alone - 1) / rows;
-    const int64_t lastRow = std::min(lightest * f->blockQ + f->blockQ - 1, lq - 1);
-    if (alone > 0 && f->keySplit == 1 && f->warpRows == 16 && !f->keyFrom &&
-        ceilDiv(std::min(lk, lastRow + *f->keyTo), f->blockKV) >= 2) {
-      const int64_t values = flashCombineValues(k.parallel[static_cast<size_t>(k.rowAxes)].extent);
-      f->splitAlone = true;
-      f->partials = programBuffer(p, "attention_partials", loop::Buffer::Kind::Temp, DType::F32, alone * values * threadsPerBlock(*f));
-      f->counters = programBuffer(p, "attention_counters", loop::Buffer::Kind::Counters, DType::I64, alone);
-      changed = true;
-    }
   }
   return changed;
 }

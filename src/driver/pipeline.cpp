@@ -68,7 +68,6 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-attention-scores-by-wgmma", tile::attentionScoresByWgmma);  // after the block's rows and steps
   run.pass(c.tileIR, "tile-attention-scores-ahead", tile::attentionScoresAhead);  // after the ring and the scores' instruction
   run.pass(c.tileIR, "tile-pack-attention-pairs", tile::packAttentionPairs);  // after every pass sizing the block's threads and shared memory
-  run.pass(c.tileIR, "tile-split-lone-attention-blocks", tile::splitLoneAttentionBlocks);  // packed grids only
   run.pass(c.tileIR, "tile-warpgroup-products", tile::warpgroupProducts);  // the operands are final; before their shape
   run.pass(c.tileIR, "tile-shape-products", [](tile::Program& p) { return tile::shapeProducts(p); });  // after operand fusion: the operands are final
   run.pass(c.tileIR, "tile-stack-operands", tile::stackOperands);  // after tile_n is sized

@@ -1,7 +1,8 @@
 // tile-pack-attention-pairs and Kernel IR groups: causal tensor-core flash attention with more query blocks than SMs (at
 // most twice as many) runs one thread block per SM of two groups, each a block of the kernel's body with its own shared
-// memory and barrier. The rule, the deal (every query block once; the heaviest alone), the interpreter against the Loop
-// IR, the emitted CUDA and manifest, and the verifiers' refusals.
+// memory and barrier. The rule, the deal (every query block once; the heaviest alone, or splitting their keys over both
+// groups: FlashAttention::splitAlone, which no pass chooses), the interpreter against the Loop IR, the emitted CUDA and
+// manifest, and the verifiers' refusals.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -35,6 +36,17 @@ int64_t queryBlocksInAll(const tile::Program& t, size_t i) {  // the grid withou
   return tile::gridBlocks(f, t.loop.kernels[i]);
 }
 
+// FlashAttention::splitAlone on packed schedule i of t (no pass chooses it: measured slower), with its scratch buffers.
+void splitLoneBlocks(tile::Program& t, size_t i) {
+  auto& f = std::get<tile::FlashAttention>(t.schedules[i]);
+  const loop::Kernel& k = t.loop.kernels[i];
+  const int64_t alone = 2 * f.packedPairs - queryBlocksInAll(t, i);
+  const int64_t values = tile::flashCombineValues(k.parallel[static_cast<size_t>(k.rowAxes)].extent);
+  f.splitAlone = true;
+  f.partials = tile::programBuffer(t, "attention_partials", loop::Buffer::Kind::Temp, DType::F32, alone * values * tile::threadsPerBlock(f));
+  f.counters = tile::programBuffer(t, "attention_counters", loop::Buffer::Kind::Counters, DType::I64, alone);
+}
+
 // attention_bf16_512: 8 heads x 8 query blocks of 64 = 64 blocks. Packed where the target's SMs are fewer, at least half
 // as many; never on CUDA cores (f32).
 TEST(PackedAttention, TheRulePacksGridsOfOneToTwoBlocksAnSm) {
@@ -55,13 +67,8 @@ TEST(PackedAttention, TheRulePacksGridsOfOneToTwoBlocksAnSm) {
   forty.smCount = 40;
   Compiled off = compileModel(test::fixturePath("attention_bf16_512"), {}, without, "tile", std::nullopt, forty);
   EXPECT_EQ(std::get<tile::FlashAttention>(off.tileIR.schedules[0]).packedPairs, 0);
-  without.disable = {"tile-split-lone-attention-blocks"};
-  Compiled unsplit = compileModel(test::fixturePath("attention_bf16_512"), {}, without, "tile", std::nullopt, forty);
-  EXPECT_EQ(std::get<tile::FlashAttention>(unsplit.tileIR.schedules[0]).packedPairs, 40);
-  EXPECT_FALSE(std::get<tile::FlashAttention>(unsplit.tileIR.schedules[0]).splitAlone);
-  EXPECT_TRUE(std::get<tile::FlashAttention>(compiledFor("attention_bf16_512", 40, "tile").tileIR.schedules[0]).splitAlone);
-  // 63 SMs: one pair, 62 alone, the lightest of them query block 0 of one step: not split.
-  EXPECT_FALSE(std::get<tile::FlashAttention>(compiledFor("attention_bf16_512", 63, "tile").tileIR.schedules[0]).splitAlone);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiledFor("attention_bf16_512", 40, "tile").tileIR.schedules[0]).splitAlone)
+      << "the lone blocks run alone";
   Compiled f32 = compiledFor("attention_f32", 132, "tile");
   const int64_t n = queryBlocksInAll(f32.tileIR, 0);
   for (int64_t sms : {(n + 1) / 2, n - 1}) {
@@ -77,9 +84,7 @@ TEST(PackedAttention, EachQueryBlockRunsOnceAndPairsBalance) {
   for (bool split : {true, false}) {
     SCOPED_TRACE(split ? "lone blocks split" : "lone blocks alone");
     Compiled c = compiledFor("attention_bf16_512", 40, "tile");
-    auto& f = std::get<tile::FlashAttention>(c.tileIR.schedules[0]);
-    EXPECT_TRUE(f.splitAlone) << "the rule splits them";
-    f.splitAlone = split;
+    if (split) splitLoneBlocks(c.tileIR, 0);
     kernel::Program kp = kernel::lowerFromTile(c.tileIR);
     const kernel::Kernel& k = kp.kernels[0];
     EXPECT_EQ(k.groups, 2);
@@ -133,16 +138,12 @@ TEST(PackedAttention, PackedBlocksMatchTheLoopInterpreter) {
         if (sms < 1 || sms >= n || 2 * sms < n || (split && 2 * sms == n)) continue;
         SCOPED_TRACE(fmt::format("{}: {} query blocks in {} thread blocks, split {}", model, n, sms, split));
         tile::Program t = c.tileIR;
-        for (auto& s : t.schedules) {
-          auto& f = std::get<tile::FlashAttention>(s);
+        for (size_t i = 0; i < t.schedules.size(); ++i) {
+          auto& f = std::get<tile::FlashAttention>(t.schedules[i]);
           f.rowsInner = false;
           f.pairBlocks = false;
           f.packedPairs = sms;
-          if (!split || f.keySplit != 1 || f.warpRows != 16) continue;
-          f.splitAlone = true;
-          f.partials = tile::programBuffer(t, "attention_partials", loop::Buffer::Kind::Temp, DType::F32,
-                                           (2 * sms - n) * tile::flashCombineValues(64) * tile::threadsPerBlock(f) * 4);
-          f.counters = tile::programBuffer(t, "attention_counters", loop::Buffer::Kind::Counters, DType::I64, 2 * sms - n);
+          if (split && f.keySplit == 1 && f.warpRows == 16) splitLoneBlocks(t, i);
         }
         tile::verify(t);
         kernel::Program kp = kernel::lowerFromTile(t);
@@ -176,14 +177,14 @@ TEST(PackedAttention, TheEmittedKernelPacksTwoGroupsAThreadBlock) {
   EXPECT_EQ(j["kernels"][0]["grid"][0], 40);
   EXPECT_EQ(j["kernels"][0]["block"][0], 256);
   EXPECT_EQ(j["kernels"][0]["shared_bytes"], 2 * k.groupSharedBytes());
-  // Packed without the split of the lone blocks' keys: nvcc takes that kernel too (no variable left unused).
-  PipelineOptions unsplit;
-  unsplit.disable = {"tile-split-lone-attention-blocks"};
-  Target forty = defaultTarget();
-  forty.smCount = 40;
-  Compiled alone = compileModel(test::fixturePath("attention_bf16_512"), {}, unsplit, "cuda", std::nullopt, forty);
-  ASSERT_EQ(alone.kernelIR.kernels[0].groups, 2);
-  EXPECT_NO_THROW(cuda::writeArtifacts(alone.kernelIR, alone.cudaIR, tmp.path / "b", cuda::ArtifactOptions{"sm_90a", true}));
+  // With the lone blocks' keys split over both groups: nvcc takes that kernel too (its hand-over through global memory).
+  Compiled tiles = compiledFor("attention_bf16_512", 40, "tile");
+  splitLoneBlocks(tiles.tileIR, 0);
+  kernel::Program split = kernel::lowerFromTile(tiles.tileIR);
+  kernel::verify(split);
+  const cuda::Module module = cuda::emit(split);
+  EXPECT_NE(cuda::print(module).find("kiln::counter_await("), std::string::npos);
+  EXPECT_NO_THROW(cuda::writeArtifacts(split, module, tmp.path / "b", cuda::ArtifactOptions{"sm_90a", true}));
 }
 
 // Refused: a packed schedule with another grid order or not between S + 1 and 2 S query blocks; a kernel with groups

@@ -199,7 +199,7 @@ struct FlashAttention {
   // 224 blocks, left up to 10 key steps on an SM where the mean is 7.6; dealt so, at most 8). 0: not packed.
   int64_t packedPairs = 0;
   // With packedPairs: a thread block whose query block would run alone (b >= N - S) splits that block's key steps over
-  // its two groups instead (tile-split-lone-attention-blocks, where each such block walks 2 steps or more): group 0 walks the
+  // its two groups instead (no pass chooses it: measured slower, passes/tile/pack_attention_pairs.cpp): group 0 walks the
   // first half (rounded up), stores each thread's maxima, sums and outputs into `partials` ([b - (N - S)][value][thread],
   // f32) and releases the block's counter in `counters` (i64); group 1 walks the rest, waits for the counter (and sets
   // it back to zero), rescales both to the larger maximum, adds and writes the output. The two groups share the SM, so
@@ -297,7 +297,6 @@ bool warpgroupProducts(Program& p);             // tile-warpgroup-products
 bool deepenAttentionSteps(Program& p);          // tile-deepen-attention-steps
 bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-rows
 bool packAttentionPairs(Program& p);            // tile-pack-attention-pairs
-bool splitLoneAttentionBlocks(Program& p);      // tile-split-lone-attention-blocks
 bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mma
 bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmma
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
