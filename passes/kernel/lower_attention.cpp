@@ -30,7 +30,10 @@
 // Thread layout (kernel::mma): warp w works on row group rg = w mod (block_q / 16) and, with a key split, on share
 // kh = w div (block_q / 16) of every step's keys; its lane l holds rows 16 rg + g and 16 rg + g + 8 (g = l / 4) at columns
 // 2t, 2t + 1 (t = l % 4) of every 8-column tile. Pairing (pair_blocks) runs all of the above once per query block of the
-// pair, with a barrier between.
+// pair, with a barrier between. Packed pairs (packed_pairs) run it as one of two groups of a thread block (Kernel IR
+// groups: the body above, unchanged, with its own shared memory and barrier), guarded where the group has no query block;
+// with split_alone, a lone query block's two groups walk halves of its steps and the first hands its partial to the
+// second at the end (global memory and a counter; lower_attention_step.cpp).
 //
 // f32 (CUDA cores, tile::flashOnCudaCores): 8 x block_q threads; 16 lanes tx of a warp (lane bits 0, 2, 3, 4) hold rows
 // ty and ty + block_q / 2 (ty = 2 warp + lane bit 1) and keys tx + 16 c of every step: S by ffma from 16-byte vectors of 4
@@ -55,9 +58,6 @@ namespace kiln::kernel::detail {
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The statements of two independent blocks (neither reads what the other writes) in one, b's spread evenly among a's,
-// each in its own order: nvcc schedules within a basic block from the order it is given, and a warp issues in order, so
-// b's tensor-core work then issues between a's dependent steps rather than after them.
 // FlashAttention::packedPairs: the item (index into the query blocks listed heaviest first) of the kernel's block v,
 // group g = v mod 2 of thread block b = v div 2, for S thread blocks and N items (S < N <= 2 S, M = N - S): group 0 of
 // b < M takes S - M + b and group 1 N - 1 - b; group 0 of b >= M (`alone`: 1 there, else 0) takes b - M and group 1
@@ -71,6 +71,9 @@ Idx packedItem(const Idx& v, const Idx& g, const Idx& alone, int64_t S, int64_t 
   return first + g * (second + idxMul(first, -1));
 }
 
+// The statements of two independent blocks (neither reads what the other writes) in one, b's spread evenly among a's,
+// each in its own order: nvcc schedules within a basic block from the order it is given, and a warp issues in order, so
+// b's tensor-core work then issues between a's dependent steps rather than after them.
 Block interleaved(Block a, Block b) {
   Block out;
   size_t taken = 0;

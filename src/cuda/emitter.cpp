@@ -70,8 +70,8 @@ class Emitter {
                        cluster, k_.name, fmt::join(args, ", "));
     if (k_.groups > 1) {  // Kernel::groups: the body's block and thread indices, and the group's share of shared memory
       out += fmt::format("  const int kiln_group = threadIdx.x / {};  // {} of the kernel's blocks in this thread block\n", k_.block[0], k_.groups);
-      out += fmt::format("  const int kiln_thread = threadIdx.x % {};\n", k_.block[0]);
-      out += fmt::format("  const int kiln_block = blockIdx.x * {} + kiln_group;\n", k_.groups);
+      out += fmt::format("  [[maybe_unused]] const int kiln_thread = threadIdx.x % {};  // (a body may read neither)\n", k_.block[0]);
+      out += fmt::format("  [[maybe_unused]] const int kiln_block = blockIdx.x * {} + kiln_group;\n", k_.groups);
     }
     std::set<int> asyncTargets, tmaTargets;
     collectAsyncTargets(k_.body, asyncTargets, tmaTargets);
