@@ -42,16 +42,28 @@ Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, b
   tile::tensorCoreContractions(w.c.tileIR);
   tile::fuseOperandProducers(w.c.tileIR);
   EXPECT_TRUE(tile::warpgroupProducts(w.c.tileIR));  // then the passes after tile-shape-products, as the pipeline orders them
-  if (stacked) EXPECT_TRUE(tile::stackOperands(w.c.tileIR));
-  if (deepen) EXPECT_TRUE(tile::deepenRings(w.c.tileIR));
-  if (overlap) EXPECT_TRUE(tile::overlapWgmma(w.c.tileIR));
-  if (tma) EXPECT_TRUE(tile::tmaCopies(w.c.tileIR));
+  if (stacked) {  // (braces: gtest's macros are an if/else of their own)
+    EXPECT_TRUE(tile::stackOperands(w.c.tileIR));
+  }
+  if (deepen) {
+    EXPECT_TRUE(tile::deepenRings(w.c.tileIR));
+  }
+  if (overlap) {
+    EXPECT_TRUE(tile::overlapWgmma(w.c.tileIR));
+  }
+  if (tma) {
+    EXPECT_TRUE(tile::tmaCopies(w.c.tileIR));
+  }
   if (cluster)
     for (tile::Schedule& s : w.c.tileIR.schedules)
       if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->a.copy == tile::TiledContraction::Copy::Tma && !t->stackedB)
         t->tileN = 32;
-  if (producer) EXPECT_TRUE(tile::specializeWarps(w.c.tileIR, /*everywhere=*/true));
-  if (cluster) EXPECT_TRUE(tile::multicastOperands(w.c.tileIR));
+  if (producer) {
+    EXPECT_TRUE(tile::specializeWarps(w.c.tileIR, /*everywhere=*/true));
+  }
+  if (cluster) {
+    EXPECT_TRUE(tile::multicastOperands(w.c.tileIR));
+  }
   tile::verify(w.c.tileIR);
   for (const tile::Schedule& s : w.c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma)
@@ -170,7 +182,9 @@ TEST(WarpgroupProducts, TmaRingsMatchTheLoopProgram) {
     ASSERT_EQ(w.schedules.size(), 2u);
     for (const tile::TiledContraction& s : w.schedules) EXPECT_EQ(s.a.copy, tile::TiledContraction::Copy::Tma);
     for (const kernel::Kernel& k : w.kernelIR.kernels)
-      if (k.name.find("reduce_sum") != std::string::npos) EXPECT_FALSE(k.tensorMaps.empty()) << k.name;
+      if (k.name.find("reduce_sum") != std::string::npos) {
+        EXPECT_FALSE(k.tensorMaps.empty()) << k.name;
+      }
     expectMatchesTheLoopProgram(w, overlap ? "tma, a group in flight" : "tma");
   }
 }
@@ -243,7 +257,9 @@ TEST(WarpgroupProducts, ProducerWarpInClustersMatchesTheLoopProgram) {
   }
   EXPECT_EQ(clustered, 2);
   for (const kernel::Kernel& k : w.kernelIR.kernels)
-    if (k.cluster > 1) EXPECT_EQ(k.grid[0] % k.cluster, 0) << k.name;
+    if (k.cluster > 1) {
+      EXPECT_EQ(k.grid[0] % k.cluster, 0) << k.name;
+    }
   expectMatchesTheLoopProgram(w, "producer warp in clusters");
   const std::string cu = cuda::print(cuda::emit(w.kernelIR));
   EXPECT_NE(cu.find("kiln::mbarrier_arrive_cluster<2>(&empty["), std::string::npos) << cu;
@@ -262,7 +278,9 @@ TEST(WarpgroupProducts, StreamKWalksMatchTheLoopProgram) {
       Products w = wgmmaProducts(true, true, false, true, cluster, true);
       const int64_t C = cluster ? 2 : 1;
       ASSERT_TRUE(tile::streamKProducts(w.c.tileIR, 5 * C));
-      if (unroll) EXPECT_FALSE(tile::unrollRings(w.c.tileIR)) << "stream-K products walk their own loops";
+      if (unroll) {
+        EXPECT_FALSE(tile::unrollRings(w.c.tileIR)) << "stream-K products walk their own loops";
+      }
       tile::verify(w.c.tileIR);
       int streamed = 0;
       for (size_t i = 0; i < w.c.tileIR.schedules.size(); ++i) {
@@ -279,7 +297,9 @@ TEST(WarpgroupProducts, StreamKWalksMatchTheLoopProgram) {
       w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
       kernel::verify(w.kernelIR);
       for (const kernel::Kernel& k : w.kernelIR.kernels)
-        if (k.name.find("reduce_sum") != std::string::npos) EXPECT_EQ(k.grid[0], 5 * C) << k.name;
+        if (k.name.find("reduce_sum") != std::string::npos) {
+          EXPECT_EQ(k.grid[0], 5 * C) << k.name;
+        }
       expectMatchesTheLoopProgram(w, cluster ? "stream-K in clusters" : "stream-K");
       // Launched twice: the counters are back at zero after the first launch (the second's waits find their counts).
       kernel::Program twice = w.kernelIR;
@@ -340,7 +360,9 @@ TEST(WarpgroupProducts, FourWarpgroupsOf64RowsMatchTheLoopProgram) {
   w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
   kernel::verify(w.kernelIR);
   for (const kernel::Kernel& k : w.kernelIR.kernels)
-    if (k.name.find("reduce_sum") != std::string::npos) EXPECT_EQ(k.block[0], 4 * 128 + 32) << k.name;
+    if (k.name.find("reduce_sum") != std::string::npos) {
+      EXPECT_EQ(k.block[0], 4 * 128 + 32) << k.name;
+    }
   expectMatchesTheLoopProgram(w, "tiles of 256 rows");
   kernel::kernel_test::expectNvccCompiles(w.kernelIR);
 }
