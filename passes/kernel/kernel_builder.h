@@ -115,11 +115,6 @@ class KernelBuilder {
     // c2, c3 row g + 8, each the whole row's sum) and the pair register of two bf16/f16 ones; empty and -1 otherwise.
     std::vector<std::array<int, 4>> lsum;
     int ones;
-    // FlashAttention::splitAlone: 1 where this block walks the first half of its query block's steps and hands its
-    // maxima, sums and outputs over (group 0 of a lone thread block), 1 where it walks the rest and adds them (group 1);
-    // the thread block's slot of `partials` and `counters` (kernel parameters).
-    Idx handsOver, takesOver, splitSlot;
-    int partials = -1, counters = -1;
     float exp2Factor() const;  // c · log2 e
   };
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).

@@ -31,9 +31,7 @@
 // kh = w div (block_q / 16) of every step's keys; its lane l holds rows 16 rg + g and 16 rg + g + 8 (g = l / 4) at columns
 // 2t, 2t + 1 (t = l % 4) of every 8-column tile. Pairing (pair_blocks) runs all of the above once per query block of the
 // pair, with a barrier between. Packed pairs (packed_pairs) run it as one of two groups of a thread block (Kernel IR
-// groups: the body above, unchanged, with its own shared memory and barrier), guarded where the group has no query block;
-// with split_alone, a lone query block's two groups walk halves of its steps and the first hands its partial to the
-// second at the end (global memory and a counter; lower_attention_step.cpp).
+// groups: the body above, unchanged, with its own shared memory and barrier), guarded where the group has no query block.
 //
 // f32 (CUDA cores, tile::flashOnCudaCores): 8 x block_q threads; 16 lanes tx of a warp (lane bits 0, 2, 3, 4) hold rows
 // ty and ty + block_q / 2 (ty = 2 warp + lane bit 1) and keys tx + 16 c of every step: S by ffma from 16-byte vectors of 4
@@ -60,14 +58,13 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // FlashAttention::packedPairs: the item (index into the query blocks listed heaviest first) of the kernel's block v,
 // group g = v mod 2 of thread block b = v div 2, for S thread blocks and N items (S < N <= 2 S, M = N - S): group 0 of
-// b < M takes S - M + b and group 1 N - 1 - b; group 0 of b >= M (`alone`: 1 there, else 0) takes b - M and group 1
-// none (N), or the same item where the two split its keys (splitAlone).
-Idx packedItem(const Idx& v, const Idx& g, const Idx& alone, int64_t S, int64_t N, bool split) {
+// b < M takes S - M + b and group 1 N - 1 - b; group 0 of b >= M takes b - M and group 1 none (N).
+Idx packedItem(const Idx& v, int64_t S, int64_t N) {
   const int64_t M = N - S;
-  const Idx b = floorDiv(v, 2);
-  const Idx first = idxAdd(b, S - M) + idxMul(alone, -S);  // S - M + b, or b - M
-  const Idx second = idxAdd(idxMul(b, -1), N - 1) +         // N - 1 - b, or N (split: b - M)
-                     alone * (split ? idxAdd(idxMul(b, 2), 1 - M - N) : idxAdd(b, 1));
+  const Idx b = floorDiv(v, 2), g = mod(v, 2);
+  const Idx alone = idxMin(idxMax(idxAdd(b, 1 - M), idxConst(0)), idxConst(1));  // b >= M
+  const Idx first = idxAdd(b, S - M) + idxMul(alone, -S);                     // S - M + b, or b - M
+  const Idx second = idxAdd(idxMul(b, -1), N - 1) + alone * idxAdd(b, 1);    // N - 1 - b, or N
   return first + g * (second + idxMul(first, -1));
 }
 
@@ -138,13 +135,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   // listed heaviest first (row item mod R, position item div R of QB - 1, .., 0), none where item is N (see
   // FlashAttention::packedPairs and packedItem).
   const int64_t items = rowCount * qBlocks;
-  Idx item, alone, packedGroup;
+  Idx item;
   if (f.packedPairs > 0) {
     k_.groups = 2;
-    const int64_t M = items - f.packedPairs;
-    alone = defVar(top, "alone", idxMin(idxMax(idxAdd(floorDiv(bid, 2), 1 - M), idxConst(0)), idxConst(1)), 2);  // b >= M
-    packedGroup = defVar(top, "grp", mod(bid, 2), 2);
-    item = defVar(top, "item", packedItem(bid, packedGroup, alone, f.packedPairs, items, f.splitAlone), items + 1);
+    item = defVar(top, "item", packedItem(bid, f.packedPairs, items), items + 1);
     bid = defVar(top, "it", idxMin(item, idxConst(items - 1)), items);  // in range where `item` names none (guarded below)
   }
   // rowsInner: block b takes row b mod R and position pb = b div R of the order QB - 1, .., QB - H, 0, .., QB - H - 1
@@ -198,15 +192,6 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   if (f.keyTo) {
     Idx lastRow = idxMin(idxAdd(q0, BQ - 1), idxConst(Lq - 1));
     end = floorDiv(idxAdd(idxMin(idxConst(Lk), idxAdd(lastRow, *f.keyTo)), BKV - 1), BKV);
-  }
-  Idx handsOver, takesOver;  // splitAlone: this block walks the first half of its query block's steps / the rest
-  if (f.splitAlone) {
-    handsOver = defVar(body, "hands_over", alone * idxAdd(idxMul(packedGroup, -1), 1), 2);
-    takesOver = defVar(body, "takes_over", alone * packedGroup, 2);
-    Idx whole = defVar(body, "whole_begin", first, steps + 1), wholeEnd = defVar(body, "whole_end", end, steps + 1);
-    Idx mid = defVar(body, "mid", floorDiv(idxAdd(whole + wholeEnd, 1), 2), steps + 1);
-    first = whole + takesOver * (mid + idxMul(whole, -1));
-    end = wholeEnd + handsOver * (mid + idxMul(wholeEnd, -1));
   }
   Idx sBegin = defVar(body, "s_begin", first, steps + 1), sEnd = defVar(body, "s_end", end, steps + 1);
 
@@ -371,14 +356,6 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
            keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
            rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
            tmp, rowLanes, scale.first, scale.second, lsum, ones};
-  if (f.splitAlone) {
-    x.handsOver = handsOver;
-    x.takesOver = takesOver;
-    x.splitSlot = defVar(top, "split_slot", idxMax(idxAdd(floorDiv(kernel::blockIdx(), 2), f.packedPairs - items), idxConst(0)),
-                         2 * f.packedPairs - items);
-    x.partials = param(f.partials, true);
-    x.counters = param(f.counters, true);
-  }
   const int stepVar = freshKernelVar();
   extents_[stepVar] = steps;
   const Idx st = idxVar(stepVar, "st");

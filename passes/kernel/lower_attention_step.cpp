@@ -6,7 +6,6 @@
 
 #include <array>
 #include <cmath>
-#include <functional>
 #include <limits>
 
 #include "kernel_builder.h"
@@ -350,60 +349,38 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
       body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
     }
   }
-  Block& out = body;
-  Block finish;
-  // Value i of the thread's maxima, sums and outputs (m0, m1, l0, l1, then the output tiles'), as another warp or block
-  // of the same rows hands them over.
-  const int64_t values = tile::flashCombineValues(E);
-  std::vector<int> mine{m[0], m[1], l[0], l[1]};
-  for (int64_t j = 0; j < eTiles && !x.cuda; ++j)
-    for (int c = 0; c < 4; ++c) mine.push_back(o[j][c]);
-  // Rescales the thread's and a partner's to the larger maximum and adds (the partner's value i: theirs(i)).
-  auto addPartner = [&](const std::function<FE(int64_t)>& theirs, Block& into) {
-    for (int r = 0; r < 2; ++r) {
-      FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
-      into.push_back(assign(mSafe[r], big));
-      FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
-      into.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), x.exp2Factor())));
-      into.push_back(assign(tmp, exp2Of(fapply(Fn::Sub, {theirs(r), safe}), x.exp2Factor())));
-      into.push_back(assign(m[r], fvar(mSafe[r])));
-      into.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
-      for (int64_t j = 0; j < eTiles; ++j)
-        for (int c = 2 * r; c < 2 * r + 2; ++c)
-          into.push_back(assign(o[j][c], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])}),
-                                                          fapply(Fn::Mul, {theirs(4 + j * 4 + c), fvar(tmp)})})));
-    }
-  };
   // Warps of keys 1.. hand their maxima, sums and outputs to the warp of keys 0 of their rows (same lane, same elements),
   // which rescales both to the larger maximum and adds: value i of thread (rg, lane) of warp kh at
   // comb[((kh - 1) * values + i) * rowGroups * 32 + rg * 32 + lane].
+  Block& out = body;
+  Block finish;
   if (KS > 1) {
-    const int64_t lanes = rowGroups * Target::kWarpSize;
+    const int64_t values = tile::flashCombineValues(E), lanes = rowGroups * Target::kWarpSize;
+    std::vector<int> mine{m[0], m[1], l[0], l[1]};
+    for (int64_t j = 0; j < eTiles; ++j)
+      for (int c = 0; c < 4; ++c) mine.push_back(o[j][c]);
     const Idx thread = simplify(rg * idxConst(Target::kWarpSize) + lane, extents_);
     auto at = [&](const Idx& partner, int64_t i) { return simplify((partner * idxConst(values) + idxConst(i)) * idxConst(lanes) + thread, extents_); };
     Block hand;
     for (int64_t i = 0; i < values; ++i) hand.push_back(storeShared(comb, at(idxAdd(kh, -1), i), fvar(mine[static_cast<size_t>(i)])));
     out.push_back(ifLess(idxConst(0), kh, std::move(hand)));
     out.push_back(barrier());
-    for (int64_t partner = 0; partner + 1 < KS; ++partner)
-      addPartner([&](int64_t i) { return loadShared(comb, at(idxConst(partner), i)); }, finish);
-  }
-  // FlashAttention::splitAlone: the lone query block's first half of steps hands over through global memory (value i of
-  // thread t at partials[(slot * values + i) * threads + t]), every thread's stores before thread 0's release add on
-  // the slot's counter; the second half's thread 0 waits for it, and every thread adds what the same thread of the
-  // other group stored.
-  if (x.partials >= 0) {
-    const int64_t threads = k_.block[0];
-    auto at = [&](int64_t i) { return simplify((x.splitSlot * idxConst(values) + idxConst(i)) * idxConst(threads) + threadIdx(), extents_); };
-    Block hand, take;
-    for (int64_t i = 0; i < values; ++i) hand.push_back(storeGlobal(x.partials, at(i), fvar(mine[static_cast<size_t>(i)])));
-    hand.push_back(barrier());
-    hand.push_back(ifLess(threadIdx(), idxConst(1), {counterRelease(x.counters, x.splitSlot)}));
-    out.push_back(ifLess(idxConst(0), x.handsOver, std::move(hand)));
-    take.push_back(ifLess(threadIdx(), idxConst(1), {counterAwait(x.counters, x.splitSlot, idxConst(1))}));
-    take.push_back(barrier());
-    addPartner([&](int64_t i) { return loadGlobal(x.partials, at(i)); }, take);
-    out.push_back(ifLess(idxConst(0), x.takesOver, std::move(take)));
+    for (int64_t partner = 0; partner + 1 < KS; ++partner) {
+      auto theirs = [&](int64_t i) { return loadShared(comb, at(idxConst(partner), i)); };
+      for (int r = 0; r < 2; ++r) {
+        FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
+        finish.push_back(assign(mSafe[r], big));
+        FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
+        finish.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), x.exp2Factor())));
+        finish.push_back(assign(tmp, exp2Of(fapply(Fn::Sub, {theirs(r), safe}), x.exp2Factor())));
+        finish.push_back(assign(m[r], fvar(mSafe[r])));
+        finish.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
+        for (int64_t j = 0; j < eTiles; ++j)
+          for (int c = 2 * r; c < 2 * r + 2; ++c)
+            finish.push_back(assign(o[j][c], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])}),
+                                                            fapply(Fn::Mul, {theirs(4 + j * 4 + c), fvar(tmp)})})));
+      }
+    }
   }
   // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only): stored from the
   // registers element by element, or (flashStagesOutput) staged as rows in the v ring, which no step reads any more, and
@@ -469,7 +446,6 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
     }
   }
   if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));
-  else if (x.partials >= 0) out.push_back(ifLess(x.handsOver, idxConst(1), std::move(finish)));  // the half that handed over: done
   else out.insert(out.end(), finish.begin(), finish.end());
 }
 

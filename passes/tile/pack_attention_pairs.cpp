@@ -15,27 +15,25 @@
 // query blocks in all with S < N <= 2 S (S = Target::smCount), two blocks' threads and shared memory within one
 // thread block's. Runs after tile-interleave-attention-rows, whose order it replaces.
 //
-// The lone blocks could split their key steps over both groups (FlashAttention::splitAlone: the first half hands its
-// partial to the second through global memory); a pass that chose that where every lone block walks 2 steps or more,
-// tile-split-lone-attention-blocks, measured slower on the H200 (2026-12-04, eb885b3, one call, hot: Qwen2.5-7B's heads
-// at 512 tokens 13.9 us split against 13.0 packed alone, TinyLlama's 9.8 against 9.5) and was deleted; the schedule,
-// its lowering and its tests stay. Two groups stepping through halves of one block's keys share the SM's tensor cores
-// as two query blocks do: the lone block is not waiting on latency its idle group could hide.
+// Tried and taken out: the lone blocks splitting their key steps over both groups (the first half handing its maxima,
+// sums and outputs to the second through global memory and a counter; tile-split-lone-attention-blocks, e1c1e7b):
+// slower on the H200 (2026-12-04, eb885b3, one call, hot: Qwen2.5-7B's heads at 512 tokens 13.9 us split against 13.0
+// packed alone, TinyLlama's 9.8 against 9.5). Two groups walking halves of one block's keys share the SM's tensor cores
+// as two query blocks do: the lone block was not waiting on latency its idle group could hide.
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
 namespace kiln::tile {
 
 bool packAttentionPairs(Program& p) {
-  constexpr int64_t kGroupAlignment = 1024;  // Kernel::groupSharedBytes
   bool changed = false;
   const int64_t sms = p.target.smCount;
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
     const loop::Kernel& k = p.loop.kernels[i];
     if (!f || flashOnCudaCores(*f) || f->pairBlocks || f->packedPairs > 0 || !f->keyTo || flashQueryBlocks(*f, k) < 4) continue;
-    const int64_t items = gridBlocks(*f, k);
-    const int64_t shared = ceilDiv(sharedBytes(*f, k), kGroupAlignment) * kGroupAlignment;
+    const int64_t items = flashQueryBlocksInAll(*f, k);
+    const int64_t shared = ceilDiv(sharedBytes(*f, k), Target::kTmaSharedAlignment) * Target::kTmaSharedAlignment;  // as Kernel::groupSharedBytes
     if (items <= sms || items > 2 * sms || 2 * threadsPerBlock(*f) > p.target.maxThreadsPerBlock ||
         2 * shared > p.target.maxSharedPerBlock)
       continue;

@@ -467,8 +467,8 @@ int64_t Kernel::dynamicSharedOffset(int buffer) const {
 }
 
 int64_t Kernel::groupSharedBytes() const {
-  constexpr int64_t kGroupAlignment = 1024;  // what a TMA destination needs, so each group's buffers align as one block's
-  return groups > 1 ? (dynamicSharedBytes + kGroupAlignment - 1) / kGroupAlignment * kGroupAlignment : dynamicSharedBytes;
+  constexpr int64_t a = Target::kTmaSharedAlignment;  // each group's buffers align as one block's
+  return groups > 1 ? (dynamicSharedBytes + a - 1) / a * a : dynamicSharedBytes;
 }
 
 int64_t Kernel::dynamicBuffersBytes() const {

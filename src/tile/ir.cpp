@@ -90,8 +90,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
            (f->pairBlocks ? "; query blocks paired last with first" : "") +
            (f->rowsInner ? "; grid: rows inner, heaviest query blocks first, then lightest" : "") +
            (f->packedPairs > 0 ? fmt::format("; grid: {} thread blocks of two query blocks whose key steps add up evenly "
-                                             "(the heaviest {})", f->packedPairs,
-                                             f->splitAlone ? "split over both groups, handing over through global memory" : "alone")
+                                             "(the heaviest alone)", f->packedPairs)
                                : "") +
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "") +
            (f->scoresAhead ? "; scores a step ahead" : "");
@@ -147,11 +146,10 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"packed_pairs", f->packedPairs}, {"split_alone", f->splitAlone}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"packed_pairs", f->packedPairs}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
-    if (f->splitAlone) j.update({{"partials", f->partials}, {"counters", f->counters}});
   } else {
     const auto& t = std::get<TiledContraction>(s);
     auto operand = [](const TC::Operand& o) { return nlohmann::json{{"copy", copyName(o.copy)}, {"layout", layoutName(o.layout)}}; };
@@ -276,15 +274,12 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && f->ring == 2),
                 "kernel {}: flash_attention scores a step ahead need tensor cores, no key split and two ring slots", k.name);
     if (f->packedPairs > 0) {
-      const int64_t items = k.rowPoints() / k.parallel[static_cast<size_t>(f->queryAxis)].extent * flashQueryBlocks(*f, k);
+      const int64_t items = flashQueryBlocksInAll(*f, k);
       KILN_ASSERT(!cudaCores && f->keyTo && !f->pairBlocks && !f->rowsInner && f->packedPairs < items && items <= 2 * f->packedPairs,
                   "kernel {}: flash_attention packed in {} thread blocks of two needs tensor cores, a causal mask, no other grid "
                   "order and between {} and {} query blocks (it has {})", k.name, f->packedPairs, f->packedPairs + 1,
                   2 * f->packedPairs, items);
     }
-    KILN_ASSERT(!f->splitAlone || (f->packedPairs > 0 && f->keySplit == 1 && f->warpRows == 16),
-                "kernel {}: flash_attention splitting its lone blocks' keys over two groups needs packed pairs, no key split and "
-                "warps of 16 rows", k.name);
     const int64_t registers = flashAccumulators(*f, o->depth, o->width);
     KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
     return;
@@ -392,24 +387,22 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
               k.name, registers);
 }
 
-// Kernel k's scratch: its counters (i64, `counters` or more) and partials (f32, `partials` elements or more).
-void verifyScratch(const Program& p, const loop::Kernel& k, const char* what, int counters, int64_t counterCount, int partials,
-                   int64_t partialElements) {
-  auto buffer = [&](int b) -> const loop::Buffer* {
-    return b >= 0 && b < static_cast<int>(p.loop.buffers.size()) ? &p.loop.buffers[static_cast<size_t>(b)] : nullptr;
-  };
-  const loop::Buffer *c = buffer(counters), *t = buffer(partials);
-  KILN_ASSERT(c && c->kind == loop::Buffer::Kind::Counters && c->dtype == DType::I64 && numel(c->shape) >= counterCount,
-              "kernel {}: {} needs an i64 counters buffer of {} counters or more (buffer #{})", k.name, what, counterCount, counters);
-  KILN_ASSERT(t && t->kind == loop::Buffer::Kind::Temp && t->dtype == DType::F32 && numel(t->shape) >= partialElements,
-              "kernel {}: {} needs an f32 buffer of {} partials or more (buffer #{})", k.name, what, partialElements, partials);
-}
-
-// A stream-K product's counters (one per output tile) and partial tiles (one per block of the grid).
+// A stream-K product's counters (i64, one per output tile) and partial tiles (f32, one per block of the grid).
 void verifyStreamKBuffers(const Program& p, const TiledContraction& t, const loop::Kernel& k) {
   const Contraction c = contractionOf(t, k);
   const int64_t tiles = tilesM(t, c) * tilesN(t, c), stages = static_cast<int64_t>(k.stages.size());
-  verifyScratch(p, k, "a stream-K product", t.counters, tiles, t.partials, t.streamBlocks * t.tileM * t.tileN * stages);
+  auto buffer = [&](int b) -> const loop::Buffer* {
+    return b >= 0 && b < static_cast<int>(p.loop.buffers.size()) ? &p.loop.buffers[static_cast<size_t>(b)] : nullptr;
+  };
+  const loop::Buffer *counters = buffer(t.counters), *partials = buffer(t.partials);
+  KILN_ASSERT(counters && counters->kind == loop::Buffer::Kind::Counters && counters->dtype == DType::I64 &&
+                  numel(counters->shape) >= tiles,
+              "kernel {}: a stream-K product needs an i64 counters buffer of {} counters or more (buffer #{})", k.name, tiles,
+              t.counters);
+  KILN_ASSERT(partials && partials->kind == loop::Buffer::Kind::Temp && partials->dtype == DType::F32 &&
+                  numel(partials->shape) >= t.streamBlocks * t.tileM * t.tileN * stages,
+              "kernel {}: a stream-K product needs an f32 buffer of {} partial tiles of {} x {} x {} (buffer #{})", k.name,
+              t.streamBlocks, t.tileM, t.tileN, stages, t.partials);
 }
 
 }  // namespace
@@ -421,12 +414,6 @@ void verify(const Program& p) {
     verifySchedule(p, p.schedules[i], p.loop.kernels[i]);
     const auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
     if (t && t->streamBlocks > 0) verifyStreamKBuffers(p, *t, p.loop.kernels[i]);
-    if (const auto* f = std::get_if<FlashAttention>(&p.schedules[i]); f && f->splitAlone) {
-      const loop::Kernel& k = p.loop.kernels[i];
-      const int64_t alone = 2 * f->packedPairs - k.rowPoints() / k.parallel[static_cast<size_t>(f->queryAxis)].extent * flashQueryBlocks(*f, k);
-      verifyScratch(p, k, "flash attention splitting its lone blocks' keys", f->counters, alone, f->partials,
-                    alone * flashCombineValues(k.parallel[static_cast<size_t>(k.rowAxes)].extent) * threadsPerBlock(*f));
-    }
     if (!t || !t->lastBlockSums) continue;
     const std::string& name = p.loop.kernels[i].name;
     KILN_ASSERT(addsPartialsOf(p, i), "kernel {}: its last blocks add the partials of a split product, but it is none or the "

@@ -49,9 +49,9 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                         [&](const PointwiseMap& m) { return ceilDiv(k.parallelPoints() / m.vector, m.threads * m.vectorsPerThread); },
                         [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
                         [&](const FlashAttention& f) {
-                          const int64_t blocks = flashQueryBlocks(f, k);
                           if (f.packedPairs > 0) return 2 * f.packedPairs;  // two groups a thread block (the blocks seen by its body)
-                          return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * (f.pairBlocks ? (blocks + 1) / 2 : blocks);
+                          if (!f.pairBlocks) return flashQueryBlocksInAll(f, k);
+                          return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * ((flashQueryBlocks(f, k) + 1) / 2);
                         },
                         [&](const TiledContraction& t) {
                           if (t.streamBlocks > 0) return t.streamBlocks;  // persistent
@@ -64,6 +64,10 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
 
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k) {
   return ceilDiv(k.parallel[static_cast<size_t>(f.queryAxis)].extent, f.blockQ);
+}
+
+int64_t flashQueryBlocksInAll(const FlashAttention& f, const loop::Kernel& k) {
+  return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * flashQueryBlocks(f, k);
 }
 
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k) {
@@ -283,22 +287,6 @@ StreamK streamK(const TiledContraction& s, const Contraction& c) {
   const int64_t shortest = std::max<int64_t>(1, w.steps / w.clusters);
   w.pieces = std::min(w.clusters, ceilDiv(w.slices - 1, shortest) + 1);
   return w;
-}
-
-int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements) {
-  for (size_t b = 0; b < p.loop.buffers.size(); ++b) {
-    loop::Buffer& buf = p.loop.buffers[b];
-    if (buf.name != name) continue;
-    buf.shape = {std::max(buf.shape.at(0), elements)};
-    return static_cast<int>(b);
-  }
-  loop::Buffer buf;
-  buf.kind = kind;
-  buf.name = name;
-  buf.dtype = dtype;
-  buf.shape = {elements};
-  p.loop.buffers.push_back(buf);
-  return static_cast<int>(p.loop.buffers.size() - 1);
 }
 
 }  // namespace kiln::tile

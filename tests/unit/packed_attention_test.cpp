@@ -1,8 +1,7 @@
 // tile-pack-attention-pairs and Kernel IR groups: causal tensor-core flash attention with more query blocks than SMs (at
 // most twice as many) runs one thread block per SM of two groups, each a block of the kernel's body with its own shared
-// memory and barrier. The rule, the deal (every query block once; the heaviest alone, or splitting their keys over both
-// groups: FlashAttention::splitAlone, which no pass chooses), the interpreter against the Loop IR, the emitted CUDA and
-// manifest, and the verifiers' refusals.
+// memory and barrier. The rule, the deal (every query block once; the heaviest alone), the interpreter against the Loop
+// IR, the emitted CUDA and manifest, and the verifiers' refusals.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -30,21 +29,7 @@ Compiled compiledFor(const char* model, int64_t sms, const std::string& level) {
 }
 
 int64_t queryBlocksInAll(const tile::Program& t, size_t i) {  // the grid without packing: one block per query block
-  tile::FlashAttention f = std::get<tile::FlashAttention>(t.schedules[i]);
-  f.packedPairs = 0;
-  f.pairBlocks = false;
-  return tile::gridBlocks(f, t.loop.kernels[i]);
-}
-
-// FlashAttention::splitAlone on packed schedule i of t (no pass chooses it: measured slower), with its scratch buffers.
-void splitLoneBlocks(tile::Program& t, size_t i) {
-  auto& f = std::get<tile::FlashAttention>(t.schedules[i]);
-  const loop::Kernel& k = t.loop.kernels[i];
-  const int64_t alone = 2 * f.packedPairs - queryBlocksInAll(t, i);
-  const int64_t values = tile::flashCombineValues(k.parallel[static_cast<size_t>(k.rowAxes)].extent);
-  f.splitAlone = true;
-  f.partials = tile::programBuffer(t, "attention_partials", loop::Buffer::Kind::Temp, DType::F32, alone * values * tile::threadsPerBlock(f));
-  f.counters = tile::programBuffer(t, "attention_counters", loop::Buffer::Kind::Counters, DType::I64, alone);
+  return tile::flashQueryBlocksInAll(std::get<tile::FlashAttention>(t.schedules[i]), t.loop.kernels[i]);
 }
 
 // attention_bf16_512: 8 heads x 8 query blocks of 64 = 64 blocks. Packed where the target's SMs are fewer, at least half
@@ -67,8 +52,6 @@ TEST(PackedAttention, TheRulePacksGridsOfOneToTwoBlocksAnSm) {
   forty.smCount = 40;
   Compiled off = compileModel(test::fixturePath("attention_bf16_512"), {}, without, "tile", std::nullopt, forty);
   EXPECT_EQ(std::get<tile::FlashAttention>(off.tileIR.schedules[0]).packedPairs, 0);
-  EXPECT_FALSE(std::get<tile::FlashAttention>(compiledFor("attention_bf16_512", 40, "tile").tileIR.schedules[0]).splitAlone)
-      << "the lone blocks run alone";
   Compiled f32 = compiledFor("attention_f32", 132, "tile");
   const int64_t n = queryBlocksInAll(f32.tileIR, 0);
   for (int64_t sms : {(n + 1) / 2, n - 1}) {
@@ -77,55 +60,49 @@ TEST(PackedAttention, TheRulePacksGridsOfOneToTwoBlocksAnSm) {
   }
 }
 
-// Every query block once, the heaviest on a thread block of their own: on 40 SMs, 64 blocks make 24 pairs and 16 that
-// split their keys over both groups (the same item twice), and no SM walks more key steps than the heaviest block (8) —
-// the interleaved grid leaves which blocks share an SM to the GPU. Without the split, the lone blocks' second groups idle.
+// Every query block once, the heaviest on a thread block of their own: on 40 SMs, 64 blocks make 24 pairs and 16 alone,
+// and no SM walks more key steps than the heaviest block (8) — the interleaved grid leaves which blocks share an SM to
+// the GPU.
 TEST(PackedAttention, EachQueryBlockRunsOnceAndPairsBalance) {
-  for (bool split : {true, false}) {
-    SCOPED_TRACE(split ? "lone blocks split" : "lone blocks alone");
-    Compiled c = compiledFor("attention_bf16_512", 40, "tile");
-    if (split) splitLoneBlocks(c.tileIR, 0);
-    kernel::Program kp = kernel::lowerFromTile(c.tileIR);
-    const kernel::Kernel& k = kp.kernels[0];
-    EXPECT_EQ(k.groups, 2);
-    EXPECT_EQ(k.grid[0], 80);
-    EXPECT_EQ(k.block[0], 128);
-    EXPECT_NE(kernel::print(kp).find(" groups 2"), std::string::npos);
-    std::vector<int> seen(64, 0);
-    std::vector<int64_t> steps(40, 0);
-    int idle = 0;
-    for (int64_t v = 0; v < 80; ++v) {
-      // The item each of the kernel's blocks takes, as its first definitions compute it.
-      std::vector<int64_t> env(1 << 12, 0);
-      env[kernel::kBlockIdx] = v;
-      std::optional<int64_t> item;
-      for (const kernel::Stmt& s : k.body) {
-        if (s.kind != kernel::Stmt::Kind::DefIdx) continue;
-        env.at(static_cast<size_t>(s.var)) = evaluate(s.a, env);
-        if (s.name == "item") item = env[static_cast<size_t>(s.var)];
-        if (item) break;
-      }
-      ASSERT_TRUE(item.has_value()) << kernel::print(kp);
-      const int64_t i = *item;
-      if (i == 64) {
-        ++idle;
-        continue;
-      }
-      ASSERT_GE(i, 0);
-      ASSERT_LT(i, 64);
-      if (++seen[static_cast<size_t>(i)] == 1) steps[static_cast<size_t>(v / 2)] += 8 - i / 8;  // query block 7 - i div 8
+  Compiled c = compiledFor("attention_bf16_512", 40, "kernel");
+  const kernel::Kernel& k = c.kernelIR.kernels[0];
+  EXPECT_EQ(k.groups, 2);
+  EXPECT_EQ(k.grid[0], 80);
+  EXPECT_EQ(k.block[0], 128);
+  EXPECT_NE(kernel::print(c.kernelIR).find(" groups 2"), std::string::npos);
+  std::vector<int> seen(64, 0);
+  std::vector<int64_t> steps(40, 0);
+  int idle = 0;
+  for (int64_t v = 0; v < 80; ++v) {
+    // The item each of the kernel's blocks takes, as its first definitions compute it.
+    std::vector<int64_t> env(1 << 12, 0);
+    env[kernel::kBlockIdx] = v;
+    std::optional<int64_t> item;
+    for (const kernel::Stmt& s : k.body) {
+      if (s.kind != kernel::Stmt::Kind::DefIdx) continue;
+      env.at(static_cast<size_t>(s.var)) = evaluate(s.a, env);
+      if (s.name == "item") item = env[static_cast<size_t>(s.var)];
+      if (item) break;
     }
-    EXPECT_EQ(idle, split ? 0 : 16);
-    for (int i = 0; i < 64; ++i) EXPECT_EQ(seen[static_cast<size_t>(i)], split && i < 16 ? 2 : 1) << "item " << i;
-    EXPECT_EQ(*std::max_element(steps.begin(), steps.end()), 8);
-    EXPECT_EQ(*std::min_element(steps.begin(), steps.end()), 7) << "64 blocks of 8 .. 1 steps on 40 SMs: 288, 7.2 an SM";
+    ASSERT_TRUE(item.has_value()) << kernel::print(c.kernelIR);
+    const int64_t i = *item;
+    if (i == 64) {
+      ++idle;
+      continue;
+    }
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, 64);
+    ++seen[static_cast<size_t>(i)];
+    steps[static_cast<size_t>(v / 2)] += 8 - i / 8;  // item i: query block 7 - i div 8 walks 8 - i div 8 steps
   }
+  EXPECT_EQ(idle, 16);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(seen[static_cast<size_t>(i)], 1) << "item " << i;
+  EXPECT_EQ(*std::max_element(steps.begin(), steps.end()), 8);
+  EXPECT_EQ(*std::min_element(steps.begin(), steps.end()), 7) << "64 blocks of 8 .. 1 steps on 40 SMs: 288, 7.2 an SM";
 }
 
-// Packed on every count of thread blocks from all pairs to one pair, the lone blocks alone or splitting their keys (also
-// where a lone block walks one step, its second half none), against the Loop IR: causal and windowed attention at 100
-// tokens (partial blocks), 200 tokens of head dim 16, 80 of head dim 128 and 512 tokens; each twice, so the counters are
-// back at zero.
+// Packed on every count of thread blocks from all pairs to one pair, against the Loop IR: causal and windowed attention at
+// 100 tokens (partial blocks), 200 tokens of head dim 16, 80 of head dim 128 and 512 tokens.
 TEST(PackedAttention, PackedBlocksMatchTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep", "attention_bf16_512"}) {
     Compiled c = compiled(model, "tile");
@@ -133,24 +110,18 @@ TEST(PackedAttention, PackedBlocksMatchTheLoopInterpreter) {
     auto want = loop::interpret(c.loopIR, inputs);
     const int64_t n = queryBlocksInAll(c.tileIR, 0);
     for (size_t i = 1; i < c.tileIR.schedules.size(); ++i) ASSERT_EQ(queryBlocksInAll(c.tileIR, i), n);
-    for (int64_t sms : {(n + 1) / 2, (3 * n) / 4, n - 1})
-      for (bool split : {false, true}) {
-        if (sms < 1 || sms >= n || 2 * sms < n || (split && 2 * sms == n)) continue;
-        SCOPED_TRACE(fmt::format("{}: {} query blocks in {} thread blocks, split {}", model, n, sms, split));
-        tile::Program t = c.tileIR;
-        for (size_t i = 0; i < t.schedules.size(); ++i) {
-          auto& f = std::get<tile::FlashAttention>(t.schedules[i]);
-          f.rowsInner = false;
-          f.pairBlocks = false;
-          f.packedPairs = sms;
-          if (split && f.keySplit == 1 && f.warpRows == 16) splitLoneBlocks(t, i);
-        }
-        tile::verify(t);
-        kernel::Program kp = kernel::lowerFromTile(t);
-        kernel::verify(kp);
-        expectMatches(kernel::interpret(kp, inputs), want);
-        expectMatches(kernel::interpret(kp, inputs), want);
+    for (int64_t sms : {(n + 1) / 2, (3 * n) / 4, n - 1}) {
+      if (sms < 1 || sms >= n || 2 * sms < n) continue;
+      SCOPED_TRACE(fmt::format("{}: {} query blocks in {} thread blocks", model, n, sms));
+      tile::Program t = c.tileIR;
+      for (auto& s : t.schedules) {
+        auto& f = std::get<tile::FlashAttention>(s);
+        f.rowsInner = false;
+        f.pairBlocks = false;
+        f.packedPairs = sms;
       }
+      expectMatches(runSchedules(t, inputs), want);
+    }
   }
 }
 
@@ -177,14 +148,6 @@ TEST(PackedAttention, TheEmittedKernelPacksTwoGroupsAThreadBlock) {
   EXPECT_EQ(j["kernels"][0]["grid"][0], 40);
   EXPECT_EQ(j["kernels"][0]["block"][0], 256);
   EXPECT_EQ(j["kernels"][0]["shared_bytes"], 2 * k.groupSharedBytes());
-  // With the lone blocks' keys split over both groups: nvcc takes that kernel too (its hand-over through global memory).
-  Compiled tiles = compiledFor("attention_bf16_512", 40, "tile");
-  splitLoneBlocks(tiles.tileIR, 0);
-  kernel::Program split = kernel::lowerFromTile(tiles.tileIR);
-  kernel::verify(split);
-  const cuda::Module module = cuda::emit(split);
-  EXPECT_NE(cuda::print(module).find("kiln::counter_await("), std::string::npos);
-  EXPECT_NO_THROW(cuda::writeArtifacts(split, module, tmp.path / "b", cuda::ArtifactOptions{"sm_90a", true}));
 }
 
 // Refused: a packed schedule with another grid order or not between S + 1 and 2 S query blocks; a kernel with groups

@@ -35,6 +35,9 @@ struct Target {
   static constexpr int64_t kWarpSize = 32;
   // Bytes one thread moves with its widest load or store instruction.
   static constexpr int64_t kVectorBytes = 16;
+  // Alignment of a TMA copy's shared destination: where a thread block holds several blocks' shared memory (Kernel IR
+  // Kernel::groups), each share starts at a multiple of it.
+  static constexpr int64_t kTmaSharedAlignment = 1024;
 };
 
 // The Targets kiln knows, in the order `--help` lists them.

@@ -198,14 +198,6 @@ struct FlashAttention {
   // share an SM, it did not pair them this way on the H200 (bench/probes/block_placement.cu: 28 heads at 512 tokens,
   // 224 blocks, left up to 10 key steps on an SM where the mean is 7.6; dealt so, at most 8). 0: not packed.
   int64_t packedPairs = 0;
-  // With packedPairs: a thread block whose query block would run alone (b >= N - S) splits that block's key steps over
-  // its two groups instead (no pass chooses it: measured slower, passes/tile/pack_attention_pairs.cpp): group 0 walks the
-  // first half (rounded up), stores each thread's maxima, sums and outputs into `partials` ([b - (N - S)][value][thread],
-  // f32) and releases the block's counter in `counters` (i64); group 1 walks the rest, waits for the counter (and sets
-  // it back to zero), rescales both to the larger maximum, adds and writes the output. The two groups share the SM, so
-  // the wait ends. Warps of 16 rows, no key split.
-  bool splitAlone = false;
-  int partials = -1, counters = -1;  // program buffers (splitAlone)
   // Tensor cores: each row's running sum of probabilities accumulates in one more mma.sync per 16 keys, the packed
   // probabilities times a fragment of ones (tile-sum-attention-rows-by-mma): one instruction where a thread would add
   // 16 of its probabilities, the sum already over the 4 lanes sharing the row; it adds the bf16-rounded probabilities the

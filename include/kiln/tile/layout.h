@@ -29,6 +29,8 @@ int64_t combineSlots(const RowReduction& r);
 // Flash attention. Blocks along the query axis (ceil(queries / blockQ)); the grid is that times the points of the other
 // row axes, the query block fastest.
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k);
+// Query blocks over all rows (batch, heads): the grid of one block per query block.
+int64_t flashQueryBlocksInAll(const FlashAttention& f, const loop::Kernel& k);
 // Shared slices in the operand type, rows of the row stride (width + 16 bytes: 16-byte aligned rows whose 8 rows of one
 // ldmatrix fall in distinct banks): q [blockQ][D], and per ring slot (FlashAttention::ring) k [blockKV][D] and v [blockKV][E].
 // f32 (CUDA cores): rows padded by 4 (16 bytes, 16 consecutive rows in two bank-disjoint runs of 8), and p
@@ -137,8 +139,5 @@ int64_t accumulatorRegisters(const TiledContraction& s, int64_t stages);
 int64_t prefetchRegisters(const TiledContraction& s, int64_t stages);
 // The tensor-core operand type the schedule multiplies in, if it uses tensor cores.
 std::optional<DType> scheduledTensorCoreType(const Schedule& s);
-// The program's buffer `name` of `kind` and `dtype` (made on first use), one-dimensional, grown to `elements` or more:
-// scratch that kernels running one after another share (stream-K partial tiles, attention partials, counters).
-int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements);
 
 }  // namespace kiln::tile
