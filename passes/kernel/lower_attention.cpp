@@ -104,6 +104,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     return static_cast<int>(k_.shared.size()) - 1;
   };
   const int64_t R = f.ring;
+  const bool wgmmaReads = f.scoresByWgmma || f.valuesByWgmma;  // shared slices a wgmma reads: fence.proxy.async after copies
   const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", R * sl.k), vs = sharedBuf("vs", R * sl.v);
   // G row groups of 16 per warp; rowGroups warps along the block's rows (each with KS warps sharing its rows).
   const int64_t G = cuda ? 1 : f.warpRows / 16, KS = f.keySplit, rowGroups = BQ / (16 * G), keysPerWarp = BKV / KS;
@@ -197,7 +198,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
 
   // cp.async of `rows` rows (from rowStart, rows past `limit` zero-filled) of operand `load` into buf at `at`: rows of
   // `cols` elements along colVar, `stride` apart. Thread ct copies 16-byte chunks ct, ct + threads, ...
-  // With `cores` (scores by wgmma: q and k) the slice is 8 x 8 core matrices instead, element (r, c) at
+  // With `cores` (scores by wgmma: q and k; P·V by wgmma: v) the slice is 8 x 8 core matrices instead, element (r, c) at
   // (r / 8) * 8 cols + (c / 8) * 64 + (r % 8) * 8 + c % 8, and chunk e is row 8 (e div 8 per) + e mod 8, column chunk
   // (e div 8) mod per: eight neighbouring threads fill one core matrix's 128 contiguous bytes (no bank conflicts).
   auto copyRows = [&](Block& out, int buf, const Idx& at, const loop::Expr& load, int rowVar, int64_t limit, const Idx& rowStart,
@@ -238,7 +239,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   };
   auto copyV = [&](Block& out, const Idx& step, const Idx& slot) {
     copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, simplify(step * idxConst(BKV), extents_),
-             BKV, width.var, E, sl.widthStride);
+             BKV, width.var, E, sl.widthStride, f.valuesByWgmma);
   };
   auto copyKeys = [&](Block& out, const Idx& step, const Idx& slot) {
     copyK(out, step, slot);
@@ -326,8 +327,10 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     for (int64_t gr = 0; gr < G; ++gr)
       for (int r = 0; r < 4; ++r) {
         pRegs.push_back(pairReg(fmt::format("rp{}{}", r, group(gr))));
-        if (gr == 0) vRegs.push_back(pairReg(fmt::format("rv{}", r)));
+        if (gr == 0 && !f.valuesByWgmma) vRegs.push_back(pairReg(fmt::format("rv{}", r)));
       }
+    for (int64_t kk = 1; kk < keysPerWarp / kMmaK && f.valuesByWgmma; ++kk)  // (by wgmma: p of every 16 keys at once)
+      for (int r = 0; r < 4; ++r) pRegs.push_back(pairReg(fmt::format("rp{}_{}", r, kk)));
   }
   // Row sums by mma (FlashAttention::rowSumsByMma): per row group an accumulator tile, and a pair of ones.
   std::vector<std::array<int, 4>> lsum;
@@ -401,7 +404,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     auto walkStep = [&](const Idx& at, bool last, Block& step) {
       Idx vSlot = defVar(step, last ? "last_slot" : "slot", mod(at + idxMul(sBegin, -1), 2), 2);
       step.push_back(cpAsyncWait(1));
-      if (f.scoresByWgmma) step.push_back(fenceProxyAsync());  // the next step's k becomes visible to wgmma's reads
+      if (wgmmaReads) step.push_back(fenceProxyAsync());  // the next step's k and this step's v become visible to wgmma's reads
       step.push_back(barrier());
       for (size_t i = 0; i < s.size(); ++i)
         for (int c = 0; c < 4; ++c) step.push_back(assign(s[i][c], fvar(ahead[i][c])));
@@ -447,7 +450,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     }
     step.push_back(cpAsyncCommit());
     step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
-    if (f.scoresByWgmma) step.push_back(fenceProxyAsync());  // the landed q and k become visible to wgmma's reads
+    if (wgmmaReads) step.push_back(fenceProxyAsync());  // the landed q, k and v become visible to wgmma's reads
     step.push_back(barrier());
     if (!cuda && qResident && !f.scoresByWgmma) {
       Block loadQ;

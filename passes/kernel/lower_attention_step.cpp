@@ -276,13 +276,20 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
   // O += p · v, 16 keys per mma step: p packed once into the A registers (a01 a23 a45 a67 = the C fragments of the step's
   // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
   // With two row groups, each v fragment feeds both groups' mma.
-  const int64_t G = x.groups, nTiles = x.nTiles;
+  // By wgmma (FlashAttention::valuesByWgmma; one row group): p of every 16 keys packed into its own 4 registers (all
+  // read until the wait), then one wgmma m64n{width}k16 per 16 keys from them and the slot's v core matrices (key k,
+  // column c at (k / 8) 8 width + (c / 8) 64 + (k % 8) 8 + c % 8: 8 keys by 8 consecutive columns each, wgmma's
+  // transposed B) into the output accumulators, in the accumulator order of kernel::wgmmaElement (tile j's c0..c3);
+  // waited for at once (the step's end frees v's slot and reads the accumulators next).
+  const int64_t G = x.groups, nTiles = x.nTiles, E = x.E;
+  const bool byWgmma = x.f->valuesByWgmma;
   for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
     std::vector<std::vector<int>> p(static_cast<size_t>(G));
     for (int64_t gr = 0; gr < G; ++gr) {
       const auto& lo = s[static_cast<size_t>(gr * nTiles + 2 * kk)];
       const auto& hi = s[static_cast<size_t>(gr * nTiles + 2 * kk + 1)];
-      p[static_cast<size_t>(gr)].assign(pRegs.begin() + 4 * gr, pRegs.begin() + 4 * gr + 4);
+      const int64_t first = byWgmma ? 4 * kk : 4 * gr;
+      p[static_cast<size_t>(gr)].assign(pRegs.begin() + first, pRegs.begin() + first + 4);
       const std::vector<int>& a = p[static_cast<size_t>(gr)];
       step.push_back(packPair(T, a[0], lo[0], lo[1]));
       step.push_back(packPair(T, a[1], lo[2], lo[3]));
@@ -292,7 +299,7 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
         step.push_back(mmaFromPairs(T, a, {x.ones, x.ones}, {x.lsum[static_cast<size_t>(gr)][0], x.lsum[static_cast<size_t>(gr)][1],
                                                              x.lsum[static_cast<size_t>(gr)][2], x.lsum[static_cast<size_t>(gr)][3]}));
     }
-    for (int64_t j = 0; j < eTiles; j += 2) {
+    for (int64_t j = 0; j < eTiles && !byWgmma; j += 2) {
       Idx row = keyBase + idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
       Idx col = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8);
       step.push_back(ldmatrixPairs(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), true, vRegs));
@@ -304,6 +311,17 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
       }
     }
   }
+  if (!byWgmma) return;
+  std::vector<int> acc;
+  for (const auto& tile : o) acc.insert(acc.end(), tile.begin(), tile.end());
+  const Stmt::CoreMatrices cores{8 * E, 64, false, true};  // 8 keys apart: 8 E elements; 8 columns apart: 64
+  step.push_back(wgmmaFence());
+  for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
+    const std::vector<int> a(pRegs.begin() + 4 * kk, pRegs.begin() + 4 * kk + 4);
+    step.push_back(wgmmaRegA(T, a, vs, simplify(ring * idxConst(sl.v) + idxConst(kk * kMmaK * E), extents_), cores, E, acc));
+  }
+  step.push_back(wgmmaCommit());
+  step.push_back(wgmmaWait(0));
 }
 
 Idx KernelBuilder::flashQueryFragment(const Flash& x, int64_t gr, int64_t kk) {

@@ -66,6 +66,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-interleave-attention-rows", tile::interleaveAttentionRows);  // unpaired blocks only
   run.pass(c.tileIR, "tile-sum-attention-rows-by-mma", tile::sumAttentionRowsByMma);
   run.pass(c.tileIR, "tile-attention-scores-by-wgmma", tile::attentionScoresByWgmma);  // after the block's rows and steps
+  run.pass(c.tileIR, "tile-attention-values-by-wgmma", tile::attentionValuesByWgmma);  // after the block's rows
   run.pass(c.tileIR, "tile-attention-scores-ahead", tile::attentionScoresAhead);  // after the ring and the scores' instruction
   run.pass(c.tileIR, "tile-pack-attention-pairs", tile::packAttentionPairs);  // after every pass sizing the block's threads and shared memory
   run.pass(c.tileIR, "tile-warpgroup-products", tile::warpgroupProducts);  // the operands are final; before their shape

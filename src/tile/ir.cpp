@@ -93,6 +93,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                              "(the heaviest alone)", f->packedPairs)
                                : "") +
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "") +
+           (f->valuesByWgmma ? "; p · v by wgmma (p from registers, v as core matrices)" : "") +
            (f->scoresAhead ? "; scores a step ahead" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
@@ -146,7 +147,7 @@ nlohmann::json toJson(const Schedule& s) {
     j["combine"] = combineName(r->combine);
     j["row_in_registers"] = r->rowInRegisters;
   } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"packed_pairs", f->packedPairs}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
+    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"packed_pairs", f->packedPairs}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"values_by_wgmma", f->valuesByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
               {"mma_type", dtypeName(f->mmaType)}});
     if (f->keyFrom) j["key_from"] = *f->keyFrom;
     if (f->keyTo) j["key_to"] = *f->keyTo;
@@ -257,6 +258,10 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                                       f->keySplit == 1 && o->depth % 16 == 0),
                 "kernel {}: flash_attention scores by wgmma need sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
                 "{}, no key split) and a depth that is a multiple of 16", k.name, kFlashWgmmaRows);
+    KILN_ASSERT(!f->valuesByWgmma || (target.wgmma && !cudaCores && f->blockQ == kFlashWgmmaRows && f->warpRows == 16 &&
+                                      f->keySplit == 1 && o->width % 8 == 0 && o->width <= 256),
+                "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
+                "{}, no key split) and output rows of at most 256 values, a multiple of 8 (not {})", k.name, kFlashWgmmaRows, o->width);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
     KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64 || f->blockQ == 128) &&

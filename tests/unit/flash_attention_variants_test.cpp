@@ -1,5 +1,5 @@
 // The tensor-core flash_attention schedules tile passes choose among (block and step sizes, key splits, pairing and
-// interleaving, ring depths, warps of two row groups, row sums by mma, scores a step ahead, scores by wgmma), each run by
+// interleaving, ring depths, warps of two row groups, row sums by mma, scores a step ahead, scores and P·V by wgmma), each run by
 // the Kernel-IR interpreter against the Loop IR on the attention fixtures (models/attention_bf16.py), and the verifier's
 // limits on them.
 #include <gtest/gtest.h>
@@ -78,6 +78,7 @@ TEST(FlashAttention, WarpsOfTwoRowGroupsAreCheckedByTheVerifier) {
   f.warpRows = 32;
   f.blockQ = 128;
   f.scoresByWgmma = false;
+  f.valuesByWgmma = false;
   EXPECT_EQ(tile::threadsPerBlock(f), 128) << "4 warps of 32 rows";
   tile::verify(wide);
   EXPECT_NE(tile::print(wide).find("mma.sync.bf16 warps 4 of 32 rows"), std::string::npos) << tile::print(wide);
@@ -288,6 +289,57 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
     error = e.what();
   }
   EXPECT_NE(error.find("scores by wgmma need sm_90a"), std::string::npos) << error;
+}
+
+// tile-attention-values-by-wgmma: on sm_90a for blocks of one warpgroup (64 rows of 16-row warps), not for smaller blocks
+// or other targets; P·V by wgmma (p from registers, v as MN-major core matrices) at both step depths, paired or
+// interleaved, two and three ring slots, row sums by mma or not, scores a step ahead or not, scores by wgmma or by
+// mma.sync, at output widths 64 (causal and windowed), 16 and 128 (_deep), against the Loop IR; the emitted step issues
+// one wgmma per 16 keys from the packed p and no ldmatrix.trans; the verifier refuses it for other blocks.
+TEST(FlashAttention, ValuesByWgmmaMatchTheLoopInterpreter) {
+  EXPECT_TRUE(std::get<tile::FlashAttention>(compiled("attention_bf16_512", "tile").tileIR.schedules[0]).valuesByWgmma);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16", "tile").tileIR.schedules[0]).valuesByWgmma) << "16-row blocks";
+  EXPECT_FALSE(std::get<tile::FlashAttention>(
+                   compiled("attention_bf16_512", "tile", {"tile-attention-values-by-wgmma"}).tileIR.schedules[0]).valuesByWgmma);
+  Compiled ampere = compileModel(test::fixturePath("attention_bf16_512"), {}, {}, "tile", std::nullopt, targetFor("sm_80"));
+  EXPECT_FALSE(std::get<tile::FlashAttention>(ampere.tileIR.schedules[0]).valuesByWgmma);
+  const std::string cuda = printLevel(compiled("attention_bf16_512", "cuda"), "cuda");
+  EXPECT_NE(cuda.find("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16"), std::string::npos);
+  EXPECT_EQ(cuda.find("ldmatrix_pairs<true>"), std::string::npos) << "v is read by wgmma only";
+  std::vector<Variant> variants;
+  for (int64_t keys : {64, 128})
+    for (bool paired : {false, true})
+      for (int64_t ring : {2, 3})
+        for (bool ahead : {false, true})
+          for (bool scores : {false, true}) {
+            if ((ring == 3 && (paired || ahead)) || (scores && (keys != 64 || paired)) || (paired && ahead)) continue;
+            const bool sums = keys == 64;
+            variants.push_back({fmt::format("block_kv {} paired {} ring {} scores ahead {} scores by wgmma {} row sums by mma {}", keys,
+                                            paired, ring, ahead, scores, sums),
+                                [=](tile::FlashAttention& f) {
+                                  f.blockQ = 64;
+                                  f.warpRows = 16;
+                                  f.keySplit = 1;
+                                  f.blockKV = keys;
+                                  f.pairBlocks = paired;
+                                  f.rowsInner = !paired;
+                                  f.ring = ring;
+                                  f.rowSumsByMma = sums;
+                                  f.scoresByWgmma = scores;
+                                  f.scoresAhead = ahead;
+                                  f.valuesByWgmma = true;
+                                }});
+          }
+  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 14, variants);
+  tile::Program bad = compiled("attention_bf16", "tile").tileIR;
+  for (auto& s : bad.schedules) std::get<tile::FlashAttention>(s).valuesByWgmma = true;  // blocks of 16 rows
+  std::string error;
+  try {
+    tile::verify(bad);
+  } catch (const InternalError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("p · v by wgmma needs sm_90a"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -208,6 +208,13 @@ struct FlashAttention {
   // kept there as 8 x 8 core matrices, instead of every warp loading q and k fragments by ldmatrix and issuing
   // block_kv / 8 mma.sync per 16 of depth; the accumulators land in the layout the softmax and P·V read.
   bool scoresByWgmma = false;
+  // sm_90a, one warpgroup of 16-row warps (block_q 64, no key split), an output row of at most 256 values, a multiple
+  // of 8 (tile-attention-values-by-wgmma): O += p · v of a step is one wgmma.mma_async m64n{width}k16 per 16 keys with
+  // A from registers (p's packed pairs, the mma A fragment per warp) and v from shared memory as 8 x 8 core matrices,
+  // width contiguous inside each (wgmma's transposed B), instead of every warp loading v's fragments by
+  // ldmatrix.trans and issuing width / 8 mma.sync per 16 keys: v leaves shared memory once per block, not once per
+  // warp, and the tensor cores take the product off the warps' issue slots. Issued and waited for at the step's end.
+  bool valuesByWgmma = false;
   // Tensor cores, no key split, two ring slots (tile-attention-scores-ahead): each step first multiplies the next step's
   // scores, S' = q · k'ᵀ into a second set of score accumulators, and only then runs this step's softmax and P·V on the
   // scores the step before multiplied: the warp's exponentials and shuffles issue while the tensor cores work on S',
@@ -291,6 +298,7 @@ bool interleaveAttentionRows(Program& p);       // tile-interleave-attention-row
 bool packAttentionPairs(Program& p);            // tile-pack-attention-pairs
 bool sumAttentionRowsByMma(Program& p);         // tile-sum-attention-rows-by-mma
 bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmma
+bool attentionValuesByWgmma(Program& p);        // tile-attention-values-by-wgmma
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma

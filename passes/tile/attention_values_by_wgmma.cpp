@@ -1,0 +1,30 @@
+// tile-attention-values-by-wgmma: on the H200 a tensor-core flash-attention warp of 16 rows spends a step's P·V on
+// width / 16 ldmatrix.x4.trans of v and width / 8 mma.sync per 16 keys (at width 128 and 64 keys: 32 ldmatrix and 64
+// mma.sync per warp and step), and every warp of the block reads all of v's slice from shared memory. One warpgroup's
+// wgmma.mma_async m64n{width}k16 per 16 keys takes A from registers — p's packed pairs, which are the mma A fragment per
+// warp as they stand — and v from shared memory as core matrices (wgmma's transposed B), once for the four warps, into
+// the output accumulators mma.sync used (the wgmma accumulator layout is the mma C layout per warp).
+// Rule: sm_90a, tensor-core attention of one warpgroup (block_q 64 in 16-row warps, no key split), output rows of at
+// most 256 values (wgmma's largest n), a multiple of 8.
+#include "kiln/loop/attention.h"
+#include "kiln/tile/ir.h"
+#include "kiln/tile/layout.h"
+
+namespace kiln::tile {
+
+bool attentionValuesByWgmma(Program& p) {
+  if (!p.target.wgmma) return false;
+  bool changed = false;
+  for (size_t i = 0; i < p.schedules.size(); ++i) {
+    auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
+    if (!f || flashOnCudaCores(*f) || f->valuesByWgmma || f->blockQ != kFlashWgmmaRows || f->warpRows != 16 || f->keySplit != 1)
+      continue;
+    const auto ops = loop::flashAttentionOperands(p.loop, p.loop.kernels[i]);
+    if (!ops || ops->width % 8 != 0 || ops->width > 256) continue;
+    f->valuesByWgmma = true;
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::tile
