@@ -277,10 +277,10 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
   // two 8-key tiles), v's B fragments by ldmatrix.x4.trans (matrices: keys 0-7 and 8-15 of two 8-column tiles).
   // With two row groups, each v fragment feeds both groups' mma.
   // By wgmma (FlashAttention::valuesByWgmma; one row group): p of every 16 keys packed into its own 4 registers (all
-  // read until the wait), then one wgmma m64n{width}k16 per 16 keys from them and the slot's v core matrices (key k,
-  // column c at (k / 8) 8 width + (c / 8) 64 + (k % 8) 8 + c % 8: 8 keys by 8 consecutive columns each, wgmma's
-  // transposed B) into the output accumulators, in the accumulator order of kernel::wgmmaElement (tile j's c0..c3);
-  // waited for at once (the step's end frees v's slot and reads the accumulators next).
+  // read until the wait), then one wgmma m64n{width}k16 per 16 keys from them and the slot's v (per block of 64 columns,
+  // rows of 64 under the 128-byte swizzle: wgmma's transposed B, see copyRows) into the output accumulators, in the
+  // accumulator order of kernel::wgmmaElement (tile j's c0..c3); waited for at once (the step's end frees v's slot and
+  // reads the accumulators next).
   const int64_t G = x.groups, nTiles = x.nTiles, E = x.E;
   const bool byWgmma = x.f->valuesByWgmma;
   for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
@@ -314,11 +314,11 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
   if (!byWgmma) return;
   std::vector<int> acc;
   for (const auto& tile : o) acc.insert(acc.end(), tile.begin(), tile.end());
-  const Stmt::CoreMatrices cores{8 * E, 64, false, true};  // 8 keys apart: 8 E elements; 8 columns apart: 64
+  const Stmt::CoreMatrices rows{512, BKV * 64, true, true};  // 8 keys: 512 elements; blocks of 64 columns: BKV rows of 64
   step.push_back(wgmmaFence());
   for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
     const std::vector<int> a(pRegs.begin() + 4 * kk, pRegs.begin() + 4 * kk + 4);
-    step.push_back(wgmmaRegA(T, a, vs, simplify(ring * idxConst(sl.v) + idxConst(kk * kMmaK * E), extents_), cores, E, acc));
+    step.push_back(wgmmaRegA(T, a, vs, simplify(ring * idxConst(sl.v) + idxConst(kk * kMmaK * 64), extents_), rows, E, acc));
   }
   step.push_back(wgmmaCommit());
   step.push_back(wgmmaWait(0));

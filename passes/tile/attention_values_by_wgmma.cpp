@@ -3,9 +3,11 @@
 // mma.sync per warp and step), and every warp of the block reads all of v's slice from shared memory. One warpgroup's
 // wgmma.mma_async m64n{width}k16 per 16 keys takes A from registers — p's packed pairs, which are the mma A fragment per
 // warp as they stand — and v from shared memory as core matrices (wgmma's transposed B), once for the four warps, into
-// the output accumulators mma.sync used (the wgmma accumulator layout is the mma C layout per warp).
-// Rule: sm_90a, tensor-core attention of one warpgroup (block_q 64 in 16-row warps, no key split), output rows of at
-// most 256 values (wgmma's largest n), a multiple of 8.
+// the output accumulators mma.sync used (the wgmma accumulator layout is the mma C layout per warp). v is stored in rows
+// of 64 columns under the 128-byte swizzle: without it (8 x 8 core matrices), wgmma's reads of a transposed B conflict
+// in shared memory's banks, and the step ran 30 % slower than by mma.sync on the H200 (18ce6e8).
+// Rule: sm_90a, tensor-core attention of one warpgroup (block_q 64 in 16-row warps, no key split), output rows of 64 to
+// 256 values (wgmma's largest n), a multiple of 64 (the swizzle's row).
 #include "kiln/loop/attention.h"
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
@@ -20,7 +22,7 @@ bool attentionValuesByWgmma(Program& p) {
     if (!f || flashOnCudaCores(*f) || f->valuesByWgmma || f->blockQ != kFlashWgmmaRows || f->warpRows != 16 || f->keySplit != 1)
       continue;
     const auto ops = loop::flashAttentionOperands(p.loop, p.loop.kernels[i]);
-    if (!ops || ops->width % 8 != 0 || ops->width > 256) continue;
+    if (!ops || ops->width % 64 != 0 || ops->width > 256) continue;
     f->valuesByWgmma = true;
     changed = true;
   }

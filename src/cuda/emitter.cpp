@@ -324,6 +324,9 @@ class Emitter {
     const char* type = s.operandType == DType::BF16 ? "bf16" : "f16";
     auto desc = [&](int buffer, const Idx& at, const kernel::Stmt::CoreMatrices& l) {
       const int64_t bytes = dtypeBytes(k_.shared[buffer].dtype);
+      if (l.swizzle128 && l.mnMajor)  // leading byte offset: between blocks of 64 n; stride: between groups of 8 k
+        return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes,
+                           l.rowStride * bytes);
       if (l.swizzle128) return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}))", shared_[buffer], idx(at), l.rowStride * bytes);
       return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes, l.rowStride * bytes);
     };

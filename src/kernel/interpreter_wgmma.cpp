@@ -63,7 +63,10 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
       return v;
     };
     auto gather = [&](int buffer, int64_t from, const Stmt::CoreMatrices& l, int64_t rows, const char* which) {
-      if (l.swizzle128 && ((from / 64) % 8 != 0 || from % 64 + kWgmmaK > 64))
+      if (l.swizzle128 && l.mnMajor && from % 512 != 0)
+        raise(fmt::format("kernel {}: wgmma {} starts at shared {}[{}], not at an 8-row group of 64-element rows (MN-major, "
+                          "128-byte swizzle; block {})", k.name, which, k.shared[buffer].name, from, block));
+      if (l.swizzle128 && !l.mnMajor && ((from / 64) % 8 != 0 || from % 64 + kWgmmaK > 64))
         raise(fmt::format("kernel {}: wgmma {} starts at shared {}[{}], not in the first row of an 8-row group of 64-element "
                           "rows with 16 columns left in the row (128-byte swizzle; block {})", k.name, which,
                           k.shared[buffer].name, from, block));
@@ -74,7 +77,8 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
           int64_t e = l.mnMajor ? from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (kk % 8) * 8 + r % 8
                                 : from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (r % 8) * 8 + kk % 8;
           if (l.swizzle128) {
-            const int64_t logical = from + (r / 8) * l.rowStride + (r % 8) * 64 + kk;
+            const int64_t logical = l.mnMajor ? from + (r / 64) * l.rowStride + (kk / 8) * l.kStride + (kk % 8) * 64 + r % 64
+                                              : from + (r / 8) * l.rowStride + (r % 8) * 64 + kk;
             e = logical ^ (((logical / 64) % 8) * 8);
           }
           if (e < 0 || e >= static_cast<int64_t>(data.size()))

@@ -199,7 +199,7 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
                                                     s.layoutA.kStride, s.layoutA.rowStride);
         lines.push_back(fmt::format("{}wgmma.m64n{}k16.{} {} {} {} x shared {}[{}] ({}core matrices k {} row {})", ind, s.wgmmaN,
                                     dtypeName(s.operandType), acc, s.scaleD ? fmt::format("+= (unless {} is 0)", idxString(s.scaleD)) : "+=",
-                                    a, sharedName(k, s.sharedB), idxString(s.b), s.layoutB.mnMajor ? "mn-major " : "",
+                                    a, sharedName(k, s.sharedB), idxString(s.b), s.layoutB.mnMajor ? (s.layoutB.swizzle128 ? "mn-major 128-byte-swizzled " : "mn-major ") : "",
                                     s.layoutB.kStride, s.layoutB.rowStride));
         break;
       }

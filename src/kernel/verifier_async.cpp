@@ -97,8 +97,17 @@ void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
     const SharedBuffer& sb = k.shared[buffer];
     if (sb.dtype != st.operandType)
       fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(st.operandType), which, sb.name, dtypeName(sb.dtype));
-    if (layout.swizzle128) {
-      if (layout.mnMajor) fail("wgmma {}: MN-major core matrices take no swizzle", which);
+    if (layout.swizzle128 && layout.mnMajor) {
+      if (dtypeBytes(sb.dtype) != 2 || layout.kStride != 512 || (rows > 64 && (layout.rowStride <= 0 || layout.rowStride % 512 != 0)))
+        fail("wgmma {} MN-major with the 128-byte swizzle reads {} with k stride {} and row stride {} (want 16-bit elements, "
+             "8 rows of 64: 512, and blocks of 64 n a positive multiple of 512 apart)", which, dtypeName(sb.dtype), layout.kStride,
+             layout.rowStride);
+      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
+        fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
+      if (!provablyMultipleOf(expand(start, s), 512, extents))
+        fail("wgmma {} MN-major swizzled start shared {}[{}] not provably a multiple of 512 elements (an 8-row group)", which,
+             sb.name, toString(start));
+    } else if (layout.swizzle128) {
       if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != 512)
         fail("wgmma {} with the 128-byte swizzle reads {} with row stride {} (want 16-bit elements, 8 rows of 64: 512)", which,
              dtypeName(sb.dtype), layout.rowStride);
@@ -111,8 +120,9 @@ void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
       fail("wgmma {} start shared {}[{}] not provably a multiple of 8 elements (16 bytes; expanded: {})", which, sb.name,
            toString(start), toString(expand(start, s)));
     checkSharedIndex(buffer, start, s, "wgmma operand");
-    const int64_t last = layout.swizzle128 ? (rows / 8 - 1) * layout.rowStride + 7 * 64 + kWgmmaK - 1
-                                           : (rows / 8 - 1) * layout.rowStride + layout.kStride + 63;
+    const int64_t last = layout.swizzle128 && layout.mnMajor ? ((rows - 1) / 64) * layout.rowStride + layout.kStride + 7 * 64 + 63
+                         : layout.swizzle128                 ? (rows / 8 - 1) * layout.rowStride + 7 * 64 + kWgmmaK - 1
+                                                             : (rows / 8 - 1) * layout.rowStride + layout.kStride + 63;
     checkSharedIndex(buffer, start + idxConst(last), s, "wgmma operand");
   };
   if (st.sharedA >= 0) {

@@ -259,9 +259,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 "kernel {}: flash_attention scores by wgmma need sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
                 "{}, no key split) and a depth that is a multiple of 16", k.name, kFlashWgmmaRows);
     KILN_ASSERT(!f->valuesByWgmma || (target.wgmma && !cudaCores && f->blockQ == kFlashWgmmaRows && f->warpRows == 16 &&
-                                      f->keySplit == 1 && o->width % 8 == 0 && o->width <= 256),
+                                      f->keySplit == 1 && o->width % 64 == 0 && o->width <= 256),
                 "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
-                "{}, no key split) and output rows of at most 256 values, a multiple of 8 (not {})", k.name, kFlashWgmmaRows, o->width);
+                "{}, no key split) and output rows of 64 to 256 values, a multiple of 64 (not {})", k.name, kFlashWgmmaRows, o->width);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
                 "the kernel's", k.name);
     KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64 || f->blockQ == 128) &&

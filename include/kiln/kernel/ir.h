@@ -130,8 +130,9 @@ struct Stmt {
     // The 128-byte swizzle (16-bit operands 64 deep): rows of 64 elements, 16-byte chunk c of row r stored at chunk
     // c ^ (r mod 8); kStride is unused, rowStride is 512 (8 rows); see wgmma().
     bool swizzle128 = false;
-    // B only, without the swizzle: MN-major (wgmma's transposed B) core matrices, n contiguous inside each: 8 rows of
-    // k, each 8 consecutive n (v as attention's P·V reads it: [key][width]); see wgmmaRegA().
+    // B only: MN-major (wgmma's transposed B) core matrices, n contiguous inside each: 8 rows of k, each 8 consecutive n
+    // (v as attention's P·V reads it: [key][width]); with swizzle128, rows of 64 consecutive n whose 16-byte chunks are
+    // permuted by k, kStride 512 (8 rows of k), rowStride between blocks of 64 n; see wgmmaRegA().
     bool mnMajor = false;
   } layoutA, layoutB;
 };
@@ -244,7 +245,11 @@ Stmt wgmma(DType operandType, int sharedA, Idx aStart, Stmt::CoreMatrices layout
 // (mma's A fragment per warp: the accumulators of a previous wgmma, packed in pairs, are the A of the next one). B from
 // shared as in wgmma(); with layoutB.mnMajor
 //   B(j, k) = sharedB[bStart + (j / 8) * layoutB.rowStride + (k / 8) * layoutB.kStride + (k % 8) * 8 + j % 8]
-// (imm-trans-b: core matrices of 8 k by 8 consecutive j). The registers are read at issue: they may be rewritten only
+// (imm-trans-b: core matrices of 8 k by 8 consecutive j); with mnMajor and swizzle128 (16-bit elements, the buffer
+// 1024-byte aligned, bStart a multiple of 512: a group of 8 rows of k)
+//   logical(j, k) = bStart + (j / 64) * layoutB.rowStride + (k / 8) * layoutB.kStride + (k % 8) * 64 + j % 64,
+//   B(j, k) = sharedB[logical ^ (((logical / 64) % 8) * 8)]
+// (rows of 64 j per k, as a TMA box of [k][64] writes them under the 128-byte swizzle; kStride 512). The registers are read at issue: they may be rewritten only
 // after the wgmma is waited for, like the accumulators.
 Stmt wgmmaRegA(DType operandType, std::vector<int> aRegs, int sharedB, Idx bStart, Stmt::CoreMatrices layoutB, int64_t n,
                std::vector<int> acc);

@@ -208,10 +208,10 @@ struct FlashAttention {
   // kept there as 8 x 8 core matrices, instead of every warp loading q and k fragments by ldmatrix and issuing
   // block_kv / 8 mma.sync per 16 of depth; the accumulators land in the layout the softmax and P·V read.
   bool scoresByWgmma = false;
-  // sm_90a, one warpgroup of 16-row warps (block_q 64, no key split), an output row of at most 256 values, a multiple
-  // of 8 (tile-attention-values-by-wgmma): O += p · v of a step is one wgmma.mma_async m64n{width}k16 per 16 keys with
-  // A from registers (p's packed pairs, the mma A fragment per warp) and v from shared memory as 8 x 8 core matrices,
-  // width contiguous inside each (wgmma's transposed B), instead of every warp loading v's fragments by
+  // sm_90a, one warpgroup of 16-row warps (block_q 64, no key split), an output row of 64 to 256 values, a multiple
+  // of 64 (tile-attention-values-by-wgmma): O += p · v of a step is one wgmma.mma_async m64n{width}k16 per 16 keys with
+  // A from registers (p's packed pairs, the mma A fragment per warp) and v from shared memory in rows of 64 columns
+  // under the 128-byte swizzle (wgmma's transposed B), instead of every warp loading v's fragments by
   // ldmatrix.trans and issuing width / 8 mma.sync per 16 keys: v leaves shared memory once per block, not once per
   // warp, and the tensor cores take the product off the warps' issue slots. Issued and waited for at the step's end.
   bool valuesByWgmma = false;
