@@ -198,17 +198,13 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
 
   // cp.async of `rows` rows (from rowStart, rows past `limit` zero-filled) of operand `load` into buf at `at`: rows of
   // `cols` elements along colVar, `stride` apart. Thread ct copies 16-byte chunks ct, ct + threads, ...
-  // Layouts other than rows `stride` apart:
-  //  - Cores (scores by wgmma: q and k): 8 x 8 core matrices, element (r, c) at (r / 8) * 8 cols + (c / 8) * 64 +
-  //    (r % 8) * 8 + c % 8, and chunk e is row 8 (e div 8 per) + e mod 8, column chunk (e div 8) mod per: eight
-  //    neighbouring threads fill one core matrix's 128 contiguous bytes (no bank conflicts);
-  //  - Swizzled (P·V by wgmma: v, cols a multiple of 64): per block of 64 columns h, rows of 64 elements under the
-  //    128-byte swizzle, element (r, c) at h * rows * 64 + r * 64 + ((c mod 64) / 8 ^ r mod 8) * 8 + c mod 8, and chunk e
-  //    is block e div (8 rows), row (e div 8) mod rows, chunk e mod 8 of the row's 64 columns: a warp fills 4 whole rows.
-  enum class Slice { Rows, Cores, Swizzled };
+  // With `swizzled` (operands a wgmma reads: q and k for the scores, v for P·V; cols a multiple of 64) the slice is, per
+  // block of 64 columns h, rows of 64 elements under the 128-byte swizzle instead: element (r, c) at h * rows * 64 +
+  // r * 64 + ((c mod 64) / 8 ^ r mod 8) * 8 + c mod 8, and chunk e is block e div (8 rows), row (e div 8) mod rows,
+  // chunk e mod 8 of the row's 64 columns: a warp fills 4 whole rows (no bank conflicts), and wgmma reads it without the
+  // conflicts of 8 x 8 core matrices laid side by side (30 % slower P·V on the H200, 18ce6e8).
   auto copyRows = [&](Block& out, int buf, const Idx& at, const loop::Expr& load, int rowVar, int64_t limit, const Idx& rowStart,
-                      int64_t rows, int colVar, int64_t cols, int64_t stride, Slice layout = Slice::Rows) {
-    const bool cores = layout == Slice::Cores, swizzled = layout == Slice::Swizzled;
+                      int64_t rows, int colVar, int64_t cols, int64_t stride, bool swizzled = false) {
     const int64_t perCopy = Target::kVectorBytes / dtypeBytes(T);  // elements of one 16-byte copy
     const int64_t per = cols / perCopy, chunks = rows * per, bytes = Target::kVectorBytes;
     extents_[rowVar + kFirstLoopVar] = limit;
@@ -218,14 +214,12 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
     // copies).
     const bool whole = limit % rows == 0;
     auto chunk = [&](const Idx& e) {
-      Idx r = simplify(cores ? floorDiv(e, 8 * per) * idxConst(8) + mod(e, 8) : swizzled ? mod(floorDiv(e, 8), rows) : floorDiv(e, per),
+      Idx r = simplify(swizzled ? mod(floorDiv(e, 8), rows) : floorDiv(e, per), extents_);
+      Idx c = simplify(swizzled ? floorDiv(e, 8 * rows) * idxConst(64) + mod(e, 8) * idxConst(8) : mod(e, per) * idxConst(perCopy),
                        extents_);
-      Idx c = simplify(swizzled ? floorDiv(e, 8 * rows) * idxConst(64) + mod(e, 8) * idxConst(8)
-                                : (cores ? mod(floorDiv(e, 8), per) : mod(e, per)) * idxConst(perCopy), extents_);
-      Idx to = simplify(cores      ? at + floorDiv(r, 8) * idxConst(8 * cols) + floorDiv(c, 8) * idxConst(64) + mod(r, 8) * idxConst(8)
-                        : swizzled ? at + floorDiv(e, 8 * rows) * idxConst(rows * 64) + r * idxConst(64) +
-                                         idxXor(mod(e, 8), mod(r, 8)) * idxConst(8)
-                                   : at + r * idxConst(stride) + c, extents_);
+      Idx to = simplify(swizzled ? at + floorDiv(e, 8 * rows) * idxConst(rows * 64) + r * idxConst(64) +
+                                       idxXor(mod(e, 8), mod(r, 8)) * idxConst(8)
+                                 : at + r * idxConst(stride) + c, extents_);
       Idx row = simplify(rowStart + r, extents_);
       Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
                             return v == rowVar + kFirstLoopVar ? (whole ? row : idxMin(row, idxConst(limit - 1)))
@@ -245,11 +239,11 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   };
   auto copyK = [&](Block& out, const Idx& step, const Idx& slot) {
     copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, simplify(step * idxConst(BKV), extents_),
-             BKV, depth.var, D, sl.depthStride, f.scoresByWgmma ? Slice::Cores : Slice::Rows);
+             BKV, depth.var, D, sl.depthStride, f.scoresByWgmma);
   };
   auto copyV = [&](Block& out, const Idx& step, const Idx& slot) {
     copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, simplify(step * idxConst(BKV), extents_),
-             BKV, width.var, E, sl.widthStride, f.valuesByWgmma ? Slice::Swizzled : Slice::Rows);
+             BKV, width.var, E, sl.widthStride, f.valuesByWgmma);
   };
   auto copyKeys = [&](Block& out, const Idx& step, const Idx& slot) {
     copyK(out, step, slot);
@@ -257,8 +251,7 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   };
   // Prologue: q with the first step, then the next ring - 2 steps (those that exist), one commit group each. (Scores a
   // step ahead: q with the first step's k only; the rest below.)
-  copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride,
-           f.scoresByWgmma ? Slice::Cores : Slice::Rows);
+  copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride, f.scoresByWgmma);
   if (f.scoresAhead) copyK(body, sBegin, idxConst(0));
   else copyKeys(body, sBegin, idxConst(0));
   body.push_back(cpAsyncCommit());

@@ -74,10 +74,14 @@ void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vec
     step.push_back(wgmmaFence());
     std::vector<int> acc;  // accumulator 4j + c: tile j's c (kernel::wgmmaElement is the mma C layout of warp w's rows)
     for (const auto& tile : s) acc.insert(acc.end(), tile.begin(), tile.end());
-    const Stmt::CoreMatrices cores{64, 8 * D};  // core matrices 64 elements apart in depth, 8 rows of them 8 D apart
-    for (int64_t kk = 0; kk < kSteps; ++kk)
-      step.push_back(wgmma(T, x.qs, idxConst(kk * 2 * 64), cores, ks, simplify(ring * idxConst(sl.k) + idxConst(kk * 2 * 64), extents_),
-                           cores, BKV, acc));
+    // q and k in rows of 64 depths under the 128-byte swizzle (copyRows): 16 depths kk start at column 16 (kk mod 4) of
+    // the first row of 64-depth block kk / 4.
+    const Stmt::CoreMatrices rows{0, 512, true};
+    for (int64_t kk = 0; kk < kSteps; ++kk) {
+      const int64_t at = 16 * (kk % 4), block = kk / 4;
+      step.push_back(wgmma(T, x.qs, idxConst(block * x.BQ * 64 + at), rows, ks,
+                           simplify(ring * idxConst(sl.k) + idxConst(block * BKV * 64 + at), extents_), rows, BKV, acc));
+    }
     step.push_back(wgmmaCommit());
     if (wait) step.push_back(wgmmaWait(0));
   } else {  // per 16 of depth: k's fragments by ldmatrix.x4, two mma.sync per pair of 8-key tiles and row group

@@ -2,9 +2,10 @@
 // block_kv / 8 mma.sync and block_kv / 16 ldmatrix.x4 of k per 16 of depth for S = q · kᵀ alone (at 128 keys and depth
 // 64: 64 mma.sync and 32 ldmatrix per warp and step), each mma.sync a dependent link in the warp's chain. One warpgroup's
 // wgmma.mma_async m64n{block_kv}k16 per 16 of depth computes the same scores for all four warps from shared memory (q
-// and k stored there as 8 x 8 core matrices, which wgmma reads without ldmatrix), and leaves each thread the same
+// and k stored there in rows of 64 depths under the 128-byte swizzle, which wgmma reads without ldmatrix or bank
+// conflicts), and leaves each thread the same
 // accumulators mma.sync did (kernel::wgmmaElement is the mma C layout per warp), so the softmax and P·V are unchanged.
-// Rule: sm_90a, tensor-core attention of one warpgroup (block_q 64 in 16-row warps, no key split), depth a multiple of 16.
+// Rule: sm_90a, tensor-core attention of one warpgroup (block_q 64 in 16-row warps, no key split), depth a multiple of 64.
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 
@@ -18,7 +19,7 @@ bool attentionScoresByWgmma(Program& p) {
     if (!f || flashOnCudaCores(*f) || f->scoresByWgmma || f->blockQ != kFlashWgmmaRows || f->warpRows != 16 || f->keySplit != 1)
       continue;
     const loop::Kernel& k = p.loop.kernels[i];
-    if (k.attention->dot.axes[0].extent % 16 != 0) continue;
+    if (k.attention->dot.axes[0].extent % 64 != 0) continue;
     f->scoresByWgmma = true;
     changed = true;
   }

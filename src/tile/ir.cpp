@@ -92,8 +92,8 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
            (f->packedPairs > 0 ? fmt::format("; grid: {} thread blocks of two query blocks whose key steps add up evenly "
                                              "(the heaviest alone)", f->packedPairs)
                                : "") +
-           (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k as core matrices)" : "") +
-           (f->valuesByWgmma ? "; p · v by wgmma (p from registers, v as core matrices)" : "") +
+           (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k in swizzled rows)" : "") +
+           (f->valuesByWgmma ? "; p · v by wgmma (p from registers, v in swizzled rows)" : "") +
            (f->scoresAhead ? "; scores a step ahead" : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
@@ -255,9 +255,9 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(!cudaCores || f->keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f->keySplit);
     KILN_ASSERT(!cudaCores || !f->rowSumsByMma, "kernel {}: f32 flash_attention sums its rows without mma", k.name);
     KILN_ASSERT(!f->scoresByWgmma || (target.wgmma && !cudaCores && f->blockQ == kFlashWgmmaRows && f->warpRows == 16 &&
-                                      f->keySplit == 1 && o->depth % 16 == 0),
+                                      f->keySplit == 1 && o->depth % 64 == 0),
                 "kernel {}: flash_attention scores by wgmma need sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
-                "{}, no key split) and a depth that is a multiple of 16", k.name, kFlashWgmmaRows);
+                "{}, no key split) and a depth that is a multiple of 64", k.name, kFlashWgmmaRows);
     KILN_ASSERT(!f->valuesByWgmma || (target.wgmma && !cudaCores && f->blockQ == kFlashWgmmaRows && f->warpRows == 16 &&
                                       f->keySplit == 1 && o->width % 64 == 0 && o->width <= 256),
                 "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "

@@ -21,6 +21,21 @@ namespace kiln {
 namespace {
 using namespace attention_test;  // NOLINT(google-build-using-namespace): the attention tests' shared helpers
 
+// A fixture's tile program for `arch` with its attention in blocks of one warpgroup (64 rows of 16-row warps, no key
+// split), as the suite's long rows are, and neither product by wgmma yet: what the wgmma rules start from.
+tile::Program oneWarpgroup(const char* model, const std::string& arch) {
+  tile::Program t = compileModel(test::fixturePath(model), {}, {}, "tile", std::nullopt, targetFor(arch)).tileIR;
+  for (auto& s : t.schedules) {
+    auto& f = std::get<tile::FlashAttention>(s);
+    f.blockQ = 64;
+    f.warpRows = 16;
+    f.keySplit = 1;
+    f.scoresByWgmma = false;
+    f.valuesByWgmma = false;
+  }
+  return t;
+}
+
 // Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and
 // windowed, 100 tokens: partial last blocks and steps; 7, 4 or 2 query blocks, so an odd count pairs its middle block
 // with itself), by the Kernel-IR interpreter against the Loop IR.
@@ -220,7 +235,8 @@ TEST(FlashAttention, ScoresAStepAheadMatchTheLoopInterpreter) {
     change(std::get<tile::FlashAttention>(bad.schedules[0]));
     EXPECT_THROW(tile::verify(bad), InternalError);
   }
-  tile::Program byWgmma = compiled("attention_bf16_512", "tile", {}, {"tile-attention-scores-by-wgmma"}).tileIR;
+  tile::Program byWgmma = oneWarpgroup("attention_bf16_deep", "sm_90a");
+  ASSERT_TRUE(tile::attentionScoresByWgmma(byWgmma));
   auto& w = std::get<tile::FlashAttention>(byWgmma.schedules[0]);
   ASSERT_TRUE(w.scoresByWgmma);
   w.ring = 2;
@@ -243,19 +259,19 @@ TEST(FlashAttention, ScoresAStepAheadMatchTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 13, variants);
 }
 
-// tile-attention-scores-by-wgmma (off by default: slower on the H200 as it stands, docs/pipeline.md): on sm_90a for blocks of one warpgroup (64 rows of 16-row warps), not for smaller blocks
-// or other targets; the scores by wgmma (q and k as core matrices) at both step depths, paired or interleaved, two and
+// tile-attention-scores-by-wgmma (off by default: slower on the H200 as it stands, docs/pipeline.md): on sm_90a for blocks
+// of one warpgroup (64 rows of 16-row warps) of depth a multiple of 64, not for smaller blocks, shallower depths or other
+// targets; the scores by wgmma (q and k in 128-byte-swizzled rows) at both step depths, paired or interleaved, two and
 // three ring slots, row sums by mma or not, a step ahead (the next step's group issued before the softmax) or not, at
 // head dims 64 and 128 (_deep), against the Loop IR.
 TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
-  const std::vector<std::string> wgmma = {"tile-attention-scores-by-wgmma"};  // off by default: slower as it stands
-  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16_512", "tile").tileIR.schedules[0]).scoresByWgmma);
-  EXPECT_TRUE(std::get<tile::FlashAttention>(compiled("attention_bf16_512", "tile", {}, wgmma).tileIR.schedules[0]).scoresByWgmma);
-  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16", "tile", {}, wgmma).tileIR.schedules[0]).scoresByWgmma);
-  PipelineOptions on;
-  on.enable.insert(wgmma.begin(), wgmma.end());
-  Compiled ampere = compileModel(test::fixturePath("attention_bf16_512"), {}, on, "tile", std::nullopt, targetFor("sm_80"));
-  EXPECT_FALSE(std::get<tile::FlashAttention>(ampere.tileIR.schedules[0]).scoresByWgmma);
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16", "tile", {}, {"tile-attention-scores-by-wgmma"})
+                                                  .tileIR.schedules[0]).scoresByWgmma) << "16-row blocks";
+  tile::Program deep = oneWarpgroup("attention_bf16_deep", "sm_90a"), shallow = oneWarpgroup("attention_bf16_long", "sm_90a");
+  tile::Program ampere = oneWarpgroup("attention_bf16_deep", "sm_80");
+  EXPECT_TRUE(tile::attentionScoresByWgmma(deep));
+  EXPECT_FALSE(tile::attentionScoresByWgmma(shallow)) << "depth 16";
+  EXPECT_FALSE(tile::attentionScoresByWgmma(ampere));
   std::vector<Variant> variants;
   for (int64_t keys : {64, 128})
     for (bool paired : {false, true})
@@ -278,7 +294,7 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
                                 f.scoresAhead = ahead;
                               }});
           }
-  for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 12, variants);
+  for (const char* model : {"attention_bf16", "attention_bf16_deep"}) expectVariantsMatch(model, 12, variants);
   // The verifier: one warpgroup only.
   Compiled c = compiled("attention_bf16", "tile");
   tile::Program bad = c.tileIR;
@@ -299,22 +315,15 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
 // the Loop IR; the emitted step issues one wgmma per 16 keys from the packed p and no ldmatrix.trans, and nvcc takes it;
 // the verifier refuses it for other blocks.
 TEST(FlashAttention, ValuesByWgmmaMatchTheLoopInterpreter) {
-  auto oneWarpgroup = [](const char* model, const std::string& arch) {
-    tile::Program t = compileModel(test::fixturePath(model), {}, {}, "tile", std::nullopt, targetFor(arch)).tileIR;
-    for (auto& s : t.schedules) {
-      auto& f = std::get<tile::FlashAttention>(s);
-      EXPECT_FALSE(f.valuesByWgmma) << model << ": blocks of " << f.blockQ << " rows";
-      f.blockQ = 64;
-      f.warpRows = 16;
-      f.keySplit = 1;
-    }
-    return t;
-  };
+  EXPECT_FALSE(std::get<tile::FlashAttention>(compiled("attention_bf16_deep", "tile").tileIR.schedules[0]).valuesByWgmma)
+      << "16-row blocks";
   tile::Program t = oneWarpgroup("attention_bf16_deep", "sm_90a");
   EXPECT_TRUE(tile::attentionValuesByWgmma(t));
   for (const auto& s : t.schedules) EXPECT_TRUE(std::get<tile::FlashAttention>(s).valuesByWgmma);
-  tile::Program narrow = oneWarpgroup("attention_bf16_long", "sm_90a");
-  EXPECT_FALSE(tile::attentionValuesByWgmma(narrow)) << "rows of 16 values";
+  for (const char* narrow : {"attention_bf16_long", "attention_bf16"}) {
+    tile::Program n = oneWarpgroup(narrow, "sm_90a");
+    EXPECT_FALSE(tile::attentionValuesByWgmma(n)) << narrow << ": rows of 16 and 64 values";
+  }
   tile::Program ampere = oneWarpgroup("attention_bf16_deep", "sm_80");
   EXPECT_FALSE(tile::attentionValuesByWgmma(ampere));
   tile::verify(t);

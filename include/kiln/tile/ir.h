@@ -205,8 +205,9 @@ struct FlashAttention {
   bool rowSumsByMma = false;
   // sm_90a, one warpgroup of 16-row warps (block_q 64, no key split): S = q · kᵀ of a step is one
   // wgmma.mma_async m64n{block_kv}k16 per 16 of depth from shared memory (tile-attention-scores-by-wgmma), q and k
-  // kept there as 8 x 8 core matrices, instead of every warp loading q and k fragments by ldmatrix and issuing
-  // block_kv / 8 mma.sync per 16 of depth; the accumulators land in the layout the softmax and P·V read.
+  // kept there in rows of 64 depths under the 128-byte swizzle (depth a multiple of 64), instead of every warp loading
+  // q and k fragments by ldmatrix and issuing block_kv / 8 mma.sync per 16 of depth; the accumulators land in the layout
+  // the softmax and P·V read.
   bool scoresByWgmma = false;
   // sm_90a, one warpgroup of 16-row warps (block_q 64, no key split), an output row of 64 to 256 values, a multiple
   // of 64 (tile-attention-values-by-wgmma): O += p · v of a step is one wgmma.mma_async m64n{width}k16 per 16 keys with
