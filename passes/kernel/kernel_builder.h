@@ -26,13 +26,7 @@ Idx rowMajor(const std::vector<Idx>& index, const Shape& shape, const VarExtents
 
 class KernelBuilder {
  public:
-  // With TiledContraction::lastBlockSums, the kernel adding the partials and its schedule, which the last blocks run.
-  struct Tail {
-    const loop::Kernel& kernel;
-    const tile::PointwiseMap& map;
-  };
-  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s, std::optional<Tail> tail = std::nullopt)
-      : tp_(tp), lk_(lk), s_(s), tail_(tail) {}
+  KernelBuilder(const tile::Program& tp, const loop::Kernel& lk, const tile::Schedule& s) : tp_(tp), lk_(lk), s_(s) {}
   Kernel build();
 
  private:
@@ -251,9 +245,6 @@ class KernelBuilder {
                 Block& out);
   // With a producer warp, in clusters or not (lower_contraction_specialized.cpp).
   void specializedTmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
-  // TiledContraction::lastBlockSums (lower_contraction_sums.cpp): after every block stored its partial, the ticket, and
-  // in the last block of each tile the tail kernel (tail_) for the tile's outputs.
-  void sumPartialsInLastBlock(const Tiling& t);
   // Stream-K products (lower_contraction_stream_k.cpp): the walk's variables (defined at the kernel's start); the unit of
   // the walk's step i and that unit's tile (tm, tn), defined in `out`; the loops over the walk's units and each one's
   // slices, `step` building the ring step of walk step i; what the consumers do where a unit's slices [from, to) end
@@ -281,7 +272,6 @@ class KernelBuilder {
   std::array<int, 2> pairSlots_{-1, -1};  // storePair's two float slots, made once per kernel
   const loop::Kernel& lk_;
   const tile::Schedule& s_;
-  std::optional<Tail> tail_;
   Kernel k_;
   std::vector<int> accs_;
   VarExtents extents_;

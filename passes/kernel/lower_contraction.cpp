@@ -123,7 +123,6 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
       k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));
     }
   }
-  if (s.lastBlockSums) sumPartialsInLastBlock(t);
 }
 
 // The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.

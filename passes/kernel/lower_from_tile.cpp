@@ -28,16 +28,10 @@ Program lowerFromTile(const tile::Program& tp, const LowerOptions& options, Lowe
     std::vector<int> buffers;
     std::string key = options.reuseIdenticalKernels ? tile::reuseKey(tp, i, buffers) : "";
     auto it = key.empty() ? lowered.end() : lowered.find(key);
-    // A split product whose last blocks add its partials (TiledContraction::lastBlockSums) runs the next kernel in them:
-    // that kernel is lowered into this one and not on its own.
-    const auto* t = std::get_if<tile::TiledContraction>(&tp.schedules[i]);
-    std::optional<detail::KernelBuilder::Tail> tail;
-    if (t && t->lastBlockSums) tail.emplace(tp.loop.kernels.at(i + 1), std::get<tile::PointwiseMap>(tp.schedules.at(i + 1)));
     if (it == lowered.end()) {
-      p.kernels.push_back(detail::KernelBuilder(tp, lk, tp.schedules[i], tail).build());
+      p.kernels.push_back(detail::KernelBuilder(tp, lk, tp.schedules[i]).build());
       if (!key.empty()) lowered.emplace(std::move(key), Lowered{p.kernels.size() - 1, std::move(buffers)});
       ++counts.lowered;
-      if (tail) ++i;
       continue;
     }
     Kernel k = p.kernels[it->second.kernel];
@@ -51,7 +45,6 @@ Program lowerFromTile(const tile::Program& tp, const LowerOptions& options, Lowe
     }
     p.kernels.push_back(std::move(k));
     ++counts.reused;
-    if (tail) ++i;
   }
   if (stats) *stats = counts;
   return p;

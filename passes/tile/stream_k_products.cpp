@@ -54,7 +54,7 @@ bool streamKProducts(Program& p, int64_t blocks) {
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
     const loop::Kernel& k = p.loop.kernels[i];
-    if (!t || !t->producerWarp || t->streamBlocks > 0 || t->lastBlockSums || (blocks == 0 && !t->streamK)) continue;
+    if (!t || !t->producerWarp || t->streamBlocks > 0 || (blocks == 0 && !t->streamK)) continue;
     const Contraction c = contractionOf(*t, k);
     const int64_t stages = static_cast<int64_t>(k.stages.size()), tiles = tilesM(*t, c) * tilesN(*t, c);
     if (c.outerPoints != 1 || (stages > 1 && !t->stackedB) || tiles % t->cluster != 0) continue;

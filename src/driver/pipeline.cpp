@@ -79,7 +79,6 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tileIR, "tile-multicast-operands", tile::multicastOperands);  // products with a producer warp only
   run.pass(c.tileIR, "tile-stream-k-products", [](tile::Program& p) { return tile::streamKProducts(p); });  // after the clusters
   run.pass(c.tileIR, "tile-unroll-rings", tile::unrollRings);              // products with a producer warp only
-  run.pass(c.tileIR, "tile-last-block-sums", [](tile::Program& p) { return tile::lastBlockSums(p); });         // after the split products' grids are final
   run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);  // before the depth: halves the slices' bytes
   run.pass(c.tileIR, "tile-deep-k-slices", tile::deepenKSlices);
   run.pass(c.tileIR, "tile-pipeline-async-copies", tile::pipelineAsyncCopies);  // after the slice depth and layout

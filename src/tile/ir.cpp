@@ -116,9 +116,6 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
       if (t.unrollRing) instr += fmt::format(", the k loop unrolled by the ring ({} steps a round)", t.pipelineDepth);
       break;
   }
-  if (t.lastBlockSums)
-    instr += fmt::format(", the last of a tile's {} blocks adds the partials and runs the next kernel's epilogue",
-                         k.parallel.at(0).extent);
   if (t.streamK && t.streamBlocks == 0)
     instr += ", stream-K chosen but not walked (tile-stream-k-products needs a producer warp, one stage or stacked B, no other "
              "output axes, blocks alone on their SMs and tiles that are not whole waves)";
@@ -159,7 +156,6 @@ nlohmann::json toJson(const Schedule& s) {
     if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
     else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
     else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
-    if (t.lastBlockSums) j.update({{"last_block_sums", true}, {"counters", t.counters}});
     if (t.streamBlocks > 0) j.update({{"stream_blocks", t.streamBlocks}, {"partials", t.partials}, {"counters", t.counters}});
     if (t.streamK) j.update({{"stream_k", true}});
     j["pipeline_depth"] = t.pipelineDepth;
@@ -381,7 +377,7 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
   if (t.streamBlocks > 0) {
     const Contraction c = contractionOf(t, k);
-    KILN_ASSERT(t.producerWarp && !t.unrollRing && !t.lastBlockSums && c.outerPoints == 1 && t.streamBlocks % t.cluster == 0 &&
+    KILN_ASSERT(t.producerWarp && !t.unrollRing && c.outerPoints == 1 && t.streamBlocks % t.cluster == 0 &&
                     (stages == 1 || t.stackedB) && tilesM(t, c) * tilesN(t, c) % t.cluster == 0 &&
                     t.streamBlocks / t.cluster <= streamK(t, c).steps,
                 "kernel {}: a stream-K grid ({} blocks) needs a tma product with a producer warp and a rolled k loop, one stage or "
@@ -419,18 +415,6 @@ void verify(const Program& p) {
     verifySchedule(p, p.schedules[i], p.loop.kernels[i]);
     const auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
     if (t && t->streamBlocks > 0) verifyStreamKBuffers(p, *t, p.loop.kernels[i]);
-    if (!t || !t->lastBlockSums) continue;
-    const std::string& name = p.loop.kernels[i].name;
-    KILN_ASSERT(addsPartialsOf(p, i), "kernel {}: its last blocks add the partials of a split product, but it is none or the "
-                "next kernel does not add its partials alone (tile::addsPartialsOf)", name);
-    KILN_ASSERT(t->counters >= 0 && t->counters < static_cast<int>(p.loop.buffers.size()), "kernel {}: counters buffer #{}",
-                name, t->counters);
-    const loop::Buffer& c = p.loop.buffers[static_cast<size_t>(t->counters)];
-    KILN_ASSERT(c.kind == loop::Buffer::Kind::Counters && c.dtype == DType::I64 &&
-                    numel(c.shape) == splitParts(*t, p.loop.kernels[i]).tilesPerPart,
-                "kernel {}: its tickets need an i64 counters buffer of one counter per output tile ({}), not {} {} {} {}", name,
-                splitParts(*t, p.loop.kernels[i]).tilesPerPart, loop::bufferKindName(c.kind), dtypeName(c.dtype), c.name,
-                shapeString(c.shape));
   }
 }
 

@@ -40,18 +40,6 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   const std::optional<loop::Kernel> ck = renumbered(k, "k");
   if (!ck) return "";
   Schedule s = tp.schedules[index];
-  // A split product whose last blocks add its partials runs the next kernel too (TiledContraction::lastBlockSums): that
-  // kernel and the counters are part of it, their buffers numbered on.
-  std::string tail;
-  std::optional<loop::Kernel> cs;
-  if (auto* t = std::get_if<TiledContraction>(&s); t && t->lastBlockSums) {
-    const loop::Kernel& sum = tp.loop.kernels.at(index + 1);
-    cs = renumbered(sum, "tail");
-    if (!cs) return "";
-    t->counters = canonical(t->counters);
-    for (auto& a : sum.parallel) tail += fmt::format("p{}:{} ", a.var, a.extent);
-    tail += toJson(tp.schedules.at(index + 1)).dump() + "\n";
-  }
   if (auto* t = std::get_if<TiledContraction>(&s); t && t->streamBlocks > 0) {  // its partials and counters, numbered on
     t->partials = canonical(t->partials);
     t->counters = canonical(t->counters);
@@ -71,8 +59,7 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
     for (auto& a : k.attention->dot.axes) key += fmt::format("d{}:{} ", a.var, a.extent);
   }
   key += fmt::format("rows {} {}", k.rowAxes, toJson(s).dump());
-  if (cs) tail += loop::printKernelBody(canon, *cs);
-  return key + "\n" + loop::printKernelBody(canon, *ck) + tail;
+  return key + "\n" + loop::printKernelBody(canon, *ck);
 }
 
 }  // namespace kiln::tile

@@ -1,5 +1,6 @@
 // kernel::blockTicket by hand: blocks meeting at a counter, the last of them adding what the others stored (how a split
-// product's last block per tile adds its partials, tile-last-block-sums); kernel::counterRelease / counterAwait, one block
+// product's last block per tile added its partials in the removed tile-last-block-sums; no lowering emits it now);
+// kernel::counterRelease / counterAwait, one block
 // handing a partial to another (stream-K); the verifier's rules, the interpreter, the printer and nvcc.
 #include <gtest/gtest.h>
 

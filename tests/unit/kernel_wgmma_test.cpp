@@ -159,19 +159,21 @@ TEST(KernelWgmma, Swizzle128) {
 // wgmma's register-A form with an MN-major B (attention's P·V: P's packed accumulators times v stored [key][width]):
 // each thread loads its mma A fragment of x's A (64 x 16) into floats and packs them into 4 pair registers; B (kN x 16,
 // [n][k] in x) goes to shared memory as MN-major core matrices, element (n, k) at (n / 8) * 128 + (k / 8) * 64 +
-// (k % 8) * 8 + n % 8 (n contiguous inside each). y = A·Bᵀ as before.
-Program registerAProduct() {
+// (k % 8) * 8 + n % 8 (n contiguous inside each). y = A·Bᵀ as before. With `swizzled`, B in rows of 64 n per k under
+// the 128-byte swizzle (as attention's v): (n, k) at logical k * 64 + n, chunk permuted by k mod 8 (k stride 512).
+Program registerAProduct(bool swizzled = false) {
   Kernel k;
   k.name = "k_wgmma_regs";
   k.block = {128, 1, 1};
-  k.shared = {SharedBuffer{"b", kBElems, DType::BF16}};
+  k.shared = {swizzled ? SharedBuffer{"b", 16 * 64, DType::BF16, true} : SharedBuffer{"b", kBElems, DType::BF16}};
+  k.dynamicSharedBytes = k.dynamicBuffersBytes();
   const int kTid = 2, kE = 3;
   Idx tid = idxVar(kTid, "tid"), e = idxVar(kE, "e");
   k.body.push_back(defIdx(kTid, "tid", threadIdx()));
   Idx n = floorDiv(e, 16), kk = mod(e, 16);
-  k.body.push_back(forLoop(kE, "e", tid, idxConst(kBElems), 128,
-                           {storeShared(0, floorDiv(n, 8) * idxConst(128) + floorDiv(kk, 8) * idxConst(64) + mod(kk, 8) * idxConst(8) + mod(n, 8),
-                                        loadGlobal(0, e + idxConst(kAElems)))}));
+  Idx at = swizzled ? kk * idxConst(64) + idxXor(floorDiv(n, 8), mod(kk, 8)) * idxConst(8) + mod(n, 8)
+                    : floorDiv(n, 8) * idxConst(128) + floorDiv(kk, 8) * idxConst(64) + mod(kk, 8) * idxConst(8) + mod(n, 8);
+  k.body.push_back(forLoop(kE, "e", tid, idxConst(kBElems), 128, {storeShared(0, at, loadGlobal(0, e + idxConst(kAElems)))}));
   k.body.push_back(fenceProxyAsync());
   k.body.push_back(barrier());
   std::vector<int> acc = zeroAccumulators(k);
@@ -188,7 +190,7 @@ Program registerAProduct() {
     const int lo = static_cast<int>(kN / 2) + 2 * r;
     k.body.push_back(packPair(DType::BF16, r, lo, lo + 1));
   }
-  Stmt::CoreMatrices mn{64, 128};
+  Stmt::CoreMatrices mn = swizzled ? Stmt::CoreMatrices{512, 1024, true, true} : Stmt::CoreMatrices{64, 128};
   mn.mnMajor = true;
   return issueAndStore(std::move(k), wgmmaRegA(DType::BF16, regs, 0, idxConst(0), mn, kN, acc), tid);
 }
@@ -204,10 +206,11 @@ TEST(KernelWgmma, RegisterAAndMnMajorB) {
                     "{%13, %14, %15, %16}, %17, d, 1, 1, 1;"), std::string::npos) << cu;
   EXPECT_NE(cu.find(": \"r\"(1), \"r\"(ra0), \"r\"(ra1), \"r\"(ra2), \"r\"(ra3), \"l\"(kiln::wgmma_desc(&b[0], 128, 256)));"),
             std::string::npos) << cu;
-  // The verifier: MN-major only for B and without the swizzle; the registers must exist.
+  // The verifier: MN-major only for B; swizzled, 8 rows of 64 (k stride 512) in a 1024-byte aligned dynamic buffer; the
+  // registers must exist.
   for (Stmt& st : p.kernels[0].body)
     if (st.kind == Stmt::Kind::Wgmma) st.layoutB.swizzle128 = true;
-  EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma B: MN-major core matrices take no swizzle"), std::string::npos);
+  EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma B MN-major with the 128-byte swizzle reads bf16 with k stride 64"), std::string::npos);
   p = registerAProduct();
   for (Stmt& st : p.kernels[0].body)
     if (st.kind == Stmt::Kind::Wgmma) st.pairRegs[3] = 9;
@@ -217,6 +220,20 @@ TEST(KernelWgmma, RegisterAAndMnMajorB) {
     if (st.kind == Stmt::Kind::Wgmma) st.layoutA.mnMajor = true;
   EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma A from shared a as MN-major core matrices (only B may be)"), std::string::npos);
   EXPECT_THROW(wgmmaRegA(DType::BF16, {0, 1, 2}, 0, idxConst(0), Stmt::CoreMatrices{64, 128}, 8, std::vector<int>(4, 0)), InternalError);
+}
+
+// The same product with B MN-major under the 128-byte swizzle (attention's v in rows of 64 columns): its descriptor's
+// leading field between blocks of 64 n, its stride field between groups of 8 k; a start inside an 8-row group refused.
+TEST(KernelWgmma, RegisterAAndSwizzledMnMajorB) {
+  Program p = registerAProduct(true);
+  expectProduct(p, ramp(kAElems + kBElems));
+  EXPECT_NE(print(p).find("x shared b[0] (mn-major 128-byte-swizzled core matrices k 512 row 1024)"), std::string::npos) << print(p);
+  std::string cu = cuda::emit(p).sources[0].text;
+  EXPECT_NE(cu.find("\"l\"(kiln::wgmma_desc_swizzle128(&b[0], 1024, 2048))"), std::string::npos) << cu;
+  for (Stmt& st : p.kernels[0].body)
+    if (st.kind == Stmt::Kind::Wgmma) st.b = idxConst(64);
+  EXPECT_NE(errorOf([&] { verify(p); }).find("MN-major swizzled start shared b[64] not provably a multiple of 512"), std::string::npos);
+  EXPECT_NE(errorOf([&] { interpret(p, {ramp(kAElems + kBElems)}); }).find("not at an 8-row group"), std::string::npos);
 }
 
 TEST(KernelWgmma, AsynchronousRules) {

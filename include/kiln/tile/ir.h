@@ -132,13 +132,7 @@ struct TiledContraction {
   // multiplying ring slot s, so that slots and mbarrier parities are constants or one per round instead of each step's
   // `slice mod depth` and `slice / depth` (and the wgmma descriptors computed from them).
   bool unrollRing = false;
-  // A split product's partial kernel (its first parallel axis the split, S parts of the reduction; tile-shape-products)
-  // whose next kernel adds the S partials and applies the epilogue (tile-last-block-sums): every block stores its
-  // partial as before, then takes a ticket at its tile's counter (kernel::blockTicket on buffer `counters`, one i64 per
-  // output tile of a part); the last of a tile's S blocks to arrive runs the next kernel for its tile (the S partials
-  // added in the order that kernel adds them, its epilogue, its store), and the next kernel is not launched.
-  bool lastBlockSums = false;
-  int counters = -1;  // lastBlockSums, streamBlocks: the program's counters buffer
+  int counters = -1;  // streamBlocks: the program's counters buffer
   // Tma products with a producer warp, one stage or stacked, no other output axes (tile-stream-k-products): a persistent
   // grid of streamBlocks blocks, clusters of `cluster`, one wave. The product's work is U x S steps (U units: a cluster's
   // tiles at one place, S slices of tile_k each); walking steps in the order (unit, slice), cluster g takes the steps
@@ -303,7 +297,6 @@ bool attentionValuesByWgmma(Program& p);        // tile-attention-values-by-wgmm
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
-bool lastBlockSums(Program& p, bool everyInstruction = false);  // tile-last-block-sums
 // tile-stream-k-products; blocks: the persistent grid (0: a wave of the Target's SMs; tests give fewer).
 bool streamKProducts(Program& p, int64_t blocks = 0);
 bool tmaCopies(Program& p);                     // tile-tma-copies
