@@ -9,16 +9,18 @@
 //     cp.async step st + ring - 1 (if any) into its slot; commit; wait for all but the ring - 1 newest groups; barrier
 //     first step only: q's fragments by ldmatrix.x4 into pair registers (kept for every step)
 //     S = q · kᵀ: per 16 of depth, k's fragments by ldmatrix.x4 and block_kv / 8 mma.sync into block_kv / 2 score
-//       accumulators per thread; with scores_by_wgmma (one warpgroup, q and k slices as 8 x 8 core matrices, made
-//       visible to the async proxy by fence.proxy.async before the barrier) one wgmma m64n{block_kv}k16 per 16 of depth
-//       into the same accumulators, waited for at once
+//       accumulators per thread; with scores_by_wgmma (one warpgroup, q and k slices in rows of 64 depths under the
+//       128-byte swizzle, made visible to the async proxy by fence.proxy.async before the barrier) one wgmma
+//       m64n{block_kv}k16 per 16 of depth into the same accumulators, waited for at once (or, a step ahead, after P·V)
 //     s = score(S) / c per element (c: the score's positive constant factor, 1 if none; masks; keys past the end are
 //       -inf; steps inside every row's mask bounds skip the mask terms), the online softmax per row, in base 2 (F = c log2 e):
 //       m' = max(m, rowmax s) over the quad's 4 lanes (shuffles); alpha = 2^((m - m') F); l *= alpha; O *= alpha;
 //       p = 2^(s F - m' F); l += p         (m' = -inf, a row that has seen no key yet, counts as 0)
 //     O += p · v: p's accumulators are the A fragments of the next mma as they stand (the C layout of two 8-column tiles
 //       is the A layout of one 16-deep step), packed to bf16 pairs once; v's fragments by ldmatrix.x4.trans; with
-//       row_sums_by_mma, l += p is one more mma of those A fragments with a B fragment of ones (the whole row's sum)
+//       row_sums_by_mma, l += p is one more mma of those A fragments with a B fragment of ones (the whole row's sum);
+//       with values_by_wgmma (one warpgroup) one wgmma m64n{width}k16 per 16 keys from those pairs (register A) and v
+//       in swizzled rows of 64 columns (transposed B), issued and waited for at the step's end
 //     barrier (the slot is overwritten next step)
 //   With scores_ahead (tile-attention-scores-ahead): the prologue multiplies the first step's S into a second set of
 //     accumulators; step st takes them, applies the score expression, multiplies step st + 1's S into that set spread

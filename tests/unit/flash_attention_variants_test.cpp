@@ -36,6 +36,29 @@ tile::Program oneWarpgroup(const char* model, const std::string& arch) {
   return t;
 }
 
+// A one-warpgroup schedule (64 rows of 16-row warps, no key split) with the choices the wgmma tests sweep, as a variant.
+struct Warpgroup {
+  int64_t keys = 64, ring = 2;
+  bool paired = false, sums = false, ahead = false, scores = false, values = false;
+  Variant variant() const {
+    return {fmt::format("block_kv {} paired {} ring {} row sums by mma {} scores ahead {} scores by wgmma {} p · v by wgmma {}", keys,
+                        paired, ring, sums, ahead, scores, values),
+            [w = *this](tile::FlashAttention& f) {
+              f.blockQ = 64;
+              f.warpRows = 16;
+              f.keySplit = 1;
+              f.blockKV = w.keys;
+              f.pairBlocks = w.paired;
+              f.rowsInner = !w.paired;
+              f.ring = w.ring;
+              f.rowSumsByMma = w.sums;
+              f.scoresAhead = w.ahead;
+              f.scoresByWgmma = w.scores;
+              f.valuesByWgmma = w.values;
+            }};
+  }
+};
+
 // Every block size, key split, pairing and ring depth the schedule allows, on both attentions of the fixture (causal and
 // windowed, 100 tokens: partial last blocks and steps; 7, 4 or 2 query blocks, so an odd count pairs its middle block
 // with itself), by the Kernel-IR interpreter against the Loop IR.
@@ -279,20 +302,7 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
         for (bool sums : {true, false})
           for (bool ahead : {false, true}) {
           if ((ring == 3 && paired) || (!sums && (keys != 128 || ring != 2)) || (ahead && ring != 2)) continue;
-          variants.push_back({fmt::format("block_kv {} paired {} ring {} row sums by mma {} scores ahead {}", keys, paired, ring,
-                                          sums, ahead),
-                              [=](tile::FlashAttention& f) {
-                                f.blockQ = 64;
-                                f.warpRows = 16;
-                                f.keySplit = 1;
-                                f.blockKV = keys;
-                                f.pairBlocks = paired;
-                                f.rowsInner = !paired;
-                                f.ring = ring;
-                                f.rowSumsByMma = sums;
-                                f.scoresByWgmma = true;
-                                f.scoresAhead = ahead;
-                              }});
+          variants.push_back(Warpgroup{keys, ring, paired, sums, ahead, true, false}.variant());
           }
   for (const char* model : {"attention_bf16", "attention_bf16_deep"}) expectVariantsMatch(model, 12, variants);
   // The verifier: one warpgroup only.
@@ -342,22 +352,7 @@ TEST(FlashAttention, ValuesByWgmmaMatchTheLoopInterpreter) {
         for (bool ahead : {false, true})
           for (bool scores : {false, true}) {
             if ((ring == 3 && (paired || ahead)) || (scores && (keys != 64 || paired)) || (paired && ahead)) continue;
-            const bool sums = keys == 64;
-            variants.push_back({fmt::format("block_kv {} paired {} ring {} scores ahead {} scores by wgmma {} row sums by mma {}", keys,
-                                            paired, ring, ahead, scores, sums),
-                                [=](tile::FlashAttention& f) {
-                                  f.blockQ = 64;
-                                  f.warpRows = 16;
-                                  f.keySplit = 1;
-                                  f.blockKV = keys;
-                                  f.pairBlocks = paired;
-                                  f.rowsInner = !paired;
-                                  f.ring = ring;
-                                  f.rowSumsByMma = sums;
-                                  f.scoresByWgmma = scores;
-                                  f.scoresAhead = ahead;
-                                  f.valuesByWgmma = true;
-                                }});
+            variants.push_back(Warpgroup{keys, ring, paired, /*sums=*/keys == 64, ahead, scores, true}.variant());
           }
   for (const char* model : {"attention_bf16", "attention_bf16_deep"}) expectVariantsMatch(model, 14, variants);
   tile::Program bad = compiled("attention_bf16", "tile").tileIR;
