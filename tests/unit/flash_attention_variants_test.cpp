@@ -282,7 +282,7 @@ TEST(FlashAttention, ScoresAStepAheadMatchTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 13, variants);
 }
 
-// tile-attention-scores-by-wgmma (off by default: slower on the H200 as it stands, docs/pipeline.md): on sm_90a for blocks
+// tile-attention-scores-by-wgmma (docs/pipeline.md): on sm_90a for blocks
 // of one warpgroup (64 rows of 16-row warps) of depth a multiple of 64, not for smaller blocks, shallower depths or other
 // targets; the scores by wgmma (q and k in 128-byte-swizzled rows) at both step depths, paired or interleaved, two and
 // three ring slots, row sums by mma or not, a step ahead (the next step's group issued before the softmax) or not, at
