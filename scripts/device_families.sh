@@ -3,7 +3,7 @@
 # Builds kiln; meanwhile one Python process exports each family of models/hf_families.py --real (2 layers at the
 # shapes of one public checkpoint, 32000-token vocabulary, 128 tokens, traced on the GPU in the dtype) for each dtype
 # of FAMILY_DTYPES (default "bf16 f32"), at most 3 files ahead of the checks. Then:
-#   1. `kiln run --check` on the fixtures no earlier device call ran (FAMILY_FIXTURES), with memcheck on the first;
+#   1. `kiln run --check` on the fixtures no earlier device call ran (FAMILY_FIXTURES; "" for none), with memcheck on the first;
 #   2. `kiln run MODEL.pt --check --bench 20` on each exported model, in order, while the call's time
 #      (BENCH_LIMIT_SECONDS, default 470) lasts; each .pt and its cache entry are deleted after its run. The exported
 #      models named in FAMILY_MEMCHECK (e.g. "bf16_gpt2") also run under compute-sanitizer memcheck (at most 150 s).
@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${FAMILY_DTYPES:=bf16 f32}"
 : "${FAMILY_LIST:=gpt2 gpt_neox phi phi3 stablelm falcon qwen2 qwen3 mistral gemma gemma2}"
-: "${FAMILY_FIXTURES:=attention_bf16_long hf_gpt_neox_tiny_bf16 hf_gemma2_tiny_bf16 mlp_bf16_wide}"
+: "${FAMILY_FIXTURES=attention_bf16_long hf_gpt_neox_tiny_bf16 hf_gemma2_tiny_bf16 mlp_bf16_wide}"
 : "${BENCH_LIMIT_SECONDS:=470}"
 : "${FAMILY_MEMCHECK:=}"
 LOG=$(mktemp -d)
