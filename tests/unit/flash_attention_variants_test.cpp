@@ -282,9 +282,8 @@ TEST(FlashAttention, ScoresAStepAheadMatchTheLoopInterpreter) {
   for (const char* model : {"attention_bf16", "attention_bf16_long", "attention_bf16_deep"}) expectVariantsMatch(model, 13, variants);
 }
 
-// tile-attention-scores-by-wgmma (docs/pipeline.md): on sm_90a for blocks
-// of one warpgroup (64 rows of 16-row warps) of depth a multiple of 64, not for smaller blocks, shallower depths or other
-// targets; the scores by wgmma (q and k in 128-byte-swizzled rows) at both step depths, paired or interleaved, two and
+// tile-attention-scores-by-wgmma (docs/pipeline.md): on sm_90a for blocks of one warpgroup (64 rows of 16-row warps) of
+// depth a multiple of 64, not for smaller blocks, shallower depths or other targets; the scores by wgmma (q and k in 128-byte-swizzled rows) at both step depths, paired or interleaved, two and
 // three ring slots, row sums by mma or not, a step ahead (the next step's group issued before the softmax) or not, at
 // head dims 64 and 128 (_deep), against the Loop IR.
 TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
@@ -318,8 +317,8 @@ TEST(FlashAttention, ScoresByWgmmaMatchTheLoopInterpreter) {
   EXPECT_NE(error.find("scores by wgmma need sm_90a"), std::string::npos) << error;
 }
 
-// tile-attention-values-by-wgmma: on sm_90a for blocks of one warpgroup (64 rows of 16-row warps) with output rows a
-// multiple of 64, not for smaller blocks, narrower rows or other targets; P·V by wgmma (p from registers, v in 128-byte-
+// tile-attention-values-by-wgmma: on sm_90a for blocks of one warpgroup (64 rows of 16-row warps) with output rows of 128
+// to 256 values, not for smaller blocks, rows of 16 or 64 values or other targets; P·V by wgmma (p from registers, v in 128-byte-
 // swizzled rows) at both step depths, paired or interleaved, two and three ring slots, row sums by mma or not, scores a
 // step ahead or not, scores by wgmma or by mma.sync, at output widths 64 (causal and windowed) and 128 (_deep), against
 // the Loop IR; the emitted step issues one wgmma per 16 keys from the packed p and no ldmatrix.trans, and nvcc takes it;
