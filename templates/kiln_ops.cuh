@@ -223,18 +223,13 @@ __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, unsig
 }
 // The same for an operand in the 128-byte swizzle mode (rows of 128 bytes whose 16-byte chunks are permuted by the row
 // within 8-row groups of 1024 bytes, the group's start 1024-byte aligned): the stride byte offset is the distance between
-// 8-row groups, the leading byte offset is unused (1 by convention).
-__device__ __forceinline__ unsigned long long wgmma_desc_swizzle128(const void* smem, unsigned row_stride_bytes) {
+// 8-row groups. The leading byte offset: K-major, unused (16 bytes, 1 by convention); MN-major (imm-trans-b 1: rows of
+// 64 n per k, 8 rows of k a group), the distance between blocks of 64 n.
+__device__ __forceinline__ unsigned long long wgmma_desc_swizzle128(const void* smem, unsigned group_stride_bytes,
+                                                                    unsigned leading_bytes = 16) {
   const unsigned addr = shared_address(smem);
-  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) |
-         (static_cast<unsigned long long>((row_stride_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
-}
-// An MN-major B (imm-trans-b 1) in the 128-byte swizzle: rows of 64 n (128 bytes) per k, 8 rows of k a group; the stride
-// byte offset is the distance between groups of 8 k, the leading byte offset that between blocks of 64 n.
-__device__ __forceinline__ unsigned long long wgmma_desc_swizzle128(const void* smem, unsigned k_group_bytes, unsigned n_block_bytes) {
-  const unsigned addr = shared_address(smem);
-  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>((n_block_bytes >> 4) & 0x3FFF) << 16) |
-         (static_cast<unsigned long long>((k_group_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (static_cast<unsigned long long>((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<unsigned long long>((group_stride_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void wgmma_fence() {
 #ifdef KILN_HAS_WGMMA

@@ -335,8 +335,9 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
         pRegs.push_back(pairReg(fmt::format("rp{}{}", r, group(gr))));
         if (gr == 0 && !f.valuesByWgmma) vRegs.push_back(pairReg(fmt::format("rv{}", r)));
       }
-    for (int64_t kk = 1; kk < keysPerWarp / kMmaK && f.valuesByWgmma; ++kk)  // (by wgmma: p of every 16 keys at once)
-      for (int r = 0; r < 4; ++r) pRegs.push_back(pairReg(fmt::format("rp{}_{}", r, kk)));
+    if (f.valuesByWgmma)  // p of every 16 keys at once (each read until the step's wgmmas are waited for)
+      for (int64_t kk = 1; kk < keysPerWarp / kMmaK; ++kk)
+        for (int r = 0; r < 4; ++r) pRegs.push_back(pairReg(fmt::format("rp{}_{}", r, kk)));
   }
   // Row sums by mma (FlashAttention::rowSumsByMma): per row group an accumulator tile, and a pair of ones.
   std::vector<std::array<int, 4>> lsum;

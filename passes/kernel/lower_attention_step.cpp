@@ -303,7 +303,7 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
         step.push_back(mmaFromPairs(T, a, {x.ones, x.ones}, {x.lsum[static_cast<size_t>(gr)][0], x.lsum[static_cast<size_t>(gr)][1],
                                                              x.lsum[static_cast<size_t>(gr)][2], x.lsum[static_cast<size_t>(gr)][3]}));
     }
-    for (int64_t j = 0; j < eTiles && !byWgmma; j += 2) {
+    for (int64_t j = 0; j < (byWgmma ? 0 : eTiles); j += 2) {  // (by wgmma: after the packing, below)
       Idx row = keyBase + idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
       Idx col = idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8);
       step.push_back(ldmatrixPairs(vs, simplify(ring * idxConst(sl.v) + row * idxConst(sl.widthStride) + col, extents_), true, vRegs));

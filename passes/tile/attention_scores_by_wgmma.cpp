@@ -16,8 +16,7 @@ bool attentionScoresByWgmma(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
-    if (!f || flashOnCudaCores(*f) || f->scoresByWgmma || f->blockQ != kFlashWgmmaRows || f->warpRows != 16 || f->keySplit != 1)
-      continue;
+    if (!f || f->scoresByWgmma || !flashOneWarpgroup(*f)) continue;
     const loop::Kernel& k = p.loop.kernels[i];
     if (k.attention->dot.axes[0].extent % 64 != 0) continue;
     f->scoresByWgmma = true;

@@ -20,8 +20,7 @@ bool attentionValuesByWgmma(Program& p) {
   bool changed = false;
   for (size_t i = 0; i < p.schedules.size(); ++i) {
     auto* f = std::get_if<FlashAttention>(&p.schedules[i]);
-    if (!f || flashOnCudaCores(*f) || f->valuesByWgmma || f->blockQ != kFlashWgmmaRows || f->warpRows != 16 || f->keySplit != 1)
-      continue;
+    if (!f || f->valuesByWgmma || !flashOneWarpgroup(*f)) continue;
     const auto ops = loop::flashAttentionOperands(p.loop, p.loop.kernels[i]);
     if (!ops || ops->width % 64 != 0 || ops->width < 128 || ops->width > 256) continue;
     f->valuesByWgmma = true;

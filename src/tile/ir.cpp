@@ -250,12 +250,11 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
                 k.name, cudaCores ? "" : " and ldmatrix", target.arch);
     KILN_ASSERT(!cudaCores || f->keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f->keySplit);
     KILN_ASSERT(!cudaCores || !f->rowSumsByMma, "kernel {}: f32 flash_attention sums its rows without mma", k.name);
-    KILN_ASSERT(!f->scoresByWgmma || (target.wgmma && !cudaCores && f->blockQ == kFlashWgmmaRows && f->warpRows == 16 &&
-                                      f->keySplit == 1 && o->depth % 64 == 0),
+    const bool byWgmma = target.wgmma && flashOneWarpgroup(*f);
+    KILN_ASSERT(!f->scoresByWgmma || (byWgmma && o->depth % 64 == 0),
                 "kernel {}: flash_attention scores by wgmma need sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
                 "{}, no key split) and a depth that is a multiple of 64", k.name, kFlashWgmmaRows);
-    KILN_ASSERT(!f->valuesByWgmma || (target.wgmma && !cudaCores && f->blockQ == kFlashWgmmaRows && f->warpRows == 16 &&
-                                      f->keySplit == 1 && o->width % 64 == 0 && o->width <= 256),
+    KILN_ASSERT(!f->valuesByWgmma || (byWgmma && o->width % 64 == 0 && o->width <= 256),
                 "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
                 "{}, no key split) and output rows of 64 to 256 values, a multiple of 64 (not {})", k.name, kFlashWgmmaRows, o->width);
     KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "

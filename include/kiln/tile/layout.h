@@ -41,10 +41,16 @@ struct FlashSlices {
   int64_t combine;                  // keySplit > 1: f32 values the warps of keys 1.. leave for those of keys 0
   int64_t p = 0, pStride = 0;       // f32: the probabilities' slice and its row stride
 };
-// Query rows of a flash block whose scores are one warpgroup's wgmma (FlashAttention::scoresByWgmma): wgmma's m.
+// Query rows of a flash block whose products are one warpgroup's wgmma (FlashAttention::scoresByWgmma, valuesByWgmma):
+// wgmma's m.
 constexpr int64_t kFlashWgmmaRows = 64;
 // A flash schedule on CUDA cores (f32 operands; FlashAttention::mmaType).
 inline bool flashOnCudaCores(const FlashAttention& f) { return f.mmaType == DType::F32; }
+// A tensor-core flash block that is one warpgroup (kFlashWgmmaRows rows in 16-row warps, no key split): what either
+// product by wgmma needs of the schedule (besides sm_90a and the operands' extents).
+inline bool flashOneWarpgroup(const FlashAttention& f) {
+  return !flashOnCudaCores(f) && f.blockQ == kFlashWgmmaRows && f.warpRows == 16 && f.keySplit == 1;
+}
 // Tensor cores: whether a warp keeps its q fragments in registers for the whole key walk (loaded once by ldmatrix) or
 // loads them again at every step (two row groups at head dims above 64, where held fragments would crowd out the
 // accumulators: 32 registers per row group and 64 of depth).
