@@ -64,9 +64,7 @@ bool usesClusters(const Block& body, bool peers) {  // peers: only statements th
       return true;
   return false;
 }
-}  // namespace
 
-namespace {
 bool usesGroupWideState(const Block& body) {  // what a group of a packed thread block cannot have to itself
   for (const Stmt& st : body)
     if (st.kind == Stmt::Kind::NamedBarrier || st.kind == Stmt::Kind::BlockTicket || usesGroupWideState(st.body)) return true;
