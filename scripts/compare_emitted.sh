@@ -10,11 +10,12 @@
 # ../.kiln-compare, beside the checkout, so ccache shares objects between the two builds); the TinyLlama traces are
 # written there once and reused. Each model's emitted source (`kiln compile M --ir cuda`) is diffed; a model that
 # fails to compile must fail with the same message in both. Exit 0 when everything matches, 1 otherwise (the diffs
-# are under $KILN_COMPARE_DIR/diff-<base>/).
+# are under $KILN_COMPARE_DIR/diff-<base>-<checkout>/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: scripts/compare_emitted.sh BASE_COMMIT" >&2; exit 2; }
 ROOT=$(pwd)
+TAG=$(basename "$ROOT")  # several checkouts may compare at once: their logs and diffs apart
 BASE=$(git rev-parse --short=12 "$1^{commit}") || { echo "compare_emitted: no commit $1" >&2; exit 2; }
 WORK=${KILN_COMPARE_DIR:-$(cd .. && pwd)/.kiln-compare}
 mkdir -p "$WORK"
@@ -25,14 +26,14 @@ BASE_TREE=$WORK/base-$BASE
 (
   flock 9
   if [ ! -x "$BASE_TREE/build/kiln" ]; then
-    [ -d "$BASE_TREE" ] || git worktree add --detach "$BASE_TREE" "$BASE" >/dev/null
+    [ -d "$BASE_TREE" ] || git worktree add --detach "$BASE_TREE" "$BASE" >/dev/null 2>&1
     echo "compare_emitted: building the base $BASE in $BASE_TREE" >&2
     KILN_TARGET=kiln bash "$BASE_TREE/scripts/build.sh" > "$WORK/build-$BASE.log" 2>&1 ||
       { tail -20 "$WORK/build-$BASE.log"; exit 1; }
   fi
 ) 9> "$WORK/base-$BASE.lock"
 echo "compare_emitted: building the working tree" >&2
-KILN_TARGET=kiln bash scripts/build.sh > "$WORK/build-head.log" 2>&1 || { tail -20 "$WORK/build-head.log"; exit 1; }
+KILN_TARGET=kiln bash scripts/build.sh > "$WORK/build-$TAG.log" 2>&1 || { tail -20 "$WORK/build-$TAG.log"; exit 1; }
 
 models=(models/fixtures/*.pt)
 if [ "${KILN_COMPARE_TINYLLAMA:-1}" = 1 ]; then
@@ -47,12 +48,12 @@ if [ "${KILN_COMPARE_TINYLLAMA:-1}" = 1 ]; then
   done
 fi
 
-DIFFS=$WORK/diff-$BASE
+DIFFS=$WORK/diff-$BASE-$TAG
 rm -rf "$DIFFS" && mkdir -p "$DIFFS"
 same=0 differ=0
 emit() {  # emit KILN MODEL OUT: the CUDA source, or the error and exit code
   local rc=0
-  KILN_CACHE_DIR=$WORK/cache KILN_PROGRESS=0 "$1" compile "$2" --ir cuda > "$3" 2> "$3.err" || rc=$?
+  KILN_CACHE_DIR=$WORK/cache-$TAG KILN_PROGRESS=0 "$1" compile "$2" --ir cuda > "$3" 2> "$3.err" || rc=$?
   [ $rc -eq 0 ] || { echo "exit $rc" >> "$3"; cat "$3.err" >> "$3"; }
   rm -f "$3.err"
 }
