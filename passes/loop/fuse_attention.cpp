@@ -97,6 +97,61 @@ size_t throughWidth(const Kernel& o) {
   return n;
 }
 
+// The extents of `k`'s first n - 1 axes (its rows) are O's.
+bool sameRows(const Kernel& k, const Kernel& o, size_t n) {
+  for (size_t d = 0; d + 1 < n; ++d)
+    if (k.parallel[d].extent != o.parallel[d].extent) return false;
+  return true;
+}
+
+// P of the rule over O's n - 1 rows: a max stage and a sum stage, each over one key axis, and the keys its last axis.
+bool isSoftmaxOverRows(const Kernel& pk, const Kernel& o, size_t n) {
+  if (pk.attention || pk.stages.size() != 2 || pk.parallel.size() != n || pk.rowAxes + 1 != static_cast<int>(n)) return false;
+  if (pk.stages[0].fn != ReduceFn::Max || pk.stages[1].fn != ReduceFn::Sum || pk.stages[0].axes.size() != 1 ||
+      pk.stages[1].axes.size() != 1)
+    return false;
+  return sameRows(pk, o, n);
+}
+
+// S of the rule: a single sum of products over O's rows and the keys.
+bool isScoreProduct(const Kernel& sk, const Kernel& o, size_t n, int64_t keys) {
+  if (sk.attention || sk.stages.size() != 1 || sk.stages[0].fn != ReduceFn::Sum || sk.stages[0].axes.size() != 1 ||
+      sk.parallel.size() != n || sk.parallel.back().extent != keys || !isApply(sk.stages[0].value, Fn::Mul))
+    return false;
+  return sameRows(sk, o, n);
+}
+
+// The score s(j) of P with P's rows renamed to O's and its key axes to `key`, when the three forms of s agree (the max
+// stage's value at j0, the sum stage's at j1, the result's at the last axis); null otherwise.
+ExprP softmaxScoreAtKey(const Kernel& pk, const Kernel& o, size_t n, const Axis& key, const VarExtents& ext) {
+  std::map<int, Idx> fromP;
+  for (size_t d = 0; d + 1 < n; ++d) fromP[pk.parallel[d].var] = idxVar(o.parallel[d].var, o.parallel[d].name);
+  auto at = [&](const ExprP& e, int var) {
+    std::map<int, Idx> to = fromP;
+    to[var] = idxVar(key.var, key.name);
+    return renamed(e, to, ext);
+  };
+  ExprP s = at(pk.stages[0].value, pk.stages[0].axes[0].var);
+  ExprP s1 = expMinusMax(pk.stages[1].value), s2 = softmaxScore(pk.result);
+  if (!s1 || !s2 || exprKey(at(s1, pk.stages[1].axes[0].var)) != exprKey(s) ||
+      exprKey(at(s2, pk.parallel.back().var)) != exprKey(s))
+    return nullptr;
+  return s;
+}
+
+bool isKeyVar(const Idx& i, const Axis& key) { return i->op == IndexNode::Op::Var && i->var == key.var; }
+
+// s reads buffer S only at [rows, key].
+bool readsScoresAtRows(const ExprP& s, int sBuffer, size_t n, const Axis& key, const Kernel& o) {
+  bool ok = true;
+  forEachLoad(s, [&](const Expr& l) {
+    if (l.buffer != sBuffer) return;
+    ok = ok && l.index.size() == n && isKeyVar(l.index.back(), key);
+    for (size_t d = 0; d + 1 < n && ok; ++d) ok = atRow(l.index[d], o.parallel[d]);
+  });
+  return ok;
+}
+
 class Fuser {
  public:
   // Readers among the live kernels only: the kernels earlier fusions inlined are still there, unread, until
@@ -142,36 +197,8 @@ class Fuser {
     return -1;
   }
 
-  std::optional<Kernel> withSoftmax(size_t oi, size_t pi, const ExprP& value) {
-    const Kernel& o = p_.kernels[oi];
-    const Kernel& pk = p_.kernels[pi];
-    const size_t n = throughWidth(o);
-    if (pk.attention || pk.stages.size() != 2 || pk.parallel.size() != n || pk.rowAxes + 1 != static_cast<int>(n)) return std::nullopt;
-    if (pk.stages[0].fn != ReduceFn::Max || pk.stages[1].fn != ReduceFn::Sum || pk.stages[0].axes.size() != 1 ||
-        pk.stages[1].axes.size() != 1)
-      return std::nullopt;
-    for (size_t d = 0; d + 1 < n; ++d)
-      if (pk.parallel[d].extent != o.parallel[d].extent) return std::nullopt;
-    const int64_t keys = pk.parallel.back().extent;
-    // Variables of the fused kernel: O's, then the key and depth axes.
-    int next = o.maxVar() + 1;
-    Axis key{next++, "j", keys};
-    VarExtents ext = o.extents();
-    ext[key.var] = keys;
-    std::map<int, Idx> fromP;
-    for (size_t d = 0; d + 1 < n; ++d) fromP[pk.parallel[d].var] = idxVar(o.parallel[d].var, o.parallel[d].name);
-    // The three forms of s: the max stage's value at j0, the sum stage's at j1, the result's at the last axis.
-    auto at = [&](const ExprP& e, int var) {
-      std::map<int, Idx> to = fromP;
-      to[var] = idxVar(key.var, key.name);
-      return renamed(e, to, ext);
-    };
-    ExprP s = at(pk.stages[0].value, pk.stages[0].axes[0].var);
-    ExprP s1 = expMinusMax(pk.stages[1].value), s2 = softmaxScore(pk.result);
-    if (!s1 || !s2 || exprKey(at(s1, pk.stages[1].axes[0].var)) != exprKey(s) ||
-        exprKey(at(s2, pk.parallel.back().var)) != exprKey(s))
-      return std::nullopt;
-    // S: the one temporary s reads, produced by a single-sum kernel read by P alone.
+  // The one temporary that s reads, and not as an index; nullopt when it reads none or several.
+  std::optional<int> scoreBuffer(const ExprP& s) const {
     std::optional<int> sBuffer;
     bool ok = true;
     forEachBufferRead(s, [&](int b, bool asIndex) {
@@ -179,21 +206,30 @@ class Fuser {
       ok = ok && !asIndex && (!sBuffer || *sBuffer == b);
       sBuffer = b;
     });
-    if (!ok || !sBuffer) return std::nullopt;
+    if (!ok) return std::nullopt;
+    return sBuffer;
+  }
+
+  std::optional<Kernel> withSoftmax(size_t oi, size_t pi, const ExprP& value) {
+    const Kernel& o = p_.kernels[oi];
+    const Kernel& pk = p_.kernels[pi];
+    const size_t n = throughWidth(o);
+    if (!isSoftmaxOverRows(pk, o, n)) return std::nullopt;
+    const int64_t keys = pk.parallel.back().extent;
+    // Variables of the fused kernel: O's, then the key and depth axes.
+    int next = o.maxVar() + 1;
+    Axis key{next++, "j", keys};
+    VarExtents ext = o.extents();
+    ext[key.var] = keys;
+    ExprP s = softmaxScoreAtKey(pk, o, n, key, ext);
+    if (!s) return std::nullopt;
+    // S: the one temporary s reads, produced by a single-sum kernel read by P alone.
+    std::optional<int> sBuffer = scoreBuffer(s);
+    if (!sBuffer) return std::nullopt;
     int si = producer(*sBuffer, static_cast<int>(pi));
     if (si < 0) return std::nullopt;
     const Kernel& sk = p_.kernels[static_cast<size_t>(si)];
-    if (sk.attention || sk.stages.size() != 1 || sk.stages[0].fn != ReduceFn::Sum || sk.stages[0].axes.size() != 1 ||
-        sk.parallel.size() != n || sk.parallel.back().extent != keys || !isApply(sk.stages[0].value, Fn::Mul))
-      return std::nullopt;
-    for (size_t d = 0; d + 1 < n; ++d)
-      if (sk.parallel[d].extent != o.parallel[d].extent) return std::nullopt;
-    forEachLoad(s, [&](const Expr& l) {
-      if (l.buffer != *sBuffer) return;
-      ok = ok && l.index.size() == n && isKeyVar(l.index.back(), key);
-      for (size_t d = 0; d + 1 < n && ok; ++d) ok = atRow(l.index[d], o.parallel[d]);
-    });
-    if (!ok) return std::nullopt;
+    if (!isScoreProduct(sk, o, n, keys) || !readsScoresAtRows(s, *sBuffer, n, key, o)) return std::nullopt;
     Axis depth{next++, "d", sk.stages[0].axes[0].extent};
     ext[depth.var] = depth.extent;
     std::map<int, Idx> fromS;
@@ -226,9 +262,6 @@ class Fuser {
     if (!flashAttentionOperands(p_, f, &refusal_)) return std::nullopt;
     return f;
   }
-
-  static bool isKeyVar(const Idx& i, const Axis& key) { return i->op == IndexNode::Op::Var && i->var == key.var; }
-
 
   const Program& p_;
   std::vector<std::vector<int>> readers_;

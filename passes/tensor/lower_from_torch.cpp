@@ -227,6 +227,159 @@ struct Lowering {
     return b.reshape(x, s);
   }
 
+  int add() { return addScaled(Fn::Add); }
+  int subtract() { return addScaled(Fn::Sub); }
+  int reverseSubtract() { return b.binary(Fn::Sub, operand(1), Operand{tensor(0)}); }
+  int multiply() { return b.binary(Fn::Mul, operand(0), operand(1)); }
+
+  int divide() {
+    if (argc() > 2 && !isNone(2)) unsupported("rounding modes are not supported");
+    return b.binary(Fn::Div, operand(0), operand(1));
+  }
+
+  int power() {
+    if (!operand(1).isImm()) unsupported("only a scalar exponent is supported");
+    return b.binary(Fn::Pow, Operand{tensor(0)}, operand(1));
+  }
+
+  int gelu() {
+    bool tanhForm = argc() > 1 && std::get<std::string>(value(1).constant) == "tanh";
+    return b.unary(tanhForm ? Fn::GeluTanh : Fn::Gelu, tensor(0));
+  }
+
+  // sum, mean and amax.
+  int reduction() {
+    const std::string& op = cur->op;
+    int x = tensor(0);
+    // aten::sum(x, dtype) reduces every dim; the .dim overloads take a dim list (empty or None: every dim).
+    bool hasDims = argc() > 2 && std::holds_alternative<std::vector<int64_t>>(value(1).constant);
+    std::vector<int> axes;
+    if (hasDims) axes = dims(x, 1);
+    if (axes.empty())
+      for (int d = 0; d < b.rank(x); ++d) axes.push_back(d);
+    bool keep = hasDims && boolean(2);
+    if (op == "aten::mean") return b.mean(x, axes, keep);
+    return b.reduce(op == "aten::sum" ? ReduceFn::Sum : ReduceFn::Max, x, axes, keep);
+  }
+
+  int layerNorm() { return layerNormParts()[0]; }
+  int clampBoth() { return clamp(true, true); }
+  int clampMin() { return clamp(true, false); }
+  int clampMax() { return clamp(false, true); }
+  int linear() { return b.linear(tensor(0), tensor(1), isNone(2) ? -1 : tensor(2)); }
+  int matmul() { return b.matmul(tensor(0), tensor(1)); }
+
+  int transpose() {
+    int x = tensor(0);
+    return b.transpose(x, b.normDim(x, integer(1)), b.normDim(x, integer(2)));
+  }
+
+  int transposeMatrix() { return b.rank(tensor(0)) < 2 ? tensor(0) : b.transpose(tensor(0), 0, 1); }
+
+  int permute() {
+    int x = tensor(0);
+    return b.permute(x, dims(x, 1));
+  }
+
+  int reshape() { return b.reshape(tensor(0), resultShape()); }
+  int expand() { return b.broadcastTo(tensor(0), resultShape()); }
+  int passThrough() { return tensor(0); }
+  int cast() { return b.cast(tensor(0), resultType()); }
+  int embedding() { return b.gather(tensor(0), tensor(1)); }
+
+  // Parts empty along the dim add nothing (Phi-3's full rotary cats q_rot with an empty q_pass): dropped here, so
+  // no zero-extent kernel is ever made for them (the slices that made them become dead code).
+  int concat() {
+    int first = tensor(0);
+    const int d = b.normDim(first, integer(static_cast<int>(argc()) - 1));
+    std::vector<int> parts;
+    for (size_t i = 0; i + 1 < argc(); ++i) {
+      int part = tensor(static_cast<int>(i));
+      if (b.shape(part)[d] != 0) parts.push_back(part);
+    }
+    if (parts.empty()) unsupported("every part of the concatenation is empty");
+    return parts.size() == 1 ? parts[0] : b.concat(parts, d);
+  }
+
+  int slice() {
+    int x = tensor(0);
+    int d = b.normDim(x, argc() > 1 ? integer(1) : 0);
+    int64_t size = b.shape(x)[d];
+    int64_t start = argc() > 2 && !isNone(2) ? integer(2) : 0;
+    if (start < 0) start = std::max<int64_t>(0, start + size);
+    start = std::min(start, size);
+    int64_t step = argc() > 4 ? integer(4) : 1;
+    return b.slice(x, d, start, step, resultShape()[d]);
+  }
+
+  int select() {
+    int x = tensor(0);
+    int d = b.normDim(x, integer(1));
+    int64_t i = integer(2);
+    if (i < 0) i += b.shape(x)[d];
+    return b.reshape(b.slice(x, d, i, 1, 1), resultShape());
+  }
+
+  int maskedFill() { return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}}); }
+  int where() { return b.elementwise(Fn::Where, {Operand{tensor(0)}, operand(1), operand(2)}); }
+
+  // The lowering of each op that is not a plain unary function or comparison.
+  using OpLowering = int (Lowering::*)();
+  static const std::map<std::string, OpLowering>& opLowerings() {
+    static const std::map<std::string, OpLowering> table = {
+        {"aten::add", &Lowering::add},
+        {"aten::sub", &Lowering::subtract},
+        {"aten::rsub", &Lowering::reverseSubtract},
+        {"aten::mul", &Lowering::multiply},
+        {"aten::div", &Lowering::divide},
+        {"aten::pow", &Lowering::power},
+        {"aten::gelu", &Lowering::gelu},
+        {"aten::sum", &Lowering::reduction},
+        {"aten::mean", &Lowering::reduction},
+        {"aten::amax", &Lowering::reduction},
+        {"aten::softmax", &Lowering::softmax},
+        {"aten::rms_norm", &Lowering::rmsNorm},
+        {"aten::layer_norm", &Lowering::layerNorm},
+        {"aten::clamp", &Lowering::clampBoth},
+        {"aten::clip", &Lowering::clampBoth},
+        {"aten::clamp_min", &Lowering::clampMin},
+        {"aten::clamp_max", &Lowering::clampMax},
+        {"aten::addmm", &Lowering::addmm},
+        {"aten::baddbmm", &Lowering::addmm},
+        {"aten::linear", &Lowering::linear},
+        {"aten::matmul", &Lowering::matmul},
+        {"aten::mm", &Lowering::matmul},
+        {"aten::bmm", &Lowering::matmul},
+        {"aten::transpose", &Lowering::transpose},
+        {"aten::t", &Lowering::transposeMatrix},
+        {"aten::permute", &Lowering::permute},
+        {"aten::view", &Lowering::reshape},
+        {"aten::reshape", &Lowering::reshape},
+        {"aten::unsqueeze", &Lowering::reshape},
+        {"aten::flatten", &Lowering::reshape},
+        {"aten::squeeze", &Lowering::squeeze},
+        {"aten::expand", &Lowering::expand},
+        {"aten::expand_as", &Lowering::expand},
+        {"aten::contiguous", &Lowering::passThrough},
+        {"aten::clone", &Lowering::passThrough},
+        {"aten::detach", &Lowering::passThrough},
+        {"aten::to", &Lowering::cast},
+        {"aten::type_as", &Lowering::cast},
+        {"aten::dropout", &Lowering::passThrough},
+        {"aten::alias", &Lowering::passThrough},
+        {"aten::embedding", &Lowering::embedding},
+        {"aten::index_select", &Lowering::indexSelect},
+        {"aten::cat", &Lowering::concat},
+        {"aten::concat", &Lowering::concat},
+        {"aten::slice", &Lowering::slice},
+        {"aten::select", &Lowering::select},
+        {"aten::masked_fill", &Lowering::maskedFill},
+        {"aten::where", &Lowering::where},
+        {"aten::scaled_dot_product_attention", &Lowering::sdpa},
+    };
+    return table;
+  }
+
   int lower() {
     const std::string& op = cur->op;
     using Unary = std::map<std::string, Fn>;
@@ -240,94 +393,7 @@ struct Lowering {
                                    {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
     if (auto it = compares.find(op); it != compares.end()) return b.binary(it->second, operand(0), operand(1));
     if (auto it = unaries.find(op); it != unaries.end()) return b.unary(it->second, tensor(0));
-    if (op == "aten::add") return addScaled(Fn::Add);
-    if (op == "aten::sub") return addScaled(Fn::Sub);
-    if (op == "aten::rsub") return b.binary(Fn::Sub, operand(1), Operand{tensor(0)});
-    if (op == "aten::mul") return b.binary(Fn::Mul, operand(0), operand(1));
-    if (op == "aten::div") {
-      if (argc() > 2 && !isNone(2)) unsupported("rounding modes are not supported");
-      return b.binary(Fn::Div, operand(0), operand(1));
-    }
-    if (op == "aten::pow") {
-      if (!operand(1).isImm()) unsupported("only a scalar exponent is supported");
-      return b.binary(Fn::Pow, Operand{tensor(0)}, operand(1));
-    }
-    if (op == "aten::gelu") {
-      bool tanhForm = argc() > 1 && std::get<std::string>(value(1).constant) == "tanh";
-      return b.unary(tanhForm ? Fn::GeluTanh : Fn::Gelu, tensor(0));
-    }
-    if (op == "aten::sum" || op == "aten::mean" || op == "aten::amax") {
-      int x = tensor(0);
-      // aten::sum(x, dtype) reduces every dim; the .dim overloads take a dim list (empty or None: every dim).
-      bool hasDims = argc() > 2 && std::holds_alternative<std::vector<int64_t>>(value(1).constant);
-      std::vector<int> axes;
-      if (hasDims) axes = dims(x, 1);
-      if (axes.empty())
-        for (int d = 0; d < b.rank(x); ++d) axes.push_back(d);
-      bool keep = hasDims && boolean(2);
-      if (op == "aten::mean") return b.mean(x, axes, keep);
-      return b.reduce(op == "aten::sum" ? ReduceFn::Sum : ReduceFn::Max, x, axes, keep);
-    }
-    if (op == "aten::softmax") return softmax();
-    if (op == "aten::rms_norm") return rmsNorm();
-    if (op == "aten::layer_norm") return layerNormParts()[0];
-    if (op == "aten::clamp" || op == "aten::clip") return clamp(true, true);
-    if (op == "aten::clamp_min") return clamp(true, false);
-    if (op == "aten::clamp_max") return clamp(false, true);
-    if (op == "aten::addmm" || op == "aten::baddbmm") return addmm();
-    if (op == "aten::linear") return b.linear(tensor(0), tensor(1), isNone(2) ? -1 : tensor(2));
-    if (op == "aten::matmul" || op == "aten::mm" || op == "aten::bmm") return b.matmul(tensor(0), tensor(1));
-    if (op == "aten::transpose") {
-      int x = tensor(0);
-      return b.transpose(x, b.normDim(x, integer(1)), b.normDim(x, integer(2)));
-    }
-    if (op == "aten::t") return b.rank(tensor(0)) < 2 ? tensor(0) : b.transpose(tensor(0), 0, 1);
-    if (op == "aten::permute") {
-      int x = tensor(0);
-      return b.permute(x, dims(x, 1));
-    }
-    if (op == "aten::view" || op == "aten::reshape" || op == "aten::unsqueeze" || op == "aten::flatten")
-      return b.reshape(tensor(0), resultShape());
-    if (op == "aten::squeeze") return squeeze();
-    if (op == "aten::expand" || op == "aten::expand_as") return b.broadcastTo(tensor(0), resultShape());
-    if (op == "aten::contiguous" || op == "aten::clone" || op == "aten::detach") return tensor(0);
-    if (op == "aten::to" || op == "aten::type_as") return b.cast(tensor(0), resultType());
-    if (op == "aten::dropout" || op == "aten::alias") return tensor(0);
-    if (op == "aten::embedding") return b.gather(tensor(0), tensor(1));
-    if (op == "aten::index_select") return indexSelect();
-    if (op == "aten::cat" || op == "aten::concat") {
-      // Parts empty along the dim add nothing (Phi-3's full rotary cats q_rot with an empty q_pass): dropped here, so
-      // no zero-extent kernel is ever made for them (the slices that made them become dead code).
-      int first = tensor(0);
-      const int d = b.normDim(first, integer(static_cast<int>(argc()) - 1));
-      std::vector<int> parts;
-      for (size_t i = 0; i + 1 < argc(); ++i) {
-        int part = tensor(static_cast<int>(i));
-        if (b.shape(part)[d] != 0) parts.push_back(part);
-      }
-      if (parts.empty()) unsupported("every part of the concatenation is empty");
-      return parts.size() == 1 ? parts[0] : b.concat(parts, d);
-    }
-    if (op == "aten::slice") {
-      int x = tensor(0);
-      int d = b.normDim(x, argc() > 1 ? integer(1) : 0);
-      int64_t size = b.shape(x)[d];
-      int64_t start = argc() > 2 && !isNone(2) ? integer(2) : 0;
-      if (start < 0) start = std::max<int64_t>(0, start + size);
-      start = std::min(start, size);
-      int64_t step = argc() > 4 ? integer(4) : 1;
-      return b.slice(x, d, start, step, resultShape()[d]);
-    }
-    if (op == "aten::select") {
-      int x = tensor(0);
-      int d = b.normDim(x, integer(1));
-      int64_t i = integer(2);
-      if (i < 0) i += b.shape(x)[d];
-      return b.reshape(b.slice(x, d, i, 1, 1), resultShape());
-    }
-    if (op == "aten::masked_fill") return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}});
-    if (op == "aten::where") return b.elementwise(Fn::Where, {Operand{tensor(0)}, operand(1), operand(2)});
-    if (op == "aten::scaled_dot_product_attention") return sdpa();
+    if (auto it = opLowerings().find(op); it != opLowerings().end()) return (this->*it->second)();
     unsupported("unsupported op");
   }
 };

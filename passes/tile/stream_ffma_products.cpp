@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/support/error.h"
@@ -57,92 +59,129 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   return std::max(compute, memory) * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);
 }
 
+// The streamed schedule of kernel i, when it is an f32 product on CUDA cores whose operands cp.async can copy.
+std::optional<TiledContraction> streamedSchedule(const Program& p, size_t i) {
+  auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
+  if (!s || s->instruction != TiledContraction::Instruction::Ffma || s->a.copy == TiledContraction::Copy::CpAsync)
+    return std::nullopt;
+  TiledContraction streamed = *s;
+  streamed.a = streamed.b = TiledContraction::Operand{TiledContraction::Copy::CpAsync, TiledContraction::SharedLayout::RowsF32};
+  streamed.tileK = kStreamedTileK;
+  if (!asyncCopyable(p.loop, p.loop.kernels[i], streamed)) return std::nullopt;
+  return streamed;
+}
+
+// Appends the candidates for `cc` (the product c itself, or with `separate` one of its stages alone, priced for all of
+// them) to `considered`.
+void considerShapes(const Target& target, const Contraction& c, const Contraction& cc, int64_t aOps, bool separate,
+                    const TiledContraction& streamed, std::vector<Shape>& considered) {
+  const int64_t stages = static_cast<int64_t>(c.stages.size());
+  const int64_t ccStages = static_cast<int64_t>(cc.stages.size());
+  for (auto [tileM, tileN] : std::vector<std::pair<int64_t, int64_t>>{
+           {128, 128}, {64, 128}, {128, 64}, {64, 64}, {32, 128}, {32, 64}, {64, 32}, {32, 32}})
+    for (int64_t split : {1, 2, 4, 8}) {
+      if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+      if (ccStages * (tileM / 16) * (tileN / 16) > kMaxAccumulators) continue;
+      if (split > 1 && (ccStages != 1 || c.k % (split * kStreamedTileK) != 0 || c.k / split < 128)) continue;
+      TiledContraction sized = streamed;
+      sized.tileM = tileM;
+      sized.tileN = tileN;
+      Contraction part = cc;
+      part.k = c.k / split;
+      if (ringDepth(target, sized, part) == 0) continue;
+      double t = predictMicros(target, cc, aOps, tileM, tileN, split);
+      if (separate) t = static_cast<double>(stages) * (t - (split > 1 ? kSplitKernelMicros : 0.0)) + kSplitKernelMicros;
+      considered.push_back({tileM, tileN, split, t, separate});
+    }
+}
+
+// Every shape the pass may give product c, in the order they are priced.
+std::vector<Shape> candidateShapes(const Target& target, const Contraction& c, const TiledContraction& streamed) {
+  const std::vector<size_t> src = aSources(c);
+  int64_t aOperands = 0;
+  for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
+  std::vector<Shape> considered;
+  considerShapes(target, c, c, aOperands, false, streamed, considered);
+  // Several stages (a SwiGLU's gate and up) share a thread's accumulators, which keeps their micro tiles small, and cannot
+  // split their reductions in one kernel; as one product per stage they can, for a kernel adding the partials.
+  if (c.stages.size() > 1) {
+    Contraction one = c;
+    one.stages.resize(1);
+    considerShapes(target, c, one, 1, true, streamed, considered);
+  }
+  return considered;
+}
+
+// The shape for product c: the table's (--product-shapes), which must be a candidate, or else the first of the fastest
+// predicted; `chosenBy` says which.
+Shape chooseShape(const Program& p, const Contraction& c, const std::vector<Shape>& considered, std::string& chosenBy) {
+  Shape best{0, 0, 1, std::numeric_limits<double>::infinity()};
+  for (const Shape& x : considered)
+    if (x.micros < best.micros) best = x;
+  chosenBy = "predicted";
+  if (const TabledShape* t = tabledShape(p, DType::F32, c)) {
+    auto it = std::find_if(considered.begin(), considered.end(), [&](const Shape& x) {
+      return x.tileM == t->tileM && x.tileN == t->tileN && x.split == t->split && x.separate == t->perStage;
+    });
+    if (it == considered.end())
+      userError("--product-shapes: {}: tile {}x{} split {}{} is not one tile-stream-ffma-products can give this f32 product of {} "
+                "stage(s), {}x{}x{} (tiles of 32, 64 or 128 within the product, up to 64 accumulators per thread, splits "
+                "dividing k into slices of 16, at least 128 deep)", t->where, t->tileM, t->tileN, t->split,
+                t->perStage ? " per stage" : "", c.stages.size(), c.m, c.n, c.k);
+    best = *it;
+    chosenBy = fmt::format("from --product-shapes ({}); the model predicted", t->where);
+  }
+  return best;
+}
+
+std::string shapeName(const Shape& x) {
+  return fmt::format("{}x{}{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string(),
+                     x.separate ? " per stage" : "");
+}
+
+// The schedule's `model`: the chosen shape, how it was chosen, its predicted time and the three fastest others.
+std::string modelNote(const Shape& best, const std::string& chosenBy, std::vector<Shape> considered) {
+  std::sort(considered.begin(), considered.end(), [](const Shape& a, const Shape& b) { return a.micros < b.micros; });
+  std::vector<std::string> next;
+  for (const Shape& x : considered)
+    if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split && x.separate == best.separate))
+      next.push_back(fmt::format("{} {:.1f}", shapeName(x), x.micros));
+  return fmt::format("stream-ffma-products: {} {} {:.1f} us{}", shapeName(best), chosenBy, best.micros,
+                     next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
+}
+
+// `streamed` with the tiles and micro tiles of `shape`, and the ring depth its slices of product c allow.
+void giveShape(TiledContraction& streamed, const Target& target, const Contraction& c, const Shape& shape) {
+  streamed.tileM = shape.tileM;
+  streamed.tileN = shape.tileN;
+  streamed.microM = shape.tileM / 16;
+  streamed.microN = shape.tileN / 16;
+  Contraction part = c;
+  part.k = c.k / shape.split;
+  if (shape.separate) part.stages.resize(1);
+  streamed.pipelineDepth = ringDepth(target, streamed, part);
+}
+
 }  // namespace
 
 bool streamFfmaProducts(Program& p) {
   if (!p.target.cpAsync || p.target.f32FlopsPerSecond <= 0) return false;
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
-    auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
-    if (!s || s->instruction != TiledContraction::Instruction::Ffma || s->a.copy == TiledContraction::Copy::CpAsync) continue;
-    TiledContraction streamed = *s;
-    streamed.a = streamed.b = TiledContraction::Operand{TiledContraction::Copy::CpAsync, TiledContraction::SharedLayout::RowsF32};
-    streamed.tileK = kStreamedTileK;
-    if (!asyncCopyable(p.loop, p.loop.kernels[i], streamed)) continue;
-    const Contraction c = contractionOf(*s, p.loop.kernels[i]);
-    const int64_t stages = static_cast<int64_t>(c.stages.size());
-    const std::vector<size_t> src = aSources(c);
-    int64_t aOperands = 0;
-    for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
-    std::vector<Shape> considered;
-    Shape best{0, 0, 1, std::numeric_limits<double>::infinity()};
-    // Candidates for `cc` (the product itself, or with `separate` one of its stages alone, priced for all of them).
-    auto consider = [&](const Contraction& cc, int64_t aOps, bool separate) {
-      const int64_t ccStages = static_cast<int64_t>(cc.stages.size());
-      for (auto [tileM, tileN] : std::vector<std::pair<int64_t, int64_t>>{
-               {128, 128}, {64, 128}, {128, 64}, {64, 64}, {32, 128}, {32, 64}, {64, 32}, {32, 32}})
-        for (int64_t split : {1, 2, 4, 8}) {
-          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
-          if (ccStages * (tileM / 16) * (tileN / 16) > kMaxAccumulators) continue;
-          if (split > 1 && (ccStages != 1 || c.k % (split * kStreamedTileK) != 0 || c.k / split < 128)) continue;
-          TiledContraction sized = streamed;
-          sized.tileM = tileM;
-          sized.tileN = tileN;
-          Contraction part = cc;
-          part.k = c.k / split;
-          if (ringDepth(p.target, sized, part) == 0) continue;
-          double t = predictMicros(p.target, cc, aOps, tileM, tileN, split);
-          if (separate) t = static_cast<double>(stages) * (t - (split > 1 ? kSplitKernelMicros : 0.0)) + kSplitKernelMicros;
-          considered.push_back({tileM, tileN, split, t, separate});
-          if (t < best.micros) best = considered.back();
-        }
-    };
-    consider(c, aOperands, false);
-    // Several stages (a SwiGLU's gate and up) share a thread's accumulators, which keeps their micro tiles small, and cannot
-    // split their reductions in one kernel; as one product per stage they can, for a kernel adding the partials.
-    if (stages > 1) {
-      Contraction one = c;
-      one.stages.resize(1);
-      consider(one, 1, true);
-    }
+    std::optional<TiledContraction> streamed = streamedSchedule(p, i);
+    if (!streamed) continue;
+    const Contraction c = contractionOf(std::get<TiledContraction>(p.schedules[i]), p.loop.kernels[i]);
+    std::vector<Shape> considered = candidateShapes(p.target, c, *streamed);
     if (considered.empty()) continue;
-    std::string chosenBy = "predicted";
-    if (const TabledShape* t = tabledShape(p, DType::F32, c)) {  // --product-shapes: the table's choice, if it is a candidate
-      auto it = std::find_if(considered.begin(), considered.end(), [&](const Shape& x) {
-        return x.tileM == t->tileM && x.tileN == t->tileN && x.split == t->split && x.separate == t->perStage;
-      });
-      if (it == considered.end())
-        userError("--product-shapes: {}: tile {}x{} split {}{} is not one tile-stream-ffma-products can give this f32 product of {} "
-                  "stage(s), {}x{}x{} (tiles of 32, 64 or 128 within the product, up to 64 accumulators per thread, splits "
-                  "dividing k into slices of 16, at least 128 deep)", t->where, t->tileM, t->tileN, t->split,
-                  t->perStage ? " per stage" : "", stages, c.m, c.n, c.k);
-      best = *it;
-      chosenBy = fmt::format("from --product-shapes ({}); the model predicted", t->where);
-    }
-    streamed.tileM = best.tileM;
-    streamed.tileN = best.tileN;
-    streamed.microM = best.tileM / 16;
-    streamed.microN = best.tileN / 16;
-    Contraction part = c;
-    part.k = c.k / best.split;
-    if (best.separate) part.stages.resize(1);
-    streamed.pipelineDepth = ringDepth(p.target, streamed, part);
-    auto name = [](const Shape& x) {
-      return fmt::format("{}x{}{}{}", x.tileM, x.tileN, x.split > 1 ? fmt::format(" split {}", x.split) : std::string(),
-                         x.separate ? " per stage" : "");
-    };
-    std::sort(considered.begin(), considered.end(), [](const Shape& a, const Shape& b) { return a.micros < b.micros; });
-    std::vector<std::string> next;
-    for (const Shape& x : considered)
-      if (next.size() < 3 && !(x.tileM == best.tileM && x.tileN == best.tileN && x.split == best.split && x.separate == best.separate))
-        next.push_back(fmt::format("{} {:.1f}", name(x), x.micros));
-    streamed.model = fmt::format("stream-ffma-products: {} {} {:.1f} us{}", name(best), chosenBy, best.micros,
-                                 next.empty() ? std::string() : fmt::format("; others: {}", fmt::join(next, ", ")));
+    std::string chosenBy;
+    const Shape best = chooseShape(p, c, considered, chosenBy);
+    giveShape(*streamed, p.target, c, best);
+    streamed->model = modelNote(best, chosenBy, std::move(considered));
     if (best.split > 1 || best.separate) {
-      splitProduct(p, i, best.split, streamed);
-      i += static_cast<size_t>(best.separate ? stages : 1);  // past the partial products; the adding kernel needs nothing more
+      splitProduct(p, i, best.split, *streamed);
+      i += best.separate ? c.stages.size() : 1;  // past the partial products; the adding kernel needs nothing more
     } else {
-      *s = streamed;
+      std::get<TiledContraction>(p.schedules[i]) = *streamed;
     }
     changed = true;
   }

@@ -171,8 +171,10 @@ void saveInputsAndOutputs(const std::string& dir, const std::vector<HostTensor>&
 
 }  // namespace
 
-int runRun(const RunCommand& c, std::ostream& out) {
-  const Target& target = checkArch(c.arch);
+namespace {
+
+// Combinations of --bench, --profile, --interpret and --save-io that cannot work, refused before any work.
+void checkRunOptions(const RunCommand& c) {
   if (c.benchIters < 0) usageError("--bench needs a positive number of forwards, not {}", c.benchIters);
   if (c.benchRotateMb < 0) usageError("--rotate-mb needs a size in MB >= 0, not {}", c.benchRotateMb);
   if ((c.benchGraph || c.benchNoGraph || c.benchRotateMb > 0) && c.benchIters == 0)
@@ -181,8 +183,12 @@ int runRun(const RunCommand& c, std::ostream& out) {
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
   if (!c.saveIo.empty()) checkSaveIoDir(c.saveIo);  // before any work, and again when writing
-  // `kiln run DIR`: an emitted directory runs as compiled (its shapes, dtype and schedules are fixed); --check
-  // compares it with LibTorch running --reference.
+}
+
+// `kiln run DIR`: an emitted directory runs as compiled (its shapes, dtype and schedules are fixed); --check
+// compares it with LibTorch running --reference. Whether the model is such a directory, with the options that cannot
+// apply to one refused.
+bool checkEmittedDirectory(const RunCommand& c) {
   std::error_code ec;
   const bool emitted = fs::is_directory(c.model, ec);
   if (emitted) {
@@ -197,134 +203,171 @@ int runRun(const RunCommand& c, std::ostream& out) {
   } else if (!c.reference.empty()) {
     usageError("--reference names the model an emitted directory is checked against; {} is not a directory", c.model);
   }
-  const std::string& referenceModel = emitted ? c.reference : c.model;
-  auto inputs = parseInputs(c.inputs);
-  auto cast = parseCast(c.dtype);
-  std::vector<HostTensor> args, results;
-  auto makeArgs = [&](const RunPlan& plan) {
-    for (size_t i = 0; i < plan.inputs.size(); ++i)
-      args.push_back(randomTensor(plan.inputs[i].first, plan.inputs[i].second, c.seed * 7919 + i));
-  };
+  return emitted;
+}
+
+// How to compile the model for `kiln run`: its input shapes, the dtype it is cast to, the Target.
+struct RunCompile {
+  std::vector<frontend::InputOverride> inputs;
+  std::optional<DType> cast;
+  const Target& target;
+};
+
+// What one run made: the model's plan, the device it ran on, its inputs and outputs, and the GPU model when --profile
+// still needs it (it runs last, after the check is reported).
+struct RunOutcome {
   RunPlan plan;
   std::string device;
-  std::unique_ptr<runtime::Model> gpuModel;  // kept for --profile, which runs last (after the check is reported)
-  if (c.interpret) {
-    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast, target);
-    plan = planOf(compiled.kernelIR);
-    makeArgs(plan);
-    results = kernel::interpret(compiled.kernelIR, args);
-    device = "CPU (Kernel-IR interpreter)";
+  std::vector<HostTensor> args, results;
+  std::unique_ptr<runtime::Model> gpuModel;
+};
+
+std::vector<HostTensor> randomInputs(const RunPlan& plan, uint64_t seed) {
+  std::vector<HostTensor> args;
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    args.push_back(randomTensor(plan.inputs[i].first, plan.inputs[i].second, seed * 7919 + i));
+  return args;
+}
+
+RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how) {
+  RunOutcome run;
+  Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
+  run.plan = planOf(compiled.kernelIR);
+  run.args = randomInputs(run.plan, c.seed);
+  run.results = kernel::interpret(compiled.kernelIR, run.args);
+  run.device = "CPU (Kernel-IR interpreter)";
+  return run;
+}
+
+// The directory of cubins to run: the emitted one, or the run cache's entry for these options, compiled into it when
+// it is missing or damaged or when debugging flags ask to watch the compiler.
+fs::path kernelDirectory(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out) {
+  std::vector<std::string> passChoices;
+  for (auto& p : c.pipeline.enable) passChoices.push_back("+" + p);
+  for (auto& p : c.pipeline.disable) passChoices.push_back("-" + p);
+  std::string shapes;  // the table's contents: another table is another compilation
+  if (!c.pipeline.productShapes.empty()) {
+    std::ifstream in(c.pipeline.productShapes);
+    std::stringstream text;
+    text << in.rdbuf();
+    shapes = text.str();
+  }
+  fs::path dir = emitted ? fs::path(c.model)
+                         : runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, how.target.arch, passChoices, shapes});
+  if (emitted) {
+    out << fmt::format("kiln: compiled nothing: running the emitted directory {}\n", dir.string());
+  } else if (std::string damage; usableCacheEntry(dir, &damage) && !wantsToWatchCompile(c.pipeline)) {
+    out << fmt::format("kiln: compiled nothing: kernels from the cache {}\n", dir.string());
   } else {
-    std::string why;
-    if (!runtime::gpuAvailable(&why)) {
-      if (emitted) userError("kiln run needs a CUDA GPU to run an emitted directory: {}", why);
-      userError("kiln run needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
-    }
-    std::vector<std::string> passChoices;
-    for (auto& p : c.pipeline.enable) passChoices.push_back("+" + p);
-    for (auto& p : c.pipeline.disable) passChoices.push_back("-" + p);
-    std::string shapes;  // the table's contents: another table is another compilation
-    if (!c.pipeline.productShapes.empty()) {
-      std::ifstream in(c.pipeline.productShapes);
-      std::stringstream text;
-      text << in.rdbuf();
-      shapes = text.str();
-    }
-    fs::path dir = emitted ? fs::path(c.model)
-                           : runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, target.arch, passChoices, shapes});
-    if (emitted) {
-      out << fmt::format("kiln: compiled nothing: running the emitted directory {}\n", dir.string());
-    } else if (std::string damage; usableCacheEntry(dir, &damage) && !wantsToWatchCompile(c.pipeline)) {
-      out << fmt::format("kiln: compiled nothing: kernels from the cache {}\n", dir.string());
-    } else {
-      if (!damage.empty()) out << fmt::format("kiln: the cache entry is damaged ({}); compiling it again\n", damage);
-      auto start = std::chrono::steady_clock::now();
-      Compiled compiled = compileModel(c.model, inputs, c.pipeline, "cuda", cast, target);
-      cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});
-      out << fmt::format("kiln: compiled {} kernels in {:.1f} s into the cache {}\n", compiled.kernelIR.kernels.size(),
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), dir.string());
-    }
-    // A cache entry was verified by usableCacheEntry or has just been written; an emitted directory is checked on load.
-    gpuModel = std::make_unique<runtime::Model>(dir, /*filesChecked=*/!emitted);
-    runtime::Model& model = *gpuModel;
-    plan = planOf(model.manifest());
-    makeArgs(plan);
-    device = model.deviceName();
-    std::vector<std::vector<std::byte>> bytes;
-    for (auto& a : args) bytes.push_back(toBytes(a));
-    auto outs = model.run(bytes);
-    for (size_t i = 0; i < outs.size(); ++i)
-      results.push_back(fromBytes(plan.outputs[i].first, plan.outputs[i].second, outs[i]));
-    if (c.benchIters > 0) {
-      // The headline figure first (graph replay unless --no-graph); with -v the other mode too.
-      std::vector<bool> modes{!c.benchNoGraph};
-      if (c.pipeline.verbosity > 0) modes.push_back(c.benchNoGraph);
-      for (bool graph : modes) {
-        runtime::Timing t = model.time(runtime::TimingOptions{3, c.benchIters, graph,
-                                                              static_cast<int64_t>(c.benchRotateMb * 1e6)});
-        std::string how = t.graph ? fmt::format("replayed from one CUDA graph of {} forwards", t.forwardsPerGraph)
-                                  : "launched back to back";
-        if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
-        out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
-                           plan.kernels, t.msPerForward, t.forwards, how);
-      }
-      if (c.pipeline.verbosity > 0)
-        out << fmt::format("kiln: {:.5f} ms per forward through the runtime's forward() (graph replay, device inputs "
-                           "and outputs copied in and out, CUDA events around {} calls)\n",
-                           model.timeForward(c.benchIters), c.benchIters);
-    }
-    if (!c.profile) gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always
+    if (!damage.empty()) out << fmt::format("kiln: the cache entry is damaged ({}); compiling it again\n", damage);
+    auto start = std::chrono::steady_clock::now();
+    Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
+    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{how.target.arch, true});
+    out << fmt::format("kiln: compiled {} kernels in {:.1f} s into the cache {}\n", compiled.kernelIR.kernels.size(),
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), dir.string());
   }
-  out << fmt::format("kiln: ran {} ({} kernels) on {}\n", plan.name, plan.kernels, device);
-  if (!c.saveIo.empty()) saveInputsAndOutputs(c.saveIo, args, results, out);
-  auto profile = [&] {  // each kernel alone: last, so that a failure here cannot hide the check's verdict
-    if (c.profile && gpuModel)
-      out << formatKernelProfile(gpuModel->manifest(), gpuModel->timeEachKernel(c.benchIters), c.benchIters);
-  };
-  if (!c.check) {
-    for (size_t i = 0; i < results.size(); ++i) {
-      double sum = 0;
-      for (float v : results[i].values) sum += v;
-      out << fmt::format("  output {}: {}[{}] sum {:.6g} fnv1a {:016x}\n", i, dtypeName(results[i].dtype),
-                         shapeString(results[i].shape), sum, fnv1a(toBytes(results[i])));
-    }
-    profile();
-    return 0;
+  return dir;
+}
+
+// --bench N: the headline figure first (graph replay unless --no-graph); with -v the other mode and the runtime's
+// forward() too.
+void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, std::ostream& out) {
+  std::vector<bool> modes{!c.benchNoGraph};
+  if (c.pipeline.verbosity > 0) modes.push_back(c.benchNoGraph);
+  for (bool graph : modes) {
+    runtime::Timing t = model.time(runtime::TimingOptions{3, c.benchIters, graph,
+                                                          static_cast<int64_t>(c.benchRotateMb * 1e6)});
+    std::string how = t.graph ? fmt::format("replayed from one CUDA graph of {} forwards", t.forwardsPerGraph)
+                              : "launched back to back";
+    if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
+    out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
+                       plan.kernels, t.msPerForward, t.forwards, how);
   }
-  std::vector<HostTensor> ref;
-  bool referenceOnGpu = !c.interpret;
+  if (c.pipeline.verbosity > 0)
+    out << fmt::format("kiln: {:.5f} ms per forward through the runtime's forward() (graph replay, device inputs "
+                       "and outputs copied in and out, CUDA events around {} calls)\n",
+                       model.timeForward(c.benchIters), c.benchIters);
+}
+
+RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out) {
+  std::string why;
+  if (!runtime::gpuAvailable(&why)) {
+    if (emitted) userError("kiln run needs a CUDA GPU to run an emitted directory: {}", why);
+    userError("kiln run needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
+  }
+  fs::path dir = kernelDirectory(c, emitted, how, out);
+  RunOutcome run;
+  // A cache entry was verified by usableCacheEntry or has just been written; an emitted directory is checked on load.
+  run.gpuModel = std::make_unique<runtime::Model>(dir, /*filesChecked=*/!emitted);
+  runtime::Model& model = *run.gpuModel;
+  run.plan = planOf(model.manifest());
+  run.args = randomInputs(run.plan, c.seed);
+  run.device = model.deviceName();
+  std::vector<std::vector<std::byte>> bytes;
+  for (auto& a : run.args) bytes.push_back(toBytes(a));
+  auto outs = model.run(bytes);
+  for (size_t i = 0; i < outs.size(); ++i)
+    run.results.push_back(fromBytes(run.plan.outputs[i].first, run.plan.outputs[i].second, outs[i]));
+  if (c.benchIters > 0) benchmark(model, c, run.plan, out);
+  if (!c.profile) run.gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always
+  return run;
+}
+
+// Without --check: each output's sum and fingerprint.
+void printOutputs(const std::vector<HostTensor>& results, std::ostream& out) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    double sum = 0;
+    for (float v : results[i].values) sum += v;
+    out << fmt::format("  output {}: {}[{}] sum {:.6g} fnv1a {:016x}\n", i, dtypeName(results[i].dtype),
+                       shapeString(results[i].shape), sum, fnv1a(toBytes(results[i])));
+  }
+}
+
+// LibTorch's outputs for the same inputs, on the GPU when kiln ran there (`onGpu` false when it fell back to the CPU).
+std::vector<HostTensor> referenceOutputs(const RunCommand& c, const std::string& referenceModel,
+                                         const std::vector<HostTensor>& args, std::optional<DType> cast, bool& onGpu,
+                                         std::ostream& out) {
+  onGpu = !c.interpret;
   try {
-    ref = frontend::runReference(referenceModel, args, referenceOnGpu, cast);
+    return frontend::runReference(referenceModel, args, onGpu, cast);
   } catch (const UserError& e) {
     if (c.interpret) throw;
     // A trace that pins tensors to the CPU (transformers builds its masks with a traced device) cannot run
     // on the GPU; compare with its CPU run instead, and say so.
     out << fmt::format("kiln: {}; comparing with LibTorch on the CPU instead (trace the model on the GPU to compare there)\n", e.what());
-    referenceOnGpu = false;
-    ref = frontend::runReference(referenceModel, args, false, cast);
+    onGpu = false;
+    return frontend::runReference(referenceModel, args, false, cast);
   }
-  if (ref.size() != results.size())
-    userError("LibTorch returns {} outputs, kiln {}", ref.size(), results.size());
-  // bf16/f16 models: kiln and LibTorch each against an f32 evaluation of the same rounded weights and inputs
-  // (DESIGN.md §4). If the trace cannot run in f32 (casts it pins clash with f32 weights), the direct comparison
-  // at the dtype's tolerance decides, and the output says so.
+}
+
+// bf16/f16 models: kiln and LibTorch are each judged against an f32 evaluation of the same rounded weights and inputs
+// (DESIGN.md §4). Empty for an f32 model, or when the trace cannot run in f32 (casts it pins clash with f32 weights):
+// then the direct comparison at the dtype's tolerance decides, and the output says so.
+std::vector<HostTensor> f32Evaluation(const RunPlan& plan, const std::string& referenceModel,
+                                      const std::vector<HostTensor>& args, const std::vector<HostTensor>& ref,
+                                      bool referenceOnGpu, std::optional<DType> cast, std::ostream& out) {
   bool lowPrecision = false;
   for (size_t i = 0; i < ref.size(); ++i) lowPrecision = lowPrecision || checkType(plan, ref[i].dtype) != DType::F32;
   std::vector<HostTensor> f32;
+  if (!lowPrecision) return f32;
   std::string f32Problem;
-  if (lowPrecision) {
-    try {
-      f32 = frontend::runReference(referenceModel, args, referenceOnGpu, cast, /*inF32=*/true);
-      if (f32.size() != ref.size()) f32Problem = fmt::format("it returns {} outputs, not {}", f32.size(), ref.size());
-    } catch (const UserError& e) {
-      f32Problem = e.what();
-    }
-    if (!f32Problem.empty()) {
-      f32.clear();
-      out << fmt::format("kiln: no f32 evaluation of {} to judge bf16/f16 results against ({}); comparing kiln with LibTorch "
-                         "directly at the dtype's tolerance\n", plan.name, f32Problem);
-    }
+  try {
+    f32 = frontend::runReference(referenceModel, args, referenceOnGpu, cast, /*inF32=*/true);
+    if (f32.size() != ref.size()) f32Problem = fmt::format("it returns {} outputs, not {}", f32.size(), ref.size());
+  } catch (const UserError& e) {
+    f32Problem = e.what();
   }
+  if (!f32Problem.empty()) {
+    f32.clear();
+    out << fmt::format("kiln: no f32 evaluation of {} to judge bf16/f16 results against ({}); comparing kiln with LibTorch "
+                       "directly at the dtype's tolerance\n", plan.name, f32Problem);
+  }
+  return f32;
+}
+
+// Each output judged against LibTorch's (and the f32 evaluation's, where there is one); true when all pass.
+bool compareOutputs(const RunPlan& plan, const std::vector<HostTensor>& results, const std::vector<HostTensor>& ref,
+                    const std::vector<HostTensor>& f32, std::ostream& out) {
   bool ok = true;
   for (size_t i = 0; i < results.size(); ++i) {
     Comparison cmp = compare(results[i], ref[i]);
@@ -347,6 +390,35 @@ int runRun(const RunCommand& c, std::ostream& out) {
                        dtypeName(ref[i].dtype), shapeString(ref[i].shape), cmp.relL2, cmp.maxAbs, tolerance(ct), bad,
                        pass ? "PASS" : "FAIL");
   }
+  return ok;
+}
+
+}  // namespace
+
+int runRun(const RunCommand& c, std::ostream& out) {
+  const Target& target = checkArch(c.arch);
+  checkRunOptions(c);
+  const bool emitted = checkEmittedDirectory(c);
+  const std::string& referenceModel = emitted ? c.reference : c.model;
+  const RunCompile how{parseInputs(c.inputs), parseCast(c.dtype), target};
+  RunOutcome run = c.interpret ? runInInterpreter(c, how) : runOnGpu(c, emitted, how, out);
+  out << fmt::format("kiln: ran {} ({} kernels) on {}\n", run.plan.name, run.plan.kernels, run.device);
+  if (!c.saveIo.empty()) saveInputsAndOutputs(c.saveIo, run.args, run.results, out);
+  auto profile = [&] {  // each kernel alone: last, so that a failure here cannot hide the check's verdict
+    if (c.profile && run.gpuModel)
+      out << formatKernelProfile(run.gpuModel->manifest(), run.gpuModel->timeEachKernel(c.benchIters), c.benchIters);
+  };
+  if (!c.check) {
+    printOutputs(run.results, out);
+    profile();
+    return 0;
+  }
+  bool referenceOnGpu = false;
+  std::vector<HostTensor> ref = referenceOutputs(c, referenceModel, run.args, how.cast, referenceOnGpu, out);
+  if (ref.size() != run.results.size())
+    userError("LibTorch returns {} outputs, kiln {}", ref.size(), run.results.size());
+  std::vector<HostTensor> f32 = f32Evaluation(run.plan, referenceModel, run.args, ref, referenceOnGpu, how.cast, out);
+  bool ok = compareOutputs(run.plan, run.results, ref, f32, out);
   out << (ok ? "kiln: check passed against LibTorch\n" : "kiln: check FAILED against LibTorch\n");
   profile();
   return ok ? 0 : 1;

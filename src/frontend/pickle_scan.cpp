@@ -7,8 +7,10 @@
 // reports those.
 #include <caffe2/serialize/inline_container.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -25,25 +27,38 @@ uint64_t littleEndian(const unsigned char* p, int bytes) {
 }
 
 // Bytes of the fixed-size argument of opcode `op`, -1 for a newline-terminated one, -2 for "length-prefixed" (the
-// prefix's size in *prefix), -3 for an opcode this walk does not know; 0 for none.
+// prefix's size in `prefix`), -4 for two newline-terminated lines, -3 for an opcode this walk does not know; 0 for none.
+struct ArgumentShape {
+  int kind = -3;
+  int prefix = 0;
+};
+
+constexpr std::array<ArgumentShape, 256> argumentShapes() {
+  std::array<ArgumentShape, 256> shapes{};
+  auto set = [&shapes](std::initializer_list<unsigned char> ops, int kind, int prefix = 0) {
+    for (unsigned char op : ops) shapes[op] = ArgumentShape{kind, prefix};
+  };
+  set({'K', 'q', 'h', 0x80, 0x82}, 1);        // BININT1 BINPUT BINGET PROTO EXT1
+  set({'M', 0x83}, 2);                         // BININT2 EXT2
+  set({'J', 'r', 'j', 0x84}, 4);               // BININT LONG_BINPUT LONG_BINGET EXT4
+  set({'G', 0x95}, 8);                         // BINFLOAT FRAME
+  set({'U', 0x8c, 'C', 0x8a}, -2, 1);          // SHORT_BINSTRING SHORT_BINUNICODE SHORT_BINBYTES LONG1
+  set({'T', 'X', 'B', 0x8b}, -2, 4);           // BINSTRING BINUNICODE BINBYTES LONG4
+  set({0x8d, 0x8e, 0x96}, -2, 8);              // BINUNICODE8 BINBYTES8 BYTEARRAY8
+  set({'I', 'L', 'F', 'S', 'V', 'P', 'p', 'g'}, -1);
+  set({'c', 'i'}, -4);                         // GLOBAL, INST: two newline-terminated lines
+  set({'(', ')', ']', '}', 'N', 0x88, 0x89, 't', 0x85, 0x86, 0x87, 'a', 'e', 'u', 's', 'R', 'b', '.', '0', '1', '2', 'Q',
+       0x81, 0x92, 0x93, 0x94, 'o', 'l', 'd', 0x8f, 0x90, 0x91, 0x97, 0x98},
+      0);
+  return shapes;
+}
+
+constexpr std::array<ArgumentShape, 256> kArgumentShapes = argumentShapes();
+
 int argumentKind(unsigned char op, int* prefix) {
-  switch (op) {
-    case 'K': case 'q': case 'h': case 0x80: case 0x82: return 1;  // BININT1 BINPUT BINGET PROTO EXT1
-    case 'M': case 0x83: return 2;                                     // BININT2 EXT2
-    case 'J': case 'r': case 'j': case 0x84: return 4;                 // BININT LONG_BINPUT LONG_BINGET EXT4
-    case 'G': case 0x95: return 8;                                     // BINFLOAT FRAME
-    case 'U': case 0x8c: case 'C': case 0x8a: *prefix = 1; return -2;  // SHORT_BINSTRING SHORT_BINUNICODE SHORT_BINBYTES LONG1
-    case 'T': case 'X': case 'B': case 0x8b: *prefix = 4; return -2;   // BINSTRING BINUNICODE BINBYTES LONG4
-    case 0x8d: case 0x8e: case 0x96: *prefix = 8; return -2;           // BINUNICODE8 BINBYTES8 BYTEARRAY8
-    case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'p': case 'g': return -1;
-    case 'c': case 'i': return -4;  // GLOBAL, INST: two newline-terminated lines
-    case '(': case ')': case ']': case '}': case 'N': case 0x88: case 0x89: case 't': case 0x85: case 0x86: case 0x87:
-    case 'a': case 'e': case 'u': case 's': case 'R': case 'b': case '.': case '0': case '1': case '2': case 'Q':
-    case 0x81: case 0x92: case 0x93: case 0x94: case 'o': case 'l': case 'd': case 0x8f: case 0x90: case 0x91:
-    case 0x97: case 0x98:
-      return 0;
-    default: return -3;
-  }
+  const ArgumentShape& shape = kArgumentShapes[op];
+  if (shape.kind == -2) *prefix = shape.prefix;
+  return shape.kind;
 }
 
 // The memo slot a PUT beyond the next free one names, or -1 when every PUT of the pickle is in order.

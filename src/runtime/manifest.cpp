@@ -230,55 +230,53 @@ static void validateTensorMap(const Manifest& m, const KernelInfo& k, const Tens
     userError("{}: offset, row stride and box rows must be multiples of 16 bytes (box rows of 128 bytes with the 128b swizzle)", where);
 }
 
-static void validatePlan(const Manifest& m, const std::string& what) {
-  if (m.arenaBytes < 0) userError("{}: arena_bytes must be >= 0, got {}", what, m.arenaBytes);
-  checkFileName(m.weightsFile, what, "weights_file");
-  std::set<int64_t> ids;
-  for (size_t i = 0; i < m.buffers.size(); ++i) {
-    const BufferInfo& b = m.buffers[i];
-    std::string p = fmt::format("buffers[{}] ('{}')", i, b.name);
-    if (!ids.insert(b.id).second) userError("{}: {}: duplicate buffer id {}", what, p, b.id);
-    int64_t want = dtypeBytes(b.dtype);
-    for (int64_t d : b.shape) {
-      if (d < 0) userError("{}: {}: negative dimension in shape [{}]", what, p, fmt::join(b.shape, ", "));
-      if (__builtin_mul_overflow(want, d, &want))
-        userError("{}: {}: shape [{}] of {} has more bytes than a 64-bit size holds", what, p, fmt::join(b.shape, ", "),
-                  dtypeName(b.dtype));
-    }
-    if (b.bytes != want)
-      userError("{}: {}: bytes is {} but shape [{}] of {} needs {}", what, p, b.bytes, fmt::join(b.shape, ", "),
-                dtypeName(b.dtype), want);
-    if (b.offset < 0 || b.offset % kArenaAlignment != 0)
-      userError("{}: {}: offset {} is not a non-negative multiple of {}", what, p, b.offset, kArenaAlignment);
-    if (b.offset > m.arenaBytes || b.bytes > m.arenaBytes - b.offset)
-      userError("{}: {}: [offset {}, +{} bytes) lies outside the arena of {} bytes", what, p, b.offset, b.bytes,
-                m.arenaBytes);
-    if (b.kind == BufferKind::Weight && b.weightOffset < 0)
-      userError("{}: {}: weight buffer needs a non-negative weight_offset, got {}", what, p, b.weightOffset);
+// One buffer's id is new, its bytes are its shape's, and it lies inside the arena at an aligned offset.
+static void validateBuffer(const Manifest& m, size_t i, std::set<int64_t>& ids, const std::string& what) {
+  const BufferInfo& b = m.buffers[i];
+  std::string p = fmt::format("buffers[{}] ('{}')", i, b.name);
+  if (!ids.insert(b.id).second) userError("{}: {}: duplicate buffer id {}", what, p, b.id);
+  int64_t want = dtypeBytes(b.dtype);
+  for (int64_t d : b.shape) {
+    if (d < 0) userError("{}: {}: negative dimension in shape [{}]", what, p, fmt::join(b.shape, ", "));
+    if (__builtin_mul_overflow(want, d, &want))
+      userError("{}: {}: shape [{}] of {} has more bytes than a 64-bit size holds", what, p, fmt::join(b.shape, ", "),
+                dtypeName(b.dtype));
   }
-  auto checkIds = [&](const std::vector<int64_t>& v, const char* field, BufferKind kind) {
-    for (size_t i = 0; i < v.size(); ++i) {
-      const BufferInfo* b = m.findBuffer(v[i]);
-      if (!b) userError("{}: {}[{}] refers to buffer id {}, which does not exist", what, field, i, v[i]);
-      if (b->kind != kind)
-        userError("{}: {}[{}] refers to buffer {} ('{}') of kind {}, expected {}", what, field, i, v[i], b->name,
-                  bufferKindName(b->kind), bufferKindName(kind));
-    }
-  };
-  checkIds(m.inputs, "inputs", BufferKind::Input);
-  checkIds(m.outputs, "outputs", BufferKind::Output);
-  // Every input buffer is bound by the caller and every output returned, each once; a model computes something.
-  auto listedOnce = [&](const std::vector<int64_t>& v, const char* field, BufferKind kind) {
-    for (const BufferInfo& b : m.buffers)
-      if (b.kind == kind && std::count(v.begin(), v.end(), b.id) != 1)
-        userError("{}: buffer {} ('{}') of kind {} must appear once in {}, not {} times", what, b.id, b.name, bufferKindName(kind),
-                  field, std::count(v.begin(), v.end(), b.id));
-  };
-  listedOnce(m.inputs, "inputs", BufferKind::Input);
-  listedOnce(m.outputs, "outputs", BufferKind::Output);
-  if (m.outputs.empty()) userError("{}: the model has no outputs", what);
-  if (m.kernels.empty()) userError("{}: the model has no kernels (nothing would write its outputs)", what);
-  // No buffer shares arena bytes with another (temporaries may share with temporaries: a lifetime-based plan).
+  if (b.bytes != want)
+    userError("{}: {}: bytes is {} but shape [{}] of {} needs {}", what, p, b.bytes, fmt::join(b.shape, ", "),
+              dtypeName(b.dtype), want);
+  if (b.offset < 0 || b.offset % kArenaAlignment != 0)
+    userError("{}: {}: offset {} is not a non-negative multiple of {}", what, p, b.offset, kArenaAlignment);
+  if (b.offset > m.arenaBytes || b.bytes > m.arenaBytes - b.offset)
+    userError("{}: {}: [offset {}, +{} bytes) lies outside the arena of {} bytes", what, p, b.offset, b.bytes,
+              m.arenaBytes);
+  if (b.kind == BufferKind::Weight && b.weightOffset < 0)
+    userError("{}: {}: weight buffer needs a non-negative weight_offset, got {}", what, p, b.weightOffset);
+}
+
+// Every id of `v` names a buffer of `kind`.
+static void checkIds(const Manifest& m, const std::vector<int64_t>& v, const char* field, BufferKind kind,
+                     const std::string& what) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const BufferInfo* b = m.findBuffer(v[i]);
+    if (!b) userError("{}: {}[{}] refers to buffer id {}, which does not exist", what, field, i, v[i]);
+    if (b->kind != kind)
+      userError("{}: {}[{}] refers to buffer {} ('{}') of kind {}, expected {}", what, field, i, v[i], b->name,
+                bufferKindName(b->kind), bufferKindName(kind));
+  }
+}
+
+// Every buffer of `kind` appears in `v` exactly once.
+static void checkListedOnce(const Manifest& m, const std::vector<int64_t>& v, const char* field, BufferKind kind,
+                            const std::string& what) {
+  for (const BufferInfo& b : m.buffers)
+    if (b.kind == kind && std::count(v.begin(), v.end(), b.id) != 1)
+      userError("{}: buffer {} ('{}') of kind {} must appear once in {}, not {} times", what, b.id, b.name, bufferKindName(kind),
+                field, std::count(v.begin(), v.end(), b.id));
+}
+
+// No buffer shares arena bytes with another (temporaries may share with temporaries: a lifetime-based plan).
+static void checkNoOverlap(const Manifest& m, const std::string& what) {
   std::vector<const BufferInfo*> byOffset;
   for (const BufferInfo& b : m.buffers)
     if (b.bytes > 0) byOffset.push_back(&b);
@@ -289,30 +287,49 @@ static void validatePlan(const Manifest& m, const std::string& what) {
         userError("{}: buffers {} ('{}') and {} ('{}') overlap in the arena ([{}, +{}) and [{}, +{}))", what, byOffset[i]->id,
                   byOffset[i]->name, byOffset[j]->id, byOffset[j]->name, byOffset[i]->offset, byOffset[i]->bytes,
                   byOffset[j]->offset, byOffset[j]->bytes);
+}
+
+// A kernel names an entry and a cubin in the directory, launches a positive grid and block, and binds buffers and
+// tensor maps that exist.
+static void validateKernel(const Manifest& m, size_t i, const std::string& what) {
+  const KernelInfo& k = m.kernels[i];
+  std::string p = fmt::format("kernels[{}] ('{}')", i, k.name);
+  if (k.entry.empty()) userError("{}: {}: empty entry name", what, p);
+  checkFileName(k.cubin, what, p + ": cubin");
+  for (size_t a = 0; a < k.params.size(); ++a)
+    if (!m.findBuffer(k.params[a]))
+      userError("{}: {}: params[{}] refers to buffer id {}, which does not exist", what, p, a, k.params[a]);
+  for (int d = 0; d < 3; ++d)
+    if (k.grid[d] <= 0 || k.block[d] <= 0)
+      userError("{}: {}: grid and block dimensions must be positive, got grid [{}] block [{}]", what, p,
+                fmt::join(k.grid, ", "), fmt::join(k.block, ", "));
+  if (k.sharedBytes < 0 || k.sharedBytes > INT32_MAX)
+    userError("{}: {}: shared_bytes out of range: {}", what, p, k.sharedBytes);
+  for (size_t t = 0; t < k.tensorMaps.size(); ++t) validateTensorMap(m, k, k.tensorMaps[t], fmt::format("{}: {}: tensor_maps[{}]", what, p, t));
+  // Launched early, a kernel without griddepcontrol.wait (compiled for an earlier architecture) would race the one before.
+  if (k.programmaticLaunch && parseArch(m.arch).first < 90)
+    userError("{}: {}: a programmatic launch in a manifest for {} (only kernels for sm_90 and later wait for the ones before them)",
+              what, p, m.arch);
+}
+
+static void validatePlan(const Manifest& m, const std::string& what) {
+  if (m.arenaBytes < 0) userError("{}: arena_bytes must be >= 0, got {}", what, m.arenaBytes);
+  checkFileName(m.weightsFile, what, "weights_file");
+  std::set<int64_t> ids;
+  for (size_t i = 0; i < m.buffers.size(); ++i) validateBuffer(m, i, ids, what);
+  checkIds(m, m.inputs, "inputs", BufferKind::Input, what);
+  checkIds(m, m.outputs, "outputs", BufferKind::Output, what);
+  // Every input buffer is bound by the caller and every output returned, each once; a model computes something.
+  checkListedOnce(m, m.inputs, "inputs", BufferKind::Input, what);
+  checkListedOnce(m, m.outputs, "outputs", BufferKind::Output, what);
+  if (m.outputs.empty()) userError("{}: the model has no outputs", what);
+  if (m.kernels.empty()) userError("{}: the model has no kernels (nothing would write its outputs)", what);
+  checkNoOverlap(m, what);
   for (const FileInfo& f : m.files) {
     checkFileName(f.name, what, "files[].name");
     if (f.bytes < 0) userError("{}: file \"{}\" has {} bytes", what, f.name, f.bytes);
   }
-  for (size_t i = 0; i < m.kernels.size(); ++i) {
-    const KernelInfo& k = m.kernels[i];
-    std::string p = fmt::format("kernels[{}] ('{}')", i, k.name);
-    if (k.entry.empty()) userError("{}: {}: empty entry name", what, p);
-    checkFileName(k.cubin, what, p + ": cubin");
-    for (size_t a = 0; a < k.params.size(); ++a)
-      if (!m.findBuffer(k.params[a]))
-        userError("{}: {}: params[{}] refers to buffer id {}, which does not exist", what, p, a, k.params[a]);
-    for (int d = 0; d < 3; ++d)
-      if (k.grid[d] <= 0 || k.block[d] <= 0)
-        userError("{}: {}: grid and block dimensions must be positive, got grid [{}] block [{}]", what, p,
-                  fmt::join(k.grid, ", "), fmt::join(k.block, ", "));
-    if (k.sharedBytes < 0 || k.sharedBytes > INT32_MAX)
-      userError("{}: {}: shared_bytes out of range: {}", what, p, k.sharedBytes);
-    for (size_t t = 0; t < k.tensorMaps.size(); ++t) validateTensorMap(m, k, k.tensorMaps[t], fmt::format("{}: {}: tensor_maps[{}]", what, p, t));
-    // Launched early, a kernel without griddepcontrol.wait (compiled for an earlier architecture) would race the one before.
-    if (k.programmaticLaunch && parseArch(m.arch).first < 90)
-      userError("{}: {}: a programmatic launch in a manifest for {} (only kernels for sm_90 and later wait for the ones before them)",
-                what, p, m.arch);
-  }
+  for (size_t i = 0; i < m.kernels.size(); ++i) validateKernel(m, i, what);
 }
 
 // Names and strings in a manifest come from its file: a control character in one (a newline in a buffer's name)

@@ -246,20 +246,103 @@ std::optional<std::pair<int64_t, int64_t>> idxRange(const Idx& e, const VarExten
   return r;
 }
 
+namespace {
+
+// x ^ c adds c when c's set bits all lie above x's range (non-negative x).
+Idx simplifyXor(const Idx& e, const VarExtents& ext) {
+  Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
+  if (auto c = constValue(b); c && *c > 0) {
+    int64_t lowBit = *c & -*c;
+    if (auto ra = idxRange(a, ext); ra && ra->first >= 0 && ra->second < lowBit) return simplify(a + b, ext);
+  }
+  return idxXor(a, b);
+}
+
+// min and max of operands whose ranges do not overlap are the one operand.
+Idx simplifyMinMax(const Idx& e, const VarExtents& ext) {
+  Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
+  auto ra = idxRange(a, ext), rb = idxRange(b, ext);
+  if (ra && rb) {
+    if (e->op == Op::Min && ra->second <= rb->first) return a;
+    if (e->op == Op::Min && rb->second <= ra->first) return b;
+    if (e->op == Op::Max && ra->first >= rb->second) return a;
+    if (e->op == Op::Max && rb->first >= ra->second) return b;
+  }
+  return e->op == Op::Min ? idxMin(a, b) : idxMax(a, b);
+}
+
+// An affine sum split by a divisor d: the terms whose coefficients d divides plus the multiple of d in the constant, and
+// the remainder (the other terms, the constant modulo d).
+struct DivisorSplit {
+  Affine divisible, rest;
+};
+
+DivisorSplit splitByDivisor(const Affine& aff, int64_t d) {
+  DivisorSplit out;
+  out.divisible.constant = floorDivInt(aff.constant, d) * d;
+  out.rest.constant = aff.constant - out.divisible.constant;
+  for (auto& t : aff.terms) (t.first % d == 0 ? out.divisible : out.rest).terms.push_back(t);
+  return out;
+}
+
+// The divisible part divided by d.
+Affine quotientOf(const Affine& divisible, int64_t d) {
+  Affine quotient;
+  for (auto& [c, t] : divisible.terms) quotient.terms.push_back({c / d, t});
+  quotient.constant = divisible.constant / d;
+  return quotient;
+}
+
+// A small part S of the remainder, in [0, c) where c divides d and the other terms' coefficients:
+//   (c*B + S) floordiv d = B floordiv (d/c)   and   (c*B + S) mod d = c*(B mod (d/c)) + S.
+// Null when no such part exists.
+Idx splitSmallRemainder(const Idx& e, const DivisorSplit& parts, int64_t d, const VarExtents& ext) {
+  std::vector<std::pair<int64_t, Idx>> terms = parts.rest.terms;
+  std::sort(terms.begin(), terms.end(), [](auto& x, auto& y) { return std::abs(x.first) < std::abs(y.first); });
+  for (size_t split = 0; split < terms.size(); ++split) {
+    Affine small, big;
+    small.constant = parts.rest.constant;
+    small.terms.assign(terms.begin(), terms.begin() + static_cast<long>(split));
+    int64_t c = d;
+    for (size_t i = split; i < terms.size(); ++i) c = std::gcd(c, std::abs(terms[i].first));
+    if (c <= 1 || c == d) continue;
+    auto sr = idxRange(rebuild(small), ext);
+    if (!sr || sr->first < 0 || sr->second >= c) continue;
+    for (size_t i = split; i < terms.size(); ++i) big.terms.push_back({terms[i].first / c, terms[i].second});
+    Idx b = rebuild(big);
+    if (e->op == Op::Mod) return simplify(idxMul(mod(b, d / c), c) + rebuild(small), ext);
+    return simplify(rebuild(quotientOf(parts.divisible, d)) + floorDiv(b, d / c), ext);
+  }
+  return nullptr;
+}
+
+Idx simplifyDivMod(const Idx& e, const VarExtents& ext) {
+  Idx a = simplify(e->a, ext);
+  int64_t d = *constValue(e->b);
+  Affine aff;
+  collect(a, 1, aff);
+  const DivisorSplit parts = splitByDivisor(aff, d);
+  Idx restExpr = rebuild(parts.rest);
+  auto rr = idxRange(restExpr, ext);
+  bool restInRange = rr && rr->first >= 0 && rr->second < d;
+  if (!restInRange) {
+    if (Idx split = splitSmallRemainder(e, parts, d, ext)) return split;
+  }
+  if (e->op == Op::Mod) return restInRange ? restExpr : mod(restExpr, d);  // terms d divides vanish under mod d
+  Affine quotient = quotientOf(parts.divisible, d);
+  if (restInRange) return rebuild(quotient);
+  if (quotient.terms.empty() && quotient.constant == 0) return floorDiv(restExpr, d);
+  return rebuild(quotient) + floorDiv(restExpr, d);
+}
+
+}  // namespace
+
 Idx simplify(const Idx& e, const VarExtents& ext) {
   switch (e->op) {
     case Op::Const:
     case Op::Var: return e;
     case Op::Load: return idxLoad(e->buffer, e->name, simplify(e->a, ext));
-    case Op::Xor: {
-      Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
-      // x ^ c adds c when c's set bits all lie above x's range (non-negative x).
-      if (auto c = constValue(b); c && *c > 0) {
-        int64_t lowBit = *c & -*c;
-        if (auto ra = idxRange(a, ext); ra && ra->first >= 0 && ra->second < lowBit) return simplify(a + b, ext);
-      }
-      return idxXor(a, b);
-    }
+    case Op::Xor: return simplifyXor(e, ext);
     case Op::Shl: return shl(simplify(e->a, ext), e->b->value);
     case Op::Shr: return shr(simplify(e->a, ext), e->b->value);
     case Op::Add:
@@ -270,66 +353,9 @@ Idx simplify(const Idx& e, const VarExtents& ext) {
       return rebuild(aff);
     }
     case Op::Min:
-    case Op::Max: {
-      Idx a = simplify(e->a, ext), b = simplify(e->b, ext);
-      auto ra = idxRange(a, ext), rb = idxRange(b, ext);
-      if (ra && rb) {
-        if (e->op == Op::Min && ra->second <= rb->first) return a;
-        if (e->op == Op::Min && rb->second <= ra->first) return b;
-        if (e->op == Op::Max && ra->first >= rb->second) return a;
-        if (e->op == Op::Max && rb->first >= ra->second) return b;
-      }
-      return e->op == Op::Min ? idxMin(a, b) : idxMax(a, b);
-    }
+    case Op::Max: return simplifyMinMax(e, ext);
     case Op::FloorDiv:
-    case Op::Mod: {
-      Idx a = simplify(e->a, ext);
-      int64_t d = *constValue(e->b);
-      Affine aff;
-      collect(a, 1, aff);
-      // Split into the part whose coefficients d divides and the remainder.
-      Affine divisible, rest;
-      divisible.constant = floorDivInt(aff.constant, d) * d;
-      rest.constant = aff.constant - divisible.constant;
-      for (auto& t : aff.terms) (t.first % d == 0 ? divisible : rest).terms.push_back(t);
-      Idx restExpr = rebuild(rest);
-      auto rr = idxRange(restExpr, ext);
-      bool restInRange = rr && rr->first >= 0 && rr->second < d;
-      if (!restInRange) {
-        // A small part S of the remainder, in [0, c) where c divides d and the other terms' coefficients:
-        //   (c*B + S) floordiv d = B floordiv (d/c)   and   (c*B + S) mod d = c*(B mod (d/c)) + S.
-        std::vector<std::pair<int64_t, Idx>> terms = rest.terms;
-        std::sort(terms.begin(), terms.end(), [](auto& x, auto& y) { return std::abs(x.first) < std::abs(y.first); });
-        for (size_t split = 0; split < terms.size(); ++split) {
-          Affine small, big;
-          small.constant = rest.constant;
-          small.terms.assign(terms.begin(), terms.begin() + static_cast<long>(split));
-          int64_t c = d;
-          for (size_t i = split; i < terms.size(); ++i) c = std::gcd(c, std::abs(terms[i].first));
-          if (c <= 1 || c == d) continue;
-          auto sr = idxRange(rebuild(small), ext);
-          if (!sr || sr->first < 0 || sr->second >= c) continue;
-          for (size_t i = split; i < terms.size(); ++i) big.terms.push_back({terms[i].first / c, terms[i].second});
-          Idx b = rebuild(big);
-          if (e->op == Op::Mod) return simplify(idxMul(mod(b, d / c), c) + rebuild(small), ext);
-          Affine quotient;
-          for (auto& [k, t] : divisible.terms) quotient.terms.push_back({k / d, t});
-          quotient.constant = divisible.constant / d;
-          return simplify(rebuild(quotient) + floorDiv(b, d / c), ext);
-        }
-      }
-      if (e->op == Op::Mod) {
-        if (restInRange) return restExpr;
-        if (divisible.terms.empty() && divisible.constant == 0) return mod(restExpr, d);
-        return mod(restExpr, d);  // terms with coefficients divisible by d vanish under mod d
-      }
-      Affine quotient;
-      for (auto& [c, t] : divisible.terms) quotient.terms.push_back({c / d, t});
-      quotient.constant = divisible.constant / d;
-      if (restInRange) return rebuild(quotient);
-      if (quotient.terms.empty() && quotient.constant == 0) return floorDiv(restExpr, d);
-      return rebuild(quotient) + floorDiv(restExpr, d);
-    }
+    case Op::Mod: return simplifyDivMod(e, ext);
   }
   return e;
 }

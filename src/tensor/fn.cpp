@@ -44,8 +44,9 @@ const char* fnName(Fn f) {
   return "?";
 }
 
-// Keep in step with templates/kiln_ops.cuh, which gives the GPU the same definitions.
-float applyFn(Fn f, float a, float b, float c) {
+namespace {
+
+float applyUnary(Fn f, float a) {
   switch (f) {
     case Fn::Neg: return -a;
     case Fn::Exp: return std::exp(a);
@@ -63,6 +64,13 @@ float applyFn(Fn f, float a, float b, float c) {
     case Fn::Cos: return std::cos(a);
     case Fn::Sin: return std::sin(a);
     case Fn::Not: return a == 0.f ? 1.f : 0.f;
+    default: return 0.f;
+  }
+}
+
+// Comparisons and logical and: 1 or 0.
+float applyPredicate(Fn f, float a, float b) {
+  switch (f) {
     case Fn::Lt: return a < b;
     case Fn::Le: return a <= b;
     case Fn::Gt: return a > b;
@@ -70,7 +78,12 @@ float applyFn(Fn f, float a, float b, float c) {
     case Fn::Eq: return a == b;
     case Fn::Ne: return a != b;
     case Fn::And: return (a != 0.f && b != 0.f) ? 1.f : 0.f;
-    case Fn::Where: return a != 0.f ? b : c;
+    default: return 0.f;
+  }
+}
+
+float applyArithmetic(Fn f, float a, float b) {
+  switch (f) {
     case Fn::Add: return a + b;
     case Fn::Sub: return a - b;
     case Fn::Mul: return a * b;
@@ -78,8 +91,16 @@ float applyFn(Fn f, float a, float b, float c) {
     case Fn::Pow: return b == 2.f ? a * a : std::pow(a, b);
     case Fn::Max: return a > b || std::isnan(a) ? a : b;
     case Fn::Min: return a < b || std::isnan(a) ? a : b;
+    default: return applyPredicate(f, a, b);
   }
-  return 0.f;
+}
+
+}  // namespace
+
+// Keep in step with templates/kiln_ops.cuh, which gives the GPU the same definitions.
+float applyFn(Fn f, float a, float b, float c) {
+  if (f == Fn::Where) return a != 0.f ? b : c;
+  return arity(f) == 1 ? applyUnary(f, a) : applyArithmetic(f, a, b);
 }
 
 const char* reduceName(ReduceFn f) { return f == ReduceFn::Sum ? "sum" : "max"; }

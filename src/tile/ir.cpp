@@ -203,7 +203,9 @@ void verifyVector(const loop::Program& p, const loop::Kernel& k, int64_t vector,
   KILN_ASSERT(innermost % vector == 0, "kernel {}: vector {} does not divide the innermost extent {}", k.name, vector, innermost);
 }
 
-void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) {
+// Limits of every schedule: an attention kernel is scheduled as flash_attention, and threads and shared memory fit
+// the Target's block.
+void verifyBlockLimits(const Program& p, const Schedule& s, const loop::Kernel& k) {
   const Target& target = p.target;
   KILN_ASSERT(!k.attention || std::holds_alternative<FlashAttention>(s), "kernel {}: an attention kernel scheduled as {}", k.name,
               strategyName(s));
@@ -213,114 +215,134 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
   const int64_t sharedLimit = dynamicShared(s) ? target.maxSharedPerBlock : target.staticSharedPerBlock;
   KILN_ASSERT(sharedBytes(s, k) <= sharedLimit, "kernel {}: {} B of {} shared memory exceed {}'s {} B", k.name,
               sharedBytes(s, k), dynamicShared(s) ? "dynamic" : "static", target.arch, sharedLimit);
-  if (auto* m = std::get_if<PointwiseMap>(&s)) {
-    KILN_ASSERT(m->threads % Target::kWarpSize == 0, "kernel {}: {} threads is not whole warps", k.name, m->threads);
-    verifyVector(p.loop, k, m->vector, k.parallel.empty() ? 1 : k.parallel.back().extent);
-    KILN_ASSERT(m->vectorsPerThread >= 1 && (m->vectorsPerThread == 1 || k.stages.empty()),
-                "kernel {}: several vectors per thread only without reductions", k.name);
-    return;
+}
+
+void verifyPointwiseMap(const Program& p, const PointwiseMap& m, const loop::Kernel& k) {
+  KILN_ASSERT(m.threads % Target::kWarpSize == 0, "kernel {}: {} threads is not whole warps", k.name, m.threads);
+  verifyVector(p.loop, k, m.vector, k.parallel.empty() ? 1 : k.parallel.back().extent);
+  KILN_ASSERT(m.vectorsPerThread >= 1 && (m.vectorsPerThread == 1 || k.stages.empty()),
+              "kernel {}: several vectors per thread only without reductions", k.name);
+}
+
+void verifyRowReduction(const Program& p, const RowReduction& r, int64_t threads, const loop::Kernel& k) {
+  KILN_ASSERT(!k.stages.empty(), "kernel {}: row_reduction needs a reduction", k.name);
+  KILN_ASSERT(powerOfTwo(r.threadsPerRow), "kernel {}: {} threads per row is not a power of two", k.name, r.threadsPerRow);
+  KILN_ASSERT(r.threadsPerRow >= Target::kWarpSize || r.combine == RowReduction::Combine::WarpShuffle,
+              "kernel {}: rows narrower than a warp combine by shuffles", k.name);
+  KILN_ASSERT(threads % Target::kWarpSize == 0, "kernel {}: {} threads per block is not whole warps", k.name, threads);
+  KILN_ASSERT(rowsOf(k) % r.rowsPerBlock == 0, "kernel {}: {} rows per block do not divide {} rows", k.name,
+              r.rowsPerBlock, rowsOf(k));
+  KILN_ASSERT(r.rowsPerBlock >= 1 && (r.rowsPerBlock == 1 || r.combine == RowReduction::Combine::WarpShuffle),
+              "kernel {}: several rows per block need warp-shuffle combines", k.name);
+  const int64_t width = rowWidth(k);
+  if (r.vector > 1 || r.rowInRegisters) {
+    // Vector and register-resident rows walk each stage's reduction and the row's write with one flat index.
+    KILN_ASSERT(static_cast<size_t>(k.rowAxes) + 1 == k.parallel.size(),
+                "kernel {}: vector or register rows need one axis per row", k.name);
+    for (auto& st : k.stages)
+      KILN_ASSERT(st.axes.size() == 1 && st.axes[0].extent == width, "kernel {}: a stage does not span the row", k.name);
+    verifyVector(p.loop, k, r.vector, width);
   }
-  if (auto* r = std::get_if<RowReduction>(&s)) {
-    KILN_ASSERT(!k.stages.empty(), "kernel {}: row_reduction needs a reduction", k.name);
-    KILN_ASSERT(powerOfTwo(r->threadsPerRow), "kernel {}: {} threads per row is not a power of two", k.name, r->threadsPerRow);
-    KILN_ASSERT(r->threadsPerRow >= Target::kWarpSize || r->combine == RowReduction::Combine::WarpShuffle,
-                "kernel {}: rows narrower than a warp combine by shuffles", k.name);
-    KILN_ASSERT(threads % Target::kWarpSize == 0, "kernel {}: {} threads per block is not whole warps", k.name, threads);
-    KILN_ASSERT(rowsOf(k) % r->rowsPerBlock == 0, "kernel {}: {} rows per block do not divide {} rows", k.name,
-                r->rowsPerBlock, rowsOf(k));
-    KILN_ASSERT(r->rowsPerBlock >= 1 && (r->rowsPerBlock == 1 || r->combine == RowReduction::Combine::WarpShuffle),
-                "kernel {}: several rows per block need warp-shuffle combines", k.name);
-    const int64_t width = rowWidth(k);
-    if (r->vector > 1 || r->rowInRegisters) {
-      // Vector and register-resident rows walk each stage's reduction and the row's write with one flat index.
-      KILN_ASSERT(static_cast<size_t>(k.rowAxes) + 1 == k.parallel.size(),
-                  "kernel {}: vector or register rows need one axis per row", k.name);
-      for (auto& st : k.stages)
-        KILN_ASSERT(st.axes.size() == 1 && st.axes[0].extent == width, "kernel {}: a stage does not span the row", k.name);
-      verifyVector(p.loop, k, r->vector, width);
-    }
-    return;
+}
+
+// The instructions flash_attention uses exist on the Target and fit the kernel's operands.
+void verifyFlashInstructions(const Target& target, const FlashAttention& f, const loop::AttentionOperands& o,
+                             const loop::Kernel& k) {
+  const bool cudaCores = flashOnCudaCores(f);
+  KILN_ASSERT(target.cpAsync && (cudaCores || target.ldmatrix), "kernel {}: flash_attention needs cp.async{}, which {} lacks",
+              k.name, cudaCores ? "" : " and ldmatrix", target.arch);
+  KILN_ASSERT(!cudaCores || f.keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f.keySplit);
+  KILN_ASSERT(!cudaCores || !f.rowSumsByMma, "kernel {}: f32 flash_attention sums its rows without mma", k.name);
+  const bool byWgmma = target.wgmma && flashOneWarpgroup(f);
+  KILN_ASSERT(!f.scoresByWgmma || (byWgmma && o.depth % 64 == 0),
+              "kernel {}: flash_attention scores by wgmma need sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
+              "{}, no key split) and a depth that is a multiple of 64", k.name, kFlashWgmmaRows);
+  KILN_ASSERT(!f.valuesByWgmma || (byWgmma && o.width % 64 == 0 && o.width <= 256),
+              "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
+              "{}, no key split) and output rows of 64 to 256 values, a multiple of 64 (not {})", k.name, kFlashWgmmaRows, o.width);
+  KILN_ASSERT(f.queryAxis == o.queryAxis && f.mmaType == o.type, "kernel {}: flash_attention's query axis or type is not "
+              "the kernel's", k.name);
+}
+
+// Block, warp, key-split and ring sizes the flash lowering implements.
+void verifyFlashShape(const FlashAttention& f, const loop::Kernel& k) {
+  const bool cudaCores = flashOnCudaCores(f);
+  KILN_ASSERT((f.blockQ == 16 || f.blockQ == 32 || f.blockQ == 64 || f.blockQ == 128) &&
+                  (f.blockKV == 64 || (cudaCores ? f.blockKV == 32 : f.blockKV == 128)),
+              "kernel {}: flash_attention blocks are 16, 32, 64 or 128 queries by 64 keys (f32 also 32, tensor cores also 128), "
+              "not {} by {}", k.name,
+              f.blockQ, f.blockKV);
+  KILN_ASSERT((f.warpRows == 16 || (f.warpRows == 32 && !cudaCores && f.keySplit == 1)) && f.blockQ % f.warpRows == 0 &&
+                  f.blockQ / f.warpRows <= 4,
+              "kernel {}: flash_attention warps of {} rows in blocks of {} (16, or 32 on tensor cores without a key split; "
+              "at most 4 warps of rows)", k.name, f.warpRows, f.blockQ);
+  KILN_ASSERT(f.keySplit == 1 || f.keySplit == 2 || f.keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
+              k.name, f.keySplit);
+  KILN_ASSERT(f.ring >= 2 && f.ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f.ring);
+  KILN_ASSERT(!f.scoresAhead || (!cudaCores && f.keySplit == 1 && f.ring == 2),
+              "kernel {}: flash_attention scores a step ahead need tensor cores, no key split and two ring slots", k.name);
+  if (f.packedPairs > 0) {
+    const int64_t items = flashQueryBlocksInAll(f, k);
+    KILN_ASSERT(!cudaCores && f.keyTo && !f.pairBlocks && !f.rowsInner && f.packedPairs < items && items <= 2 * f.packedPairs,
+                "kernel {}: flash_attention packed in {} thread blocks of two needs tensor cores, a causal mask, no other grid "
+                "order and between {} and {} query blocks (it has {})", k.name, f.packedPairs, f.packedPairs + 1,
+                2 * f.packedPairs, items);
   }
-  if (auto* f = std::get_if<FlashAttention>(&s)) {
-    auto o = loop::flashAttentionOperands(p.loop, k);
-    KILN_ASSERT(o, "kernel {}: flash_attention needs an attention kernel of contiguous q, k, v (loop::flashAttentionOperands)",
-                k.name);
-    const bool cudaCores = flashOnCudaCores(*f);
-    KILN_ASSERT(target.cpAsync && (cudaCores || target.ldmatrix), "kernel {}: flash_attention needs cp.async{}, which {} lacks",
-                k.name, cudaCores ? "" : " and ldmatrix", target.arch);
-    KILN_ASSERT(!cudaCores || f->keySplit == 1, "kernel {}: f32 flash_attention splits no keys (key split {})", k.name, f->keySplit);
-    KILN_ASSERT(!cudaCores || !f->rowSumsByMma, "kernel {}: f32 flash_attention sums its rows without mma", k.name);
-    const bool byWgmma = target.wgmma && flashOneWarpgroup(*f);
-    KILN_ASSERT(!f->scoresByWgmma || (byWgmma && o->depth % 64 == 0),
-                "kernel {}: flash_attention scores by wgmma need sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
-                "{}, no key split) and a depth that is a multiple of 64", k.name, kFlashWgmmaRows);
-    KILN_ASSERT(!f->valuesByWgmma || (byWgmma && o->width % 64 == 0 && o->width <= 256),
-                "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
-                "{}, no key split) and output rows of 64 to 256 values, a multiple of 64 (not {})", k.name, kFlashWgmmaRows, o->width);
-    KILN_ASSERT(f->queryAxis == o->queryAxis && f->mmaType == o->type, "kernel {}: flash_attention's query axis or type is not "
-                "the kernel's", k.name);
-    KILN_ASSERT((f->blockQ == 16 || f->blockQ == 32 || f->blockQ == 64 || f->blockQ == 128) &&
-                    (f->blockKV == 64 || (cudaCores ? f->blockKV == 32 : f->blockKV == 128)),
-                "kernel {}: flash_attention blocks are 16, 32, 64 or 128 queries by 64 keys (f32 also 32, tensor cores also 128), "
-                "not {} by {}", k.name,
-                f->blockQ, f->blockKV);
-    KILN_ASSERT((f->warpRows == 16 || (f->warpRows == 32 && !cudaCores && f->keySplit == 1)) && f->blockQ % f->warpRows == 0 &&
-                    f->blockQ / f->warpRows <= 4,
-                "kernel {}: flash_attention warps of {} rows in blocks of {} (16, or 32 on tensor cores without a key split; "
-                "at most 4 warps of rows)", k.name, f->warpRows, f->blockQ);
-    KILN_ASSERT(f->keySplit == 1 || f->keySplit == 2 || f->keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
-                k.name, f->keySplit);
-    KILN_ASSERT(f->ring >= 2 && f->ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f->ring);
-    KILN_ASSERT(!f->scoresAhead || (!cudaCores && f->keySplit == 1 && f->ring == 2),
-                "kernel {}: flash_attention scores a step ahead need tensor cores, no key split and two ring slots", k.name);
-    if (f->packedPairs > 0) {
-      const int64_t items = flashQueryBlocksInAll(*f, k);
-      KILN_ASSERT(!cudaCores && f->keyTo && !f->pairBlocks && !f->rowsInner && f->packedPairs < items && items <= 2 * f->packedPairs,
-                  "kernel {}: flash_attention packed in {} thread blocks of two needs tensor cores, a causal mask, no other grid "
-                  "order and between {} and {} query blocks (it has {})", k.name, f->packedPairs, f->packedPairs + 1,
-                  2 * f->packedPairs, items);
-    }
-    const int64_t registers = flashAccumulators(*f, o->depth, o->width);
-    KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
-    return;
-  }
-  const auto& t = std::get<TiledContraction>(s);
-  contractionOf(t, k);  // asserts that the kernel is a contraction over the schedule's axes
-  const int64_t stages = static_cast<int64_t>(k.stages.size());
-  if (t.instruction == TC::Instruction::MmaSync) {
-    auto side = [](int64_t v) { return v == 32 || v == 64 || v == 128; };
-    KILN_ASSERT(side(t.tileM) && side(t.tileN) && t.tileK > 0 && t.tileK % 16 == 0,
-                "kernel {}: tensor-core tiles are 32, 64 or 128 on each side with tile_k a multiple of 16, not {}x{}x{}",
-                k.name, t.tileM, t.tileN, t.tileK);
-    KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: mma on {}", k.name, dtypeName(t.mmaType));
-    const bool pairs = t.a.layout == TC::SharedLayout::RowPairs;
-    KILN_ASSERT(pairs ? t.fragments != TC::Fragments::Elements : t.fragments == TC::Fragments::Elements,
-                "kernel {}: fragments {} from {} slices", k.name, fragmentsName(t.fragments), layoutName(t.a.layout));
-  } else if (t.instruction == TC::Instruction::Wgmma) {
-    KILN_ASSERT(target.wgmma, "kernel {}: wgmma on {}, which lacks it (sm_90a only)", k.name, target.arch);
-    KILN_ASSERT((t.tileM == 64 || t.tileM == 128 || t.tileM == 256) && t.tileN >= 8 && t.tileN <= 256 && t.tileN % 8 == 0 && t.tileK >= 16 &&
-                    t.tileK % 16 == 0,
-                "kernel {}: wgmma tiles are 64, 128 or 256 rows by a multiple of 8 up to 256 columns, tile_k a multiple of 16, not "
-                "{}x{}x{}", k.name, t.tileM, t.tileN, t.tileK);
-    KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: wgmma on {}", k.name, dtypeName(t.mmaType));
-    KILN_ASSERT((t.a.layout == TC::SharedLayout::CoreMatrices || (t.a.layout == TC::SharedLayout::Swizzled128 && t.tileK == 64)) &&
-                    (t.a.copy == TC::Copy::CpAsync || (t.a.copy == TC::Copy::Tma && t.a.layout == TC::SharedLayout::Swizzled128)),
-                "kernel {}: wgmma reads core_matrices (or, 64 deep, swizzled_128b) slices streamed by cp_async (swizzled_128b also by "
-                "tma), not {} {} {} deep", k.name, copyName(t.a.copy), layoutName(t.a.layout), t.tileK);
-  } else {
-    KILN_ASSERT(t.tileM > 0 && t.tileN > 0 && t.tileK > 0 && t.microM > 0 && t.microN > 0 && t.tileM % t.microM == 0 &&
-                    t.tileN % t.microN == 0,
-                "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, t.tileM, t.tileN, t.tileK, t.microM,
-                t.microN);
-    KILN_ASSERT(threads >= Target::kWarpSize, "kernel {}: tiled_contraction with {} threads", k.name, threads);
-    const bool streamed = t.a.layout == TC::SharedLayout::RowsF32 && t.b.layout == TC::SharedLayout::RowsF32 &&
-                          t.a.copy == TC::Copy::CpAsync && t.tileK % 4 == 0 && threads % Target::kWarpSize == 0 &&
-                          threads <= target.maxThreadsPerBlock;
-    KILN_ASSERT(streamed || (t.a.layout == TC::SharedLayout::KMajorF32 && t.b.layout == TC::SharedLayout::KMajorF32 &&
-                             t.a.copy != TC::Copy::CpAsync),
-                "kernel {}: CUDA-core products read k-major f32 slices, or rows_f32 slices streamed by cp_async (tile_k a multiple "
-                "of 4, whole warps), not {} {}", k.name, copyName(t.a.copy), layoutName(t.a.layout));
-  }
+}
+
+void verifyFlashAttention(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
+  const Target& target = p.target;
+  auto o = loop::flashAttentionOperands(p.loop, k);
+  KILN_ASSERT(o, "kernel {}: flash_attention needs an attention kernel of contiguous q, k, v (loop::flashAttentionOperands)",
+              k.name);
+  verifyFlashInstructions(target, f, *o, k);
+  verifyFlashShape(f, k);
+  const int64_t registers = flashAccumulators(f, o->depth, o->width);
+  KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
+}
+
+void verifyMmaSyncTiles(const TC& t, const loop::Kernel& k) {
+  auto side = [](int64_t v) { return v == 32 || v == 64 || v == 128; };
+  KILN_ASSERT(side(t.tileM) && side(t.tileN) && t.tileK > 0 && t.tileK % 16 == 0,
+              "kernel {}: tensor-core tiles are 32, 64 or 128 on each side with tile_k a multiple of 16, not {}x{}x{}",
+              k.name, t.tileM, t.tileN, t.tileK);
+  KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: mma on {}", k.name, dtypeName(t.mmaType));
+  const bool pairs = t.a.layout == TC::SharedLayout::RowPairs;
+  KILN_ASSERT(pairs ? t.fragments != TC::Fragments::Elements : t.fragments == TC::Fragments::Elements,
+              "kernel {}: fragments {} from {} slices", k.name, fragmentsName(t.fragments), layoutName(t.a.layout));
+}
+
+void verifyWgmmaTiles(const Target& target, const TC& t, const loop::Kernel& k) {
+  KILN_ASSERT(target.wgmma, "kernel {}: wgmma on {}, which lacks it (sm_90a only)", k.name, target.arch);
+  KILN_ASSERT((t.tileM == 64 || t.tileM == 128 || t.tileM == 256) && t.tileN >= 8 && t.tileN <= 256 && t.tileN % 8 == 0 && t.tileK >= 16 &&
+                  t.tileK % 16 == 0,
+              "kernel {}: wgmma tiles are 64, 128 or 256 rows by a multiple of 8 up to 256 columns, tile_k a multiple of 16, not "
+              "{}x{}x{}", k.name, t.tileM, t.tileN, t.tileK);
+  KILN_ASSERT(t.mmaType == DType::BF16 || t.mmaType == DType::F16, "kernel {}: wgmma on {}", k.name, dtypeName(t.mmaType));
+  KILN_ASSERT((t.a.layout == TC::SharedLayout::CoreMatrices || (t.a.layout == TC::SharedLayout::Swizzled128 && t.tileK == 64)) &&
+                  (t.a.copy == TC::Copy::CpAsync || (t.a.copy == TC::Copy::Tma && t.a.layout == TC::SharedLayout::Swizzled128)),
+              "kernel {}: wgmma reads core_matrices (or, 64 deep, swizzled_128b) slices streamed by cp_async (swizzled_128b also by "
+              "tma), not {} {} {} deep", k.name, copyName(t.a.copy), layoutName(t.a.layout), t.tileK);
+}
+
+void verifyFfmaTiles(const Target& target, const TC& t, int64_t threads, const loop::Kernel& k) {
+  KILN_ASSERT(t.tileM > 0 && t.tileN > 0 && t.tileK > 0 && t.microM > 0 && t.microN > 0 && t.tileM % t.microM == 0 &&
+                  t.tileN % t.microN == 0,
+              "kernel {}: tiles {}x{}x{} with micro tile {}x{} do not divide", k.name, t.tileM, t.tileN, t.tileK, t.microM,
+              t.microN);
+  KILN_ASSERT(threads >= Target::kWarpSize, "kernel {}: tiled_contraction with {} threads", k.name, threads);
+  const bool streamed = t.a.layout == TC::SharedLayout::RowsF32 && t.b.layout == TC::SharedLayout::RowsF32 &&
+                        t.a.copy == TC::Copy::CpAsync && t.tileK % 4 == 0 && threads % Target::kWarpSize == 0 &&
+                        threads <= target.maxThreadsPerBlock;
+  KILN_ASSERT(streamed || (t.a.layout == TC::SharedLayout::KMajorF32 && t.b.layout == TC::SharedLayout::KMajorF32 &&
+                           t.a.copy != TC::Copy::CpAsync),
+              "kernel {}: CUDA-core products read k-major f32 slices, or rows_f32 slices streamed by cp_async (tile_k a multiple "
+              "of 4, whole warps), not {} {}", k.name, copyName(t.a.copy), layoutName(t.a.layout));
+}
+
+// Both operands staged alike, by a copy the Target has, through a ring that fits the block's shared memory.
+void verifyOperandCopies(const Program& p, const Schedule& s, const TC& t, const loop::Kernel& k) {
+  const Target& target = p.target;
   KILN_ASSERT(t.a.layout == t.b.layout && t.a.copy == t.b.copy,
               "kernel {}: the lowering stages both operands alike (layout and copy)", k.name);
   if (t.a.copy == TC::Copy::Tma) {
@@ -346,45 +368,77 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
     KILN_ASSERT(t.mmaInFlight == 0, "kernel {}: wgmma groups in flight without a cp_async ring", k.name);
     KILN_ASSERT(t.pipelineDepth == 1, "kernel {}: a ring of {} slices without cp_async copies", k.name, t.pipelineDepth);
   }
+}
+
+// Stacked B slices: one wgmma product over the stages' B tiles side by side, all stages reading one A.
+void verifyStackedB(const TC& t, const loop::Kernel& k, int64_t stages) {
+  const Contraction c = contractionOf(t, k);
+  const std::vector<size_t> src = aSources(c);
+  KILN_ASSERT(t.instruction == TC::Instruction::Wgmma && (t.a.copy == TC::Copy::CpAsync || t.a.copy == TC::Copy::Tma) &&
+                  std::all_of(src.begin(), src.end(), [](size_t s) { return s == 0; }) && stages * t.tileN <= 256 && t.tileN % 8 == 0,
+              "kernel {}: stacked B slices need a cp_async wgmma product whose stages all read one A, with stages x tile_n "
+              "a multiple of 8 up to 256 ({} x {})", k.name, stages, t.tileN);
+}
+
+// A cluster multicasts one operand's slices over tma to the blocks along the other operand's tiles.
+void verifyCluster(const Target& target, const TC& t, const loop::Kernel& k, int64_t stages) {
+  const Contraction c = contractionOf(t, k);
+  // The operand multicast: its tiles along the cluster's other axis, its slice's rows.
+  const int64_t tiles = t.multicastB ? tilesM(t, c) : tilesN(t, c), rows = t.multicastB ? t.tileN : t.tileM;
+  KILN_ASSERT(t.a.copy == TC::Copy::Tma && target.tma && (t.cluster == 2 || t.cluster == 4 || t.cluster == 8) &&
+                  tiles % t.cluster == 0 && rows % (8 * t.cluster) == 0 && t.producerWarp && copiesAhead(t) >= 2 &&
+                  (!t.multicastB || (stages == 1 && !t.stackedB)),
+              "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along {}, {} "
+              "slices of 8 rows or more per block ({} rows), a producer warp ({}) and copies 2 or more slices ahead (ring {}); "
+              "B multicast one stage, unstacked", k.name, t.cluster, tiles, t.multicastB ? "m" : "n", t.multicastB ? "B" : "A",
+              rows, t.producerWarp ? "yes" : "none", t.pipelineDepth);
+}
+
+// Stream-K: a persistent grid walking the k slices of all tiles, fed by a producer warp.
+void verifyStreamK(const TC& t, const loop::Kernel& k, int64_t stages) {
+  const Contraction c = contractionOf(t, k);
+  KILN_ASSERT(t.producerWarp && !t.unrollRing && c.outerPoints == 1 && t.streamBlocks % t.cluster == 0 &&
+                  (stages == 1 || t.stackedB) && tilesM(t, c) * tilesN(t, c) % t.cluster == 0 &&
+                  t.streamBlocks / t.cluster <= streamK(t, c).steps,
+              "kernel {}: a stream-K grid ({} blocks) needs a tma product with a producer warp and a rolled k loop, one stage or "
+              "stacked B, no other output axes, whole clusters, and at least a step per cluster", k.name, t.streamBlocks);
+}
+
+void verifyTiledContraction(const Program& p, const Schedule& s, const TC& t, const loop::Kernel& k) {
+  const Target& target = p.target;
+  const int64_t threads = threadsPerBlock(s);
+  contractionOf(t, k);  // asserts that the kernel is a contraction over the schedule's axes
+  const int64_t stages = static_cast<int64_t>(k.stages.size());
+  if (t.instruction == TC::Instruction::MmaSync) {
+    verifyMmaSyncTiles(t, k);
+  } else if (t.instruction == TC::Instruction::Wgmma) {
+    verifyWgmmaTiles(target, t, k);
+  } else {
+    verifyFfmaTiles(target, t, threads, k);
+  }
+  verifyOperandCopies(p, s, t, k);
   KILN_ASSERT(t.mmaInFlight == 0 || (t.instruction == TC::Instruction::Wgmma && t.mmaInFlight == 1 && t.pipelineDepth >= 3),
               "kernel {}: {} wgmma groups in flight need a wgmma product with a ring of 3 or more slices (instruction {}, ring {}) and at "
               "most 1 group", k.name, t.mmaInFlight, instructionName(t.instruction), t.pipelineDepth);
-  if (t.stackedB) {
-    const Contraction c = contractionOf(t, k);
-    const std::vector<size_t> src = aSources(c);
-    KILN_ASSERT(t.instruction == TC::Instruction::Wgmma && (t.a.copy == TC::Copy::CpAsync || t.a.copy == TC::Copy::Tma) &&
-                    std::all_of(src.begin(), src.end(), [](size_t s) { return s == 0; }) && stages * t.tileN <= 256 && t.tileN % 8 == 0,
-                "kernel {}: stacked B slices need a cp_async wgmma product whose stages all read one A, with stages x tile_n "
-                "a multiple of 8 up to 256 ({} x {})", k.name, stages, t.tileN);
-  }
+  if (t.stackedB) verifyStackedB(t, k, stages);
   KILN_ASSERT(!t.multicastB || t.cluster > 1, "kernel {}: B multicast without a cluster", k.name);
-  if (t.cluster != 1) {
-    const Contraction c = contractionOf(t, k);
-    // The operand multicast: its tiles along the cluster's other axis, its slice's rows.
-    const int64_t tiles = t.multicastB ? tilesM(t, c) : tilesN(t, c), rows = t.multicastB ? t.tileN : t.tileM;
-    KILN_ASSERT(t.a.copy == TC::Copy::Tma && target.tma && (t.cluster == 2 || t.cluster == 4 || t.cluster == 8) &&
-                    tiles % t.cluster == 0 && rows % (8 * t.cluster) == 0 && t.producerWarp && copiesAhead(t) >= 2 &&
-                    (!t.multicastB || (stages == 1 && !t.stackedB)),
-                "kernel {}: clusters of {} blocks need tma copies on sm_90+, 2, 4 or 8 blocks dividing the {} tiles along {}, {} "
-                "slices of 8 rows or more per block ({} rows), a producer warp ({}) and copies 2 or more slices ahead (ring {}); "
-                "B multicast one stage, unstacked", k.name, t.cluster, tiles, t.multicastB ? "m" : "n", t.multicastB ? "B" : "A",
-                rows, t.producerWarp ? "yes" : "none", t.pipelineDepth);
-  }
+  if (t.cluster != 1) verifyCluster(target, t, k, stages);
   KILN_ASSERT(!t.producerWarp || (t.a.copy == TC::Copy::Tma && t.mmaInFlight == 1),
               "kernel {}: a producer warp needs a tma product with one wgmma group in flight (copy {}, {} in flight)", k.name,
               copyName(t.a.copy), t.mmaInFlight);
   KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
-  if (t.streamBlocks > 0) {
-    const Contraction c = contractionOf(t, k);
-    KILN_ASSERT(t.producerWarp && !t.unrollRing && c.outerPoints == 1 && t.streamBlocks % t.cluster == 0 &&
-                    (stages == 1 || t.stackedB) && tilesM(t, c) * tilesN(t, c) % t.cluster == 0 &&
-                    t.streamBlocks / t.cluster <= streamK(t, c).steps,
-                "kernel {}: a stream-K grid ({} blocks) needs a tma product with a producer warp and a rolled k loop, one stage or "
-                "stacked B, no other output axes, whole clusters, and at least a step per cluster", k.name, t.streamBlocks);
-  }
+  if (t.streamBlocks > 0) verifyStreamK(t, k, stages);
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);
+}
+
+void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) {
+  verifyBlockLimits(p, s, k);
+  if (auto* m = std::get_if<PointwiseMap>(&s)) return verifyPointwiseMap(p, *m, k);
+  if (auto* r = std::get_if<RowReduction>(&s)) return verifyRowReduction(p, *r, threadsPerBlock(s), k);
+  if (auto* f = std::get_if<FlashAttention>(&s)) return verifyFlashAttention(p, *f, k);
+  verifyTiledContraction(p, s, std::get<TiledContraction>(s), k);
 }
 
 // A stream-K product's counters (i64, one per output tile) and partial tiles (f32, one per block of the grid).
