@@ -54,6 +54,7 @@ std::string verifierMessage(const InternalError& e) {
 template <class IR>
 std::string runPasses(IR ir, const OptCommand& c, const PassTable<IR>& table) {
   PassRunner run(c.pipeline);
+  if (c.pipeline.verbosity >= 2) run.startFrom(print(ir));
   for (const std::string& name : c.passes) run.pass(ir, name, table.at(name));
   run.printTimings();
   return print(ir);

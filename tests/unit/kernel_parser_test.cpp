@@ -40,11 +40,23 @@ TEST_P(KernelParserRoundTrip, PrintParsePrintIsIdentical) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, KernelParserRoundTrip, ::testing::ValuesIn(allFixtures()),
                          [](const auto& info) { return info.param; });
 
-void expectRoundTrip(const kernel::Program& p, const std::string& what) {
+// The parsed Program computes what the original does, bit for bit: its variables, slots and buffers mean the same.
+void expectSameOutputs(const kernel::Program& p, const kernel::Program& parsed, const std::string& what) {
+  ASSERT_EQ(parsed.buffers.size(), p.buffers.size());
+  kernel::Program bound = parsed;
+  for (size_t i = 0; i < p.buffers.size(); ++i) bound.buffers[i].weight = p.buffers[i].weight;  // the text names weights only
+  auto inputs = test::randomInputs(p, 7);
+  auto want = kernel::interpret(p, inputs), got = kernel::interpret(bound, inputs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].values, want[i].values) << what << " output " << i;
+}
+
+void expectRoundTrip(const kernel::Program& p, const std::string& what, bool interpret = false) {
   const std::string text = kernel::print(p);
   kernel::Program parsed = kernel::parse(text, what);
   EXPECT_EQ(kernel::print(parsed), text) << what;
   EXPECT_NO_THROW(kernel::verify(parsed)) << what;
+  if (interpret) expectSameOutputs(p, parsed, what);
 }
 
 // The golden configurations with larger inputs: tiled CUDA-core products, tensor-core products from operand pairs.
@@ -90,7 +102,7 @@ TEST(KernelParserRoundTripLarger, ProducerWarpsClustersAndStreamK) {
     if (streamK) {
       EXPECT_NE(text.find("counter.await"), std::string::npos);
     }
-    expectRoundTrip(k, streamK ? "stream-K products" : "producer-warp products");
+    expectRoundTrip(k, streamK ? "stream-K products" : "producer-warp products", /*interpret=*/true);
   }
 }
 
@@ -111,25 +123,19 @@ TEST(KernelParserRoundTripLarger, AttentionByWgmma) {
   kernel::Program k = kernel::lowerFromTile(t);
   const std::string text = kernel::print(k);
   for (const char* op : {"registers $", "mn-major 128-byte-swizzled"}) EXPECT_NE(text.find(op), std::string::npos) << op;
-  expectRoundTrip(k, "attention by wgmma");
+  expectRoundTrip(k, "attention by wgmma", /*interpret=*/true);
 }
 
-// The parsed Program computes what the original does: its variables, slots and buffers mean the same.
 class KernelParserInterprets : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KernelParserInterprets, SameOutputsAsTheOriginal) {
   kernel::Program p = compileToKernel(GetParam());
-  kernel::Program parsed = kernel::parse(kernel::print(p));
-  ASSERT_EQ(parsed.buffers.size(), p.buffers.size());
-  for (size_t i = 0; i < p.buffers.size(); ++i) parsed.buffers[i].weight = p.buffers[i].weight;  // the text names weights only
-  auto inputs = test::randomInputs(p, 7);
-  auto want = kernel::interpret(p, inputs), got = kernel::interpret(parsed, inputs);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].values, want[i].values) << "output " << i;
+  expectSameOutputs(p, kernel::parse(kernel::print(p)), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, KernelParserInterprets,
-                         ::testing::Values("elementwise", "softmax", "rmsnorm", "mlp", "attention_bf16"));
+                         ::testing::Values("elementwise", "softmax", "rmsnorm", "mlp", "attention_bf16"),
+                         [](const auto& info) { return info.param; });
 
 // A small well-formed program to break in the error tests.
 const char* kSmall = R"(// kiln kernel IR: small
