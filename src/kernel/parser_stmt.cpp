@@ -3,6 +3,7 @@
 // their assertions: a count or operand that is wrong in the text is the verifier's to report, as a user error.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <functional>
 
 #include "kiln/support/error.h"
@@ -184,9 +185,10 @@ Stmt tmaLoad(Cursor& c, KernelScope& s) {
 }
 
 Stmt elected(Cursor& c, KernelScope& s) {
-  Stmt st = c.accept("tma.load") ? tmaLoad(c, s)
-            : c.accept("mbarrier.arrive.expect_tx") ? onMbarrier(c, s, Stmt::Kind::MbarrierExpectTx)
-                                                    : (c.fail("expected tma.load or mbarrier.arrive.expect_tx after 'elected'"), Stmt{});
+  Stmt st;
+  if (c.accept("tma.load")) st = tmaLoad(c, s);
+  else if (c.accept("mbarrier.arrive.expect_tx")) st = onMbarrier(c, s, Stmt::Kind::MbarrierExpectTx);
+  else c.fail("expected tma.load or mbarrier.arrive.expect_tx after 'elected'");
   st.elected = true;
   return st;
 }
