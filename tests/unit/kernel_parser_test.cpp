@@ -5,7 +5,9 @@
 
 #include "test_support.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "kiln/driver/pipeline.h"
@@ -136,6 +138,90 @@ TEST_P(KernelParserInterprets, SameOutputsAsTheOriginal) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, KernelParserInterprets,
                          ::testing::Values("elementwise", "softmax", "rmsnorm", "mlp", "attention_bf16"),
                          [](const auto& info) { return info.param; });
+
+// One statement of every kind, every form of mma, ldmatrix and wgmma, and every index and float operator, built with
+// the constructors (it need not verify: the pipeline makes some of these kinds nowhere, so only this test reads them).
+TEST(KernelParser, EveryStatementKindRoundTrips) {
+  using namespace kernel;  // NOLINT(google-build-using-namespace): the constructors read as the IR
+  Program p;
+  p.modelName = "every_kind";
+  p.target = targetFor("sm_90a");
+  p.buffers = {loop::Buffer{loop::Buffer::Kind::Input, "x", DType::BF16, {256}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Counters, "counters", DType::I64, {4}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Output, "out0", DType::F32, {256}, nullptr}};
+  p.inputs = {0};
+  p.outputs = {2};
+  Kernel k;
+  k.name = "k0_all";
+  k.grid = {4, 1, 1};
+  k.block = {160, 1, 1};
+  k.cluster = 2;
+  k.dynamicSharedBytes = 4096;
+  k.origins = {"aten::mm @ m.py:1", "aten::add @ m.py:2"};
+  k.params = {{0, "x", DType::BF16, 256, false}, {1, "counters", DType::I64, 4, true}, {2, "out0", DType::F32, 256, true}};
+  k.tensorMaps = {TensorMap{0, 0, 4, 64, 128, 4, 64, true}};
+  k.shared = {SharedBuffer{"a", 1024, DType::BF16, true, false}, SharedBuffer{"b", 1024, DType::BF16, true, false},
+              SharedBuffer{"bars", 4, DType::F32, false, true}, SharedBuffer{"f", 64, DType::F32, false, false}};
+  for (int i = 0; i < 20; ++i) k.floatVars.push_back(fmt::format("v{}", i));
+  for (int i = 0; i < 6; ++i) k.pairVars.push_back(fmt::format("p{}", i));
+  const Idx t = threadIdx(), i = idxVar(2, "i"), j = idxVar(3, "j"), u = idxVar(4, "u"), n = idxVar(5, "n");
+  std::vector<int> acc(8);
+  for (int a = 0; a < 8; ++a) acc[a] = a;
+  Stmt::CoreMatrices plain{64, 512, false, false}, swizzled{0, 512, true, false}, mnMajor{512, 1024, true, true};
+  Stmt scaled = wgmma(DType::BF16, 0, idxConst(0), swizzled, 1, idxConst(0), plain, 16, acc);
+  scaled.scaleD = mod(i, 2);
+  Block inner = {
+      storeShared(3, t, fselect(i, idxConst(3), fconst(std::numeric_limits<float>::infinity()), fconst(-0.5f))),
+      storeGlobal(2, t, fapply(Fn::Cast, {loadShared(3, t)}, DType::BF16)),
+      assign(0, fapply(Fn::Where, {fvar(1), fconst(1e-05f), loadGlobal(0, idxLoad(0, "x", t))})),
+      loadVector(0, idxMul(t, 2), {1, 2}),
+      storeVector(2, idxMul(t, 2), {fvar(1), fapply(Fn::Exp2, {fvar(2)})}),
+      loadSharedVector(3, idxMul(t, 4), {3, 4, 5, 6}),
+      shuffleXor(7, 7, 16),
+      cpAsync(0, idxMul(t, 8), 0, idxMul(t, 8), 16, idxMin(idxConst(16), idxMax(idxConst(0), idxAdd(idxMul(t, -2), 256)))),
+      cpAsync(3, t, 2, t, 4),
+      cpAsyncCommit(),
+      cpAsyncWait(1),
+      ldmatrix(0, idxMul(t, 8), 2, false, {8, 9, 10, 11}),
+      ldmatrixPairs(1, idxMul(t, 8), true, {0, 1, 2, 3}),
+      mma(DType::BF16, {0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}),
+      mmaFromShared(DType::F16, 0, {idxConst(0), idxConst(2), idxConst(4), idxConst(6)}, 1, {idxConst(0), idxConst(2)},
+                    {12, 13, 14, 15}),
+      mmaFromPairs(DType::BF16, {0, 1, 2, 3}, {4, 5}, {12, 13, 14, 15}),
+      packPair(DType::BF16, 5, 16, 17),
+      wgmmaFence(),
+      scaled,
+      wgmmaRegA(DType::BF16, {0, 1, 2, 3}, 1, shl(i, 9), mnMajor, 16, acc),
+      wgmmaCommit(),
+      wgmmaWait(0),
+      fenceProxyAsync(),
+  };
+  Block roles = {
+      mbarrierInit(2, idxConst(0), 1),
+      mbarrierArrive(2, idxConst(1)),
+      cpAsyncMbarrierArrive(2, idxConst(1)),
+      elected(mbarrierArriveExpectTx(2, idxConst(0), 1024)),
+      elected(tmaLoadMulticast(0, idxConst(0), 0, idxConst(0), shr(i, 1), 2, idxConst(0))),
+      tmaLoad(1, idxConst(0), 0, idxConst(64), idxConst(0), 2, idxConst(0)),
+      mbarrierWait(2, idxConst(0), idxXor(mod(i, 2), idxConst(1))),
+      mbarrierArriveCluster(2, idxConst(3)),
+      namedBarrier(1, 128),
+      counterRelease(1, blockIdx()),
+      counterAwait(1, floorDiv(blockIdx(), 2), idxConst(3)),
+  };
+  k.body = {defIdx(2, "i", t + blockIdx() * idxConst(160)),
+            defWarpUniform(4, "u", floorDiv(t, 32)),
+            fenceMbarrierInit(),
+            clusterBarrier(),
+            forLoop(3, "j", idxConst(0), idxVar(2, "i"), 2, inner),
+            ifLess(u, idxConst(4), roles),
+            barrier(),
+            blockTicket(5, "n", 1, idxConst(0), 4),
+            storeGlobal(2, n, fconst(std::nanf("")))};
+  p.kernels.push_back(k);
+  const std::string text = print(p);
+  EXPECT_EQ(print(parse(text, "every_kind.kir")), text);
+}
 
 // A small well-formed program to break in the error tests.
 const char* kSmall = R"(// kiln kernel IR: small
