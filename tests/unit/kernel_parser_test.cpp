@@ -108,6 +108,16 @@ TEST(KernelParserRoundTripLarger, ProducerWarpsClustersAndStreamK) {
   }
 }
 
+// Packed attention (Kernel::groups): attention_bf16_512 on a 40-SM variant of the H200 packs query blocks in pairs.
+TEST(KernelParserRoundTripLarger, PackedAttentionGroups) {
+  Target fewSms = defaultTarget();
+  fewSms.smCount = 40;
+  kernel::Program k =
+      compileModel(test::fixturePath("attention_bf16_512"), {}, PipelineOptions{}, "kernel", std::nullopt, fewSms).kernelIR;
+  ASSERT_NE(kernel::print(k).find(" groups 2"), std::string::npos);
+  expectRoundTrip(k, "packed attention");
+}
+
 // Flash attention in one warpgroup with both products by wgmma: A from registers, B mn-major and swizzled.
 TEST(KernelParserRoundTripLarger, AttentionByWgmma) {
   tile::Program t = compileModel(test::fixturePath("attention_bf16_deep"), {}, {}, "tile").tileIR;

@@ -4,9 +4,10 @@
 //
 // What the text leaves out and the parser makes up: index variable ids (each definition gets a fresh one; names are
 // resolved innermost first, as the printer's scopes nest), parameters' buffer ids (a parameter is named after its
-// buffer), and the values of weights (a weight buffer gets its name and zeros of its shape: bind the real ones
-// before interpreting). Derived figures (a kernel's static shared bytes, a dynamic buffer's offset) are printed for the reader
-// and not read back. Without a `target` line the Program is for the default Target; without an `inputs` line its
+// buffer), and the values of weights (a weight buffer gets its name and zeros of its shape: bind the real ones before
+// interpreting). Derived figures (a kernel's static shared bytes, a dynamic buffer's offset) are printed for the
+// reader and not read back. The Target is read by its arch (`target sm_90a`): one whose figures a test changed reads
+// back as the arch's own. Without a `target` line the Program is for the default Target; without an `inputs` line its
 // inputs are its input buffers in order.
 //
 // Bad text is a UserError of one line, `FILE:LINE:COL: what is wrong`; the parser never asserts. It does not check
