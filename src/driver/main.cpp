@@ -116,6 +116,20 @@ int main(int argc, char** argv) {
   auto* in = app.add_subcommand("inspect", "list a model's inputs, parameters and ops (and those kiln does not support); needs no shapes");
   in->add_option("model", inspect.model, "TorchScript model (.pt)")->required();
 
+  kiln::OptCommand opt;
+  bool optPrintAfterAll = false, optNoVerify = false;
+  auto* o = app.add_subcommand("opt", "read IR text, run passes of its level on it with the verifier after each, print the result");
+  o->add_option("file", opt.file, "IR text, as kiln compile --ir LEVEL prints it")->required();
+  o->add_option("--level", opt.level, "the file's IR level: kernel (the only one kiln opt reads yet; the default)");
+  o->add_option("--passes", opt.passes, "passes of that level to run, in order (comma-separated; none: print the input back)")
+      ->delimiter(',')
+      ->type_name("PASS,...");
+  o->add_option("-o,--output", opt.output, "output file (default standard output)");
+  o->add_flag("-v,--verbose", opt.pipeline.verbosity, "-v names each pass as it runs; -vv also prints a diff of the IR after each pass that changed it");
+  o->add_flag("--print-after-all", optPrintAfterAll, "same as -vv");
+  o->add_flag("--time-passes", opt.pipeline.timePasses, "report the time each pass took");
+  o->add_flag("--no-verify", optNoVerify, "skip the verifier after each pass (the input is verified still)");
+
   auto* passes = app.add_subcommand("passes", "list every pass");
   auto* ops = app.add_subcommand("ops", "list the supported aten ops");
 
@@ -144,6 +158,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (in->parsed()) return kiln::runInspect(inspect, std::cout);
+    if (o->parsed()) {
+      if (optPrintAfterAll) opt.pipeline.verbosity = std::max(opt.pipeline.verbosity, 2);
+      opt.pipeline.verify = !optNoVerify;
+      return kiln::runOpt(opt, std::cout);
+    }
     if (c->parsed()) {
       finishPipelineFlags(compile.pipeline, flags);
       return kiln::runCompile(compile, std::cout);

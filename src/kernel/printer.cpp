@@ -52,162 +52,185 @@ std::string exprString(const Kernel& k, const FE& e) {
   return "?";
 }
 
-void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::string>& lines) {
-  std::string ind(2 * depth, ' ');
-  for (auto& s : body) {
-    switch (s.kind) {
-      case Stmt::Kind::DefIdx:
-        lines.push_back(fmt::format("{}{} = {}{}", ind, s.name, idxString(s.a), s.warpUniform ? "  (warp-uniform)" : ""));
-        break;
-      case Stmt::Kind::Assign:
-        lines.push_back(fmt::format("{}{} = {}", ind, floatName(k, s.var), exprString(k, s.value)));
-        break;
-      case Stmt::Kind::For:
-        lines.push_back(fmt::format("{}for {} in {}..{} step {} {{", ind, s.name, idxString(s.a), idxString(s.b), s.step));
-        printBlock(k, s.body, depth + 1, lines);
-        lines.push_back(ind + "}");
-        break;
-      case Stmt::Kind::If:
-        lines.push_back(fmt::format("{}if ({} < {}) {{", ind, idxString(s.a), idxString(s.b)));
-        printBlock(k, s.body, depth + 1, lines);
-        lines.push_back(ind + "}");
-        break;
-      case Stmt::Kind::StoreGlobal:
-        lines.push_back(fmt::format("{}store {}[{}] = {}", ind, paramName(k, s.target), idxString(s.a), exprString(k, s.value)));
-        break;
-      case Stmt::Kind::StoreShared:
-        lines.push_back(
-            fmt::format("{}store shared {}[{}] = {}", ind, sharedName(k, s.target), idxString(s.a), exprString(k, s.value)));
-        break;
-      case Stmt::Kind::Barrier: lines.push_back(ind + "barrier"); break;
-      case Stmt::Kind::BlockTicket:
-        lines.push_back(fmt::format("{}{} = ticket {}[{}] of {}", ind, s.name, paramName(k, s.param), idxString(s.a), s.arrivals));
-        break;
-      case Stmt::Kind::CounterRelease:
-        lines.push_back(fmt::format("{}counter.release {}[{}]", ind, paramName(k, s.param), idxString(s.a)));
-        break;
-      case Stmt::Kind::CounterAwait:
-        lines.push_back(fmt::format("{}counter.await {}[{}] == {}, then 0", ind, paramName(k, s.param), idxString(s.a), idxString(s.b)));
-        break;
-      case Stmt::Kind::ClusterBarrier: lines.push_back(ind + "cluster.barrier"); break;
-      case Stmt::Kind::FenceMbarrierInit: lines.push_back(ind + "fence.mbarrier_init.cluster"); break;
-      case Stmt::Kind::LoadVector: {
-        std::vector<std::string> slots;
-        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
-        lines.push_back(fmt::format("{}{} = load{} {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size(), paramName(k, s.target),
-                                    idxString(s.a)));
-        break;
-      }
-      case Stmt::Kind::LoadSharedVector: {
-        std::vector<std::string> slots;
-        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
-        lines.push_back(fmt::format("{}{} = load{} shared {}[{}]", ind, fmt::join(slots, ", "), s.fragment.size(),
-                                    sharedName(k, s.target), idxString(s.a)));
-        break;
-      }
-      case Stmt::Kind::StoreVector: {
-        std::vector<std::string> values;
-        for (auto& v : s.values) values.push_back(exprString(k, v));
-        lines.push_back(fmt::format("{}store{} {}[{}] = ({})", ind, s.values.size(), paramName(k, s.target), idxString(s.a),
-                                    fmt::join(values, ", ")));
-        break;
-      }
-      case Stmt::Kind::CpAsync:
-        lines.push_back(fmt::format("{}cp.async{} shared {}[{}] <- {}[{}]{}", ind, s.bytes, sharedName(k, s.target), idxString(s.a),
-                                    paramName(k, s.param), idxString(s.b),
-                                    s.validBytes ? fmt::format(" valid {} bytes", idxString(s.validBytes)) : std::string()));
-        break;
-      case Stmt::Kind::Ldmatrix: {
-        std::vector<std::string> slots;
-        for (int slot : s.fragment) slots.push_back(floatName(k, slot));
-        for (int r : s.pairRegs) slots.push_back(pairName(k, r));
-        lines.push_back(fmt::format("{}{} = ldmatrix.x{}{} shared {}[{}]", ind, fmt::join(slots, ", "),
-                                    s.pairRegs.empty() ? s.fragment.size() / 2 : s.pairRegs.size(),
-                                    s.transpose ? ".trans" : "", sharedName(k, s.target), idxString(s.a)));
-        break;
-      }
-      case Stmt::Kind::CpAsyncCommit: lines.push_back(ind + "cp.async.commit"); break;
-      case Stmt::Kind::MbarrierInit:
-        lines.push_back(fmt::format("{}mbarrier.init {}[{}], {} arrivals", ind, sharedName(k, s.target), idxString(s.a), s.arrivals));
-        break;
-      case Stmt::Kind::MbarrierArriveCluster:
-        lines.push_back(fmt::format("{}mbarrier.arrive.cluster {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));
-        break;
-      case Stmt::Kind::MbarrierArrive: lines.push_back(fmt::format("{}mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a))); break;
-      case Stmt::Kind::CpAsyncMbarrierArrive:
-        lines.push_back(fmt::format("{}cp.async.mbarrier.arrive {}[{}]", ind, sharedName(k, s.target), idxString(s.a)));
-        break;
-      case Stmt::Kind::MbarrierExpectTx:
-        lines.push_back(fmt::format("{}{}mbarrier.arrive.expect_tx {}[{}], {} bytes", ind, s.elected ? "elected " : "",
-                                    sharedName(k, s.target), idxString(s.a), s.txBytes));
-        break;
-      case Stmt::Kind::TmaLoad:
-        lines.push_back(fmt::format("{}{}tma.load{} shared {}[{}] <- tmap{}[row {}, col {}] on {}[{}]", ind, s.elected ? "elected " : "",
-                                    s.multicast ? ".multicast" : "", sharedName(k, s.target),
-                                    idxString(s.a), s.tensorMap, idxString(s.coords[1]), idxString(s.coords[0]),
-                                    sharedName(k, s.barriers), idxString(s.b)));
-        break;
-      case Stmt::Kind::NamedBarrier: lines.push_back(fmt::format("{}barrier {} of {} threads", ind, s.target, s.arrivals)); break;
-      case Stmt::Kind::MbarrierWait:
-        lines.push_back(fmt::format("{}mbarrier.wait {}[{}] parity {}", ind, sharedName(k, s.target), idxString(s.a), idxString(s.b)));
-        break;
-      case Stmt::Kind::CpAsyncWait: lines.push_back(fmt::format("{}cp.async.wait {}", ind, s.pendingGroups)); break;
-      case Stmt::Kind::PackPair:
-        lines.push_back(fmt::format("{}{} = pack.{} {}, {}", ind, pairName(k, s.pairRegs[0]), dtypeName(s.operandType),
-                                    floatName(k, s.fragment[0]), floatName(k, s.fragment[1])));
-        break;
-      case Stmt::Kind::ShuffleXor:
-        lines.push_back(fmt::format("{}{} = shfl.xor {}, {}", ind, floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask));
-        break;
-      case Stmt::Kind::Mma: {
-        if (!s.pairRegs.empty()) {  // A and B in pair registers
-          std::vector<std::string> c, a, b;
-          for (int slot : s.fragment) c.push_back(floatName(k, slot));
-          for (size_t i = 0; i < s.pairRegs.size(); ++i) (i < 4 ? a : b).push_back(pairName(k, s.pairRegs[i]));
-          lines.push_back(fmt::format("{}mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", ind, dtypeName(s.operandType), fmt::join(c, ", "),
-                                      fmt::join(a, ", "), fmt::join(b, ", ")));
-          break;
-        }
-        if (!s.pairs.empty()) {  // A and B pairs straight from shared memory
-          auto pairs = [&](int buffer, size_t from, size_t n) {
-            std::vector<std::string> at;
-            for (size_t i = from; i < from + n; ++i) at.push_back(fmt::format("{}[{}]", sharedName(k, buffer), idxString(s.pairs[i])));
-            return fmt::format("{}", fmt::join(at, ", "));
-          };
-          std::vector<std::string> c;
-          for (int slot : s.fragment) c.push_back("%" + k.floatVars.at(static_cast<size_t>(slot)));
-          lines.push_back(fmt::format("{}mma.m16n8k16.{} {{{}}} += pairs {{{}}} x pairs {{{}}}", ind, dtypeName(s.operandType),
-                                      fmt::join(c, ", "), pairs(s.sharedA, 0, 4), pairs(s.sharedB, 4, 2)));
-          break;
-        }
-        auto slots = [&](size_t from, size_t n) {
-          std::vector<std::string> names;
-          for (size_t i = from; i < from + n; ++i) names.push_back("%" + k.floatVars.at(static_cast<size_t>(s.fragment[i])));
-          return fmt::format("{}", fmt::join(names, ", "));
-        };
-        lines.push_back(fmt::format("{}mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", ind, dtypeName(s.operandType), slots(12, 4),
-                                    slots(0, 8), slots(8, 4)));
-        break;
-      }
-      case Stmt::Kind::Wgmma: {
-        // The accumulators as a range (there are up to 128): first .. last.
-        std::string acc = s.fragment.empty() ? std::string("{}")
-                                             : fmt::format("{{{} .. {}}}", floatName(k, s.fragment.front()), floatName(k, s.fragment.back()));
-        std::string a = s.sharedA < 0 ? fmt::format("registers {} {} {} {}", pairName(k, s.pairRegs[0]), pairName(k, s.pairRegs[1]),
-                                                    pairName(k, s.pairRegs[2]), pairName(k, s.pairRegs[3]))
-                                      : fmt::format("shared {}[{}] (core matrices k {} row {})", sharedName(k, s.sharedA), idxString(s.a),
-                                                    s.layoutA.kStride, s.layoutA.rowStride);
-        lines.push_back(fmt::format("{}wgmma.m64n{}k16.{} {} {} {} x shared {}[{}] ({}core matrices k {} row {})", ind, s.wgmmaN,
-                                    dtypeName(s.operandType), acc, s.scaleD ? fmt::format("+= (unless {} is 0)", idxString(s.scaleD)) : "+=",
-                                    a, sharedName(k, s.sharedB), idxString(s.b), s.layoutB.mnMajor ? (s.layoutB.swizzle128 ? "mn-major 128-byte-swizzled " : "mn-major ") : "",
-                                    s.layoutB.kStride, s.layoutB.rowStride));
-        break;
-      }
-      case Stmt::Kind::WgmmaFence: lines.push_back(ind + "wgmma.fence"); break;
-      case Stmt::Kind::WgmmaCommit: lines.push_back(ind + "wgmma.commit_group"); break;
-      case Stmt::Kind::WgmmaWait: lines.push_back(fmt::format("{}wgmma.wait_group {}", ind, s.pendingGroups)); break;
-      case Stmt::Kind::FenceProxyAsync: lines.push_back(ind + "fence.proxy.async.shared"); break;
+// One line per statement, written by the function for its family; each returns false for a kind it does not print.
+struct BlockPrinter {
+  const Kernel& k;
+  std::vector<std::string>& lines;
+  std::string ind;
+
+  void line(const std::string& text) { lines.push_back(ind + text); }
+  std::string floats(const std::vector<int>& slots, size_t from, size_t n) const {
+    std::vector<std::string> names;
+    for (size_t i = from; i < from + n && i < slots.size(); ++i) names.push_back(floatName(k, slots[i]));
+    return fmt::format("{}", fmt::join(names, ", "));
+  }
+  std::string at(const std::string& buffer, const Idx& index) const { return fmt::format("{}[{}]", buffer, idxString(index)); }
+
+  bool control(const Stmt& s, int depth);
+  bool memory(const Stmt& s);
+  bool synchronization(const Stmt& s);
+  bool mbarriers(const Stmt& s);
+  bool compute(const Stmt& s);
+  void mma(const Stmt& s);
+  void wgmma(const Stmt& s);
+};
+
+void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::string>& lines);
+
+bool BlockPrinter::control(const Stmt& s, int depth) {
+  switch (s.kind) {
+    case Stmt::Kind::DefIdx: line(fmt::format("{} = {}{}", s.name, idxString(s.a), s.warpUniform ? "  (warp-uniform)" : "")); return true;
+    case Stmt::Kind::For: line(fmt::format("for {} in {}..{} step {} {{", s.name, idxString(s.a), idxString(s.b), s.step)); break;
+    case Stmt::Kind::If: line(fmt::format("if ({} < {}) {{", idxString(s.a), idxString(s.b))); break;
+    default: return false;
+  }
+  printBlock(k, s.body, depth + 1, lines);
+  line("}");
+  return true;
+}
+
+bool BlockPrinter::memory(const Stmt& s) {
+  switch (s.kind) {
+    case Stmt::Kind::StoreGlobal: line(fmt::format("store {} = {}", at(paramName(k, s.target), s.a), exprString(k, s.value))); return true;
+    case Stmt::Kind::StoreShared:
+      line(fmt::format("store shared {} = {}", at(sharedName(k, s.target), s.a), exprString(k, s.value)));
+      return true;
+    case Stmt::Kind::LoadVector:
+      line(fmt::format("{} = load{} {}", floats(s.fragment, 0, s.fragment.size()), s.fragment.size(), at(paramName(k, s.target), s.a)));
+      return true;
+    case Stmt::Kind::LoadSharedVector:
+      line(fmt::format("{} = load{} shared {}", floats(s.fragment, 0, s.fragment.size()), s.fragment.size(),
+                       at(sharedName(k, s.target), s.a)));
+      return true;
+    case Stmt::Kind::StoreVector: {
+      std::vector<std::string> values;
+      for (auto& v : s.values) values.push_back(exprString(k, v));
+      line(fmt::format("store{} {} = ({})", s.values.size(), at(paramName(k, s.target), s.a), fmt::join(values, ", ")));
+      return true;
     }
+    case Stmt::Kind::CpAsync:
+      line(fmt::format("cp.async{} shared {} <- {}{}", s.bytes, at(sharedName(k, s.target), s.a), at(paramName(k, s.param), s.b),
+                       s.validBytes ? fmt::format(" valid {} bytes", idxString(s.validBytes)) : std::string()));
+      return true;
+    case Stmt::Kind::Ldmatrix: {
+      std::vector<std::string> slots;
+      for (int slot : s.fragment) slots.push_back(floatName(k, slot));
+      for (int r : s.pairRegs) slots.push_back(pairName(k, r));
+      line(fmt::format("{} = ldmatrix.x{}{} shared {}", fmt::join(slots, ", "), s.pairRegs.empty() ? s.fragment.size() / 2 : s.pairRegs.size(),
+                       s.transpose ? ".trans" : "", at(sharedName(k, s.target), s.a)));
+      return true;
+    }
+    default: return false;
+  }
+}
+
+bool BlockPrinter::synchronization(const Stmt& s) {
+  switch (s.kind) {
+    case Stmt::Kind::Barrier: line("barrier"); return true;
+    case Stmt::Kind::NamedBarrier: line(fmt::format("barrier {} of {} threads", s.target, s.arrivals)); return true;
+    case Stmt::Kind::BlockTicket: line(fmt::format("{} = ticket {} of {}", s.name, at(paramName(k, s.param), s.a), s.arrivals)); return true;
+    case Stmt::Kind::CounterRelease: line(fmt::format("counter.release {}", at(paramName(k, s.param), s.a))); return true;
+    case Stmt::Kind::CounterAwait:
+      line(fmt::format("counter.await {} == {}, then 0", at(paramName(k, s.param), s.a), idxString(s.b)));
+      return true;
+    case Stmt::Kind::ClusterBarrier: line("cluster.barrier"); return true;
+    case Stmt::Kind::FenceMbarrierInit: line("fence.mbarrier_init.cluster"); return true;
+    case Stmt::Kind::CpAsyncCommit: line("cp.async.commit"); return true;
+    case Stmt::Kind::CpAsyncWait: line(fmt::format("cp.async.wait {}", s.pendingGroups)); return true;
+    case Stmt::Kind::WgmmaFence: line("wgmma.fence"); return true;
+    case Stmt::Kind::WgmmaCommit: line("wgmma.commit_group"); return true;
+    case Stmt::Kind::WgmmaWait: line(fmt::format("wgmma.wait_group {}", s.pendingGroups)); return true;
+    case Stmt::Kind::FenceProxyAsync: line("fence.proxy.async.shared"); return true;
+    default: return mbarriers(s);
+  }
+}
+
+bool BlockPrinter::mbarriers(const Stmt& s) {
+  const std::string bar = at(sharedName(k, s.target), s.a);
+  const char* elected = s.elected ? "elected " : "";
+  switch (s.kind) {
+    case Stmt::Kind::MbarrierInit: line(fmt::format("mbarrier.init {}, {} arrivals", bar, s.arrivals)); return true;
+    case Stmt::Kind::MbarrierArriveCluster: line(fmt::format("mbarrier.arrive.cluster {}", bar)); return true;
+    case Stmt::Kind::MbarrierArrive: line(fmt::format("mbarrier.arrive {}", bar)); return true;
+    case Stmt::Kind::CpAsyncMbarrierArrive: line(fmt::format("cp.async.mbarrier.arrive {}", bar)); return true;
+    case Stmt::Kind::MbarrierExpectTx: line(fmt::format("{}mbarrier.arrive.expect_tx {}, {} bytes", elected, bar, s.txBytes)); return true;
+    case Stmt::Kind::MbarrierWait: line(fmt::format("mbarrier.wait {} parity {}", bar, idxString(s.b))); return true;
+    case Stmt::Kind::TmaLoad:
+      line(fmt::format("{}tma.load{} shared {} <- tmap{}[row {}, col {}] on {}", elected, s.multicast ? ".multicast" : "", bar, s.tensorMap,
+                       idxString(s.coords.size() > 1 ? s.coords[1] : nullptr), idxString(s.coords.empty() ? nullptr : s.coords[0]),
+                       at(sharedName(k, s.barriers), s.b)));
+      return true;
+    default: return false;
+  }
+}
+
+bool BlockPrinter::compute(const Stmt& s) {
+  switch (s.kind) {
+    case Stmt::Kind::Assign: line(fmt::format("{} = {}", floatName(k, s.var), exprString(k, s.value))); return true;
+    case Stmt::Kind::PackPair:
+      line(fmt::format("{} = pack.{} {}, {}", pairName(k, s.pairRegs[0]), dtypeName(s.operandType), floatName(k, s.fragment[0]),
+                       floatName(k, s.fragment[1])));
+      return true;
+    case Stmt::Kind::ShuffleXor: line(fmt::format("{} = shfl.xor {}, {}", floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask)); return true;
+    case Stmt::Kind::Mma: mma(s); return true;
+    case Stmt::Kind::Wgmma: wgmma(s); return true;
+    default: return false;
+  }
+}
+
+void BlockPrinter::mma(const Stmt& s) {
+  const auto type = dtypeName(s.operandType);
+  if (!s.pairRegs.empty()) {  // A and B in pair registers
+    std::vector<std::string> a, b;
+    for (size_t i = 0; i < s.pairRegs.size(); ++i) (i < 4 ? a : b).push_back(pairName(k, s.pairRegs[i]));
+    line(fmt::format("mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", type, floats(s.fragment, 0, s.fragment.size()), fmt::join(a, ", "),
+                     fmt::join(b, ", ")));
+  } else if (!s.pairs.empty()) {  // A and B pairs straight from shared memory
+    auto pairs = [&](int buffer, size_t from, size_t n) {
+      std::vector<std::string> list;
+      for (size_t i = from; i < from + n && i < s.pairs.size(); ++i) list.push_back(at(sharedName(k, buffer), s.pairs[i]));
+      return fmt::format("{}", fmt::join(list, ", "));
+    };
+    line(fmt::format("mma.m16n8k16.{} {{{}}} += pairs {{{}}} x pairs {{{}}}", type, floats(s.fragment, 0, s.fragment.size()),
+                     pairs(s.sharedA, 0, 4), pairs(s.sharedB, 4, 2)));
+  } else {
+    line(fmt::format("mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", type, floats(s.fragment, 12, 4), floats(s.fragment, 0, 8),
+                     floats(s.fragment, 8, 4)));
+  }
+}
+
+// A wgmma operand's shared layout, every field: `(mn-major 128-byte-swizzled core matrices k 512 row 1024)`.
+std::string coreMatrices(const Stmt::CoreMatrices& m) {
+  return fmt::format("({}{}core matrices k {} row {})", m.mnMajor ? "mn-major " : "", m.swizzle128 ? "128-byte-swizzled " : "", m.kStride,
+                     m.rowStride);
+}
+
+void BlockPrinter::wgmma(const Stmt& s) {
+  // The accumulators (up to 128) as a range first .. last where they are consecutive slots, as they always are in kiln's
+  // lowerings; listed otherwise.
+  bool consecutive = true;
+  for (size_t i = 1; i < s.fragment.size(); ++i) consecutive = consecutive && s.fragment[i] == s.fragment[0] + static_cast<int>(i);
+  std::string acc = s.fragment.empty() ? std::string("{}")
+                    : consecutive      ? fmt::format("{{{} .. {}}}", floatName(k, s.fragment.front()), floatName(k, s.fragment.back()))
+                                       : fmt::format("{{{}}}", floats(s.fragment, 0, s.fragment.size()));
+  std::string a;
+  if (s.sharedA < 0) {
+    std::vector<std::string> regs;
+    for (int r : s.pairRegs) regs.push_back(pairName(k, r));
+    a = fmt::format("registers {}", fmt::join(regs, " "));
+  } else {
+    a = fmt::format("shared {} {}", at(sharedName(k, s.sharedA), s.a), coreMatrices(s.layoutA));
+  }
+  line(fmt::format("wgmma.m64n{}k16.{} {} {} {} x shared {} {}", s.wgmmaN, dtypeName(s.operandType), acc,
+                   s.scaleD ? fmt::format("+= (unless {} is 0)", idxString(s.scaleD)) : "+=", a, at(sharedName(k, s.sharedB), s.b),
+                   coreMatrices(s.layoutB)));
+}
+
+void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::string>& lines) {
+  BlockPrinter p{k, lines, std::string(2 * depth, ' ')};
+  for (auto& s : body) {
+    if (p.control(s, depth) || p.memory(s) || p.synchronization(s) || p.compute(s)) continue;
+    p.line(fmt::format("?kind {}", static_cast<int>(s.kind)));
   }
 }
 
@@ -224,6 +247,12 @@ std::string tensorMapString(const Kernel& k, int i) {
 
 std::string dims(const std::array<int64_t, 3>& d) { return fmt::format("({},{},{})", d[0], d[1], d[2]); }
 
+std::vector<std::string> bufferNames(const Program& p, const std::vector<int>& ids) {
+  std::vector<std::string> names;
+  for (int b : ids) names.push_back(b >= 0 && b < static_cast<int>(p.buffers.size()) ? p.buffers[b].name : fmt::format("?{}", b));
+  return names;
+}
+
 std::vector<std::string> bodyLines(const Kernel& k) {
   std::vector<std::string> lines;
   printBlock(k, k.body, 1, lines);
@@ -233,12 +262,13 @@ std::vector<std::string> bodyLines(const Kernel& k) {
 }  // namespace
 
 std::string print(const Program& p) {
-  std::string out = fmt::format("// kiln kernel IR: {}\n", p.modelName);
+  std::string out = fmt::format("// kiln kernel IR: {}\ntarget {}\n", p.modelName, p.target.arch);
   for (auto& b : p.buffers) {
     out += fmt::format("buffer {} : {}[{}] {}", b.name, dtypeName(b.dtype), shapeString(b.shape), loop::bufferKindName(b.kind));
     if (b.weight) out += fmt::format(" \"{}\"", b.weight->name);
     out += "\n";
   }
+  out += fmt::format("inputs{}{}\n", p.inputs.empty() ? "" : " ", fmt::join(bufferNames(p, p.inputs), ", "));
   for (auto& k : p.kernels) {
     out += fmt::format("\nkernel {} grid{} block{} shared {} bytes", k.name, dims(k.grid), dims(k.block), k.sharedBytes());
     if (k.dynamicSharedBytes) out += fmt::format(" (dynamic {} bytes)", k.dynamicSharedBytes);
@@ -269,10 +299,7 @@ std::string print(const Program& p) {
     }
     for (auto& line : bodyLines(k)) out += line + "\n";
   }
-  std::vector<std::string> outs;
-  for (int b : p.outputs)
-    outs.push_back(b >= 0 && b < static_cast<int>(p.buffers.size()) ? p.buffers[b].name : fmt::format("?{}", b));
-  out += fmt::format("\nreturn {}\n", fmt::join(outs, ", "));
+  out += fmt::format("\nreturn {}\n", fmt::join(bufferNames(p, p.outputs), ", "));
   return out;
 }
 

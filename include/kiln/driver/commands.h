@@ -49,7 +49,18 @@ struct InspectCommand {
   std::string model;
 };
 
+// `kiln opt` (src/driver/opt.cpp): IR text in, the named passes of its level run with the verifier after each, IR text out.
+struct OptCommand {
+  std::string file;                 // the IR text to read
+  std::string level = "kernel";     // --level: the file's IR level (kernel only for now)
+  std::vector<std::string> passes;  // --passes a,b,c: passes of that level, run in this order
+  std::string output;               // -o FILE (default: standard output)
+  PipelineOptions pipeline;         // -v, --print-after-all, --time-passes, --no-verify
+};
+
 int runCompile(const CompileCommand& c, std::ostream& out);
+// Reads, verifies, runs the passes, prints; a bad file is a UserError, a bad pass name a UsageError.
+int runOpt(const OptCommand& c, std::ostream& out);
 // Lists a model's inputs (names, recorded shapes or an example --input), parameters and buffers (count,
 // bytes, dtypes) and the ops of its forward, marking those on input data kiln does not lower. Needs no
 // input shapes, so it works on a plain torch.jit.trace.

@@ -84,6 +84,8 @@ class PassRunner {
   }
 
   void printTimings();
+  // The IR the first pass runs on came from text (`kiln opt`), not from a pass: -vv diffs that pass against it.
+  void startFrom(std::string irText) { previousText_ = std::move(irText); }
 
  private:
   bool skipped(const std::string& name);  // not run per opts_.runs(); says so under -v

@@ -1,0 +1,281 @@
+// Kernel IR parser: the program around the statements (see kiln/kernel/parser.h): the header, the target, buffers,
+// inputs and outputs, and each kernel's launch line and declarations.
+#include "kiln/kernel/parser.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "kiln/support/error.h"
+#include "parser_internal.h"
+
+namespace kiln::kernel {
+namespace parse_detail {
+
+LineReader::LineReader(const std::string& file, const std::string& text) : file_(file) {
+  std::istringstream in(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines_.push_back({number, line});
+  }
+}
+
+namespace {
+
+loop::Buffer::Kind bufferKind(Cursor& c) {
+  size_t col = c.here();
+  std::string w = c.word();
+  for (auto k : {loop::Buffer::Kind::Input, loop::Buffer::Kind::Weight, loop::Buffer::Kind::Temp, loop::Buffer::Kind::Output,
+                 loop::Buffer::Kind::Counters})
+    if (w == loop::bufferKindName(k)) return k;
+  c.fail(fmt::format("unknown buffer kind '{}' (input, weight, temp, output or counters)", w), col);
+}
+
+std::vector<std::string> bufferNames(const Program& p) {
+  std::vector<std::string> names;
+  for (auto& b : p.buffers) names.push_back(b.name);
+  return names;
+}
+
+// `buffer NAME : DTYPE[SHAPE] KIND ["WEIGHT"]`: NAME runs to the first ` : ` (names may hold blanks and commas).
+loop::Buffer buffer(Cursor& c) {
+  loop::Buffer b;
+  c.skipBlanks();
+  std::string_view rest = c.rest();
+  size_t colon = rest.find(" : ");
+  if (colon == std::string_view::npos || colon == 0) c.fail("expected 'buffer NAME : DTYPE[SHAPE] KIND'");
+  b.name = std::string(rest.substr(0, colon));
+  c.accept(b.name);
+  c.expect(":");
+  b.dtype = parseDTypeWord(c);
+  c.expect("[");
+  if (!c.accept("scalar")) {
+    do b.shape.push_back(c.integer());
+    while (c.accept("x"));
+  }
+  c.expect("]");
+  b.kind = bufferKind(c);
+  if (c.accept("\"")) {
+    std::string_view r = c.rest();
+    size_t end = r.rfind('"');
+    if (end == std::string_view::npos) c.fail("a weight's name is not closed by '\"'");
+    auto w = std::make_shared<torch::WeightData>();
+    w->name = std::string(r.substr(0, end));
+    w->values.assign(static_cast<size_t>(numel(b.shape)), 0.f);  // the text names a weight, it holds no values
+    b.weight = std::move(w);
+    c.accept(std::string(r.substr(0, end + 1)));
+  }
+  return b;
+}
+
+// `NAME, NAME, ...` of the program's buffers, to the end of the line.
+std::vector<int> bufferList(Cursor& c, const Program& p) {
+  std::vector<int> ids;
+  auto names = bufferNames(p);
+  if (c.atEnd()) return ids;
+  do ids.push_back(c.oneOf(names, "", "buffer"));
+  while (c.accept(","));
+  return ids;
+}
+
+std::array<int64_t, 3> dims(Cursor& c, std::string_view what) {
+  c.expect(what);
+  c.expect("(");
+  std::array<int64_t, 3> d{};
+  for (int i = 0; i < 3; ++i) {
+    if (i) c.expect(",");
+    d[static_cast<size_t>(i)] = c.integer();
+  }
+  c.expect(")");
+  return d;
+}
+
+// `kernel NAME grid(..) block(..) shared N bytes [(dynamic N bytes)] [cluster N] [groups N] [programmatic-launch]
+// [  // ORIGIN; ORIGIN]`
+Kernel launchLine(Cursor& c) {
+  Kernel k;
+  k.name = c.word();
+  k.grid = dims(c, "grid");
+  k.block = dims(c, "block");
+  c.expect("shared");
+  c.integer();  // derived from the shared buffers
+  c.expect("bytes");
+  if (c.accept("(dynamic")) {
+    k.dynamicSharedBytes = c.integer();
+    c.expect("bytes)");
+  }
+  if (c.acceptWord("cluster")) k.cluster = c.integer();
+  if (c.acceptWord("groups")) k.groups = c.integer();
+  if (c.accept("programmatic-launch")) k.programmaticLaunch = true;
+  if (c.accept("//")) {
+    c.skipBlanks();
+    std::string origins(c.rest());
+    for (size_t from = 0;;) {
+      size_t sep = origins.find("; ", from);
+      k.origins.push_back(origins.substr(from, sep == std::string::npos ? std::string::npos : sep - from));
+      if (sep == std::string::npos) break;
+      from = sep + 2;
+    }
+    c.accept(origins);
+  }
+  return k;
+}
+
+// `in NAME: DTYPE[N]` or `out NAME: DTYPE[N] (written)`, comma-separated; NAME is one of the program's buffers.
+void params(Cursor& c, Kernel& k, const Program& p) {
+  auto names = bufferNames(p);
+  if (c.atEnd()) return;
+  do {
+    Param prm;
+    bool out = c.acceptWord("out");
+    if (!out && !c.acceptWord("in")) c.fail("expected 'in' or 'out' before a parameter");
+    prm.buffer = c.oneOf(names, ":", "buffer (a parameter is named after its buffer)");
+    prm.name = names[static_cast<size_t>(prm.buffer)];
+    c.expect(":");
+    prm.dtype = parseDTypeWord(c);
+    c.expect("[");
+    prm.elements = c.integer();
+    c.expect("]");
+    prm.written = c.accept("(written)");
+    if (prm.written != out) c.fail(fmt::format("parameter {} is 'out' exactly when it is '(written)'", prm.name));
+    k.params.push_back(prm);
+  } while (c.accept(","));
+}
+
+// `tmapI: PARAM[OFFSET + row * STRIDE + col], R rows x C cols, boxes of BR x BC[, swizzle 128B]`
+void tensorMap(Cursor& c, Kernel& k) {
+  size_t col = c.here();
+  if (c.integer() != static_cast<int64_t>(k.tensorMaps.size())) c.fail("tensor maps are numbered from tmap0 in order", col);
+  c.expect(":");
+  std::vector<std::string> names;
+  for (auto& prm : k.params) names.push_back(prm.name);
+  TensorMap m;
+  m.param = c.oneOf(names, "[", "kernel parameter");
+  c.expect("[");
+  m.offset = c.integer();
+  c.expect("+ row *");
+  m.rowStride = c.integer();
+  c.expect("+ col],");
+  m.rows = c.integer();
+  c.expect("rows x");
+  m.cols = c.integer();
+  c.expect("cols, boxes of");
+  m.boxRows = c.integer();
+  c.expect("x");
+  m.boxCols = c.integer();
+  m.swizzle128 = c.accept(", swizzle 128B");
+  k.tensorMaps.push_back(m);
+}
+
+// `shared NAME: DTYPE[N] [dynamic at byte X]` or `shared NAME: mbarrier[N] ...`
+void sharedBuffer(Cursor& c, Kernel& k) {
+  SharedBuffer b;
+  b.name = c.word();
+  c.expect(":");
+  if (c.acceptWord("mbarrier")) b.mbarriers = true;
+  else b.dtype = parseDTypeWord(c);
+  c.expect("[");
+  b.elements = c.integer();
+  c.expect("]");
+  if (c.accept("dynamic at byte")) {
+    b.dynamic = true;
+    c.integer();  // derived from the buffers before it
+  }
+  k.shared.push_back(b);
+}
+
+// `%a, %b` or `$a, $b`: the names after the sigil.
+std::vector<std::string> registerNames(Cursor& c, std::string_view sigil) {
+  std::vector<std::string> names;
+  if (c.atEnd()) return names;
+  do {
+    c.expect(sigil);
+    names.push_back(c.word());
+  } while (c.accept(","));
+  return names;
+}
+
+// The declarations after the launch line, up to the first statement.
+void declarations(LineReader& lines, Kernel& k, const Program& p) {
+  while (!lines.done()) {
+    const Line& line = lines.peek();
+    Cursor c(lines.file(), line.number, line.text);
+    if (line.text.rfind("  ", 0) != 0) return;
+    if (c.accept("params:")) params(c, k, p);
+    else if (c.accept("tmap")) tensorMap(c, k);
+    else if (c.acceptWord("shared") && c.rest().find(':') != std::string_view::npos) sharedBuffer(c, k);
+    else if (c.accept("floats:")) k.floatVars = registerNames(c, "%");
+    else if (c.accept("pairs:")) k.pairVars = registerNames(c, "$");
+    else return;
+    if (!c.atEnd()) c.fail(fmt::format("unexpected '{}'", printable(std::string(c.rest().substr(0, 24)))));
+    lines.take();
+  }
+}
+
+Kernel kernel(Cursor& c, LineReader& lines, const Program& p) {
+  Kernel k = launchLine(c);
+  if (!c.atEnd()) c.fail(fmt::format("unexpected '{}' in the launch line", printable(std::string(c.rest().substr(0, 24)))));
+  declarations(lines, k, p);
+  KernelScope scope(k);
+  k.body = parseBlock(lines, scope, false);
+  return k;
+}
+
+void targetLine(Cursor& c, Program& p) {
+  size_t col = c.here();
+  std::string arch = c.word();
+  try {
+    p.target = targetFor(arch);
+  } catch (const UserError& e) {
+    c.fail(fmt::format("unknown target '{}' (known: {})", arch, knownArchList()), col);
+  }
+}
+
+}  // namespace
+}  // namespace parse_detail
+
+Program parse(const std::string& text, const std::string& file) {
+  using namespace parse_detail;
+  LineReader lines(file, text);
+  Program p;
+  bool inputsGiven = false, returned = false;
+  while (!lines.done()) {
+    const Line& line = lines.take();
+    Cursor c(file, line.number, line.text);
+    if (c.atEnd()) continue;
+    if (c.accept("// kiln kernel IR:")) {
+      c.skipBlanks();
+      p.modelName = std::string(c.rest());
+      continue;
+    }
+    if (c.startsWith("//")) continue;
+    if (returned) c.fail("nothing may follow the 'return' line");
+    if (line.text[0] == ' ') c.fail("an indented line outside a kernel");
+    if (c.acceptWord("target")) targetLine(c, p);
+    else if (c.acceptWord("buffer")) p.buffers.push_back(buffer(c));
+    else if (c.acceptWord("inputs")) p.inputs = bufferList(c, p), inputsGiven = true;
+    else if (c.acceptWord("kernel")) p.kernels.push_back(kernel(c, lines, p));
+    else if (c.acceptWord("return")) p.outputs = bufferList(c, p), returned = true;
+    else c.fail("expected 'target', 'buffer', 'inputs', 'kernel' or 'return'");
+    if (!c.atEnd()) c.fail(fmt::format("unexpected '{}'", printable(std::string(c.rest().substr(0, 24)))));
+  }
+  if (!returned) Cursor(file, lines.lastLine(), "").fail("the program ends without its 'return' line");
+  if (!inputsGiven)
+    for (size_t i = 0; i < p.buffers.size(); ++i)
+      if (p.buffers[i].kind == loop::Buffer::Kind::Input) p.inputs.push_back(static_cast<int>(i));
+  return p;
+}
+
+Program parseFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) userError("cannot read Kernel IR file '{}'", printable(path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return parse(s.str(), path);
+}
+
+}  // namespace kiln::kernel

@@ -1,0 +1,462 @@
+// Kernel IR parser: statements, one function per family of printed lines (printer.cpp writes them; see
+// parser_internal.h). Statements are built field by field, as the constructors in ir.cpp build them, but without
+// their assertions: a count or operand that is wrong in the text is the verifier's to report, as a user error.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <functional>
+
+#include "kiln/support/error.h"
+#include "parser_internal.h"
+
+namespace kiln::kernel::parse_detail {
+namespace {
+
+Stmt make(Stmt::Kind kind) {
+  Stmt s;
+  s.kind = kind;
+  return s;
+}
+
+// `NAME[IDX]` of a shared buffer: the buffer and the index.
+std::pair<int, Idx> sharedAt(Cursor& c, KernelScope& s) {
+  int buffer = s.shared(c);
+  c.expect("[");
+  Idx i = parseIdx(c, s);
+  c.expect("]");
+  return {buffer, i};
+}
+
+std::pair<int, Idx> paramAt(Cursor& c, KernelScope& s) {
+  int param = s.param(c);
+  c.expect("[");
+  Idx i = parseIdx(c, s);
+  c.expect("]");
+  return {param, i};
+}
+
+// `%a, %b, ...` or `$a, $b, ...` up to `=`: float slots into `slots`, pair registers into `regs`.
+void destinations(Cursor& c, KernelScope& s, std::vector<int>& slots, std::vector<int>& regs) {
+  do {
+    if (c.startsWith("$")) regs.push_back(s.pairReg(c));
+    else slots.push_back(s.floatSlot(c));
+  } while (c.accept(","));
+  c.expect("=");
+}
+
+// `{%a, %b}` or `{$a, $b}` into `slots` / `regs`.
+void braced(Cursor& c, KernelScope& s, std::vector<int>& slots, std::vector<int>& regs) {
+  c.expect("{");
+  if (c.accept("}")) return;
+  do {
+    if (c.startsWith("$")) regs.push_back(s.pairReg(c));
+    else slots.push_back(s.floatSlot(c));
+  } while (c.accept(","));
+  c.expect("}");
+}
+
+Stmt control(Cursor& c, KernelScope& s, LineReader& lines, bool isFor) {
+  Stmt st = make(isFor ? Stmt::Kind::For : Stmt::Kind::If);
+  size_t mark = s.vars.size();
+  if (isFor) {
+    st.name = c.word();
+    c.expect("in");
+    st.a = parseIdx(c, s);
+    c.expect("..");
+    st.b = parseIdx(c, s);
+    c.expect("step");
+    st.step = c.integer();
+    st.var = s.defineVar(st.name);
+  } else {
+    c.expect("(");
+    st.a = parseIdx(c, s);
+    c.expect("<");
+    st.b = parseIdx(c, s);
+    c.expect(")");
+  }
+  c.expect("{");
+  if (!c.atEnd()) c.fail("expected the end of the line after '{'");
+  st.body = parseBlock(lines, s, true);
+  s.vars.resize(mark);
+  return st;
+}
+
+Stmt store(Cursor& c, KernelScope& s) {
+  if (c.acceptWord("shared")) {
+    Stmt st = make(Stmt::Kind::StoreShared);
+    std::tie(st.target, st.a) = sharedAt(c, s);
+    c.expect("=");
+    st.value = parseFExpr(c, s);
+    return st;
+  }
+  auto rest = c.rest();
+  bool vector = !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]));
+  int64_t width = vector ? c.integer() : 0;
+  Stmt st = make(vector ? Stmt::Kind::StoreVector : Stmt::Kind::StoreGlobal);
+  std::tie(st.target, st.a) = paramAt(c, s);
+  c.expect("=");
+  if (!vector) {
+    st.value = parseFExpr(c, s);
+    return st;
+  }
+  size_t col = c.here();
+  c.expect("(");
+  do st.values.push_back(parseFExpr(c, s));
+  while (c.accept(","));
+  c.expect(")");
+  if (static_cast<int64_t>(st.values.size()) != width)
+    c.fail(fmt::format("store{} with {} values", width, st.values.size()), col);
+  return st;
+}
+
+Stmt barriers(Cursor& c) {
+  if (c.atEnd()) return make(Stmt::Kind::Barrier);
+  Stmt st = make(Stmt::Kind::NamedBarrier);
+  st.target = static_cast<int>(c.integer());
+  c.expect("of");
+  st.arrivals = c.integer();
+  c.expect("threads");
+  return st;
+}
+
+Stmt counter(Cursor& c, KernelScope& s, bool await) {
+  Stmt st = make(await ? Stmt::Kind::CounterAwait : Stmt::Kind::CounterRelease);
+  std::tie(st.param, st.a) = paramAt(c, s);
+  if (await) {
+    c.expect("==");
+    st.b = parseIdx(c, s);
+    c.expect(", then 0");
+  }
+  return st;
+}
+
+Stmt cpAsync(Cursor& c, KernelScope& s) {
+  Stmt st = make(Stmt::Kind::CpAsync);
+  st.bytes = static_cast<int>(c.integer());
+  c.expect("shared");
+  std::tie(st.target, st.a) = sharedAt(c, s);
+  c.expect("<-");
+  std::tie(st.param, st.b) = paramAt(c, s);
+  if (c.acceptWord("valid")) {
+    st.validBytes = parseIdx(c, s);
+    c.expect("bytes");
+  }
+  return st;
+}
+
+Stmt onMbarrier(Cursor& c, KernelScope& s, Stmt::Kind kind) {
+  Stmt st = make(kind);
+  std::tie(st.target, st.a) = sharedAt(c, s);
+  if (kind == Stmt::Kind::MbarrierInit) {
+    c.expect(",");
+    st.arrivals = c.integer();
+    c.expect("arrivals");
+  } else if (kind == Stmt::Kind::MbarrierExpectTx) {
+    c.expect(",");
+    st.txBytes = c.integer();
+    c.expect("bytes");
+  } else if (kind == Stmt::Kind::MbarrierWait) {
+    c.expect("parity");
+    st.b = parseIdx(c, s);
+  }
+  return st;
+}
+
+Stmt tmaLoad(Cursor& c, KernelScope& s) {
+  Stmt st = make(Stmt::Kind::TmaLoad);
+  st.multicast = c.accept(".multicast");
+  c.expect("shared");
+  std::tie(st.target, st.a) = sharedAt(c, s);
+  c.expect("<-");
+  c.expect("tmap");
+  size_t col = c.here();
+  st.tensorMap = static_cast<int>(c.integer());
+  if (st.tensorMap < 0 || st.tensorMap >= static_cast<int>(s.kernel.tensorMaps.size()))
+    c.fail(fmt::format("tensor map tmap{} is not declared", st.tensorMap), col);
+  c.expect("[row");
+  Idx row = parseIdx(c, s);
+  c.expect(", col");
+  Idx column = parseIdx(c, s);
+  c.expect("]");
+  st.coords = {column, row};
+  c.expect("on");
+  std::tie(st.barriers, st.b) = sharedAt(c, s);
+  return st;
+}
+
+Stmt elected(Cursor& c, KernelScope& s) {
+  Stmt st;
+  if (c.accept("tma.load")) st = tmaLoad(c, s);
+  else if (c.accept("mbarrier.arrive.expect_tx")) st = onMbarrier(c, s, Stmt::Kind::MbarrierExpectTx);
+  else c.fail("expected tma.load or mbarrier.arrive.expect_tx after 'elected'");
+  st.elected = true;
+  return st;
+}
+
+// `{S[i], S[i], ...}` of mma's pairs from shared memory: the buffer (one for all) and the indices.
+int sharedPairs(Cursor& c, KernelScope& s, std::vector<Idx>& pairs) {
+  c.expect("pairs");
+  c.expect("{");
+  int buffer = -1;
+  do {
+    size_t col = c.here();
+    auto [b, i] = sharedAt(c, s);
+    if (buffer >= 0 && b != buffer) c.fail("an operand's pairs must all come from one shared buffer", col);
+    buffer = b;
+    pairs.push_back(i);
+  } while (c.accept(","));
+  c.expect("}");
+  return buffer;
+}
+
+Stmt mma(Cursor& c, KernelScope& s) {
+  Stmt st = make(Stmt::Kind::Mma);
+  st.operandType = parseDTypeWord(c);
+  std::vector<int> acc, none;
+  braced(c, s, acc, none);
+  c.expect("+=");
+  if (c.startsWith("pairs")) {
+    st.sharedA = sharedPairs(c, s, st.pairs);
+    c.expect("x");
+    st.sharedB = sharedPairs(c, s, st.pairs);
+    st.fragment = acc;
+  } else {
+    std::vector<int> a, b;
+    braced(c, s, a, st.pairRegs);
+    c.expect("x");
+    braced(c, s, b, st.pairRegs);
+    if (st.pairRegs.empty()) {
+      st.fragment = a;
+      st.fragment.insert(st.fragment.end(), b.begin(), b.end());
+      st.fragment.insert(st.fragment.end(), acc.begin(), acc.end());
+    } else {
+      st.fragment = acc;
+    }
+  }
+  if (!none.empty()) c.fail("mma's accumulators are float slots, not pair registers");
+  return st;
+}
+
+// `(mn-major 128-byte-swizzled core matrices k K row R)`
+Stmt::CoreMatrices coreMatrices(Cursor& c) {
+  Stmt::CoreMatrices m;
+  c.expect("(");
+  m.mnMajor = c.accept("mn-major");
+  m.swizzle128 = c.accept("128-byte-swizzled");
+  c.expect("core matrices k");
+  m.kStride = c.integer();
+  c.expect("row");
+  m.rowStride = c.integer();
+  c.expect(")");
+  return m;
+}
+
+Stmt wgmma(Cursor& c, KernelScope& s) {
+  Stmt st = make(Stmt::Kind::Wgmma);
+  st.wgmmaN = c.integer();
+  c.expect("k16.");
+  st.operandType = parseDTypeWord(c);
+  c.expect("{");
+  if (!c.accept("}")) {
+    int first = s.floatSlot(c);
+    if (c.accept("..")) {  // the accumulators as a range of consecutive slots
+      int last = s.floatSlot(c);
+      for (int i = first; i <= last; ++i) st.fragment.push_back(i);
+    } else {
+      st.fragment.push_back(first);
+      while (c.accept(",")) st.fragment.push_back(s.floatSlot(c));
+    }
+    c.expect("}");
+  }
+  c.expect("+=");
+  if (c.accept("(unless")) {
+    st.scaleD = parseIdx(c, s);
+    c.expect("is 0)");
+  }
+  if (c.acceptWord("registers")) {
+    for (int i = 0; i < 4; ++i) st.pairRegs.push_back(s.pairReg(c));
+  } else {
+    c.expect("shared");
+    std::tie(st.sharedA, st.a) = sharedAt(c, s);
+    st.layoutA = coreMatrices(c);
+  }
+  c.expect("x shared");
+  std::tie(st.sharedB, st.b) = sharedAt(c, s);
+  st.layoutB = coreMatrices(c);
+  return st;
+}
+
+Stmt wgmmaFamily(Cursor& c, KernelScope& s) {
+  if (c.accept(".fence")) return make(Stmt::Kind::WgmmaFence);
+  if (c.accept(".commit_group")) return make(Stmt::Kind::WgmmaCommit);
+  if (c.accept(".wait_group")) {
+    Stmt st = make(Stmt::Kind::WgmmaWait);
+    st.pendingGroups = static_cast<int>(c.integer());
+    return st;
+  }
+  c.expect(".m64n");
+  return wgmma(c, s);
+}
+
+// Lines that start with `%` or `$`: destinations, then what is assigned to them.
+Stmt assignment(Cursor& c, KernelScope& s) {
+  std::vector<int> slots, regs;
+  size_t col = c.here();
+  destinations(c, s, slots, regs);
+  if (c.accept("ldmatrix.x")) {
+    Stmt st = make(Stmt::Kind::Ldmatrix);
+    int64_t count = c.integer();
+    st.transpose = c.accept(".trans");
+    c.expect("shared");
+    std::tie(st.target, st.a) = sharedAt(c, s);
+    st.fragment = slots;
+    st.pairRegs = regs;
+    if (!slots.empty() == !regs.empty() || count != static_cast<int64_t>(regs.empty() ? slots.size() / 2 : regs.size()))
+      c.fail(fmt::format("ldmatrix.x{} needs {} float slots or {} pair registers", count, 2 * count, count), col);
+    return st;
+  }
+  if (!regs.empty()) {
+    if (regs.size() != 1 || !slots.empty()) c.fail("expected '$pair = pack.TYPE %lo, %hi'", col);
+    Stmt st = make(Stmt::Kind::PackPair);
+    c.expect("pack.");
+    st.operandType = parseDTypeWord(c);
+    st.pairRegs = regs;
+    st.fragment.push_back(s.floatSlot(c));
+    c.expect(",");
+    st.fragment.push_back(s.floatSlot(c));
+    return st;
+  }
+  if (c.startsWith("load") && c.rest().size() > 4 && std::isdigit(static_cast<unsigned char>(c.rest()[4]))) {
+    c.accept("load");
+    size_t wcol = c.here();
+    int64_t width = c.integer();
+    bool shared = c.acceptWord("shared");
+    Stmt st = make(shared ? Stmt::Kind::LoadSharedVector : Stmt::Kind::LoadVector);
+    std::tie(st.target, st.a) = shared ? sharedAt(c, s) : paramAt(c, s);
+    if (width != static_cast<int64_t>(slots.size())) c.fail(fmt::format("load{} into {} slots", width, slots.size()), wcol);
+    st.fragment = slots;
+    return st;
+  }
+  if (slots.size() != 1) c.fail("expected one float slot on the left of '='", col);
+  if (c.accept("shfl.xor")) {
+    Stmt st = make(Stmt::Kind::ShuffleXor);
+    st.var = slots[0];
+    st.srcSlot = s.floatSlot(c);
+    c.expect(",");
+    st.laneMask = static_cast<int>(c.integer());
+    return st;
+  }
+  Stmt st = make(Stmt::Kind::Assign);
+  st.var = slots[0];
+  st.value = parseFExpr(c, s);
+  return st;
+}
+
+// `NAME = IDX [(warp-uniform)]` or `NAME = ticket P[IDX] of N`: the name is in scope after the line.
+Stmt definition(Cursor& c, KernelScope& s) {
+  std::string name = c.word();
+  c.expect("=");
+  Stmt st;
+  if (c.acceptWord("ticket")) {
+    st = make(Stmt::Kind::BlockTicket);
+    std::tie(st.param, st.a) = paramAt(c, s);
+    c.expect("of");
+    st.arrivals = c.integer();
+  } else {
+    st = make(Stmt::Kind::DefIdx);
+    st.a = parseIdx(c, s);
+    st.warpUniform = c.accept("(warp-uniform)");
+  }
+  st.name = name;
+  st.var = s.defineVar(name);
+  return st;
+}
+
+using Handler = std::function<Stmt(Cursor&, KernelScope&, LineReader&)>;
+
+// Prefixes in the order they are tried: a longer spelling before any it starts with.
+const std::vector<std::pair<std::string_view, Handler>>& handlers() {
+  using K = Stmt::Kind;
+  auto plain = [](K kind) { return [kind](Cursor&, KernelScope&, LineReader&) { return make(kind); }; };
+  auto mbar = [](K kind) { return [kind](Cursor& c, KernelScope& s, LineReader&) { return onMbarrier(c, s, kind); }; };
+  static const std::vector<std::pair<std::string_view, Handler>> table = {
+      {"for ", [](Cursor& c, KernelScope& s, LineReader& l) { return control(c, s, l, true); }},
+      {"if ", [](Cursor& c, KernelScope& s, LineReader& l) { return control(c, s, l, false); }},
+      {"store", [](Cursor& c, KernelScope& s, LineReader&) { return store(c, s); }},
+      {"barrier", [](Cursor& c, KernelScope&, LineReader&) { return barriers(c); }},
+      {"counter.release", [](Cursor& c, KernelScope& s, LineReader&) { return counter(c, s, false); }},
+      {"counter.await", [](Cursor& c, KernelScope& s, LineReader&) { return counter(c, s, true); }},
+      {"cluster.barrier", plain(K::ClusterBarrier)},
+      {"fence.mbarrier_init.cluster", plain(K::FenceMbarrierInit)},
+      {"fence.proxy.async.shared", plain(K::FenceProxyAsync)},
+      {"cp.async.commit", plain(K::CpAsyncCommit)},
+      {"cp.async.wait",
+       [](Cursor& c, KernelScope&, LineReader&) {
+         Stmt st = make(K::CpAsyncWait);
+         st.pendingGroups = static_cast<int>(c.integer());
+         return st;
+       }},
+      {"cp.async.mbarrier.arrive", mbar(K::CpAsyncMbarrierArrive)},
+      {"cp.async", [](Cursor& c, KernelScope& s, LineReader&) { return cpAsync(c, s); }},
+      {"mbarrier.init", mbar(K::MbarrierInit)},
+      {"mbarrier.arrive.cluster", mbar(K::MbarrierArriveCluster)},
+      {"mbarrier.arrive.expect_tx", mbar(K::MbarrierExpectTx)},
+      {"mbarrier.arrive", mbar(K::MbarrierArrive)},
+      {"mbarrier.wait", mbar(K::MbarrierWait)},
+      {"elected ", [](Cursor& c, KernelScope& s, LineReader&) { return elected(c, s); }},
+      {"tma.load", [](Cursor& c, KernelScope& s, LineReader&) { return tmaLoad(c, s); }},
+      {"mma.m16n8k16.", [](Cursor& c, KernelScope& s, LineReader&) { return mma(c, s); }},
+      {"wgmma", [](Cursor& c, KernelScope& s, LineReader&) { return wgmmaFamily(c, s); }},
+      {"%", [](Cursor& c, KernelScope& s, LineReader&) { return assignment(c, s); }},
+      {"$", [](Cursor& c, KernelScope& s, LineReader&) { return assignment(c, s); }},
+  };
+  return table;
+}
+
+// `NAME = ...` (a definition) rather than a statement keyword: variable names may start like one (`barrier_slot`).
+bool definesName(std::string_view line) {
+  size_t i = line.find_first_not_of(' ');
+  size_t end = i;
+  while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) || line[end] == '_' || line[end] == '.')) ++end;
+  return end > i && line.substr(end, 3) == " = ";
+}
+
+}  // namespace
+
+Stmt parseStatement(Cursor& c, KernelScope& s, LineReader& lines) {
+  if (definesName(c.rest())) return definition(c, s);
+  for (auto& [prefix, handler] : handlers()) {
+    if (!c.startsWith(prefix)) continue;
+    // `%` and `$` stay for the destinations; `store`, `barrier` and `wgmma` are followed by what distinguishes them.
+    if (prefix != "%" && prefix != "$") c.accept(prefix);
+    return handler(c, s, lines);
+  }
+  return definition(c, s);
+}
+
+Block parseBlock(LineReader& lines, KernelScope& s, bool closed) {
+  Block block;
+  size_t mark = s.vars.size();
+  while (!lines.done()) {
+    const Line& line = lines.peek();
+    std::string_view text = line.text;
+    if (text.empty() || text[0] != ' ') break;  // the kernel's end
+    lines.take();
+    Cursor c(lines.file(), line.number, text);
+    if (c.accept("}")) {
+      if (!closed) c.fail("'}' without an open 'for' or 'if'");
+      s.vars.resize(mark);
+      return block;
+    }
+    block.push_back(parseStatement(c, s, lines));
+    if (!c.atEnd()) c.fail(fmt::format("unexpected '{}' after the statement", printable(std::string(c.rest().substr(0, 24)))));
+  }
+  if (closed) {
+    Cursor c(lines.file(), lines.done() ? lines.lastLine() : lines.peek().number, "");
+    c.fail("a 'for' or 'if' block is not closed by '}'");
+  }
+  s.vars.resize(mark);
+  return block;
+}
+
+}  // namespace kiln::kernel::parse_detail
