@@ -78,8 +78,9 @@ std::string checkLaunch(const Kernel& k, const Target& target) {
     if (k.grid[0] % k.groups != 0 || k.grid[1] != 1 || k.grid[2] != 1 || k.block[1] != 1 || k.block[2] != 1)
       return fmt::format("{} groups a thread block in a grid of ({}, {}, {}) blocks of ({}, {}, {}) threads (groups divide a "
                          "one-dimensional grid)", k.groups, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2]);
-    if (k.block[0] % Target::kWarpSize != 0 || k.block[0] * k.groups > 1024)
-      return fmt::format("{} groups of {} threads a thread block (whole warps, at most 1024 threads)", k.groups, k.block[0]);
+    if (k.block[0] % Target::kWarpSize != 0 || k.block[0] * k.groups > target.maxThreadsPerBlock)
+      return fmt::format("{} groups of {} threads a thread block (whole warps, at most {} threads)", k.groups, k.block[0],
+                         target.maxThreadsPerBlock);
     if (k.cluster > 1 || k.sharedBytes() > 0 || usesGroupWideState(k.body))
       return "groups in a kernel with a cluster, static shared buffers, named barriers or block tickets (each would be the "
              "thread block's, not a group's)";

@@ -193,12 +193,12 @@ bool computeBound(const Target& target, const TiledContraction& s, const Contrac
   const double m = static_cast<double>(c.m), n = static_cast<double>(c.n), k = static_cast<double>(c.k);
   const double flops = 2.0 * outer * stages * m * n * k;
   const double bytes = outer * (m * k + stages * n * k + m * n) * static_cast<double>(dtypeBytes(s.mmaType));
-  return flops / kTensorCorePeakFlops > bytes / (target.memoryBandwidthGBs * 1e9);
+  return flops / target.tensorCoreFlopsPerSecond > bytes / (target.memoryBandwidthGBs * 1e9);
 }
 
 namespace {
-// Shared memory per block when two share an SM (the driver reserves 1 KB per block).
-int64_t sharedForTwoBlocks(const Target& target) { return target.sharedPerSm / 2 - 1024; }
+// Shared memory per block when two share an SM.
+int64_t sharedForTwoBlocks(const Target& target) { return target.sharedPerSm / 2 - Target::kReservedSharedPerBlock; }
 }  // namespace
 
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k) {
