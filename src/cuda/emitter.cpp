@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "kiln/kernel/operand_layout.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cuda {
@@ -323,12 +324,13 @@ class Emitter {
     }
     const char* type = s.operandType == DType::BF16 ? "bf16" : "f16";
     auto desc = [&](int buffer, const Idx& at, const kernel::Stmt::CoreMatrices& l) {
-      const int64_t bytes = dtypeBytes(k_.shared[buffer].dtype);
-      if (l.swizzle128 && l.mnMajor)  // leading byte offset: between blocks of 64 n; stride: between groups of 8 k
-        return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes,
-                           l.rowStride * bytes);
-      if (l.swizzle128) return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}))", shared_[buffer], idx(at), l.rowStride * bytes);
-      return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes, l.rowStride * bytes);
+      const kernel::WgmmaDescriptor d = kernel::wgmmaDescriptor(l, dtypeBytes(k_.shared[buffer].dtype));
+      if (!d.swizzle128)
+        return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), *d.leadingBytes, d.strideBytes);
+      if (d.leadingBytes)
+        return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}, {}))", shared_[buffer], idx(at), d.strideBytes,
+                           *d.leadingBytes);
+      return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}))", shared_[buffer], idx(at), d.strideBytes);
     };
     // A: a descriptor of shared memory, then the immediates scale-a, scale-b, trans-a, trans-b; or (wgmmaRegA) the 4 pair
     // registers, and no trans-a immediate. Operands: the accumulators, the scale-d flag, A's inputs, B's descriptor.

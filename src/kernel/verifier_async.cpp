@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kiln/kernel/ir.h"
+#include "kiln/support/shared_layout.h"
 #include "verifier_roles.h"
 #include "verifier_state.h"
 
@@ -102,7 +103,7 @@ void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
         fail("wgmma {} MN-major with the 128-byte swizzle reads {} with k stride {} and row stride {} (want 16-bit elements, "
              "8 rows of 64: 512, and blocks of 64 n a positive multiple of 512 apart)", which, dtypeName(sb.dtype), layout.kStride,
              layout.rowStride);
-      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
+      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % kSwizzle128AtomBytes != 0)
         fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
       if (!provablyMultipleOf(expand(start, s), 512, extents))
         fail("wgmma {} MN-major swizzled start shared {}[{}] not provably a multiple of 512 elements (an 8-row group)", which,
@@ -111,7 +112,7 @@ void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
       if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != 512)
         fail("wgmma {} with the 128-byte swizzle reads {} with row stride {} (want 16-bit elements, 8 rows of 64: 512)", which,
              dtypeName(sb.dtype), layout.rowStride);
-      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
+      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % kSwizzle128AtomBytes != 0)
         fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
     } else if (layout.kStride <= 0 || layout.rowStride <= 0 || layout.kStride % 8 != 0 || layout.rowStride % 8 != 0) {
       fail("wgmma {} core-matrix strides k {} row {} (want positive multiples of 8 elements)", which, layout.kStride, layout.rowStride);

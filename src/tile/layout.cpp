@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/support/error.h"
+#include "kiln/support/shared_layout.h"
 
 namespace kiln::tile {
 namespace {
@@ -134,8 +135,11 @@ Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, 
     case TiledContraction::SharedLayout::RowsF32: return rr * idxConst(tileK + kF32RowPad) + kk;
     case TiledContraction::SharedLayout::CoreMatrices:
       return floorDiv(rr, 8) * idxConst(8 * tileK) + floorDiv(kk, 8) * idxConst(64) + mod(rr, 8) * idxConst(8) + mod(kk, 8);
-    case TiledContraction::SharedLayout::Swizzled128:  // tile_k = 64: chunk kk / 8 of row rr at chunk (kk / 8) ^ (rr mod 8)
-      return rr * idxConst(64) + idxXor(floorDiv(kk, 8), mod(rr, 8)) * idxConst(8) + mod(kk, 8);
+    case TiledContraction::SharedLayout::Swizzled128: {  // tile_k = 64: chunk kk / 8 of row rr at chunk (kk / 8) ^ (rr mod 8)
+      constexpr Swizzle sw = kSwizzle128B.inElementsOf(2);  // 16-bit operands: rows of 64, chunks of 8
+      return rr * idxConst(sw.row()) + idxXor(floorDiv(kk, sw.chunk()), mod(rr, sw.period())) * idxConst(sw.chunk()) +
+             mod(kk, sw.chunk());
+    }
     default: return kk * idxConst(rows + 1) + rr;
   }
 }
