@@ -86,13 +86,15 @@ class Emitter {
       if (!sb.dynamic) {
         // 16-byte copies land there, or vector loads read it
         const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));
-        const char* align = tmaTargets.count(static_cast<int>(i)) ? "__align__(1024) " : aligned ? "__align__(16) " : "";
+        const std::string align = tmaTargets.count(static_cast<int>(i)) ? fmt::format("__align__({}) ", Target::kTmaSharedAlignment)
+                                  : aligned                              ? "__align__(16) "
+                                                                         : "";
         out += fmt::format("  __shared__ {}{} {}[{}];\n", align, cudaTypeName(sb.dtype), shared_[i], sb.elements);
         continue;
       }
       if (dynamicBase.empty()) {
         dynamicBase = cIdentifier("kiln_dynamic_shared", used);
-        out += fmt::format("  extern __shared__ __align__(1024) unsigned char {}[];\n", dynamicBase);
+        out += fmt::format("  extern __shared__ __align__({}) unsigned char {}[];\n", Target::kTmaSharedAlignment, dynamicBase);
       }
       const std::string base = k_.groups > 1 ? fmt::format("{} + kiln_group * {}", dynamicBase, k_.groupSharedBytes()) : dynamicBase;
       out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} {5}\n",

@@ -3,17 +3,15 @@
 namespace kiln::kernel {
 
 namespace {
-// wgmma operands are 16-bit: the 128-byte swizzle's chunks are 8 elements, its rows 64.
-constexpr Swizzle kOperandSwizzle = kSwizzle128B.inElementsOf(2);
 constexpr int64_t kCore = 8;  // a core matrix is 8 x 8 elements
 }  // namespace
 
 SharedLayout wgmmaOperandLayout(const Stmt::CoreMatrices& l) {
-  const int64_t row = kOperandSwizzle.row();
+  const int64_t row = kWgmmaOperandSwizzle.row();
   if (l.swizzle128 && l.mnMajor)  // rows of 64 n per k; blocks of 64 n rowStride apart, groups of 8 k kStride apart
-    return SharedLayout{LayoutMode{row, 1, l.rowStride}, LayoutMode{kCore, row, l.kStride}, kOperandSwizzle};
+    return SharedLayout{LayoutMode{row, 1, l.rowStride}, LayoutMode{kCore, row, l.kStride}, kWgmmaOperandSwizzle};
   if (l.swizzle128)  // rows of 64 k; groups of 8 rows rowStride apart
-    return SharedLayout{LayoutMode{kCore, row, l.rowStride}, LayoutMode{row, 1, l.kStride}, kOperandSwizzle};
+    return SharedLayout{LayoutMode{kCore, row, l.rowStride}, LayoutMode{row, 1, l.kStride}, kWgmmaOperandSwizzle};
   if (l.mnMajor)  // core matrices of 8 k by 8 contiguous n
     return SharedLayout{LayoutMode{kCore, 1, l.rowStride}, LayoutMode{kCore, kCore, l.kStride}, Swizzle{}};
   return SharedLayout{LayoutMode{kCore, kCore, l.rowStride}, LayoutMode{kCore, 1, l.kStride}, Swizzle{}};

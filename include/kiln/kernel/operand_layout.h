@@ -10,6 +10,10 @@
 
 namespace kiln::kernel {
 
+// wgmma operands are 16-bit: under the 128-byte swizzle, chunks of 8 elements, rows of 64, 8-row groups (the swizzle's
+// atom) of 512.
+inline constexpr Swizzle kWgmmaOperandSwizzle = kSwizzle128B.inElementsOf(2);
+
 // Element (row r of m or n, k) of a wgmma operand (16-bit elements) laid out as `l` says, from its start: 8 x 8 core
 // matrices (K-major: 8 contiguous k; MN-major: 8 contiguous rows), or under the 128-byte swizzle rows of 64 elements
 // (K-major: 64 k of one row of m or n; MN-major: 64 n of one k).
