@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/support/shared_layout.h"
+
 namespace kiln {
 
 // The Target `--arch` names when it is not given: sm_90a, the H200.
@@ -47,8 +49,8 @@ struct Target {
   int64_t maxThreadsPerSm = 2048;
   int64_t registersPerSm = 65536;       // 32-bit registers
   int64_t maxRegistersPerThread = 255;
-  int64_t staticSharedPerBlock = kSharedWithoutOptIn;
-  int64_t maxSharedPerBlock = 0;             // with it (dynamic shared memory)
+  int64_t staticSharedPerBlock = kSharedWithoutOptIn;  // without the opt-in launch attribute
+  int64_t maxSharedPerBlock = 0;                       // with it (dynamic shared memory)
   int64_t sharedPerSm = 0;
   double memoryBandwidthGBs = 0;        // measured device-to-device copy rate where known, else the data sheet's
   double f32FlopsPerSecond = 0;         // f32 fused multiply-adds on CUDA cores, 2 flops each (measured where known)
@@ -74,9 +76,9 @@ struct Target {
   static constexpr int64_t kWarpSize = 32;
   // Bytes one thread moves with its widest load or store instruction.
   static constexpr int64_t kVectorBytes = 16;
-  // Alignment of a TMA copy's shared destination: where a thread block holds several blocks' shared memory (Kernel IR
-  // Kernel::groups), each share starts at a multiple of it.
-  static constexpr int64_t kTmaSharedAlignment = 1024;
+  // Alignment of a TMA copy's shared destination, the 128-byte swizzle's 8-row atom: where a thread block holds several
+  // blocks' shared memory (Kernel IR Kernel::groups), each share starts at a multiple of it.
+  static constexpr int64_t kTmaSharedAlignment = kSwizzle128AtomBytes;
 };
 
 // The Targets kiln knows, in the order `--help` lists them.
