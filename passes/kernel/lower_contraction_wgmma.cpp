@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
+#include "kiln/kernel/operand_layout.h"
 #include "kiln/support/error.h"
 
 namespace kiln::kernel::detail {
@@ -53,7 +54,7 @@ std::function<void(Block&)> KernelBuilder::multiplyOnWarpgroups(Tiling& t) {
     }
   KILN_ASSERT(t.s.tileK % kWgmmaK == 0, "kernel {}: wgmma slices take tile_k a multiple of {}, not {}", lk_.name, kWgmmaK, t.s.tileK);
   const bool swizzled = t.s.a.layout == tile::TiledContraction::SharedLayout::Swizzled128;
-  const Stmt::CoreMatrices layout = swizzled ? Stmt::CoreMatrices{0, 512, true} : Stmt::CoreMatrices{64, 8 * t.s.tileK};
+  const Stmt::CoreMatrices layout = swizzled ? Stmt::CoreMatrices{0, kWgmmaOperandSwizzle.atom(), true} : Stmt::CoreMatrices{64, 8 * t.s.tileK};
   return [this, &t, n, group, layout, swizzled, acc](Block& steps) {
     const int64_t aSlot = tile::sliceElements(t.s.a, t.s.tileM, t.s.tileK), bSlot = tile::sliceElements(t.s.b, n, t.s.tileK);
     steps.push_back(wgmmaFence());

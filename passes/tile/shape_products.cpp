@@ -16,7 +16,7 @@
 //   time         = max(traffic / bandwidth,                       the chip's memory system
 //                      waves * block bytes / (2 * bandwidth / SMs), one SM streaming its blocks
 //                      padded flops / half the tensor-core peak)    (mma.sync reaches about half of it)
-//                  + (S > 1: kSplitKernelMicros for the second kernel)
+//                  + (S > 1: splitKernelMicros for the second kernel)
 // with waves = ceil(blocks / SMs). Candidates need accumulators within 128 registers per thread (2 x 2 warps of
 // (tile_m / 2) x (tile_n / 2)); splits only single-stage products, with K / S a multiple of 64 and at least 256.
 //
@@ -28,15 +28,15 @@
 // Compute-bound products (tile::computeBound: flops at the tensor-core peak outlast the bytes at the bandwidth):
 //   time         = max(HBM bytes / bandwidth,
 //                      waves * (block bytes / (2 * bandwidth / SMs)   one SM streaming its blocks (through L2),
-//                               + slices per block * kWgmmaSliceSeconds),   each 64-deep slice's fixed cost
+//                               + slices per block * wgmmaSliceSeconds),   each 64-deep slice's fixed cost
 //                      padded flops / (0.7 * the tensor-core peak))   (wgmma from shared memory)
-//                  + (S > 1: kSplitKernelMicros + the adding kernel's bytes (f32 partials read, output written) / bandwidth)
+//                  + (S > 1: splitKernelMicros + the adding kernel's bytes (f32 partials read, output written) / bandwidth)
 //   (the slice cost came with a sweep of tiles on the H200, bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt).
 // Streaming (memory-bound) products, the LLM's products at 32 and 128 tokens:
-//   block        = block bytes / kStreamingSmBytesPerSecond + slices per block * kStreamingSliceSeconds
+//   block        = block bytes / streamingSmBytesPerSecond + slices per block * streamingSliceSeconds
 //   time         = sum over the waves of max(block, the wave's blocks' share of HBM bytes / (0.96 * bandwidth)),
 //                  at least padded flops / (0.7 * peak)
-//                  + (S > 1: kStreamingSplitMicros + the adding kernel's bytes / kStreamingPartialsBytesPerSecond)
+//                  + (S > 1: streamingSplitMicros + the adding kernel's bytes / streamingPartialsBytesPerSecond)
 //   and of the candidates predicted within 5 % of the fastest, the fastest of those in the fewest waves, then splits.
 //   Its constants are a least-squares fit (on log time) to 90 measured tiles and splits of nine memory-bound products
 //   on the H200 (the sweeps bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt and -931763e.txt, the suite's rows at
@@ -47,6 +47,8 @@
 //   (TinyLlama q_proj at 128 tokens: 64x64 split 2 7.2 us, 64x128 split 4 7.9, predicted within 2 %). What it does not
 //   see: two warpgroups (tile_m 128) beat one of twice the width at equal bytes (there, 128x64 split 4 ran 7.5).
 //   Choosing with it moved the suite's bf16 products from 0.963x to 0.985x eager's geomean (ae62c67 against b0f888e).
+// The constants named above (splitKernelMicros, ...) and the peak fractions are the Target's ProductCostModel
+// (kiln/support/target.h), with the measurements each was fitted to.
 // block bytes count A's rows up to m and B's columns up to n (TMA and cp.async zero-fill the rest without reading it).
 // Accumulators: stages * tile_n / 2 registers per thread within 128.
 // The chosen schedule's `model` field says what was predicted, against the tile it replaced, and the three other
@@ -68,27 +70,13 @@
 namespace kiln::tile {
 namespace {
 
-constexpr double kSplitKernelMicros = 2.0;     // launch and run of the kernel adding the partials
-constexpr double kMmaSyncPeakFraction = 0.5;   // of the Target's dense bf16/f16 tensor-core rate
-constexpr double kWgmmaPeakFraction = 0.7;
-// Compute-bound wgmma products alone on their SMs (a producer warp follows): what is left of the predicted time.
-constexpr double kSpecializedFraction = 0.95;
-constexpr double kL2Bytes = 50e6;                // the H200's L2
-// Compute-bound wgmma products: per 64-deep slice a block walks (fitted to bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt).
-constexpr double kWgmmaSliceSeconds = 0.05e-6;
-// Streaming (memory-bound) wgmma products, fitted as the header says (rms error 7 %):
-constexpr double kStreamingSliceSeconds = 0.21e-6;      // per 64-deep slice a block walks, besides its bytes
-constexpr double kStreamingSmBytesPerSecond = 197e9;    // one SM streaming its block's operands through L2
-constexpr double kStreamingBandwidthFraction = 0.96;    // of the Target's bandwidth, each operand once
-constexpr double kStreamingSplitMicros = 1.0;           // the kernel adding a split's partials (a programmatic launch)
-constexpr double kStreamingPartialsBytesPerSecond = 6.9e12;  // its reads of the partials (mostly in L2) and its output
-
 // Which of the header's models predicts a product's time.
 enum class Model { MmaSync, WgmmaComputeBound, WgmmaStreaming };
 
 // The predicted time of one candidate.
 double predictMicros(const Target& target, const Contraction& c, int64_t aOperands, int64_t tileM, int64_t tileN, int64_t split,
                      int64_t elementBytes, Model model) {
+  const ProductCostModel& cost = target.productCosts;
   const double bandwidth = target.memoryBandwidthGBs * 1e9;
   const int64_t stages = static_cast<int64_t>(c.stages.size());
   const int64_t tm = ceilDiv(c.m, tileM), tn = ceilDiv(c.n, tileN);
@@ -99,32 +87,32 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   if (model != Model::MmaSync) {  // each operand once; the weights again per row of tiles when they do not stay in L2
     const double weights = static_cast<double>(c.outerPoints * c.n * c.k * stages * elementBytes);
     memory = static_cast<double>(c.outerPoints * c.m * c.k * aOperands * elementBytes) +
-             weights * static_cast<double>(weights > kL2Bytes / 2 ? tm : 1);
+             weights * static_cast<double>(weights > target.l2Bytes / 2 ? tm : 1);
   }
   if (split > 1) memory += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
   const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
   const double flops = 2.0 * static_cast<double>(c.outerPoints * tm * tileM * tn * tileN * c.k * stages);
-  const double peak = (model == Model::MmaSync ? kMmaSyncPeakFraction : kWgmmaPeakFraction) * kTensorCorePeakFlops;
+  const double peak = (model == Model::MmaSync ? cost.mmaSyncPeakFraction : cost.wgmmaPeakFraction) * target.tensorCoreFlopsPerSecond;
   const double smRate = 2.0 * bandwidth / static_cast<double>(target.smCount);
   // A split's second kernel runs after the first: its launch and (wgmma) reading the f32 partials and writing the output.
   const double partialsBytes = static_cast<double>((4 * split + 2) * c.outerPoints * c.m * c.n);
   switch (model) {
     case Model::MmaSync:
       return (std::max({memory / bandwidth, waves * blockBytes / smRate, flops / peak}) +
-              (split > 1 ? kSplitKernelMicros * 1e-6 : 0.0)) * 1e6;
-    case Model::WgmmaComputeBound:  // each slice a block walks also costs kWgmmaSliceSeconds on its SM
-      return (std::max({memory / bandwidth, waves * (blockBytes / smRate + slices * kWgmmaSliceSeconds), flops / peak}) +
-              (split > 1 ? kSplitKernelMicros * 1e-6 + partialsBytes / bandwidth : 0.0)) * 1e6;
+              (split > 1 ? cost.splitKernelMicros * 1e-6 : 0.0)) * 1e6;
+    case Model::WgmmaComputeBound:  // each slice a block walks also costs wgmmaSliceSeconds on its SM
+      return (std::max({memory / bandwidth, waves * (blockBytes / smRate + slices * cost.wgmmaSliceSeconds), flops / peak}) +
+              (split > 1 ? cost.splitKernelMicros * 1e-6 + partialsBytes / bandwidth : 0.0)) * 1e6;
     case Model::WgmmaStreaming: {
       // A block streams its operands and pays a fixed cost per slice; a wave of blocks takes the longer of that and its
       // share of the memory traffic (a last wave of a few blocks costs a block's whole time while HBM idles).
-      const double block = blockBytes / kStreamingSmBytesPerSecond + slices * kStreamingSliceSeconds;
-      const double stream = memory / (kStreamingBandwidthFraction * bandwidth);
+      const double block = blockBytes / cost.streamingSmBytesPerSecond + slices * cost.streamingSliceSeconds;
+      const double stream = memory / (cost.streamingBandwidthFraction * bandwidth);
       double walked = 0;
       for (int64_t left = blocks; left > 0; left -= target.smCount)
         walked += std::max(block, stream * static_cast<double>(std::min(left, target.smCount)) / static_cast<double>(blocks));
       return (std::max(walked, flops / peak) +
-              (split > 1 ? kStreamingSplitMicros * 1e-6 + partialsBytes / kStreamingPartialsBytesPerSecond : 0.0)) * 1e6;
+              (split > 1 ? cost.streamingSplitMicros * 1e-6 + partialsBytes / cost.streamingPartialsBytesPerSecond : 0.0)) * 1e6;
     }
   }
   return 0;
@@ -201,8 +189,133 @@ void splitProduct(Program& p, size_t i, int64_t split, TiledContraction partialS
   p.schedules.insert(p.schedules.begin() + at(partials.size()), adding);
 }
 
+namespace {
+
+// What the candidate searches below share: the product, its model and which splits it may take.
+struct Search {
+  const Program& p;
+  const TiledContraction& s;
+  const Contraction& c;
+  Model model;
+  int64_t stages;
+  ProductPrediction& out;
+
+  bool splits(int64_t split) const { return split == 1 || (stages == 1 && c.k % (split * 64) == 0 && c.k / split >= 256); }
+  int64_t blocks(int64_t tileM, int64_t tileN, int64_t split) const {
+    return c.outerPoints * ceilDiv(c.m, tileM) * ceilDiv(c.n, tileN) * split;
+  }
+  // A candidate predicted `micros`: considered, and the best if clearly (5 %) faster.
+  void consider(int64_t tileM, int64_t tileN, int64_t split, double micros) {
+    out.considered.push_back({tileM, tileN, split, micros});
+    if (micros < out.best.micros * 0.95) out.best = {tileM, tileN, split, micros};
+  }
+
+  std::vector<int64_t> warpgroupWidths() const;
+  bool warpgroupTileAllowed(int64_t tileM, int64_t tileN, int64_t split) const;
+  void considerWarpgroupTiles();
+  void preferFewestWaves();
+  void preferStreamK();
+  void considerMmaSyncTiles();
+};
+
+// Warpgroup tile widths: a multiple of 8 from 16 to 256, among them the widths that give each of 1 to 4 waves of blocks
+// an even share of n, and the --product-shapes table's (considered like the others).
+std::vector<int64_t> Search::warpgroupWidths() const {
+  std::vector<int64_t> widths{16, 32, 64, 96, 128, 192, 256};
+  for (int64_t w = 1; w <= 4; ++w)
+    for (int64_t split : {1, 2, 4, 8}) {
+      const int64_t perRowOfTiles = w * p.target.smCount / (split * c.outerPoints * ceilDiv(c.m, 128));
+      if (perRowOfTiles > 0) widths.push_back(ceilDiv(ceilDiv(c.n, perRowOfTiles), 8) * 8);
+    }
+  if (const TabledShape* t = tabledShape(p, s.mmaType, c)) widths.push_back(t->tileN);
+  std::sort(widths.begin(), widths.end());
+  widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
+  return widths;
+}
+
+// 64 or 128 rows (128 only when m needs more than one 64-row tile); four warpgroups (tile_m 256) for compute-bound
+// products of more than 128 rows only, their accumulators within the 96 registers ptxas leaves each of 17 warps (with a
+// producer warp); accumulators within 128 registers per thread.
+bool Search::warpgroupTileAllowed(int64_t tileM, int64_t tileN, int64_t split) const {
+  if (tileM == 256 && (c.m <= 128 || model != Model::WgmmaComputeBound || stages * tileN / 2 > 48)) return false;
+  if ((tileM == 128 && c.m <= 64) || tileN < 16 || tileN > 256 || tileN > ceilDiv(c.n, 8) * 8 + 8 || !splits(split)) return false;
+  return stages * tileN / 2 <= 128;
+}
+
+void Search::considerWarpgroupTiles() {
+  const std::vector<int64_t> widths = warpgroupWidths();
+  out.best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
+  for (int64_t tileM : {64, 128, 256})
+    for (int64_t tileN : widths)
+      for (int64_t split : {1, 2, 4, 8}) {
+        if (!warpgroupTileAllowed(tileM, tileN, split)) continue;
+        TiledContraction sized = s;
+        sized.tileM = tileM;
+        sized.tileN = tileN;
+        if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
+        double t = out.predict(tileM, tileN, split);
+        // A compute-bound product whose blocks are alone on their SMs (one wave, or registers for one block: the ring is
+        // not sized yet) and walk kMinSpecializedSlices or more slices gets a producer warp (tile-specialize-warps),
+        // measured 3-6 % faster there; the model's terms do not see it.
+        if (model == Model::WgmmaComputeBound && ceilDiv(c.k / split, 64) >= kMinSpecializedSlices &&
+            (blocks(tileM, tileN, split) <= p.target.smCount || oneBlockPerSm(p.target, sized, c)))
+          t *= p.target.productCosts.specializedFraction;
+        consider(tileM, tileN, split, t);
+      }
+}
+
+// A streaming product takes, of the candidates within 5 % of the fastest prediction, the fastest of those in the
+// fewest waves of blocks and then with the fewest splits (the first found of equals). Measured: Qwen2.5-7B gate_proj
+// at 32 tokens, 64x144 in one wave 34.8 us, 64x72 in two 46.6; TinyLlama q_proj at 128 tokens, 64x64 split 2
+// 7.2 us, 64x128 split 4 7.9 (the partials' round trip costs more than the model counts); both within 5 %.
+void Search::preferFewestWaves() {
+  const std::vector<ProductCandidate>& considered = out.considered;
+  if (model != Model::WgmmaStreaming || considered.empty()) return;
+  const auto faster = [](const ProductCandidate& a, const ProductCandidate& b) { return a.micros < b.micros; };
+  const double fastest = std::min_element(considered.begin(), considered.end(), faster)->micros;
+  auto key = [&](const ProductCandidate& x) {
+    return std::make_tuple(ceilDiv(blocks(x.tileM, x.tileN, x.split), p.target.smCount), x.split, x.micros);
+  };
+  const ProductCandidate* chosen = nullptr;
+  for (const ProductCandidate& x : considered)
+    if (x.micros <= fastest * 1.05 && (!chosen || key(x) < key(*chosen))) chosen = &x;
+  out.best = *chosen;
+}
+
+// A compute-bound product of one stage whose 128 x 256 tiles make two waves or more, not a whole number of them, takes
+// them: tile-stream-k-products walks such grids as one persistent wave of clusters sharing B (tiles wide, so
+// tile-multicast-operands shares B). The model does not see stream-K; measured on the H200 (2026-12-04, 16c1fb0,
+// bench/results/2026-12-04-h200-stream-k-variants-*.json): Qwen2.5-7B gate_proj at 512 tokens, 296 such tiles,
+// 121.1 and 123.7 us against 131.9 and 131.5 for 256 x 96 in three whole waves. (With fewer tiles than two waves each
+// tile is shared by several walks and stream-K measured slower: q_proj 31.6 against 23.7 us.)
+void Search::preferStreamK() {
+  const int64_t wide = ceilDiv(c.m, 128) * ceilDiv(c.n, 256);  // tiles of 128 x 256 (no other output axes, below)
+  if (model != Model::WgmmaComputeBound || stages != 1 || c.outerPoints != 1 || wide < 2 * p.target.smCount ||
+      wide % p.target.smCount == 0)
+    return;
+  auto it = std::find_if(out.considered.begin(), out.considered.end(),
+                         [](const ProductCandidate& x) { return x.tileM == 128 && x.tileN == 256 && x.split == 1; });
+  if (it != out.considered.end()) {
+    out.best = *it;
+    out.streamK = true;
+  }
+}
+
+// mma.sync tiles of 32, 64 or 128 a side, not much larger than m and n, accumulators within 128 registers per thread.
+void Search::considerMmaSyncTiles() {
+  for (int64_t tileM : {32, 64, 128})
+    for (int64_t tileN : {32, 64, 128})
+      for (int64_t split : {1, 2, 4, 8}) {
+        if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
+        if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
+        if (!splits(split)) continue;
+        consider(tileM, tileN, split, out.predict(tileM, tileN, split));  // a clear gain only
+      }
+}
+
+}  // namespace
+
 ProductPrediction predictProductShape(const Program& p, const TiledContraction& s, const Contraction& c) {
-  const int64_t stages = static_cast<int64_t>(c.stages.size());
   const std::vector<size_t> src = aSources(c);
   int64_t aOperands = 0;
   for (size_t st = 0; st < src.size(); ++st) aOperands += src[st] == st;
@@ -213,91 +326,15 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
   out.predict = [=, &p](int64_t tileM, int64_t tileN, int64_t split) {
     return predictMicros(p.target, c, aOperands, tileM, tileN, split, bytes, model);
   };
-  const auto& predict = out.predict;
-  auto splits = [&](int64_t split) { return split == 1 || (stages == 1 && c.k % (split * 64) == 0 && c.k / split >= 256); };
-  out.current = {s.tileM, s.tileN, 1, predict(s.tileM, s.tileN, 1)};
-  std::vector<ProductCandidate>& considered = out.considered;
-  ProductCandidate& best = out.best;
-  best = out.current;
+  out.current = {s.tileM, s.tileN, 1, out.predict(s.tileM, s.tileN, 1)};
+  out.best = out.current;
+  Search search{p, s, c, model, static_cast<int64_t>(c.stages.size()), out};
   if (wgmma) {
-    // Warpgroup tiles: 64 or 128 rows (128 only when m needs more than one 64-row tile); columns a multiple of 8
-    // from 16 to 256, among them the widths that give each of 1 to 4 waves of blocks an even share of n.
-    std::vector<int64_t> widths{16, 32, 64, 96, 128, 192, 256};
-    for (int64_t w = 1; w <= 4; ++w)
-      for (int64_t split : {1, 2, 4, 8}) {
-        const int64_t perRowOfTiles = w * p.target.smCount / (split * c.outerPoints * ceilDiv(c.m, 128));
-        if (perRowOfTiles > 0) widths.push_back(ceilDiv(ceilDiv(c.n, perRowOfTiles), 8) * 8);
-      }
-    if (const TabledShape* t = tabledShape(p, s.mmaType, c)) widths.push_back(t->tileN);  // considered like the others
-    std::sort(widths.begin(), widths.end());
-    widths.erase(std::unique(widths.begin(), widths.end()), widths.end());
-    best.micros = std::numeric_limits<double>::infinity();  // the tile-tiled-contractions tile is no warpgroup tile
-    for (int64_t tileM : {64, 128, 256})
-      for (int64_t tileN : widths)
-        for (int64_t split : {1, 2, 4, 8}) {
-          // Four warpgroups (tile_m 256): compute-bound products of more than 128 rows only, their accumulators within
-          // the 96 registers ptxas leaves each of 17 warps (with a producer warp).
-          if (tileM == 256 && (c.m <= 128 || model != Model::WgmmaComputeBound || stages * tileN / 2 > 48)) continue;
-          if ((tileM == 128 && c.m <= 64) || tileN < 16 || tileN > 256 || tileN > ceilDiv(c.n, 8) * 8 + 8 || !splits(split)) continue;
-          if (stages * tileN / 2 > 128) continue;  // accumulator registers per thread
-          TiledContraction sized = s;
-          sized.tileM = tileM;
-          sized.tileN = tileN;
-          if (ringDepth(p.target, sized, c) == 0) continue;  // the ring does not fit
-          double t = predict(tileM, tileN, split);
-          // A compute-bound product whose blocks are alone on their SMs (one wave, or registers for one block: the ring is
-          // not sized yet) and walk kMinSpecializedSlices or more slices gets a producer warp (tile-specialize-warps),
-          // measured 3-6 % faster there; the model's terms do not see it.
-          const int64_t blocks = c.outerPoints * ceilDiv(c.m, tileM) * ceilDiv(c.n, tileN) * split;
-          if (model == Model::WgmmaComputeBound && ceilDiv(c.k / split, 64) >= kMinSpecializedSlices &&
-              (blocks <= p.target.smCount || oneBlockPerSm(p.target, sized, c)))
-            t *= kSpecializedFraction;
-          considered.push_back({tileM, tileN, split, t});
-          if (t < best.micros * 0.95) best = {tileM, tileN, split, t};
-        }
-    // A streaming product takes, of the candidates within 5 % of the fastest prediction, the fastest of those in the
-    // fewest waves of blocks and then with the fewest splits (the first found of equals). Measured: Qwen2.5-7B gate_proj
-    // at 32 tokens, 64x144 in one wave 34.8 us, 64x72 in two 46.6; TinyLlama q_proj at 128 tokens, 64x64 split 2
-    // 7.2 us, 64x128 split 4 7.9 (the partials' round trip costs more than the model counts); both within 5 %.
-    if (model == Model::WgmmaStreaming && !considered.empty()) {
-      const auto faster = [](const ProductCandidate& a, const ProductCandidate& b) { return a.micros < b.micros; };
-      const double fastest = std::min_element(considered.begin(), considered.end(), faster)->micros;
-      auto key = [&](const ProductCandidate& x) {
-        return std::make_tuple(ceilDiv(c.outerPoints * ceilDiv(c.m, x.tileM) * ceilDiv(c.n, x.tileN) * x.split, p.target.smCount),
-                               x.split, x.micros);
-      };
-      const ProductCandidate* chosen = nullptr;
-      for (const ProductCandidate& x : considered)
-        if (x.micros <= fastest * 1.05 && (!chosen || key(x) < key(*chosen))) chosen = &x;
-      best = *chosen;
-    }
-    // A compute-bound product of one stage whose 128 x 256 tiles make two waves or more, not a whole number of them, takes
-    // them: tile-stream-k-products walks such grids as one persistent wave of clusters sharing B (tiles wide, so
-    // tile-multicast-operands shares B). The model does not see stream-K; measured on the H200 (2026-12-04, 16c1fb0,
-    // bench/results/2026-12-04-h200-stream-k-variants-*.json): Qwen2.5-7B gate_proj at 512 tokens, 296 such tiles,
-    // 121.1 and 123.7 us against 131.9 and 131.5 for 256 x 96 in three whole waves. (With fewer tiles than two waves each
-    // tile is shared by several walks and stream-K measured slower: q_proj 31.6 against 23.7 us.)
-    const int64_t wide = ceilDiv(c.m, 128) * ceilDiv(c.n, 256);  // tiles of 128 x 256 (no other output axes, below)
-    if (model == Model::WgmmaComputeBound && stages == 1 && c.outerPoints == 1 && wide >= 2 * p.target.smCount &&
-        wide % p.target.smCount != 0) {
-      auto it = std::find_if(considered.begin(), considered.end(),
-                             [](const ProductCandidate& x) { return x.tileM == 128 && x.tileN == 256 && x.split == 1; });
-      if (it != considered.end()) {
-        best = *it;
-        out.streamK = true;
-      }
-    }
+    search.considerWarpgroupTiles();
+    search.preferFewestWaves();
+    search.preferStreamK();
   } else {
-    for (int64_t tileM : {32, 64, 128})
-      for (int64_t tileN : {32, 64, 128})
-        for (int64_t split : {1, 2, 4, 8}) {
-          if (tileM > std::max<int64_t>(32, ceilDiv(c.m, 32) * 32) || tileN > std::max<int64_t>(32, ceilDiv(c.n, 32) * 32)) continue;
-          if (stages * tileM * tileN / 128 > 128) continue;  // accumulator registers per thread
-          if (!splits(split)) continue;
-          const double t = predict(tileM, tileN, split);
-          considered.push_back({tileM, tileN, split, t});
-          if (t < best.micros * 0.95) best = {tileM, tileN, split, t};  // a clear gain only
-        }
+    search.considerMmaSyncTiles();
   }
   return out;
 }

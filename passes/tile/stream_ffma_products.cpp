@@ -35,7 +35,6 @@ namespace kiln::tile {
 namespace {
 
 constexpr double kSplitKernelMicros = 2.0;
-constexpr double kL2Bytes = 50e6;
 constexpr int64_t kStreamedTileK = 16;
 constexpr int64_t kMaxAccumulators = 64;
 
@@ -53,7 +52,7 @@ double predictMicros(const Target& target, const Contraction& c, int64_t aOperan
   const double waves = static_cast<double>(ceilDiv(blocks, target.smCount));
   const double compute = waves * static_cast<double>(tileM * tileN * (c.k / split) * stages) / (perSm * efficiency);
   const double weights = static_cast<double>(c.outerPoints * c.n * c.k * stages * 4);
-  double bytes = static_cast<double>(c.outerPoints * c.m * c.k * aOperands * 4) + weights * static_cast<double>(weights > kL2Bytes / 2 ? tm : 1);
+  double bytes = static_cast<double>(c.outerPoints * c.m * c.k * aOperands * 4) + weights * static_cast<double>(weights > target.l2Bytes / 2 ? tm : 1);
   if (split > 1) bytes += 8.0 * static_cast<double>(split * c.outerPoints * c.m * c.n);
   const double memory = bytes / (target.memoryBandwidthGBs * 1e9);
   return std::max(compute, memory) * 1e6 + (split > 1 ? kSplitKernelMicros : 0.0);

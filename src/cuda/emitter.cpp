@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "kiln/kernel/operand_layout.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cuda {
@@ -85,13 +86,15 @@ class Emitter {
       if (!sb.dynamic) {
         // 16-byte copies land there, or vector loads read it
         const bool aligned = sb.dtype != DType::F32 || asyncTargets.count(static_cast<int>(i));
-        const char* align = tmaTargets.count(static_cast<int>(i)) ? "__align__(1024) " : aligned ? "__align__(16) " : "";
+        const std::string align = tmaTargets.count(static_cast<int>(i)) ? fmt::format("__align__({}) ", Target::kTmaSharedAlignment)
+                                  : aligned                              ? "__align__(16) "
+                                                                         : "";
         out += fmt::format("  __shared__ {}{} {}[{}];\n", align, cudaTypeName(sb.dtype), shared_[i], sb.elements);
         continue;
       }
       if (dynamicBase.empty()) {
         dynamicBase = cIdentifier("kiln_dynamic_shared", used);
-        out += fmt::format("  extern __shared__ __align__(1024) unsigned char {}[];\n", dynamicBase);
+        out += fmt::format("  extern __shared__ __align__({}) unsigned char {}[];\n", Target::kTmaSharedAlignment, dynamicBase);
       }
       const std::string base = k_.groups > 1 ? fmt::format("{} + kiln_group * {}", dynamicBase, k_.groupSharedBytes()) : dynamicBase;
       out += fmt::format("  {0}* const {1} = reinterpret_cast<{0}*>({2} + {3});  // {4} {5}\n",
@@ -323,12 +326,13 @@ class Emitter {
     }
     const char* type = s.operandType == DType::BF16 ? "bf16" : "f16";
     auto desc = [&](int buffer, const Idx& at, const kernel::Stmt::CoreMatrices& l) {
-      const int64_t bytes = dtypeBytes(k_.shared[buffer].dtype);
-      if (l.swizzle128 && l.mnMajor)  // leading byte offset: between blocks of 64 n; stride: between groups of 8 k
-        return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes,
-                           l.rowStride * bytes);
-      if (l.swizzle128) return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}))", shared_[buffer], idx(at), l.rowStride * bytes);
-      return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), l.kStride * bytes, l.rowStride * bytes);
+      const kernel::WgmmaDescriptor d = kernel::wgmmaDescriptor(l, dtypeBytes(k_.shared[buffer].dtype));
+      if (!d.swizzle128)
+        return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), *d.leadingBytes, d.strideBytes);
+      if (d.leadingBytes)
+        return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}, {}))", shared_[buffer], idx(at), d.strideBytes,
+                           *d.leadingBytes);
+      return fmt::format("\"l\"(kiln::wgmma_desc_swizzle128(&{}[{}], {}))", shared_[buffer], idx(at), d.strideBytes);
     };
     // A: a descriptor of shared memory, then the immediates scale-a, scale-b, trans-a, trans-b; or (wgmmaRegA) the 4 pair
     // registers, and no trans-a immediate. Operands: the accumulators, the scale-d flag, A's inputs, B's descriptor.

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   c->add_option("--emit", compile.emit, "write artifacts: 'cuda' (.cu, cubins, manifest.json, weights.bin) into -o DIR");
   c->add_option("-o,--output", compile.output, "output file (--ir) or directory (--emit)");
   c->add_option("--input", compile.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
-  c->add_option("--arch", compile.arch, "target GPU: " + kiln::knownArchList() + " (default sm_90a)");
+  c->add_option("--arch", compile.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
   c->add_flag("--no-nvcc", compile.noCompile, "with --emit: skip compiling cubins");
   c->add_flag("--explain-schedule", compile.explainSchedule, "for every kernel, its GPU schedule on one line; for matrix products, the tile the model chose, its prediction and the runners-up");
   c->add_flag("--explain-fusion", compile.explainFusion, "for every Loop-IR kernel, the Torch ops it holds; for every producer left unfused, the rule that refused it");
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
   r->add_option("--seed", run.seed, "seed of the random inputs (default 0)");
   r->add_option("--input", run.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
-  r->add_option("--arch", run.arch, "target GPU: " + kiln::knownArchList() + " (default sm_90a)");
+  r->add_option("--arch", run.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
   r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");
   r->add_flag("--graph", run.benchGraph, "with --bench: replay the forward from one CUDA graph (the default)");
   r->add_flag("--no-graph", run.benchNoGraph, "with --bench: launch the kernels one by one instead of replaying a CUDA graph; -v prints both figures");

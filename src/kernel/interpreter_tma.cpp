@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "interpreter_machine.h"
+#include "kiln/kernel/operand_layout.h"
 #include "verifier_tma.h"
 
 namespace kiln::kernel::interp {
@@ -68,7 +69,8 @@ void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   const TensorMap& map = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
   const SharedBuffer& sb = k.shared[s.target];
   const std::vector<float>& src = paramData(map.param);
-  const int64_t elemBytes = dtypeBytes(sb.dtype), chunk = 16 / elemBytes, box = detail::boxElements(k, s);
+  const int64_t elemBytes = dtypeBytes(sb.dtype), box = detail::boxElements(k, s);
+  const SharedLayout boxLayout = tmaBoxLayout(map, elemBytes);
   const int64_t align = detail::tmaDestinationAlignment(k, s);
   for (int64_t t = 0; t < T; ++t) {
     if (!mask[t]) continue;
@@ -89,7 +91,7 @@ void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
         for (int64_t c = 0; c < map.boxCols; ++c) {
           const int64_t row = row0 + r, col = col0 + c;
           const bool inside = row >= 0 && row < map.rows && col >= 0 && col < map.cols;
-          const int64_t e = dst + r * map.boxCols + (map.swizzle128 ? (c / chunk ^ r % 8) * chunk + c % chunk : c);
+          const int64_t e = dst + boxLayout(0, r, c);  // dst is a multiple of the swizzle's atom
           if (async && inFlight[s.target][e] >= 0)
             raise(fmt::format("{}: element {} is the destination of thread {}'s cp.async, not yet waited for", where(), e,
                               inFlight[s.target][e]));

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "interpreter_machine.h"
+#include "kiln/kernel/operand_layout.h"
 #include "kiln/loop/ir.h"
 
 namespace kiln::kernel::interp {
@@ -72,15 +73,10 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
                           k.shared[buffer].name, from, block));
       std::vector<float> m(static_cast<size_t>(rows * kWgmmaK));
       const std::vector<float>& data = shared[buffer];
+      const SharedLayout layout = wgmmaOperandLayout(l);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t kk = 0; kk < kWgmmaK; ++kk) {
-          int64_t e = l.mnMajor ? from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (kk % 8) * 8 + r % 8
-                                : from + (r / 8) * l.rowStride + (kk / 8) * l.kStride + (r % 8) * 8 + kk % 8;
-          if (l.swizzle128) {
-            const int64_t logical = l.mnMajor ? from + (r / 64) * l.rowStride + (kk / 8) * l.kStride + (kk % 8) * 64 + r % 64
-                                              : from + (r / 8) * l.rowStride + (r % 8) * 64 + kk;
-            e = logical ^ (((logical / 64) % 8) * 8);
-          }
+          const int64_t e = layout(from, r, kk);
           if (e < 0 || e >= static_cast<int64_t>(data.size()))
             raise(fmt::format("kernel {}: wgmma {} element ({}, {}) at shared {}[{}], outside its {} elements (block {})", k.name,
                               which, r, kk, k.shared[buffer].name, e, data.size(), block));

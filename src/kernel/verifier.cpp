@@ -425,7 +425,7 @@ void Verifier::run() {
     if (k.grid[d] < 1 || k.grid[d] > kMaxGrid[d]) fail("grid dimension {} is {} (allowed 1..{})", d, k.grid[d], kMaxGrid[d]);
     threads *= k.block[d];
   }
-  if (threads > 1024) fail("{} threads per block (at most 1024)", threads);
+  if (threads > p.target.maxThreadsPerBlock) fail("{} threads per block (at most {})", threads, p.target.maxThreadsPerBlock);
   for (auto& sb : k.shared)
     if (sb.elements < 1) fail("shared buffer {} has {} elements", sb.name, sb.elements);
   const Target& target = p.target;

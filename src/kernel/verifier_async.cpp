@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kiln/kernel/ir.h"
+#include "kiln/kernel/operand_layout.h"
 #include "verifier_roles.h"
 #include "verifier_state.h"
 
@@ -91,6 +92,7 @@ void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
     fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", st.wgmmaN,
          st.fragment.size());
   VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+  constexpr int64_t kGroup = kWgmmaOperandSwizzle.atom();  // 8 swizzled rows of 64: 512 elements
   auto operand = [&](int buffer, const Idx& start, const Stmt::CoreMatrices& layout, int64_t rows, const char* which) {
     checkIdx(start, s, "a wgmma start");
     if (buffer < 0 || buffer >= static_cast<int>(k.shared.size())) fail("wgmma {} from shared buffer #{} of {}", which, buffer, k.shared.size());
@@ -98,20 +100,20 @@ void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
     if (sb.dtype != st.operandType)
       fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(st.operandType), which, sb.name, dtypeName(sb.dtype));
     if (layout.swizzle128 && layout.mnMajor) {
-      if (dtypeBytes(sb.dtype) != 2 || layout.kStride != 512 || (rows > 64 && (layout.rowStride <= 0 || layout.rowStride % 512 != 0)))
+      if (dtypeBytes(sb.dtype) != 2 || layout.kStride != kGroup || (rows > 64 && (layout.rowStride <= 0 || layout.rowStride % kGroup != 0)))
         fail("wgmma {} MN-major with the 128-byte swizzle reads {} with k stride {} and row stride {} (want 16-bit elements, "
              "8 rows of 64: 512, and blocks of 64 n a positive multiple of 512 apart)", which, dtypeName(sb.dtype), layout.kStride,
              layout.rowStride);
-      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
+      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % kSwizzle128AtomBytes != 0)
         fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
-      if (!provablyMultipleOf(expand(start, s), 512, extents))
+      if (!provablyMultipleOf(expand(start, s), kGroup, extents))
         fail("wgmma {} MN-major swizzled start shared {}[{}] not provably a multiple of 512 elements (an 8-row group)", which,
              sb.name, toString(start));
     } else if (layout.swizzle128) {
-      if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != 512)
+      if (dtypeBytes(sb.dtype) != 2 || layout.rowStride != kGroup)
         fail("wgmma {} with the 128-byte swizzle reads {} with row stride {} (want 16-bit elements, 8 rows of 64: 512)", which,
              dtypeName(sb.dtype), layout.rowStride);
-      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % 1024 != 0)
+      if (!sb.dynamic || k.dynamicSharedOffset(buffer) % kSwizzle128AtomBytes != 0)
         fail("wgmma {} with the 128-byte swizzle reads shared {}, which is not a 1024-byte aligned dynamic buffer", which, sb.name);
     } else if (layout.kStride <= 0 || layout.rowStride <= 0 || layout.kStride % 8 != 0 || layout.rowStride % 8 != 0) {
       fail("wgmma {} core-matrix strides k {} row {} (want positive multiples of 8 elements)", which, layout.kStride, layout.rowStride);

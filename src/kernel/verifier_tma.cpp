@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "kiln/support/shared_layout.h"
+
 namespace kiln::kernel::detail {
 
 std::string checkTensorMap(const Kernel& k, const Target& target, size_t i) {
@@ -24,7 +26,7 @@ std::string checkTensorMap(const Kernel& k, const Target& target, size_t i) {
     return fmt::format("{}: offset {} and row stride {} elements must be multiples of 16 bytes", what, m.offset, m.rowStride);
   if (m.boxRows < 1 || m.boxRows > 256 || m.boxCols < 1 || m.boxCols > 256 || m.boxCols * bytes % 16 != 0)
     return fmt::format("{}: boxes of {} x {} (1..256 a side, rows of a multiple of 16 bytes)", what, m.boxRows, m.boxCols);
-  if (m.swizzle128 && m.boxCols * bytes != 128)
+  if (m.swizzle128 && m.boxCols * bytes != kSwizzle128RowBytes)
     return fmt::format("{}: the 128-byte swizzle needs box rows of 128 bytes, not {}", what, m.boxCols * bytes);
   return "";
 }
@@ -36,7 +38,7 @@ int64_t boxElements(const Kernel& k, const Stmt& s) {
 
 int64_t tmaDestinationAlignment(const Kernel& k, const Stmt& s) {
   const TensorMap& m = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
-  return (m.swizzle128 ? 1024 : 128) / dtypeBytes(k.params[static_cast<size_t>(m.param)].dtype);
+  return (m.swizzle128 ? kSwizzle128AtomBytes : 128) / dtypeBytes(k.params[static_cast<size_t>(m.param)].dtype);
 }
 
 std::string checkTmaLoad(const Kernel& k, const Stmt& s) {
@@ -78,8 +80,9 @@ std::string checkLaunch(const Kernel& k, const Target& target) {
     if (k.grid[0] % k.groups != 0 || k.grid[1] != 1 || k.grid[2] != 1 || k.block[1] != 1 || k.block[2] != 1)
       return fmt::format("{} groups a thread block in a grid of ({}, {}, {}) blocks of ({}, {}, {}) threads (groups divide a "
                          "one-dimensional grid)", k.groups, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2]);
-    if (k.block[0] % Target::kWarpSize != 0 || k.block[0] * k.groups > 1024)
-      return fmt::format("{} groups of {} threads a thread block (whole warps, at most 1024 threads)", k.groups, k.block[0]);
+    if (k.block[0] % Target::kWarpSize != 0 || k.block[0] * k.groups > target.maxThreadsPerBlock)
+      return fmt::format("{} groups of {} threads a thread block (whole warps, at most {} threads)", k.groups, k.block[0],
+                         target.maxThreadsPerBlock);
     if (k.cluster > 1 || k.sharedBytes() > 0 || usesGroupWideState(k.body))
       return "groups in a kernel with a cluster, static shared buffers, named barriers or block tickets (each would be the "
              "thread block's, not a group's)";

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "kiln/support/error.h"
+#include "kiln/support/target.h"
 
 namespace kiln::runtime {
 namespace fs = std::filesystem;
@@ -283,7 +284,7 @@ void Model::Impl::load() {
     if (k.sharedBytes > optin)
       userError("kiln runtime: kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}", k.name,
                 k.sharedBytes, name, optin);
-    if (k.sharedBytes > 48 * 1024)  // above 48 KiB a kernel must opt in to its dynamic shared memory
+    if (k.sharedBytes > Target::kSharedWithoutOptIn)  // above it a kernel must opt in to its dynamic shared memory
       KILN_CU(cuFuncSetAttribute, fmt::format(" for kernel '{}'", k.name), f,
               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.sharedBytes));
     funcs.push_back(f);

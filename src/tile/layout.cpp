@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/support/error.h"
+#include "kiln/support/shared_layout.h"
 
 namespace kiln::tile {
 namespace {
@@ -134,8 +135,11 @@ Idx sliceSlot(const TiledContraction::Operand& o, const Idx& kk, const Idx& rr, 
     case TiledContraction::SharedLayout::RowsF32: return rr * idxConst(tileK + kF32RowPad) + kk;
     case TiledContraction::SharedLayout::CoreMatrices:
       return floorDiv(rr, 8) * idxConst(8 * tileK) + floorDiv(kk, 8) * idxConst(64) + mod(rr, 8) * idxConst(8) + mod(kk, 8);
-    case TiledContraction::SharedLayout::Swizzled128:  // tile_k = 64: chunk kk / 8 of row rr at chunk (kk / 8) ^ (rr mod 8)
-      return rr * idxConst(64) + idxXor(floorDiv(kk, 8), mod(rr, 8)) * idxConst(8) + mod(kk, 8);
+    case TiledContraction::SharedLayout::Swizzled128: {  // tile_k = 64: chunk kk / 8 of row rr at chunk (kk / 8) ^ (rr mod 8)
+      constexpr Swizzle sw = kSwizzle128B.inElementsOf(2);  // 16-bit operands: rows of 64, chunks of 8
+      return rr * idxConst(sw.row()) + idxXor(floorDiv(kk, sw.chunk()), mod(rr, sw.period())) * idxConst(sw.chunk()) +
+             mod(kk, sw.chunk());
+    }
     default: return kk * idxConst(rows + 1) + rr;
   }
 }
@@ -193,12 +197,12 @@ bool computeBound(const Target& target, const TiledContraction& s, const Contrac
   const double m = static_cast<double>(c.m), n = static_cast<double>(c.n), k = static_cast<double>(c.k);
   const double flops = 2.0 * outer * stages * m * n * k;
   const double bytes = outer * (m * k + stages * n * k + m * n) * static_cast<double>(dtypeBytes(s.mmaType));
-  return flops / kTensorCorePeakFlops > bytes / (target.memoryBandwidthGBs * 1e9);
+  return flops / target.tensorCoreFlopsPerSecond > bytes / (target.memoryBandwidthGBs * 1e9);
 }
 
 namespace {
-// Shared memory per block when two share an SM (the driver reserves 1 KB per block).
-int64_t sharedForTwoBlocks(const Target& target) { return target.sharedPerSm / 2 - 1024; }
+// Shared memory per block when two share an SM.
+int64_t sharedForTwoBlocks(const Target& target) { return target.sharedPerSm / 2 - Target::kReservedSharedPerBlock; }
 }  // namespace
 
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k) {

@@ -26,6 +26,24 @@ TEST(Target, DefaultIsSm90a) {
   EXPECT_FALSE(targetFor("sm_80").tma);
 }
 
+TEST(Target, DefaultArchIsTheOneDefault) { EXPECT_EQ(defaultTarget().arch, kDefaultArch); }
+
+// The rates and sizes the Tile models read, per arch: the H200's measured tensor-core rate, the data sheets' elsewhere.
+TEST(Target, TensorCoreRateAndL2PerArch) {
+  EXPECT_EQ(targetFor("sm_90a").tensorCoreFlopsPerSecond, 767e12);
+  EXPECT_EQ(targetFor("sm_90").tensorCoreFlopsPerSecond, 767e12);
+  EXPECT_EQ(targetFor("sm_80").tensorCoreFlopsPerSecond, 312e12);
+  EXPECT_EQ(targetFor("sm_89").tensorCoreFlopsPerSecond, 362e12);
+  EXPECT_EQ(targetFor("sm_90a").l2Bytes, 50e6);
+  EXPECT_EQ(targetFor("sm_80").l2Bytes, 40e6);
+  EXPECT_EQ(targetFor("sm_89").l2Bytes, 48e6);
+  for (const Target& t : knownTargets()) {
+    EXPECT_GT(t.productCosts.streamingSliceSeconds, 0) << t.arch;
+    EXPECT_GT(t.productCosts.mmaSyncPeakFraction, 0) << t.arch;
+    EXPECT_LE(t.productCosts.wgmmaPeakFraction, 1) << t.arch;
+  }
+}
+
 TEST(Target, UnknownArchIsAUserErrorNamingTheKnownOnes) {
   for (std::string bad : {"sm_75", "sm_90 -o x; touch INJECTED; #", "", "SM_90A", "sm_90a "}) {
     try {

@@ -28,7 +28,7 @@ nlohmann::json toJson(const Module& m);
 void verify(const Module& m);
 
 struct ArtifactOptions {
-  std::string arch = "sm_90a";
+  std::string arch = kDefaultArch;  // a Target (kiln/support/target.h)
   bool compile = true;  // run nvcc to produce cubins
 };
 

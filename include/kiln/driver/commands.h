@@ -19,7 +19,7 @@ struct CompileCommand {
   bool json = false;
   std::string emit;                 // --emit cuda
   std::string output;               // -o FILE (--ir) or DIR (--emit)
-  std::string arch = "sm_90a";       // --arch: a Target (kiln/support/target.h)
+  std::string arch = kDefaultArch;   // --arch: a Target (kiln/support/target.h)
   bool noCompile = false;           // --no-nvcc: write .cu and manifest without cubins
   bool explainFusion = false;       // --explain-fusion: print the Loop-IR fusion report
   bool explainSchedule = false;     // --explain-schedule: each kernel's schedule and why (tile::explainSchedules)
@@ -35,7 +35,7 @@ struct RunCommand {
   bool check = false;
   bool interpret = false;
   uint64_t seed = 0;
-  std::string arch = "sm_90a";       // --arch: a Target (kiln/support/target.h)
+  std::string arch = kDefaultArch;   // --arch: a Target (kiln/support/target.h)
   int benchIters = 0;               // --bench N: time N forward passes on the GPU
   bool benchGraph = false;          // --graph: given explicitly (graph replay is the default)
   bool benchNoGraph = false;        // --no-graph: time the kernels launched one by one instead of graph replays

@@ -99,14 +99,11 @@ constexpr int64_t kRegistersBesideAccumulators = 32;
 // Whether a wgmma product's registers (accumulators plus kRegistersBesideAccumulators, allocated 8 at a time) leave no
 // room for a second block on an SM: 128 x 256 tiles hold 128 accumulators per thread.
 bool oneBlockPerSm(const Target& target, const TiledContraction& s, const Contraction& c);
-// The dense bf16 / f16 tensor-core rate the tile models count with: a bf16 matrix product measured on the H200
-// (REFERENCE.md).
-constexpr double kTensorCorePeakFlops = 767e12;
-// Whether a product's flops take the tensor cores (at kTensorCorePeakFlops) longer than its operands and output, each
-// once, take the Target's memory (at memoryBandwidthGBs).
+// Whether a product's flops take the Target's tensor cores (at tensorCoreFlopsPerSecond) longer than its operands and
+// output, each once, take its memory (at memoryBandwidthGBs).
 bool computeBound(const Target& target, const TiledContraction& s, const Contraction& c);
 // Whether each SM runs at most one of the product's blocks at a time: one wave of blocks, or registers (oneBlockPerSm)
-// or shared memory (1 KB reserved per block) for one block only.
+// or shared memory (Target::kReservedSharedPerBlock reserved per block) for one block only.
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k);
 // Slices of the reduction a block walks, at least, for tile-specialize-warps' producer warp to pay on a compute-bound
 // product alone on its SM (fewer measured slower; passes/tile/specialize_warps.cpp). tile-shape-products' model counts it.
