@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kiln/kernel/lower.h"
+#include "kiln/loop/attention.h"
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/layout.h"
 
@@ -23,6 +24,7 @@ constexpr int kLinearVar = 2;     // the flat output (or reduction) position
 constexpr int kFirstLoopVar = 3;  // Loop-IR variables are shifted past the reserved ones
 
 Idx rowMajor(const std::vector<Idx>& index, const Shape& shape, const VarExtents& ext);
+std::string flashGroupSuffix(int64_t rowGroup);  // flash attention's register names: "" for row group 0, "_g1" ...
 
 class KernelBuilder {
  public:
@@ -37,7 +39,9 @@ class KernelBuilder {
   void rowReduction(const tile::RowReduction& r);
   void tiledContraction(const tile::TiledContraction& s);
   void flashAttention(const tile::FlashAttention& f);  // lower_attention.cpp
-  // What flash attention's step parts and its end share (lower_attention.cpp builds it, lower_attention_step.cpp reads it).
+  // What flash attention's phases share: lower_attention.cpp sets it up (sizes, shared slices, the block's
+  // coordinates, the thread's registers), lower_attention_loop.cpp copies and walks the key steps, and
+  // lower_attention_step.cpp builds a step's parts and the end from it.
   struct Flash {
     // A score or output element of the thread: register, which of its two rows, column (the key within the step, the
     // value column) and, on CUDA cores, the 4-column chunk of v whose existence guards an output (null: always there).
@@ -46,71 +50,108 @@ class KernelBuilder {
       Idx col, chunk;
       std::string name;
     };
-    const tile::FlashAttention* f;
-    const loop::OnlineSoftmax* a;
-    tile::FlashSlices sl;
-    loop::Axis query;
-    loop::Axis width;
-    int64_t D;
-    int64_t E;
-    int64_t BQ;
-    int64_t BKV;
-    int64_t Lq;
-    int64_t Lk;
-    int64_t KS;
-    int64_t rowGroups;
-    int64_t keysPerWarp;
-    int64_t nTiles;
-    int64_t eTiles;
-    int64_t kSteps;
-    int64_t keysPerThread;
-    int64_t valueChunks;
-    int64_t chunks;
-    DType T;
-    bool cuda;
-    int qs;
-    int ks;
-    int vs;
-    int ps;
-    int comb;
-    Idx q0;
+    const tile::FlashAttention* schedule = nullptr;
+    const loop::OnlineSoftmax* softmax = nullptr;
+    loop::AttentionOperands operands;  // q, k and v as loaded
+    tile::FlashSlices slices;
+    loop::Axis queryAxis;
+    loop::Axis widthAxis;
+    loop::Axis depthAxis;
+    int64_t depth = 0;        // q's and k's rows (the dot product's extent)
+    int64_t width = 0;        // v's rows, the output's
+    int64_t queryBlock = 0;   // query rows a block holds (block_q)
+    int64_t keyBlock = 0;     // keys a step walks (block_kv)
+    int64_t queries = 0;      // the query axis' extent
+    int64_t keys = 0;         // the key axis' extent
+    int64_t steps = 0;        // key steps of the whole key axis
+    int64_t threads = 0;      // of the block
+    int64_t queryBlocks = 0;  // per row (tile::flashQueryBlocks)
+    int64_t ringDepth = 0;    // the k and v rings' slots (FlashAttention::ring)
+    int64_t keySplit = 0;     // warps sharing a row group's keys (FlashAttention::keySplit)
+    int64_t rowGroups = 0;    // warps along the block's rows
+    int64_t keysPerWarp = 0;
+    int64_t keyTiles = 0;     // tensor cores: 8-key tiles of a warp's keys
+    int64_t widthTiles = 0;   // ... 8-column tiles of the output
+    int64_t depthSteps = 0;   // ... 16-deep steps of the scores' product
+    int64_t keysPerThread = 0;    // CUDA cores: keys tx + 16 c, c < keysPerThread
+    int64_t valueChunks = 0;      // ... 4-column chunks of v
+    int64_t chunksPerThread = 0;  // ... value chunks tx + 16 n, n < chunksPerThread
+    DType operandType = DType::BF16;
+    bool onCudaCores = false;  // tile::flashOnCudaCores
+    bool wgmmaReads = false;   // shared slices a wgmma reads: fence.proxy.async after copies
+    int qSlice = -1;           // shared buffers: q's block, the k and v rings, CUDA cores' probabilities, the key split's
+    int kRing = -1;            // hand-over (-1 where absent)
+    int vRing = -1;
+    int pSlice = -1;
+    int combineSlice = -1;
+    // The block's coordinates (lower_attention.cpp's flashCoordinates): the packed-pairs item and the items there are,
+    // the position in the row's order, the pairing loop's variable; the first query row, the copying thread, the lane.
+    Idx packedItem;
+    int64_t items = 0;
+    Idx position;
+    int halfVar = -1;
+    Idx firstQuery;
+    Idx copyThread;
     Idx lane;
-    Idx rg;
-    Idx kh;
+    Idx rowGroup;   // tensor cores: the warp's row group, its share of every step's keys and the share's first key
+    Idx keyShare;
     Idx keyBase;
-    Idx tx;
+    Idx quadLane;    // tensor cores: tq = lane mod 4 (columns 2 tq, 2 tq + 1 of every 8-column tile)
+    Idx columnLane;  // CUDA cores: tx (keys tx + 16 c, value chunks tx + 16 n)
+    Idx firstStep;   // the steps of keys the block's rows may see: [firstStep, endStep)
+    Idx endStep;
     std::vector<Idx> rowLocal;  // the thread's rows in the block: 2 per row group (tensor cores), 2 (CUDA cores)
-    std::vector<int> m;         // per row of rowLocal: running maximum, sum, the new maximum, the rescale factor
-    std::vector<int> l;
-    std::vector<int> mSafe;
-    std::vector<int> alpha;
+    std::vector<int> runningMax;  // per row of rowLocal: running maximum, sum, the new maximum, the rescale factor
+    std::vector<int> runningSum;
+    std::vector<int> safeMax;
+    std::vector<int> rescale;
     std::vector<Element> scores;
     std::vector<Element> outputs;
-    std::vector<std::array<int, 4>> o;  // tensor cores: row group gr's 8-column tile j at gr * eTiles + j
-    std::vector<std::array<int, 4>> s;  // ... its 8-key tile j at gr * nTiles + j
-    int64_t groups;                     // the warp's row groups of 16 (FlashAttention::warpRows / 16)
-    bool qResident;                     // q's fragments loaded once (tile::flashQueriesResident) or at every step
-    std::vector<std::vector<int>> qRegs;  // resident: row group gr's depth step kk at gr * kSteps + kk; else one per group
-    std::vector<std::vector<int>> qVec;
-    std::vector<std::vector<int>> kVec;
-    std::vector<std::vector<int>> pVec;
-    std::vector<int> kRegs;
-    std::vector<int> pRegs;  // 4 per row group
-    std::vector<int> vRegs;
-    int tmp;
+    std::vector<std::array<int, 4>> outputTiles;  // tensor cores: row group gr's 8-column tile j at gr * widthTiles + j
+    std::vector<std::array<int, 4>> scoreTiles;   // ... its 8-key tile j at gr * keyTiles + j
+    int64_t groupsPerWarp = 1;  // the warp's row groups of 16 (FlashAttention::warpRows / 16)
+    bool qResident = false;     // q's fragments loaded once (tile::flashQueriesResident) or at every step
+    // resident: row group gr's depth step kk at gr * depthSteps + kk; else one per group
+    std::vector<std::vector<int>> queryFragments;
+    std::vector<std::vector<int>> queryVectors;        // CUDA cores: 16-byte vectors of q, k, p per row (key)
+    std::vector<std::vector<int>> keyVectors;
+    std::vector<std::vector<int>> probabilityVectors;
+    std::vector<int> keyFragments;
+    std::vector<int> probabilityPairs;  // 4 per row group
+    std::vector<int> valueRegisters;
+    int shuffleSlot = -1;  // a shuffled value
     std::vector<int> rowLanes;
     // The score's positive constant factor c (score = c · raw where the mask keeps the key; 1 when the score has none):
     // the score registers hold raw values, maxima are of raw values, and every exponential is 2^((raw - max) · c·log2 e),
     // one multiply-add and one ex2 an element (exp(s - m) would be a subtraction, a multiplication by log2 e and the ex2,
     // besides the scaling of s).
-    float scale;
+    float scale = 1.f;
     loop::ExprP rawScore;  // the unmasked score over c
     // FlashAttention::rowSumsByMma: row group gr's sum accumulators (the C fragment of an 8-column tile: c0, c1 row g,
     // c2, c3 row g + 8, each the whole row's sum) and the pair register of two bf16/f16 ones; empty and -1 otherwise.
-    std::vector<std::array<int, 4>> lsum;
-    int ones;
+    std::vector<std::array<int, 4>> sumTiles;
+    int onesPair = -1;
     float exp2Factor() const;  // c · log2 e
   };
+  // Flash attention's phases, in order (lower_attention.cpp): sizes and shared slices; the block's coordinates and the
+  // thread's rows; the key steps' bounds; the thread's registers.
+  Flash flashSetUp(const tile::FlashAttention& f);
+  void flashCoordinates(Flash& x, Block& top, Block& body);
+  void flashKeyRange(Flash& x, Block& body);
+  void flashRegisters(Flash& x, Block& body);
+  void flashCudaCoreRegisters(Flash& x, Block& body);  // (flashRegisters' parts on CUDA cores, on tensor cores)
+  void flashFragmentRegisters(Flash& x);
+  // The copies and the step loop (lower_attention_loop.cpp): cp.async of `rows` rows of an operand into a shared slice,
+  // k's and v's rows of a step into a ring slot, the prologue, and the loop over the key steps (scores a step ahead, or
+  // the ring's steps).
+  void flashCopyRows(const Flash& x, Block& out, int buf, const Idx& at, const loop::Expr& load, int rowVar, int64_t limit,
+                     const Idx& rowStart, int64_t rows, int colVar, int64_t cols, int64_t stride, bool swizzled);
+  void flashCopyKeys(const Flash& x, Block& out, const Idx& step, const Idx& slot);
+  void flashCopyValues(const Flash& x, Block& out, const Idx& step, const Idx& slot);
+  void flashPrologue(const Flash& x, Block& body);
+  void flashLoadQueries(const Flash& x, Block& out);
+  void flashStepsAhead(const Flash& x, const Idx& step, int stepVar, Block& body);
+  void flashRingSteps(const Flash& x, const Idx& step, int stepVar, Block& body);
   // One key step's parts, in order, and the end after the loop (lower_attention_step.cpp).
   // S = q · kᵀ of the keys in ring slot `ring` into `tiles` (tensor cores: tiles as Flash::s; CUDA cores: the score
   // elements' registers).

@@ -41,8 +41,9 @@
 // sums over the 16 lanes by shuffles; the probabilities go through a shared [block_q][block_kv + 4] slice (a barrier),
 // read back 4 keys at a time, each multiplied with the 16-byte vectors of v's columns 4 (tx + 16 n) .. + 3.
 //
-// This file sets the kernel up (buffers, coordinates, registers, copies) and assembles the step loop; the step's parts
-// (S, the scores, the online softmax, P·V) and the end (key-split combine, the output) are in lower_attention_step.cpp.
+// This file sets the kernel up (sizes, buffers, coordinates, registers) and runs the phases in order; the copies and the
+// step loop are in lower_attention_loop.cpp, the step's parts (S, the scores, the online softmax, P·V) and the end
+// (key-split combine, the output) in lower_attention_step.cpp.
 #include <fmt/format.h>
 
 #include <array>
@@ -70,412 +71,274 @@ Idx packedItem(const Idx& v, int64_t S, int64_t N) {
   return first + g * (second + idxMul(first, -1));
 }
 
-// The statements of two independent blocks (neither reads what the other writes) in one, b's spread evenly among a's,
-// each in its own order: nvcc schedules within a basic block from the order it is given, and a warp issues in order, so
-// b's tensor-core work then issues between a's dependent steps rather than after them.
-Block interleaved(Block a, Block b) {
-  Block out;
-  size_t taken = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    out.push_back(std::move(a[i]));
-    for (const size_t due = (i + 1) * b.size() / a.size(); taken < due; ++taken) out.push_back(std::move(b[taken]));
-  }
-  for (; taken < b.size(); ++taken) out.push_back(std::move(b[taken]));
-  return out;
-}
 }  // namespace
 
-void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
-  const loop::OnlineSoftmax& a = *lk_.attention;
+// Register names: row group 0's as with one group; the second's end in _g1.
+std::string flashGroupSuffix(int64_t gr) { return gr == 0 ? std::string() : fmt::format("_g{}", gr); }
+
+KernelBuilder::Flash KernelBuilder::flashSetUp(const tile::FlashAttention& f) {
+  Flash x;
+  x.schedule = &f;
+  x.softmax = &*lk_.attention;
   const auto ops = loop::flashAttentionOperands(tp_.loop, lk_);
   KILN_ASSERT(ops, "kernel {}: flash_attention on operands it cannot copy", lk_.name);
-  const tile::FlashSlices sl = tile::flashSlices(f, lk_);
-  const loop::Axis& query = lk_.parallel[static_cast<size_t>(f.queryAxis)];
-  const loop::Axis& width = lk_.parallel[static_cast<size_t>(lk_.rowAxes)];
-  const loop::Axis& depth = a.dot.axes[0];
-  const int64_t D = ops->depth, E = ops->width, BQ = f.blockQ, BKV = f.blockKV, Lq = query.extent, Lk = a.key.extent;
-  const int64_t threads = tile::threadsPerBlock(f), qBlocks = tile::flashQueryBlocks(f, lk_), steps = (Lk + BKV - 1) / BKV;
-  const DType T = f.mmaType;
-  const bool cuda = tile::flashOnCudaCores(f);
-  k_.block = {threads, 1, 1};
+  x.operands = *ops;
+  x.slices = tile::flashSlices(f, lk_);
+  x.queryAxis = lk_.parallel[static_cast<size_t>(f.queryAxis)];
+  x.widthAxis = lk_.parallel[static_cast<size_t>(lk_.rowAxes)];
+  x.depthAxis = x.softmax->dot.axes[0];
+  x.depth = ops->depth;
+  x.width = ops->width;
+  x.queryBlock = f.blockQ;
+  x.keyBlock = f.blockKV;
+  x.queries = x.queryAxis.extent;
+  x.keys = x.softmax->key.extent;
+  x.threads = tile::threadsPerBlock(f);
+  x.queryBlocks = tile::flashQueryBlocks(f, lk_);
+  x.steps = (x.keys + x.keyBlock - 1) / x.keyBlock;
+  x.operandType = f.mmaType;
+  x.onCudaCores = tile::flashOnCudaCores(f);
+  k_.block = {x.threads, 1, 1};
   k_.grid = {tile::gridBlocks(f, lk_), 1, 1};
-  extents_[kThreadIdx] = threads;
+  extents_[kThreadIdx] = x.threads;
   extents_[kBlockIdx] = k_.grid[0];
-  auto sharedBuf = [&](const char* name, int64_t elements) {
-    k_.shared.push_back(SharedBuffer{name, elements, T, true});
+  auto sharedBuf = [&](const char* name, int64_t elements, DType type) {
+    k_.shared.push_back(SharedBuffer{name, elements, type, true});
     return static_cast<int>(k_.shared.size()) - 1;
   };
-  const int64_t R = f.ring;
-  const bool wgmmaReads = f.scoresByWgmma || f.valuesByWgmma;  // shared slices a wgmma reads: fence.proxy.async after copies
-  const int qs = sharedBuf("qs", sl.q), ks = sharedBuf("ks", R * sl.k), vs = sharedBuf("vs", R * sl.v);
-  // G row groups of 16 per warp; rowGroups warps along the block's rows (each with KS warps sharing its rows).
-  const int64_t G = cuda ? 1 : f.warpRows / 16, KS = f.keySplit, rowGroups = BQ / (16 * G), keysPerWarp = BKV / KS;
-  const bool qResident = cuda || tile::flashQueriesResident(f, D);
-  int ps = -1;  // CUDA cores: a step's probabilities
-  if (cuda) {
-    k_.shared.push_back(SharedBuffer{"ps", sl.p, DType::F32, true});
-    ps = static_cast<int>(k_.shared.size()) - 1;
-  }
-  int comb = -1;
-  if (KS > 1) {
-    k_.shared.push_back(SharedBuffer{"comb", sl.combine, DType::F32, true});
-    comb = static_cast<int>(k_.shared.size()) - 1;
-  }
+  x.ringDepth = f.ring;
+  x.wgmmaReads = f.scoresByWgmma || f.valuesByWgmma;
+  x.qSlice = sharedBuf("qs", x.slices.q, x.operandType);
+  x.kRing = sharedBuf("ks", x.ringDepth * x.slices.k, x.operandType);
+  x.vRing = sharedBuf("vs", x.ringDepth * x.slices.v, x.operandType);
+  // groupsPerWarp row groups of 16 per warp; rowGroups warps along the block's rows (each with keySplit warps sharing
+  // its rows).
+  x.groupsPerWarp = x.onCudaCores ? 1 : f.warpRows / 16;
+  x.keySplit = f.keySplit;
+  x.rowGroups = x.queryBlock / (16 * x.groupsPerWarp);
+  x.keysPerWarp = x.keyBlock / x.keySplit;
+  x.qResident = x.onCudaCores || tile::flashQueriesResident(f, x.depth);
+  if (x.onCudaCores) x.pSlice = sharedBuf("ps", x.slices.p, DType::F32);  // a step's probabilities
+  if (x.keySplit > 1) x.combineSlice = sharedBuf("comb", x.slices.combine, DType::F32);
   k_.dynamicSharedBytes = k_.dynamicBuffersBytes();
+  x.keyTiles = x.keysPerWarp / kMmaN;
+  x.widthTiles = x.width / kMmaN;
+  x.depthSteps = x.depth / kMmaK;
+  x.keysPerThread = x.keyBlock / 16;
+  x.valueChunks = x.width / 4;
+  x.chunksPerThread = (x.valueChunks + 15) / 16;
+  return x;
+}
 
-  // Block coordinates: the query block, last blocks first (under a causal mask they see the most keys), then the other
-  // row axes. Paired (pairBlocks): block b of a row's P = ceil(QB / 2) takes query block QB - 1 - b, then b (the middle
-  // one once when QB is odd), in a loop whose body is everything below.
-  Block& top = k_.body;
+// Block coordinates: the query block, last blocks first (under a causal mask they see the most keys), then the other
+// row axes. Paired (pairBlocks): block b of a row's P = ceil(QB / 2) takes query block QB - 1 - b, then b (the middle
+// one once when QB is odd), in a loop whose body is everything below. Then the thread's coordinates and rows.
+void KernelBuilder::flashCoordinates(Flash& x, Block& top, Block& body) {
+  const tile::FlashAttention& f = *x.schedule;
+  const int64_t queryBlocks = x.queryBlocks, queryBlock = x.queryBlock;
   // signed: the expressions below subtract (a grid of one block names no block: nvcc refuses unused variables)
   Idx bid = k_.grid[0] > 1 ? defVar(top, "bid", blockIdx(), k_.grid[0]) : idxConst(0);
-  const int64_t perRow = f.pairBlocks ? (qBlocks + 1) / 2 : qBlocks;
+  const int64_t perRow = f.pairBlocks ? (queryBlocks + 1) / 2 : queryBlocks;
   std::vector<loop::Axis> outer;
   for (int d = 0; d < lk_.rowAxes; ++d)
     if (d != f.queryAxis) outer.push_back(lk_.parallel[static_cast<size_t>(d)]);
-  const int64_t rowCount = lk_.rowPoints() / Lq;
+  const int64_t rowCount = lk_.rowPoints() / x.queries;
   // packedPairs: the kernel's block b is group b mod 2 of thread block b div 2 and takes item `item` of the query blocks
   // listed heaviest first (row item mod R, position item div R of QB - 1, .., 0), none where item is N (see
   // FlashAttention::packedPairs and packedItem).
-  const int64_t items = rowCount * qBlocks;
-  Idx item;
+  x.items = rowCount * queryBlocks;
   if (f.packedPairs > 0) {
     k_.groups = 2;
-    item = defVar(top, "item", packedItem(bid, f.packedPairs, items), items + 1);
-    bid = defVar(top, "it", idxMin(item, idxConst(items - 1)), items);  // in range where `item` names none (guarded below)
+    x.packedItem = defVar(top, "item", packedItem(bid, f.packedPairs, x.items), x.items + 1);
+    bid = defVar(top, "it", idxMin(x.packedItem, idxConst(x.items - 1)), x.items);  // in range where `item` names none (guarded below)
   }
   // rowsInner: block b takes row b mod R and position pb = b div R of the order QB - 1, .., QB - H, 0, .., QB - H - 1
   // (FlashAttention::rowsInner); otherwise row b div QB, position b mod QB of QB - 1, .., 0.
   const bool inner = f.rowsInner || f.packedPairs > 0;
   unflatten(outer, inner ? mod(bid, rowCount) : floorDiv(bid, perRow), rowCount, top);
-  Idx pb = defVar(top, "pb", inner ? floorDiv(bid, rowCount) : mod(bid, perRow), perRow);
+  const Idx pb = x.position = defVar(top, "pb", inner ? floorDiv(bid, rowCount) : mod(bid, perRow), perRow);
   for (size_t d = static_cast<size_t>(lk_.rowAxes) + 1; d < lk_.parallel.size(); ++d) {  // extent-1 axes after the width
     top.push_back(defIdx(lk_.parallel[d].var + kFirstLoopVar, lk_.parallel[d].name, idxConst(0)));
     extents_[lk_.parallel[d].var + kFirstLoopVar] = 1;
   }
-  Block body;
-  const int halfVar = freshKernelVar();
-  extents_[halfVar] = 2;
-  const Idx half = idxVar(halfVar, "half");
-  const int64_t heavy = (qBlocks + 1) / 2;  // rowsInner: positions pb >= heavy (light = 1) take query block pb - heavy
-  Idx qb = f.pairBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) + half * idxAdd(idxMul(pb, 2), 1 - qBlocks), qBlocks)
-           : f.rowsInner ? defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1) +
-                                                  floorDiv(pb, heavy) * idxAdd(idxMul(pb, 2), 1 - heavy - qBlocks), qBlocks)
-                         : defVar(body, "qb", idxAdd(idxMul(pb, -1), qBlocks - 1), qBlocks);
-  const Idx q0 = simplify(qb * idxConst(BQ), extents_);
-  Idx ct = defVar(top, "ct", threadIdx(), threads);
-  Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), threads / Target::kWarpSize);
-  Idx lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
-  Idx g, tq, rg, kh, keyBase, tx, ty;
+  x.halfVar = freshKernelVar();
+  extents_[x.halfVar] = 2;
+  const Idx half = idxVar(x.halfVar, "half");
+  const int64_t heavy = (queryBlocks + 1) / 2;  // rowsInner: positions pb >= heavy (light = 1) take query block pb - heavy
+  Idx qb = f.pairBlocks ? defVar(body, "qb", idxAdd(idxMul(pb, -1), queryBlocks - 1) + half * idxAdd(idxMul(pb, 2), 1 - queryBlocks), queryBlocks)
+           : f.rowsInner ? defVar(body, "qb", idxAdd(idxMul(pb, -1), queryBlocks - 1) +
+                                                  floorDiv(pb, heavy) * idxAdd(idxMul(pb, 2), 1 - heavy - queryBlocks), queryBlocks)
+                         : defVar(body, "qb", idxAdd(idxMul(pb, -1), queryBlocks - 1), queryBlocks);
+  x.firstQuery = simplify(qb * idxConst(queryBlock), extents_);
+  x.copyThread = defVar(top, "ct", threadIdx(), x.threads);
+  Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), x.threads / Target::kWarpSize);
+  x.lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
   // The thread's rows in the block: mma 16 (G rg + gr) + g (+ 8) for its row groups gr; CUDA cores ty (+ block_q / 2).
-  std::vector<Idx> rowLocal;
-  if (cuda) {
+  if (x.onCudaCores) {
     // Lane bits 0, 2, 3, 4 make tx, bit 1 ty: lanes l and l ^ 1 read the same q (and p) row, l and l ^ 2 the same k row
     // and v columns, so each 16-byte shared load returns in two passes rather than four (lower_contraction_ffma.cpp).
-    tx = defVar(top, "tx", mod(lane, 2) + floorDiv(lane, 4) * idxConst(2), 16);
-    ty = defVar(top, "ty", warp * idxConst(2) + mod(floorDiv(lane, 2), 2), BQ / 2);
-    rowLocal = {ty, simplify(idxAdd(ty, BQ / 2), extents_)};
-  } else {
-    g = defVar(top, "g", floorDiv(lane, 4), 8);
-    tq = defVar(top, "tq", mod(lane, 4), 4);
-    // Warp w holds rows 16 G (w mod rowGroups) .. + 16 G - 1 of the block and keys kh * keysPerWarp .. of every step.
-    rg = defVar(top, "rg", mod(warp, rowGroups), rowGroups);
-    kh = defVar(top, "kh", floorDiv(warp, rowGroups), KS);
-    keyBase = simplify(kh * idxConst(keysPerWarp), extents_);
-    for (int64_t gr = 0; gr < G; ++gr) {
-      const Idx base = simplify(rg * idxConst(16 * G) + idxConst(16 * gr), extents_);
-      rowLocal.push_back(simplify(base + g, extents_));
-      rowLocal.push_back(simplify(base + g + idxConst(8), extents_));
-    }
+    x.columnLane = defVar(top, "tx", mod(x.lane, 2) + floorDiv(x.lane, 4) * idxConst(2), 16);
+    Idx ty = defVar(top, "ty", warp * idxConst(2) + mod(floorDiv(x.lane, 2), 2), queryBlock / 2);
+    x.rowLocal = {ty, simplify(idxAdd(ty, queryBlock / 2), extents_)};
+    return;
   }
+  Idx g = defVar(top, "g", floorDiv(x.lane, 4), 8);
+  x.quadLane = defVar(top, "tq", mod(x.lane, 4), 4);
+  // Warp w holds rows 16 G (w mod rowGroups) .. + 16 G - 1 of the block and keys kh * keysPerWarp .. of every step.
+  x.rowGroup = defVar(top, "rg", mod(warp, x.rowGroups), x.rowGroups);
+  x.keyShare = defVar(top, "kh", floorDiv(warp, x.rowGroups), x.keySplit);
+  x.keyBase = simplify(x.keyShare * idxConst(x.keysPerWarp), extents_);
+  for (int64_t gr = 0; gr < x.groupsPerWarp; ++gr) {
+    const Idx base = simplify(x.rowGroup * idxConst(16 * x.groupsPerWarp) + idxConst(16 * gr), extents_);
+    x.rowLocal.push_back(simplify(base + g, extents_));
+    x.rowLocal.push_back(simplify(base + g + idxConst(8), extents_));
+  }
+}
 
-  // The steps of keys the block's rows may see.
-  Idx first = idxConst(0), end = idxConst(steps);
-  if (f.keyFrom) first = floorDiv(idxMax(idxConst(0), idxAdd(q0, *f.keyFrom)), BKV);
+// The steps of keys the block's rows may see.
+void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
+  const tile::FlashAttention& f = *x.schedule;
+  Idx first = idxConst(0), end = idxConst(x.steps);
+  if (f.keyFrom) first = floorDiv(idxMax(idxConst(0), idxAdd(x.firstQuery, *f.keyFrom)), x.keyBlock);
   if (f.keyTo) {
-    Idx lastRow = idxMin(idxAdd(q0, BQ - 1), idxConst(Lq - 1));
-    end = floorDiv(idxAdd(idxMin(idxConst(Lk), idxAdd(lastRow, *f.keyTo)), BKV - 1), BKV);
+    Idx lastRow = idxMin(idxAdd(x.firstQuery, x.queryBlock - 1), idxConst(x.queries - 1));
+    end = floorDiv(idxAdd(idxMin(idxConst(x.keys), idxAdd(lastRow, *f.keyTo)), x.keyBlock - 1), x.keyBlock);
   }
-  Idx sBegin = defVar(body, "s_begin", first, steps + 1), sEnd = defVar(body, "s_end", end, steps + 1);
+  x.firstStep = defVar(body, "s_begin", first, x.steps + 1);
+  x.endStep = defVar(body, "s_end", end, x.steps + 1);
+}
 
-  // cp.async of `rows` rows (from rowStart, rows past `limit` zero-filled) of operand `load` into buf at `at`: rows of
-  // `cols` elements along colVar, `stride` apart. Thread ct copies 16-byte chunks ct, ct + threads, ...
-  // With `swizzled` (operands a wgmma reads: q and k for the scores, v for P·V; cols a multiple of 64) the slice is, per
-  // block of 64 columns h, rows of 64 elements under the 128-byte swizzle instead: element (r, c) at h * rows * 64 +
-  // r * 64 + ((c mod 64) / 8 ^ r mod 8) * 8 + c mod 8, and chunk e is block e div (8 rows), row (e div 8) mod rows,
-  // chunk e mod 8 of the row's 64 columns: a warp fills 4 whole rows (no bank conflicts), and wgmma reads it without the
-  // conflicts of 8 x 8 core matrices laid side by side (30 % slower P·V on the H200, 18ce6e8).
-  auto copyRows = [&](Block& out, int buf, const Idx& at, const loop::Expr& load, int rowVar, int64_t limit, const Idx& rowStart,
-                      int64_t rows, int colVar, int64_t cols, int64_t stride, bool swizzled = false) {
-    const int64_t perCopy = Target::kVectorBytes / dtypeBytes(T);  // elements of one 16-byte copy
-    const int64_t per = cols / perCopy, chunks = rows * per, bytes = Target::kVectorBytes;
-    extents_[rowVar + kFirstLoopVar] = limit;
-    extents_[colVar + kFirstLoopVar] = cols;
-    const Idx source = flatIndex(load);
-    // Copies start at a multiple of `rows` below `limit`: when `rows` divides `limit`, no row passes it (no clamp, whole
-    // copies).
-    const bool whole = limit % rows == 0;
-    auto chunk = [&](const Idx& e) {
-      Idx r = simplify(swizzled ? mod(floorDiv(e, 8), rows) : floorDiv(e, per), extents_);
-      Idx c = simplify(swizzled ? floorDiv(e, 8 * rows) * idxConst(64) + mod(e, 8) * idxConst(8) : mod(e, per) * idxConst(perCopy),
-                       extents_);
-      Idx to = simplify(swizzled ? at + floorDiv(e, 8 * rows) * idxConst(rows * 64) + r * idxConst(64) +
-                                       idxXor(mod(e, 8), mod(r, 8)) * idxConst(8)
-                                 : at + r * idxConst(stride) + c, extents_);
-      Idx row = simplify(rowStart + r, extents_);
-      Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
-                            return v == rowVar + kFirstLoopVar ? (whole ? row : idxMin(row, idxConst(limit - 1)))
-                                   : v == colVar + kFirstLoopVar ? c : nullptr;
-                          }), extents_);
-      Idx valid = whole ? idxConst(bytes)
-                        : simplify(idxMin(idxMax(idxMul(idxAdd(idxMul(row, -1), limit), bytes), idxConst(0)), idxConst(bytes)), extents_);
-      return cpAsync(buf, to, param(load.buffer, false), from, static_cast<int>(bytes), valid);
-    };
-    if (chunks % threads == 0) {
-      for (int64_t i = 0; i < chunks / threads; ++i) out.push_back(chunk(ct + idxConst(i * threads)));
-      return;
-    }
-    int e = freshKernelVar();
-    extents_[e] = chunks;
-    out.push_back(forLoop(e, "e", ct, idxConst(chunks), threads, Block{chunk(idxVar(e, "e"))}));
-  };
-  auto copyK = [&](Block& out, const Idx& step, const Idx& slot) {
-    copyRows(out, ks, simplify(slot * idxConst(sl.k), extents_), *ops->k, a.key.var, Lk, simplify(step * idxConst(BKV), extents_),
-             BKV, depth.var, D, sl.depthStride, f.scoresByWgmma);
-  };
-  auto copyV = [&](Block& out, const Idx& step, const Idx& slot) {
-    copyRows(out, vs, simplify(slot * idxConst(sl.v), extents_), *ops->v, a.key.var, Lk, simplify(step * idxConst(BKV), extents_),
-             BKV, width.var, E, sl.widthStride, f.valuesByWgmma);
-  };
-  auto copyKeys = [&](Block& out, const Idx& step, const Idx& slot) {
-    copyK(out, step, slot);
-    copyV(out, step, slot);
-  };
-  // Prologue: q with the first step, then the next ring - 2 steps (those that exist), one commit group each. (Scores a
-  // step ahead: q with the first step's k only; the rest below.)
-  copyRows(body, qs, idxConst(0), *ops->q, query.var, Lq, q0, BQ, depth.var, D, sl.depthStride, f.scoresByWgmma);
-  if (f.scoresAhead) copyK(body, sBegin, idxConst(0));
-  else copyKeys(body, sBegin, idxConst(0));
-  body.push_back(cpAsyncCommit());
-  for (int64_t i = 1; i + 1 < R && !f.scoresAhead; ++i) {
-    Block ahead;
-    copyKeys(ahead, idxAdd(sBegin, i), idxConst(i));
-    body.push_back(ifLess(idxAdd(sBegin, i), sEnd, std::move(ahead)));
-    body.push_back(cpAsyncCommit());
-  }
-
-  // Per-thread state: running maximum and sum of its two rows, output accumulators, score accumulators, q fragments.
-  const int64_t nTiles = keysPerWarp / kMmaN, eTiles = E / kMmaN, kSteps = D / kMmaK;
-  const int rows = static_cast<int>(rowLocal.size());
-  std::vector<int> m(rows), l(rows), mSafe(rows), alpha(rows);
+// Per-thread state: running maximum and sum of its rows, output accumulators, score accumulators, q fragments.
+void KernelBuilder::flashRegisters(Flash& x, Block& body) {
+  const tile::FlashAttention& f = *x.schedule;
+  const int64_t groups = x.groupsPerWarp, keyTiles = x.keyTiles, widthTiles = x.widthTiles, depthSteps = x.depthSteps;
+  const int rows = static_cast<int>(x.rowLocal.size());
   for (int r = 0; r < rows; ++r) {
-    m[r] = slot(fmt::format("m{}", r));
-    l[r] = slot(fmt::format("l{}", r));
-    mSafe[r] = slot(fmt::format("ms{}", r));
-    alpha[r] = slot(fmt::format("alpha{}", r));
-    body.push_back(assign(m[r], fconst(-kInf)));
-    if (!f.rowSumsByMma) body.push_back(assign(l[r], fconst(0.f)));  // (by mma: l is the ls accumulators' at the end)
+    x.runningMax.push_back(slot(fmt::format("m{}", r)));
+    x.runningSum.push_back(slot(fmt::format("l{}", r)));
+    x.safeMax.push_back(slot(fmt::format("ms{}", r)));
+    x.rescale.push_back(slot(fmt::format("alpha{}", r)));
+    body.push_back(assign(x.runningMax[r], fconst(-kInf)));
+    if (!f.rowSumsByMma) body.push_back(assign(x.runningSum[r], fconst(0.f)));  // (by mma: l is the ls accumulators' at the end)
   }
-  using Element = Flash::Element;  // the thread's score and output elements
-  std::vector<Element> scores, outputs;
-  std::vector<std::array<int, 4>> o(static_cast<size_t>(G * eTiles)), s(static_cast<size_t>(G * nTiles));
-  std::vector<std::vector<int>> qRegs(static_cast<size_t>(qResident ? G * kSteps : G));
-  // Register names: row group 0's as with one group; the second's end in _g1.
-  auto group = [](int64_t gr) { return gr == 0 ? std::string() : fmt::format("_g{}", gr); };
-  std::vector<int> kRegs, pRegs, vRegs;
-  // CUDA cores: keys tx + 16 c (c < keysPerThread) and value chunks tx + 16 n (n < chunks, 4 columns each) per row.
-  const int64_t keysPerThread = BKV / 16, valueChunks = E / 4, chunks = (valueChunks + 15) / 16;
-  std::vector<std::vector<int>> qVec(2), kVec(static_cast<size_t>(keysPerThread)), pVec(2);
-  if (cuda) {
-    for (int r = 0; r < 2; ++r)
-      for (int64_t n = 0; n < chunks; ++n) {
-        Idx chunk = simplify(idxAdd(tx, 16 * n), extents_);
-        for (int i = 0; i < 4; ++i) {
-          outputs.push_back({slot(fmt::format("o{}_{}", r, n * 4 + i)), r, simplify(chunk * idxConst(4) + idxConst(i), extents_),
-                             valueChunks % 16 != 0 && n + 1 == chunks ? chunk : nullptr, fmt::format("eo{}_{}", r, n * 4 + i)});
-          body.push_back(assign(outputs.back().reg, fconst(0.f)));
-        }
-      }
-    for (int r = 0; r < 2; ++r)
-      for (int64_t c = 0; c < keysPerThread; ++c)
-        scores.push_back({slot(fmt::format("s{}_{}", r, c)), r, simplify(idxAdd(tx, 16 * c), extents_), nullptr, fmt::format("kj{}_{}", r, c)});
-    for (int i = 0; i < 4; ++i) {
-      for (int r = 0; r < 2; ++r) {
-        qVec[r].push_back(slot(fmt::format("q{}_{}", r, i)));
-        pVec[r].push_back(slot(fmt::format("p{}_{}", r, i)));
-      }
-      for (int64_t c = 0; c < keysPerThread; ++c) kVec[c].push_back(slot(fmt::format("k{}_{}", c, i)));
-      vRegs.push_back(slot(fmt::format("v{}", i)));
-    }
+  x.outputTiles.resize(static_cast<size_t>(groups * widthTiles));
+  x.scoreTiles.resize(static_cast<size_t>(groups * keyTiles));
+  x.queryFragments.resize(static_cast<size_t>(x.qResident ? groups * depthSteps : groups));
+  if (x.onCudaCores) {
+    flashCudaCoreRegisters(x, body);
   } else {
-    for (int64_t gr = 0; gr < G; ++gr)
-      for (int64_t j = 0; j < eTiles; ++j)
+    for (int64_t gr = 0; gr < groups; ++gr)
+      for (int64_t j = 0; j < widthTiles; ++j)
         for (int c = 0; c < 4; ++c) {
-          auto& reg = o[static_cast<size_t>(gr * eTiles + j)][c];
-          reg = slot(fmt::format("o{}_{}{}", j, c, group(gr)));
+          auto& reg = x.outputTiles[static_cast<size_t>(gr * widthTiles + j)][c];
+          reg = slot(fmt::format("o{}_{}{}", j, c, flashGroupSuffix(gr)));
           body.push_back(assign(reg, fconst(0.f)));
-          outputs.push_back({reg, static_cast<int>(2 * gr) + c / 2, simplify(idxConst(j * kMmaN + c % 2) + tq * idxConst(2), extents_),
-                             nullptr, fmt::format("eo{}_{}{}", j, c, group(gr))});
+          x.outputs.push_back({reg, static_cast<int>(2 * gr) + c / 2,
+                               simplify(idxConst(j * kMmaN + c % 2) + x.quadLane * idxConst(2), extents_), nullptr,
+                               fmt::format("eo{}_{}{}", j, c, flashGroupSuffix(gr))});
         }
-    for (int64_t gr = 0; gr < G; ++gr)
-      for (int64_t j = 0; j < nTiles; ++j)
+    for (int64_t gr = 0; gr < groups; ++gr)
+      for (int64_t j = 0; j < keyTiles; ++j)
         for (int c = 0; c < 4; ++c) {
-          auto& reg = s[static_cast<size_t>(gr * nTiles + j)][c];
-          reg = slot(fmt::format("s{}_{}{}", j, c, group(gr)));
-          scores.push_back({reg, static_cast<int>(2 * gr) + c / 2, keyBase + idxConst(j * kMmaN + c % 2) + tq * idxConst(2), nullptr,
-                            fmt::format("kj{}_{}{}", j, c, group(gr))});
+          auto& reg = x.scoreTiles[static_cast<size_t>(gr * keyTiles + j)][c];
+          reg = slot(fmt::format("s{}_{}{}", j, c, flashGroupSuffix(gr)));
+          x.scores.push_back({reg, static_cast<int>(2 * gr) + c / 2, x.keyBase + idxConst(j * kMmaN + c % 2) + x.quadLane * idxConst(2),
+                              nullptr, fmt::format("kj{}_{}{}", j, c, flashGroupSuffix(gr))});
         }
-    for (int64_t gr = 0; gr < G && !f.scoresByWgmma; ++gr)  // (wgmma reads q and k from shared memory)
-      for (int64_t st = 0; st < (qResident ? kSteps : 1); ++st)
-        for (int r = 0; r < 4; ++r)
-          qRegs[static_cast<size_t>(qResident ? gr * kSteps + st : gr)].push_back(pairReg(fmt::format("rq{}_{}{}", st, r, group(gr))));
-    for (int r = 0; r < 4 && !f.scoresByWgmma; ++r) kRegs.push_back(pairReg(fmt::format("rk{}", r)));
-    for (int64_t gr = 0; gr < G; ++gr)
-      for (int r = 0; r < 4; ++r) {
-        pRegs.push_back(pairReg(fmt::format("rp{}{}", r, group(gr))));
-        if (gr == 0 && !f.valuesByWgmma) vRegs.push_back(pairReg(fmt::format("rv{}", r)));
-      }
-    if (f.valuesByWgmma)  // p of every 16 keys at once (each read until the step's wgmmas are waited for)
-      for (int64_t kk = 1; kk < keysPerWarp / kMmaK; ++kk)
-        for (int r = 0; r < 4; ++r) pRegs.push_back(pairReg(fmt::format("rp{}_{}", r, kk)));
+    flashFragmentRegisters(x);
   }
   // Row sums by mma (FlashAttention::rowSumsByMma): per row group an accumulator tile, and a pair of ones.
-  std::vector<std::array<int, 4>> lsum;
-  int ones = -1;
   if (f.rowSumsByMma) {
-    for (int64_t gr = 0; gr < G; ++gr) {
-      lsum.emplace_back();
+    for (int64_t gr = 0; gr < groups; ++gr) {
+      x.sumTiles.emplace_back();
       for (int c = 0; c < 4; ++c) {
-        lsum.back()[c] = slot(fmt::format("ls{}{}", c, group(gr)));
-        body.push_back(assign(lsum.back()[c], fconst(0.f)));
+        x.sumTiles.back()[c] = slot(fmt::format("ls{}{}", c, flashGroupSuffix(gr)));
+        body.push_back(assign(x.sumTiles.back()[c], fconst(0.f)));
       }
     }
     const int one = slot("one");
     body.push_back(assign(one, fconst(1.f)));
-    ones = pairReg("rones");
-    body.push_back(packPair(T, ones, one, one));
+    x.onesPair = pairReg("rones");
+    body.push_back(packPair(x.operandType, x.onesPair, one, one));
   }
-  const int tmp = slot("sh");
-  const std::vector<int> rowLanes = cuda ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
-
+  x.shuffleSlot = slot("sh");
+  x.rowLanes = x.onCudaCores ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{1, 2};  // lanes sharing a row
   // The score's constant factor, taken out of the scores into the exponentials (Flash::scale). Without key bounds (no
   // mask keyBounds recognises, or one that leaves some row no key) every step takes the whole score, masks included.
-  const auto scale = flashScoreScale(f.keyFrom || f.keyTo ? loop::unmaskedScore(lk_, f.queryAxis) : a.score);
-  // What the step's parts and the end share (lower_attention_step.cpp).
-  Flash x{&f, &a, sl, query, width, D, E, BQ, BKV, Lq, Lk, KS, rowGroups, keysPerWarp, nTiles, eTiles, kSteps,
-           keysPerThread, valueChunks, chunks, T, cuda, qs, ks, vs, ps, comb, q0, lane, rg, kh, keyBase, tx,
-           rowLocal, m, l, mSafe, alpha, scores, outputs, o, s, G, qResident, qRegs, qVec, kVec, pVec, kRegs, pRegs, vRegs,
-           tmp, rowLanes, scale.first, scale.second, lsum, ones};
-  const int stepVar = freshKernelVar();
-  extents_[stepVar] = steps;
-  const Idx st = idxVar(stepVar, "st");
-  auto loadQueries = [&](Block& out) {
-    for (int64_t gr = 0; gr < G; ++gr)
-      for (int64_t kk = 0; kk < kSteps; ++kk)
-        out.push_back(ldmatrixPairs(qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr * kSteps + kk)]));
-  };
-  if (f.scoresAhead) {
-    // The scores a step ahead (FlashAttention::scoresAhead): k of step s + 1 and v of step s in the slots of step s + 1
-    // and s (mod 2). Prologue: q and k of the first step landed, its scores into the ahead set; then v of the first step
-    // with k of the second (already issued), v of the second with k of the third.
-    std::vector<std::array<int, 4>> ahead(s.size());
-    for (size_t i = 0; i < s.size(); ++i)
-      for (int c = 0; c < 4; ++c) ahead[i][c] = slot(fmt::format("sa{}_{}{}", i % static_cast<size_t>(nTiles), c,
-                                                                 group(static_cast<int64_t>(i) / nTiles)));
-    copyV(body, sBegin, idxConst(0));
-    {
-      Block k1;
-      copyK(k1, idxAdd(sBegin, 1), idxConst(1));
-      body.push_back(ifLess(idxAdd(sBegin, 1), sEnd, std::move(k1)));
-    }
-    body.push_back(cpAsyncCommit());
-    body.push_back(cpAsyncWait(1));
-    if (f.scoresByWgmma) body.push_back(fenceProxyAsync());  // the landed q and k become visible to wgmma's reads
-    body.push_back(barrier());
-    if (qResident && !f.scoresByWgmma) loadQueries(body);
-    flashProduct(x, idxConst(0), ahead, body);
-    body.push_back(barrier());  // (every warp's k reads of slot 0 before its next copy)
-    {
-      Block v1, k2;
-      copyV(v1, idxAdd(sBegin, 1), idxConst(1));
-      copyK(k2, idxAdd(sBegin, 2), idxConst(0));
-      body.push_back(ifLess(idxAdd(sBegin, 1), sEnd, std::move(v1)));
-      body.push_back(ifLess(idxAdd(sBegin, 2), sEnd, std::move(k2)));
-      body.push_back(cpAsyncCommit());
-    }
-    // Step st: wait for its v and the next step's k; take the scores multiplied ahead, apply the score expression;
-    // multiply the next step's scores, spread through this step's softmax; P·V; then (the slots free) copy v of step
-    // st + 2 and k of step st + 3. The last step multiplies nothing ahead: it follows the loop, on its own.
-    // By wgmma: the next step's group is issued first (before the score expression: it reads only shared memory and
-    // the ahead set, just copied out) and waited for after P·V, before the barrier that frees its k slot.
-    auto walkStep = [&](const Idx& at, bool last, Block& step) {
-      Idx vSlot = defVar(step, last ? "last_slot" : "slot", mod(at + idxMul(sBegin, -1), 2), 2);
-      step.push_back(cpAsyncWait(1));
-      if (wgmmaReads) step.push_back(fenceProxyAsync());  // the next step's k and this step's v become visible to wgmma's reads
-      step.push_back(barrier());
-      for (size_t i = 0; i < s.size(); ++i)
-        for (int c = 0; c < 4; ++c) step.push_back(assign(s[i][c], fvar(ahead[i][c])));
-      auto nextSlot = [&] { return defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2); };
-      Idx kSlot;
-      if (!last && f.scoresByWgmma) {
-        kSlot = nextSlot();
-        flashProduct(x, kSlot, ahead, step, false);
+  const auto scale = flashScoreScale(f.keyFrom || f.keyTo ? loop::unmaskedScore(lk_, f.queryAxis) : x.softmax->score);
+  x.scale = scale.first;
+  x.rawScore = scale.second;
+}
+
+// CUDA cores: keys tx + 16 c (c < keysPerThread) and value chunks tx + 16 n (n < chunksPerThread, 4 columns each) per
+// row; 16-byte vectors of q, k, p and v.
+void KernelBuilder::flashCudaCoreRegisters(Flash& x, Block& body) {
+  const Idx& tx = x.columnLane;
+  for (int r = 0; r < 2; ++r)
+    for (int64_t n = 0; n < x.chunksPerThread; ++n) {
+      Idx chunk = simplify(idxAdd(tx, 16 * n), extents_);
+      for (int i = 0; i < 4; ++i) {
+        x.outputs.push_back({slot(fmt::format("o{}_{}", r, n * 4 + i)), r, simplify(chunk * idxConst(4) + idxConst(i), extents_),
+                             x.valueChunks % 16 != 0 && n + 1 == x.chunksPerThread ? chunk : nullptr,
+                             fmt::format("eo{}_{}", r, n * 4 + i)});
+        body.push_back(assign(x.outputs.back().reg, fconst(0.f)));
       }
-      flashScores(x, at, step);
-      Block softmax, next;
-      flashSoftmax(x, softmax);
-      if (!last && !f.scoresByWgmma) {
-        kSlot = nextSlot();
-        flashProduct(x, kSlot, ahead, next);
-      }
-      Block both = interleaved(std::move(softmax), std::move(next));
-      step.insert(step.end(), both.begin(), both.end());
-      flashValues(x, vSlot, step);
-      if (last) return;
-      if (f.scoresByWgmma) step.push_back(wgmmaWait(0));
-      step.push_back(barrier());
-      Block v2, k3;
-      copyV(v2, idxAdd(at, 2), vSlot);
-      copyK(k3, idxAdd(at, 3), kSlot);
-      step.push_back(ifLess(idxAdd(at, 2), sEnd, std::move(v2)));
-      step.push_back(ifLess(idxAdd(at, 3), sEnd, std::move(k3)));
-      step.push_back(cpAsyncCommit());
-    };
-    Block step, last;
-    walkStep(st, false, step);
-    body.push_back(forLoop(stepVar, "st", sBegin, idxAdd(sEnd, -1), 1, std::move(step)));
-    walkStep(idxAdd(sEnd, -1), true, last);
-    body.push_back(ifLess(sBegin, sEnd, std::move(last)));  // (every block's rows see some key: always)
-  } else {
-    Block step;
-    Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), R), R);
-    {
-      Block next;
-      Idx nextSlot = defVar(next, "next_slot", mod(st + idxMul(sBegin, -1) + idxConst(R - 1), R), R);
-      copyKeys(next, idxAdd(st, R - 1), nextSlot);
-      step.push_back(ifLess(idxAdd(st, R - 1), sEnd, std::move(next)));
     }
-    step.push_back(cpAsyncCommit());
-    step.push_back(cpAsyncWait(static_cast<int>(R - 1)));
-    if (wgmmaReads) step.push_back(fenceProxyAsync());  // the landed q, k and v become visible to wgmma's reads
-    step.push_back(barrier());
-    if (!cuda && qResident && !f.scoresByWgmma) {
-      Block loadQ;
-      loadQueries(loadQ);
-      step.push_back(ifLess(st, idxAdd(sBegin, 1), std::move(loadQ)));
+  for (int r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < x.keysPerThread; ++c)
+      x.scores.push_back({slot(fmt::format("s{}_{}", r, c)), r, simplify(idxAdd(tx, 16 * c), extents_), nullptr,
+                          fmt::format("kj{}_{}", r, c)});
+  x.queryVectors.resize(2);
+  x.keyVectors.resize(static_cast<size_t>(x.keysPerThread));
+  x.probabilityVectors.resize(2);
+  for (int i = 0; i < 4; ++i) {
+    for (int r = 0; r < 2; ++r) {
+      x.queryVectors[r].push_back(slot(fmt::format("q{}_{}", r, i)));
+      x.probabilityVectors[r].push_back(slot(fmt::format("p{}_{}", r, i)));
     }
-    flashProduct(x, ring, s, step);
-    flashScores(x, st, step);
-    flashSoftmax(x, step);
-    flashValues(x, ring, step);
-    step.push_back(barrier());
-    body.push_back(forLoop(stepVar, "st", sBegin, sEnd, 1, std::move(step)));
+    for (int64_t c = 0; c < x.keysPerThread; ++c) x.keyVectors[c].push_back(slot(fmt::format("k{}_{}", c, i)));
+    x.valueRegisters.push_back(slot(fmt::format("v{}", i)));
   }
+}
+
+// Tensor cores: the pair registers of q's, k's, p's and v's fragments (wgmma reads q and k, or v, from shared memory).
+void KernelBuilder::flashFragmentRegisters(Flash& x) {
+  const tile::FlashAttention& f = *x.schedule;
+  const int64_t groups = x.groupsPerWarp, depthSteps = x.depthSteps;
+  for (int64_t gr = 0; gr < groups && !f.scoresByWgmma; ++gr)
+    for (int64_t st = 0; st < (x.qResident ? depthSteps : 1); ++st)
+      for (int r = 0; r < 4; ++r)
+        x.queryFragments[static_cast<size_t>(x.qResident ? gr * depthSteps + st : gr)].push_back(
+            pairReg(fmt::format("rq{}_{}{}", st, r, flashGroupSuffix(gr))));
+  for (int r = 0; r < 4 && !f.scoresByWgmma; ++r) x.keyFragments.push_back(pairReg(fmt::format("rk{}", r)));
+  for (int64_t gr = 0; gr < groups; ++gr)
+    for (int r = 0; r < 4; ++r) {
+      x.probabilityPairs.push_back(pairReg(fmt::format("rp{}{}", r, flashGroupSuffix(gr))));
+      if (gr == 0 && !f.valuesByWgmma) x.valueRegisters.push_back(pairReg(fmt::format("rv{}", r)));
+    }
+  if (f.valuesByWgmma)  // p of every 16 keys at once (each read until the step's wgmmas are waited for)
+    for (int64_t kk = 1; kk < x.keysPerWarp / kMmaK; ++kk)
+      for (int r = 0; r < 4; ++r) x.probabilityPairs.push_back(pairReg(fmt::format("rp{}_{}", r, kk)));
+}
+
+void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
+  Flash x = flashSetUp(f);
+  Block& top = k_.body;
+  Block body;
+  flashCoordinates(x, top, body);
+  flashKeyRange(x, body);
+  flashPrologue(x, body);
+  flashRegisters(x, body);
+  const int stepVar = freshKernelVar();
+  extents_[stepVar] = x.steps;
+  const Idx st = idxVar(stepVar, "st");
+  if (f.scoresAhead) flashStepsAhead(x, st, stepVar, body);
+  else flashRingSteps(x, st, stepVar, body);
   body.push_back(cpAsyncWait(0));
 
   flashFinish(x, body);
   if (f.packedPairs > 0) {  // a thread block's second group idles where it has no query block of its own
-    top.push_back(ifLess(item, idxConst(items), std::move(body)));
+    top.push_back(ifLess(x.packedItem, idxConst(x.items), std::move(body)));
     return;
   }
   if (!f.pairBlocks) {
@@ -484,8 +347,8 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   }
   // The second query block's copies overwrite the slices (and the split's hand-over) the first one read last.
   body.push_back(barrier());
-  top.push_back(forLoop(halfVar, "half", idxConst(0), simplify(idxMin(idxConst(2), idxAdd(idxMul(pb, -2), qBlocks)), extents_), 1,
-                        std::move(body)));
+  top.push_back(forLoop(x.halfVar, "half", idxConst(0),
+                        simplify(idxMin(idxConst(2), idxAdd(idxMul(x.position, -2), x.queryBlocks)), extents_), 1, std::move(body)));
 }
 
 }  // namespace kiln::kernel::detail

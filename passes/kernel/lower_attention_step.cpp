@@ -35,22 +35,22 @@ std::pair<float, loop::ExprP> flashScoreScale(const loop::ExprP& unmasked) {
 
 void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vector<std::array<int, 4>>& s, Block& step, bool wait) {
   using Element = Flash::Element;
-  const tile::FlashAttention& f = *x.f;
-  const tile::FlashSlices& sl = x.sl;
-  const int64_t D = x.D, BKV = x.BKV, nTiles = x.nTiles, kSteps = x.kSteps, keysPerThread = x.keysPerThread;
-  const DType T = x.T;
-  const bool cuda = x.cuda;
-  const int qs = x.qs, ks = x.ks;
+  const tile::FlashAttention& f = *x.schedule;
+  const tile::FlashSlices& sl = x.slices;
+  const int64_t D = x.depth, BKV = x.keyBlock, nTiles = x.keyTiles, kSteps = x.depthSteps, keysPerThread = x.keysPerThread;
+  const DType T = x.operandType;
+  const bool cuda = x.onCudaCores;
+  const int qs = x.qSlice, ks = x.kRing;
   const Idx& lane = x.lane;
   const Idx& keyBase = x.keyBase;
-  const Idx& tx = x.tx;
+  const Idx& tx = x.columnLane;
   const std::vector<Idx>& rowLocal = x.rowLocal;
   const std::vector<Element>& scores = x.scores;
-  const int64_t G = x.groups;
-  const std::vector<std::vector<int>>& qRegs = x.qRegs;
-  const std::vector<std::vector<int>>& qVec = x.qVec;
-  const std::vector<std::vector<int>>& kVec = x.kVec;
-  const std::vector<int>& kRegs = x.kRegs;
+  const int64_t G = x.groupsPerWarp;
+  const std::vector<std::vector<int>>& qRegs = x.queryFragments;
+  const std::vector<std::vector<int>>& qVec = x.queryVectors;
+  const std::vector<std::vector<int>>& kVec = x.keyVectors;
+  const std::vector<int>& kRegs = x.keyFragments;
   // S = q · kᵀ
   if (cuda) {  // per 4 depths: the two rows of q and the thread's keys as 16-byte vectors, then 4 x 2 x keys multiply-adds
     for (const Element& e : scores) step.push_back(assign(e.reg, fconst(0.f)));
@@ -79,7 +79,7 @@ void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vec
     const Stmt::CoreMatrices rows{0, 512, true};
     for (int64_t kk = 0; kk < kSteps; ++kk) {
       const int64_t at = 16 * (kk % 4), block = kk / 4;
-      step.push_back(wgmma(T, x.qs, idxConst(block * x.BQ * 64 + at), rows, ks,
+      step.push_back(wgmma(T, x.qSlice, idxConst(block * x.queryBlock * 64 + at), rows, ks,
                            simplify(ring * idxConst(sl.k) + idxConst(block * BKV * 64 + at), extents_), rows, BKV, acc));
     }
     step.push_back(wgmmaCommit());
@@ -90,7 +90,7 @@ void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vec
     for (int64_t kk = 0; kk < kSteps; ++kk) {
       if (!x.qResident)
         for (int64_t gr = 0; gr < G; ++gr)
-          step.push_back(ldmatrixPairs(x.qs, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr)]));
+          step.push_back(ldmatrixPairs(x.qSlice, flashQueryFragment(x, gr, kk), false, qRegs[static_cast<size_t>(gr)]));
       for (int64_t j = 0; j < nTiles; j += 2) {
         Idx row = keyBase + idxConst(j * kMmaN) + floorDiv(lane, 16) * idxConst(8) + mod(lane, 8);
         Idx col = idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8);
@@ -109,11 +109,11 @@ void KernelBuilder::flashProduct(const Flash& x, const Idx& ring, const std::vec
 
 void KernelBuilder::flashScores(const Flash& x, const Idx& st, Block& step) {
   using Element = Flash::Element;
-  const tile::FlashAttention& f = *x.f;
-  const loop::OnlineSoftmax& a = *x.a;
-  const loop::Axis& query = x.query;
-  const int64_t BQ = x.BQ, BKV = x.BKV, Lq = x.Lq, Lk = x.Lk;
-  const Idx& q0 = x.q0;
+  const tile::FlashAttention& f = *x.schedule;
+  const loop::OnlineSoftmax& a = *x.softmax;
+  const loop::Axis& query = x.queryAxis;
+  const int64_t BQ = x.queryBlock, BKV = x.keyBlock, Lq = x.queries, Lk = x.keys;
+  const Idx& q0 = x.firstQuery;
   const std::vector<Idx>& rowLocal = x.rowLocal;
   const std::vector<Element>& scores = x.scores;
   // Scores: the kernel's score expression at each element's query row and key (clamped inside the axes; keys past the
@@ -183,13 +183,13 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, Block& step) {
 
 void KernelBuilder::flashSoftmax(const Flash& x, Block& step) {
   using Element = Flash::Element;
-  const std::vector<int>& m = x.m;
-  const std::vector<int>& l = x.l;
-  const std::vector<int>& mSafe = x.mSafe;
-  const std::vector<int>& alpha = x.alpha;
+  const std::vector<int>& m = x.runningMax;
+  const std::vector<int>& l = x.runningSum;
+  const std::vector<int>& mSafe = x.safeMax;
+  const std::vector<int>& alpha = x.rescale;
   const std::vector<Element>& scores = x.scores;
   const std::vector<Element>& outputs = x.outputs;
-  const int tmp = x.tmp;
+  const int tmp = x.shuffleSlot;
   const std::vector<int>& rowLanes = x.rowLanes;
   // Online softmax per row. Maxima and sums over a thread's 16 elements of a row are balanced trees (depth 4, not a
   // chain of 16 dependent instructions).
@@ -219,10 +219,10 @@ void KernelBuilder::flashSoftmax(const Flash& x, Block& step) {
     step.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), factor)));
     step.push_back(assign(m[r], fvar(mNew)));
     step.push_back(assign(mNew, fapply(Fn::Mul, {safe, fconst(factor)})));
-    if (x.lsum.empty()) step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
+    if (x.sumTiles.empty()) step.push_back(assign(l[r], fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])})));
     else  // row r is row group r / 2's row g (c0, c1) or g + 8 (c2, c3)
       for (int c = 2 * (r % 2); c < 2 * (r % 2) + 2; ++c) {
-        const int reg = x.lsum[static_cast<size_t>(r / 2)][c];
+        const int reg = x.sumTiles[static_cast<size_t>(r / 2)][c];
         step.push_back(assign(reg, fapply(Fn::Mul, {fvar(reg), fvar(alpha[r])})));
       }
     for (const Element& e : outputs)
@@ -230,28 +230,28 @@ void KernelBuilder::flashSoftmax(const Flash& x, Block& step) {
     for (const Element& e : scores)
       if (e.row == r)
         step.push_back(assign(e.reg, fapply(Fn::Exp2, {fapply(Fn::Sub, {fapply(Fn::Mul, {fvar(e.reg), fconst(factor)}), fvar(mNew)})})));
-    if (x.lsum.empty()) step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
+    if (x.sumTiles.empty()) step.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), tree(Fn::Add, row)})));
   }
 }
 
 void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
   using Element = Flash::Element;
-  const tile::FlashSlices& sl = x.sl;
-  const int64_t BKV = x.BKV, keysPerWarp = x.keysPerWarp, eTiles = x.eTiles, valueChunks = x.valueChunks,
-      chunks = x.chunks;
-  const DType T = x.T;
-  const bool cuda = x.cuda;
-  const int vs = x.vs, ps = x.ps;
+  const tile::FlashSlices& sl = x.slices;
+  const int64_t BKV = x.keyBlock, keysPerWarp = x.keysPerWarp, eTiles = x.widthTiles, valueChunks = x.valueChunks,
+      chunks = x.chunksPerThread;
+  const DType T = x.operandType;
+  const bool cuda = x.onCudaCores;
+  const int vs = x.vRing, ps = x.pSlice;
   const Idx& lane = x.lane;
   const Idx& keyBase = x.keyBase;
   const std::vector<Idx>& rowLocal = x.rowLocal;
   const std::vector<Element>& scores = x.scores;
   const std::vector<Element>& outputs = x.outputs;
-  const std::vector<std::array<int, 4>>& o = x.o;
-  const std::vector<std::array<int, 4>>& s = x.s;
-  const std::vector<std::vector<int>>& pVec = x.pVec;
-  const std::vector<int>& pRegs = x.pRegs;
-  const std::vector<int>& vRegs = x.vRegs;
+  const std::vector<std::array<int, 4>>& o = x.outputTiles;
+  const std::vector<std::array<int, 4>>& s = x.scoreTiles;
+  const std::vector<std::vector<int>>& pVec = x.probabilityVectors;
+  const std::vector<int>& pRegs = x.probabilityPairs;
+  const std::vector<int>& vRegs = x.valueRegisters;
   // CUDA cores: O += p · v through the shared p slice, 4 keys at a time: the two rows' probabilities as vectors, then per
   // key each of the thread's 4-column chunks of v as a vector, 4 x 2 multiply-adds.
   if (cuda) {
@@ -285,8 +285,8 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
   // rows of 64 under the 128-byte swizzle: wgmma's transposed B, see copyRows) into the output accumulators, in the
   // accumulator order of kernel::wgmmaElement (tile j's c0..c3); waited for at once (the step's end frees v's slot and
   // reads the accumulators next).
-  const int64_t G = x.groups, nTiles = x.nTiles, E = x.E;
-  const bool byWgmma = x.f->valuesByWgmma;
+  const int64_t G = x.groupsPerWarp, nTiles = x.keyTiles, E = x.width;
+  const bool byWgmma = x.schedule->valuesByWgmma;
   for (int64_t kk = 0; kk < keysPerWarp / kMmaK; ++kk) {
     std::vector<std::vector<int>> p(static_cast<size_t>(G));
     for (int64_t gr = 0; gr < G; ++gr) {
@@ -299,9 +299,9 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
       step.push_back(packPair(T, a[1], lo[2], lo[3]));
       step.push_back(packPair(T, a[2], hi[0], hi[1]));
       step.push_back(packPair(T, a[3], hi[2], hi[3]));
-      if (!x.lsum.empty())  // the row sums: the same A fragment times ones
-        step.push_back(mmaFromPairs(T, a, {x.ones, x.ones}, {x.lsum[static_cast<size_t>(gr)][0], x.lsum[static_cast<size_t>(gr)][1],
-                                                             x.lsum[static_cast<size_t>(gr)][2], x.lsum[static_cast<size_t>(gr)][3]}));
+      if (!x.sumTiles.empty())  // the row sums: the same A fragment times ones
+        step.push_back(mmaFromPairs(T, a, {x.onesPair, x.onesPair}, {x.sumTiles[static_cast<size_t>(gr)][0], x.sumTiles[static_cast<size_t>(gr)][1],
+                                                             x.sumTiles[static_cast<size_t>(gr)][2], x.sumTiles[static_cast<size_t>(gr)][3]}));
     }
     for (int64_t j = 0; j < (byWgmma ? 0 : eTiles); j += 2) {  // (by wgmma: after the packing, below)
       Idx row = keyBase + idxConst(kk * kMmaK) + mod(floorDiv(lane, 8), 2) * idxConst(8) + mod(lane, 8);
@@ -329,41 +329,41 @@ void KernelBuilder::flashValues(const Flash& x, const Idx& ring, Block& step) {
 }
 
 Idx KernelBuilder::flashQueryFragment(const Flash& x, int64_t gr, int64_t kk) {
-  Idx row = x.rg * idxConst(16 * x.groups) + idxConst(16 * gr) + mod(x.lane, 16);
+  Idx row = x.rowGroup * idxConst(16 * x.groupsPerWarp) + idxConst(16 * gr) + mod(x.lane, 16);
   Idx col = idxConst(kk * kMmaK) + floorDiv(x.lane, 16) * idxConst(8);
-  return simplify(row * idxConst(x.sl.depthStride) + col, extents_);
+  return simplify(row * idxConst(x.slices.depthStride) + col, extents_);
 }
 
 bool KernelBuilder::flashStagesOutput(const Flash& x) const {
-  return !x.cuda && x.KS == 1 && x.E % 8 == 0 && x.sl.widthStride % 8 == 0 && k_.params[0].dtype == x.T &&
-         x.BQ * x.sl.widthStride <= x.f->ring * x.sl.v;
+  return !x.onCudaCores && x.keySplit == 1 && x.width % 8 == 0 && x.slices.widthStride % 8 == 0 && k_.params[0].dtype == x.operandType &&
+         x.queryBlock * x.slices.widthStride <= x.schedule->ring * x.slices.v;
 }
 
 void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   using Element = Flash::Element;
-  const loop::Axis& query = x.query;
-  const loop::Axis& width = x.width;
-  const int64_t E = x.E, Lq = x.Lq, KS = x.KS, rowGroups = x.rowGroups, eTiles = x.eTiles, valueChunks = x.valueChunks;
-  const int comb = x.comb;
-  const Idx& q0 = x.q0;
+  const loop::Axis& query = x.queryAxis;
+  const loop::Axis& width = x.widthAxis;
+  const int64_t E = x.width, Lq = x.queries, KS = x.keySplit, rowGroups = x.rowGroups, eTiles = x.widthTiles, valueChunks = x.valueChunks;
+  const int comb = x.combineSlice;
+  const Idx& q0 = x.firstQuery;
   const Idx& lane = x.lane;
-  const Idx& rg = x.rg;
-  const Idx& kh = x.kh;
+  const Idx& rg = x.rowGroup;
+  const Idx& kh = x.keyShare;
   const std::vector<Idx>& rowLocal = x.rowLocal;
-  const std::vector<int>& m = x.m;
-  const std::vector<int>& l = x.l;
-  const std::vector<int>& mSafe = x.mSafe;
-  const std::vector<int>& alpha = x.alpha;
+  const std::vector<int>& m = x.runningMax;
+  const std::vector<int>& l = x.runningSum;
+  const std::vector<int>& mSafe = x.safeMax;
+  const std::vector<int>& alpha = x.rescale;
   const std::vector<Element>& outputs = x.outputs;
-  const std::vector<std::array<int, 4>>& o = x.o;
-  const int tmp = x.tmp;
+  const std::vector<std::array<int, 4>>& o = x.outputTiles;
+  const int tmp = x.shuffleSlot;
   const std::vector<int>& rowLanes = x.rowLanes;
   // Each row's sum over the lanes sharing it (in every warp: shuffles are warp-collective).
   // With row sums by mma, each lane's accumulator already holds its rows' whole sums.
   const int rows = static_cast<int>(rowLocal.size());
   for (int r = 0; r < rows; ++r) {
-    if (!x.lsum.empty()) {
-      body.push_back(assign(l[r], fvar(x.lsum[static_cast<size_t>(r / 2)][2 * (r % 2)])));
+    if (!x.sumTiles.empty()) {
+      body.push_back(assign(l[r], fvar(x.sumTiles[static_cast<size_t>(r / 2)][2 * (r % 2)])));
       continue;
     }
     for (int lanes : rowLanes) {
@@ -407,7 +407,7 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only): stored from the
   // registers element by element, or (flashStagesOutput) staged as rows in the v ring, which no step reads any more, and
   // stored 16 bytes at a time: whole 32-byte sectors instead of 2-byte stores to eight rows per instruction.
-  const tile::FlashSlices& sl = x.sl;
+  const tile::FlashSlices& sl = x.slices;
   const bool staged = flashStagesOutput(x);
   const Shape& outShape = tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape;
   auto outputAt = [&](const Idx& row, const Idx& col) {
@@ -439,7 +439,7 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
       Cse cse;
       loop::ExprP result = atAxis(atAxis(storedResult(), query.var, idxVar(rowVar, fmt::format("qo{}", r))), width.var, idxVar(colVar, e.name));
       FE value = lower(result, one, cse);
-      if (staged) one.push_back(storeShared(x.vs, simplify(rowLocal[r] * idxConst(sl.widthStride) + colAt, extents_), value));
+      if (staged) one.push_back(storeShared(x.vRing, simplify(rowLocal[r] * idxConst(sl.widthStride) + colAt, extents_), value));
       else one.push_back(storeGlobal(0, outputAt(rowAt, colAt), value));
       if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
       else store.insert(store.end(), one.begin(), one.end());
@@ -448,7 +448,7 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   }
   if (staged) {  // thread ct moves 16-byte chunks ct, ct + threads, .. of the block's rows (row c / (E / 8), columns 8 (c mod E / 8) ..)
     finish.push_back(barrier());
-    const int64_t per = E / 8, chunks = x.BQ * per, threads = k_.block[0];
+    const int64_t per = E / 8, chunks = x.queryBlock * per, threads = k_.block[0];
     std::vector<int> vals;
     for (int i = 0; i < 8; ++i) vals.push_back(slot(fmt::format("ov{}", i)));
     std::vector<FE> values;
@@ -460,7 +460,7 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
       const int rowVar = freshLoopVar();
       extents_[rowVar + kFirstLoopVar] = Lq;
       const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads));
-      Block move{loadSharedVector(x.vs, simplify(r * idxConst(sl.widthStride) + col, extents_), vals),
+      Block move{loadSharedVector(x.vRing, simplify(r * idxConst(sl.widthStride) + col, extents_), vals),
                  kernel::storeVector(0, outputAt(rowAt, col), values)};
       move = Block{defIdx(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads), row), ifLess(rowAt, idxConst(Lq), std::move(move))};
       if (chunks - first < threads) move = Block{ifLess(c, idxConst(chunks), std::move(move))};

@@ -153,166 +153,214 @@ class Emitter {
   }
 
   void block(const kernel::Block& b, int depth, std::string& out) {
-    std::string pad(2 * depth, ' ');
+    const std::string pad(2 * depth, ' ');
+    for (const kernel::Stmt& s : b)  // one family each
+      if (!control(s, depth, pad, out) && !memory(s, pad, out) && !synchronization(s, pad, out) && !asyncCopy(s, pad, out))
+        tensorCore(s, pad, out);
+  }
+
+  // Index definitions, float assignments, loops and conditions (the only ones with a body).
+  // False where `s` is of another family.
+  bool control(const kernel::Stmt& s, int depth, const std::string& pad, std::string& out) {
     using K = kernel::Stmt::Kind;
-    for (const kernel::Stmt& s : b) {
-      switch (s.kind) {
-        case K::DefIdx:
-          out += s.warpUniform ? fmt::format("{}const {} {} = __shfl_sync(0xffffffffu, {}, 0);  // warp-uniform\n", pad, indexType_, s.name, idx(s.a))
-                               : fmt::format("{}const {} {} = {};\n", pad, indexType_, s.name, idx(s.a));
-          break;
-        case K::Assign: out += fmt::format("{}{} = {};\n", pad, floats_[s.var], fe(s.value)); break;
-        case K::For:
-          out += fmt::format("{}for ({} {} = {}; {} < {}; {} += {}) {{\n", pad, indexType_, s.name, idx(s.a), s.name, idx(s.b),
-                             s.name, s.step);
-          block(s.body, depth + 1, out);
-          out += pad + "}\n";
-          break;
-        case K::If:
-          out += fmt::format("{}if ({} < {}) {{\n", pad, idx(s.a), idx(s.b));
-          block(s.body, depth + 1, out);
-          out += pad + "}\n";
-          break;
-        case K::StoreGlobal: {
-          const auto& prm = k_.params[s.target];
-          out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, params_[s.target], idx(s.a), cudaTypeName(prm.dtype),
-                             fe(s.value));
-          break;
-        }
-        case K::StoreShared:
-          if (k_.shared[s.target].dtype == DType::F32)
-            out += fmt::format("{}{}[{}] = {};\n", pad, shared_[s.target], idx(s.a), fe(s.value));
-          else
-            out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, shared_[s.target], idx(s.a),
-                               cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
-          break;
-        case K::Barrier:  // a group's own barrier where the thread block holds several (Kernel::groups)
-          out += k_.groups > 1 ? fmt::format("{}kiln::group_barrier<{}>(1 + kiln_group);\n", pad, k_.block[0]) : pad + "__syncthreads();\n";
-          break;
-        case K::BlockTicket: {  // kernel::blockTicket: the block's stores, then one acq_rel atomic by thread 0, shared
-          // bar.sync orders every thread's stores before thread 0's release (cumulative at gpu scope), and its acquire
-          // before every thread's loads after the second bar.sync: no fence per thread (a fence.sc per thread measured
-          // 1 to 5 us slower on the H200).
-          const std::string held = s.name + "_held", counter = fmt::format("{}[{}]", params_[s.param], idx(s.a));
-          out += fmt::format("{}__shared__ unsigned long long {};\n", pad, held);
-          out += pad + "__syncthreads();\n";
-          out += fmt::format("{}if (threadIdx.x == 0) {{\n", pad);
-          out += fmt::format("{}  {} = kiln::ticket(reinterpret_cast<unsigned long long*>(&{}), {}ull);\n", pad, held, counter,
-                             s.arrivals);
-          out += pad + "}\n";
-          out += pad + "__syncthreads();\n";
-          out += fmt::format("{}const {} {} = static_cast<{}>({});\n", pad, indexType_, s.name, indexType_, held);
-          break;
-        }
-        case K::CounterRelease:
-          out += fmt::format("{}kiln::counter_release(reinterpret_cast<unsigned long long*>(&{}[{}]));\n", pad, params_[s.param], idx(s.a));
-          break;
-        case K::CounterAwait:
-          out += fmt::format("{}kiln::counter_await(reinterpret_cast<unsigned long long*>(&{}[{}]), static_cast<unsigned long long>({}));\n",
-                             pad, params_[s.param], idx(s.a), idx(s.b));
-          break;
-        case K::LoadVector: {
-          std::vector<std::string> slots;
-          for (int slot : s.fragment) slots.push_back(floats_[slot]);
-          out += fmt::format("{}kiln::load_vec<{}>({} + ({}), {});\n", pad, s.fragment.size(), params_[s.target], idx(s.a),
-                             fmt::join(slots, ", "));
-          break;
-        }
-        case K::LoadSharedVector: {
-          std::vector<std::string> slots;
-          for (int slot : s.fragment) slots.push_back(floats_[slot]);
-          out += fmt::format("{}kiln::load_shared_vec<{}>(&{}[{}], {});\n", pad, s.fragment.size(), shared_[s.target], idx(s.a),
-                             fmt::join(slots, ", "));
-          break;
-        }
-        case K::StoreVector: {
-          std::vector<std::string> values;
-          for (auto& v : s.values) values.push_back(fe(v));
-          out += fmt::format("{}kiln::store_vec<{}>({} + ({}), {});\n", pad, s.values.size(), params_[s.target], idx(s.a),
-                             fmt::join(values, ", "));
-          break;
-        }
-        case K::CpAsync:
-          out += fmt::format("{}kiln::cp_async<{}>(&{}[{}], &{}[{}]{});\n", pad, s.bytes, shared_[s.target], idx(s.a), params_[s.param],
-                             idx(s.b), s.validBytes ? ", " + idx(s.validBytes) : std::string());
-          break;
-        case K::Ldmatrix: {
-          std::vector<std::string> slots;
-          for (int slot : s.fragment) slots.push_back(floats_[slot]);
-          if (!s.pairRegs.empty()) {
-            for (int r : s.pairRegs) slots.push_back(pairs_[r]);
-            out += fmt::format("{}kiln::ldmatrix_pairs<{}>(&{}[{}], {});\n", pad, s.transpose ? "true" : "false", shared_[s.target],
-                               idx(s.a), fmt::join(slots, ", "));
-            break;
-          }
-          out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, s.fragment.size() / 2, s.transpose ? "true" : "false",
-                             shared_[s.target], idx(s.a), fmt::join(slots, ", "));
-          break;
-        }
-        case K::Wgmma: out += wgmma(s, pad); break;
-        case K::WgmmaFence: out += pad + "kiln::wgmma_fence();\n"; break;
-        case K::WgmmaCommit: out += pad + "kiln::wgmma_commit_group();\n"; break;
-        case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.pendingGroups); break;
-        case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; break;
-        case K::ClusterBarrier: out += pad + "kiln::cluster_barrier();\n"; break;
-        case K::FenceMbarrierInit: out += pad + "kiln::fence_mbarrier_init();\n"; break;
-        case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; break;
-        case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.arrivals); break;
-        case K::MbarrierArriveCluster:
-          out += fmt::format("{}kiln::mbarrier_arrive_cluster<{}>(&{}[{}]);\n", pad, k_.cluster, shared_[s.target], idx(s.a));
-          break;
-        case K::MbarrierArrive: out += fmt::format("{}kiln::mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a)); break;
-        case K::CpAsyncMbarrierArrive:
-          out += fmt::format("{}kiln::cp_async_mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a));
-          break;
-        case K::NamedBarrier: out += fmt::format("{}kiln::named_barrier<{}, {}>();\n", pad, s.target, s.arrivals); break;
-        case K::MbarrierExpectTx:
-          out += fmt::format("{}kiln::mbarrier_arrive_expect_tx{}(&{}[{}], {});\n", pad, s.elected ? "_elected" : "", shared_[s.target],
-                             idx(s.a), s.txBytes);
-          break;
-        case K::TmaLoad:
-          out += fmt::format("{}kiln::tma_load_2d{}(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, s.elected ? "<true>" : "", shared_[s.target], idx(s.a),
-                             tensorMaps_[static_cast<size_t>(s.tensorMap)], idx(s.coords[0]), idx(s.coords[1]), shared_[s.barriers],
-                             idx(s.b), s.multicast ? fmt::format(", {}", (1 << k_.cluster) - 1) : "");
-          break;
-        case K::MbarrierWait:
-          out += fmt::format("{}kiln::mbarrier_wait(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), idx(s.b));
-          break;
-        case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); break;
-        case K::PackPair:
-          out += fmt::format("{}{} = kiln::pack2({}(), {}, {});\n", pad, pairs_[s.pairRegs[0]], cudaTypeName(s.operandType),
-                             floats_[s.fragment[0]], floats_[s.fragment[1]]);
-          break;
-        case K::ShuffleXor:
-          out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
-          break;
-        case K::Mma: {
-          if (!s.pairRegs.empty()) {  // A and B in pair registers
-            std::vector<std::string> c, ab;
-            for (int slot : s.fragment) c.push_back(floats_[slot]);
-            for (int r : s.pairRegs) ab.push_back(pairs_[r]);
-            out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
-                               fmt::join(ab, ", "));
-            break;
-          }
-          if (!s.pairs.empty()) {  // A and B as 32-bit pairs straight from shared memory
-            std::vector<std::string> c, ab;
-            for (int slot : s.fragment) c.push_back(floats_[slot]);
-            for (size_t i = 0; i < s.pairs.size(); ++i)
-              ab.push_back(fmt::format("kiln::pair(&{}[{}])", shared_[i < 4 ? s.sharedA : s.sharedB], idx(s.pairs[i])));
-            out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
-                               fmt::join(ab, ", "));
-            break;
-          }
-          std::vector<std::string> c, ab;
-          for (size_t i = 12; i < 16; ++i) c.push_back(floats_[s.fragment[i]]);
-          for (size_t i = 0; i < 12; ++i) ab.push_back(floats_[s.fragment[i]]);
-          out += fmt::format("{}kiln::mma_m16n8k16<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
-                             fmt::join(ab, ", "));
-          break;
-        }
-      }
+    switch (s.kind) {
+      case K::DefIdx:
+        out += s.warpUniform ? fmt::format("{}const {} {} = __shfl_sync(0xffffffffu, {}, 0);  // warp-uniform\n", pad, indexType_, s.name, idx(s.a))
+                             : fmt::format("{}const {} {} = {};\n", pad, indexType_, s.name, idx(s.a));
+        return true;
+      case K::Assign: out += fmt::format("{}{} = {};\n", pad, floats_[s.var], fe(s.value)); return true;
+      case K::For:
+        out += fmt::format("{}for ({} {} = {}; {} < {}; {} += {}) {{\n", pad, indexType_, s.name, idx(s.a), s.name, idx(s.b),
+                           s.name, s.step);
+        block(s.body, depth + 1, out);
+        out += pad + "}\n";
+        return true;
+      case K::If:
+        out += fmt::format("{}if ({} < {}) {{\n", pad, idx(s.a), idx(s.b));
+        block(s.body, depth + 1, out);
+        out += pad + "}\n";
+        return true;
+      default: return false;
     }
+    return true;
+  }
+
+  // Global and shared loads and stores.
+  // False where `s` is of another family.
+  bool memory(const kernel::Stmt& s, const std::string& pad, std::string& out) {
+    using K = kernel::Stmt::Kind;
+    switch (s.kind) {
+      case K::StoreGlobal: {
+        const auto& prm = k_.params[s.target];
+        out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, params_[s.target], idx(s.a), cudaTypeName(prm.dtype),
+                           fe(s.value));
+        return true;
+      }
+      case K::StoreShared:
+        if (k_.shared[s.target].dtype == DType::F32)
+          out += fmt::format("{}{}[{}] = {};\n", pad, shared_[s.target], idx(s.a), fe(s.value));
+        else
+          out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, shared_[s.target], idx(s.a),
+                             cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
+        return true;
+      case K::LoadVector: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floats_[slot]);
+        out += fmt::format("{}kiln::load_vec<{}>({} + ({}), {});\n", pad, s.fragment.size(), params_[s.target], idx(s.a),
+                           fmt::join(slots, ", "));
+        return true;
+      }
+      case K::LoadSharedVector: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floats_[slot]);
+        out += fmt::format("{}kiln::load_shared_vec<{}>(&{}[{}], {});\n", pad, s.fragment.size(), shared_[s.target], idx(s.a),
+                           fmt::join(slots, ", "));
+        return true;
+      }
+      case K::StoreVector: {
+        std::vector<std::string> values;
+        for (auto& v : s.values) values.push_back(fe(v));
+        out += fmt::format("{}kiln::store_vec<{}>({} + ({}), {});\n", pad, s.values.size(), params_[s.target], idx(s.a),
+                           fmt::join(values, ", "));
+        return true;
+      }
+      default: return false;
+    }
+    return true;
+  }
+
+  // Barriers, and the tickets and counters blocks hand work over by.
+  // False where `s` is of another family.
+  bool synchronization(const kernel::Stmt& s, const std::string& pad, std::string& out) {
+    using K = kernel::Stmt::Kind;
+    switch (s.kind) {
+      case K::Barrier:  // a group's own barrier where the thread block holds several (Kernel::groups)
+        out += k_.groups > 1 ? fmt::format("{}kiln::group_barrier<{}>(1 + kiln_group);\n", pad, k_.block[0]) : pad + "__syncthreads();\n";
+        return true;
+      case K::BlockTicket: {  // kernel::blockTicket: the block's stores, then one acq_rel atomic by thread 0, shared
+        // bar.sync orders every thread's stores before thread 0's release (cumulative at gpu scope), and its acquire
+        // before every thread's loads after the second bar.sync: no fence per thread (a fence.sc per thread measured
+        // 1 to 5 us slower on the H200).
+        const std::string held = s.name + "_held", counter = fmt::format("{}[{}]", params_[s.param], idx(s.a));
+        out += fmt::format("{}__shared__ unsigned long long {};\n", pad, held);
+        out += pad + "__syncthreads();\n";
+        out += fmt::format("{}if (threadIdx.x == 0) {{\n", pad);
+        out += fmt::format("{}  {} = kiln::ticket(reinterpret_cast<unsigned long long*>(&{}), {}ull);\n", pad, held, counter,
+                           s.arrivals);
+        out += pad + "}\n";
+        out += pad + "__syncthreads();\n";
+        out += fmt::format("{}const {} {} = static_cast<{}>({});\n", pad, indexType_, s.name, indexType_, held);
+        return true;
+      }
+      case K::CounterRelease:
+        out += fmt::format("{}kiln::counter_release(reinterpret_cast<unsigned long long*>(&{}[{}]));\n", pad, params_[s.param], idx(s.a));
+        return true;
+      case K::CounterAwait:
+        out += fmt::format("{}kiln::counter_await(reinterpret_cast<unsigned long long*>(&{}[{}]), static_cast<unsigned long long>({}));\n",
+                           pad, params_[s.param], idx(s.a), idx(s.b));
+        return true;
+      case K::NamedBarrier: out += fmt::format("{}kiln::named_barrier<{}, {}>();\n", pad, s.target, s.arrivals); return true;
+      case K::ClusterBarrier: out += pad + "kiln::cluster_barrier();\n"; return true;
+      default: return false;
+    }
+    return true;
+  }
+
+  // cp.async, TMA and the mbarriers they complete.
+  // False where `s` is of another family.
+  bool asyncCopy(const kernel::Stmt& s, const std::string& pad, std::string& out) {
+    using K = kernel::Stmt::Kind;
+    switch (s.kind) {
+      case K::CpAsync:
+        out += fmt::format("{}kiln::cp_async<{}>(&{}[{}], &{}[{}]{});\n", pad, s.bytes, shared_[s.target], idx(s.a), params_[s.param],
+                           idx(s.b), s.validBytes ? ", " + idx(s.validBytes) : std::string());
+        return true;
+      case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; return true;
+      case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); return true;
+      case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; return true;
+      case K::FenceMbarrierInit: out += pad + "kiln::fence_mbarrier_init();\n"; return true;
+      case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.arrivals); return true;
+      case K::MbarrierArriveCluster:
+        out += fmt::format("{}kiln::mbarrier_arrive_cluster<{}>(&{}[{}]);\n", pad, k_.cluster, shared_[s.target], idx(s.a));
+        return true;
+      case K::MbarrierArrive: out += fmt::format("{}kiln::mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a)); return true;
+      case K::CpAsyncMbarrierArrive:
+        out += fmt::format("{}kiln::cp_async_mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a));
+        return true;
+      case K::MbarrierExpectTx:
+        out += fmt::format("{}kiln::mbarrier_arrive_expect_tx{}(&{}[{}], {});\n", pad, s.elected ? "_elected" : "", shared_[s.target],
+                           idx(s.a), s.txBytes);
+        return true;
+      case K::TmaLoad:
+        out += fmt::format("{}kiln::tma_load_2d{}(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, s.elected ? "<true>" : "", shared_[s.target], idx(s.a),
+                           tensorMaps_[static_cast<size_t>(s.tensorMap)], idx(s.coords[0]), idx(s.coords[1]), shared_[s.barriers],
+                           idx(s.b), s.multicast ? fmt::format(", {}", (1 << k_.cluster) - 1) : "");
+        return true;
+      case K::MbarrierWait:
+        out += fmt::format("{}kiln::mbarrier_wait(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), idx(s.b));
+        return true;
+      default: return false;
+    }
+    return true;
+  }
+
+  // ldmatrix, mma, wgmma and the register moves around them.
+  // False where `s` is of another family.
+  bool tensorCore(const kernel::Stmt& s, const std::string& pad, std::string& out) {
+    using K = kernel::Stmt::Kind;
+    switch (s.kind) {
+      case K::Ldmatrix: {
+        std::vector<std::string> slots;
+        for (int slot : s.fragment) slots.push_back(floats_[slot]);
+        if (!s.pairRegs.empty()) {
+          for (int r : s.pairRegs) slots.push_back(pairs_[r]);
+          out += fmt::format("{}kiln::ldmatrix_pairs<{}>(&{}[{}], {});\n", pad, s.transpose ? "true" : "false", shared_[s.target],
+                             idx(s.a), fmt::join(slots, ", "));
+          return true;
+        }
+        out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, s.fragment.size() / 2, s.transpose ? "true" : "false",
+                           shared_[s.target], idx(s.a), fmt::join(slots, ", "));
+        return true;
+      }
+      case K::Wgmma: out += wgmma(s, pad); return true;
+      case K::WgmmaFence: out += pad + "kiln::wgmma_fence();\n"; return true;
+      case K::WgmmaCommit: out += pad + "kiln::wgmma_commit_group();\n"; return true;
+      case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.pendingGroups); return true;
+      case K::PackPair:
+        out += fmt::format("{}{} = kiln::pack2({}(), {}, {});\n", pad, pairs_[s.pairRegs[0]], cudaTypeName(s.operandType),
+                           floats_[s.fragment[0]], floats_[s.fragment[1]]);
+        return true;
+      case K::ShuffleXor:
+        out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
+        return true;
+      case K::Mma: {
+        if (!s.pairRegs.empty()) {  // A and B in pair registers
+          std::vector<std::string> c, ab;
+          for (int slot : s.fragment) c.push_back(floats_[slot]);
+          for (int r : s.pairRegs) ab.push_back(pairs_[r]);
+          out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
+                             fmt::join(ab, ", "));
+          return true;
+        }
+        if (!s.pairs.empty()) {  // A and B as 32-bit pairs straight from shared memory
+          std::vector<std::string> c, ab;
+          for (int slot : s.fragment) c.push_back(floats_[slot]);
+          for (size_t i = 0; i < s.pairs.size(); ++i)
+            ab.push_back(fmt::format("kiln::pair(&{}[{}])", shared_[i < 4 ? s.sharedA : s.sharedB], idx(s.pairs[i])));
+          out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
+                             fmt::join(ab, ", "));
+          return true;
+        }
+        std::vector<std::string> c, ab;
+        for (size_t i = 12; i < 16; ++i) c.push_back(floats_[s.fragment[i]]);
+        for (size_t i = 0; i < 12; ++i) ab.push_back(floats_[s.fragment[i]]);
+        out += fmt::format("{}kiln::mma_m16n8k16<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
+                           fmt::join(ab, ", "));
+        return true;
+      }
+      default: return false;
+    }
+    return true;
   }
 
   // One wgmma.mma_async as inline PTX: its n / 2 accumulators are "+f" operands (too many for a fixed helper), the

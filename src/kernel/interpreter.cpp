@@ -145,216 +145,259 @@ int64_t Machine::vectorStart(const Stmt& s, int64_t t, size_t width, const char*
   return i;
 }
 
-void Machine::exec(const Block& body, int depth) {
+// Index definitions, float assignments, loops and conditions (under the thread masks of `depth`). False where `s` is of another family.
+bool Machine::execControl(const Stmt& s, int depth) {
   const std::vector<uint8_t>& mask = masks[depth];
-  for (const Stmt& s : body) {
-    switch (s.kind) {
-      case Stmt::Kind::DefIdx:
-        for (int64_t t = 0; t < T; ++t)
-          if (mask[t]) env[t][s.var] = evaluate(s.a, env[t], &loader);
-        break;
-      case Stmt::Kind::Assign:
-        for (int64_t t = 0; t < T; ++t)
-          if (mask[t]) floats[t * nf + s.var] = eval(*s.value, t);
-        break;
-      case Stmt::Kind::For: {
-        std::vector<int64_t>& end = ends[depth];
-        std::vector<uint8_t>& inner = masks[depth + 1];
-        for (int64_t t = 0; t < T; ++t)
-          if (mask[t]) {
-            env[t][s.var] = evaluate(s.a, env[t], &loader);
-            end[t] = evaluate(s.b, env[t], &loader);
-          }
-        for (;;) {
-          bool any = false;
-          for (int64_t t = 0; t < T; ++t) {
-            inner[t] = mask[t] && env[t][s.var] < end[t];
-            any = any || inner[t];
-          }
-          if (!any) break;
-          exec(s.body, depth + 1);
-          for (int64_t t = 0; t < T; ++t)
-            if (inner[t]) env[t][s.var] += s.step;
+  switch (s.kind) {
+    case Stmt::Kind::DefIdx:
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[t]) env[t][s.var] = evaluate(s.a, env[t], &loader);
+      return true;
+    case Stmt::Kind::Assign:
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[t]) floats[t * nf + s.var] = eval(*s.value, t);
+      return true;
+    case Stmt::Kind::For: {
+      std::vector<int64_t>& end = ends[depth];
+      std::vector<uint8_t>& inner = masks[depth + 1];
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[t]) {
+          env[t][s.var] = evaluate(s.a, env[t], &loader);
+          end[t] = evaluate(s.b, env[t], &loader);
         }
-        break;
-      }
-      case Stmt::Kind::If: {
-        std::vector<uint8_t>& inner = masks[depth + 1];
+      for (;;) {
         bool any = false;
         for (int64_t t = 0; t < T; ++t) {
-          inner[t] = mask[t] && evaluate(s.a, env[t], &loader) < evaluate(s.b, env[t], &loader);
+          inner[t] = mask[t] && env[t][s.var] < end[t];
           any = any || inner[t];
         }
-        if (any) exec(s.body, depth + 1);
-        break;
-      }
-      case Stmt::Kind::StoreGlobal: {
-        KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: store to parameter #{} of {}",
-                    k.name, s.target, k.params.size());
-        const Param& prm = k.params[s.target];
-        std::vector<float>& data = buffers[prm.buffer];
-        DType dtype = p.buffers[prm.buffer].dtype;
-        // Every active thread evaluates before any writes: the statement completes in lockstep.
-        for (int64_t t = 0; t < T; ++t) {
-          if (!mask[t]) continue;
-          int64_t i = evaluate(s.a, env[t], &loader);
-          if (i < 0 || i >= static_cast<int64_t>(data.size()))
-            raise(fmt::format("kernel {}: thread {} of block {} stores {}[{}] out of bounds ({} elements; index {})", k.name,
-                              t, block, prm.name, i, data.size(), toString(s.a)));
-          idxTmp[t] = i;
-          valTmp[t] = loop::roundTo(dtype, eval(*s.value, t));
-        }
+        if (!any) break;
+        exec(s.body, depth + 1);
         for (int64_t t = 0; t < T; ++t)
-          if (mask[t]) data[idxTmp[t]] = valTmp[t];
-        break;
+          if (inner[t]) env[t][s.var] += s.step;
       }
-      case Stmt::Kind::StoreShared: {
-        KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
-                    k.name, s.target, shared.size());
-        std::vector<float>& data = shared[s.target];
-        for (int64_t t = 0; t < T; ++t) {
-          if (!mask[t]) continue;
-          int64_t i = evaluate(s.a, env[t], &loader);
-          if (i < 0 || i >= static_cast<int64_t>(data.size()))
-            raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
-                              k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));
-          idxTmp[t] = i;
-          valTmp[t] = loop::roundTo(k.shared[s.target].dtype, eval(*s.value, t));  // f32 buffers: unchanged
-        }
-        for (int64_t t = 0; t < T; ++t)
-          if (mask[t]) {
-            checkSharedWrite(s.target, idxTmp[t], t);
-            data[idxTmp[t]] = valTmp[t];
-            written[s.target][idxTmp[t]] = 1;
-          }
-        break;
-      }
-      case Stmt::Kind::Mma: mmaStep(s, mask); break;
-      case Stmt::Kind::ShuffleXor: shuffleStep(s, mask); break;
-      case Stmt::Kind::PackPair:
-        for (int64_t t = 0; t < T; ++t)
-          if (mask[t])
-            for (int e = 0; e < 2; ++e)
-              pairValues[(static_cast<size_t>(t) * static_cast<size_t>(np) + static_cast<size_t>(s.pairRegs[0])) * 2 + e] =
-                  loop::roundTo(s.operandType, floats[t * nf + s.fragment[static_cast<size_t>(e)]]);
-        break;
-      case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); break;
-      case Stmt::Kind::LoadSharedVector:
-        for (int64_t t = 0; t < T; ++t) {
-          if (!mask[t]) continue;
-          const int64_t i = evaluate(s.a, env[t], &loader), w = static_cast<int64_t>(s.fragment.size());
-          if (i % w != 0)
-            raise(fmt::format("kernel {}: thread {} of block {} loads a vector of {} from shared {}[{}], not aligned (index {})",
-                              k.name, t, block, w, k.shared[s.target].name, i, toString(s.a)));
-          for (int64_t e = 0; e < w; ++e) floats[t * nf + s.fragment[static_cast<size_t>(e)]] = readShared(s.target, i + e, t, s.a);
-        }
-        break;
-      case Stmt::Kind::LoadVector:
-        for (int64_t t = 0; t < T; ++t) {
-          if (!mask[t]) continue;
-          int64_t i = vectorStart(s, t, s.fragment.size(), "loads vector");
-          const std::vector<float>& data = buffers[k.params[s.target].buffer];
-          for (size_t e = 0; e < s.fragment.size(); ++e) floats[t * nf + s.fragment[e]] = data[i + static_cast<int64_t>(e)];
-        }
-        break;
-      case Stmt::Kind::StoreVector: {
-        const size_t w = s.values.size();
-        std::vector<float> vals(static_cast<size_t>(T) * w);
-        for (int64_t t = 0; t < T; ++t) {
-          if (!mask[t]) continue;
-          idxTmp[t] = vectorStart(s, t, w, "stores vector");
-          DType dtype = p.buffers[k.params[s.target].buffer].dtype;
-          for (size_t e = 0; e < w; ++e) vals[t * w + e] = loop::roundTo(dtype, eval(*s.values[e], t));
-        }
-        std::vector<float>& data = buffers[k.params[s.target].buffer];
-        for (int64_t t = 0; t < T; ++t)
-          if (mask[t])
-            for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];
-        break;
-      }
-      case Stmt::Kind::CounterRelease:
-      case Stmt::Kind::CounterAwait: {  // per thread that reaches it (blocks run one after another here)
-        const Param& prm = k.params[s.param];
-        std::vector<float>& counters = buffers[prm.buffer];
-        for (int64_t t = 0; t < T; ++t) {
-          if (!mask[t]) continue;
-          const int64_t i = evaluate(s.a, env[t], &loader);
-          if (i < 0 || i >= static_cast<int64_t>(counters.size()))
-            raise(fmt::format("kernel {}: block {} thread {} reaches counter {}[{}] out of bounds ({} counters)", k.name, block, t,
-                              prm.name, i, counters.size()));
-          float& c = counters[static_cast<size_t>(i)];
-          if (s.kind == Stmt::Kind::CounterRelease) {
-            c += 1.f;
-            continue;
-          }
-          const int64_t want = evaluate(s.b, env[t], &loader);
-          if (static_cast<int64_t>(c) != want)
-            raise(fmt::format("kernel {}: block {} thread {} waits for counter {}[{}] to hold {}, and it holds {}: the blocks it "
-                              "waits for must come earlier in grid order (the interpreter runs blocks one after another)",
-                              k.name, block, t, prm.name, i, want, static_cast<int64_t>(c)));
-          c = 0.f;
-        }
-        break;
-      }
-      case Stmt::Kind::BlockTicket: {  // a barrier, then one ticket for the block (blocks run one after another here)
-        int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
-        if (n != T)
-          raise(fmt::format("kernel {}: ticket {} taken by {} of {} threads (under divergent control flow; block {})", k.name,
-                            s.name, n, T, block));
-        barrierStep();
-        const Param& prm = k.params[s.param];
-        std::vector<float>& counters = buffers[prm.buffer];
-        const int64_t i = evaluate(s.a, env[0], &loader);
-        if (i < 0 || i >= static_cast<int64_t>(counters.size()))
-          raise(fmt::format("kernel {}: block {} takes ticket {}[{}] out of bounds ({} counters)", k.name, block, prm.name, i,
-                            counters.size()));
-        const auto before = static_cast<int64_t>(counters[static_cast<size_t>(i)]);
-        if (before < 0 || before >= s.arrivals)
-          raise(fmt::format("kernel {}: counter {}[{}] holds {} at block {}'s ticket (want 0 .. {}: counters start at zero)",
-                            k.name, prm.name, i, before, block, s.arrivals - 1));
-        counters[static_cast<size_t>(i)] = static_cast<float>(before + 1 == s.arrivals ? 0 : before + 1);
-        for (int64_t t = 0; t < T; ++t) env[t][s.var] = before;
-        break;
-      }
-      case Stmt::Kind::Barrier:
-      case Stmt::Kind::ClusterBarrier: {  // the cluster's other blocks run the same code (see tmaLoadMulticast)
-        int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
-        if (n != T)
-          raise(fmt::format("kernel {}: barrier reached by {} of {} threads (barrier under divergent control flow; block {})",
-                            k.name, n, T, block));
-        barrierStep();
-        break;
-      }
-      case Stmt::Kind::NamedBarrier: {
-        int64_t n = 0;
-        for (int64_t w = 0; w * 32 < T; ++w) n += warpActive(w, mask, "a named barrier");
-        if (n != s.arrivals)
-          raise(fmt::format("kernel {}: barrier {} of {} threads reached by {} (block {})", k.name, s.target, s.arrivals, n, block));
-        barrierStep();
-        break;
-      }
-      case Stmt::Kind::CpAsync: cpAsyncStep(s, mask); break;
-      case Stmt::Kind::CpAsyncCommit: cpAsyncCommitStep(mask); break;
-      case Stmt::Kind::CpAsyncWait: cpAsyncWaitStep(s, mask); break;
-      case Stmt::Kind::MbarrierInit:
-      case Stmt::Kind::MbarrierArrive:
-      case Stmt::Kind::MbarrierArriveCluster:
-      case Stmt::Kind::CpAsyncMbarrierArrive:
-      case Stmt::Kind::MbarrierWait:
-      case Stmt::Kind::MbarrierExpectTx:
-      case Stmt::Kind::TmaLoad:
-        if (!mbarrierUsed) raise(fmt::format("kernel {}: an mbarrier statement, but no barrier is ever initialised", k.name));
-        if (s.kind == Stmt::Kind::TmaLoad) tmaLoadStep(s, s.elected ? electedLanes(mask, s) : mask);
-        else mbarrierStep(s, s.elected ? electedLanes(mask, s) : mask);
-        break;
-      case Stmt::Kind::Wgmma: wgmmaStep(s, mask); break;
-      case Stmt::Kind::WgmmaFence: activeWarpgroups(mask, "wgmma.fence"); break;
-      case Stmt::Kind::WgmmaCommit: wgmmaCommitStep(mask); break;
-      case Stmt::Kind::WgmmaWait: wgmmaWaitStep(s, mask); break;
-      case Stmt::Kind::FenceProxyAsync: fenceProxyAsyncStep(mask); break;
-      case Stmt::Kind::FenceMbarrierInit: break;  // the interpreter's inits are visible at once
+      return true;
     }
+    case Stmt::Kind::If: {
+      std::vector<uint8_t>& inner = masks[depth + 1];
+      bool any = false;
+      for (int64_t t = 0; t < T; ++t) {
+        inner[t] = mask[t] && evaluate(s.a, env[t], &loader) < evaluate(s.b, env[t], &loader);
+        any = any || inner[t];
+      }
+      if (any) exec(s.body, depth + 1);
+      return true;
+    }
+    default: return false;
   }
+  return true;
+}
+
+// Stores to global and shared memory, every active thread evaluating before any writes. False where `s` is of another family.
+bool Machine::execMemory(const Stmt& s, int depth) {
+  const std::vector<uint8_t>& mask = masks[depth];
+  switch (s.kind) {
+    case Stmt::Kind::StoreGlobal: {
+      KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: store to parameter #{} of {}",
+                  k.name, s.target, k.params.size());
+      const Param& prm = k.params[s.target];
+      std::vector<float>& data = buffers[prm.buffer];
+      DType dtype = p.buffers[prm.buffer].dtype;
+      // Every active thread evaluates before any writes: the statement completes in lockstep.
+      for (int64_t t = 0; t < T; ++t) {
+        if (!mask[t]) continue;
+        int64_t i = evaluate(s.a, env[t], &loader);
+        if (i < 0 || i >= static_cast<int64_t>(data.size()))
+          raise(fmt::format("kernel {}: thread {} of block {} stores {}[{}] out of bounds ({} elements; index {})", k.name,
+                            t, block, prm.name, i, data.size(), toString(s.a)));
+        idxTmp[t] = i;
+        valTmp[t] = loop::roundTo(dtype, eval(*s.value, t));
+      }
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[t]) data[idxTmp[t]] = valTmp[t];
+      return true;
+    }
+    case Stmt::Kind::StoreShared: {
+      KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
+                  k.name, s.target, shared.size());
+      std::vector<float>& data = shared[s.target];
+      for (int64_t t = 0; t < T; ++t) {
+        if (!mask[t]) continue;
+        int64_t i = evaluate(s.a, env[t], &loader);
+        if (i < 0 || i >= static_cast<int64_t>(data.size()))
+          raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
+                            k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));
+        idxTmp[t] = i;
+        valTmp[t] = loop::roundTo(k.shared[s.target].dtype, eval(*s.value, t));  // f32 buffers: unchanged
+      }
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[t]) {
+          checkSharedWrite(s.target, idxTmp[t], t);
+          data[idxTmp[t]] = valTmp[t];
+          written[s.target][idxTmp[t]] = 1;
+        }
+      return true;
+    }
+    default: return false;
+  }
+  return true;
+}
+
+// Barriers, block tickets and the counters blocks hand work over by. False where `s` is of another family.
+bool Machine::execSynchronization(const Stmt& s, int depth) {
+  const std::vector<uint8_t>& mask = masks[depth];
+  switch (s.kind) {
+    case Stmt::Kind::BlockTicket: {  // a barrier, then one ticket for the block (blocks run one after another here)
+      int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
+      if (n != T)
+        raise(fmt::format("kernel {}: ticket {} taken by {} of {} threads (under divergent control flow; block {})", k.name,
+                          s.name, n, T, block));
+      barrierStep();
+      const Param& prm = k.params[s.param];
+      std::vector<float>& counters = buffers[prm.buffer];
+      const int64_t i = evaluate(s.a, env[0], &loader);
+      if (i < 0 || i >= static_cast<int64_t>(counters.size()))
+        raise(fmt::format("kernel {}: block {} takes ticket {}[{}] out of bounds ({} counters)", k.name, block, prm.name, i,
+                          counters.size()));
+      const auto before = static_cast<int64_t>(counters[static_cast<size_t>(i)]);
+      if (before < 0 || before >= s.arrivals)
+        raise(fmt::format("kernel {}: counter {}[{}] holds {} at block {}'s ticket (want 0 .. {}: counters start at zero)",
+                          k.name, prm.name, i, before, block, s.arrivals - 1));
+      counters[static_cast<size_t>(i)] = static_cast<float>(before + 1 == s.arrivals ? 0 : before + 1);
+      for (int64_t t = 0; t < T; ++t) env[t][s.var] = before;
+      return true;
+    }
+    case Stmt::Kind::Barrier:
+    case Stmt::Kind::ClusterBarrier: {  // the cluster's other blocks run the same code (see tmaLoadMulticast)
+      int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
+      if (n != T)
+        raise(fmt::format("kernel {}: barrier reached by {} of {} threads (barrier under divergent control flow; block {})",
+                          k.name, n, T, block));
+      barrierStep();
+      return true;
+    }
+    case Stmt::Kind::NamedBarrier: {
+      int64_t n = 0;
+      for (int64_t w = 0; w * 32 < T; ++w) n += warpActive(w, mask, "a named barrier");
+      if (n != s.arrivals)
+        raise(fmt::format("kernel {}: barrier {} of {} threads reached by {} (block {})", k.name, s.target, s.arrivals, n, block));
+      barrierStep();
+      return true;
+    }
+    case Stmt::Kind::CounterRelease:
+    case Stmt::Kind::CounterAwait: {  // per thread that reaches it (blocks run one after another here)
+      const Param& prm = k.params[s.param];
+      std::vector<float>& counters = buffers[prm.buffer];
+      for (int64_t t = 0; t < T; ++t) {
+        if (!mask[t]) continue;
+        const int64_t i = evaluate(s.a, env[t], &loader);
+        if (i < 0 || i >= static_cast<int64_t>(counters.size()))
+          raise(fmt::format("kernel {}: block {} thread {} reaches counter {}[{}] out of bounds ({} counters)", k.name, block, t,
+                            prm.name, i, counters.size()));
+        float& c = counters[static_cast<size_t>(i)];
+        if (s.kind == Stmt::Kind::CounterRelease) {
+          c += 1.f;
+          continue;
+        }
+        const int64_t want = evaluate(s.b, env[t], &loader);
+        if (static_cast<int64_t>(c) != want)
+          raise(fmt::format("kernel {}: block {} thread {} waits for counter {}[{}] to hold {}, and it holds {}: the blocks it "
+                            "waits for must come earlier in grid order (the interpreter runs blocks one after another)",
+                            k.name, block, t, prm.name, i, want, static_cast<int64_t>(c)));
+        c = 0.f;
+      }
+      return true;
+    }
+    default: return false;
+  }
+  return true;
+}
+
+// cp.async groups, mbarriers, TMA loads and the async-proxy fences. False where `s` is of another family.
+bool Machine::execAsyncCopy(const Stmt& s, int depth) {
+  const std::vector<uint8_t>& mask = masks[depth];
+  switch (s.kind) {
+    case Stmt::Kind::CpAsync: cpAsyncStep(s, mask); return true;
+    case Stmt::Kind::CpAsyncCommit: cpAsyncCommitStep(mask); return true;
+    case Stmt::Kind::CpAsyncWait: cpAsyncWaitStep(s, mask); return true;
+    case Stmt::Kind::MbarrierInit:
+    case Stmt::Kind::MbarrierArrive:
+    case Stmt::Kind::MbarrierArriveCluster:
+    case Stmt::Kind::CpAsyncMbarrierArrive:
+    case Stmt::Kind::MbarrierWait:
+    case Stmt::Kind::MbarrierExpectTx:
+    case Stmt::Kind::TmaLoad:
+      if (!mbarrierUsed) raise(fmt::format("kernel {}: an mbarrier statement, but no barrier is ever initialised", k.name));
+      if (s.kind == Stmt::Kind::TmaLoad) tmaLoadStep(s, s.elected ? electedLanes(mask, s) : mask);
+      else mbarrierStep(s, s.elected ? electedLanes(mask, s) : mask);
+      return true;
+    case Stmt::Kind::FenceProxyAsync: fenceProxyAsyncStep(mask); return true;
+    case Stmt::Kind::FenceMbarrierInit: return true;  // the interpreter's inits are visible at once
+    default: return false;
+  }
+  return true;
+}
+
+// Vector loads and stores, shuffles, pairs, ldmatrix, mma and wgmma. False where `s` is of another family.
+bool Machine::execRegisters(const Stmt& s, int depth) {
+  const std::vector<uint8_t>& mask = masks[depth];
+  switch (s.kind) {
+    case Stmt::Kind::Mma: mmaStep(s, mask); return true;
+    case Stmt::Kind::ShuffleXor: shuffleStep(s, mask); return true;
+    case Stmt::Kind::PackPair:
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[t])
+          for (int e = 0; e < 2; ++e)
+            pairValues[(static_cast<size_t>(t) * static_cast<size_t>(np) + static_cast<size_t>(s.pairRegs[0])) * 2 + e] =
+                loop::roundTo(s.operandType, floats[t * nf + s.fragment[static_cast<size_t>(e)]]);
+      return true;
+    case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); return true;
+    case Stmt::Kind::LoadSharedVector:
+      for (int64_t t = 0; t < T; ++t) {
+        if (!mask[t]) continue;
+        const int64_t i = evaluate(s.a, env[t], &loader), w = static_cast<int64_t>(s.fragment.size());
+        if (i % w != 0)
+          raise(fmt::format("kernel {}: thread {} of block {} loads a vector of {} from shared {}[{}], not aligned (index {})",
+                            k.name, t, block, w, k.shared[s.target].name, i, toString(s.a)));
+        for (int64_t e = 0; e < w; ++e) floats[t * nf + s.fragment[static_cast<size_t>(e)]] = readShared(s.target, i + e, t, s.a);
+      }
+      return true;
+    case Stmt::Kind::LoadVector:
+      for (int64_t t = 0; t < T; ++t) {
+        if (!mask[t]) continue;
+        int64_t i = vectorStart(s, t, s.fragment.size(), "loads vector");
+        const std::vector<float>& data = buffers[k.params[s.target].buffer];
+        for (size_t e = 0; e < s.fragment.size(); ++e) floats[t * nf + s.fragment[e]] = data[i + static_cast<int64_t>(e)];
+      }
+      return true;
+    case Stmt::Kind::StoreVector: {
+      const size_t w = s.values.size();
+      std::vector<float> vals(static_cast<size_t>(T) * w);
+      for (int64_t t = 0; t < T; ++t) {
+        if (!mask[t]) continue;
+        idxTmp[t] = vectorStart(s, t, w, "stores vector");
+        DType dtype = p.buffers[k.params[s.target].buffer].dtype;
+        for (size_t e = 0; e < w; ++e) vals[t * w + e] = loop::roundTo(dtype, eval(*s.values[e], t));
+      }
+      std::vector<float>& data = buffers[k.params[s.target].buffer];
+      for (int64_t t = 0; t < T; ++t)
+        if (mask[t])
+          for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];
+      return true;
+    }
+    case Stmt::Kind::Wgmma: wgmmaStep(s, mask); return true;
+    case Stmt::Kind::WgmmaFence: activeWarpgroups(mask, "wgmma.fence"); return true;
+    case Stmt::Kind::WgmmaCommit: wgmmaCommitStep(mask); return true;
+    case Stmt::Kind::WgmmaWait: wgmmaWaitStep(s, mask); return true;
+    default: return false;
+  }
+  return true;
+}
+
+void Machine::exec(const Block& body, int depth) {
+  for (const Stmt& s : body)  // one family each
+    if (!execControl(s, depth) && !execMemory(s, depth) && !execSynchronization(s, depth) && !execAsyncCopy(s, depth))
+      execRegisters(s, depth);
 }
 
 void Machine::run() {

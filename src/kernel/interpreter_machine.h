@@ -113,6 +113,12 @@ struct Machine {
 
   void run();
   void exec(const Block& body, int depth);
+  // exec's statement families (one function each; false where the statement is of another family).
+  bool execControl(const Stmt& s, int depth);
+  bool execMemory(const Stmt& s, int depth);
+  bool execSynchronization(const Stmt& s, int depth);
+  bool execAsyncCopy(const Stmt& s, int depth);
+  bool execRegisters(const Stmt& s, int depth);
   float eval(const FExpr& e, int64_t t);
   int64_t vectorStart(const Stmt& s, int64_t t, size_t width, const char* verb);
 

@@ -165,255 +165,295 @@ void Verifier::defineVar(int var, const std::string& name, Scope& s) {
   s.defined.insert(var);
 }
 
-void Verifier::block(const Block& body, Scope s) {
-  for (const Stmt& st : body) {
-    switch (st.kind) {
-      case Stmt::Kind::DefIdx: {
-        checkIdx(st.a, s, "a definition");
-        if (st.warpUniform)
-          if (std::string why = detail::checkWarpUniform(expand(st.a, s), k.block[0]); !why.empty())
-            fail("warp-uniform {} = {}: {}", st.name, toString(st.a), why);
-        defineVar(st.var, st.name, s);
-        if (varies(st.a, s)) s.varying.insert(st.var);
-        if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s.ranges))) s.ranges[st.var] = *r;
-        s.defs[st.var] = st.a;
-        s.expanded[st.var] = expand(st.a, s);
-        break;
-      }
-      case Stmt::Kind::Assign:
-        checkExpr(st.value, s);
-        if (st.var < 0 || st.var >= static_cast<int>(k.floatVars.size()))
-          fail("assignment to float slot {} of {}", st.var, k.floatVars.size());
-        assigned[st.var] = true;
-        break;
-      case Stmt::Kind::For: {
-        checkIdx(st.a, s, "a loop bound");
-        checkIdx(st.b, s, "a loop bound");
-        if (st.step <= 0) fail("loop {} has step {}", st.name, st.step);
-        Scope inner = s;
-        defineVar(st.var, st.name, inner);
-        bool divergent = varies(st.a, s) || varies(st.b, s);
-        if (divergent) inner.varying.insert(st.var);
-        inner.expanded[st.var] = expand(st.a, s) + idxVar(kTripVar + st.var, st.name + "_trip") * idxConst(st.step);
-        auto rb = bound(st.a, s), re = bound(st.b, s);
-        if (rb && re) {
-          if (re->second - 1 < rb->first) inner.reachable = false;
-          else inner.ranges[st.var] = Range{rb->first, re->second - 1};
-        }
-        std::string saved = divergence;
-        const bool savedLoop = divergentLoop;
-        if (divergent && divergence.empty())
-          divergence = fmt::format("for {} in {}..{}", st.name, toString(st.a), toString(st.b));
-        divergentLoop = divergentLoop || divergent;
-        block(st.body, std::move(inner));
-        divergence = saved;
-        divergentLoop = savedLoop;
-        break;
-      }
-      case Stmt::Kind::If: {
-        checkIdx(st.a, s, "a condition");
-        checkIdx(st.b, s, "a condition");
-        Scope inner = s;
-        // Narrow a variable compared with a bounded expression: `c*v + k < b` gives v <= (max(b) - 1 - k) / c,
-        // `a < v` gives v >= min(a) + 1.
-        auto ra = bound(st.a, s), rb = bound(st.b, s);
-        if (ra && rb && ra->first >= rb->second) inner.reachable = false;
-        if (auto av = detail::affineVar(st.a); rb && av) {
-          auto cur = bound(idxVar(av->var, ""), s);
-          if (cur)
-            inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
-        }
-        if (ra && st.b->op == IndexNode::Op::Var) {
-          auto cur = bound(st.b, inner);
-          if (cur) inner.ranges[st.b->var] = Range{std::max(cur->first, ra->first + 1), cur->second};
-        }
-        for (auto& [v, r] : inner.ranges)
-          if (r.first > r.second) inner.reachable = false;
-        std::string saved = divergence;
-        const bool role = varies(st.a, s) || varies(st.b, s);
-        if (divergence.empty() && role) divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
-        if (role) roleConditions.emplace_back(expand(st.a, s), expand(st.b, s));
-        block(st.body, std::move(inner));
-        if (role) roleConditions.pop_back();
-        divergence = saved;
-        break;
-      }
-      case Stmt::Kind::StoreGlobal: {
-        checkIdx(st.a, s, "a global store");
-        checkExpr(st.value, s);
-        if (st.target < 0 || st.target >= static_cast<int>(k.params.size()))
-          fail("store to parameter #{} of {}", st.target, k.params.size());
-        if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
-        break;
-      }
-      case Stmt::Kind::StoreShared:
-        checkIdx(st.a, s, "a shared store");
-        checkExpr(st.value, s);
-        checkSharedIndex(st.target, st.a, s, "store");
-        break;
-      case Stmt::Kind::CounterRelease:
-      case Stmt::Kind::CounterAwait: {
-        const char* what = st.kind == Stmt::Kind::CounterRelease ? "counter release" : "counter wait";
-        checkIdx(st.a, s, "a counter index");
-        if (st.b) checkIdx(st.b, s, "a counter's count");
-        if (st.param < 0 || st.param >= static_cast<int>(k.params.size())) fail("{} at parameter #{} of {}", what, st.param, k.params.size());
-        const Param& counters = k.params[st.param];
-        if (!counters.written || counters.dtype != DType::I64 ||
-            p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
-          fail("{} at parameter {}: counters are a written i64 buffer of kind counters", what, counters.name);
-        auto r = bound(st.a, s);
-        if (!r || r->first < 0 || r->second >= counters.elements)
-          fail("{}: counter index {} not provably within the {} counters of {}", what, toString(st.a), counters.elements, counters.name);
-        break;
-      }
-      case Stmt::Kind::BlockTicket: {
-        if (!divergence.empty())
-          fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", st.name, divergence);
-        checkIdx(st.a, s, "a ticket's counter index");
-        if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
-          fail("ticket {} at parameter #{} of {}", st.name, st.param, k.params.size());
-        const Param& counters = k.params[st.param];
-        if (!counters.written || counters.dtype != DType::I64 ||
-            p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
-          fail("ticket {} at parameter {}: tickets are taken at a written i64 buffer of kind counters", st.name, counters.name);
-        if (st.arrivals < 2) fail("ticket {} of {} blocks (want 2 or more)", st.name, st.arrivals);
-        auto r = bound(st.a, s);
-        if (!r || r->first < 0 || r->second >= counters.elements)
-          fail("ticket {}: counter index {} not provably within the {} counters of {}", st.name, toString(st.a),
-               counters.elements, counters.name);
-        defineVar(st.var, st.name, s);
-        s.ranges[st.var] = Range{0, st.arrivals - 1};
-        break;
-      }
-      case Stmt::Kind::Barrier:
-      case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkLaunch)
-        if (!divergence.empty())
-          fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
-        break;
-      case Stmt::Kind::LoadVector:
-        checkIdx(st.a, s, "a vector load");
-        checkVectorAccess(st.target, st.a, st.fragment.size(), s, "load");
-        for (int slot : st.fragment) checkSlotWrite(slot, "vector load");
-        break;
-      case Stmt::Kind::LoadSharedVector: {
-        checkIdx(st.a, s, "a shared vector load");
-        const size_t w = st.fragment.size();
-        if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
-          fail("shared vector load from buffer #{} of {}", st.target, k.shared.size());
-        const SharedBuffer& sb = k.shared[st.target];
-        const size_t bytes = w * static_cast<size_t>(dtypeBytes(sb.dtype));
-        if (sb.mbarriers || (w != 2 && w != 4 && w != 8) || bytes < 8 || bytes > 16)
-          fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)", w,
-               dtypeName(sb.dtype), sb.name);
-        VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-        if (!provablyMultipleOf(expand(st.a, s), static_cast<int64_t>(w), extents))
-          fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,
-               toString(st.a), w, toString(expand(st.a, s)));
-        checkSharedIndex(st.target, st.a, s, "shared vector load");
-        checkSharedIndex(st.target, st.a + idxConst(static_cast<int64_t>(w) - 1), s, "shared vector load");
-        for (int slot : st.fragment) checkSlotWrite(slot, "shared vector load");
-        break;
-      }
-      case Stmt::Kind::StoreVector:
-        checkIdx(st.a, s, "a vector store");
-        for (auto& v : st.values) checkExpr(v, s);
-        checkVectorAccess(st.target, st.a, st.values.size(), s, "store");
-        if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
-        break;
-      case Stmt::Kind::CpAsync: checkCpAsync(st, s); break;
-      case Stmt::Kind::CpAsyncCommit: break;
-      case Stmt::Kind::Wgmma: checkWgmma(st, s); break;
-      case Stmt::Kind::WgmmaFence:
-      case Stmt::Kind::WgmmaCommit:
-      case Stmt::Kind::WgmmaWait:
-        // wait_group also in the block's trailing part of a warpgroup (a producer warp: no group of its own to wait for)
-        checkWarpCollective("wgmma.fence / commit_group / wait_group", kWarpgroupThreads, st.kind == Stmt::Kind::WgmmaWait);
-        if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
-        if (st.kind == Stmt::Kind::WgmmaWait && (st.pendingGroups < 0 || st.pendingGroups > 7))
-          fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
-        break;
-      case Stmt::Kind::FenceProxyAsync:
-      case Stmt::Kind::FenceMbarrierInit:
-        if (p.target.computeMajor < 9) fail("a fence of sm_90 and later on {}", p.target.arch);
-        break;
-      case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); break;
-      case Stmt::Kind::CpAsyncWait:
-        if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
-        break;
-      case Stmt::Kind::NamedBarrier: {
-        if (st.target < 1 || st.target > 15 || st.arrivals < 32 || st.arrivals % 32 != 0)
-          fail("named barrier {} of {} threads (ids 1..15, whole warps)", st.target, st.arrivals);
-        if (divergentLoop) fail("named barrier {} in a loop whose bounds depend on the thread (`{}`)", st.target, divergence);
-        std::string why = detail::checkWarpGroup(roleConditions, k.block[0] * k.block[1] * k.block[2], st.arrivals);
-        if (!why.empty()) fail("named barrier {} of {} threads: {}", st.target, st.arrivals, why);
-        break;
-      }
-      case Stmt::Kind::MbarrierInit:
-      case Stmt::Kind::MbarrierArrive:
-      case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkLaunch)
-      case Stmt::Kind::CpAsyncMbarrierArrive:
-      case Stmt::Kind::MbarrierExpectTx:
-      case Stmt::Kind::MbarrierWait:
-        if (st.elected) checkWarpCollective("an elected mbarrier.arrive.expect_tx");
-        checkMbarrier(st, s);
-        break;
-      case Stmt::Kind::TmaLoad: {  // the map and buffers (verifier_tma.cpp); here the indices: in bounds, aligned
-        if (st.elected) checkWarpCollective("an elected tma.load");
-        if (std::string why = detail::checkTmaLoad(k, st); !why.empty()) fail("{}", why);
-        for (const Idx* e : {&st.a, &st.b, &st.coords[0], &st.coords[1]}) checkIdx(*e, s, "a tma.load");
-        checkSharedIndex(st.barriers, st.b, s, "mbarrier");
-        checkSharedIndex(st.target, st.a, s, "tma.load");
-        checkSharedIndex(st.target, st.a + idxConst(detail::boxElements(k, st) - 1), s, "tma.load");
-        const int64_t align = detail::tmaDestinationAlignment(k, st);
-        if (!provablyMultipleOf(expand(st.a, s), align, VarExtents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}}))
-          fail("tma.load into {}[{}]: the index is not provably a multiple of {}", k.shared[st.target].name, toString(st.a), align);
-        break;
-      }
-      case Stmt::Kind::PackPair:
-        if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
-        if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());
-        for (int slot : st.fragment) checkSlotRead(slot, "pack");
-        checkPairRegs(st.pairRegs, true, "pack into");
-        break;
-      case Stmt::Kind::ShuffleXor:
-        checkWarpCollective("shuffle");
-        if (st.laneMask < 1 || st.laneMask > 16 || (st.laneMask & (st.laneMask - 1)) != 0)
-          fail("shuffle with lane mask {} (want 1, 2, 4, 8 or 16)", st.laneMask);
-        checkSlotRead(st.srcSlot, "shuffle");
-        checkSlotWrite(st.var, "shuffle");
-        break;
-      case Stmt::Kind::Mma:
-        checkWarpCollective("mma");
-        if (!st.pairs.empty()) {  // A and B as pairs of the operand type straight from shared memory
-          if (st.pairs.size() != 6 || st.fragment.size() != 4)
-            fail("mma from shared with {} pairs and {} accumulator slots (want 6 and 4)", st.pairs.size(), st.fragment.size());
-          for (size_t i = 0; i < st.pairs.size(); ++i) {
-            int buffer = i < 4 ? st.sharedA : st.sharedB;
-            checkIdx(st.pairs[i], s, "an mma pair");
-            checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
-            checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
-            if (!detail::provablyEven(st.pairs[i]))
-              fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(st.pairs[i]));
-            if (k.shared[buffer].dtype != st.operandType)
-              fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
-                   dtypeName(k.shared[buffer].dtype));
-          }
-        } else if (!st.pairRegs.empty()) {  // A and B in pair registers loaded by ldmatrix
-          if (st.pairRegs.size() != 6 || st.fragment.size() != 4)
-            fail("mma from pair registers with {} registers and {} accumulator slots (want 6 and 4)", st.pairRegs.size(),
-                 st.fragment.size());
-          checkPairRegs(st.pairRegs, false, "mma");
-        } else if (st.fragment.size() != 16) {
-          fail("mma with {} fragment slots (want 16)", st.fragment.size());
-        }
-        for (int slot : st.fragment) {
-          if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
-            fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());
-          if (!assigned[slot]) fail("mma reads float variable %{} before any assignment", k.floatVars[slot]);
-        }
-        break;
+// Index definitions (which define variables in `s` for the statements after), float assignments, loops
+// and conditions. False where `st` is of another family.
+bool Verifier::checkControl(const Stmt& st, Scope& s) {
+  switch (st.kind) {
+    case Stmt::Kind::DefIdx: {
+      checkIdx(st.a, s, "a definition");
+      if (st.warpUniform)
+        if (std::string why = detail::checkWarpUniform(expand(st.a, s), k.block[0]); !why.empty())
+          fail("warp-uniform {} = {}: {}", st.name, toString(st.a), why);
+      defineVar(st.var, st.name, s);
+      if (varies(st.a, s)) s.varying.insert(st.var);
+      if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s.ranges))) s.ranges[st.var] = *r;
+      s.defs[st.var] = st.a;
+      s.expanded[st.var] = expand(st.a, s);
+      return true;
     }
+    case Stmt::Kind::Assign:
+      checkExpr(st.value, s);
+      if (st.var < 0 || st.var >= static_cast<int>(k.floatVars.size()))
+        fail("assignment to float slot {} of {}", st.var, k.floatVars.size());
+      assigned[st.var] = true;
+      return true;
+    case Stmt::Kind::For: {
+      checkIdx(st.a, s, "a loop bound");
+      checkIdx(st.b, s, "a loop bound");
+      if (st.step <= 0) fail("loop {} has step {}", st.name, st.step);
+      Scope inner = s;
+      defineVar(st.var, st.name, inner);
+      bool divergent = varies(st.a, s) || varies(st.b, s);
+      if (divergent) inner.varying.insert(st.var);
+      inner.expanded[st.var] = expand(st.a, s) + idxVar(kTripVar + st.var, st.name + "_trip") * idxConst(st.step);
+      auto rb = bound(st.a, s), re = bound(st.b, s);
+      if (rb && re) {
+        if (re->second - 1 < rb->first) inner.reachable = false;
+        else inner.ranges[st.var] = Range{rb->first, re->second - 1};
+      }
+      std::string saved = divergence;
+      const bool savedLoop = divergentLoop;
+      if (divergent && divergence.empty())
+        divergence = fmt::format("for {} in {}..{}", st.name, toString(st.a), toString(st.b));
+      divergentLoop = divergentLoop || divergent;
+      block(st.body, std::move(inner));
+      divergence = saved;
+      divergentLoop = savedLoop;
+      return true;
+    }
+    case Stmt::Kind::If: {
+      checkIdx(st.a, s, "a condition");
+      checkIdx(st.b, s, "a condition");
+      Scope inner = s;
+      // Narrow a variable compared with a bounded expression: `c*v + k < b` gives v <= (max(b) - 1 - k) / c,
+      // `a < v` gives v >= min(a) + 1.
+      auto ra = bound(st.a, s), rb = bound(st.b, s);
+      if (ra && rb && ra->first >= rb->second) inner.reachable = false;
+      if (auto av = detail::affineVar(st.a); rb && av) {
+        auto cur = bound(idxVar(av->var, ""), s);
+        if (cur)
+          inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
+      }
+      if (ra && st.b->op == IndexNode::Op::Var) {
+        auto cur = bound(st.b, inner);
+        if (cur) inner.ranges[st.b->var] = Range{std::max(cur->first, ra->first + 1), cur->second};
+      }
+      for (auto& [v, r] : inner.ranges)
+        if (r.first > r.second) inner.reachable = false;
+      std::string saved = divergence;
+      const bool role = varies(st.a, s) || varies(st.b, s);
+      if (divergence.empty() && role) divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
+      if (role) roleConditions.emplace_back(expand(st.a, s), expand(st.b, s));
+      block(st.body, std::move(inner));
+      if (role) roleConditions.pop_back();
+      divergence = saved;
+      return true;
+    }
+    default: return false;
   }
+  return true;
+}
+
+// Global and shared loads and stores: indices in bounds and aligned. False where `st` is of another family.
+bool Verifier::checkMemory(const Stmt& st, Scope& s) {
+  switch (st.kind) {
+    case Stmt::Kind::StoreGlobal: {
+      checkIdx(st.a, s, "a global store");
+      checkExpr(st.value, s);
+      if (st.target < 0 || st.target >= static_cast<int>(k.params.size()))
+        fail("store to parameter #{} of {}", st.target, k.params.size());
+      if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+      return true;
+    }
+    case Stmt::Kind::StoreShared:
+      checkIdx(st.a, s, "a shared store");
+      checkExpr(st.value, s);
+      checkSharedIndex(st.target, st.a, s, "store");
+      return true;
+    case Stmt::Kind::LoadVector:
+      checkIdx(st.a, s, "a vector load");
+      checkVectorAccess(st.target, st.a, st.fragment.size(), s, "load");
+      for (int slot : st.fragment) checkSlotWrite(slot, "vector load");
+      return true;
+    case Stmt::Kind::LoadSharedVector: {
+      checkIdx(st.a, s, "a shared vector load");
+      const size_t w = st.fragment.size();
+      if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
+        fail("shared vector load from buffer #{} of {}", st.target, k.shared.size());
+      const SharedBuffer& sb = k.shared[st.target];
+      const size_t bytes = w * static_cast<size_t>(dtypeBytes(sb.dtype));
+      if (sb.mbarriers || (w != 2 && w != 4 && w != 8) || bytes < 8 || bytes > 16)
+        fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)", w,
+             dtypeName(sb.dtype), sb.name);
+      VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+      if (!provablyMultipleOf(expand(st.a, s), static_cast<int64_t>(w), extents))
+        fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,
+             toString(st.a), w, toString(expand(st.a, s)));
+      checkSharedIndex(st.target, st.a, s, "shared vector load");
+      checkSharedIndex(st.target, st.a + idxConst(static_cast<int64_t>(w) - 1), s, "shared vector load");
+      for (int slot : st.fragment) checkSlotWrite(slot, "shared vector load");
+      return true;
+    }
+    case Stmt::Kind::StoreVector:
+      checkIdx(st.a, s, "a vector store");
+      for (auto& v : st.values) checkExpr(v, s);
+      checkVectorAccess(st.target, st.a, st.values.size(), s, "store");
+      if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+      return true;
+    default: return false;
+  }
+  return true;
+}
+
+// Barriers, block tickets and the counters blocks hand work over by. False where `st` is of another family.
+bool Verifier::checkSynchronization(const Stmt& st, Scope& s) {
+  switch (st.kind) {
+    case Stmt::Kind::CounterRelease:
+    case Stmt::Kind::CounterAwait: {
+      const char* what = st.kind == Stmt::Kind::CounterRelease ? "counter release" : "counter wait";
+      checkIdx(st.a, s, "a counter index");
+      if (st.b) checkIdx(st.b, s, "a counter's count");
+      if (st.param < 0 || st.param >= static_cast<int>(k.params.size())) fail("{} at parameter #{} of {}", what, st.param, k.params.size());
+      const Param& counters = k.params[st.param];
+      if (!counters.written || counters.dtype != DType::I64 ||
+          p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
+        fail("{} at parameter {}: counters are a written i64 buffer of kind counters", what, counters.name);
+      auto r = bound(st.a, s);
+      if (!r || r->first < 0 || r->second >= counters.elements)
+        fail("{}: counter index {} not provably within the {} counters of {}", what, toString(st.a), counters.elements, counters.name);
+      return true;
+    }
+    case Stmt::Kind::BlockTicket: {
+      if (!divergence.empty())
+        fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", st.name, divergence);
+      checkIdx(st.a, s, "a ticket's counter index");
+      if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
+        fail("ticket {} at parameter #{} of {}", st.name, st.param, k.params.size());
+      const Param& counters = k.params[st.param];
+      if (!counters.written || counters.dtype != DType::I64 ||
+          p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
+        fail("ticket {} at parameter {}: tickets are taken at a written i64 buffer of kind counters", st.name, counters.name);
+      if (st.arrivals < 2) fail("ticket {} of {} blocks (want 2 or more)", st.name, st.arrivals);
+      auto r = bound(st.a, s);
+      if (!r || r->first < 0 || r->second >= counters.elements)
+        fail("ticket {}: counter index {} not provably within the {} counters of {}", st.name, toString(st.a),
+             counters.elements, counters.name);
+      defineVar(st.var, st.name, s);
+      s.ranges[st.var] = Range{0, st.arrivals - 1};
+      return true;
+    }
+    case Stmt::Kind::Barrier:
+    case Stmt::Kind::ClusterBarrier:  // and on sm_90+ (detail::checkLaunch)
+      if (!divergence.empty())
+        fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
+      return true;
+    case Stmt::Kind::NamedBarrier: {
+      if (st.target < 1 || st.target > 15 || st.arrivals < 32 || st.arrivals % 32 != 0)
+        fail("named barrier {} of {} threads (ids 1..15, whole warps)", st.target, st.arrivals);
+      if (divergentLoop) fail("named barrier {} in a loop whose bounds depend on the thread (`{}`)", st.target, divergence);
+      std::string why = detail::checkWarpGroup(roleConditions, k.block[0] * k.block[1] * k.block[2], st.arrivals);
+      if (!why.empty()) fail("named barrier {} of {} threads: {}", st.target, st.arrivals, why);
+      return true;
+    }
+    default: return false;
+  }
+  return true;
+}
+
+// cp.async groups, mbarriers, TMA loads and the async-proxy fences. False where `st` is of another family.
+bool Verifier::checkAsyncCopy(const Stmt& st, Scope& s) {
+  switch (st.kind) {
+    case Stmt::Kind::CpAsync: checkCpAsync(st, s); return true;
+    case Stmt::Kind::CpAsyncCommit: return true;
+    case Stmt::Kind::FenceProxyAsync:
+    case Stmt::Kind::FenceMbarrierInit:
+      if (p.target.computeMajor < 9) fail("a fence of sm_90 and later on {}", p.target.arch);
+      return true;
+    case Stmt::Kind::CpAsyncWait:
+      if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
+      return true;
+    case Stmt::Kind::MbarrierInit:
+    case Stmt::Kind::MbarrierArrive:
+    case Stmt::Kind::MbarrierArriveCluster:  // in clusters (detail::checkLaunch)
+    case Stmt::Kind::CpAsyncMbarrierArrive:
+    case Stmt::Kind::MbarrierExpectTx:
+    case Stmt::Kind::MbarrierWait:
+      if (st.elected) checkWarpCollective("an elected mbarrier.arrive.expect_tx");
+      checkMbarrier(st, s);
+      return true;
+    case Stmt::Kind::TmaLoad: {  // the map and buffers (verifier_tma.cpp); here the indices: in bounds, aligned
+      if (st.elected) checkWarpCollective("an elected tma.load");
+      if (std::string why = detail::checkTmaLoad(k, st); !why.empty()) fail("{}", why);
+      for (const Idx* e : {&st.a, &st.b, &st.coords[0], &st.coords[1]}) checkIdx(*e, s, "a tma.load");
+      checkSharedIndex(st.barriers, st.b, s, "mbarrier");
+      checkSharedIndex(st.target, st.a, s, "tma.load");
+      checkSharedIndex(st.target, st.a + idxConst(detail::boxElements(k, st) - 1), s, "tma.load");
+      const int64_t align = detail::tmaDestinationAlignment(k, st);
+      if (!provablyMultipleOf(expand(st.a, s), align, VarExtents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}}))
+        fail("tma.load into {}[{}]: the index is not provably a multiple of {}", k.shared[st.target].name, toString(st.a), align);
+      return true;
+    }
+    default: return false;
+  }
+  return true;
+}
+
+// Shuffles, pairs, ldmatrix, mma and wgmma: their registers and fragments. False where `st` is of another family.
+bool Verifier::checkRegisters(const Stmt& st, Scope& s) {
+  switch (st.kind) {
+    case Stmt::Kind::Wgmma: checkWgmma(st, s); return true;
+    case Stmt::Kind::WgmmaFence:
+    case Stmt::Kind::WgmmaCommit:
+    case Stmt::Kind::WgmmaWait:
+      // wait_group also in the block's trailing part of a warpgroup (a producer warp: no group of its own to wait for)
+      checkWarpCollective("wgmma.fence / commit_group / wait_group", kWarpgroupThreads, st.kind == Stmt::Kind::WgmmaWait);
+      if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
+      if (st.kind == Stmt::Kind::WgmmaWait && (st.pendingGroups < 0 || st.pendingGroups > 7))
+        fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
+      return true;
+    case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); return true;
+    case Stmt::Kind::PackPair:
+      if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
+      if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());
+      for (int slot : st.fragment) checkSlotRead(slot, "pack");
+      checkPairRegs(st.pairRegs, true, "pack into");
+      return true;
+    case Stmt::Kind::ShuffleXor:
+      checkWarpCollective("shuffle");
+      if (st.laneMask < 1 || st.laneMask > 16 || (st.laneMask & (st.laneMask - 1)) != 0)
+        fail("shuffle with lane mask {} (want 1, 2, 4, 8 or 16)", st.laneMask);
+      checkSlotRead(st.srcSlot, "shuffle");
+      checkSlotWrite(st.var, "shuffle");
+      return true;
+    case Stmt::Kind::Mma:
+      checkWarpCollective("mma");
+      if (!st.pairs.empty()) {  // A and B as pairs of the operand type straight from shared memory
+        if (st.pairs.size() != 6 || st.fragment.size() != 4)
+          fail("mma from shared with {} pairs and {} accumulator slots (want 6 and 4)", st.pairs.size(), st.fragment.size());
+        for (size_t i = 0; i < st.pairs.size(); ++i) {
+          int buffer = i < 4 ? st.sharedA : st.sharedB;
+          checkIdx(st.pairs[i], s, "an mma pair");
+          checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
+          checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
+          if (!detail::provablyEven(st.pairs[i]))
+            fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(st.pairs[i]));
+          if (k.shared[buffer].dtype != st.operandType)
+            fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
+                 dtypeName(k.shared[buffer].dtype));
+        }
+      } else if (!st.pairRegs.empty()) {  // A and B in pair registers loaded by ldmatrix
+        if (st.pairRegs.size() != 6 || st.fragment.size() != 4)
+          fail("mma from pair registers with {} registers and {} accumulator slots (want 6 and 4)", st.pairRegs.size(),
+               st.fragment.size());
+        checkPairRegs(st.pairRegs, false, "mma");
+      } else if (st.fragment.size() != 16) {
+        fail("mma with {} fragment slots (want 16)", st.fragment.size());
+      }
+      for (int slot : st.fragment) {
+        if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+          fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());
+        if (!assigned[slot]) fail("mma reads float variable %{} before any assignment", k.floatVars[slot]);
+      }
+      return true;
+    default: return false;
+  }
+  return true;
+}
+
+void Verifier::block(const Block& body, Scope s) {
+  for (const Stmt& st : body)  // one family each
+    if (!checkControl(st, s) && !checkMemory(st, s) && !checkSynchronization(st, s) && !checkAsyncCopy(st, s))
+      checkRegisters(st, s);
 }
 
 void Verifier::run() {

@@ -51,6 +51,12 @@ struct Verifier {
   // The walk (verifier.cpp): launch limits and parameters, then every statement in order.
   void run();
   void block(const Block& body, Scope s);
+  // block's statement families (one function each; false where the statement is of another family).
+  bool checkControl(const Stmt& st, Scope& s);
+  bool checkMemory(const Stmt& st, Scope& s);
+  bool checkSynchronization(const Stmt& st, Scope& s);
+  bool checkAsyncCopy(const Stmt& st, Scope& s);
+  bool checkRegisters(const Stmt& st, Scope& s);
   void defineVar(int var, const std::string& name, Scope& s);
 
   // Indices and their bounds (verifier.cpp).
