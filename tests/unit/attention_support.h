@@ -26,6 +26,21 @@ inline Compiled compiled(const std::string& model, const std::string& level, std
   return compileModel(test::fixturePath(model), {}, o, level);
 }
 
+// A fixture's tile program for `arch` with its attention in blocks of one warpgroup (64 rows of 16-row warps, no key
+// split), as the suite's long rows are, and neither product by wgmma yet: what the wgmma rules start from.
+inline tile::Program oneWarpgroup(const char* model, const std::string& arch) {
+  tile::Program t = compileModel(test::fixturePath(model), {}, {}, "tile", std::nullopt, targetFor(arch)).tileIR;
+  for (auto& s : t.schedules) {
+    auto& f = std::get<tile::FlashAttention>(s);
+    f.blockQ = 64;
+    f.warpRows = 16;
+    f.keySplit = 1;
+    f.scoresByWgmma = false;
+    f.valuesByWgmma = false;
+  }
+  return t;
+}
+
 // The kernels agree with the Loop IR to bf16 precision: they round the probabilities to bf16 for the tensor cores
 // (relative to the running maximum), the Loop IR weights in f32.
 inline void expectMatches(const std::vector<HostTensor>& got, const std::vector<HostTensor>& want) {

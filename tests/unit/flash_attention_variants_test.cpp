@@ -21,21 +21,6 @@ namespace kiln {
 namespace {
 using namespace attention_test;  // NOLINT(google-build-using-namespace): the attention tests' shared helpers
 
-// A fixture's tile program for `arch` with its attention in blocks of one warpgroup (64 rows of 16-row warps, no key
-// split), as the suite's long rows are, and neither product by wgmma yet: what the wgmma rules start from.
-tile::Program oneWarpgroup(const char* model, const std::string& arch) {
-  tile::Program t = compileModel(test::fixturePath(model), {}, {}, "tile", std::nullopt, targetFor(arch)).tileIR;
-  for (auto& s : t.schedules) {
-    auto& f = std::get<tile::FlashAttention>(s);
-    f.blockQ = 64;
-    f.warpRows = 16;
-    f.keySplit = 1;
-    f.scoresByWgmma = false;
-    f.valuesByWgmma = false;
-  }
-  return t;
-}
-
 // A one-warpgroup schedule (64 rows of 16-row warps, no key split) with the choices the wgmma tests sweep, as a variant.
 struct Warpgroup {
   int64_t keys = 64, ring = 2;

@@ -3,6 +3,7 @@
 // same outputs as the original. Malformed text gives one line naming the file, line and column.
 #include <gtest/gtest.h>
 
+#include "attention_support.h"
 #include "test_support.h"
 
 #include <cmath>
@@ -120,15 +121,7 @@ TEST(KernelParserRoundTripLarger, PackedAttentionGroups) {
 
 // Flash attention in one warpgroup with both products by wgmma: A from registers, B mn-major and swizzled.
 TEST(KernelParserRoundTripLarger, AttentionByWgmma) {
-  tile::Program t = compileModel(test::fixturePath("attention_bf16_deep"), {}, {}, "tile").tileIR;
-  for (auto& s : t.schedules) {
-    auto& f = std::get<tile::FlashAttention>(s);
-    f.blockQ = 64;
-    f.warpRows = 16;
-    f.keySplit = 1;
-    f.scoresByWgmma = false;
-    f.valuesByWgmma = false;
-  }
+  tile::Program t = attention_test::oneWarpgroup("attention_bf16_deep", "sm_90a");
   ASSERT_TRUE(tile::attentionScoresByWgmma(t));
   ASSERT_TRUE(tile::attentionValuesByWgmma(t));
   tile::verify(t);
