@@ -9,6 +9,7 @@
 
 #include "kiln/support/error.h"
 #include "kiln/tile/layout.h"
+#include "kiln/tile/parser.h"
 
 namespace kiln::tile {
 namespace {
@@ -164,14 +165,17 @@ nlohmann::json toJson(const Schedule& s) {
 }
 
 std::string print(const Program& p) {
-  std::string out = fmt::format("// kiln tile IR: {} (target {}, {} SMs)\n", p.loop.modelName, p.target.arch, p.target.smCount);
+  std::string out = fmt::format("// kiln tile IR: {} (target {}, {} SMs)\ntarget {}", p.loop.modelName, p.target.arch,
+                                p.target.smCount, p.target.arch);
+  if (p.target.smCount != targetFor(p.target.arch).smCount) out += fmt::format(" sms {}", p.target.smCount);
+  out += "\n" + loop::printBuffers(p.loop);
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     const loop::Kernel& k = p.loop.kernels[i];
-    out += fmt::format("\nkernel {} writes {}  // {}\n  schedule {}\n", k.name, p.loop.buffers[k.output].name,
-                       fmt::join(k.origins, "; "), describe(p.schedules[i], k));
+    out += fmt::format("\nkernel {} writes {}  // {}\n  schedule {}\n  // {}\n", k.name, p.loop.buffers[k.output].name,
+                       fmt::join(k.origins, "; "), scheduleFields(p.schedules[i]), describe(p.schedules[i], k));
     out += loop::printKernelBody(p.loop, k);
   }
-  return out;
+  return out + "\n" + loop::printReturn(p.loop);
 }
 
 std::string explainSchedules(const Program& p) {
