@@ -23,8 +23,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXTENSIONS = {"loop": ".lir", "tile": ".tir", "kernel": ".kir"}
 
 
-def run(cmd):
+def run(cmd, check=True):
+    """The command's output; a failure ends the script (or, without `check`, gives None)."""
     result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0 and not check:
+        return None
     if result.returncode != 0:
         sys.exit(f"make_pass_test: {' '.join(map(str, cmd))} failed ({result.returncode}): {result.stderr.strip()}")
     return result.stdout
@@ -97,6 +100,45 @@ def decision_checks(before, after):
     return checks
 
 
+def trimmed(text, keep):
+    """Tile or Loop IR text cut down to the kernels named in `keep` (`kernel NAME`): the buffers they use (a temp they
+    only read becomes an input, one they only write an output) and a return line of the outputs. None where that leaves
+    no kernel."""
+    blocks = text.rstrip("\n").split("\n\n")
+    head, kernels = blocks[0].splitlines(), [b for b in blocks[1:] if b.startswith("kernel ")]
+    kernels = [k for k in kernels if " ".join(k.split()[:2]) in keep]
+    if not kernels:
+        return None
+    body = "\n".join(kernels)
+    written = {k.split()[3] for k in kernels}
+    lines, outputs = [], []
+    for line in head:
+        m = re.match(r"buffer (.*) : (\S+) (\w+)(.*)$", line)
+        if not m:
+            lines.append(line)
+            continue
+        name, kind = m.group(1), m.group(3)
+        read = re.search(r"(?<!store )(?<![\w.])" + re.escape(name) + r"\[", body) is not None
+        if name not in written and not read:
+            continue
+        if kind == "temp" and not (name in written and read):
+            kind = "output" if name in written else "input"
+        if kind == "output":
+            outputs.append(name)
+        lines.append(f"buffer {name} : {m.group(2)} {kind}{m.group(4)}")
+    return "\n".join(lines) + "\n\n" + "\n\n".join(kernels) + "\n\nreturn " + ", ".join(outputs) + "\n"
+
+
+def run_opt(kiln, out, text, level, pass_name, check=True):
+    """`kiln opt` of `text` (a temporary file beside the test) with the one pass."""
+    tmp = out.with_suffix(out.suffix + ".input")
+    tmp.write_text(text)
+    try:
+        return run([kiln, "opt", str(tmp), "--level", level, "--passes", pass_name], check)
+    finally:
+        tmp.unlink()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pass_name")
@@ -104,6 +146,7 @@ def main():
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--kiln", default=str(ROOT / "build" / "kiln"))
     ap.add_argument("--name", help="test file name without extension (default: the pass)")
+    ap.add_argument("--keep", help="cut the input to these kernels (comma-separated names), whatever the pass changes")
     ap.add_argument("kiln_args", nargs="*", help="more `kiln compile` arguments (after --)")
     args = ap.parse_args()
 
@@ -127,22 +170,30 @@ def main():
 
     out = ROOT / "tests" / "passes" / level / f"{args.name or args.pass_name}{EXTENSIONS[input_level]}"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".input")
-    tmp.write_text(before)
-    try:
-        opt = run([args.kiln, "opt", str(tmp), "--level", input_level, "--passes", args.pass_name])
-    finally:
-        tmp.unlink()
+    opt = lambda text: run_opt(args.kiln, out, text, input_level, args.pass_name)  # noqa: E731
     body = lambda text: [l for l in text.splitlines() if not l.startswith("//")]  # noqa: E731
-    if body(opt) != body(after):
-        diff = "\n".join(difflib.unified_diff(body(after), body(opt), "pipeline", "kiln opt", lineterm="", n=1))
+    if body(opt(before)) != body(after):
+        diff = "\n".join(difflib.unified_diff(body(after), body(opt(before)), "pipeline", "kiln opt", lineterm="", n=1))
         sys.exit(f"make_pass_test: kiln opt and the pipeline disagree after {args.pass_name}:\n{diff}")
-
+    cut = False
+    if args.keep:  # the test is what the pass does on these kernels alone
+        small = trimmed(before, {f"kernel {k}" for k in args.keep.split(",")})
+        if not small:
+            sys.exit(f"make_pass_test: --keep {args.keep} names no kernel of the input")
+        before, after, cut = small, opt(small), True
     checks = decision_checks(body(before) if input_level == level else [], body(after))
+
+    # Otherwise the input cut to the kernels the pass changed, where the pass decides the same on them alone.
+    keep = {c.split("CHECK-LABEL: ")[1].rsplit(" ", 1)[0] for c in checks if "CHECK-LABEL: " in c}
+    small = trimmed(before, keep) if not cut and input_level == level and input_level != "kernel" else None
+    small_after = small and run_opt(args.kiln, out, small, input_level, args.pass_name, check=False)
+    if small_after and decision_checks(body(small), body(small_after)) == checks:
+        before, cut = small, True
     model = pathlib.Path(args.model).name
     header = [f"// {args.pass_name}: {description}",
               f"// Input: {model}'s {input_level} IR after {previous} (--arch {args.arch}"
-              f"{' ' + ' '.join(args.kiln_args) if args.kiln_args else ''}).",
+              f"{' ' + ' '.join(args.kiln_args) if args.kiln_args else ''})"
+              f"{(f', cut to kernels {args.keep}' if args.keep else ', cut to the kernels the pass changes') if cut else ''}.",
               f"// RUN: kiln opt %s --level {input_level} --passes {args.pass_name} | FileCheck %s"]
     out.write_text("\n".join(header + checks) + "\n\n" + before)
     print(f"wrote {out.relative_to(ROOT)}: {len(checks)} CHECK lines; review and trim it")
