@@ -20,14 +20,6 @@
 
 namespace kiln {
 namespace {
-namespace fs = std::filesystem;
-
-std::vector<std::string> allFixtures() {
-  std::set<std::string> names;
-  for (auto& e : fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "models" / "fixtures"))
-    if (e.path().extension() == ".pt") names.insert(e.path().stem().string());
-  return {names.begin(), names.end()};
-}
 
 tile::Program tilePipeline(const loop::Program& loopIR) {
   tile::Program t = tile::lowerFromLoop(loopIR);
@@ -54,7 +46,7 @@ TEST_P(LoopTileParserRoundTrip, PrintParsePrintIsIdenticalAndLowersTheSame) {
   EXPECT_EQ(kernel::print(lowered), kernel::print(c.kernelIR)) << "the parsed Tile IR lowered";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, LoopTileParserRoundTrip, ::testing::ValuesIn(allFixtures()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, LoopTileParserRoundTrip, ::testing::ValuesIn(test::allFixtures()),
                          [](const auto& info) { return info.param; });
 
 // A target with fewer SMs than its arch (as tests size grids) is written `target ARCH sms N` and reads back so.
