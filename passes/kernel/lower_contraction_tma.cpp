@@ -23,6 +23,7 @@
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
 #include "kiln/tile/contraction.h"
+#include "ring.h"
 
 namespace kiln::kernel::detail {
 
@@ -99,12 +100,13 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
 
   Block steps;
   Idx slice = floorDiv(t.k0, tk);
-  t.ring = defVar(steps, "slot", mod(slice, depth), depth);
-  steps.push_back(mbarrierWait(full, t.ring, mod(floorDiv(slice, depth), 2)));
+  const Ring ring{depth};
+  t.ring = defVar(steps, "slot", ring.slot(slice), depth);
+  steps.push_back(mbarrierWait(full, t.ring, ring.parity(slice)));
   steps.push_back(barrier());
   Block next;
   const Idx j = idxAdd(slice, ahead);  // the slice copied in this step
-  Idx writeSlot = defVar(next, "next_slot", mod(j, depth), depth);
+  Idx writeSlot = defVar(next, "next_slot", ring.slot(j), depth);
   tmaIssue(t, operands, r, j, writeSlot, next);
   Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
   steps.push_back(ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))}));
