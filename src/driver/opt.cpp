@@ -118,7 +118,9 @@ void runPass(PassRunner& run, AnyIR& ir, const std::string& name) {
 int runOpt(const OptCommand& c, std::ostream& out) {
   checkSequence(c);
   AnyIR ir = readInput(c);
-  PassRunner run(c.pipeline);
+  PipelineOptions options = c.pipeline;
+  options.enable.insert(c.passes.begin(), c.passes.end());  // named: run, off by default or not
+  PassRunner run(options);
   if (c.pipeline.verbosity >= 2) run.startFrom(std::visit([](const auto& p) { return print(p); }, ir));
   for (const std::string& name : c.passes) runPass(run, ir, name);
   run.printTimings();

@@ -58,6 +58,7 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
       {"tile-multicast-operands", tile::multicastOperands},  // products with a producer warp only
       {"tile-stream-k-products", [](tile::Program& p) { return tile::streamKProducts(p); }},  // after the clusters
       {"tile-unroll-rings", tile::unrollRings},  // products with a producer warp only
+      {"tile-group-tiles", tile::groupTiles},  // after the clusters and stream-K, which order blocks their own way
       {"tile-mma-operand-pairs", tile::pairMmaOperands},  // before the depth: halves the slices' bytes
       {"tile-deep-k-slices", tile::deepenKSlices},
       {"tile-pipeline-async-copies", tile::pipelineAsyncCopies},  // after the slice depth and layout

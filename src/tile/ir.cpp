@@ -126,9 +126,10 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                          "the block of a tile's first slice adds the partials of its other {} blocks at most",
                          w.clusters, w.steps, w.units, w.slices, w.steps / w.clusters, w.longest, w.pieces - 1);
   }
-  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
+  const std::string order = t.groupM > 1 ? fmt::format("in groups of {} tile rows, m fastest", t.groupM) : "n fastest";
+  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, {}) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
-                     t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
+                     t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), order, instr, operandString(t, t.a, t.tileM),
                      operandString(t, t.b, t.tileN), launch, t.model.empty() ? "" : "  [" + t.model + "]");
 }
 
@@ -159,6 +160,7 @@ nlohmann::json toJson(const Schedule& s) {
     else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
     if (t.streamBlocks > 0) j.update({{"stream_blocks", t.streamBlocks}, {"partials", t.partials}, {"counters", t.counters}});
     if (t.streamK) j.update({{"stream_k", true}});
+    if (t.groupM > 1) j.update({{"group_m", t.groupM}});
     j["pipeline_depth"] = t.pipelineDepth;
   }
   return j;
@@ -432,6 +434,9 @@ void verifyTiledContraction(const Program& p, const Schedule& s, const TC& t, co
               copyName(t.a.copy), t.mmaInFlight);
   KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
   if (t.streamBlocks > 0) verifyStreamK(t, k, stages);
+  KILN_ASSERT(t.groupM == 1 || (t.groupM > 1 && tilesM(t, contractionOf(t, k)) % t.groupM == 0 && t.cluster == 1 && t.streamBlocks == 0),
+              "kernel {}: tiles in groups of {} tile rows need a divisor of the {} tile rows, no cluster and no stream-K grid", k.name,
+              t.groupM, tilesM(t, contractionOf(t, k)));
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);
