@@ -98,19 +98,15 @@ std::vector<int> inputBuffers(const std::vector<Buffer>& buffers) {
   return ids;
 }
 
-}  // namespace parse_detail
-
-Program parse(const std::string& text, const std::string& file) {
-  using namespace parse_detail;
-  ir_text::LineReader lines(file, text);
-  Program p;
+void parseProgram(ir_text::LineReader& lines, const ProgramText& how, Program& p) {
   bool returned = false;
   while (!lines.done()) {
     const ir_text::Line& line = lines.take();
-    Cursor c(file, line.number, line.text);
+    Cursor c(lines.file(), line.number, line.text);
     if (c.atEnd()) continue;
-    if (c.accept("// kiln loop IR:")) {
+    if (c.accept(how.header)) {
       p.modelName = c.takeRest();
+      if (how.modelName) p.modelName = how.modelName(p.modelName);
       continue;
     }
     if (c.startsWith("//")) continue;
@@ -120,17 +116,26 @@ Program parse(const std::string& text, const std::string& file) {
       p.buffers.push_back(buffer(c));
     } else if (c.acceptWord("kernel")) {
       p.kernels.push_back(kernelHeader(c, p.buffers));
+      if (how.afterKernelHeader) how.afterKernelHeader(lines);
       kernelBody(lines, p.buffers, p.kernels.back());
     } else if (c.acceptWord("return")) {
       p.outputs = bufferList(c, p.buffers);
       returned = true;
-    } else {
-      c.fail("expected 'buffer', 'kernel' or 'return'");
+    } else if (!how.otherLine || !how.otherLine(c)) {
+      c.fail(fmt::format("expected {}'buffer', 'kernel' or 'return'", how.otherWords));
     }
     c.expectEnd();
   }
-  if (!returned) Cursor(file, lines.lastLine(), "").fail("the program ends without its 'return' line");
+  if (!returned) Cursor(lines.file(), lines.lastLine(), "").fail("the program ends without its 'return' line");
   p.inputs = inputBuffers(p.buffers);
+}
+
+}  // namespace parse_detail
+
+Program parse(const std::string& text, const std::string& file) {
+  ir_text::LineReader lines(file, text);
+  Program p;
+  parse_detail::parseProgram(lines, {"// kiln loop IR:"}, p);
   return p;
 }
 

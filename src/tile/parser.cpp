@@ -51,40 +51,14 @@ Schedule scheduleLines(LineReader& lines) {
 }  // namespace
 
 Program parse(const std::string& text, const std::string& file) {
-  using namespace loop::parse_detail;
   LineReader lines(file, text);
   Program p;
-  bool returned = false;
-  while (!lines.done()) {
-    const ir_text::Line& line = lines.take();
-    Cursor c(file, line.number, line.text);
-    if (c.atEnd()) continue;
-    if (c.accept("// kiln tile IR:")) {
-      std::string name = c.takeRest();
-      p.loop.modelName = name.substr(0, name.rfind(" (target "));
-      continue;
-    }
-    if (c.startsWith("//")) continue;
-    if (returned) c.fail("nothing may follow the 'return' line");
-    if (line.text[0] == ' ') c.fail("an indented line outside a kernel");
-    if (c.acceptWord("target")) {
-      p.target = parseTarget(c);
-    } else if (c.acceptWord("buffer")) {
-      p.loop.buffers.push_back(buffer(c));
-    } else if (c.acceptWord("kernel")) {
-      p.loop.kernels.push_back(kernelHeader(c, p.loop.buffers));
-      p.schedules.push_back(scheduleLines(lines));
-      kernelBody(lines, p.loop.buffers, p.loop.kernels.back());
-    } else if (c.acceptWord("return")) {
-      p.loop.outputs = bufferList(c, p.loop.buffers);
-      returned = true;
-    } else {
-      c.fail("expected 'target', 'buffer', 'kernel' or 'return'");
-    }
-    c.expectEnd();
-  }
-  if (!returned) Cursor(file, lines.lastLine(), "").fail("the program ends without its 'return' line");
-  p.loop.inputs = inputBuffers(p.loop.buffers);
+  loop::parse_detail::ProgramText how{"// kiln tile IR:"};
+  how.modelName = [](const std::string& rest) { return rest.substr(0, rest.rfind(" (target ")); };
+  how.otherLine = [&p](Cursor& c) { return c.acceptWord("target") && (p.target = parseTarget(c), true); };
+  how.otherWords = "'target', ";
+  how.afterKernelHeader = [&p](LineReader& l) { p.schedules.push_back(scheduleLines(l)); };
+  loop::parse_detail::parseProgram(lines, how, p.loop);
   return p;
 }
 

@@ -9,6 +9,7 @@
 // is a UserError of one line, `FILE:LINE:COL: what is wrong`; the parser never asserts. It does not check what the
 // verifier checks: run loop::verify on the result.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,17 @@ std::vector<std::string> origins(ir_text::Cursor& c);
 void kernelBody(ir_text::LineReader& lines, const std::vector<Buffer>& buffers, Kernel& k);
 // The input buffers, in order (the inputs of a program whose text does not list them).
 std::vector<int> inputBuffers(const std::vector<Buffer>& buffers);
+// How a level above Loop IR writes a program around the Loop IR's lines (the Tile IR: a target line, a schedule after
+// each kernel's header).
+struct ProgramText {
+  const char* header;                                          // the first line's prefix, before the model's name
+  std::function<std::string(const std::string&)> modelName;    // the name from the rest of that line (default: all of it)
+  std::function<bool(ir_text::Cursor&)> otherLine;             // a top-level line of another word: read, or false
+  const char* otherWords = "";                                 // those words, for the error message ("'target', ")
+  std::function<void(ir_text::LineReader&)> afterKernelHeader;  // the lines between a kernel's header and its loop nest
+};
+// The whole program: buffers, kernels, the return line, the inputs (inputBuffers).
+void parseProgram(ir_text::LineReader& lines, const ProgramText& how, Program& p);
 }  // namespace parse_detail
 
 }  // namespace kiln::loop
