@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
   o->add_option("--passes", opt.passes, "passes to run, in order (comma-separated): the level's own and the lowering to the next level; none: print the input back")
       ->delimiter(',')
       ->type_name("PASS,...");
+  o->add_option("--arch", opt.arch, "with Loop IR and tile-lower-from-loop: the target GPU, " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + "); Tile and Kernel IR name theirs");
   o->add_option("-o,--output", opt.output, "output file (default standard output)");
   o->add_flag("-v,--verbose", opt.pipeline.verbosity, "-v names each pass as it runs; -vv also prints a diff of the IR after each pass that changed it");
   o->add_flag("--print-after-all", optPrintAfterAll, "same as -vv");

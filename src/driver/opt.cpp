@@ -62,9 +62,9 @@ AnyIR readInput(const OptCommand& c) {
 }
 
 // The lowering from the IR's level to the next one, as the pipeline calls it; nullopt where `name` is not that lowering.
-std::optional<AnyIR> lowerToNext(PassRunner& run, AnyIR& ir, const std::string& name) {
+std::optional<AnyIR> lowerToNext(PassRunner& run, AnyIR& ir, const std::string& name, const Target& target) {
   if (auto* l = std::get_if<loop::Program>(&ir); l && name == "tile-lower-from-loop")
-    return run.produce(name, [&] { return tile::lowerFromLoop(*l); });
+    return run.produce(name, [&] { return tile::lowerFromLoop(*l, target); });
   if (auto* t = std::get_if<tile::Program>(&ir); t && name == "kernel-lower-from-tile")
     return run.produce(name, [&] { return kernel::lowerFromTile(*t); });
   return std::nullopt;
@@ -98,8 +98,8 @@ void checkSequence(const OptCommand& c) {
 }
 
 // Runs `name` on ir (checkSequence has checked it): an in-level pass, or the lowering to the next level.
-void runPass(PassRunner& run, AnyIR& ir, const std::string& name) {
-  if (std::optional<AnyIR> next = lowerToNext(run, ir, name)) {
+void runPass(PassRunner& run, AnyIR& ir, const std::string& name, const Target& target) {
+  if (std::optional<AnyIR> next = lowerToNext(run, ir, name, target)) {
     ir = std::move(*next);
     return;
   }
@@ -117,12 +117,13 @@ void runPass(PassRunner& run, AnyIR& ir, const std::string& name) {
 
 int runOpt(const OptCommand& c, std::ostream& out) {
   checkSequence(c);
+  const Target& target = checkArch(c.arch);
   AnyIR ir = readInput(c);
   PipelineOptions options = c.pipeline;
   options.enable.insert(c.passes.begin(), c.passes.end());  // named: run, off by default or not
   PassRunner run(options);
   if (c.pipeline.verbosity >= 2) run.startFrom(std::visit([](const auto& p) { return print(p); }, ir));
-  for (const std::string& name : c.passes) runPass(run, ir, name);
+  for (const std::string& name : c.passes) runPass(run, ir, name, target);
   run.printTimings();
   std::string text = std::visit([](const auto& p) { return print(p); }, ir);
   if (c.output.empty()) out << text;
