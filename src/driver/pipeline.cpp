@@ -58,12 +58,12 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
       {"tile-multicast-operands", tile::multicastOperands},  // products with a producer warp only
       {"tile-stream-k-products", [](tile::Program& p) { return tile::streamKProducts(p); }},  // after the clusters
       {"tile-unroll-rings", tile::unrollRings},  // products with a producer warp only
-      {"tile-group-tiles", tile::groupTiles},  // after the clusters and stream-K, which order blocks their own way
       {"tile-mma-operand-pairs", tile::pairMmaOperands},  // before the depth: halves the slices' bytes
       {"tile-deep-k-slices", tile::deepenKSlices},
       {"tile-pipeline-async-copies", tile::pipelineAsyncCopies},  // after the slice depth and layout
       {"tile-prefetch-slices", tile::prefetchSlices},  // after the slice depth is chosen
-      {"tile-stream-ffma-products", tile::streamFfmaProducts},  // last: replaces the CUDA-core schedule whole
+      {"tile-stream-ffma-products", tile::streamFfmaProducts},  // replaces the CUDA-core schedule whole
+      {"tile-group-tiles", tile::groupTiles},  // last: the block order of the final tiles (not clusters' or stream-K's)
   };
   return passes;
 }
