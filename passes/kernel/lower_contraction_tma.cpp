@@ -16,8 +16,8 @@
 // a cluster copies rows [r, r + 1) * rows / C of every A slice (B with TiledContraction::multicastB) into the same place in
 // all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s] with the whole slice's
 // bytes (tmaRing, tmaIssue here).
-// (Measured on the H200 without a producer warp, thread 0 waiting for the other block's releases in the middle of the
-// step: slower everywhere, e.g. Qwen2.5-7B q_proj at 512 tokens 25.3 -> 37.1 us, 2026-12-03; that path is gone.)
+// (Without a producer warp, thread 0 waiting for the other block's releases in the middle of the step measured slower
+// everywhere; that path is gone. Measurements: docs/history.md, "Thread-block clusters and multicast".)
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
