@@ -133,39 +133,6 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                      operandString(t, t.b, t.tileN), launch, t.model.empty() ? "" : "  [" + t.model + "]");
 }
 
-nlohmann::json toJson(const Schedule& s) {
-  nlohmann::json j{{"strategy", strategyName(s)}};
-  if (auto* m = std::get_if<PointwiseMap>(&s)) {
-    j["threads"] = m->threads;
-    j["vector"] = m->vector;
-    j["vectors_per_thread"] = m->vectorsPerThread;
-  } else if (auto* r = std::get_if<RowReduction>(&s)) {
-    j["threads_per_row"] = r->threadsPerRow;
-    j["rows_per_block"] = r->rowsPerBlock;
-    j["vector"] = r->vector;
-    j["combine"] = combineName(r->combine);
-    j["row_in_registers"] = r->rowInRegisters;
-  } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"packed_pairs", f->packedPairs}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"values_by_wgmma", f->valuesByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
-              {"mma_type", dtypeName(f->mmaType)}});
-    if (f->keyFrom) j["key_from"] = *f->keyFrom;
-    if (f->keyTo) j["key_to"] = *f->keyTo;
-  } else {
-    const auto& t = std::get<TiledContraction>(s);
-    auto operand = [](const TC::Operand& o) { return nlohmann::json{{"copy", copyName(o.copy)}, {"layout", layoutName(o.layout)}}; };
-    j.update({{"m_axis", t.mAxis}, {"n_axis", t.nAxis}, {"tile_m", t.tileM}, {"tile_n", t.tileN}, {"tile_k", t.tileK},
-              {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
-    if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
-    else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
-    if (t.streamBlocks > 0) j.update({{"stream_blocks", t.streamBlocks}, {"partials", t.partials}, {"counters", t.counters}});
-    if (t.streamK) j.update({{"stream_k", true}});
-    if (t.groupM > 1) j.update({{"group_m", t.groupM}});
-    j["pipeline_depth"] = t.pipelineDepth;
-  }
-  return j;
-}
-
 std::string print(const Program& p) {
   std::string out = fmt::format("// kiln tile IR: {} (target {}, {} SMs)\ntarget {}", p.loop.modelName, p.target.arch,
                                 p.target.smCount, p.target.arch);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -21,18 +23,20 @@ struct Field {
   const char* key;
   std::function<std::string(const S&)> print;
   std::function<void(S&, Cursor&)> parse;
+  std::function<nlohmann::json(const S&)> json;  // the value in toJson (null: left out)
 };
 
 template <class S, class T>
 Field<S> number(const char* key, T S::*m) {
   return {key, [m](const S& s) { return std::to_string(s.*m); },
-          [m](S& s, Cursor& c) { s.*m = static_cast<T>(c.integer()); }};
+          [m](S& s, Cursor& c) { s.*m = static_cast<T>(c.integer()); }, [m](const S& s) { return nlohmann::json(s.*m); }};
 }
 
 template <class S>
 Field<S> optionalNumber(const char* key, std::optional<int64_t> S::*m) {
   return {key, [m](const S& s) { return s.*m ? std::to_string(*(s.*m)) : std::string(); },
-          [m](S& s, Cursor& c) { s.*m = c.integer(); }};
+          [m](S& s, Cursor& c) { s.*m = c.integer(); },
+          [m](const S& s) { return s.*m ? nlohmann::json(*(s.*m)) : nlohmann::json(); }};
 }
 
 template <class S>
@@ -42,13 +46,15 @@ Field<S> flag(const char* key, bool S::*m) {
             if (c.acceptWord("true")) s.*m = true;
             else if (c.acceptWord("false")) s.*m = false;
             else c.fail("expected true or false");
-          }};
+          },
+          [m](const S& s) { return nlohmann::json(s.*m); }};
 }
 
 template <class S>
 Field<S> dtype(const char* key, DType S::*m) {
   return {key, [m](const S& s) { return std::string(dtypeName(s.*m)); },
-          [m](S& s, Cursor& c) { s.*m = ir_text::parseDTypeWord(c); }};
+          [m](S& s, Cursor& c) { s.*m = ir_text::parseDTypeWord(c); },
+          [m](const S& s) { return nlohmann::json(dtypeName(s.*m)); }};
 }
 
 template <class E>
@@ -74,7 +80,8 @@ E readName(Cursor& c, const Names<E>& names, const char* what) {
 template <class S, class E>
 Field<S> choice(const char* key, E S::*m, const Names<E>& names) {
   return {key, [m, &names](const S& s) { return std::string(nameOf(names, s.*m)); },
-          [m, &names, key](S& s, Cursor& c) { s.*m = readName(c, names, key); }};
+          [m, &names, key](S& s, Cursor& c) { s.*m = readName(c, names, key); },
+          [m, &names](const S& s) { return nlohmann::json(nameOf(names, s.*m)); }};
 }
 
 const Names<RowReduction::Combine> kCombines = {{RowReduction::Combine::SharedTree, "shared_tree"},
@@ -96,6 +103,9 @@ Field<TC> operand(const char* key, TC::Operand TC::*m) {
             (s.*m).copy = readName(c, kCopies, "a copy");
             c.expect("/");
             (s.*m).layout = readName(c, kLayouts, "a shared layout");
+          },
+          [m](const TC& s) {
+            return nlohmann::json{{"copy", nameOf(kCopies, (s.*m).copy)}, {"layout", nameOf(kLayouts, (s.*m).layout)}};
           }};
 }
 
@@ -107,7 +117,8 @@ Field<TC> modelNote() {
             std::string rest = c.takeRest();
             if (rest.empty() || rest.back() != '"') c.fail("the model's note is not closed by '\"' at the end of the line");
             s.model = rest.substr(0, rest.size() - 1);
-          }};
+          },
+          [](const TC& s) { return s.model.empty() ? nlohmann::json() : nlohmann::json(s.model); }};
 }
 
 const std::vector<Field<PointwiseMap>>& fields(const PointwiseMap*) {
@@ -182,7 +193,19 @@ S parseFields(Cursor& c, const char* strategy) {
   return s;
 }
 
+template <class S>
+nlohmann::json jsonFields(const S& s, const char* strategy) {
+  nlohmann::json j{{"strategy", strategy}};
+  for (const Field<S>& f : fields(&s))
+    if (nlohmann::json v = f.json(s); !v.is_null()) j[f.key] = std::move(v);
+  return j;
+}
+
 }  // namespace
+
+nlohmann::json toJson(const Schedule& s) {
+  return std::visit([&](const auto& x) { return jsonFields(x, strategyName(s)); }, s);
+}
 
 std::string scheduleFields(const Schedule& s) {
   return std::visit([&](const auto& x) { return std::string(strategyName(s)) + printFields(x); }, s);

@@ -236,6 +236,7 @@ using Schedule = std::variant<PointwiseMap, RowReduction, TiledContraction, Flas
 const char* strategyName(const Schedule& s);
 // One line: every field, and what follows from it for kernel k (threads, grid, shared bytes).
 std::string describe(const Schedule& s, const loop::Kernel& k);
+// Every field of the schedule under its key (the keys of the printed schedule line; kiln/tile/parser.h), and "strategy".
 nlohmann::json toJson(const Schedule& s);
 
 // A matrix product's shape chosen outside kiln's models (`--product-shapes FILE`, e.g. a measured table): products
