@@ -5,6 +5,12 @@
 #
 #   scripts/compare_emitted.sh BASE_COMMIT            # all of it (the TinyLlama traces take a few minutes once)
 #   KILN_COMPARE_TINYLLAMA=0 scripts/compare_emitted.sh BASE_COMMIT   # fixtures only
+#   KILN_COMPARE_MODELS="DIR/*.pt" scripts/compare_emitted.sh BASE_COMMIT  # and these models too
+#
+# The fixtures and TinyLlama at 128 tokens do not reach every lowering: the producer-warp, multicast, unrolled-ring and
+# stream-K products and the wgmma and packed attention kernels appear only at model sizes. For a change to those,
+# add the suite's Qwen2.5-7B cases (`python3 bench/export_cases.py DIR --filter qwen2.5-7b`: 84 traces, about 5 GB
+# of random weights, 1 minute) with KILN_COMPARE_MODELS (tests/passes/tile/*.tir say which case reaches which pass).
 #
 # The base is checked out as a git worktree and built once per commit under $KILN_COMPARE_DIR (default
 # ../.kiln-compare, beside the checkout, so ccache shares objects between the two builds); the TinyLlama traces are
@@ -47,6 +53,9 @@ if [ "${KILN_COMPARE_TINYLLAMA:-1}" = 1 ]; then
     models+=("$pt")
   done
 fi
+
+# shellcheck disable=SC2206  # the list is globbed on purpose
+[ -n "${KILN_COMPARE_MODELS:-}" ] && models+=(${KILN_COMPARE_MODELS})
 
 DIFFS=$WORK/diff-$BASE-$TAG
 rm -rf "$DIFFS" && mkdir -p "$DIFFS"

@@ -8,6 +8,7 @@
 #include <array>
 
 #include "kernel_builder.h"
+#include "ring.h"
 
 namespace kiln::kernel::detail {
 
@@ -151,13 +152,14 @@ void KernelBuilder::flashStepsAhead(const Flash& x, const Idx& st, int stepVar, 
   // By wgmma: the next step's group is issued first (before the score expression: it reads only shared memory and
   // the ahead set, just copied out) and waited for after P·V, before the barrier that frees its k slot.
   auto walkStep = [&](const Idx& at, bool last, Block& step) {
-    Idx vSlot = defVar(step, last ? "last_slot" : "slot", mod(at + idxMul(sBegin, -1), 2), 2);
+    const Ring pair{2};  // k of the next step and v of this one: two slots each
+    Idx vSlot = defVar(step, last ? "last_slot" : "slot", pair.slot(at + idxMul(sBegin, -1)), 2);
     step.push_back(cpAsyncWait(1));
     if (x.wgmmaReads) step.push_back(fenceProxyAsync());  // the next step's k and this step's v become visible to wgmma's reads
     step.push_back(barrier());
     for (size_t i = 0; i < s.size(); ++i)
       for (int c = 0; c < 4; ++c) step.push_back(assign(s[i][c], fvar(ahead[i][c])));
-    auto nextSlot = [&] { return defVar(step, "next_slot", mod(at + idxMul(sBegin, -1) + idxConst(1), 2), 2); };
+    auto nextSlot = [&] { return defVar(step, "next_slot", pair.slot(at + idxMul(sBegin, -1) + idxConst(1)), 2); };
     Idx kSlot;
     if (!last && f.scoresByWgmma) {
       kSlot = nextSlot();
@@ -196,10 +198,11 @@ void KernelBuilder::flashRingSteps(const Flash& x, const Idx& st, int stepVar, B
   const Idx &sBegin = x.firstStep, &sEnd = x.endStep;
   const int64_t R = x.ringDepth;
   Block step;
-  Idx ring = defVar(step, "slot", mod(st + idxMul(sBegin, -1), R), R);
+  const Ring kv{R};
+  Idx ring = defVar(step, "slot", kv.slot(st + idxMul(sBegin, -1)), R);
   {
     Block next;
-    Idx nextSlot = defVar(next, "next_slot", mod(st + idxMul(sBegin, -1) + idxConst(R - 1), R), R);
+    Idx nextSlot = defVar(next, "next_slot", kv.slot(st + idxMul(sBegin, -1) + idxConst(R - 1)), R);
     flashCopyKeys(x, next, idxAdd(st, R - 1), nextSlot);
     flashCopyValues(x, next, idxAdd(st, R - 1), nextSlot);
     step.push_back(ifLess(idxAdd(st, R - 1), sEnd, std::move(next)));

@@ -10,6 +10,7 @@
 
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
+#include "ring.h"
 
 namespace kiln::kernel::detail {
 
@@ -92,14 +93,15 @@ void KernelBuilder::pipelinedSteps(Tiling& t, const std::vector<OperandSlice>& o
   Block steps;
   const int kStepVar = t.k0->var;
   Idx slice = floorDiv(t.k0, tk);
-  t.ring = defVar(steps, "slot", mod(slice, depth), depth);
+  const Ring ring{depth};
+  t.ring = defVar(steps, "slot", ring.slot(slice), depth);
   steps.push_back(cpAsyncWait(static_cast<int>(ahead - 1)));
   // wgmma reads the slices through the async proxy: the thread's landed copies are fenced for it before the barrier.
   if (t.s.instruction == tile::TiledContraction::Instruction::Wgmma) steps.push_back(fenceProxyAsync());
   steps.push_back(barrier());
   Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
   Block next;
-  Idx writeSlot = defVar(next, "next_slot", mod(idxAdd(slice, ahead), depth), depth);
+  Idx writeSlot = defVar(next, "next_slot", ring.slotAhead(slice, ahead), depth);
   for (const OperandSlice& o : operands) copySliceAsync(t, o, sliceStart(idxAdd(slice, ahead)), writeSlot, next);
   steps.push_back(ifLess(kNext, idxConst(K), std::move(next)));
   steps.push_back(cpAsyncCommit());

@@ -34,6 +34,7 @@
 
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
+#include "ring.h"
 
 namespace kiln::kernel::detail {
 
@@ -107,11 +108,12 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
     out.push_back(producer({ifLess(j, walkEnd, std::move(refill))}));
   };
   // A ring step at slice (walk step) i: its slot, the phase it waits for, the slot it frees and that slot's release phase.
+  const Ring ring{depth};
   auto rolledStep = [&](const Idx& slice, Block& out) {
     const Idx j = idxAdd(slice, depth - 1);
-    const Idx slot = defVar(out, "slot", mod(slice, depth), depth);
-    const Idx previous = defVar(out, "free_slot", mod(j, depth), depth);  // (i - 1) mod depth
-    step({slice, slot, mod(floorDiv(slice, depth), 2), previous, mod(idxAdd(floorDiv(j, depth), 1), 2)}, out);
+    const Idx slot = defVar(out, "slot", ring.slot(slice), depth);
+    const Idx previous = defVar(out, "free_slot", ring.slot(j), depth);  // (i - 1) mod depth
+    step({slice, slot, ring.parity(slice), previous, ring.parity(j, 1)}, out);
   };
   Block body;
   if (stream) {  // the walk's tiles one after another, each its slices, then the tile's end (streamTileEnd)
@@ -125,7 +127,7 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
     for (int64_t s = 0; s < depth; ++s) {
       const Idx slice = simplify(floorDiv(t.k0, tk) + idxConst(s), extents_);
       const int64_t w = (s + depth - 1) % depth, wRound = (s + depth - 1) / depth;  // slice i + depth - 1: slot and round
-      const Step st{slice, idxConst(s), mod(round, 2), idxConst(w), mod(idxAdd(round, wRound + 1), 2)};
+      const Step st{slice, idxConst(s), Ring::roundParity(round), idxConst(w), Ring::roundParity(round, wRound + 1)};
       if (slices % depth == 0 || s < slices % depth) {
         step(st, body);
       } else {  // the last round stops short of this step

@@ -16,13 +16,14 @@
 // a cluster copies rows [r, r + 1) * rows / C of every A slice (B with TiledContraction::multicastB) into the same place in
 // all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s] with the whole slice's
 // bytes (tmaRing, tmaIssue here).
-// (Measured on the H200 without a producer warp, thread 0 waiting for the other block's releases in the middle of the
-// step: slower everywhere, e.g. Qwen2.5-7B q_proj at 512 tokens 25.3 -> 37.1 us, 2026-12-03; that path is gone.)
+// (Without a producer warp, thread 0 waiting for the other block's releases in the middle of the step measured slower
+// everywhere; that path is gone. Measurements: docs/history.md, "Thread-block clusters and multicast".)
 #include <fmt/format.h>
 
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
 #include "kiln/tile/contraction.h"
+#include "ring.h"
 
 namespace kiln::kernel::detail {
 
@@ -99,12 +100,13 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
 
   Block steps;
   Idx slice = floorDiv(t.k0, tk);
-  t.ring = defVar(steps, "slot", mod(slice, depth), depth);
-  steps.push_back(mbarrierWait(full, t.ring, mod(floorDiv(slice, depth), 2)));
+  const Ring ring{depth};
+  t.ring = defVar(steps, "slot", ring.slot(slice), depth);
+  steps.push_back(mbarrierWait(full, t.ring, ring.parity(slice)));
   steps.push_back(barrier());
   Block next;
   const Idx j = idxAdd(slice, ahead);  // the slice copied in this step
-  Idx writeSlot = defVar(next, "next_slot", mod(j, depth), depth);
+  Idx writeSlot = defVar(next, "next_slot", ring.slot(j), depth);
   tmaIssue(t, operands, r, j, writeSlot, next);
   Idx kNext = simplify(t.k0 + idxConst(ahead * tk), extents_);
   steps.push_back(ifLess(kNext, idxConst(K), Block{ifLess(threadIdx(), first, std::move(next))}));

@@ -5,10 +5,8 @@
 // Rule: flash_attention schedules with an upper key bound (keyTo: causal) and at least 4 query blocks per row, on CUDA
 // cores (f32). On tensor cores a key step is short and bound by latency, and two unpaired blocks sharing an SM hide each
 // other's waits better than one paired block walking its steps alone, once tile-interleave-attention-rows deals the
-// heavy and light blocks out together. Measured on the H200 at 512 tokens: TinyLlama's heads (dim 64) 14.5 us unpaired
-// against 15.9 paired (2026-12-03, head-major grid); Qwen2.5-7B's (dim 128) 25.5 unpaired against 21.5 paired with a
-// head-major grid, but 19.8 unpaired and interleaved against 21.1 paired (e7d0ef6,
-// bench/results/2026-12-03-h200-attention-variants-e7d0ef6.json).
+// heavy and light blocks out together (Qwen2.5-7B's heads at 512 tokens: 19.8 us unpaired and interleaved against
+// 21.1 paired). (measurements: docs/history.md, "The flash schedule and its refinements")
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 

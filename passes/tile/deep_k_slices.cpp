@@ -7,9 +7,8 @@
 // tile-mma-operand-pairs, which runs first, keeps them in bf16/f16); the deepest of 64 and 32 that fits is taken,
 // else the schedule keeps 16. Never deeper than the reduction rounded up to 16.
 //
-// Measured on the H200 (2026-12-01, bench/results/2026-12-01-h200-variants.md, each pass alone against the
-// default, kiln_variants.py): TinyLlama down_proj at 512 tokens 768 -> 580 us (bf16), 1084 -> 959 us (f32); gate_proj
-// 458 -> 399 us (bf16). The lowering is the same code at any tile_k (kernel-lower-from-tile: a k loop per slice on CUDA cores, tile_k / 16
+// Measured faster on bf16 and f32 products alike (measurements: docs/history.md, "Tiles and tensor cores (mma.sync)").
+// The lowering is the same code at any tile_k (kernel-lower-from-tile: a k loop per slice on CUDA cores, tile_k / 16
 // mma k-steps on tensor cores).
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/layout.h"

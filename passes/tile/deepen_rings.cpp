@@ -3,13 +3,10 @@
 // at most 4 sized to leave room for a second block per SM.
 //
 // Why: with one block per SM the second block's half of shared memory is idle, and the ring is what keeps bytes in
-// flight. Measured on the H200 (2026-12-02, TinyLlama bf16 at 128 tokens, each kernel alone; bench/results/
-// 2026-12-02-h200-probe-8fc4c48-summary.txt and -products-6602854-summary.txt): the gate/up product streaming its
-// operands with no wgmma at all still took 19.2 us of its 26.0 (106 MB through L2 in 118 blocks). A deeper ring alone
-// changed nothing (26.3 us; q/k/v 13.5 against 13.2): that stream is bound by L2 bandwidth (most of it the activations
-// re-read by every block), not by latency. With tile-overlap-wgmma, which takes a slot of the look-ahead, the deeper
-// ring pays where the tensor cores wait: o_proj 9.6 us with a ring of 4 (copies 2 ahead), 8.7 with 8; q/k/v 11.7 and
-// 11.9 (the same).
+// flight. A deeper ring alone measured no faster: the copies' stream is bound by L2 bandwidth (most of it the
+// activations re-read by every block), not by latency. With tile-overlap-wgmma, which takes a slot of the look-ahead,
+// the deeper ring pays where the tensor cores wait (TinyLlama's o_proj at 128 tokens: 9.6 us with a ring of 4, 8.7 with
+// 8). (measurements: docs/history.md, "Warpgroup products on the whole model (2026-12-02)")
 // Precondition: tile-shape-products has sized the tile (the grid) and the ring. Postcondition: pipelineDepth never
 // smaller than before; within the Target's shared memory per block and the reduction's slices plus one.
 #include "kiln/tile/ir.h"

@@ -2,12 +2,10 @@
 // 256-thread blocks (fewer for small kernels, rounded up to whole warps); reductions run serially per thread.
 // Attention kernels (loop-fuse-attention) get their one schedule, flash_attention (tensor cores for bf16/f16, CUDA cores
 // for f32), with the key bounds their masks give and the largest block of 64, 32 or 16 query rows that still makes a
-// quarter of a block per SM of the Target (16 when none does; f32: one paired block per SM). Measured on the H200
-// (bench/results/2026-12-02-h200-attention-*): at 32 tokens blocks of 16 beat blocks
-// of 64 (TinyLlama's heads 2.47 against 2.75 us, Qwen2.5-7B's 3.27 against 3.69), at 128 tokens blocks of 64 beat
-// blocks of 16 (4.62 against 4.80 us; 5.5 against 5.9 us in the whole model). The key split (keySplit) stays 1: 4 warps
-// sharing 16 rows made TinyLlama's heads at 512 tokens slower (20.1 against 15.9 us: each warp rescales its whole
-// output for a quarter of the keys).
+// quarter of a block per SM of the Target (16 when none does; f32: one paired block per SM): blocks of 16 measured
+// faster at 32 tokens, blocks of 64 at 128. The key split (keySplit) stays 1: with warps
+// sharing rows each warp rescales its whole output for a share of the keys, which measured slower.
+// (measurements: docs/history.md, "The flash schedule and its refinements")
 #include <algorithm>
 
 #include "kiln/loop/attention.h"

@@ -5,9 +5,7 @@
 // no conversion (rounding happens once, when the slice is stored — to the same values, since tensor-core schedules
 // only read operands of their type), and the slices take about 56-75 % of the shared memory (2-byte elements, k
 // padded by 8: 75 % at tile_k 16, 56 % at 64). 
-// Measured on the H200 (2026-12-01, bench/results/2026-12-01-h200-variants.md, each pass alone against the
-// default, kiln_variants.py): TinyLlama gate_proj at 512 tokens 458 -> 287 us, down_proj
-// 768 -> 514 us (bf16).
+// Measured faster on the bf16 products (measurements: docs/history.md, "Tiles and tensor cores (mma.sync)").
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/layout.h"
 

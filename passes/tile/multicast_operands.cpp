@@ -8,18 +8,13 @@
 //
 // Why: the skinny products an LLM runs are bound by what L2 hands the SMs, and much of that is operands re-read. TinyLlama's
 // q_proj at 128 tokens (64 x 32 tiles, 2 x 64 blocks, k 2048): per block and 64-deep slice 8 KB of A and 4 KB of B, 48 MB
-// through L2 for 8.4 MB of weights and activations; Nsight Compute on the split down_proj at 128 tokens: L2 77.5 % busy,
-// DRAM 36 % (bench/results/ncu, 2026-12-02). With clusters of 2 the multicast operand's traffic halves. Which operand:
-// TinyLlama's q_proj at 512 tokens (64 x 128 tiles, 8 KB of A and 16 KB of B a slice) took 11.5 us with A multicast and
-// 10.8 with B, o_proj 11.4 / 10.8, o_proj_residual 12.2 / 11.2; gate_proj (128 x 176) and Qwen2.5-7B's down_proj
-// (128 x 224) the same either way (H200, 2026-12-03, hot). Clusters of 4 blocks (A multicast) were 50 % slower on every
-// one-wave product tried (TinyLlama q_proj at 512 tokens 11.4 -> 17.4 us, Qwen2.5-7B q_proj 23.8 -> 38.2): fewer clusters of
-// 4 fit the GPU at once than the grid's 32, and a second wave follows (bench/probes/cluster_occupancy.cu on the H200: with
-// 150 KB or more of shared memory a block, 66 clusters of 2 run at once but only 30 of 4, 120 blocks, and 15 of 8).
+// through L2 for 8.4 MB of weights and activations. With clusters of 2 the multicast operand's traffic halves. Which
+// operand: the larger slice's (B where the tiles are wider than high) measured faster than the other or the same.
+// Clusters of 2, not 4: fewer clusters of 4 fit the GPU at once than a one-wave grid has (with 150 KB or more of shared
+// memory a block, 66 clusters of 2 run at once on the H200 but only 30 of 4), so a second wave follows.
 // Only with a producer warp: without one, thread 0 of each block waited for the other block's releases in the middle of
-// its warpgroup's k step, and clusters measured slower everywhere on the H200 (2026-12-03, c746357, hot: Qwen2.5-7B
-// q_proj at 512 tokens 25.3 -> 37.1 us, gate_proj 134.1 -> 177.0; TinyLlama gate_proj 23.1 -> 24.3). With the producer
-// warp, which waits on its own, they pay (see passes/tile/specialize_warps.cpp).
+// its warpgroup's k step, and clusters measured slower everywhere. With the producer warp, which waits on its own, they
+// pay (see passes/tile/specialize_warps.cpp). (measurements: docs/history.md, "Thread-block clusters and multicast")
 //
 // Preconditions: tile-specialize-warps has run. Postcondition: cluster > 1 on tma products with a producer warp whose
 // tiles along the cluster's axis the cluster divides, whose multicast slices split into parts of 8 rows or more (a

@@ -11,8 +11,7 @@
 // slices ahead instead of pipelineDepth - 1 (the slot of slice i - 1 is not free when slice i's copies go out).
 // Products whose copies would then run only one slice ahead (a ring of 3: TinyLlama's lm_head at 128 tokens, 250
 // blocks, took 58.3 us so against 51.6) are left alone.
-// Measured (H200, 2026-12-02, bench/product_probe.py, TinyLlama bf16 at 128 tokens, each kernel alone): gate/up 26.0
-// -> 24.2 us, q/k/v 13.0 -> 11.7, o_proj 10.3 -> 9.9 with a ring of 4 (copies 2 ahead).
+// (measurements: docs/history.md, "Warpgroup products on the whole model (2026-12-02)")
 // Precondition: tile-deepen-rings has run. Postcondition: mmaInFlight 1 with pipelineDepth >= 4, or the schedule unchanged.
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"

@@ -5,21 +5,18 @@
 //
 // Why: such a grid is one wave of two blocks per SM, and an SM's time is the sum of the key steps of the blocks it
 // holds. tile-interleave-attention-rows lists the heavy blocks first and the light ones after, and an SM's second block
-// is a light one — but which one is the GPU's choice: on the H200 (bench/probes/block_placement.cu,
-// bench/results/2026-12-04-h200-block-placement.txt) blocks b and b + 132 share an SM for 15 of 92 pairs at 28 heads
-// and 512 tokens, and the worst SM walks 10 key steps where the mean is 7.6. Packed, a thread block's two query blocks
-// share its SM by construction and the worst walks 8 (28 heads: 40 alone with 8 or 7 steps, 92 pairs of 8 or 7; 32
-// heads: 9). Measured on the H200 (2026-12-04, f7a80d0, hot, against without): Qwen2.5-7B's heads at 512 tokens,
-// sdpa 13.2 against 14.3 us, attention_naive 13.2 against 14.6; TinyLlama's 9.8 against 9.8.
+// is a light one — but which one is the GPU's choice: on the H200 blocks b and b + 132 share an SM for only 15 of 92
+// pairs at 28 heads and 512 tokens, and the worst SM walks 10 key steps where the mean is 7.6. Packed, a thread block's
+// two query blocks share its SM by construction and the worst walks 8 (28 heads: 40 alone with 8 or 7 steps, 92 pairs
+// of 8 or 7; 32 heads: 9). (measurements: docs/history.md, "The flash schedule and its refinements")
 // Rule: unpaired tensor-core flash attention with an upper key bound (keyTo) and 4 or more query blocks per row, N
 // query blocks in all with S < N <= 2 S (S = Target::smCount), two blocks' threads and shared memory within one
 // thread block's. Runs after tile-interleave-attention-rows, whose order it replaces.
 //
 // Tried and taken out: the lone blocks splitting their key steps over both groups (the first half handing its maxima,
-// sums and outputs to the second through global memory and a counter; tile-split-lone-attention-blocks, e1c1e7b):
-// slower on the H200 (2026-12-04, eb885b3, one call, hot: Qwen2.5-7B's heads at 512 tokens 13.9 us split against 13.0
-// packed alone, TinyLlama's 9.8 against 9.5). Two groups walking halves of one block's keys share the SM's tensor cores
-// as two query blocks do: the lone block was not waiting on latency its idle group could hide.
+// sums and outputs to the second through global memory and a counter): measured slower. Two groups walking halves of
+// one block's keys share the SM's tensor cores as two query blocks do: the lone block was not waiting on latency its
+// idle group could hide. (measurements: docs/history.md, "The flash schedule and its refinements")
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
 

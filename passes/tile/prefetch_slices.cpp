@@ -9,10 +9,8 @@
 // a schedule is prefetched only when that is at most kPrefetchRegisters (64), leaving the accumulators, fragments
 // and addresses room under the 255 registers a thread may have (the slice depths of tile-deep-k-slices stay within
 // it; hand-set or future larger tiles may not). 
-// Only products on CUDA cores: Measured on the H200 (2026-12-01, bench/results/2026-12-01-h200-variants.md, each pass alone against the
-// default, kiln_variants.py): on CUDA cores (f32) TinyLlama down_proj
-// at 512 tokens 1084 -> 535 us, gate_proj 786 -> 551 us; on tensor cores it doubled their time (768 -> 1259 us,
-// 458 -> 1090 us: the registers it holds cost the mma.sync kernels their occupancy), so they keep plain copies.
+// Only products on CUDA cores: on tensor cores it doubled their time (the registers it holds cost the mma.sync kernels
+// their occupancy), so they keep plain copies. (measurements: docs/history.md, "Tiles and tensor cores (mma.sync)")
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/layout.h"
 

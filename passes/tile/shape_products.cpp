@@ -31,7 +31,8 @@
 //                               + slices per block * wgmmaSliceSeconds),   each 64-deep slice's fixed cost
 //                      padded flops / (0.7 * the tensor-core peak))   (wgmma from shared memory)
 //                  + (S > 1: splitKernelMicros + the adding kernel's bytes (f32 partials read, output written) / bandwidth)
-//   (the slice cost came with a sweep of tiles on the H200, bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt).
+//   (the slice cost came with a sweep of tiles on the H200: narrow tiles walking more slices per SM were slower at
+//   equal bytes; measurements: docs/history.md, "Warpgroup products").
 // Streaming (memory-bound) products, the LLM's products at 32 and 128 tokens:
 //   block        = block bytes / streamingSmBytesPerSecond + slices per block * streamingSliceSeconds
 //   time         = sum over the waves of max(block, the wave's blocks' share of HBM bytes / (0.96 * bandwidth)),
@@ -39,14 +40,10 @@
 //                  + (S > 1: streamingSplitMicros + the adding kernel's bytes / streamingPartialsBytesPerSecond)
 //   and of the candidates predicted within 5 % of the fastest, the fastest of those in the fewest waves, then splits.
 //   Its constants are a least-squares fit (on log time) to 90 measured tiles and splits of nine memory-bound products
-//   on the H200 (the sweeps bench/results/2026-12-03-h200-shape-sweep-a8a9173.txt and -931763e.txt, the suite's rows at
-//   b0f888e and 241a30f; rms error 7 %): a slice costs about 0.2 us whatever its bytes (a block of 64 x 48 tiles
-//   walking 32 slices of TinyLlama's gate_proj at 32 tokens took 11.9 us, 64 x 128 split 2, 16 slices, 9.5), and a
-//   last wave of a few blocks costs a whole block (Qwen2.5-7B gate_proj at 32 tokens: 64x144 in one wave 34.8 us,
-//   64x128 in two, the second of 16 blocks, 39.2). The tie rule picks the measured best where the fit cannot tell
-//   (TinyLlama q_proj at 128 tokens: 64x64 split 2 7.2 us, 64x128 split 4 7.9, predicted within 2 %). What it does not
-//   see: two warpgroups (tile_m 128) beat one of twice the width at equal bytes (there, 128x64 split 4 ran 7.5).
-//   Choosing with it moved the suite's bf16 products from 0.963x to 0.985x eager's geomean (ae62c67 against b0f888e).
+//   on the H200 (rms error 7 %): a slice costs about 0.2 us whatever its bytes, and a last wave of a few blocks costs a
+//   whole block. The tie rule picks the measured best where the fit cannot tell. What it does not see: two warpgroups
+//   (tile_m 128) beat one of twice the width at equal bytes. Choosing with it moved the suite's bf16 products from
+//   0.963x to 0.985x eager's geomean. (measurements: docs/history.md, "Warpgroup products")
 // The constants named above (splitKernelMicros, ...) and the peak fractions are the Target's ProductCostModel
 // (kiln/support/target.h), with the measurements each was fitted to.
 // block bytes count A's rows up to m and B's columns up to n (TMA and cp.async zero-fill the rest without reading it).
@@ -284,10 +281,9 @@ void Search::preferFewestWaves() {
 
 // A compute-bound product of one stage whose 128 x 256 tiles make two waves or more, not a whole number of them, takes
 // them: tile-stream-k-products walks such grids as one persistent wave of clusters sharing B (tiles wide, so
-// tile-multicast-operands shares B). The model does not see stream-K; measured on the H200 (2026-12-04, 16c1fb0,
-// bench/results/2026-12-04-h200-stream-k-variants-*.json): Qwen2.5-7B gate_proj at 512 tokens, 296 such tiles,
-// 121.1 and 123.7 us against 131.9 and 131.5 for 256 x 96 in three whole waves. (With fewer tiles than two waves each
-// tile is shared by several walks and stream-K measured slower: q_proj 31.6 against 23.7 us.)
+// tile-multicast-operands shares B). The model does not see stream-K, so this rule comes from measurements: faster on
+// the one such product of the suite (Qwen2.5-7B gate_proj at 512 tokens, 296 such tiles); with fewer tiles than two
+// waves each tile is shared by several walks and stream-K measured slower. (measurements: docs/history.md, "Stream-K")
 void Search::preferStreamK() {
   const int64_t wide = ceilDiv(c.m, 128) * ceilDiv(c.n, 256);  // tiles of 128 x 256 (no other output axes, below)
   if (model != Model::WgmmaComputeBound || stages != 1 || c.outerPoints != 1 || wide < 2 * p.target.smCount ||

@@ -11,18 +11,10 @@
 // what lets clusters pay (tile-multicast-operands runs after this pass, on products with a producer warp only).
 //
 // Only for compute-bound products (tile::computeBound) whose blocks are alone on their SMs (tile::aloneOnSm: one wave,
-// registers or shared memory for one block) and walk kMinSpecializedSlices or more slices. Measured on the H200:
-// - the ninth warp costs a block with two per SM its second (9e6424d): Qwen2.5-7B gate_proj at 512 tokens (128 x 144
-//   tiles) 176.6 us with it against 134.4; Nsight Compute: 98 registers x 9 warps leave room for one block;
-// - on blocks alone on their SMs, with clusters (1362ca8, hot): Qwen2.5-7B q_proj at 512 tokens 25.6 -> 24.3 us,
-//   down_proj 116.4 -> 112.1; TinyLlama gate_proj 23.2 -> 21.6, q_proj 12.2 -> 11.4;
-// - on every product alone on its SM (5e3e23f, rotated, all 42 bf16 nn.Linear rows; bench/results/
-//   2026-12-03-h200-products-bf16-5e3e23f*): the compute-bound rows of 32 slices or more 3-6 % faster, the short and
-//   memory-bound ones up to 21 % slower (TinyLlama k_proj at 32 tokens, 4 slices a block: 3.72 -> 4.51 us; q_proj at 128,
-//   8 slices: 7.96 -> 9.34); memory-bound ones of 32 or more slices within -2 .. +8 %;
-// - on the memory-bound s32/s128 rows of 16 or more slices, with the clusters that then follow (36c95f4, 11 rows,
-//   bench/results/2026-12-04-h200-streaming-*): 2-4 % faster hot where weights sit in L2 (Qwen2.5-7B q_proj at 128 tokens
-//   11.2 -> 10.9 us), no faster rotated beside eager (12.5 -> 12.5), TinyLlama gate_proj at 32 tokens 9.5 -> 10.3.
+// registers or shared memory for one block) and walk kMinSpecializedSlices or more slices: the ninth warp costs a block
+// with two per SM its second (its registers leave room for one block); on blocks alone on their SMs the compute-bound
+// products of 32 slices or more measured 3-6 % faster, the short and memory-bound ones up to 21 % slower, and the
+// memory-bound ones of 16 or more slices no faster beside eager. (measurements: docs/history.md, "A producer warp")
 // The empty mbarriers take 8 bytes a slot; a ring sized to fill a block's shared memory gives up a slot for them.
 // Precondition: tile-tma-copies has run. Postcondition: producerWarp and mmaInFlight 1 on every such tma product whose ring
 // keeps 3 or more slots, or the schedule unchanged.

@@ -3,10 +3,10 @@
 // wgmma.m64n{stages * tile_n}k16 per 16 of k multiplies them all instead of one wgmma per stage.
 //
 // Why: each wgmma reads its A from shared memory; per stage that is the same A again, and a narrow wgmma (TinyLlama's
-// gate/up at 128 tokens: m64n48) keeps the tensor cores busier per instruction issued when it is one wide one. Measured
-// before stacking (H200, 2026-12-02, bench/product_probe.py variant nocopy: the copies left out, the wgmmas and barriers
-// kept): the two m64n48 wgmmas per 16 of k took 16.3 us of the gate/up product's 26.0, about 38 % of the tensor cores'
-// rate. The accumulators are the stages' in order (columns [st * tile_n, (st + 1) * tile_n) are stage st's), so the
+// gate/up at 128 tokens: m64n48) keeps the tensor cores busier per instruction issued when it is one wide one: before
+// stacking, the two m64n48 wgmmas per 16 of k ran at about 38 % of the tensor cores' rate. (measurements:
+// docs/history.md, "Warpgroup products on the whole model (2026-12-02)")
+// The accumulators are the stages' in order (columns [st * tile_n, (st + 1) * tile_n) are stage st's), so the
 // epilogue reads the same registers as before.
 // Precondition: tile-shape-products has sized tile_n (its accumulator bound keeps stages * tile_n within 256).
 // Postcondition: stackedB on every such product; the verifier's rule (one A, stages * tile_n a multiple of 8 up to 256).

@@ -3,25 +3,22 @@
 // walks an equal share of the product's (unit, slice) steps, across tile boundaries, and the partial tiles where shares
 // meet are added by the block that walked the tile's first slice (a counter per tile; lower_contraction_stream_k.cpp).
 //
-// Why: a one-wave product sized to the SM count gets small tiles (Qwen2.5-7B q_proj at 512 tokens: 128 x 112 in
-// clusters of 2, 12 KB of operands from L2 per MFLOP, 4.3 TFLOP/s an SM on the H200), and larger tiles leave SMs idle
-// (128 x 256 in clusters of 2 sharing B: 7.6 KB per MFLOP, 5.9 TFLOP/s an SM, but 56 tiles); a grid of several waves
-// pays for its last, partly empty one (Qwen2.5-7B gate_proj in 128 x 256 tiles: 296 blocks, 3 waves for 2.24 of work).
-// Walking steps instead of tiles keeps every SM busy with the larger tiles (2026-12-04 measurements,
-// bench/results/2026-12-04-h200-wide-*).
+// Why: a one-wave product sized to the SM count gets small tiles, which take more operand bytes from L2 per MFLOP and
+// run slower per SM, and larger tiles leave SMs idle (128 x 256 in clusters of 2 sharing B: 7.6 KB per MFLOP against
+// 12 for 128 x 112, but 56 tiles for Qwen2.5-7B q_proj at 512 tokens); a grid of several waves pays for its last,
+// partly empty one. Walking steps instead of tiles keeps every SM busy with the larger tiles.
+// (measurements: docs/history.md, "Thread-block clusters and multicast" and "Stream-K")
 // The price: a partial tile of tile_m x tile_n f32 stored and loaded where a walk starts inside a tile (at most one per
 // block, into the program's `stream_k_partials`), a release and a wait per such tile, the epilogue inside the walk's loops.
 // Rule: every tma product that tile-shape-products chose to walk stream-K (TiledContraction::streamK: its rule, two
 // waves or more of 128 x 256 tiles, not a whole number; or a --product-shapes entry's "stream_k") and that has a producer
 // warp, one stage or stacked B slices, no other output axes (batch), blocks alone on their SMs, and tiles that are not a
 // whole number of waves. The grid: the Target's SMs in whole clusters. (Tests give `blocks`: every such product then.)
-// Measured on the H200 (2026-12-04, bench/results/2026-12-04-h200-stream-k-variants-*.json, hot us, default against the
-// pass, against the pass with 128 x 256 tiles): Qwen2.5-7B gate_proj at 512 tokens 131.9 / 132.0 / 121.1 (the default
-// tiles, 256 x 96, are three whole waves: the pass leaves them); with under two tiles a walk, slower everywhere:
-// Qwen2.5-7B q_proj 23.8 / 30.1 / 31.9, TinyLlama q_proj 10.7 / 13.8 / 21.5, gate_proj 21.1 / 25.1 / 26.9. Nsight Compute
-// on q_proj (128 x 112, 132 blocks against 128): 18.5 % of the stall samples waiting for a slot's copies, the tensor pipe
-// 43 % busy against 59 %, twice the instructions executed; not understood yet. The program's
-// products share one partials buffer and one counters buffer (they run one after another; each leaves its counters zero).
+// With under two tiles a walk every tile is shared by several walks, and stream-K measured slower on every such product
+// (copies arrive later than in the one-tile-per-block kernel, not understood yet), hence the two-wave bound.
+// (measurements: docs/history.md, "Stream-K")
+// The program's products share one partials buffer and one counters buffer (they run one after another; each leaves
+// its counters zero).
 #include <algorithm>
 
 #include "kiln/tile/ir.h"

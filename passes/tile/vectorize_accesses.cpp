@@ -23,10 +23,9 @@ namespace kiln::tile {
 namespace {
 
 constexpr int64_t kMaxVectorsPerThread = 8;
-// Vectors per thread the thread count of an f32 row is halved down to (16-bit rows: kMaxVectorsPerThread). Measured on
-// the H200 (2026-12-03, c881e20, hot, from a graph): f32 softmax over rows of 512 took 17.6 / 14.8 us (TinyLlama /
-// Qwen2.5-7B shapes, 8 vectors a thread) against 16.5 / 14.2 us with 4 (torch.compile 17.3 / 15.0 in the same call);
-// bf16 rows of 512 keep 8 vectors a thread (6.1 us, 1.3x their HBM floor).
+// Vectors per thread the thread count of an f32 row is halved down to (16-bit rows: kMaxVectorsPerThread): f32 rows of
+// 512 ran faster with 4 vectors a thread than with 8 (TinyLlama's softmax 16.5 against 17.6 us), while bf16 rows of 512
+// keep 8. (measurements: docs/history.md, "16-byte accesses (`tile-vectorize-accesses`)")
 constexpr int64_t kMaxF32VectorsPerThread = 4;
 // Loaded values (f32 registers) a pointwise thread may hold before computing: more vectors per thread beyond this
 // cost occupancy (registers) and leave a partial wave of blocks.
@@ -74,7 +73,7 @@ bool vectorizePointwise(const Target& target, const loop::Program& p, const loop
   // Beyond one resident wave of blocks, each thread takes two vectors (twice the loads in flight, half the
   // blocks), where the values it then holds stay within kMaxLoadedValuesPerThread: a bf16 SiLU·mul holding
   // two vectors of both operands (32 values, 47 registers) fits 5 blocks of 256 threads on an SM, and its 704
-  // blocks then take 1.07 waves (H200, 2026-12-02, TinyLlama s512: 4.77 us, torch.compile 3.76).
+  // blocks then take 1.07 waves (measurements: docs/history.md, "16-byte accesses (`tile-vectorize-accesses`)").
   const int64_t blocks = (threadsNeeded + m.threads - 1) / m.threads;
   if (blocks > target.smCount * (target.maxThreadsPerSm / m.threads) &&
       2 * v * distinctLoads(k.result) <= kMaxLoadedValuesPerThread)

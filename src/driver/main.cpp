@@ -120,10 +120,11 @@ int main(int argc, char** argv) {
   bool optPrintAfterAll = false, optNoVerify = false;
   auto* o = app.add_subcommand("opt", "read IR text, run passes of its level on it with the verifier after each, print the result");
   o->add_option("file", opt.file, "IR text, as kiln compile --ir LEVEL prints it")->required();
-  o->add_option("--level", opt.level, "the file's IR level: kernel (the only one kiln opt reads yet; the default)");
-  o->add_option("--passes", opt.passes, "passes of that level to run, in order (comma-separated; none: print the input back)")
+  o->add_option("--level", opt.level, "the file's IR level: loop, tile or kernel (the default)");
+  o->add_option("--passes", opt.passes, "passes to run, in order (comma-separated): the level's own and the lowering to the next level; none: print the input back")
       ->delimiter(',')
       ->type_name("PASS,...");
+  o->add_option("--arch", opt.arch, "with Loop IR and tile-lower-from-loop: the target GPU, " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + "); Tile and Kernel IR name theirs");
   o->add_option("-o,--output", opt.output, "output file (default standard output)");
   o->add_flag("-v,--verbose", opt.pipeline.verbosity, "-v names each pass as it runs; -vv also prints a diff of the IR after each pass that changed it");
   o->add_flag("--print-after-all", optPrintAfterAll, "same as -vv");

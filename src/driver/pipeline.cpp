@@ -19,6 +19,60 @@ int levelIndex(const std::string& level) {
 }
 }  // namespace
 
+const std::vector<InLevelPass<loop::Program>>& loopPasses() {
+  static const std::vector<InLevelPass<loop::Program>> passes = {
+      {"loop-mask-predicates", loop::maskPredicates},  // before fusion copies the mask's loads around
+      {"loop-fuse-epilogues", loop::fuseEpilogues},  // before inlining: keeps a residual stream materialised
+      {"loop-fuse-producers", loop::fuseProducers},  // producers in topological order
+      {"loop-fuse-rows", loop::fuseRows},  // after inlining: consumers hold their whole row
+      {"loop-reciprocal-row-divisors", loop::reciprocalRowDivisors},  // after the rows are formed
+      {"loop-fuse-attention", loop::fuseAttention},  // after the softmax rows are formed
+      {"loop-eliminate-dead-buffers", loop::eliminateDeadBuffers},  // removes what fusion inlined
+  };
+  return passes;
+}
+
+const std::vector<InLevelPass<tile::Program>>& tilePasses() {
+  static const std::vector<InLevelPass<tile::Program>> passes = {
+      {"tile-cooperative-reduce", tile::cooperativeReduce},
+      {"tile-vectorize-accesses", tile::vectorizeAccesses},  // after the row reductions are chosen
+      {"tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); }},
+      {"tile-tile-long-reductions", tile::tileLongReductions},
+      {"tile-tensor-core-contractions", tile::tensorCoreContractions},
+      {"tile-fuse-operand-producers", tile::fuseOperandProducers},
+      {"tile-balance-attention", tile::balanceAttention},  // after the block's rows are final
+      {"tile-deepen-attention-steps", tile::deepenAttentionSteps},  // after the grid is final
+      {"tile-interleave-attention-rows", tile::interleaveAttentionRows},  // unpaired blocks only
+      {"tile-sum-attention-rows-by-mma", tile::sumAttentionRowsByMma},
+      {"tile-attention-scores-by-wgmma", tile::attentionScoresByWgmma},  // after the block's rows and steps
+      {"tile-attention-values-by-wgmma", tile::attentionValuesByWgmma},  // after the block's rows
+      {"tile-attention-scores-ahead", tile::attentionScoresAhead},  // after the ring and the scores' instruction
+      {"tile-pack-attention-pairs", tile::packAttentionPairs},  // after every pass sizing the block's threads and shared memory
+      {"tile-warpgroup-products", tile::warpgroupProducts},  // the operands are final; before their shape
+      {"tile-shape-products", [](tile::Program& p) { return tile::shapeProducts(p); }},  // after operand fusion: the operands are final
+      {"tile-stack-operands", tile::stackOperands},  // after tile_n is sized
+      {"tile-deepen-rings", tile::deepenRings},  // after the tile (the grid) is sized
+      {"tile-overlap-wgmma", tile::overlapWgmma},  // after the ring is sized
+      {"tile-tma-copies", tile::tmaCopies},  // after the ring passes, which shape cp_async rings
+      {"tile-specialize-warps", [](tile::Program& p) { return tile::specializeWarps(p); }},  // after tile-tma-copies
+      {"tile-multicast-operands", tile::multicastOperands},  // products with a producer warp only
+      {"tile-stream-k-products", [](tile::Program& p) { return tile::streamKProducts(p); }},  // after the clusters
+      {"tile-unroll-rings", tile::unrollRings},  // products with a producer warp only
+      {"tile-mma-operand-pairs", tile::pairMmaOperands},  // before the depth: halves the slices' bytes
+      {"tile-deep-k-slices", tile::deepenKSlices},
+      {"tile-pipeline-async-copies", tile::pipelineAsyncCopies},  // after the slice depth and layout
+      {"tile-prefetch-slices", tile::prefetchSlices},  // after the slice depth is chosen
+      {"tile-stream-ffma-products", tile::streamFfmaProducts},  // replaces the CUDA-core schedule whole
+      {"tile-group-tiles", tile::groupTiles},  // last: the block order of the final tiles (not clusters' or stream-K's)
+  };
+  return passes;
+}
+
+const std::vector<InLevelPass<kernel::Program>>& kernelPasses() {
+  static const std::vector<InLevelPass<kernel::Program>> passes = {{"kernel-overlap-launches", kernel::overlapLaunches}};
+  return passes;
+}
+
 Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
                       const PipelineOptions& opts, const std::string& untilLevel, std::optional<DType> castTo,
                       const Target& target) {
@@ -41,13 +95,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   if (until < 2) return run.printTimings(), c;
 
   c.loopIR = run.produce("loop-lower-from-tensor", [&] { return loop::lowerFromTensor(c.tensorIR); });
-  run.pass(c.loopIR, "loop-mask-predicates", loop::maskPredicates);  // before fusion copies the mask's loads around
-  run.pass(c.loopIR, "loop-fuse-epilogues", loop::fuseEpilogues);  // before inlining: keeps a residual stream materialised
-  run.pass(c.loopIR, "loop-fuse-producers", loop::fuseProducers);  // producers in topological order
-  run.pass(c.loopIR, "loop-fuse-rows", loop::fuseRows);            // after inlining: consumers hold their whole row
-  run.pass(c.loopIR, "loop-reciprocal-row-divisors", loop::reciprocalRowDivisors);  // after the rows are formed
-  run.pass(c.loopIR, "loop-fuse-attention", loop::fuseAttention);  // after the softmax rows are formed
-  run.pass(c.loopIR, "loop-eliminate-dead-buffers", loop::eliminateDeadBuffers);  // removes what fusion inlined
+  for (const auto& pass : loopPasses()) run.pass(c.loopIR, pass.name, pass.run);
   if (until < 3) return run.printTimings(), c;
 
   c.tileIR = run.produce("tile-lower-from-loop", [&] {
@@ -55,35 +103,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
     p.productShapes = shapes;
     return p;
   });
-  run.pass(c.tileIR, "tile-cooperative-reduce", tile::cooperativeReduce);
-  run.pass(c.tileIR, "tile-vectorize-accesses", tile::vectorizeAccesses);  // after the row reductions are chosen
-  run.pass(c.tileIR, "tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); });
-  run.pass(c.tileIR, "tile-tile-long-reductions", tile::tileLongReductions);
-  run.pass(c.tileIR, "tile-tensor-core-contractions", tile::tensorCoreContractions);
-  run.pass(c.tileIR, "tile-fuse-operand-producers", tile::fuseOperandProducers);
-  run.pass(c.tileIR, "tile-balance-attention", tile::balanceAttention);  // after the block's rows are final
-  run.pass(c.tileIR, "tile-deepen-attention-steps", tile::deepenAttentionSteps);  // after the grid is final
-  run.pass(c.tileIR, "tile-interleave-attention-rows", tile::interleaveAttentionRows);  // unpaired blocks only
-  run.pass(c.tileIR, "tile-sum-attention-rows-by-mma", tile::sumAttentionRowsByMma);
-  run.pass(c.tileIR, "tile-attention-scores-by-wgmma", tile::attentionScoresByWgmma);  // after the block's rows and steps
-  run.pass(c.tileIR, "tile-attention-values-by-wgmma", tile::attentionValuesByWgmma);  // after the block's rows
-  run.pass(c.tileIR, "tile-attention-scores-ahead", tile::attentionScoresAhead);  // after the ring and the scores' instruction
-  run.pass(c.tileIR, "tile-pack-attention-pairs", tile::packAttentionPairs);  // after every pass sizing the block's threads and shared memory
-  run.pass(c.tileIR, "tile-warpgroup-products", tile::warpgroupProducts);  // the operands are final; before their shape
-  run.pass(c.tileIR, "tile-shape-products", [](tile::Program& p) { return tile::shapeProducts(p); });  // after operand fusion: the operands are final
-  run.pass(c.tileIR, "tile-stack-operands", tile::stackOperands);  // after tile_n is sized
-  run.pass(c.tileIR, "tile-deepen-rings", tile::deepenRings);    // after the tile (the grid) is sized
-  run.pass(c.tileIR, "tile-overlap-wgmma", tile::overlapWgmma);  // after the ring is sized
-  run.pass(c.tileIR, "tile-tma-copies", tile::tmaCopies);        // after the ring passes, which shape cp_async rings
-  run.pass(c.tileIR, "tile-specialize-warps", [](tile::Program& p) { return tile::specializeWarps(p); });  // after tile-tma-copies
-  run.pass(c.tileIR, "tile-multicast-operands", tile::multicastOperands);  // products with a producer warp only
-  run.pass(c.tileIR, "tile-stream-k-products", [](tile::Program& p) { return tile::streamKProducts(p); });  // after the clusters
-  run.pass(c.tileIR, "tile-unroll-rings", tile::unrollRings);              // products with a producer warp only
-  run.pass(c.tileIR, "tile-mma-operand-pairs", tile::pairMmaOperands);  // before the depth: halves the slices' bytes
-  run.pass(c.tileIR, "tile-deep-k-slices", tile::deepenKSlices);
-  run.pass(c.tileIR, "tile-pipeline-async-copies", tile::pipelineAsyncCopies);  // after the slice depth and layout
-  run.pass(c.tileIR, "tile-prefetch-slices", tile::prefetchSlices);  // after the slice depth is chosen
-  run.pass(c.tileIR, "tile-stream-ffma-products", tile::streamFfmaProducts);  // last: replaces the CUDA-core schedule whole
+  for (const auto& pass : tilePasses()) run.pass(c.tileIR, pass.name, pass.run);
   if (until < 4) return run.printTimings(), c;
 
   kernel::LowerStats lowering;
@@ -91,7 +111,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   if (opts.verbosity > 0)  // identical decoder layers are lowered once
     (opts.log ? *opts.log : std::cerr) << fmt::format("  {} kernels: {} lowered, {} copied from an identical kernel\n",
                                                       c.kernelIR.kernels.size(), lowering.lowered, lowering.reused);
-  run.pass(c.kernelIR, "kernel-overlap-launches", kernel::overlapLaunches);
+  for (const auto& pass : kernelPasses()) run.pass(c.kernelIR, pass.name, pass.run);
   if (until < 5) return run.printTimings(), c;
 
   c.cudaIR = run.produce("cuda-emit", [&] { return cuda::emit(c.kernelIR); });

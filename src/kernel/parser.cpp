@@ -4,82 +4,20 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
-
+#include "kiln/loop/parser.h"
+#include "kiln/tile/parser.h"
 #include "kiln/support/error.h"
 #include "parser_internal.h"
 
 namespace kiln::kernel {
 namespace parse_detail {
 
-LineReader::LineReader(const std::string& file, const std::string& text) : file_(file) {
-  std::istringstream in(text);
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines_.push_back({number, line});
-  }
-}
-
 namespace {
-
-loop::Buffer::Kind bufferKind(Cursor& c) {
-  size_t col = c.here();
-  std::string w = c.word();
-  for (auto k : {loop::Buffer::Kind::Input, loop::Buffer::Kind::Weight, loop::Buffer::Kind::Temp, loop::Buffer::Kind::Output,
-                 loop::Buffer::Kind::Counters})
-    if (w == loop::bufferKindName(k)) return k;
-  c.fail(fmt::format("unknown buffer kind '{}' (input, weight, temp, output or counters)", w), col);
-}
 
 std::vector<std::string> bufferNames(const Program& p) {
   std::vector<std::string> names;
   for (auto& b : p.buffers) names.push_back(b.name);
   return names;
-}
-
-// `buffer NAME : DTYPE[SHAPE] KIND ["WEIGHT"]`: NAME runs to the first ` : ` (names may hold blanks and commas).
-loop::Buffer buffer(Cursor& c) {
-  loop::Buffer b;
-  c.skipBlanks();
-  std::string_view rest = c.rest();
-  size_t colon = rest.find(" : ");
-  if (colon == std::string_view::npos || colon == 0) c.fail("expected 'buffer NAME : DTYPE[SHAPE] KIND'");
-  b.name = std::string(rest.substr(0, colon));
-  c.accept(b.name);
-  c.expect(":");
-  b.dtype = parseDTypeWord(c);
-  c.expect("[");
-  if (!c.accept("scalar")) {
-    do b.shape.push_back(c.integer());
-    while (c.accept("x"));
-  }
-  c.expect("]");
-  b.kind = bufferKind(c);
-  if (c.accept("\"")) {
-    std::string_view r = c.rest();
-    size_t end = r.rfind('"');
-    if (end == std::string_view::npos) c.fail("a weight's name is not closed by '\"'");
-    auto w = std::make_shared<torch::WeightData>();
-    w->name = std::string(r.substr(0, end));
-    w->values.assign(static_cast<size_t>(numel(b.shape)), 0.f);  // the text names a weight, it holds no values
-    b.weight = std::move(w);
-    c.accept(std::string(r.substr(0, end + 1)));
-  }
-  return b;
-}
-
-// `NAME, NAME, ...` of the program's buffers, to the end of the line.
-std::vector<int> bufferList(Cursor& c, const Program& p) {
-  std::vector<int> ids;
-  auto names = bufferNames(p);
-  if (c.atEnd()) return ids;
-  do ids.push_back(c.oneOf(names, "", "buffer"));
-  while (c.accept(","));
-  return ids;
 }
 
 std::array<int64_t, 3> dims(Cursor& c, std::string_view what) {
@@ -111,17 +49,7 @@ Kernel launchLine(Cursor& c) {
   if (c.acceptWord("cluster")) k.cluster = c.integer();
   if (c.acceptWord("groups")) k.groups = c.integer();
   if (c.accept("programmatic-launch")) k.programmaticLaunch = true;
-  if (c.accept("//")) {
-    c.skipBlanks();
-    std::string origins(c.rest());
-    for (size_t from = 0;;) {
-      size_t sep = origins.find("; ", from);
-      k.origins.push_back(origins.substr(from, sep == std::string::npos ? std::string::npos : sep - from));
-      if (sep == std::string::npos) break;
-      from = sep + 2;
-    }
-    c.accept(origins);
-  }
+  if (c.accept("//")) k.origins = loop::parse_detail::origins(c);
   return k;
 }
 
@@ -225,16 +153,6 @@ Kernel kernel(Cursor& c, LineReader& lines, const Program& p) {
   return k;
 }
 
-void targetLine(Cursor& c, Program& p) {
-  size_t col = c.here();
-  std::string arch = c.word();
-  try {
-    p.target = targetFor(arch);
-  } catch (const UserError& e) {
-    c.fail(fmt::format("unknown target '{}' (known: {})", arch, knownArchList()), col);
-  }
-}
-
 }  // namespace
 }  // namespace parse_detail
 
@@ -255,11 +173,11 @@ Program parse(const std::string& text, const std::string& file) {
     if (c.startsWith("//")) continue;
     if (returned) c.fail("nothing may follow the 'return' line");
     if (line.text[0] == ' ') c.fail("an indented line outside a kernel");
-    if (c.acceptWord("target")) targetLine(c, p);
-    else if (c.acceptWord("buffer")) p.buffers.push_back(buffer(c));
-    else if (c.acceptWord("inputs")) p.inputs = bufferList(c, p), inputsGiven = true;
+    if (c.acceptWord("target")) p.target = tile::parseTarget(c);
+    else if (c.acceptWord("buffer")) p.buffers.push_back(loop::parse_detail::buffer(c));
+    else if (c.acceptWord("inputs")) p.inputs = loop::parse_detail::bufferList(c, p.buffers), inputsGiven = true;
     else if (c.acceptWord("kernel")) p.kernels.push_back(kernel(c, lines, p));
-    else if (c.acceptWord("return")) p.outputs = bufferList(c, p), returned = true;
+    else if (c.acceptWord("return")) p.outputs = loop::parse_detail::bufferList(c, p.buffers), returned = true;
     else c.fail("expected 'target', 'buffer', 'inputs', 'kernel' or 'return'");
     if (!c.atEnd()) c.fail(fmt::format("unexpected '{}'", printable(std::string(c.rest().substr(0, 24)))));
   }
@@ -270,12 +188,6 @@ Program parse(const std::string& text, const std::string& file) {
   return p;
 }
 
-Program parseFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) userError("cannot read Kernel IR file '{}'", printable(path));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return parse(s.str(), path);
-}
+Program parseFile(const std::string& path) { return parse(ir_text::readTextFile(path, "Kernel IR"), path); }
 
 }  // namespace kiln::kernel

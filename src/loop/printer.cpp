@@ -51,22 +51,30 @@ std::string axesString(const std::vector<Axis>& axes) {
 
 }  // namespace
 
-std::string print(const Program& p) {
-  std::string out = fmt::format("// kiln loop IR: {}\n", p.modelName);
+std::string printBuffers(const Program& p) {
+  std::string out;
   for (auto& b : p.buffers) {
     out += fmt::format("buffer {} : {}[{}] {}", b.name, dtypeName(b.dtype), shapeString(b.shape), bufferKindName(b.kind));
     if (b.weight) out += fmt::format(" \"{}\"", b.weight->name);
     out += "\n";
   }
+  return out;
+}
+
+std::string printReturn(const Program& p) {
+  std::vector<std::string> outs;
+  for (int b : p.outputs) outs.push_back(p.buffers[b].name);
+  return fmt::format("return {}\n", fmt::join(outs, ", "));
+}
+
+std::string print(const Program& p) {
+  std::string out = fmt::format("// kiln loop IR: {}\n", p.modelName) + printBuffers(p);
   for (auto& k : p.kernels) {
     const Buffer& o = p.buffers[k.output];
     out += fmt::format("\nkernel {} writes {}  // {}\n", k.name, o.name, fmt::join(k.origins, "; "));
     out += printKernelBody(p, k);
   }
-  std::vector<std::string> outs;
-  for (int b : p.outputs) outs.push_back(p.buffers[b].name);
-  out += fmt::format("\nreturn {}\n", fmt::join(outs, ", "));
-  return out;
+  return out + "\n" + printReturn(p);
 }
 
 std::string printKernelBody(const Program& p, const Kernel& k) {

@@ -103,6 +103,12 @@ float applyFn(Fn f, float a, float b, float c) {
   return arity(f) == 1 ? applyUnary(f, a) : applyArithmetic(f, a, b);
 }
 
+std::optional<Fn> fnByName(std::string_view name) {
+  for (int f = static_cast<int>(Fn::Neg); f <= static_cast<int>(Fn::Where); ++f)
+    if (name == fnName(static_cast<Fn>(f))) return static_cast<Fn>(f);
+  return std::nullopt;
+}
+
 const char* reduceName(ReduceFn f) { return f == ReduceFn::Sum ? "sum" : "max"; }
 float reduceInit(ReduceFn f) { return f == ReduceFn::Sum ? 0.f : -INFINITY; }
 float reduceCombine(ReduceFn f, float acc, float v) { return f == ReduceFn::Sum ? acc + v : applyFn(Fn::Max, acc, v); }

@@ -9,6 +9,7 @@
 
 #include "kiln/support/error.h"
 #include "kiln/tile/layout.h"
+#include "kiln/tile/parser.h"
 
 namespace kiln::tile {
 namespace {
@@ -125,53 +126,25 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                          "the block of a tile's first slice adds the partials of its other {} blocks at most",
                          w.clusters, w.steps, w.units, w.slices, w.steps / w.clusters, w.longest, w.pieces - 1);
   }
-  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
+  const std::string order = t.groupM > 1 ? fmt::format("in groups of {} tile rows, m fastest", t.groupM) : "n fastest";
+  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, {}) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
-                     t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
+                     t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), order, instr, operandString(t, t.a, t.tileM),
                      operandString(t, t.b, t.tileN), launch, t.model.empty() ? "" : "  [" + t.model + "]");
 }
 
-nlohmann::json toJson(const Schedule& s) {
-  nlohmann::json j{{"strategy", strategyName(s)}};
-  if (auto* m = std::get_if<PointwiseMap>(&s)) {
-    j["threads"] = m->threads;
-    j["vector"] = m->vector;
-    j["vectors_per_thread"] = m->vectorsPerThread;
-  } else if (auto* r = std::get_if<RowReduction>(&s)) {
-    j["threads_per_row"] = r->threadsPerRow;
-    j["rows_per_block"] = r->rowsPerBlock;
-    j["vector"] = r->vector;
-    j["combine"] = combineName(r->combine);
-    j["row_in_registers"] = r->rowInRegisters;
-  } else if (auto* f = std::get_if<FlashAttention>(&s)) {
-    j.update({{"query_axis", f->queryAxis}, {"block_q", f->blockQ}, {"block_kv", f->blockKV}, {"warp_rows", f->warpRows}, {"key_split", f->keySplit}, {"pair_blocks", f->pairBlocks}, {"rows_inner", f->rowsInner}, {"packed_pairs", f->packedPairs}, {"row_sums_by_mma", f->rowSumsByMma}, {"scores_by_wgmma", f->scoresByWgmma}, {"values_by_wgmma", f->valuesByWgmma}, {"scores_ahead", f->scoresAhead}, {"ring", f->ring},
-              {"mma_type", dtypeName(f->mmaType)}});
-    if (f->keyFrom) j["key_from"] = *f->keyFrom;
-    if (f->keyTo) j["key_to"] = *f->keyTo;
-  } else {
-    const auto& t = std::get<TiledContraction>(s);
-    auto operand = [](const TC::Operand& o) { return nlohmann::json{{"copy", copyName(o.copy)}, {"layout", layoutName(o.layout)}}; };
-    j.update({{"m_axis", t.mAxis}, {"n_axis", t.nAxis}, {"tile_m", t.tileM}, {"tile_n", t.tileN}, {"tile_k", t.tileK},
-              {"instruction", instructionName(t.instruction)}, {"a", operand(t.a)}, {"b", operand(t.b)}});
-    if (t.instruction == TC::Instruction::Ffma) j.update({{"micro_m", t.microM}, {"micro_n", t.microN}});
-    else if (t.instruction == TC::Instruction::MmaSync) j.update({{"mma_type", dtypeName(t.mmaType)}, {"fragments", fragmentsName(t.fragments)}});
-    else j.update({{"mma_type", dtypeName(t.mmaType)}, {"warpgroups", t.tileM / 64}, {"mma_in_flight", t.mmaInFlight}, {"stacked_b", t.stackedB}, {"cluster", t.cluster}, {"multicast_b", t.multicastB}, {"producer_warp", t.producerWarp}, {"unroll_ring", t.unrollRing}});
-    if (t.streamBlocks > 0) j.update({{"stream_blocks", t.streamBlocks}, {"partials", t.partials}, {"counters", t.counters}});
-    if (t.streamK) j.update({{"stream_k", true}});
-    j["pipeline_depth"] = t.pipelineDepth;
-  }
-  return j;
-}
-
 std::string print(const Program& p) {
-  std::string out = fmt::format("// kiln tile IR: {} (target {}, {} SMs)\n", p.loop.modelName, p.target.arch, p.target.smCount);
+  std::string out = fmt::format("// kiln tile IR: {} (target {}, {} SMs)\ntarget {}", p.loop.modelName, p.target.arch,
+                                p.target.smCount, p.target.arch);
+  if (p.target.smCount != targetFor(p.target.arch).smCount) out += fmt::format(" sms {}", p.target.smCount);
+  out += "\n" + loop::printBuffers(p.loop);
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     const loop::Kernel& k = p.loop.kernels[i];
-    out += fmt::format("\nkernel {} writes {}  // {}\n  schedule {}\n", k.name, p.loop.buffers[k.output].name,
-                       fmt::join(k.origins, "; "), describe(p.schedules[i], k));
+    out += fmt::format("\nkernel {} writes {}  // {}\n  schedule {}\n  // {}\n", k.name, p.loop.buffers[k.output].name,
+                       fmt::join(k.origins, "; "), scheduleFields(p.schedules[i]), describe(p.schedules[i], k));
     out += loop::printKernelBody(p.loop, k);
   }
-  return out;
+  return out + "\n" + loop::printReturn(p.loop);
 }
 
 std::string explainSchedules(const Program& p) {
@@ -428,6 +401,9 @@ void verifyTiledContraction(const Program& p, const Schedule& s, const TC& t, co
               copyName(t.a.copy), t.mmaInFlight);
   KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
   if (t.streamBlocks > 0) verifyStreamK(t, k, stages);
+  KILN_ASSERT(t.groupM == 1 || (t.groupM > 1 && tilesM(t, contractionOf(t, k)) % t.groupM == 0 && t.cluster == 1 && t.streamBlocks == 0),
+              "kernel {}: tiles in groups of {} tile rows need a divisor of the {} tile rows, no cluster and no stream-K grid", k.name,
+              t.groupM, tilesM(t, contractionOf(t, k)));
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);

@@ -10,7 +10,7 @@ import lit.formats
 config.name = "kiln passes"
 # lit's own shell: `not`, pipes and `2>&1` behave the same on every machine.
 config.test_format = lit.formats.ShTest(execute_external=False)
-config.suffixes = [".kir"]
+config.suffixes = [".lir", ".tir", ".kir"]  # Loop, Tile and Kernel IR inputs
 config.test_source_root = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(os.path.dirname(config.test_source_root))
 build = lit_config.params.get("build", os.path.join(root, "build"))

@@ -32,8 +32,10 @@ TEST(CliOpt, BadPassesAndLevelsAreUsageErrors) {
   const std::string file = passTest("round-trip.kir").string();
   expectOneLineError(kiln({"opt", file, "--passes", "kernel-nonexistent"}), 2, {"unknown pass 'kernel-nonexistent'"});
   expectOneLineError(kiln({"opt", file, "--passes", "tile-unroll-rings"}), 2, {"a tile pass"});
-  expectOneLineError(kiln({"opt", file, "--passes", "kernel-lower-from-tile"}), 2, {"within one level"});
-  expectOneLineError(kiln({"opt", file, "--level", "tile"}), 2, {"--level tile", "Kernel IR only"});
+  expectOneLineError(kiln({"opt", file, "--passes", "kernel-lower-from-tile"}), 2, {"from the level above"});
+  expectOneLineError(kiln({"opt", file, "--level", "torch"}), 2, {"--level torch", "loop, tile or kernel"});
+  // Kernel IR read as Tile IR: the parser's line and column, exit 1.
+  expectOneLineError(kiln({"opt", file, "--level", "tile"}), 1, {"round-trip.kir:13:1:", "expected 'target', 'buffer'"});
 }
 
 }  // namespace

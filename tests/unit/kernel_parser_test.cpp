@@ -17,14 +17,6 @@
 
 namespace kiln {
 namespace {
-namespace fs = std::filesystem;
-
-std::vector<std::string> allFixtures() {
-  std::set<std::string> names;
-  for (auto& e : fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "models" / "fixtures"))
-    if (e.path().extension() == ".pt") names.insert(e.path().stem().string());
-  return {names.begin(), names.end()};
-}
 
 kernel::Program compileToKernel(const std::string& fixture) {
   return compileModel(test::fixturePath(fixture), {}, PipelineOptions{}, "kernel").kernelIR;
@@ -40,7 +32,7 @@ TEST_P(KernelParserRoundTrip, PrintParsePrintIsIdentical) {
   EXPECT_NO_THROW(kernel::verify(parsed));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, KernelParserRoundTrip, ::testing::ValuesIn(allFixtures()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, KernelParserRoundTrip, ::testing::ValuesIn(test::allFixtures()),
                          [](const auto& info) { return info.param; });
 
 // The parsed Program computes what the original does, bit for bit: its variables, slots and buffers mean the same.

@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <random>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "kiln/kernel/ir.h"
 #include "kiln/support/files.h"
@@ -16,6 +18,14 @@ namespace kiln::test {
 // models/fixtures/<name>.pt in the source tree.
 inline std::string fixturePath(const std::string& name) {
   return (std::filesystem::path(KILN_SOURCE_DIR) / "models" / "fixtures" / (name + ".pt")).string();
+}
+
+// Every fixture's name (models/fixtures/*.pt), sorted: what the round-trip tests run over.
+inline std::vector<std::string> allFixtures() {
+  std::set<std::string> names;
+  for (auto& e : std::filesystem::directory_iterator(std::filesystem::path(KILN_SOURCE_DIR) / "models" / "fixtures"))
+    if (e.path().extension() == ".pt") names.insert(e.path().stem().string());
+  return {names.begin(), names.end()};
 }
 
 // A fresh, empty directory under the system temp dir, removed when the test ends (with kiln::removeTree,

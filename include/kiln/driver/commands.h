@@ -52,8 +52,9 @@ struct InspectCommand {
 // `kiln opt` (src/driver/opt.cpp): IR text in, the named passes of its level run with the verifier after each, IR text out.
 struct OptCommand {
   std::string file;                 // the IR text to read
-  std::string level = "kernel";     // --level: the file's IR level (kernel only for now)
-  std::vector<std::string> passes;  // --passes a,b,c: passes of that level, run in this order
+  std::string level = "kernel";     // --level: the file's IR level: loop, tile or kernel
+  std::vector<std::string> passes;  // --passes a,b,c: run in this order (the level's, then the next level's after its lowering)
+  std::string arch = kDefaultArch;  // --arch: the Target tile-lower-from-loop sizes schedules for (Tile and Kernel IR name theirs)
   std::string output;               // -o FILE (default: standard output)
   PipelineOptions pipeline;         // -v, --print-after-all, --time-passes, --no-verify
 };

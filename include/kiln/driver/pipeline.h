@@ -1,5 +1,6 @@
 // The compiler pipeline as one script (DESIGN.md §3.3), shared by the CLI and the tests.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,18 @@ struct Compiled {
   kernel::Program kernelIR;
   cuda::Module cudaIR;
 };
+
+// An in-level pass (one that rewrites its level's IR in place) as the pipeline runs it, under its passes.def name.
+template <class IR>
+struct InLevelPass {
+  const char* name;
+  std::function<bool(IR&)> run;
+};
+// Each level's in-level passes in pipeline order: what compileModel runs after the level's lowering, and what `kiln
+// opt` looks a --passes name up in. (Each entry's comment says why it runs where it does.)
+const std::vector<InLevelPass<loop::Program>>& loopPasses();
+const std::vector<InLevelPass<tile::Program>>& tilePasses();
+const std::vector<InLevelPass<kernel::Program>>& kernelPasses();
 
 // Runs every pass up to and including the last pass of `untilLevel` (torch ... cuda). Throws
 // StopRequested when opts.stopAfter names a pass that ran. Tile passes size schedules for `target`.

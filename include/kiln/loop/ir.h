@@ -139,6 +139,9 @@ struct Program {
 };
 
 std::string print(const Program& p);
+// The lines print() begins and ends with: a `buffer` line per buffer, and `return OUTPUTS`.
+std::string printBuffers(const Program& p);
+std::string printReturn(const Program& p);
 // The loop nest of one kernel (axes, reduction, store), as print() shows it.
 std::string printKernelBody(const Program& p, const Kernel& k);
 nlohmann::json toJson(const Program& p);

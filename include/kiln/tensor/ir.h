@@ -11,6 +11,8 @@
 // A matrix product stays recognisable as a contraction: Reduce(sum, k) of Elementwise(mul) of two
 // IndexMaps that broadcast both operands to [.., m, n, k].
 #pragma once
+#include <optional>
+#include <string_view>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -35,6 +37,8 @@ enum class Fn {
 // exponent's multiply-add); no Torch op lowers to it.
 int arity(Fn f);
 const char* fnName(Fn f);
+// The function fnName calls `name`; nullopt for none (the IR parsers).
+std::optional<Fn> fnByName(std::string_view name);
 float applyFn(Fn f, float a, float b = 0.f, float c = 0.f);  // the reference semantics of each function in f32
 
 enum class ReduceFn { Sum, Max };

@@ -94,7 +94,7 @@ int64_t ringSlotBytes(const TiledContraction& s, const Contraction& c);
 // takes tma).
 int64_t ringSlotBudget(const TiledContraction& s, const Contraction& c);
 // Registers a wgmma product's thread holds besides its accumulators (addresses, descriptors, loop state): ptxas gave the
-// H200's 128 x 144 tiles 98 registers for 72 accumulators (2026-12-03).
+// H200's 128 x 144 tiles 98 registers for 72 accumulators (measurements: docs/history.md, "A producer warp").
 constexpr int64_t kRegistersBesideAccumulators = 32;
 // Whether a wgmma product's registers (accumulators plus kRegistersBesideAccumulators, allocated 8 at a time) leave no
 // room for a second block on an SM: 128 x 256 tiles hold 128 accumulators per thread.
