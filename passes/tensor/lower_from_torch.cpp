@@ -284,6 +284,14 @@ struct Lowering {
   int reshape() { return b.reshape(tensor(0), resultShape()); }
   int expand() { return b.broadcastTo(tensor(0), resultShape()); }
   int passThrough() { return tensor(0); }
+  // aten::dropout(x, p, train): the identity at inference (train false, or p 0); with train true it zeroes a random
+  // part of x, which a compiled inference graph cannot reproduce.
+  int dropout() {
+    if (argc() > 2 && boolean(2) && number(1) != 0.0)
+      unsupported(fmt::format("dropout with training=True (p = {}) is random; put the model in eval mode (model.eval()) "
+                              "before tracing", number(1)));
+    return tensor(0);
+  }
   int cast() { return b.cast(tensor(0), resultType()); }
   int embedding() { return b.gather(tensor(0), tensor(1)); }
 
@@ -365,7 +373,7 @@ struct Lowering {
         {"aten::detach", &Lowering::passThrough},
         {"aten::to", &Lowering::cast},
         {"aten::type_as", &Lowering::cast},
-        {"aten::dropout", &Lowering::passThrough},
+        {"aten::dropout", &Lowering::dropout},
         {"aten::alias", &Lowering::passThrough},
         {"aten::embedding", &Lowering::embedding},
         {"aten::index_select", &Lowering::indexSelect},

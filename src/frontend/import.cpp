@@ -163,9 +163,12 @@ class Importer {
     jit::Stack stack;
     bool dyn = false;
     for (const jit::Value* in : node->inputs()) {
-      stack.push_back(env_.at(in));
+      auto it = env_.find(in);
+      if (it == env_.end()) refuseUnimported(node, in);
+      stack.push_back(it->second);
       dyn = dyn || dynamic_.count(in);
     }
+    if (dyn) refuseOtherInPlace(node);
     try {
       if (node->kind() == c10::prim::TupleConstruct) {
         std::vector<c10::IValue> elems(stack.begin(), stack.end());
@@ -294,6 +297,33 @@ class Importer {
       case at::kBFloat16: return "bf16";
       default: return c10::toString(t);
     }
+  }
+
+  // Any other in-place op on input data (aten::embedding_renorm_, which nn.Embedding(max_norm=...) runs on its table at
+  // every call) is refused before it is evaluated: its result is often unused, so dead-code elimination would drop the
+  // change silently.
+  static void refuseOtherInPlace(const jit::Node* node) {
+    static const std::unordered_set<std::string> rewritten = {"aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
+    const std::string op = node->kind().toQualString();
+    const bool inPlace = op.rfind("aten::", 0) == 0 && op.size() > 7 && op.back() == '_' && op[op.size() - 2] != '_';
+    if (!inPlace || rewritten.count(op)) return;
+    userError("{} at {} changes a tensor in place, which kiln does not support (its values are never mutated){}", op,
+              sourceLoc(node).str(),
+              op == "aten::embedding_renorm_"
+                  ? ": nn.Embedding(max_norm=...) renormalizes its table on every call; trace it without max_norm "
+                    "(renormalize the weights once before tracing if the model needs it)"
+                  : "; write the model with an out-of-place op");
+  }
+
+  // A node whose operand no earlier node gave a value: the graph reads something the import does not model, usually a
+  // module attribute that an op changes in place (so that freezing could not make it a constant): that op is named if
+  // the graph has one, else the node and the value.
+  [[noreturn]] static void refuseUnimported(const jit::Node* node, const jit::Value* in) {
+    for (const jit::Node* n : node->owningGraph()->nodes()) refuseOtherInPlace(n);  // the usual cause, named
+    const jit::Node* producer = in->node();
+    userError("{} at {} reads %{} made by {} at {}, which kiln cannot import (an attribute changed in place?); see "
+              "docs/ops.md", node->kind().toQualString(), sourceLoc(node).str(), in->debugName(),
+              producer->kind().toQualString(), sourceLoc(producer).str());
   }
 
   // An in-place arithmetic op (aten::add_, sub_, mul_, div_) computes what its functional form does when the tensor

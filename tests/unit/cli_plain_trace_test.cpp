@@ -114,6 +114,46 @@ TEST_F(PlainTrace, InPlaceOpsOnlyWhereNothingReadsTheOldValue) {
                      {"aten::mul_", "other values read or share", "out-of-place op (aten::mul)"});
 }
 
+// What an inference graph cannot hold is refused in one line, never compiled without it: dropout in training mode
+// (random), and an in-place op kiln does not rewrite, such as the table renormalization nn.Embedding(max_norm=...) runs
+// on every call (its result is unused, so dead-code elimination would have dropped it: rel L2 1.3-3.3 before, issue 54).
+TEST_F(PlainTrace, TrainingDropoutAndInPlaceRenormAreRefused) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "import torch.nn.functional as F\n"
+      "class Drop(torch.nn.Module):\n"
+      "    def __init__(self, training):\n"
+      "        super().__init__()\n"
+      "        self.training_ = training\n"
+      "    def forward(self, x):\n"
+      "        return F.dropout(x, p=0.5, training=self.training_) * 2.0\n"
+      "class Renorm(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.e = torch.nn.Embedding(10, 4, max_norm=1.0)\n"
+      "    def forward(self, ids):\n"
+      "        return self.e(ids)\n"
+      "class Clamp(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        y = x * 2.0\n"
+      "        y.clamp_(0.0, 1.0)\n"
+      "        return y\n"
+      "torch.jit.trace(Drop(True), (torch.randn(2, 4),), check_trace=False).save('{0}/drop_train.pt')\n"
+      "torch.jit.trace(Drop(False), (torch.randn(2, 4),)).save('{0}/drop_eval.pt')\n"
+      "torch.jit.trace(Renorm(), (torch.randint(0, 10, (2, 3)),), check_trace=False).save('{0}/renorm.pt')\n"
+      "torch.jit.trace(Clamp(), (torch.randn(2, 4),)).save('{0}/clamp.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  expectOneLineError(kiln({"compile", (tmp.path / "drop_train.pt").string(), "--input", "x=2x4"}), 1,
+                     {"aten::dropout", "training=True (p = 0.5)", "model.eval()"});
+  expectCheckPasses(kiln({"run", (tmp.path / "drop_eval.pt").string(), "--input", "x=2x4", "--check", "--interpret"}));
+  expectOneLineError(kiln({"run", (tmp.path / "renorm.pt").string(), "--input", "ids=2x3:i64", "--check", "--interpret"}), 1,
+                     {"aten::embedding_renorm_", "changes a tensor in place", "without max_norm"});
+  expectOneLineError(kiln({"compile", (tmp.path / "clamp.pt").string(), "--input", "x=2x4"}), 1,
+                     {"aten::clamp_", "changes a tensor in place", "out-of-place op"});
+}
+
 // new_ones / new_zeros / zeros_like / full_like of input data read only its shape and dtype: constants, checked.
 TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
   TempDir tmp;
