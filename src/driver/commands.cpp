@@ -372,7 +372,10 @@ bool compareOutputs(const RunPlan& plan, const std::vector<HostTensor>& results,
   for (size_t i = 0; i < results.size(); ++i) {
     Comparison cmp = compare(results[i], ref[i]);
     DType ct = checkType(plan, ref[i].dtype);
-    const char* bad = cmp.hasNaN ? " NaN/Inf" : cmp.shapeMismatch ? " shape mismatch" : "";
+    const std::string bad = cmp.nonFiniteMismatches > 0
+                                ? fmt::format(" NaN/Inf at {} positions where LibTorch has another value", cmp.nonFiniteMismatches)
+                            : cmp.shapeMismatch ? " shape mismatch"
+                                                : "";
     if (ct != DType::F32 && !f32.empty()) {
       Comparison kilnErr = compare(results[i], f32[i]), torchErr = compare(ref[i], f32[i]);
       bool pass = passesAgainstF32(kilnErr, torchErr);

@@ -154,6 +154,23 @@ TEST_F(PlainTrace, TrainingDropoutAndInPlaceRenormAreRefused) {
                      {"aten::clamp_", "changes a tensor in place", "out-of-place op"});
 }
 
+// Infinities and NaN where LibTorch has the same ones pass the check (they were false alarms, issue 54); the finite
+// values beside them are still compared.
+TEST_F(PlainTrace, CheckAcceptsTheSameNonFiniteValues) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class Inf(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return x / (x - x), x * 2.0\n"
+      "torch.jit.trace(Inf(), (torch.randn(2, 4),)).save('{0}/inf.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  Result r = kiln({"run", (tmp.path / "inf.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
+  expectCheckPasses(r);
+  EXPECT_TRUE(contains(r.out, "output 0: f32[2x4] rel_l2 0.000e+00 max_abs 0.000e+00")) << describe(r);
+}
+
 // new_ones / new_zeros / zeros_like / full_like of input data read only its shape and dtype: constants, checked.
 TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
   TempDir tmp;

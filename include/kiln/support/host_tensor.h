@@ -24,13 +24,17 @@ HostTensor randomTensor(DType dtype, const Shape& shape, uint64_t seed);
 std::vector<std::byte> toBytes(const HostTensor& t);
 HostTensor fromBytes(DType dtype, const Shape& shape, const std::vector<std::byte>& bytes);
 
+// out against ref. NaN and infinities must agree in position (and an infinity in sign): those that do are left out of
+// the figures, which compare the finite values; any that do not make relL2 and maxAbs NaN and never pass.
 struct Comparison {
-  double relL2 = 0;      // ||out - ref|| / ||ref||
-  double maxAbs = 0;
-  bool hasNaN = false;   // NaN or Inf anywhere in `out` (never passes)
+  double relL2 = 0;      // ||out - ref|| / ||ref|| over the finite positions; NaN where non-finite values disagree
+  double maxAbs = 0;     // the largest |out - ref| there; NaN likewise
+  int64_t nonFiniteMismatches = 0;  // positions where out or ref is NaN or infinite and the other is not the same
   bool shapeMismatch = false;
 };
 Comparison compare(const HostTensor& out, const HostTensor& ref);
+// No NaN and no infinity among t's values.
+bool allFinite(const HostTensor& t);
 // DESIGN.md §4: f32 <= 1e-5; bf16/f16 (f32 accumulation) <= 2e-2.
 double tolerance(DType dtype);
 bool passes(const Comparison& c, DType dtype);
