@@ -33,7 +33,8 @@ __device__ __forceinline__ float exp2(float a) {
 }
 __device__ __forceinline__ float rsqrt(float a) { return 1.0f / sqrtf(a); }
 __device__ __forceinline__ float sqrt(float a) { return sqrtf(a); }
-__device__ __forceinline__ float relu(float a) { return a > 0.0f ? a : 0.0f; }
+// NaN and -0 pass through, as PyTorch's relu does.
+__device__ __forceinline__ float relu(float a) { return a < 0.0f ? 0.0f : a; }
 // __fdividef(a, d): a * (1/d) by the approximate reciprocal; d = inf (a < -88) gives -0 as a / inf does, and the
 // 0 it returns for 2^126 < d < 2^128 is the exact quotient's |a| / d < 1e-36 rounded away.
 __device__ __forceinline__ float silu(float a) { return __fdividef(a, 1.0f + exp(-a)); }

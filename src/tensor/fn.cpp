@@ -53,7 +53,7 @@ float applyUnary(Fn f, float a) {
     case Fn::Exp2: return std::exp2(a);
     case Fn::Rsqrt: return 1.f / std::sqrt(a);
     case Fn::Sqrt: return std::sqrt(a);
-    case Fn::Relu: return a > 0.f ? a : 0.f;
+    case Fn::Relu: return a < 0.f ? 0.f : a;  // NaN and -0 pass through, as in PyTorch
     case Fn::Silu: return a / (1.f + std::exp(-a));
     case Fn::Sigmoid: return 1.f / (1.f + std::exp(-a));
     case Fn::Tanh: return std::tanh(a);
