@@ -29,8 +29,13 @@ int Builder::add(Node n) {
 
 int Builder::normDim(int node, int64_t dim) const {
   int r = rank(node);
+  // PyTorch lets dim 0 or -1 name a 0-d tensor's one element; the lowerings index the shape by the dim, so until they
+  // treat a 0-d operand as [1] the op is refused here rather than read past an empty shape.
+  if (r == 0)
+    userError("{}: dimension {} of a 0-d tensor: kiln does not yet take a dimension argument on a 0-d tensor; give the "
+              "value a dimension of size 1 in the model (x.reshape(1))", origin_, dim);
   int64_t d = dim < 0 ? dim + r : dim;
-  if (d < 0 || d >= std::max(r, 1)) userError("{}: dimension {} out of range for a rank-{} tensor", origin_, dim, r);
+  if (d < 0 || d >= r) userError("{}: dimension {} out of range for a rank-{} tensor", origin_, dim, r);
   return static_cast<int>(d);
 }
 

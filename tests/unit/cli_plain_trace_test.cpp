@@ -171,6 +171,28 @@ TEST_F(PlainTrace, CheckAcceptsTheSameNonFiniteValues) {
   EXPECT_TRUE(contains(r.out, "output 0: f32[2x4] rel_l2 0.000e+00 max_abs 0.000e+00")) << describe(r);
 }
 
+// A dimension argument on a 0-d tensor (PyTorch's dim 0 or -1 of its one element) segfaulted the lowering (issue 54):
+// it is refused in one line until the lowerings take 0-d operands as [1].
+TEST_F(PlainTrace, DimensionOfAZeroDTensorIsRefusedNotACrash) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class Softmax(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return x.sum().softmax(0)\n"
+      "class Keepdim(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return x.sum().sum(-1, keepdim=True) + x[0, 0]\n"
+      "torch.jit.trace(Softmax(), (torch.randn(2, 3),)).save('{0}/softmax.pt')\n"
+      "torch.jit.trace(Keepdim(), (torch.randn(2, 3),)).save('{0}/keepdim.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  expectOneLineError(kiln({"run", (tmp.path / "softmax.pt").string(), "--input", "x=2x3", "--check", "--interpret"}), 1,
+                     {"aten::softmax", "dimension 0 of a 0-d tensor", "x.reshape(1)"});
+  expectOneLineError(kiln({"compile", (tmp.path / "keepdim.pt").string(), "--input", "x=2x3"}), 1,
+                     {"aten::sum", "dimension -1 of a 0-d tensor"});
+}
+
 // new_ones / new_zeros / zeros_like / full_like of input data read only its shape and dtype: constants, checked.
 TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
   TempDir tmp;
