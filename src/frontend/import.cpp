@@ -299,14 +299,17 @@ class Importer {
     }
   }
 
+  // The in-place arithmetic ops functionalForm rewrites to their out-of-place forms where that is safe.
+  static inline const std::unordered_set<std::string> kRewrittenInPlace = {"aten::add_", "aten::sub_", "aten::mul_",
+                                                                          "aten::div_"};
+
   // Any other in-place op on input data (aten::embedding_renorm_, which nn.Embedding(max_norm=...) runs on its table at
   // every call) is refused before it is evaluated: its result is often unused, so dead-code elimination would drop the
   // change silently.
   static void refuseOtherInPlace(const jit::Node* node) {
-    static const std::unordered_set<std::string> rewritten = {"aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
     const std::string op = node->kind().toQualString();
     const bool inPlace = op.rfind("aten::", 0) == 0 && op.size() > 7 && op.back() == '_' && op[op.size() - 2] != '_';
-    if (!inPlace || rewritten.count(op)) return;
+    if (!inPlace || kRewrittenInPlace.count(op)) return;
     userError("{} at {} changes a tensor in place, which kiln does not support (its values are never mutated){}", op,
               sourceLoc(node).str(),
               op == "aten::embedding_renorm_"
@@ -332,9 +335,8 @@ class Importer {
   // would be visible elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their
   // own name.
   std::string functionalForm(const jit::Node* node) {
-    static const std::unordered_set<std::string> inPlace = {"aten::add_", "aten::sub_", "aten::mul_", "aten::div_"};
     std::string op = node->kind().toQualString();
-    if (!inPlace.count(op)) return op;
+    if (!kRewrittenInPlace.count(op)) return op;
     const jit::Value* x = node->inputs()[0];
     const jit::Node* producer = x->node();
     const c10::FunctionSchema* schema = producer->maybeSchema();
