@@ -49,8 +49,8 @@ for dt in f32 bf16; do
     [ $variant = off ] && [ ${#OFF[@]} = 0 ] && continue
     m=$base; extra=()
     [ $variant = off ] && { m=$base+off; extra=("${OFF[@]}"); }
-    ./build/kiln compile "$LOG/$base.pt" --ir tile "${extra[@]}" 2>/dev/null | grep -o 'tiled_contraction([^)]*)' | sort | uniq -c > "$LOG/$m-schedules.txt"
-    tiled=$(awk '{n += $1} END {print n + 0}' "$LOG/$m-schedules.txt"); mma=$(grep mma_ "$LOG/$m-schedules.txt" | awk '{n += $1} END {print n + 0}')
+    ./build/kiln compile "$LOG/$base.pt" --ir tile "${extra[@]}" 2>/dev/null | grep -o 'schedule tiled_contraction [^"]*' | sort | uniq -c > "$LOG/$m-schedules.txt"
+    tiled=$(awk '{n += $1} END {print n + 0}' "$LOG/$m-schedules.txt"); mma=$(grep 'instruction=' "$LOG/$m-schedules.txt" | awk '{n += $1} END {print n + 0}')
     ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --check --bench 20 --no-graph > "$LOG/check-$m.log" 2>&1; rc=$?
     ./build/kiln run "$LOG/$base.pt" "${extra[@]}" --bench 20 --profile > "$LOG/profile-$m.log" 2>&1
     err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
@@ -92,7 +92,7 @@ if [ ${#OFF[@]} -gt 0 ]; then
   m=gate_proj_s512_bf16+off
   python3 bench/export_cases.py "$LOG/cases" --dtype bf16 --filter tinyllama/gate_proj/s512 > "$LOG/export-$m.log" 2>&1
   pt="$LOG/cases/tinyllama__gate_proj__s512.bf16.pt"
-  ./build/kiln compile "$pt" --ir tile "${OFF[@]}" 2>/dev/null | grep -o 'tiled_contraction([^)]*)' > "$LOG/$m-schedules.txt"
+  ./build/kiln compile "$pt" --ir tile "${OFF[@]}" 2>/dev/null | sed -n 's/.*schedule tiled_contraction .*tile_m=\([0-9]*\) tile_n=\([0-9]*\).*instruction=\([^ ]*\).*/\1x\2 \3/p' > "$LOG/$m-schedules.txt"
   ./build/kiln run "$pt" "${OFF[@]}" --check --bench 20 --no-graph > "$LOG/check-$m.log" 2>&1; rc=$?
   err=$(grep -o 'rel_l2 [0-9.e+-]*' "$LOG/check-$m.log" | awk '{print $2}' | head -1)
   bound=${KILN_SANITIZE_SECONDS:-120}   # a 2048-deep product of 176 blocks: racecheck is slow here
