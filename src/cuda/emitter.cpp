@@ -117,7 +117,7 @@ class Emitter {
   static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out, std::set<int>& tma) {
     for (const kernel::Stmt& s : b) {
       if (s.kind == kernel::Stmt::Kind::CpAsync || s.kind == kernel::Stmt::Kind::LoadSharedVector) out.insert(s.target);
-      if (s.kind == kernel::Stmt::Kind::TmaLoad) tma.insert(s.target);
+      if (s.kind == kernel::Stmt::Kind::TmaLoad) tma.insert(s.as<kernel::op::TmaLoad>().shared);
       collectAsyncTargets(s.body, out, tma);
     }
   }
@@ -266,6 +266,12 @@ class Emitter {
     return true;
   }
 
+  // `&buffer[index]` of the mbarrier a statement of the mbarrier family names.
+  std::string barrier(const kernel::Stmt& s) {
+    const kernel::op::Mbarrier& b = *kernel::op::mbarrierOf(s.op);
+    return fmt::format("&{}[{}]", shared_[b.buffer], idx(b.index));
+  }
+
   // cp.async, TMA and the mbarriers they complete.
   // False where `s` is of another family.
   bool asyncCopy(const kernel::Stmt& s, const std::string& pad, std::string& out) {
@@ -279,26 +285,23 @@ class Emitter {
       case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); return true;
       case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; return true;
       case K::FenceMbarrierInit: out += pad + "kiln::fence_mbarrier_init();\n"; return true;
-      case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), s.arrivals); return true;
-      case K::MbarrierArriveCluster:
-        out += fmt::format("{}kiln::mbarrier_arrive_cluster<{}>(&{}[{}]);\n", pad, k_.cluster, shared_[s.target], idx(s.a));
+      case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init({}, {});\n", pad, barrier(s), s.as<kernel::op::MbarrierInit>().arrivals); return true;
+      case K::MbarrierArriveCluster: out += fmt::format("{}kiln::mbarrier_arrive_cluster<{}>({});\n", pad, k_.cluster, barrier(s)); return true;
+      case K::MbarrierArrive: out += fmt::format("{}kiln::mbarrier_arrive({});\n", pad, barrier(s)); return true;
+      case K::CpAsyncMbarrierArrive: out += fmt::format("{}kiln::cp_async_mbarrier_arrive({});\n", pad, barrier(s)); return true;
+      case K::MbarrierExpectTx: {
+        const auto& expect = s.as<kernel::op::MbarrierExpectTx>();
+        out += fmt::format("{}kiln::mbarrier_arrive_expect_tx{}({}, {});\n", pad, expect.elected ? "_elected" : "", barrier(s), expect.bytes);
         return true;
-      case K::MbarrierArrive: out += fmt::format("{}kiln::mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a)); return true;
-      case K::CpAsyncMbarrierArrive:
-        out += fmt::format("{}kiln::cp_async_mbarrier_arrive(&{}[{}]);\n", pad, shared_[s.target], idx(s.a));
+      }
+      case K::TmaLoad: {
+        const auto& tma = s.as<kernel::op::TmaLoad>();
+        out += fmt::format("{}kiln::tma_load_2d{}(&{}[{}], &{}, {}, {}, {}{});\n", pad, tma.elected ? "<true>" : "", shared_[tma.shared],
+                           idx(tma.sharedIndex), tensorMaps_[static_cast<size_t>(tma.tensorMap)], idx(tma.col), idx(tma.row), barrier(s),
+                           tma.multicast ? fmt::format(", {}", (1 << k_.cluster) - 1) : "");
         return true;
-      case K::MbarrierExpectTx:
-        out += fmt::format("{}kiln::mbarrier_arrive_expect_tx{}(&{}[{}], {});\n", pad, s.elected ? "_elected" : "", shared_[s.target],
-                           idx(s.a), s.txBytes);
-        return true;
-      case K::TmaLoad:
-        out += fmt::format("{}kiln::tma_load_2d{}(&{}[{}], &{}, {}, {}, &{}[{}]{});\n", pad, s.elected ? "<true>" : "", shared_[s.target], idx(s.a),
-                           tensorMaps_[static_cast<size_t>(s.tensorMap)], idx(s.coords[0]), idx(s.coords[1]), shared_[s.barriers],
-                           idx(s.b), s.multicast ? fmt::format(", {}", (1 << k_.cluster) - 1) : "");
-        return true;
-      case K::MbarrierWait:
-        out += fmt::format("{}kiln::mbarrier_wait(&{}[{}], {});\n", pad, shared_[s.target], idx(s.a), idx(s.b));
-        return true;
+      }
+      case K::MbarrierWait: out += fmt::format("{}kiln::mbarrier_wait({}, {});\n", pad, barrier(s), idx(s.as<kernel::op::MbarrierWait>().parity)); return true;
       default: return false;
     }
     return true;

@@ -76,6 +76,7 @@ void scanBlock(const Block& body, int depth, Dims& d) {
       d.maxSlot = std::max({d.maxSlot, s.var, s.srcSlot});
     }
     if (s.validBytes) scanIdx(s.validBytes, d);
+    for (const Idx* e : op::indices(s.op)) scanIdx(*e, d);
     d.async = d.async || s.kind == Stmt::Kind::CpAsync;
     d.wgmma = d.wgmma || s.kind == Stmt::Kind::Wgmma;
     d.mbarrier = d.mbarrier || s.kind == Stmt::Kind::MbarrierInit;
@@ -328,8 +329,8 @@ bool Machine::execAsyncCopy(const Stmt& s, int depth) {
     case Stmt::Kind::MbarrierExpectTx:
     case Stmt::Kind::TmaLoad:
       if (!mbarrierUsed) raise(fmt::format("kernel {}: an mbarrier statement, but no barrier is ever initialised", k.name));
-      if (s.kind == Stmt::Kind::TmaLoad) tmaLoadStep(s, s.elected ? electedLanes(mask, s) : mask);
-      else mbarrierStep(s, s.elected ? electedLanes(mask, s) : mask);
+      if (s.kind == Stmt::Kind::TmaLoad) tmaLoadStep(s, op::isElected(s.op) ? electedLanes(mask, s) : mask);
+      else mbarrierStep(s, op::isElected(s.op) ? electedLanes(mask, s) : mask);
       return true;
     case Stmt::Kind::FenceProxyAsync: fenceProxyAsyncStep(mask); return true;
     case Stmt::Kind::FenceMbarrierInit: return true;  // the interpreter's inits are visible at once

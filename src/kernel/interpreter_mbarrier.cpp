@@ -20,11 +20,12 @@ void Machine::resetMbarriers() {
 }
 
 Machine::Mbarrier& Machine::mbarrierOf(const Stmt& s, int64_t t, const char* what) {
-  const bool tma = s.kind == Stmt::Kind::TmaLoad;  // a copy names its barrier beside its destination
-  const int buffer = tma ? s.barriers : s.target;
+  const op::Mbarrier* barrier = op::mbarrierOf(s.op);
+  KILN_ASSERT(barrier, "kernel {}: {} names no mbarrier", k.name, what);
+  const int buffer = barrier->buffer;
   KILN_ASSERT(buffer >= 0 && buffer < static_cast<int>(k.shared.size()) && k.shared[buffer].mbarriers,
               "kernel {}: {} on shared buffer #{}, which holds no mbarriers", k.name, what, buffer);
-  const int64_t i = evaluate(tma ? s.b : s.a, env[t], &loader);
+  const int64_t i = evaluate(barrier->index, env[t], &loader);
   const SharedBuffer& sb = k.shared[buffer];
   if (i < 0 || i >= sb.elements)
     raise(fmt::format("kernel {}: thread {} of block {}: {} {}[{}] out of bounds ({} mbarriers)", k.name, t, block, what, sb.name, i,
@@ -57,10 +58,12 @@ void Machine::mbarrierStep(const Stmt& s, const std::vector<uint8_t>& mask) {
     switch (s.kind) {
       case Stmt::Kind::MbarrierInit: {
         Mbarrier& m = mbarrierOf(s, t, "mbarrier.init");
+        const auto& init = s.as<op::MbarrierInit>();
         if (m.arrivals != 0)
           raise(fmt::format("kernel {}: thread {} of block {} initialises mbarrier {}[{}] a second time (one thread "
-                            "initialises each barrier, once)", k.name, t, block, k.shared[s.target].name, evaluate(s.a, env[t], &loader)));
-        m = Mbarrier{s.arrivals, s.arrivals, 0, 0, static_cast<int32_t>(t), std::vector<int64_t>(static_cast<size_t>(T), 0)};
+                            "initialises each barrier, once)", k.name, t, block, k.shared[init.barrier.buffer].name,
+                            evaluate(init.barrier.index, env[t], &loader)));
+        m = Mbarrier{init.arrivals, init.arrivals, 0, 0, static_cast<int32_t>(t), std::vector<int64_t>(static_cast<size_t>(T), 0)};
         break;
       }
       case Stmt::Kind::MbarrierArrive: arrive(mbarrierOf(s, t, "mbarrier.arrive")); break;
@@ -71,13 +74,14 @@ void Machine::mbarrierStep(const Stmt& s, const std::vector<uint8_t>& mask) {
       }
       case Stmt::Kind::MbarrierExpectTx: {
         Mbarrier& m = mbarrierOf(s, t, "mbarrier.arrive.expect_tx");
-        m.tx += s.txBytes;
+        m.tx += s.as<op::MbarrierExpectTx>().bytes;
         arrive(m);
         break;
       }
       case Stmt::Kind::CpAsyncMbarrierArrive: {
         Mbarrier& m = mbarrierOf(s, t, "cp.async.mbarrier.arrive");
-        const PhaseTag tag{s.target, evaluate(s.a, env[t], &loader), m.phase};
+        const op::Mbarrier& barrier = s.as<op::CpAsyncMbarrierArrive>().barrier;
+        const PhaseTag tag{barrier.buffer, evaluate(barrier.index, env[t], &loader), m.phase};
         if (async) {
           for (const auto& group : committed[t])
             for (const Copy& c : group) landCopy(c, t, -1, &tag);
@@ -90,13 +94,15 @@ void Machine::mbarrierStep(const Stmt& s, const std::vector<uint8_t>& mask) {
       }
       case Stmt::Kind::MbarrierWait: {
         Mbarrier& m = mbarrierOf(s, t, "mbarrier.wait");
-        const int64_t parity = evaluate(s.b, env[t], &loader);
+        const auto& wait = s.as<op::MbarrierWait>();
+        const int64_t parity = evaluate(wait.parity, env[t], &loader);
         if (parity != 0 && parity != 1)
           raise(fmt::format("kernel {}: thread {} of block {}: mbarrier.wait for parity {}", k.name, t, block, parity));
         if (m.phase % 2 == parity)  // the phase of that parity is the one in progress
           raise(fmt::format("kernel {}: thread {} of block {} waits for the phase of parity {} of mbarrier {}[{}], which has not "
                             "completed: its {} remaining arrival(s) come later in program order or never (it would wait forever)",
-                            k.name, t, block, parity, k.shared[s.target].name, evaluate(s.a, env[t], &loader), m.pending));
+                            k.name, t, block, parity, k.shared[wait.barrier.buffer].name, evaluate(wait.barrier.index, env[t], &loader),
+                            m.pending));
         m.seen[static_cast<size_t>(t)] = m.phase;
         break;
       }

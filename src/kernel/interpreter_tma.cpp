@@ -17,12 +17,18 @@ namespace {
 const char* kindName(const Stmt& s) {
   return s.kind == Stmt::Kind::MbarrierArriveCluster ? "mbarrier.arrive on every block of the cluster" : "multicast tma.load";
 }
+// The buffer a cluster-wide statement writes in every block: a multicast copy's destination, an arrival's mbarriers.
+const std::string& clusterBufferName(const Kernel& k, const Stmt& s) {
+  const int buffer = s.kind == Stmt::Kind::TmaLoad ? s.as<op::TmaLoad>().shared : op::mbarrierOf(s.op)->buffer;
+  return k.shared[static_cast<size_t>(buffer)].name;
+}
 }  // namespace
 
 std::array<int64_t, 4> Machine::clusterOperands(const Stmt& s, const std::vector<int64_t>& at) {
-  if (s.kind == Stmt::Kind::MbarrierArriveCluster) return {evaluate(s.a, at, &loader), 0, 0, 0};
-  return {evaluate(s.a, at, &loader), evaluate(s.coords[0], at, &loader), evaluate(s.coords[1], at, &loader),
-          evaluate(s.b, at, &loader)};
+  if (s.kind == Stmt::Kind::MbarrierArriveCluster) return {evaluate(s.as<op::MbarrierArriveCluster>().barrier.index, at, &loader), 0, 0, 0};
+  const auto& tma = s.as<op::TmaLoad>();
+  return {evaluate(tma.sharedIndex, at, &loader), evaluate(tma.col, at, &loader), evaluate(tma.row, at, &loader),
+          evaluate(tma.barrier.index, at, &loader)};
 }
 
 std::vector<std::vector<int64_t>> Machine::clusterIssuers(const Stmt& s, int64_t t) {
@@ -64,44 +70,46 @@ std::vector<uint8_t> Machine::electedLanes(const std::vector<uint8_t>& mask, con
 }
 
 void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
-  KILN_ASSERT(s.tensorMap >= 0 && s.tensorMap < static_cast<int>(k.tensorMaps.size()) && s.coords.size() == 2,
-              "kernel {}: tma.load from tensor map #{}", k.name, s.tensorMap);
-  const TensorMap& map = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
-  const SharedBuffer& sb = k.shared[s.target];
+  const auto& tma = s.as<op::TmaLoad>();
+  KILN_ASSERT(tma.tensorMap >= 0 && tma.tensorMap < static_cast<int>(k.tensorMaps.size()), "kernel {}: tma.load from tensor map #{}",
+              k.name, tma.tensorMap);
+  const TensorMap& map = k.tensorMaps[static_cast<size_t>(tma.tensorMap)];
+  const int dstBuffer = tma.shared;
+  const SharedBuffer& sb = k.shared[dstBuffer];
   const std::vector<float>& src = paramData(map.param);
-  const int64_t elemBytes = dtypeBytes(sb.dtype), box = detail::boxElements(k, s);
+  const int64_t elemBytes = dtypeBytes(sb.dtype), box = detail::boxElements(k, tma);
   const SharedLayout boxLayout = tmaBoxLayout(map, elemBytes);
-  const int64_t align = detail::tmaDestinationAlignment(k, s);
+  const int64_t align = detail::tmaDestinationAlignment(k, tma);
   for (int64_t t = 0; t < T; ++t) {
     if (!mask[t]) continue;
     Mbarrier& m = mbarrierOf(s, t, "tma.load");  // the barrier the bytes complete on
     // this block's copy, or (multicast) the part of each block of its cluster
-    for (const std::vector<int64_t>& at : s.multicast ? clusterIssuers(s, t) : std::vector<std::vector<int64_t>>{env[t]}) {
+    for (const std::vector<int64_t>& at : tma.multicast ? clusterIssuers(s, t) : std::vector<std::vector<int64_t>>{env[t]}) {
       const std::array<int64_t, 4> part = clusterOperands(s, at);
       const int64_t dst = part[0], col0 = part[1], row0 = part[2];
       auto where = [&] {
         return fmt::format("kernel {}: thread {} of block {}: tma.load shared {}[{}] <- tensor map {} at row {}, column {}", k.name, t,
-                           at[kBlockIdx], sb.name, dst, s.tensorMap, row0, col0);
+                           at[kBlockIdx], sb.name, dst, tma.tensorMap, row0, col0);
       };
       if (dst % align != 0 || dst < 0 || dst + box > sb.elements)
         raise(fmt::format("{}: the destination must be a multiple of {} elements with the box's {} inside the buffer's {}", where(),
                           align, box, sb.elements));
-      const PhaseTag tag{s.barriers, part[3], m.phase};
+      const PhaseTag tag{tma.barrier.buffer, part[3], m.phase};
       for (int64_t r = 0; r < map.boxRows; ++r)
         for (int64_t c = 0; c < map.boxCols; ++c) {
           const int64_t row = row0 + r, col = col0 + c;
           const bool inside = row >= 0 && row < map.rows && col >= 0 && col < map.cols;
           const int64_t e = dst + boxLayout(0, r, c);  // dst is a multiple of the swizzle's atom
-          if (async && inFlight[s.target][e] >= 0)
+          if (async && inFlight[dstBuffer][e] >= 0)
             raise(fmt::format("{}: element {} is the destination of thread {}'s cp.async, not yet waited for", where(), e,
-                              inFlight[s.target][e]));
-          if (wgmmaUsed && pinned[s.target][e] > 0)
+                              inFlight[dstBuffer][e]));
+          if (wgmmaUsed && pinned[dstBuffer][e] > 0)
             raise(fmt::format("{}: element {} is read by a wgmma that has not been waited for", where(), e));
-          shared[s.target][e] = inside ? src[static_cast<size_t>(map.offset + row * map.rowStride + col)] : 0.f;
-          written[s.target][e] = 1;
-          if (async) landed[s.target][e] = -1;
-          if (wgmmaUsed) unfenced[s.target][e] = 0;  // written by the async proxy: wgmma needs no fence for it
-          phaseTags[s.target][static_cast<size_t>(e)] = tag;
+          shared[dstBuffer][e] = inside ? src[static_cast<size_t>(map.offset + row * map.rowStride + col)] : 0.f;
+          written[dstBuffer][e] = 1;
+          if (async) landed[dstBuffer][e] = -1;
+          if (wgmmaUsed) unfenced[dstBuffer][e] = 0;  // written by the async proxy: wgmma needs no fence for it
+          phaseTags[dstBuffer][static_cast<size_t>(e)] = tag;
         }
       m.tx -= box * elemBytes;
     }
@@ -114,7 +122,7 @@ void Machine::finishCluster() {
     if (!part.issued)
       raise(fmt::format("kernel {}: block {} never ran its {} on shared {} (run {} of the statement; its cluster's other blocks "
                         "counted on it)", k.name, std::get<1>(key) + std::get<2>(key), kindName(*std::get<0>(key)),
-                        k.shared[std::get<0>(key)->target].name, std::get<3>(key)));
+                        clusterBufferName(k, *std::get<0>(key)), std::get<3>(key)));
   clusterParts.clear();
 }
 

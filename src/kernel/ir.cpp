@@ -73,8 +73,9 @@ Stmt defIdx(int var, std::string name, Idx value) {
 }
 
 Stmt elected(Stmt s) {
-  KILN_ASSERT(s.kind == Stmt::Kind::TmaLoad || s.kind == Stmt::Kind::MbarrierExpectTx, "elected: only tma.load and expect_tx");
-  s.elected = true;
+  if (auto* tma = std::get_if<op::TmaLoad>(&s.op)) tma->elected = true;
+  else if (auto* expect = std::get_if<op::MbarrierExpectTx>(&s.op)) expect->elected = true;
+  else KILN_ASSERT(false, "elected: only tma.load and expect_tx");
   return s;
 }
 
@@ -299,24 +300,27 @@ Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int byt
 Stmt cpAsyncCommit() { return makeStmt(Stmt::Kind::CpAsyncCommit); }
 
 namespace {
-Stmt onMbarrier(Stmt::Kind kind, int barriers, Idx index) {
+op::Mbarrier barrierAt(int barriers, Idx index) {
   KILN_ASSERT(barriers >= 0 && index, "mbarrier statement on shared buffer {} or a null index", barriers);
+  return op::Mbarrier{barriers, std::move(index)};
+}
+template <class Op>
+Stmt typed(Stmt::Kind kind, Op op) {
   Stmt s = makeStmt(kind);
-  s.target = barriers;
-  s.a = std::move(index);
+  s.op = std::move(op);
   return s;
 }
 }  // namespace
 
 Stmt mbarrierInit(int barriers, Idx index, int64_t arrivals) {
   KILN_ASSERT(arrivals >= 1, "mbarrierInit: {} arrivals per phase", arrivals);
-  Stmt s = onMbarrier(Stmt::Kind::MbarrierInit, barriers, std::move(index));
-  s.arrivals = arrivals;
-  return s;
+  return typed(Stmt::Kind::MbarrierInit, op::MbarrierInit{barrierAt(barriers, std::move(index)), arrivals});
 }
-Stmt mbarrierArrive(int barriers, Idx index) { return onMbarrier(Stmt::Kind::MbarrierArrive, barriers, std::move(index)); }
+Stmt mbarrierArrive(int barriers, Idx index) {
+  return typed(Stmt::Kind::MbarrierArrive, op::MbarrierArrive{barrierAt(barriers, std::move(index))});
+}
 Stmt cpAsyncMbarrierArrive(int barriers, Idx index) {
-  return onMbarrier(Stmt::Kind::CpAsyncMbarrierArrive, barriers, std::move(index));
+  return typed(Stmt::Kind::CpAsyncMbarrierArrive, op::CpAsyncMbarrierArrive{barrierAt(barriers, std::move(index))});
 }
 Stmt namedBarrier(int id, int64_t threads) {
   KILN_ASSERT(id >= 1 && id <= 15 && threads >= 32 && threads % 32 == 0, "namedBarrier: id {} (1..15), {} threads (whole warps)",
@@ -329,39 +333,31 @@ Stmt namedBarrier(int id, int64_t threads) {
 
 Stmt mbarrierArriveExpectTx(int barriers, Idx index, int64_t bytes) {
   KILN_ASSERT(bytes > 0, "mbarrierArriveExpectTx: {} bytes", bytes);
-  Stmt s = onMbarrier(Stmt::Kind::MbarrierExpectTx, barriers, std::move(index));
-  s.txBytes = bytes;
-  return s;
+  return typed(Stmt::Kind::MbarrierExpectTx, op::MbarrierExpectTx{barrierAt(barriers, std::move(index)), bytes});
 }
 
 Stmt tmaLoad(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex) {
   KILN_ASSERT(sharedBuf >= 0 && tensorMap >= 0 && sharedIndex && col && row, "tmaLoad: shared buffer {}, tensor map {}", sharedBuf,
               tensorMap);
-  Stmt s = onMbarrier(Stmt::Kind::TmaLoad, barriers, std::move(barrierIndex));
-  s.barriers = barriers;
-  s.b = std::move(s.a);  // the barrier's index
-  s.target = sharedBuf;
-  s.a = std::move(sharedIndex);
-  s.tensorMap = tensorMap;
-  s.coords = {std::move(col), std::move(row)};
-  return s;
+  return typed(Stmt::Kind::TmaLoad, op::TmaLoad{sharedBuf, std::move(sharedIndex), tensorMap, std::move(col), std::move(row),
+                                                barrierAt(barriers, std::move(barrierIndex))});
 }
 
 Stmt tmaLoadMulticast(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex) {
   Stmt s = tmaLoad(sharedBuf, std::move(sharedIndex), tensorMap, std::move(col), std::move(row), barriers, std::move(barrierIndex));
-  s.multicast = true;
+  s.as<op::TmaLoad>().multicast = true;
   return s;
 }
 
-Stmt mbarrierArriveCluster(int barriers, Idx index) { return onMbarrier(Stmt::Kind::MbarrierArriveCluster, barriers, std::move(index)); }
+Stmt mbarrierArriveCluster(int barriers, Idx index) {
+  return typed(Stmt::Kind::MbarrierArriveCluster, op::MbarrierArriveCluster{barrierAt(barriers, std::move(index))});
+}
 Stmt clusterBarrier() { return makeStmt(Stmt::Kind::ClusterBarrier); }
 Stmt fenceMbarrierInit() { return makeStmt(Stmt::Kind::FenceMbarrierInit); }
 
 Stmt mbarrierWait(int barriers, Idx index, Idx parity) {
   KILN_ASSERT(parity, "mbarrierWait: null parity");
-  Stmt s = onMbarrier(Stmt::Kind::MbarrierWait, barriers, std::move(index));
-  s.b = std::move(parity);
-  return s;
+  return typed(Stmt::Kind::MbarrierWait, op::MbarrierWait{barrierAt(barriers, std::move(index)), std::move(parity)});
 }
 
 Stmt cpAsyncWait(int pendingGroups) {

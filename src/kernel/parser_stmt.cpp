@@ -144,53 +144,72 @@ Stmt cpAsync(Cursor& c, KernelScope& s) {
   return st;
 }
 
-Stmt onMbarrier(Cursor& c, KernelScope& s, Stmt::Kind kind) {
+op::Mbarrier barrierAt(Cursor& c, KernelScope& s) {
+  op::Mbarrier barrier;
+  std::tie(barrier.buffer, barrier.index) = sharedAt(c, s);
+  return barrier;
+}
+
+template <class Op>
+Stmt typed(Stmt::Kind kind, Op op) {
   Stmt st = make(kind);
-  std::tie(st.target, st.a) = sharedAt(c, s);
-  if (kind == Stmt::Kind::MbarrierInit) {
-    c.expect(",");
-    st.arrivals = c.integer();
-    c.expect("arrivals");
-  } else if (kind == Stmt::Kind::MbarrierExpectTx) {
-    c.expect(",");
-    st.txBytes = c.integer();
-    c.expect("bytes");
-  } else if (kind == Stmt::Kind::MbarrierWait) {
-    c.expect("parity");
-    st.b = parseIdx(c, s);
-  }
+  st.op = std::move(op);
   return st;
+}
+
+Stmt onMbarrier(Cursor& c, KernelScope& s, Stmt::Kind kind) {
+  op::Mbarrier barrier = barrierAt(c, s);
+  switch (kind) {
+    case Stmt::Kind::MbarrierInit: {
+      c.expect(",");
+      op::MbarrierInit init{std::move(barrier), c.integer()};
+      c.expect("arrivals");
+      return typed(kind, std::move(init));
+    }
+    case Stmt::Kind::MbarrierExpectTx: {
+      c.expect(",");
+      op::MbarrierExpectTx expect{std::move(barrier), c.integer()};
+      c.expect("bytes");
+      return typed(kind, std::move(expect));
+    }
+    case Stmt::Kind::MbarrierWait: {
+      c.expect("parity");
+      Idx parity = parseIdx(c, s);
+      return typed(kind, op::MbarrierWait{std::move(barrier), std::move(parity)});
+    }
+    case Stmt::Kind::MbarrierArrive: return typed(kind, op::MbarrierArrive{std::move(barrier)});
+    case Stmt::Kind::MbarrierArriveCluster: return typed(kind, op::MbarrierArriveCluster{std::move(barrier)});
+    case Stmt::Kind::CpAsyncMbarrierArrive: return typed(kind, op::CpAsyncMbarrierArrive{std::move(barrier)});
+    default: KILN_ASSERT(false, "onMbarrier: not an mbarrier statement");
+  }
+  return make(kind);
 }
 
 Stmt tmaLoad(Cursor& c, KernelScope& s) {
-  Stmt st = make(Stmt::Kind::TmaLoad);
-  st.multicast = c.accept(".multicast");
+  op::TmaLoad tma;
+  tma.multicast = c.accept(".multicast");
   c.expect("shared");
-  std::tie(st.target, st.a) = sharedAt(c, s);
+  std::tie(tma.shared, tma.sharedIndex) = sharedAt(c, s);
   c.expect("<-");
   c.expect("tmap");
   size_t col = c.here();
-  st.tensorMap = static_cast<int>(c.integer());
-  if (st.tensorMap < 0 || st.tensorMap >= static_cast<int>(s.kernel.tensorMaps.size()))
-    c.fail(fmt::format("tensor map tmap{} is not declared", st.tensorMap), col);
+  tma.tensorMap = static_cast<int>(c.integer());
+  if (tma.tensorMap < 0 || tma.tensorMap >= static_cast<int>(s.kernel.tensorMaps.size()))
+    c.fail(fmt::format("tensor map tmap{} is not declared", tma.tensorMap), col);
   c.expect("[row");
-  Idx row = parseIdx(c, s);
+  tma.row = parseIdx(c, s);
   c.expect(", col");
-  Idx column = parseIdx(c, s);
+  tma.col = parseIdx(c, s);
   c.expect("]");
-  st.coords = {column, row};
   c.expect("on");
-  std::tie(st.barriers, st.b) = sharedAt(c, s);
-  return st;
+  tma.barrier = barrierAt(c, s);
+  return typed(Stmt::Kind::TmaLoad, std::move(tma));
 }
 
 Stmt elected(Cursor& c, KernelScope& s) {
-  Stmt st;
-  if (c.accept("tma.load")) st = tmaLoad(c, s);
-  else if (c.accept("mbarrier.arrive.expect_tx")) st = onMbarrier(c, s, Stmt::Kind::MbarrierExpectTx);
-  else c.fail("expected tma.load or mbarrier.arrive.expect_tx after 'elected'");
-  st.elected = true;
-  return st;
+  if (c.accept("tma.load")) return kernel::elected(tmaLoad(c, s));
+  if (c.accept("mbarrier.arrive.expect_tx")) return kernel::elected(onMbarrier(c, s, Stmt::Kind::MbarrierExpectTx));
+  c.fail("expected tma.load or mbarrier.arrive.expect_tx after 'elected'");
 }
 
 // `{S[i], S[i], ...}` of mma's pairs from shared memory: the buffer (one for all) and the indices.

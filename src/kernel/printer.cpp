@@ -146,20 +146,25 @@ bool BlockPrinter::synchronization(const Stmt& s) {
 }
 
 bool BlockPrinter::mbarriers(const Stmt& s) {
-  const std::string bar = at(sharedName(k, s.target), s.a);
-  const char* elected = s.elected ? "elected " : "";
+  const op::Mbarrier* barrier = op::mbarrierOf(s.op);
+  if (!barrier) return false;
+  const std::string bar = at(sharedName(k, barrier->buffer), barrier->index);
+  const char* elected = op::isElected(s.op) ? "elected " : "";
   switch (s.kind) {
-    case Stmt::Kind::MbarrierInit: line(fmt::format("mbarrier.init {}, {} arrivals", bar, s.arrivals)); return true;
+    case Stmt::Kind::MbarrierInit: line(fmt::format("mbarrier.init {}, {} arrivals", bar, s.as<op::MbarrierInit>().arrivals)); return true;
     case Stmt::Kind::MbarrierArriveCluster: line(fmt::format("mbarrier.arrive.cluster {}", bar)); return true;
     case Stmt::Kind::MbarrierArrive: line(fmt::format("mbarrier.arrive {}", bar)); return true;
     case Stmt::Kind::CpAsyncMbarrierArrive: line(fmt::format("cp.async.mbarrier.arrive {}", bar)); return true;
-    case Stmt::Kind::MbarrierExpectTx: line(fmt::format("{}mbarrier.arrive.expect_tx {}, {} bytes", elected, bar, s.txBytes)); return true;
-    case Stmt::Kind::MbarrierWait: line(fmt::format("mbarrier.wait {} parity {}", bar, idxString(s.b))); return true;
-    case Stmt::Kind::TmaLoad:
-      line(fmt::format("{}tma.load{} shared {} <- tmap{}[row {}, col {}] on {}", elected, s.multicast ? ".multicast" : "", bar, s.tensorMap,
-                       idxString(s.coords.size() > 1 ? s.coords[1] : nullptr), idxString(s.coords.empty() ? nullptr : s.coords[0]),
-                       at(sharedName(k, s.barriers), s.b)));
+    case Stmt::Kind::MbarrierExpectTx:
+      line(fmt::format("{}mbarrier.arrive.expect_tx {}, {} bytes", elected, bar, s.as<op::MbarrierExpectTx>().bytes));
       return true;
+    case Stmt::Kind::MbarrierWait: line(fmt::format("mbarrier.wait {} parity {}", bar, idxString(s.as<op::MbarrierWait>().parity))); return true;
+    case Stmt::Kind::TmaLoad: {
+      const auto& tma = s.as<op::TmaLoad>();
+      line(fmt::format("{}tma.load{} shared {} <- tmap{}[row {}, col {}] on {}", elected, tma.multicast ? ".multicast" : "",
+                       at(sharedName(k, tma.shared), tma.sharedIndex), tma.tensorMap, idxString(tma.row), idxString(tma.col), bar));
+      return true;
+    }
     default: return false;
   }
 }

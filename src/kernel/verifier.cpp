@@ -368,19 +368,21 @@ bool Verifier::checkAsyncCopy(const Stmt& st, Scope& s) {
     case Stmt::Kind::CpAsyncMbarrierArrive:
     case Stmt::Kind::MbarrierExpectTx:
     case Stmt::Kind::MbarrierWait:
-      if (st.elected) checkWarpCollective("an elected mbarrier.arrive.expect_tx");
+      if (op::isElected(st.op)) checkWarpCollective("an elected mbarrier.arrive.expect_tx");
       checkMbarrier(st, s);
       return true;
     case Stmt::Kind::TmaLoad: {  // the map and buffers (verifier_tma.cpp); here the indices: in bounds, aligned
-      if (st.elected) checkWarpCollective("an elected tma.load");
-      if (std::string why = detail::checkTmaLoad(k, st); !why.empty()) fail("{}", why);
-      for (const Idx* e : {&st.a, &st.b, &st.coords[0], &st.coords[1]}) checkIdx(*e, s, "a tma.load");
-      checkSharedIndex(st.barriers, st.b, s, "mbarrier");
-      checkSharedIndex(st.target, st.a, s, "tma.load");
-      checkSharedIndex(st.target, st.a + idxConst(detail::boxElements(k, st) - 1), s, "tma.load");
-      const int64_t align = detail::tmaDestinationAlignment(k, st);
-      if (!provablyMultipleOf(expand(st.a, s), align, VarExtents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}}))
-        fail("tma.load into {}[{}]: the index is not provably a multiple of {}", k.shared[st.target].name, toString(st.a), align);
+      const auto& tma = st.as<op::TmaLoad>();
+      if (tma.elected) checkWarpCollective("an elected tma.load");
+      if (std::string why = detail::checkTmaLoad(k, tma); !why.empty()) fail("{}", why);
+      for (const Idx* e : op::indices(st.op)) checkIdx(*e, s, "a tma.load");
+      checkSharedIndex(tma.barrier.buffer, tma.barrier.index, s, "mbarrier");
+      checkSharedIndex(tma.shared, tma.sharedIndex, s, "tma.load");
+      checkSharedIndex(tma.shared, tma.sharedIndex + idxConst(detail::boxElements(k, tma) - 1), s, "tma.load");
+      const int64_t align = detail::tmaDestinationAlignment(k, tma);
+      if (!provablyMultipleOf(expand(tma.sharedIndex, s), align, VarExtents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}}))
+        fail("tma.load into {}[{}]: the index is not provably a multiple of {}", k.shared[tma.shared].name, toString(tma.sharedIndex),
+             align);
       return true;
     }
     default: return false;

@@ -10,18 +10,21 @@
 namespace kiln::kernel::detail {
 
 void Verifier::checkMbarrier(const Stmt& st, const Scope& s) {
-  checkIdx(st.a, s, "an mbarrier index");
+  const op::Mbarrier& barrier = *op::mbarrierOf(st.op);
+  checkIdx(barrier.index, s, "an mbarrier index");
   if (!p.target.cpAsync) fail("mbarrier on {}, which does not have it (sm_80 and later)", p.target.arch);
-  checkSharedIndex(st.target, st.a, s, "mbarrier");
+  checkSharedIndex(barrier.buffer, barrier.index, s, "mbarrier");
   const int64_t threads = k.block[0] * k.block[1] * k.block[2];
-  if (st.kind == Stmt::Kind::MbarrierInit && (st.arrivals < 1 || st.arrivals > threads))
-    fail("mbarrier.init with {} arrivals per phase in a block of {} threads", st.arrivals, threads);
-  if (st.kind == Stmt::Kind::MbarrierExpectTx && (!p.target.tma || st.txBytes < 1 || st.txBytes >= (1 << 20)))
-    fail("mbarrier.arrive.expect_tx of {} bytes on {} (sm_90+, 1 to 2^20 - 1 bytes)", st.txBytes, p.target.arch);
-  if (st.kind != Stmt::Kind::MbarrierWait) return;
-  checkIdx(st.b, s, "an mbarrier parity");
-  if (auto r = bound(st.b, s); s.reachable && r && (r->first < 0 || r->second > 1))
-    fail("mbarrier.wait for parity {} in [{}, {}] (want 0 or 1)", toString(st.b), r->first, r->second);
+  if (auto* init = std::get_if<op::MbarrierInit>(&st.op); init && (init->arrivals < 1 || init->arrivals > threads))
+    fail("mbarrier.init with {} arrivals per phase in a block of {} threads", init->arrivals, threads);
+  if (auto* expect = std::get_if<op::MbarrierExpectTx>(&st.op);
+      expect && (!p.target.tma || expect->bytes < 1 || expect->bytes >= (1 << 20)))
+    fail("mbarrier.arrive.expect_tx of {} bytes on {} (sm_90+, 1 to 2^20 - 1 bytes)", expect->bytes, p.target.arch);
+  auto* wait = std::get_if<op::MbarrierWait>(&st.op);
+  if (!wait) return;
+  checkIdx(wait->parity, s, "an mbarrier parity");
+  if (auto r = bound(wait->parity, s); s.reachable && r && (r->first < 0 || r->second > 1))
+    fail("mbarrier.wait for parity {} in [{}, {}] (want 0 or 1)", toString(wait->parity), r->first, r->second);
 }
 
 void Verifier::checkCpAsync(const Stmt& st, const Scope& s) {

@@ -31,37 +31,38 @@ std::string checkTensorMap(const Kernel& k, const Target& target, size_t i) {
   return "";
 }
 
-int64_t boxElements(const Kernel& k, const Stmt& s) {
+int64_t boxElements(const Kernel& k, const op::TmaLoad& s) {
   const TensorMap& m = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
   return m.boxRows * m.boxCols;
 }
 
-int64_t tmaDestinationAlignment(const Kernel& k, const Stmt& s) {
+int64_t tmaDestinationAlignment(const Kernel& k, const op::TmaLoad& s) {
   const TensorMap& m = k.tensorMaps[static_cast<size_t>(s.tensorMap)];
   return (m.swizzle128 ? kSwizzle128AtomBytes : 128) / dtypeBytes(k.params[static_cast<size_t>(m.param)].dtype);
 }
 
-std::string checkTmaLoad(const Kernel& k, const Stmt& s) {
+std::string checkTmaLoad(const Kernel& k, const op::TmaLoad& s) {
   if (s.tensorMap < 0 || s.tensorMap >= static_cast<int>(k.tensorMaps.size()))
     return fmt::format("tma.load from tensor map #{} of {}", s.tensorMap, k.tensorMaps.size());
-  if (s.coords.size() != 2) return fmt::format("tma.load with {} coordinates (want column and row)", s.coords.size());
-  if (s.target < 0 || s.target >= static_cast<int>(k.shared.size()) || k.shared[s.target].mbarriers)
-    return fmt::format("tma.load into shared buffer #{}, which is not a buffer of elements", s.target);
-  if (s.barriers < 0 || s.barriers >= static_cast<int>(k.shared.size()) || !k.shared[s.barriers].mbarriers)
-    return fmt::format("tma.load completing on shared buffer #{}, which holds no mbarriers", s.barriers);
+  if (!s.col || !s.row) return "tma.load without a column and a row";
+  if (s.shared < 0 || s.shared >= static_cast<int>(k.shared.size()) || k.shared[s.shared].mbarriers)
+    return fmt::format("tma.load into shared buffer #{}, which is not a buffer of elements", s.shared);
+  const int barriers = s.barrier.buffer;
+  if (barriers < 0 || barriers >= static_cast<int>(k.shared.size()) || !k.shared[barriers].mbarriers)
+    return fmt::format("tma.load completing on shared buffer #{}, which holds no mbarriers", barriers);
   const DType type = k.params[static_cast<size_t>(k.tensorMaps[static_cast<size_t>(s.tensorMap)].param)].dtype;
-  if (k.shared[s.target].dtype != type)
-    return fmt::format("tma.load of {} into shared {} of {}", dtypeName(type), k.shared[s.target].name, dtypeName(k.shared[s.target].dtype));
-  if (k.shared[s.target].dynamic && k.dynamicSharedOffset(s.target) % 1024 != 0)
-    return fmt::format("tma.load into shared {} at dynamic byte {} (TMA destinations are 1024-byte aligned here)", k.shared[s.target].name,
-                       k.dynamicSharedOffset(s.target));
+  const SharedBuffer& dst = k.shared[s.shared];
+  if (dst.dtype != type) return fmt::format("tma.load of {} into shared {} of {}", dtypeName(type), dst.name, dtypeName(dst.dtype));
+  if (dst.dynamic && k.dynamicSharedOffset(s.shared) % 1024 != 0)
+    return fmt::format("tma.load into shared {} at dynamic byte {} (TMA destinations are 1024-byte aligned here)", dst.name,
+                       k.dynamicSharedOffset(s.shared));
   return "";
 }
 
 namespace {
 bool usesClusters(const Block& body, bool peers) {  // peers: only statements that reach other blocks
   for (const Stmt& st : body)
-    if (st.multicast || st.kind == Stmt::Kind::MbarrierArriveCluster ||
+    if ((st.kind == Stmt::Kind::TmaLoad && st.as<op::TmaLoad>().multicast) || st.kind == Stmt::Kind::MbarrierArriveCluster ||
         (!peers && (st.kind == Stmt::Kind::ClusterBarrier || st.kind == Stmt::Kind::FenceMbarrierInit)) || usesClusters(st.body, peers))
       return true;
   return false;

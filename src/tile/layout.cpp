@@ -3,20 +3,10 @@
 #include <algorithm>
 
 #include "kiln/support/error.h"
+#include "kiln/support/overloaded.h"
 #include "kiln/support/shared_layout.h"
 
 namespace kiln::tile {
-namespace {
-
-template <class... Fs>
-struct Overloaded : Fs... {
-  using Fs::operator()...;
-};
-template <class... Fs>
-Overloaded(Fs...) -> Overloaded<Fs...>;
-
-}  // namespace
-
 int64_t rowsOf(const loop::Kernel& k) { return k.rowPoints(); }
 int64_t rowWidth(const loop::Kernel& k) { return k.parallelPoints() / k.rowPoints(); }
 

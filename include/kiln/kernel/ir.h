@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/kernel/ops.h"
 #include "kiln/loop/ir.h"
 #include "kiln/support/host_tensor.h"
 #include "kiln/support/index_expr.h"
@@ -109,15 +110,16 @@ struct Stmt {
   Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
   Idx scaleD;                       // Wgmma: D += A·B where it is nonzero or null, D = A·B where it is zero (wgmma's scale-d)
   int pendingGroups = 0;            // CpAsyncWait
-  int64_t arrivals = 0;             // MbarrierInit: arrivals that complete each phase; BlockTicket: tickets per round
-  int64_t txBytes = 0;              // MbarrierExpectTx: bytes of copies the phase awaits
-  int tensorMap = -1;               // TmaLoad: Kernel::tensorMaps index (target: the shared buffer, a: the element index)
-  std::vector<Idx> coords;          // TmaLoad: the box's first column and first row in the map
-  int barriers = -1;                // TmaLoad: the buffer of mbarriers its bytes complete on, barrier `b`
-  bool multicast = false;           // TmaLoad: into every block of the cluster, see tmaLoad()
+  int64_t arrivals = 0;             // NamedBarrier: threads; BlockTicket: tickets per round
   bool transpose = false;           // Ldmatrix: .trans
   bool warpUniform = false;         // DefIdx: the same in every lane of a warp, see defWarpUniform()
-  bool elected = false;             // TmaLoad, MbarrierExpectTx: one lane of each warp reaching it, see elected()
+  // The typed operands of the kinds that have them (kiln/kernel/ops.h: the mbarrier family and TmaLoad), which use none
+  // of the fields above; std::monostate for the others.
+  op::Payload op;
+  template <class Op>
+  const Op& as() const { return std::get<Op>(op); }
+  template <class Op>
+  Op& as() { return std::get<Op>(op); }
   // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
   // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
   std::vector<int> pairRegs;

@@ -1,0 +1,68 @@
+// Typed Kernel IR operations: a statement kind's operands as a struct of its own, each field meaning one thing, held
+// in Stmt::op (kiln/kernel/ir.h). The mbarrier family and the TMA copy that completes on an mbarrier are typed; the
+// other kinds still keep their operands in Stmt's shared fields (`target`, `a`, `b`, ...), whose meaning changes by
+// kind, and move here family by family (docs/pipeline.md, "Kernel IR"). The constructors (mbarrierInit(), tmaLoad(),
+// ... in ir.h) set Stmt::kind and Stmt::op together; what each operation does is documented there.
+#pragma once
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "kiln/support/index_expr.h"
+
+namespace kiln::kernel::op {
+
+// One mbarrier: element `index` of shared buffer `buffer`, a buffer marked `mbarriers`.
+struct Mbarrier {
+  int buffer = -1;
+  Idx index;
+};
+
+struct MbarrierInit {  // the barrier gets `arrivals` arrivals per phase
+  Mbarrier barrier;
+  int64_t arrivals = 0;
+};
+struct MbarrierArrive {  // the thread arrives
+  Mbarrier barrier;
+};
+struct MbarrierArriveCluster {  // the thread arrives on this barrier of every block of its cluster
+  Mbarrier barrier;
+};
+struct CpAsyncMbarrierArrive {  // the thread arrives once its earlier cp.async copies have landed
+  Mbarrier barrier;
+};
+struct MbarrierExpectTx {  // an arrival that also awaits `bytes` of TMA copies; `elected`: one lane of each warp
+  Mbarrier barrier;
+  int64_t bytes = 0;
+  bool elected = false;
+};
+struct MbarrierWait {  // the thread waits for the phase of parity `parity` (0 or 1) to complete
+  Mbarrier barrier;
+  Idx parity;
+};
+// The box of tensor map `tensorMap` whose first element is (row, col) lands in shared buffer `shared` from element
+// `sharedIndex` on; its bytes complete on `barrier`. `multicast`: into every block of the cluster; `elected`: issued by
+// one lane of each warp that reaches it.
+struct TmaLoad {
+  int shared = -1;
+  Idx sharedIndex;
+  int tensorMap = -1;
+  Idx col, row;
+  Mbarrier barrier;
+  bool multicast = false;
+  bool elected = false;
+};
+
+// monostate: a statement whose operands are still in Stmt's shared fields.
+using Payload = std::variant<std::monostate, MbarrierInit, MbarrierArrive, MbarrierArriveCluster, CpAsyncMbarrierArrive,
+                             MbarrierExpectTx, MbarrierWait, TmaLoad>;
+
+// The mbarrier an operation of the family arrives on, waits for or completes its bytes on; null for any other payload.
+const Mbarrier* mbarrierOf(const Payload& p);
+// The index expressions of a payload, in the order its text prints them (none for monostate): what passes over every
+// index of a statement (variable scans, the verifier's definitions-before-use) read.
+std::vector<const Idx*> indices(const Payload& p);
+// Whether the payload is issued by one elected lane of each warp that reaches it.
+bool isElected(const Payload& p);
+
+}  // namespace kiln::kernel::op
