@@ -116,7 +116,8 @@ class Emitter {
   // Shared buffers cp.async copies into or vector loads read (16-byte aligned), and those TMA copies into (1024).
   static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out, std::set<int>& tma) {
     for (const kernel::Stmt& s : b) {
-      if (s.kind == kernel::Stmt::Kind::CpAsync || s.kind == kernel::Stmt::Kind::LoadSharedVector) out.insert(s.target);
+      if (s.kind == kernel::Stmt::Kind::CpAsync) out.insert(s.as<kernel::op::CpAsync>().shared);
+      if (s.kind == kernel::Stmt::Kind::LoadSharedVector) out.insert(s.target);
       if (s.kind == kernel::Stmt::Kind::TmaLoad) tma.insert(s.as<kernel::op::TmaLoad>().shared);
       collectAsyncTargets(s.body, out, tma);
     }
@@ -241,30 +242,39 @@ class Emitter {
         // bar.sync orders every thread's stores before thread 0's release (cumulative at gpu scope), and its acquire
         // before every thread's loads after the second bar.sync: no fence per thread (a fence.sc per thread measured
         // 1 to 5 us slower on the H200).
-        const std::string held = s.name + "_held", counter = fmt::format("{}[{}]", params_[s.param], idx(s.a));
+        const auto& ticket = s.as<kernel::op::BlockTicket>();
+        const std::string held = ticket.name + "_held", counter = counterAt(ticket.counter);
         out += fmt::format("{}__shared__ unsigned long long {};\n", pad, held);
         out += pad + "__syncthreads();\n";
         out += fmt::format("{}if (threadIdx.x == 0) {{\n", pad);
         out += fmt::format("{}  {} = kiln::ticket(reinterpret_cast<unsigned long long*>(&{}), {}ull);\n", pad, held, counter,
-                           s.arrivals);
+                           ticket.blocks);
         out += pad + "}\n";
         out += pad + "__syncthreads();\n";
-        out += fmt::format("{}const {} {} = static_cast<{}>({});\n", pad, indexType_, s.name, indexType_, held);
+        out += fmt::format("{}const {} {} = static_cast<{}>({});\n", pad, indexType_, ticket.name, indexType_, held);
         return true;
       }
       case K::CounterRelease:
-        out += fmt::format("{}kiln::counter_release(reinterpret_cast<unsigned long long*>(&{}[{}]));\n", pad, params_[s.param], idx(s.a));
+        out += fmt::format("{}kiln::counter_release(reinterpret_cast<unsigned long long*>(&{}));\n", pad,
+                           counterAt(s.as<kernel::op::CounterRelease>().counter));
         return true;
       case K::CounterAwait:
-        out += fmt::format("{}kiln::counter_await(reinterpret_cast<unsigned long long*>(&{}[{}]), static_cast<unsigned long long>({}));\n",
-                           pad, params_[s.param], idx(s.a), idx(s.b));
+        out += fmt::format("{}kiln::counter_await(reinterpret_cast<unsigned long long*>(&{}), static_cast<unsigned long long>({}));\n",
+                           pad, counterAt(s.as<kernel::op::CounterAwait>().counter), idx(s.as<kernel::op::CounterAwait>().count));
         return true;
-      case K::NamedBarrier: out += fmt::format("{}kiln::named_barrier<{}, {}>();\n", pad, s.target, s.arrivals); return true;
+      case K::NamedBarrier: {
+        const auto& bar = s.as<kernel::op::NamedBarrier>();
+        out += fmt::format("{}kiln::named_barrier<{}, {}>();\n", pad, bar.id, bar.threads);
+        return true;
+      }
       case K::ClusterBarrier: out += pad + "kiln::cluster_barrier();\n"; return true;
       default: return false;
     }
     return true;
   }
+
+  // `param[index]` of a counter.
+  std::string counterAt(const kernel::op::Counter& c) { return fmt::format("{}[{}]", params_[c.param], idx(c.index)); }
 
   // `&buffer[index]` of the mbarrier a statement of the mbarrier family names.
   std::string barrier(const kernel::Stmt& s) {
@@ -277,12 +287,14 @@ class Emitter {
   bool asyncCopy(const kernel::Stmt& s, const std::string& pad, std::string& out) {
     using K = kernel::Stmt::Kind;
     switch (s.kind) {
-      case K::CpAsync:
-        out += fmt::format("{}kiln::cp_async<{}>(&{}[{}], &{}[{}]{});\n", pad, s.bytes, shared_[s.target], idx(s.a), params_[s.param],
-                           idx(s.b), s.validBytes ? ", " + idx(s.validBytes) : std::string());
+      case K::CpAsync: {
+        const auto& copy = s.as<kernel::op::CpAsync>();
+        out += fmt::format("{}kiln::cp_async<{}>(&{}[{}], &{}[{}]{});\n", pad, copy.bytes, shared_[copy.shared], idx(copy.sharedIndex),
+                           params_[copy.param], idx(copy.globalIndex), copy.validBytes ? ", " + idx(copy.validBytes) : std::string());
         return true;
+      }
       case K::CpAsyncCommit: out += pad + "kiln::cp_async_commit();\n"; return true;
-      case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.pendingGroups); return true;
+      case K::CpAsyncWait: out += fmt::format("{}kiln::cp_async_wait<{}>();\n", pad, s.as<kernel::op::CpAsyncWait>().pendingGroups); return true;
       case K::FenceProxyAsync: out += pad + "kiln::fence_proxy_async_shared();\n"; return true;
       case K::FenceMbarrierInit: out += pad + "kiln::fence_mbarrier_init();\n"; return true;
       case K::MbarrierInit: out += fmt::format("{}kiln::mbarrier_init({}, {});\n", pad, barrier(s), s.as<kernel::op::MbarrierInit>().arrivals); return true;
@@ -328,7 +340,7 @@ class Emitter {
       case K::Wgmma: out += wgmma(s, pad); return true;
       case K::WgmmaFence: out += pad + "kiln::wgmma_fence();\n"; return true;
       case K::WgmmaCommit: out += pad + "kiln::wgmma_commit_group();\n"; return true;
-      case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.pendingGroups); return true;
+      case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.as<kernel::op::WgmmaWait>().pendingGroups); return true;
       case K::PackPair:
         out += fmt::format("{}{} = kiln::pack2({}(), {}, {});\n", pad, pairs_[s.pairRegs[0]], cudaTypeName(s.operandType),
                            floats_[s.fragment[0]], floats_[s.fragment[1]]);

@@ -54,10 +54,11 @@ void scanExpr(const FE& e, Dims& d) {
 void scanBlock(const Block& body, int depth, Dims& d) {
   d.depth = std::max(d.depth, depth);
   for (auto& s : body) {
-    if (s.kind == Stmt::Kind::DefIdx || s.kind == Stmt::Kind::For || s.kind == Stmt::Kind::BlockTicket) {
+    if (s.kind == Stmt::Kind::DefIdx || s.kind == Stmt::Kind::For) {
       KILN_ASSERT(s.var > kBlockIdx, "index variable {} has reserved or negative id {}", s.name, s.var);
       d.maxVar = std::max(d.maxVar, s.var);
     }
+    if (s.kind == Stmt::Kind::BlockTicket) d.maxVar = std::max(d.maxVar, s.as<op::BlockTicket>().var);
     if (s.kind == Stmt::Kind::Assign) {
       KILN_ASSERT(s.var >= 0, "assignment to negative float slot {}", s.var);
       d.maxSlot = std::max(d.maxSlot, s.var);
@@ -75,7 +76,6 @@ void scanBlock(const Block& body, int depth, Dims& d) {
       KILN_ASSERT(s.var >= 0 && s.srcSlot >= 0, "shuffle with negative float slot {} or {}", s.var, s.srcSlot);
       d.maxSlot = std::max({d.maxSlot, s.var, s.srcSlot});
     }
-    if (s.validBytes) scanIdx(s.validBytes, d);
     for (const Idx* e : op::indices(s.op)) scanIdx(*e, d);
     d.async = d.async || s.kind == Stmt::Kind::CpAsync;
     d.wgmma = d.wgmma || s.kind == Stmt::Kind::Wgmma;
@@ -252,20 +252,21 @@ bool Machine::execSynchronization(const Stmt& s, int depth) {
       int64_t n = std::count(mask.begin(), mask.begin() + T, uint8_t{1});
       if (n != T)
         raise(fmt::format("kernel {}: ticket {} taken by {} of {} threads (under divergent control flow; block {})", k.name,
-                          s.name, n, T, block));
+                          s.as<op::BlockTicket>().name, n, T, block));
       barrierStep();
-      const Param& prm = k.params[s.param];
+      const auto& ticket = s.as<op::BlockTicket>();
+      const Param& prm = k.params[ticket.counter.param];
       std::vector<float>& counters = buffers[prm.buffer];
-      const int64_t i = evaluate(s.a, env[0], &loader);
+      const int64_t i = evaluate(ticket.counter.index, env[0], &loader);
       if (i < 0 || i >= static_cast<int64_t>(counters.size()))
         raise(fmt::format("kernel {}: block {} takes ticket {}[{}] out of bounds ({} counters)", k.name, block, prm.name, i,
                           counters.size()));
       const auto before = static_cast<int64_t>(counters[static_cast<size_t>(i)]);
-      if (before < 0 || before >= s.arrivals)
+      if (before < 0 || before >= ticket.blocks)
         raise(fmt::format("kernel {}: counter {}[{}] holds {} at block {}'s ticket (want 0 .. {}: counters start at zero)",
-                          k.name, prm.name, i, before, block, s.arrivals - 1));
-      counters[static_cast<size_t>(i)] = static_cast<float>(before + 1 == s.arrivals ? 0 : before + 1);
-      for (int64_t t = 0; t < T; ++t) env[t][s.var] = before;
+                          k.name, prm.name, i, before, block, ticket.blocks - 1));
+      counters[static_cast<size_t>(i)] = static_cast<float>(before + 1 == ticket.blocks ? 0 : before + 1);
+      for (int64_t t = 0; t < T; ++t) env[t][ticket.var] = before;
       return true;
     }
     case Stmt::Kind::Barrier:
@@ -280,27 +281,29 @@ bool Machine::execSynchronization(const Stmt& s, int depth) {
     case Stmt::Kind::NamedBarrier: {
       int64_t n = 0;
       for (int64_t w = 0; w * 32 < T; ++w) n += warpActive(w, mask, "a named barrier");
-      if (n != s.arrivals)
-        raise(fmt::format("kernel {}: barrier {} of {} threads reached by {} (block {})", k.name, s.target, s.arrivals, n, block));
+      if (const auto& bar = s.as<op::NamedBarrier>(); n != bar.threads)
+        raise(fmt::format("kernel {}: barrier {} of {} threads reached by {} (block {})", k.name, bar.id, bar.threads, n, block));
       barrierStep();
       return true;
     }
     case Stmt::Kind::CounterRelease:
     case Stmt::Kind::CounterAwait: {  // per thread that reaches it (blocks run one after another here)
-      const Param& prm = k.params[s.param];
+      const bool release = s.kind == Stmt::Kind::CounterRelease;
+      const op::Counter& counter = release ? s.as<op::CounterRelease>().counter : s.as<op::CounterAwait>().counter;
+      const Param& prm = k.params[counter.param];
       std::vector<float>& counters = buffers[prm.buffer];
       for (int64_t t = 0; t < T; ++t) {
         if (!mask[t]) continue;
-        const int64_t i = evaluate(s.a, env[t], &loader);
+        const int64_t i = evaluate(counter.index, env[t], &loader);
         if (i < 0 || i >= static_cast<int64_t>(counters.size()))
           raise(fmt::format("kernel {}: block {} thread {} reaches counter {}[{}] out of bounds ({} counters)", k.name, block, t,
                             prm.name, i, counters.size()));
         float& c = counters[static_cast<size_t>(i)];
-        if (s.kind == Stmt::Kind::CounterRelease) {
+        if (release) {
           c += 1.f;
           continue;
         }
-        const int64_t want = evaluate(s.b, env[t], &loader);
+        const int64_t want = evaluate(s.as<op::CounterAwait>().count, env[t], &loader);
         if (static_cast<int64_t>(c) != want)
           raise(fmt::format("kernel {}: block {} thread {} waits for counter {}[{}] to hold {}, and it holds {}: the blocks it "
                             "waits for must come earlier in grid order (the interpreter runs blocks one after another)",

@@ -47,11 +47,12 @@ void Machine::checkSharedWrite(int buffer, int64_t i, int64_t t) {
   landed[buffer][i] = -1;
 }
 
-void Machine::cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask) {
-  KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.shared.size()) && s.param >= 0 &&
+void Machine::cpAsyncStep(const Stmt& stmt, const std::vector<uint8_t>& mask) {
+  const auto& s = stmt.as<op::CpAsync>();
+  KILN_ASSERT(s.shared >= 0 && s.shared < static_cast<int>(k.shared.size()) && s.param >= 0 &&
                   s.param < static_cast<int>(k.params.size()),
-              "kernel {}: cp.async from parameter #{} into shared buffer #{}", k.name, s.param, s.target);
-  const SharedBuffer& sb = k.shared[s.target];
+              "kernel {}: cp.async from parameter #{} into shared buffer #{}", k.name, s.param, s.shared);
+  const SharedBuffer& sb = k.shared[s.shared];
   if (sb.mbarriers) raise(fmt::format("kernel {}: cp.async into mbarriers {}", k.name, sb.name));
   const Param& prm = k.params[s.param];
   const int64_t elemBytes = dtypeBytes(sb.dtype);
@@ -60,10 +61,10 @@ void Machine::cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask) {
                       sb.name, dtypeName(sb.dtype)));
   const int64_t n = s.bytes / elemBytes;
   const std::vector<float>& src = paramData(s.param);
-  std::vector<float>& dst = shared[s.target];
+  std::vector<float>& dst = shared[s.shared];
   for (int64_t t = 0; t < T; ++t) {
     if (!mask[t]) continue;
-    const int64_t si = evaluate(s.a, env[t], &loader), gi = evaluate(s.b, env[t], &loader);
+    const int64_t si = evaluate(s.sharedIndex, env[t], &loader), gi = evaluate(s.globalIndex, env[t], &loader);
     const int64_t valid = s.validBytes ? evaluate(s.validBytes, env[t], &loader) : s.bytes;
     auto where = [&] { return fmt::format("kernel {}: thread {} of block {}: cp.async{} shared {}[{}] <- {}[{}]", k.name, t, block,
                                           s.bytes, sb.name, si, prm.name, gi); };
@@ -76,15 +77,15 @@ void Machine::cpAsyncStep(const Stmt& s, const std::vector<uint8_t>& mask) {
     const int64_t read = valid / elemBytes;
     if (read > 0 && (gi < 0 || gi + read > static_cast<int64_t>(src.size())))
       raise(fmt::format("{}: reads [{}, {}], out of bounds of {}'s {} elements", where(), gi, gi + read - 1, prm.name, src.size()));
-    Copy copy{s.target, si, std::vector<float>(static_cast<size_t>(n), 0.f)};  // zero-filled past the valid bytes
+    Copy copy{s.shared, si, std::vector<float>(static_cast<size_t>(n), 0.f)};  // zero-filled past the valid bytes
     for (int64_t j = 0; j < read; ++j) copy.values[j] = src[gi + j];
     for (int64_t j = 0; j < n; ++j) {
-      if (int32_t owner = inFlight[s.target][si + j]; owner >= 0)
+      if (int32_t owner = inFlight[s.shared][si + j]; owner >= 0)
         raise(fmt::format("{}: overlaps element {} of thread {}'s copy that has not been waited for", where(), si + j, owner));
-      if (wgmmaUsed && pinned[s.target][si + j] > 0)
+      if (wgmmaUsed && pinned[s.shared][si + j] > 0)
         raise(fmt::format("{}: element {} is read by a wgmma that has not been waited for", where(), si + j));
-      inFlight[s.target][si + j] = static_cast<int32_t>(t);
-      if (mbarrierUsed) phaseTags[s.target][static_cast<size_t>(si + j)] = PhaseTag{};
+      inFlight[s.shared][si + j] = static_cast<int32_t>(t);
+      if (mbarrierUsed) phaseTags[s.shared][static_cast<size_t>(si + j)] = PhaseTag{};
     }
     openGroup[t].push_back(std::move(copy));
   }
@@ -102,7 +103,7 @@ void Machine::cpAsyncWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   if (!async) return;
   for (int64_t t = 0; t < T; ++t) {
     if (!mask[t]) continue;
-    while (static_cast<int64_t>(committed[t].size()) > s.pendingGroups) {
+    while (static_cast<int64_t>(committed[t].size()) > s.as<op::CpAsyncWait>().pendingGroups) {
       for (const Copy& c : committed[t].front()) landCopy(c, t, static_cast<int32_t>(t), nullptr);
       committed[t].pop_front();
     }

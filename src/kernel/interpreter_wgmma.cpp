@@ -135,7 +135,7 @@ void Machine::wgmmaWaitStep(const Stmt& s, const std::vector<uint8_t>& mask) {
   for (int64_t q : activeWarpgroups(mask, "wgmma.wait_group", true)) {
     if (!wgmmaUsed) continue;
     auto& groups = wgCommitted[static_cast<size_t>(q)];
-    while (static_cast<int64_t>(groups.size()) > s.pendingGroups) {
+    while (static_cast<int64_t>(groups.size()) > s.as<op::WgmmaWait>().pendingGroups) {
       for (auto [buffer, e] : groups.front()) --pinned[buffer][e];
       groups.pop_front();
     }

@@ -12,6 +12,13 @@ Stmt makeStmt(Stmt::Kind kind) {
   return s;
 }
 
+template <class Op>
+Stmt typed(Stmt::Kind kind, Op op) {
+  Stmt s = makeStmt(kind);
+  s.op = std::move(op);
+  return s;
+}
+
 }  // namespace
 
 Idx threadIdx() { return idxVar(kThreadIdx, "threadIdx.x"); }
@@ -138,30 +145,18 @@ Stmt barrier() { return makeStmt(Stmt::Kind::Barrier); }
 
 Stmt counterRelease(int param, Idx index) {
   KILN_ASSERT(param >= 0 && index, "counterRelease: parameter {}", param);
-  Stmt s = makeStmt(Stmt::Kind::CounterRelease);
-  s.param = param;
-  s.a = std::move(index);
-  return s;
+  return typed(Stmt::Kind::CounterRelease, op::CounterRelease{op::Counter{param, std::move(index)}});
 }
 
 Stmt counterAwait(int param, Idx index, Idx count) {
   KILN_ASSERT(param >= 0 && index && count, "counterAwait: parameter {}", param);
-  Stmt s = makeStmt(Stmt::Kind::CounterAwait);
-  s.param = param;
-  s.a = std::move(index);
-  s.b = std::move(count);
-  return s;
+  return typed(Stmt::Kind::CounterAwait, op::CounterAwait{op::Counter{param, std::move(index)}, std::move(count)});
 }
 
 Stmt blockTicket(int var, std::string name, int param, Idx index, int64_t blocks) {
   KILN_ASSERT(param >= 0 && index && blocks >= 2, "blockTicket: parameter {}, {} blocks (want 2 or more)", param, blocks);
-  Stmt s = makeStmt(Stmt::Kind::BlockTicket);
-  s.var = var;
-  s.name = std::move(name);
-  s.param = param;
-  s.a = std::move(index);
-  s.arrivals = blocks;
-  return s;
+  KILN_ASSERT(var > kBlockIdx, "blockTicket: variable id {} is reserved or negative", var);
+  return typed(Stmt::Kind::BlockTicket, op::BlockTicket{var, std::move(name), op::Counter{param, std::move(index)}, blocks});
 }
 
 Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<int> c) {
@@ -287,14 +282,8 @@ Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int byt
   KILN_ASSERT(sharedBuf >= 0 && param >= 0 && sharedIndex && globalIndex, "cpAsync: bad shared buffer {}, param {} or null index",
               sharedBuf, param);
   KILN_ASSERT(bytes == 4 || bytes == 8 || bytes == 16, "cpAsync: {} bytes (want 4, 8 or 16)", bytes);
-  Stmt s = makeStmt(Stmt::Kind::CpAsync);
-  s.target = sharedBuf;
-  s.a = std::move(sharedIndex);
-  s.param = param;
-  s.b = std::move(globalIndex);
-  s.bytes = bytes;
-  s.validBytes = std::move(validBytesOrNull);
-  return s;
+  return typed(Stmt::Kind::CpAsync,
+               op::CpAsync{sharedBuf, std::move(sharedIndex), param, std::move(globalIndex), bytes, std::move(validBytesOrNull)});
 }
 
 Stmt cpAsyncCommit() { return makeStmt(Stmt::Kind::CpAsyncCommit); }
@@ -303,12 +292,6 @@ namespace {
 op::Mbarrier barrierAt(int barriers, Idx index) {
   KILN_ASSERT(barriers >= 0 && index, "mbarrier statement on shared buffer {} or a null index", barriers);
   return op::Mbarrier{barriers, std::move(index)};
-}
-template <class Op>
-Stmt typed(Stmt::Kind kind, Op op) {
-  Stmt s = makeStmt(kind);
-  s.op = std::move(op);
-  return s;
 }
 }  // namespace
 
@@ -325,10 +308,7 @@ Stmt cpAsyncMbarrierArrive(int barriers, Idx index) {
 Stmt namedBarrier(int id, int64_t threads) {
   KILN_ASSERT(id >= 1 && id <= 15 && threads >= 32 && threads % 32 == 0, "namedBarrier: id {} (1..15), {} threads (whole warps)",
               id, threads);
-  Stmt s = makeStmt(Stmt::Kind::NamedBarrier);
-  s.target = id;
-  s.arrivals = threads;
-  return s;
+  return typed(Stmt::Kind::NamedBarrier, op::NamedBarrier{id, threads});
 }
 
 Stmt mbarrierArriveExpectTx(int barriers, Idx index, int64_t bytes) {
@@ -362,9 +342,7 @@ Stmt mbarrierWait(int barriers, Idx index, Idx parity) {
 
 Stmt cpAsyncWait(int pendingGroups) {
   KILN_ASSERT(pendingGroups >= 0, "cpAsyncWait: {} pending groups", pendingGroups);
-  Stmt s = makeStmt(Stmt::Kind::CpAsyncWait);
-  s.pendingGroups = pendingGroups;
-  return s;
+  return typed(Stmt::Kind::CpAsyncWait, op::CpAsyncWait{pendingGroups});
 }
 
 Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vector<int> slots) {
@@ -430,9 +408,7 @@ Stmt wgmmaFence() { return makeStmt(Stmt::Kind::WgmmaFence); }
 Stmt wgmmaCommit() { return makeStmt(Stmt::Kind::WgmmaCommit); }
 Stmt wgmmaWait(int pendingGroups) {
   KILN_ASSERT(pendingGroups >= 0 && pendingGroups <= 7, "wgmmaWait: {} pending groups (want 0..7)", pendingGroups);
-  Stmt s = makeStmt(Stmt::Kind::WgmmaWait);
-  s.pendingGroups = pendingGroups;
-  return s;
+  return typed(Stmt::Kind::WgmmaWait, op::WgmmaWait{pendingGroups});
 }
 Stmt fenceProxyAsync() { return makeStmt(Stmt::Kind::FenceProxyAsync); }
 

@@ -4,19 +4,38 @@
 #include "kiln/support/overloaded.h"
 
 namespace kiln::kernel::op {
+namespace {
+template <class T>
+concept NamesMbarrier = requires(const T& o) { o.barrier; };
+template <class T>
+concept NamesCounter = requires(const T& o) { o.counter; };
+}  // namespace
+
 const Mbarrier* mbarrierOf(const Payload& p) {
-  return std::visit(Overloaded{[](const std::monostate&) -> const Mbarrier* { return nullptr; },
-                               [](const auto& o) -> const Mbarrier* { return &o.barrier; }},
-                    p);
+  return std::visit(
+      [](const auto& o) -> const Mbarrier* {
+        if constexpr (NamesMbarrier<std::decay_t<decltype(o)>>) return &o.barrier;
+        else return nullptr;
+      },
+      p);
 }
 
 std::vector<const Idx*> indices(const Payload& p) {
-  return std::visit(Overloaded{[](const std::monostate&) { return std::vector<const Idx*>{}; },
-                               [](const MbarrierWait& o) { return std::vector<const Idx*>{&o.barrier.index, &o.parity}; },
-                               [](const TmaLoad& o) {
-                                 return std::vector<const Idx*>{&o.sharedIndex, &o.row, &o.col, &o.barrier.index};
+  using List = std::vector<const Idx*>;
+  return std::visit(Overloaded{[](const MbarrierWait& o) { return List{&o.barrier.index, &o.parity}; },
+                               [](const TmaLoad& o) { return List{&o.sharedIndex, &o.row, &o.col, &o.barrier.index}; },
+                               [](const CpAsync& o) {
+                                 List l{&o.sharedIndex, &o.globalIndex};
+                                 if (o.validBytes) l.push_back(&o.validBytes);
+                                 return l;
                                },
-                               [](const auto& o) { return std::vector<const Idx*>{&o.barrier.index}; }},
+                               [](const CounterAwait& o) { return List{&o.counter.index, &o.count}; },
+                               [](const auto& o) {
+                                 using T = std::decay_t<decltype(o)>;
+                                 if constexpr (NamesMbarrier<T>) return List{&o.barrier.index};
+                                 else if constexpr (NamesCounter<T>) return List{&o.counter.index};
+                                 else return List{};
+                               }},
                     p);
 }
 

@@ -18,6 +18,13 @@ Stmt make(Stmt::Kind kind) {
   return s;
 }
 
+template <class Op>
+Stmt typed(Stmt::Kind kind, Op op) {
+  Stmt st = make(kind);
+  st.op = std::move(op);
+  return st;
+}
+
 // `NAME[IDX]` of a shared buffer: the buffer and the index.
 std::pair<int, Idx> sharedAt(Cursor& c, KernelScope& s) {
   int buffer = s.shared(c);
@@ -111,50 +118,47 @@ Stmt store(Cursor& c, KernelScope& s) {
 
 Stmt barriers(Cursor& c) {
   if (c.atEnd()) return make(Stmt::Kind::Barrier);
-  Stmt st = make(Stmt::Kind::NamedBarrier);
-  st.target = static_cast<int>(c.integer());
+  op::NamedBarrier bar;
+  bar.id = static_cast<int>(c.integer());
   c.expect("of");
-  st.arrivals = c.integer();
+  bar.threads = c.integer();
   c.expect("threads");
-  return st;
+  return typed(Stmt::Kind::NamedBarrier, bar);
+}
+
+op::Counter counterAt(Cursor& c, KernelScope& s) {
+  op::Counter counter;
+  std::tie(counter.param, counter.index) = paramAt(c, s);
+  return counter;
 }
 
 Stmt counter(Cursor& c, KernelScope& s, bool await) {
-  Stmt st = make(await ? Stmt::Kind::CounterAwait : Stmt::Kind::CounterRelease);
-  std::tie(st.param, st.a) = paramAt(c, s);
-  if (await) {
-    c.expect("==");
-    st.b = parseIdx(c, s);
-    c.expect(", then 0");
-  }
-  return st;
+  op::Counter counter = counterAt(c, s);
+  if (!await) return typed(Stmt::Kind::CounterRelease, op::CounterRelease{std::move(counter)});
+  c.expect("==");
+  Idx count = parseIdx(c, s);
+  c.expect(", then 0");
+  return typed(Stmt::Kind::CounterAwait, op::CounterAwait{std::move(counter), std::move(count)});
 }
 
 Stmt cpAsync(Cursor& c, KernelScope& s) {
-  Stmt st = make(Stmt::Kind::CpAsync);
-  st.bytes = static_cast<int>(c.integer());
+  op::CpAsync copy;
+  copy.bytes = static_cast<int>(c.integer());
   c.expect("shared");
-  std::tie(st.target, st.a) = sharedAt(c, s);
+  std::tie(copy.shared, copy.sharedIndex) = sharedAt(c, s);
   c.expect("<-");
-  std::tie(st.param, st.b) = paramAt(c, s);
+  std::tie(copy.param, copy.globalIndex) = paramAt(c, s);
   if (c.acceptWord("valid")) {
-    st.validBytes = parseIdx(c, s);
+    copy.validBytes = parseIdx(c, s);
     c.expect("bytes");
   }
-  return st;
+  return typed(Stmt::Kind::CpAsync, std::move(copy));
 }
 
 op::Mbarrier barrierAt(Cursor& c, KernelScope& s) {
   op::Mbarrier barrier;
   std::tie(barrier.buffer, barrier.index) = sharedAt(c, s);
   return barrier;
-}
-
-template <class Op>
-Stmt typed(Stmt::Kind kind, Op op) {
-  Stmt st = make(kind);
-  st.op = std::move(op);
-  return st;
 }
 
 Stmt onMbarrier(Cursor& c, KernelScope& s, Stmt::Kind kind) {
@@ -308,11 +312,7 @@ Stmt wgmma(Cursor& c, KernelScope& s) {
 Stmt wgmmaFamily(Cursor& c, KernelScope& s) {
   if (c.accept(".fence")) return make(Stmt::Kind::WgmmaFence);
   if (c.accept(".commit_group")) return make(Stmt::Kind::WgmmaCommit);
-  if (c.accept(".wait_group")) {
-    Stmt st = make(Stmt::Kind::WgmmaWait);
-    st.pendingGroups = static_cast<int>(c.integer());
-    return st;
-  }
+  if (c.accept(".wait_group")) return typed(Stmt::Kind::WgmmaWait, op::WgmmaWait{static_cast<int>(c.integer())});
   c.expect(".m64n");
   return wgmma(c, s);
 }
@@ -375,17 +375,18 @@ Stmt assignment(Cursor& c, KernelScope& s) {
 Stmt definition(Cursor& c, KernelScope& s) {
   std::string name = c.word();
   c.expect("=");
-  Stmt st;
   if (c.acceptWord("ticket")) {
-    st = make(Stmt::Kind::BlockTicket);
-    std::tie(st.param, st.a) = paramAt(c, s);
+    op::BlockTicket ticket;
+    ticket.counter = counterAt(c, s);
     c.expect("of");
-    st.arrivals = c.integer();
-  } else {
-    st = make(Stmt::Kind::DefIdx);
-    st.a = parseIdx(c, s);
-    st.warpUniform = c.accept("(warp-uniform)");
+    ticket.blocks = c.integer();
+    ticket.name = name;
+    ticket.var = s.defineVar(name);
+    return typed(Stmt::Kind::BlockTicket, std::move(ticket));
   }
+  Stmt st = make(Stmt::Kind::DefIdx);
+  st.a = parseIdx(c, s);
+  st.warpUniform = c.accept("(warp-uniform)");
   st.name = name;
   st.var = s.defineVar(name);
   return st;
@@ -410,11 +411,7 @@ const std::vector<std::pair<std::string_view, Handler>>& handlers() {
       {"fence.proxy.async.shared", plain(K::FenceProxyAsync)},
       {"cp.async.commit", plain(K::CpAsyncCommit)},
       {"cp.async.wait",
-       [](Cursor& c, KernelScope&, LineReader&) {
-         Stmt st = make(K::CpAsyncWait);
-         st.pendingGroups = static_cast<int>(c.integer());
-         return st;
-       }},
+       [](Cursor& c, KernelScope&, LineReader&) { return typed(K::CpAsyncWait, op::CpAsyncWait{static_cast<int>(c.integer())}); }},
       {"cp.async.mbarrier.arrive", mbar(K::CpAsyncMbarrierArrive)},
       {"cp.async", [](Cursor& c, KernelScope& s, LineReader&) { return cpAsync(c, s); }},
       {"mbarrier.init", mbar(K::MbarrierInit)},

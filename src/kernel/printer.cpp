@@ -65,6 +65,7 @@ struct BlockPrinter {
     return fmt::format("{}", fmt::join(names, ", "));
   }
   std::string at(const std::string& buffer, const Idx& index) const { return fmt::format("{}[{}]", buffer, idxString(index)); }
+  std::string counter(const op::Counter& c) const { return at(paramName(k, c.param), c.index); }
 
   bool control(const Stmt& s, int depth);
   bool memory(const Stmt& s);
@@ -108,10 +109,13 @@ bool BlockPrinter::memory(const Stmt& s) {
       line(fmt::format("store{} {} = ({})", s.values.size(), at(paramName(k, s.target), s.a), fmt::join(values, ", ")));
       return true;
     }
-    case Stmt::Kind::CpAsync:
-      line(fmt::format("cp.async{} shared {} <- {}{}", s.bytes, at(sharedName(k, s.target), s.a), at(paramName(k, s.param), s.b),
-                       s.validBytes ? fmt::format(" valid {} bytes", idxString(s.validBytes)) : std::string()));
+    case Stmt::Kind::CpAsync: {
+      const auto& copy = s.as<op::CpAsync>();
+      line(fmt::format("cp.async{} shared {} <- {}{}", copy.bytes, at(sharedName(k, copy.shared), copy.sharedIndex),
+                       at(paramName(k, copy.param), copy.globalIndex),
+                       copy.validBytes ? fmt::format(" valid {} bytes", idxString(copy.validBytes)) : std::string()));
       return true;
+    }
     case Stmt::Kind::Ldmatrix: {
       std::vector<std::string> slots;
       for (int slot : s.fragment) slots.push_back(floatName(k, slot));
@@ -127,19 +131,29 @@ bool BlockPrinter::memory(const Stmt& s) {
 bool BlockPrinter::synchronization(const Stmt& s) {
   switch (s.kind) {
     case Stmt::Kind::Barrier: line("barrier"); return true;
-    case Stmt::Kind::NamedBarrier: line(fmt::format("barrier {} of {} threads", s.target, s.arrivals)); return true;
-    case Stmt::Kind::BlockTicket: line(fmt::format("{} = ticket {} of {}", s.name, at(paramName(k, s.param), s.a), s.arrivals)); return true;
-    case Stmt::Kind::CounterRelease: line(fmt::format("counter.release {}", at(paramName(k, s.param), s.a))); return true;
-    case Stmt::Kind::CounterAwait:
-      line(fmt::format("counter.await {} == {}, then 0", at(paramName(k, s.param), s.a), idxString(s.b)));
+    case Stmt::Kind::NamedBarrier: {
+      const auto& bar = s.as<op::NamedBarrier>();
+      line(fmt::format("barrier {} of {} threads", bar.id, bar.threads));
       return true;
+    }
+    case Stmt::Kind::BlockTicket: {
+      const auto& ticket = s.as<op::BlockTicket>();
+      line(fmt::format("{} = ticket {} of {}", ticket.name, counter(ticket.counter), ticket.blocks));
+      return true;
+    }
+    case Stmt::Kind::CounterRelease: line(fmt::format("counter.release {}", counter(s.as<op::CounterRelease>().counter))); return true;
+    case Stmt::Kind::CounterAwait: {
+      const auto& await = s.as<op::CounterAwait>();
+      line(fmt::format("counter.await {} == {}, then 0", counter(await.counter), idxString(await.count)));
+      return true;
+    }
     case Stmt::Kind::ClusterBarrier: line("cluster.barrier"); return true;
     case Stmt::Kind::FenceMbarrierInit: line("fence.mbarrier_init.cluster"); return true;
     case Stmt::Kind::CpAsyncCommit: line("cp.async.commit"); return true;
-    case Stmt::Kind::CpAsyncWait: line(fmt::format("cp.async.wait {}", s.pendingGroups)); return true;
+    case Stmt::Kind::CpAsyncWait: line(fmt::format("cp.async.wait {}", s.as<op::CpAsyncWait>().pendingGroups)); return true;
     case Stmt::Kind::WgmmaFence: line("wgmma.fence"); return true;
     case Stmt::Kind::WgmmaCommit: line("wgmma.commit_group"); return true;
-    case Stmt::Kind::WgmmaWait: line(fmt::format("wgmma.wait_group {}", s.pendingGroups)); return true;
+    case Stmt::Kind::WgmmaWait: line(fmt::format("wgmma.wait_group {}", s.as<op::WgmmaWait>().pendingGroups)); return true;
     case Stmt::Kind::FenceProxyAsync: line("fence.proxy.async.shared"); return true;
     default: return mbarriers(s);
   }

@@ -295,41 +295,40 @@ bool Verifier::checkMemory(const Stmt& st, Scope& s) {
   return true;
 }
 
+// A counter's index is defined and provably inside a written i64 parameter of kind counters.
+void Verifier::checkCounter(const op::Counter& counter, const Scope& s, const std::string& what, const char* rule) {
+  checkIdx(counter.index, s, "a counter index");
+  if (counter.param < 0 || counter.param >= static_cast<int>(k.params.size()))
+    fail("{} at parameter #{} of {}", what, counter.param, k.params.size());
+  const Param& counters = k.params[counter.param];
+  if (!counters.written || counters.dtype != DType::I64 ||
+      p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
+    fail("{} at parameter {}: {} a written i64 buffer of kind counters", what, counters.name, rule);
+  auto r = bound(counter.index, s);
+  if (!r || r->first < 0 || r->second >= counters.elements)
+    fail("{}: counter index {} not provably within the {} counters of {}", what, toString(counter.index), counters.elements,
+         counters.name);
+}
+
 // Barriers, block tickets and the counters blocks hand work over by. False where `st` is of another family.
 bool Verifier::checkSynchronization(const Stmt& st, Scope& s) {
   switch (st.kind) {
     case Stmt::Kind::CounterRelease:
     case Stmt::Kind::CounterAwait: {
-      const char* what = st.kind == Stmt::Kind::CounterRelease ? "counter release" : "counter wait";
-      checkIdx(st.a, s, "a counter index");
-      if (st.b) checkIdx(st.b, s, "a counter's count");
-      if (st.param < 0 || st.param >= static_cast<int>(k.params.size())) fail("{} at parameter #{} of {}", what, st.param, k.params.size());
-      const Param& counters = k.params[st.param];
-      if (!counters.written || counters.dtype != DType::I64 ||
-          p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
-        fail("{} at parameter {}: counters are a written i64 buffer of kind counters", what, counters.name);
-      auto r = bound(st.a, s);
-      if (!r || r->first < 0 || r->second >= counters.elements)
-        fail("{}: counter index {} not provably within the {} counters of {}", what, toString(st.a), counters.elements, counters.name);
+      const bool release = st.kind == Stmt::Kind::CounterRelease;
+      const op::Counter& counter = release ? st.as<op::CounterRelease>().counter : st.as<op::CounterAwait>().counter;
+      if (!release) checkIdx(st.as<op::CounterAwait>().count, s, "a counter's count");
+      checkCounter(counter, s, release ? "counter release" : "counter wait", "counters are");
       return true;
     }
     case Stmt::Kind::BlockTicket: {
+      const auto& ticket = st.as<op::BlockTicket>();
       if (!divergence.empty())
-        fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", st.name, divergence);
-      checkIdx(st.a, s, "a ticket's counter index");
-      if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
-        fail("ticket {} at parameter #{} of {}", st.name, st.param, k.params.size());
-      const Param& counters = k.params[st.param];
-      if (!counters.written || counters.dtype != DType::I64 ||
-          p.buffers[static_cast<size_t>(counters.buffer)].kind != loop::Buffer::Kind::Counters)
-        fail("ticket {} at parameter {}: tickets are taken at a written i64 buffer of kind counters", st.name, counters.name);
-      if (st.arrivals < 2) fail("ticket {} of {} blocks (want 2 or more)", st.name, st.arrivals);
-      auto r = bound(st.a, s);
-      if (!r || r->first < 0 || r->second >= counters.elements)
-        fail("ticket {}: counter index {} not provably within the {} counters of {}", st.name, toString(st.a),
-             counters.elements, counters.name);
-      defineVar(st.var, st.name, s);
-      s.ranges[st.var] = Range{0, st.arrivals - 1};
+        fail("ticket {} under thread-dependent control flow `{}` (not every thread of the block reaches it)", ticket.name, divergence);
+      checkCounter(ticket.counter, s, fmt::format("ticket {}", ticket.name), "tickets are taken at");
+      if (ticket.blocks < 2) fail("ticket {} of {} blocks (want 2 or more)", ticket.name, ticket.blocks);
+      defineVar(ticket.var, ticket.name, s);
+      s.ranges[ticket.var] = Range{0, ticket.blocks - 1};
       return true;
     }
     case Stmt::Kind::Barrier:
@@ -338,11 +337,12 @@ bool Verifier::checkSynchronization(const Stmt& st, Scope& s) {
         fail("barrier under thread-dependent control flow `{}` (not every thread of the block reaches it)", divergence);
       return true;
     case Stmt::Kind::NamedBarrier: {
-      if (st.target < 1 || st.target > 15 || st.arrivals < 32 || st.arrivals % 32 != 0)
-        fail("named barrier {} of {} threads (ids 1..15, whole warps)", st.target, st.arrivals);
-      if (divergentLoop) fail("named barrier {} in a loop whose bounds depend on the thread (`{}`)", st.target, divergence);
-      std::string why = detail::checkWarpGroup(roleConditions, k.block[0] * k.block[1] * k.block[2], st.arrivals);
-      if (!why.empty()) fail("named barrier {} of {} threads: {}", st.target, st.arrivals, why);
+      const auto& bar = st.as<op::NamedBarrier>();
+      if (bar.id < 1 || bar.id > 15 || bar.threads < 32 || bar.threads % 32 != 0)
+        fail("named barrier {} of {} threads (ids 1..15, whole warps)", bar.id, bar.threads);
+      if (divergentLoop) fail("named barrier {} in a loop whose bounds depend on the thread (`{}`)", bar.id, divergence);
+      std::string why = detail::checkWarpGroup(roleConditions, k.block[0] * k.block[1] * k.block[2], bar.threads);
+      if (!why.empty()) fail("named barrier {} of {} threads: {}", bar.id, bar.threads, why);
       return true;
     }
     default: return false;
@@ -360,7 +360,7 @@ bool Verifier::checkAsyncCopy(const Stmt& st, Scope& s) {
       if (p.target.computeMajor < 9) fail("a fence of sm_90 and later on {}", p.target.arch);
       return true;
     case Stmt::Kind::CpAsyncWait:
-      if (st.pendingGroups < 0) fail("cp.async.wait {}", st.pendingGroups);
+      if (st.as<op::CpAsyncWait>().pendingGroups < 0) fail("cp.async.wait {}", st.as<op::CpAsyncWait>().pendingGroups);
       return true;
     case Stmt::Kind::MbarrierInit:
     case Stmt::Kind::MbarrierArrive:
@@ -400,8 +400,10 @@ bool Verifier::checkRegisters(const Stmt& st, Scope& s) {
       // wait_group also in the block's trailing part of a warpgroup (a producer warp: no group of its own to wait for)
       checkWarpCollective("wgmma.fence / commit_group / wait_group", kWarpgroupThreads, st.kind == Stmt::Kind::WgmmaWait);
       if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
-      if (st.kind == Stmt::Kind::WgmmaWait && (st.pendingGroups < 0 || st.pendingGroups > 7))
-        fail("wgmma.wait_group {} (want 0..7)", st.pendingGroups);
+      if (st.kind == Stmt::Kind::WgmmaWait) {
+        const int pending = st.as<op::WgmmaWait>().pendingGroups;
+        if (pending < 0 || pending > 7) fail("wgmma.wait_group {} (want 0..7)", pending);
+      }
       return true;
     case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); return true;
     case Stmt::Kind::PackPair:

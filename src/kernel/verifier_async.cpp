@@ -27,37 +27,39 @@ void Verifier::checkMbarrier(const Stmt& st, const Scope& s) {
     fail("mbarrier.wait for parity {} in [{}, {}] (want 0 or 1)", toString(wait->parity), r->first, r->second);
 }
 
-void Verifier::checkCpAsync(const Stmt& st, const Scope& s) {
-  checkIdx(st.a, s, "a cp.async shared index");
-  checkIdx(st.b, s, "a cp.async global index");
+void Verifier::checkCpAsync(const Stmt& stmt, const Scope& s) {
+  const auto& st = stmt.as<op::CpAsync>();
+  checkIdx(st.sharedIndex, s, "a cp.async shared index");
+  checkIdx(st.globalIndex, s, "a cp.async global index");
   if (st.validBytes) checkIdx(st.validBytes, s, "cp.async valid bytes");
   if (!p.target.cpAsync) fail("cp.async on {}, which does not have it", p.target.arch);
   if (st.bytes != 4 && st.bytes != 8 && st.bytes != 16) fail("cp.async of {} bytes (want 4, 8 or 16)", st.bytes);
   if (st.param < 0 || st.param >= static_cast<int>(k.params.size()))
     fail("cp.async from parameter #{} of {}", st.param, k.params.size());
-  if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
-    fail("cp.async into shared buffer #{} of {}", st.target, k.shared.size());
+  if (st.shared < 0 || st.shared >= static_cast<int>(k.shared.size()))
+    fail("cp.async into shared buffer #{} of {}", st.shared, k.shared.size());
   const Param& prm = k.params[st.param];
-  const SharedBuffer& sb = k.shared[st.target];
+  const SharedBuffer& sb = k.shared[st.shared];
   if (prm.dtype != sb.dtype || st.bytes % dtypeBytes(sb.dtype) != 0)
     fail("cp.async{} copies {} {} into shared {} of {} (same dtype, whole elements)", st.bytes, dtypeName(prm.dtype), prm.name,
          sb.name, dtypeName(sb.dtype));
   const int64_t n = st.bytes / dtypeBytes(sb.dtype);
   VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-  for (const Idx& at : {st.a, st.b})
+  for (const Idx& at : {st.sharedIndex, st.globalIndex})
     if (!provablyMultipleOf(expand(at, s), n, extents))
       fail("cp.async not provably aligned: cp.async{} shared {}[{}] <- {}[{}] needs indices that are multiples of {} (index {} "
-           "expanded: {})", st.bytes, sb.name, toString(st.a), prm.name, toString(st.b), n, toString(at), toString(expand(at, s)));
-  checkSharedIndex(st.target, st.a, s, "cp.async into");
-  checkSharedIndex(st.target, st.a + idxConst(n - 1), s, "cp.async into");
+           "expanded: {})", st.bytes, sb.name, toString(st.sharedIndex), prm.name, toString(st.globalIndex), n, toString(at),
+           toString(expand(at, s)));
+  checkSharedIndex(st.shared, st.sharedIndex, s, "cp.async into");
+  checkSharedIndex(st.shared, st.sharedIndex + idxConst(n - 1), s, "cp.async into");
   if (!s.reachable) return;
   if (st.validBytes) {
     if (auto r = bound(st.validBytes, s); r && (r->first < 0 || r->second > st.bytes))
       fail("cp.async{} valid bytes {} range over [{}, {}], outside 0..{}", st.bytes, toString(st.validBytes), r->first, r->second,
            st.bytes);
-  } else if (auto r = bound(st.b, s); r && (r->first < 0 || r->second + n > prm.elements)) {
+  } else if (auto r = bound(st.globalIndex, s); r && (r->first < 0 || r->second + n > prm.elements)) {
     fail("cp.async{} reads {}[{}] over elements [{}, {}], outside the parameter's {} elements", st.bytes, prm.name,
-         toString(st.b), r->first, r->second + n - 1, prm.elements);
+         toString(st.globalIndex), r->first, r->second + n - 1, prm.elements);
   }
 }
 

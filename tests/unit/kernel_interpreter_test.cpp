@@ -547,7 +547,7 @@ TEST(KernelInterpreter, CpAsyncFaults) {
       << msg;
   // Without the valid-bytes operand the second copy reads past x.
   Program unguarded = asyncCopy();
-  unguarded.kernels[0].body[3].validBytes = nullptr;
+  unguarded.kernels[0].body[3].as<op::CpAsync>().validBytes = nullptr;
   msg = errorOf([&] { verify(unguarded); });
   EXPECT_NE(msg.find("cp.async16 reads x[tid*4 + 256] over elements [256, 511], outside the parameter's 500 elements"),
             std::string::npos) << msg;

@@ -83,7 +83,7 @@ TEST(BlockTicket, VerifierWantsEveryThreadAndACountersBuffer) {
             std::string::npos);
 
   Program outside = meetAtCounters();
-  outside.kernels[0].body[2].a = blockIdx();  // 6 blocks, 2 counters
+  outside.kernels[0].body[2].as<op::BlockTicket>().counter.index = blockIdx();  // 6 blocks, 2 counters
   EXPECT_NE(errorOf([&] { verify(outside); }).find("not provably within the 2 counters of tickets"), std::string::npos);
 }
 
@@ -154,7 +154,7 @@ TEST(CounterHandOver, AWaitBeforeItsReleasesAndAWrongBufferAreErrors) {
   EXPECT_NE(msg.find("waits for counter counters[0] to hold 1, and it holds 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("must come earlier in grid order"), std::string::npos) << msg;
   Program partials = handOver();
-  partials.kernels[0].body[2].body[2].body[0].param = 2;  // release on the f32 partials
+  partials.kernels[0].body[2].body[2].body[0].as<op::CounterRelease>().counter.param = 2;  // release on the f32 partials
   EXPECT_NE(errorOf([&] { verify(partials); }).find("counters are a written i64 buffer of kind counters"), std::string::npos);
 }
 

@@ -91,11 +91,11 @@ struct Stmt {
     CounterAwait,           // the thread waits for a global counter to hold a count, then sets it to zero, see counterAwait()
   };
   Kind kind;
-  int var = -1;            // DefIdx / For: index variable id; Assign: float slot
+  int var = -1;            // DefIdx / For: index variable id; Assign, ShuffleXor: float slot
   std::string name;        // DefIdx / For: variable name
-  Idx a, b;                // DefIdx: a; For: begin a, end b; If: a < b; stores: a = index
+  Idx a, b;                // DefIdx: a; For: begin a, end b; If: a < b; stores, vector loads, ldmatrix: a = index
   int64_t step = 1;        // For
-  int target = -1;         // StoreGlobal: param; StoreShared: shared buffer
+  int target = -1;         // StoreGlobal, LoadVector, StoreVector: param; StoreShared, LoadSharedVector, Ldmatrix: shared buffer
   FE value;                // Assign, stores
   Block body;              // For, If
   std::vector<int> fragment;      // Mma: float slots a0..a7, b0..b3, c0..c3 (from shared: c0..c3 only)
@@ -105,16 +105,12 @@ struct Stmt {
   std::vector<FE> values;           // StoreVector: one value per element
   int srcSlot = -1;                 // ShuffleXor: the float slot read in the partner lane
   int laneMask = 0;                 // ShuffleXor
-  int param = -1;                   // CpAsync: the global source parameter (target: the shared buffer; a, b: indices)
-  int bytes = 0;                    // CpAsync: bytes copied
-  Idx validBytes;                   // CpAsync: bytes read from global (the rest zero-filled); null: all
   Idx scaleD;                       // Wgmma: D += A·B where it is nonzero or null, D = A·B where it is zero (wgmma's scale-d)
-  int pendingGroups = 0;            // CpAsyncWait
-  int64_t arrivals = 0;             // NamedBarrier: threads; BlockTicket: tickets per round
   bool transpose = false;           // Ldmatrix: .trans
   bool warpUniform = false;         // DefIdx: the same in every lane of a warp, see defWarpUniform()
-  // The typed operands of the kinds that have them (kiln/kernel/ops.h: the mbarrier family and TmaLoad), which use none
-  // of the fields above; std::monostate for the others.
+  // The typed operands of the kinds that have them (kiln/kernel/ops.h: the mbarrier family, TmaLoad, CpAsync, the
+  // group waits, NamedBarrier, BlockTicket and the counters), which use none of the fields above; std::monostate for
+  // the others.
   op::Payload op;
   template <class Op>
   const Op& as() const { return std::get<Op>(op); }

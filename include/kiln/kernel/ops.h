@@ -1,10 +1,12 @@
 // Typed Kernel IR operations: a statement kind's operands as a struct of its own, each field meaning one thing, held
-// in Stmt::op (kiln/kernel/ir.h). The mbarrier family and the TMA copy that completes on an mbarrier are typed; the
-// other kinds still keep their operands in Stmt's shared fields (`target`, `a`, `b`, ...), whose meaning changes by
+// in Stmt::op (kiln/kernel/ir.h). Typed so far: the mbarrier family and the TMA copy that completes on an mbarrier;
+// cp.async and the waits for asynchronous groups; named barriers, block tickets and counters. The other kinds still keep their operands in Stmt's shared fields (`target`, `a`, `b`, ...), whose meaning changes by
 // kind, and move here family by family (docs/pipeline.md, "Kernel IR"). The constructors (mbarrierInit(), tmaLoad(),
 // ... in ir.h) set Stmt::kind and Stmt::op together; what each operation does is documented there.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -53,9 +55,50 @@ struct TmaLoad {
   bool elected = false;
 };
 
+// `bytes` (4, 8 or 16) bytes from parameter `param` at element `globalIndex` to shared buffer `shared` at element
+// `sharedIndex`; with `validBytes` (null: all) only that many are read and the rest zero-filled.
+struct CpAsync {
+  int shared = -1;
+  Idx sharedIndex;
+  int param = -1;
+  Idx globalIndex;
+  int bytes = 0;
+  Idx validBytes;
+};
+struct CpAsyncWait {  // the thread waits for all but its `pendingGroups` newest committed cp.async groups
+  int pendingGroups = 0;
+};
+struct WgmmaWait {  // the warpgroup waits until at most `pendingGroups` of its committed wgmma groups are in flight
+  int pendingGroups = 0;
+};
+struct NamedBarrier {  // bar.sync id, threads: a barrier of `threads` threads (whole warps), id 1..15
+  int id = 0;
+  int64_t threads = 0;
+};
+
+// A counter blocks meet at: element `index` of kernel parameter `param`, an i64 buffer of kind counters.
+struct Counter {
+  int param = -1;
+  Idx index;
+};
+struct BlockTicket {  // index variable `var` (`name`) = the block's ticket at `counter`, back to zero after `blocks`
+  int var = -1;
+  std::string name;
+  Counter counter;
+  int64_t blocks = 0;
+};
+struct CounterRelease {  // one thread adds one to the counter, releasing its block's earlier stores
+  Counter counter;
+};
+struct CounterAwait {  // one thread waits for the counter to hold `count`, then sets it to zero
+  Counter counter;
+  Idx count;
+};
+
 // monostate: a statement whose operands are still in Stmt's shared fields.
 using Payload = std::variant<std::monostate, MbarrierInit, MbarrierArrive, MbarrierArriveCluster, CpAsyncMbarrierArrive,
-                             MbarrierExpectTx, MbarrierWait, TmaLoad>;
+                             MbarrierExpectTx, MbarrierWait, TmaLoad, CpAsync, CpAsyncWait, WgmmaWait, NamedBarrier, BlockTicket,
+                             CounterRelease, CounterAwait>;
 
 // The mbarrier an operation of the family arrives on, waits for or completes its bytes on; null for any other payload.
 const Mbarrier* mbarrierOf(const Payload& p);
