@@ -117,7 +117,7 @@ class Emitter {
   static void collectAsyncTargets(const kernel::Block& b, std::set<int>& out, std::set<int>& tma) {
     for (const kernel::Stmt& s : b) {
       if (s.kind == kernel::Stmt::Kind::CpAsync) out.insert(s.as<kernel::op::CpAsync>().shared);
-      if (s.kind == kernel::Stmt::Kind::LoadSharedVector) out.insert(s.target);
+      if (s.kind == kernel::Stmt::Kind::LoadSharedVector) out.insert(s.as<kernel::op::LoadSharedVector>().shared);
       if (s.kind == kernel::Stmt::Kind::TmaLoad) tma.insert(s.as<kernel::op::TmaLoad>().shared);
       collectAsyncTargets(s.body, out, tma);
     }
@@ -192,36 +192,38 @@ class Emitter {
     using K = kernel::Stmt::Kind;
     switch (s.kind) {
       case K::StoreGlobal: {
-        const auto& prm = k_.params[s.target];
-        out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, params_[s.target], idx(s.a), cudaTypeName(prm.dtype),
-                           fe(s.value));
+        const auto& store = s.as<kernel::op::StoreGlobal>();
+        out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, params_[store.param], idx(store.index),
+                           cudaTypeName(k_.params[store.param].dtype), fe(store.value));
         return true;
       }
-      case K::StoreShared:
-        if (k_.shared[s.target].dtype == DType::F32)
-          out += fmt::format("{}{}[{}] = {};\n", pad, shared_[s.target], idx(s.a), fe(s.value));
+      case K::StoreShared: {
+        const auto& store = s.as<kernel::op::StoreShared>();
+        const DType dtype = k_.shared[store.shared].dtype;
+        if (dtype == DType::F32)
+          out += fmt::format("{}{}[{}] = {};\n", pad, shared_[store.shared], idx(store.index), fe(store.value));
         else
-          out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, shared_[s.target], idx(s.a),
-                             cudaTypeName(k_.shared[s.target].dtype), fe(s.value));
+          out += fmt::format("{}{}[{}] = kiln::from_f32<{}>({});\n", pad, shared_[store.shared], idx(store.index), cudaTypeName(dtype),
+                             fe(store.value));
         return true;
+      }
       case K::LoadVector: {
-        std::vector<std::string> slots;
-        for (int slot : s.fragment) slots.push_back(floats_[slot]);
-        out += fmt::format("{}kiln::load_vec<{}>({} + ({}), {});\n", pad, s.fragment.size(), params_[s.target], idx(s.a),
-                           fmt::join(slots, ", "));
+        const auto& load = s.as<kernel::op::LoadVector>();
+        out += fmt::format("{}kiln::load_vec<{}>({} + ({}), {});\n", pad, load.slots.size(), params_[load.param], idx(load.index),
+                           slotList(load.slots));
         return true;
       }
       case K::LoadSharedVector: {
-        std::vector<std::string> slots;
-        for (int slot : s.fragment) slots.push_back(floats_[slot]);
-        out += fmt::format("{}kiln::load_shared_vec<{}>(&{}[{}], {});\n", pad, s.fragment.size(), shared_[s.target], idx(s.a),
-                           fmt::join(slots, ", "));
+        const auto& load = s.as<kernel::op::LoadSharedVector>();
+        out += fmt::format("{}kiln::load_shared_vec<{}>(&{}[{}], {});\n", pad, load.slots.size(), shared_[load.shared], idx(load.index),
+                           slotList(load.slots));
         return true;
       }
       case K::StoreVector: {
+        const auto& store = s.as<kernel::op::StoreVector>();
         std::vector<std::string> values;
-        for (auto& v : s.values) values.push_back(fe(v));
-        out += fmt::format("{}kiln::store_vec<{}>({} + ({}), {});\n", pad, s.values.size(), params_[s.target], idx(s.a),
+        for (auto& v : store.values) values.push_back(fe(v));
+        out += fmt::format("{}kiln::store_vec<{}>({} + ({}), {});\n", pad, store.values.size(), params_[store.param], idx(store.index),
                            fmt::join(values, ", "));
         return true;
       }
@@ -271,6 +273,13 @@ class Emitter {
       default: return false;
     }
     return true;
+  }
+
+  // The names of float slots, comma-separated.
+  std::string slotList(const std::vector<int>& slots) {
+    std::vector<std::string> names;
+    for (int slot : slots) names.push_back(floats_[slot]);
+    return fmt::format("{}", fmt::join(names, ", "));
   }
 
   // `param[index]` of a counter.

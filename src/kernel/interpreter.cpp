@@ -71,7 +71,11 @@ void scanBlock(const Block& body, int depth, Dims& d) {
     if (s.b) scanIdx(s.b, d);
     for (auto& pair : s.pairs) scanIdx(pair, d);
     if (s.value) scanExpr(s.value, d);
-    for (auto& v : s.values) scanExpr(v, d);
+    for (const FE* v : op::floatValues(s.op)) scanExpr(*v, d);
+    for (int slot : op::floatSlotsWritten(s.op)) {
+      KILN_ASSERT(slot >= 0, "a load into negative float slot {}", slot);
+      d.maxSlot = std::max(d.maxSlot, slot);
+    }
     if (s.kind == Stmt::Kind::ShuffleXor) {
       KILN_ASSERT(s.var >= 0 && s.srcSlot >= 0, "shuffle with negative float slot {} or {}", s.var, s.srcSlot);
       d.maxSlot = std::max({d.maxSlot, s.var, s.srcSlot});
@@ -131,18 +135,18 @@ float Machine::eval(const FExpr& e, int64_t t) {
 
 // The first element of a vector access by thread t: in bounds and a multiple of the width, as the hardware's
 // aligned vector instructions require.
-int64_t Machine::vectorStart(const Stmt& s, int64_t t, size_t width, const char* verb) {
-  KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: vector access to parameter #{} of {}",
-              k.name, s.target, k.params.size());
-  const Param& prm = k.params[s.target];
+int64_t Machine::vectorStart(int param, const Idx& index, int64_t t, size_t width, const char* verb) {
+  KILN_ASSERT(param >= 0 && param < static_cast<int>(k.params.size()), "kernel {}: vector access to parameter #{} of {}", k.name,
+              param, k.params.size());
+  const Param& prm = k.params[param];
   const int64_t n = static_cast<int64_t>(buffers[prm.buffer].size()), w = static_cast<int64_t>(width);
-  int64_t i = evaluate(s.a, env[t], &loader);
+  int64_t i = evaluate(index, env[t], &loader);
   if (i < 0 || i + w > n)
     raise(fmt::format("kernel {}: thread {} of block {} {}{} {}[{}..{}] out of bounds ({} elements; index {})", k.name, t, block,
-                      verb, width, prm.name, i, i + w - 1, n, toString(s.a)));
+                      verb, width, prm.name, i, i + w - 1, n, toString(index)));
   if (i % w != 0)
     raise(fmt::format("kernel {}: thread {} of block {} {}{} {}[{}]: misaligned vector access (index not a multiple of {}; "
-                      "index {})", k.name, t, block, verb, width, prm.name, i, width, toString(s.a)));
+                      "index {})", k.name, t, block, verb, width, prm.name, i, width, toString(index)));
   return i;
 }
 
@@ -199,43 +203,45 @@ bool Machine::execMemory(const Stmt& s, int depth) {
   const std::vector<uint8_t>& mask = masks[depth];
   switch (s.kind) {
     case Stmt::Kind::StoreGlobal: {
-      KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(k.params.size()), "kernel {}: store to parameter #{} of {}",
-                  k.name, s.target, k.params.size());
-      const Param& prm = k.params[s.target];
+      const auto& store = s.as<op::StoreGlobal>();
+      KILN_ASSERT(store.param >= 0 && store.param < static_cast<int>(k.params.size()), "kernel {}: store to parameter #{} of {}",
+                  k.name, store.param, k.params.size());
+      const Param& prm = k.params[store.param];
       std::vector<float>& data = buffers[prm.buffer];
       DType dtype = p.buffers[prm.buffer].dtype;
       // Every active thread evaluates before any writes: the statement completes in lockstep.
       for (int64_t t = 0; t < T; ++t) {
         if (!mask[t]) continue;
-        int64_t i = evaluate(s.a, env[t], &loader);
+        int64_t i = evaluate(store.index, env[t], &loader);
         if (i < 0 || i >= static_cast<int64_t>(data.size()))
           raise(fmt::format("kernel {}: thread {} of block {} stores {}[{}] out of bounds ({} elements; index {})", k.name,
-                            t, block, prm.name, i, data.size(), toString(s.a)));
+                            t, block, prm.name, i, data.size(), toString(store.index)));
         idxTmp[t] = i;
-        valTmp[t] = loop::roundTo(dtype, eval(*s.value, t));
+        valTmp[t] = loop::roundTo(dtype, eval(*store.value, t));
       }
       for (int64_t t = 0; t < T; ++t)
         if (mask[t]) data[idxTmp[t]] = valTmp[t];
       return true;
     }
     case Stmt::Kind::StoreShared: {
-      KILN_ASSERT(s.target >= 0 && s.target < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
-                  k.name, s.target, shared.size());
-      std::vector<float>& data = shared[s.target];
+      const auto& store = s.as<op::StoreShared>();
+      KILN_ASSERT(store.shared >= 0 && store.shared < static_cast<int>(shared.size()), "kernel {}: shared buffer #{} of {}",
+                  k.name, store.shared, shared.size());
+      std::vector<float>& data = shared[store.shared];
       for (int64_t t = 0; t < T; ++t) {
         if (!mask[t]) continue;
-        int64_t i = evaluate(s.a, env[t], &loader);
+        int64_t i = evaluate(store.index, env[t], &loader);
         if (i < 0 || i >= static_cast<int64_t>(data.size()))
           raise(fmt::format("kernel {}: thread {} of block {} stores shared {}[{}] out of bounds ({} elements; index {})",
-                            k.name, t, block, k.shared[s.target].name, i, data.size(), toString(s.a)));
+                            k.name, t, block, k.shared[store.shared].name, i, data.size(), toString(store.index)));
         idxTmp[t] = i;
-        valTmp[t] = loop::roundTo(k.shared[s.target].dtype, eval(*s.value, t));  // f32 buffers: unchanged
+        valTmp[t] = loop::roundTo(k.shared[store.shared].dtype, eval(*store.value, t));  // f32 buffers: unchanged
       }
       for (int64_t t = 0; t < T; ++t)
         if (mask[t]) {
-          checkSharedWrite(s.target, idxTmp[t], t);
+          checkSharedWrite(store.shared, idxTmp[t], t);
           data[idxTmp[t]] = valTmp[t];
-          written[s.target][idxTmp[t]] = 1;
+          written[store.shared][idxTmp[t]] = 1;
         }
       return true;
     }
@@ -356,34 +362,40 @@ bool Machine::execRegisters(const Stmt& s, int depth) {
                 loop::roundTo(s.operandType, floats[t * nf + s.fragment[static_cast<size_t>(e)]]);
       return true;
     case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); return true;
-    case Stmt::Kind::LoadSharedVector:
+    case Stmt::Kind::LoadSharedVector: {
+      const auto& load = s.as<op::LoadSharedVector>();
       for (int64_t t = 0; t < T; ++t) {
         if (!mask[t]) continue;
-        const int64_t i = evaluate(s.a, env[t], &loader), w = static_cast<int64_t>(s.fragment.size());
+        const int64_t i = evaluate(load.index, env[t], &loader), w = static_cast<int64_t>(load.slots.size());
         if (i % w != 0)
           raise(fmt::format("kernel {}: thread {} of block {} loads a vector of {} from shared {}[{}], not aligned (index {})",
-                            k.name, t, block, w, k.shared[s.target].name, i, toString(s.a)));
-        for (int64_t e = 0; e < w; ++e) floats[t * nf + s.fragment[static_cast<size_t>(e)]] = readShared(s.target, i + e, t, s.a);
+                            k.name, t, block, w, k.shared[load.shared].name, i, toString(load.index)));
+        for (int64_t e = 0; e < w; ++e)
+          floats[t * nf + load.slots[static_cast<size_t>(e)]] = readShared(load.shared, i + e, t, load.index);
       }
       return true;
-    case Stmt::Kind::LoadVector:
+    }
+    case Stmt::Kind::LoadVector: {
+      const auto& load = s.as<op::LoadVector>();
       for (int64_t t = 0; t < T; ++t) {
         if (!mask[t]) continue;
-        int64_t i = vectorStart(s, t, s.fragment.size(), "loads vector");
-        const std::vector<float>& data = buffers[k.params[s.target].buffer];
-        for (size_t e = 0; e < s.fragment.size(); ++e) floats[t * nf + s.fragment[e]] = data[i + static_cast<int64_t>(e)];
+        int64_t i = vectorStart(load.param, load.index, t, load.slots.size(), "loads vector");
+        const std::vector<float>& data = buffers[k.params[load.param].buffer];
+        for (size_t e = 0; e < load.slots.size(); ++e) floats[t * nf + load.slots[e]] = data[i + static_cast<int64_t>(e)];
       }
       return true;
+    }
     case Stmt::Kind::StoreVector: {
-      const size_t w = s.values.size();
+      const auto& store = s.as<op::StoreVector>();
+      const size_t w = store.values.size();
       std::vector<float> vals(static_cast<size_t>(T) * w);
       for (int64_t t = 0; t < T; ++t) {
         if (!mask[t]) continue;
-        idxTmp[t] = vectorStart(s, t, w, "stores vector");
-        DType dtype = p.buffers[k.params[s.target].buffer].dtype;
-        for (size_t e = 0; e < w; ++e) vals[t * w + e] = loop::roundTo(dtype, eval(*s.values[e], t));
+        idxTmp[t] = vectorStart(store.param, store.index, t, w, "stores vector");
+        DType dtype = p.buffers[k.params[store.param].buffer].dtype;
+        for (size_t e = 0; e < w; ++e) vals[t * w + e] = loop::roundTo(dtype, eval(*store.values[e], t));
       }
-      std::vector<float>& data = buffers[k.params[s.target].buffer];
+      std::vector<float>& data = buffers[k.params[store.param].buffer];
       for (int64_t t = 0; t < T; ++t)
         if (mask[t])
           for (size_t e = 0; e < w; ++e) data[idxTmp[t] + static_cast<int64_t>(e)] = vals[t * w + e];

@@ -120,7 +120,7 @@ struct Machine {
   bool execAsyncCopy(const Stmt& s, int depth);
   bool execRegisters(const Stmt& s, int depth);
   float eval(const FExpr& e, int64_t t);
-  int64_t vectorStart(const Stmt& s, int64_t t, size_t width, const char* verb);
+  int64_t vectorStart(int param, const Idx& index, int64_t t, size_t width, const char* verb);
 
   // interpreter_warp.cpp
   void mmaStep(const Stmt& s, const std::vector<uint8_t>& mask);

@@ -125,20 +125,12 @@ Stmt ifLess(Idx lhs, Idx rhs, Block body) {
 
 Stmt storeGlobal(int param, Idx index, FE value) {
   KILN_ASSERT(param >= 0 && index && value, "storeGlobal: bad param {} or null operand", param);
-  Stmt s = makeStmt(Stmt::Kind::StoreGlobal);
-  s.target = param;
-  s.a = std::move(index);
-  s.value = std::move(value);
-  return s;
+  return typed(Stmt::Kind::StoreGlobal, op::StoreGlobal{param, std::move(index), std::move(value)});
 }
 
 Stmt storeShared(int buffer, Idx index, FE value) {
   KILN_ASSERT(buffer >= 0 && index && value, "storeShared: bad shared buffer {} or null operand", buffer);
-  Stmt s = makeStmt(Stmt::Kind::StoreShared);
-  s.target = buffer;
-  s.a = std::move(index);
-  s.value = std::move(value);
-  return s;
+  return typed(Stmt::Kind::StoreShared, op::StoreShared{buffer, std::move(index), std::move(value)});
 }
 
 Stmt barrier() { return makeStmt(Stmt::Kind::Barrier); }
@@ -216,11 +208,7 @@ Stmt loadVector(int param, Idx index, std::vector<int> slots) {
   KILN_ASSERT(param >= 0 && index, "loadVector: bad param {} or null index", param);
   KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "loadVector: width {} (want 2, 4 or 8)", w);
   for (int slot : slots) KILN_ASSERT(slot >= 0, "loadVector: negative float slot {}", slot);
-  Stmt s = makeStmt(Stmt::Kind::LoadVector);
-  s.target = param;
-  s.a = std::move(index);
-  s.fragment = std::move(slots);
-  return s;
+  return typed(Stmt::Kind::LoadVector, op::LoadVector{param, std::move(index), std::move(slots)});
 }
 
 Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots) {
@@ -228,11 +216,7 @@ Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots) {
   KILN_ASSERT(sharedBuf >= 0 && index, "loadSharedVector: bad shared buffer {} or null index", sharedBuf);
   KILN_ASSERT(w == 2 || w == 4 || w == 8, "loadSharedVector: width {} (want 2, 4 or 8)", w);
   for (int slot : slots) KILN_ASSERT(slot >= 0, "loadSharedVector: negative float slot {}", slot);
-  Stmt s = makeStmt(Stmt::Kind::LoadSharedVector);
-  s.target = sharedBuf;
-  s.a = std::move(index);
-  s.fragment = std::move(slots);
-  return s;
+  return typed(Stmt::Kind::LoadSharedVector, op::LoadSharedVector{sharedBuf, std::move(index), std::move(slots)});
 }
 
 Stmt storeVector(int param, Idx index, std::vector<FE> values) {
@@ -240,11 +224,7 @@ Stmt storeVector(int param, Idx index, std::vector<FE> values) {
   KILN_ASSERT(param >= 0 && index, "storeVector: bad param {} or null index", param);
   KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "storeVector: width {} (want 2, 4 or 8)", w);
   for (auto& v : values) KILN_ASSERT(v != nullptr, "storeVector: null value");
-  Stmt s = makeStmt(Stmt::Kind::StoreVector);
-  s.target = param;
-  s.a = std::move(index);
-  s.values = std::move(values);
-  return s;
+  return typed(Stmt::Kind::StoreVector, op::StoreVector{param, std::move(index), std::move(values)});
 }
 
 Stmt packPair(DType type, int reg, int lo, int hi) {

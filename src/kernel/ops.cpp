@@ -9,6 +9,8 @@ template <class T>
 concept NamesMbarrier = requires(const T& o) { o.barrier; };
 template <class T>
 concept NamesCounter = requires(const T& o) { o.counter; };
+template <class T>
+concept IndexesMemory = requires(const T& o) { o.index; };
 }  // namespace
 
 const Mbarrier* mbarrierOf(const Payload& p) {
@@ -34,9 +36,25 @@ std::vector<const Idx*> indices(const Payload& p) {
                                  using T = std::decay_t<decltype(o)>;
                                  if constexpr (NamesMbarrier<T>) return List{&o.barrier.index};
                                  else if constexpr (NamesCounter<T>) return List{&o.counter.index};
+                                 else if constexpr (IndexesMemory<T>) return List{&o.index};
                                  else return List{};
                                }},
                     p);
+}
+
+std::vector<const FE*> floatValues(const Payload& p) {
+  if (auto* store = std::get_if<StoreGlobal>(&p)) return {&store->value};
+  if (auto* store = std::get_if<StoreShared>(&p)) return {&store->value};
+  std::vector<const FE*> values;
+  if (auto* store = std::get_if<StoreVector>(&p))
+    for (const FE& v : store->values) values.push_back(&v);
+  return values;
+}
+
+std::vector<int> floatSlotsWritten(const Payload& p) {
+  if (auto* load = std::get_if<LoadVector>(&p)) return load->slots;
+  if (auto* load = std::get_if<LoadSharedVector>(&p)) return load->slots;
+  return {};
 }
 
 bool isElected(const Payload& p) {

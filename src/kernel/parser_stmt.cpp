@@ -90,30 +90,27 @@ Stmt control(Cursor& c, KernelScope& s, LineReader& lines, bool isFor) {
 
 Stmt store(Cursor& c, KernelScope& s) {
   if (c.acceptWord("shared")) {
-    Stmt st = make(Stmt::Kind::StoreShared);
-    std::tie(st.target, st.a) = sharedAt(c, s);
+    op::StoreShared store;
+    std::tie(store.shared, store.index) = sharedAt(c, s);
     c.expect("=");
-    st.value = parseFExpr(c, s);
-    return st;
+    store.value = parseFExpr(c, s);
+    return typed(Stmt::Kind::StoreShared, std::move(store));
   }
   auto rest = c.rest();
   bool vector = !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]));
   int64_t width = vector ? c.integer() : 0;
-  Stmt st = make(vector ? Stmt::Kind::StoreVector : Stmt::Kind::StoreGlobal);
-  std::tie(st.target, st.a) = paramAt(c, s);
+  auto [param, index] = paramAt(c, s);
   c.expect("=");
-  if (!vector) {
-    st.value = parseFExpr(c, s);
-    return st;
-  }
+  if (!vector) return typed(Stmt::Kind::StoreGlobal, op::StoreGlobal{param, std::move(index), parseFExpr(c, s)});
+  op::StoreVector store{param, std::move(index), {}};
   size_t col = c.here();
   c.expect("(");
-  do st.values.push_back(parseFExpr(c, s));
+  do store.values.push_back(parseFExpr(c, s));
   while (c.accept(","));
   c.expect(")");
-  if (static_cast<int64_t>(st.values.size()) != width)
-    c.fail(fmt::format("store{} with {} values", width, st.values.size()), col);
-  return st;
+  if (static_cast<int64_t>(store.values.size()) != width)
+    c.fail(fmt::format("store{} with {} values", width, store.values.size()), col);
+  return typed(Stmt::Kind::StoreVector, std::move(store));
 }
 
 Stmt barriers(Cursor& c) {
@@ -350,11 +347,10 @@ Stmt assignment(Cursor& c, KernelScope& s) {
     size_t wcol = c.here();
     int64_t width = c.integer();
     bool shared = c.acceptWord("shared");
-    Stmt st = make(shared ? Stmt::Kind::LoadSharedVector : Stmt::Kind::LoadVector);
-    std::tie(st.target, st.a) = shared ? sharedAt(c, s) : paramAt(c, s);
+    auto [buffer, index] = shared ? sharedAt(c, s) : paramAt(c, s);
     if (width != static_cast<int64_t>(slots.size())) c.fail(fmt::format("load{} into {} slots", width, slots.size()), wcol);
-    st.fragment = slots;
-    return st;
+    if (shared) return typed(Stmt::Kind::LoadSharedVector, op::LoadSharedVector{buffer, std::move(index), slots});
+    return typed(Stmt::Kind::LoadVector, op::LoadVector{buffer, std::move(index), slots});
   }
   if (slots.size() != 1) c.fail("expected one float slot on the left of '='", col);
   if (c.accept("shfl.xor")) {

@@ -92,21 +92,33 @@ bool BlockPrinter::control(const Stmt& s, int depth) {
 
 bool BlockPrinter::memory(const Stmt& s) {
   switch (s.kind) {
-    case Stmt::Kind::StoreGlobal: line(fmt::format("store {} = {}", at(paramName(k, s.target), s.a), exprString(k, s.value))); return true;
-    case Stmt::Kind::StoreShared:
-      line(fmt::format("store shared {} = {}", at(sharedName(k, s.target), s.a), exprString(k, s.value)));
+    case Stmt::Kind::StoreGlobal: {
+      const auto& store = s.as<op::StoreGlobal>();
+      line(fmt::format("store {} = {}", at(paramName(k, store.param), store.index), exprString(k, store.value)));
       return true;
-    case Stmt::Kind::LoadVector:
-      line(fmt::format("{} = load{} {}", floats(s.fragment, 0, s.fragment.size()), s.fragment.size(), at(paramName(k, s.target), s.a)));
+    }
+    case Stmt::Kind::StoreShared: {
+      const auto& store = s.as<op::StoreShared>();
+      line(fmt::format("store shared {} = {}", at(sharedName(k, store.shared), store.index), exprString(k, store.value)));
       return true;
-    case Stmt::Kind::LoadSharedVector:
-      line(fmt::format("{} = load{} shared {}", floats(s.fragment, 0, s.fragment.size()), s.fragment.size(),
-                       at(sharedName(k, s.target), s.a)));
+    }
+    case Stmt::Kind::LoadVector: {
+      const auto& load = s.as<op::LoadVector>();
+      line(fmt::format("{} = load{} {}", floats(load.slots, 0, load.slots.size()), load.slots.size(),
+                       at(paramName(k, load.param), load.index)));
       return true;
+    }
+    case Stmt::Kind::LoadSharedVector: {
+      const auto& load = s.as<op::LoadSharedVector>();
+      line(fmt::format("{} = load{} shared {}", floats(load.slots, 0, load.slots.size()), load.slots.size(),
+                       at(sharedName(k, load.shared), load.index)));
+      return true;
+    }
     case Stmt::Kind::StoreVector: {
+      const auto& store = s.as<op::StoreVector>();
       std::vector<std::string> values;
-      for (auto& v : s.values) values.push_back(exprString(k, v));
-      line(fmt::format("store{} {} = ({})", s.values.size(), at(paramName(k, s.target), s.a), fmt::join(values, ", ")));
+      for (auto& v : store.values) values.push_back(exprString(k, v));
+      line(fmt::format("store{} {} = ({})", store.values.size(), at(paramName(k, store.param), store.index), fmt::join(values, ", ")));
       return true;
     }
     case Stmt::Kind::CpAsync: {

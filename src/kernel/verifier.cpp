@@ -248,51 +248,59 @@ bool Verifier::checkControl(const Stmt& st, Scope& s) {
 bool Verifier::checkMemory(const Stmt& st, Scope& s) {
   switch (st.kind) {
     case Stmt::Kind::StoreGlobal: {
-      checkIdx(st.a, s, "a global store");
-      checkExpr(st.value, s);
-      if (st.target < 0 || st.target >= static_cast<int>(k.params.size()))
-        fail("store to parameter #{} of {}", st.target, k.params.size());
-      if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+      const auto& store = st.as<op::StoreGlobal>();
+      checkIdx(store.index, s, "a global store");
+      checkExpr(store.value, s);
+      if (store.param < 0 || store.param >= static_cast<int>(k.params.size()))
+        fail("store to parameter #{} of {}", store.param, k.params.size());
+      if (!k.params[store.param].written) fail("store to parameter {}, which is not marked written", k.params[store.param].name);
       return true;
     }
-    case Stmt::Kind::StoreShared:
-      checkIdx(st.a, s, "a shared store");
-      checkExpr(st.value, s);
-      checkSharedIndex(st.target, st.a, s, "store");
-      return true;
-    case Stmt::Kind::LoadVector:
-      checkIdx(st.a, s, "a vector load");
-      checkVectorAccess(st.target, st.a, st.fragment.size(), s, "load");
-      for (int slot : st.fragment) checkSlotWrite(slot, "vector load");
-      return true;
-    case Stmt::Kind::LoadSharedVector: {
-      checkIdx(st.a, s, "a shared vector load");
-      const size_t w = st.fragment.size();
-      if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
-        fail("shared vector load from buffer #{} of {}", st.target, k.shared.size());
-      const SharedBuffer& sb = k.shared[st.target];
-      const size_t bytes = w * static_cast<size_t>(dtypeBytes(sb.dtype));
-      if (sb.mbarriers || (w != 2 && w != 4 && w != 8) || bytes < 8 || bytes > 16)
-        fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)", w,
-             dtypeName(sb.dtype), sb.name);
-      VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-      if (!provablyMultipleOf(expand(st.a, s), static_cast<int64_t>(w), extents))
-        fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,
-             toString(st.a), w, toString(expand(st.a, s)));
-      checkSharedIndex(st.target, st.a, s, "shared vector load");
-      checkSharedIndex(st.target, st.a + idxConst(static_cast<int64_t>(w) - 1), s, "shared vector load");
-      for (int slot : st.fragment) checkSlotWrite(slot, "shared vector load");
+    case Stmt::Kind::StoreShared: {
+      const auto& store = st.as<op::StoreShared>();
+      checkIdx(store.index, s, "a shared store");
+      checkExpr(store.value, s);
+      checkSharedIndex(store.shared, store.index, s, "store");
       return true;
     }
-    case Stmt::Kind::StoreVector:
-      checkIdx(st.a, s, "a vector store");
-      for (auto& v : st.values) checkExpr(v, s);
-      checkVectorAccess(st.target, st.a, st.values.size(), s, "store");
-      if (!k.params[st.target].written) fail("store to parameter {}, which is not marked written", k.params[st.target].name);
+    case Stmt::Kind::LoadVector: {
+      const auto& load = st.as<op::LoadVector>();
+      checkIdx(load.index, s, "a vector load");
+      checkVectorAccess(load.param, load.index, load.slots.size(), s, "load");
+      for (int slot : load.slots) checkSlotWrite(slot, "vector load");
       return true;
+    }
+    case Stmt::Kind::LoadSharedVector: checkSharedVectorLoad(st.as<op::LoadSharedVector>(), s); return true;
+    case Stmt::Kind::StoreVector: {
+      const auto& store = st.as<op::StoreVector>();
+      checkIdx(store.index, s, "a vector store");
+      for (auto& v : store.values) checkExpr(v, s);
+      checkVectorAccess(store.param, store.index, store.values.size(), s, "store");
+      if (!k.params[store.param].written) fail("store to parameter {}, which is not marked written", k.params[store.param].name);
+      return true;
+    }
     default: return false;
   }
   return true;
+}
+
+void Verifier::checkSharedVectorLoad(const op::LoadSharedVector& load, const Scope& s) {
+  checkIdx(load.index, s, "a shared vector load");
+  const size_t w = load.slots.size();
+  if (load.shared < 0 || load.shared >= static_cast<int>(k.shared.size()))
+    fail("shared vector load from buffer #{} of {}", load.shared, k.shared.size());
+  const SharedBuffer& sb = k.shared[load.shared];
+  const size_t bytes = w * static_cast<size_t>(dtypeBytes(sb.dtype));
+  if (sb.mbarriers || (w != 2 && w != 4 && w != 8) || bytes < 8 || bytes > 16)
+    fail("shared vector load of {} x {} from {}: vectors are 2 or 4 f32, or 4 or 8 bf16/f16 (8 or 16 bytes)", w,
+         dtypeName(sb.dtype), sb.name);
+  VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
+  if (!provablyMultipleOf(expand(load.index, s), static_cast<int64_t>(w), extents))
+    fail("shared vector load not provably aligned: {}[{}] needs an index that is a multiple of {} (expanded: {})", sb.name,
+         toString(load.index), w, toString(expand(load.index, s)));
+  checkSharedIndex(load.shared, load.index, s, "shared vector load");
+  checkSharedIndex(load.shared, load.index + idxConst(static_cast<int64_t>(w) - 1), s, "shared vector load");
+  for (int slot : load.slots) checkSlotWrite(slot, "shared vector load");
 }
 
 // A counter's index is defined and provably inside a written i64 parameter of kind counters.

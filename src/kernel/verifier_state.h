@@ -83,6 +83,7 @@ struct Verifier {
   // Asynchronous copies and tensor cores (verifier_async.cpp).
   // mbarrier statements: sm_80+; a buffer of mbarriers, in bounds; 1 to (block threads) arrivals; a parity of 0 or 1.
   void checkMbarrier(const Stmt& st, const Scope& s);
+  void checkSharedVectorLoad(const op::LoadSharedVector& load, const Scope& s);
   void checkCounter(const op::Counter& counter, const Scope& s, const std::string& what, const char* rule);
   // cp.async: an instruction of the target; same dtype on both sides; both indices provably aligned to the copy;
   // the shared range within its buffer and, without a valid-bytes operand, the global range within its parameter.

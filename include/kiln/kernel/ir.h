@@ -28,8 +28,6 @@ constexpr int kBlockIdx = 1;
 Idx threadIdx();
 Idx blockIdx();
 
-struct FExpr;
-using FE = std::shared_ptr<const FExpr>;
 struct FExpr {
   enum class Kind { Const, Var, LoadGlobal, LoadShared, Apply, Select };
   Kind kind;
@@ -93,24 +91,23 @@ struct Stmt {
   Kind kind;
   int var = -1;            // DefIdx / For: index variable id; Assign, ShuffleXor: float slot
   std::string name;        // DefIdx / For: variable name
-  Idx a, b;                // DefIdx: a; For: begin a, end b; If: a < b; stores, vector loads, ldmatrix: a = index
+  Idx a, b;                // DefIdx: a; For: begin a, end b; If: a < b; Ldmatrix: a = index
   int64_t step = 1;        // For
-  int target = -1;         // StoreGlobal, LoadVector, StoreVector: param; StoreShared, LoadSharedVector, Ldmatrix: shared buffer
-  FE value;                // Assign, stores
+  int target = -1;         // Ldmatrix: shared buffer
+  FE value;                // Assign
   Block body;              // For, If
   std::vector<int> fragment;      // Mma: float slots a0..a7, b0..b3, c0..c3 (from shared: c0..c3 only)
   DType operandType = DType::BF16;  // Mma: A and B are rounded to this type (bf16 or f16)
   int sharedA = -1, sharedB = -1;   // Mma from shared: the buffers A and B are read from
   std::vector<Idx> pairs;           // Mma from shared: element index of pairs a01 a23 a45 a67 b01 b23
-  std::vector<FE> values;           // StoreVector: one value per element
   int srcSlot = -1;                 // ShuffleXor: the float slot read in the partner lane
   int laneMask = 0;                 // ShuffleXor
   Idx scaleD;                       // Wgmma: D += A·B where it is nonzero or null, D = A·B where it is zero (wgmma's scale-d)
   bool transpose = false;           // Ldmatrix: .trans
   bool warpUniform = false;         // DefIdx: the same in every lane of a warp, see defWarpUniform()
   // The typed operands of the kinds that have them (kiln/kernel/ops.h: the mbarrier family, TmaLoad, CpAsync, the
-  // group waits, NamedBarrier, BlockTicket and the counters), which use none of the fields above; std::monostate for
-  // the others.
+  // group waits, NamedBarrier, BlockTicket, the counters, loads and stores), which use none of the fields above;
+  // std::monostate for the others.
   op::Payload op;
   template <class Op>
   const Op& as() const { return std::get<Op>(op); }

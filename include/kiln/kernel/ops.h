@@ -1,10 +1,12 @@
 // Typed Kernel IR operations: a statement kind's operands as a struct of its own, each field meaning one thing, held
 // in Stmt::op (kiln/kernel/ir.h). Typed so far: the mbarrier family and the TMA copy that completes on an mbarrier;
-// cp.async and the waits for asynchronous groups; named barriers, block tickets and counters. The other kinds still keep their operands in Stmt's shared fields (`target`, `a`, `b`, ...), whose meaning changes by
+// cp.async and the waits for asynchronous groups; named barriers, block tickets and counters; loads and stores. The
+// other kinds still keep their operands in Stmt's shared fields (`target`, `a`, `b`, ...), whose meaning changes by
 // kind, and move here family by family (docs/pipeline.md, "Kernel IR"). The constructors (mbarrierInit(), tmaLoad(),
 // ... in ir.h) set Stmt::kind and Stmt::op together; what each operation does is documented there.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -12,7 +14,40 @@
 
 #include "kiln/support/index_expr.h"
 
+namespace kiln::kernel {
+struct FExpr;  // a float expression (kiln/kernel/ir.h)
+using FE = std::shared_ptr<const FExpr>;
+}  // namespace kiln::kernel
+
 namespace kiln::kernel::op {
+
+// Global and shared memory (see storeGlobal(), loadVector(), ... in ir.h). `param` is a kernel parameter, `shared` a
+// shared buffer, `index` the first element's; `slots` are float slots, loaded widened to f32.
+struct StoreGlobal {
+  int param = -1;
+  Idx index;
+  FE value;
+};
+struct StoreShared {
+  int shared = -1;
+  Idx index;
+  FE value;
+};
+struct LoadVector {
+  int param = -1;
+  Idx index;
+  std::vector<int> slots;
+};
+struct StoreVector {
+  int param = -1;
+  Idx index;
+  std::vector<FE> values;
+};
+struct LoadSharedVector {
+  int shared = -1;
+  Idx index;
+  std::vector<int> slots;
+};
 
 // One mbarrier: element `index` of shared buffer `buffer`, a buffer marked `mbarriers`.
 struct Mbarrier {
@@ -98,13 +133,16 @@ struct CounterAwait {  // one thread waits for the counter to hold `count`, then
 // monostate: a statement whose operands are still in Stmt's shared fields.
 using Payload = std::variant<std::monostate, MbarrierInit, MbarrierArrive, MbarrierArriveCluster, CpAsyncMbarrierArrive,
                              MbarrierExpectTx, MbarrierWait, TmaLoad, CpAsync, CpAsyncWait, WgmmaWait, NamedBarrier, BlockTicket,
-                             CounterRelease, CounterAwait>;
+                             CounterRelease, CounterAwait, StoreGlobal, StoreShared, LoadVector, StoreVector, LoadSharedVector>;
 
 // The mbarrier an operation of the family arrives on, waits for or completes its bytes on; null for any other payload.
 const Mbarrier* mbarrierOf(const Payload& p);
 // The index expressions of a payload, in the order its text prints them (none for monostate): what passes over every
 // index of a statement (variable scans, the verifier's definitions-before-use) read.
 std::vector<const Idx*> indices(const Payload& p);
+// The float expressions a payload evaluates, and the float slots it writes.
+std::vector<const FE*> floatValues(const Payload& p);
+std::vector<int> floatSlotsWritten(const Payload& p);
 // Whether the payload is issued by one elected lane of each warp that reaches it.
 bool isElected(const Payload& p);
 
