@@ -9,8 +9,7 @@
 namespace kiln::kernel::detail {
 
 // A block per output tile of a matrix product (tile/contraction.h). Block b: tile column tn = b mod tilesN,
-// tile row tm = (b div tilesN) mod tilesM (or in groups of groupM rows, m fastest), the other output axes from
-// b div (tilesM*tilesN). Per step of tile_k,
+// tile row tm = (b div tilesN) mod tilesM, the other output axes from b div (tilesM*tilesN). Per step of tile_k,
 // every operand slice is copied into shared memory (tile::sliceSlot's layouts; zeros outside the matrix), a
 // barrier, the block multiplies, a barrier; with copy register_prefetch the copy goes through registers loaded a
 // step ahead.
@@ -39,11 +38,6 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     const Idx pair = floorDiv(blockIdx(), C);
     t.tileN = defVar(k_.body, "tn", mod(pair, tilesN), tilesN);
     t.tileM = defVar(k_.body, "tm", simplify(mod(floorDiv(pair, tilesN), tilesM / C) * idxConst(C) + mod(blockIdx(), C), extents_), tilesM);
-  } else if (s.groupM > 1) {  // groups of G tile rows, m fastest: block b takes tile ((b div G tiles_n) G + b mod G, (b div G) mod tiles_n)
-    const int64_t G = s.groupM;
-    t.tileN = defVar(k_.body, "tn", mod(floorDiv(blockIdx(), G), tilesN), tilesN);
-    t.tileM = defVar(k_.body, "tm", simplify(mod(floorDiv(blockIdx(), G * tilesN), tilesM / G) * idxConst(G) + mod(blockIdx(), G), extents_),
-                     tilesM);
   } else {
     t.tileN = defVar(k_.body, "tn", mod(blockIdx(), tilesN), tilesN);
     t.tileM = defVar(k_.body, "tm", mod(floorDiv(blockIdx(), tilesN), tilesM), tilesM);

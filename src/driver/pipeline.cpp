@@ -62,8 +62,7 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
       {"tile-deep-k-slices", tile::deepenKSlices},
       {"tile-pipeline-async-copies", tile::pipelineAsyncCopies},  // after the slice depth and layout
       {"tile-prefetch-slices", tile::prefetchSlices},  // after the slice depth is chosen
-      {"tile-stream-ffma-products", tile::streamFfmaProducts},  // replaces the CUDA-core schedule whole
-      {"tile-group-tiles", tile::groupTiles},  // last: the block order of the final tiles (not clusters' or stream-K's)
+      {"tile-stream-ffma-products", tile::streamFfmaProducts},  // last: replaces the CUDA-core schedule whole
   };
   return passes;
 }

@@ -126,10 +126,9 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                          "the block of a tile's first slice adds the partials of its other {} blocks at most",
                          w.clusters, w.steps, w.units, w.slices, w.steps / w.clusters, w.longest, w.pieces - 1);
   }
-  const std::string order = t.groupM > 1 ? fmt::format("in groups of {} tile rows, m fastest", t.groupM) : "n fastest";
-  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, {}) {}; A: {}; B: {}  ({}){}",
+  return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
-                     t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), order, instr, operandString(t, t.a, t.tileM),
+                     t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
                      operandString(t, t.b, t.tileN), launch, t.model.empty() ? "" : "  [" + t.model + "]");
 }
 
@@ -401,9 +400,6 @@ void verifyTiledContraction(const Program& p, const Schedule& s, const TC& t, co
               copyName(t.a.copy), t.mmaInFlight);
   KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
   if (t.streamBlocks > 0) verifyStreamK(t, k, stages);
-  KILN_ASSERT(t.groupM == 1 || (t.groupM > 1 && tilesM(t, contractionOf(t, k)) % t.groupM == 0 && t.cluster == 1 && t.streamBlocks == 0),
-              "kernel {}: tiles in groups of {} tile rows need a divisor of the {} tile rows, no cluster and no stream-K grid", k.name,
-              t.groupM, tilesM(t, contractionOf(t, k)));
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);

@@ -142,7 +142,7 @@ const std::vector<Field<TC>>& fields(const TC*) {
       number("micro_m", &TC::microM), number("micro_n", &TC::microN), operand("a", &TC::a), operand("b", &TC::b),
       choice("fragments", &TC::fragments, kFragments), number("pipeline_depth", &TC::pipelineDepth),
       number("mma_in_flight", &TC::mmaInFlight), flag("stacked_b", &TC::stackedB), number("cluster", &TC::cluster),
-      flag("multicast_b", &TC::multicastB), flag("producer_warp", &TC::producerWarp), flag("unroll_ring", &TC::unrollRing), number("group_m", &TC::groupM),
+      flag("multicast_b", &TC::multicastB), flag("producer_warp", &TC::producerWarp), flag("unroll_ring", &TC::unrollRing),
       number("counters", &TC::counters), number("stream_blocks", &TC::streamBlocks), number("partials", &TC::partials),
       flag("stream_k", &TC::streamK), modelNote()};
   return f;

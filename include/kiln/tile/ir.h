@@ -132,11 +132,6 @@ struct TiledContraction {
   // multiplying ring slot s, so that slots and mbarrier parities are constants or one per round instead of each step's
   // `slice mod depth` and `slice / depth` (and the wgmma descriptors computed from them).
   bool unrollRing = false;
-  // Blocks walk the tiles in groups of groupM tile rows (tile-group-tiles): within a group, m fastest, then n, so that a
-  // wave of blocks covers a few tile rows by many tile columns instead of one tile row, and each B slice it reads is
-  // read by groupM blocks of the wave (from L2) instead of one. A divisor of the tile rows; 1: n fastest (below). Not
-  // with stream-K or clusters.
-  int64_t groupM = 1;
   int counters = -1;  // streamBlocks: the program's counters buffer
   // Tma products with a producer warp, one stage or stacked, no other output axes (tile-stream-k-products): a persistent
   // grid of streamBlocks blocks, clusters of `cluster`, one wave. The product's work is U x S steps (U units: a cluster's
@@ -153,7 +148,7 @@ struct TiledContraction {
   bool streamK = false;
   // Why the tile has this shape, when a model chose it (tile-shape-products): printed, never read by the lowering.
   std::string model;
-  // Blocks walk the tiles with n fastest, then m (but for groupM), then the other output axes (batch, heads).
+  // Blocks walk the tiles with n fastest, then m, then the other output axes (batch, heads).
 };
 
 // An attention kernel (loop::Kernel::attention) as flash attention on tensor cores (mma.sync m16n8k16, sm_80+): a block of
@@ -312,7 +307,6 @@ bool multicastOperands(Program& p);             // tile-multicast-operands (afte
 bool specializeWarps(Program& p, bool everywhere = false);
 bool deepenRings(Program& p);                   // tile-deepen-rings
 bool unrollRings(Program& p);                   // tile-unroll-rings
-bool groupTiles(Program& p);                    // tile-group-tiles (off by default)
 bool stackOperands(Program& p);                 // tile-stack-operands
 // Blocks per thread-block cluster that tile-multicast-operands gives tma products.
 constexpr int64_t kMulticastCluster = 2;
