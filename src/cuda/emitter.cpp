@@ -165,19 +165,24 @@ class Emitter {
   bool control(const kernel::Stmt& s, int depth, const std::string& pad, std::string& out) {
     using K = kernel::Stmt::Kind;
     switch (s.kind) {
-      case K::DefIdx:
-        out += s.warpUniform ? fmt::format("{}const {} {} = __shfl_sync(0xffffffffu, {}, 0);  // warp-uniform\n", pad, indexType_, s.name, idx(s.a))
-                             : fmt::format("{}const {} {} = {};\n", pad, indexType_, s.name, idx(s.a));
+      case K::DefIdx: {
+        const auto& def = s.as<kernel::op::DefIdx>();
+        out += def.warpUniform
+                   ? fmt::format("{}const {} {} = __shfl_sync(0xffffffffu, {}, 0);  // warp-uniform\n", pad, indexType_, def.name, idx(def.value))
+                   : fmt::format("{}const {} {} = {};\n", pad, indexType_, def.name, idx(def.value));
         return true;
-      case K::Assign: out += fmt::format("{}{} = {};\n", pad, floats_[s.var], fe(s.value)); return true;
-      case K::For:
-        out += fmt::format("{}for ({} {} = {}; {} < {}; {} += {}) {{\n", pad, indexType_, s.name, idx(s.a), s.name, idx(s.b),
-                           s.name, s.step);
+      }
+      case K::Assign: out += fmt::format("{}{} = {};\n", pad, floats_[s.as<kernel::op::Assign>().slot], fe(s.as<kernel::op::Assign>().value)); return true;
+      case K::For: {
+        const auto& loop = s.as<kernel::op::For>();
+        out += fmt::format("{}for ({} {} = {}; {} < {}; {} += {}) {{\n", pad, indexType_, loop.name, idx(loop.begin), loop.name, idx(loop.end),
+                           loop.name, loop.step);
         block(s.body, depth + 1, out);
         out += pad + "}\n";
         return true;
+      }
       case K::If:
-        out += fmt::format("{}if ({} < {}) {{\n", pad, idx(s.a), idx(s.b));
+        out += fmt::format("{}if ({} < {}) {{\n", pad, idx(s.as<kernel::op::If>().lhs), idx(s.as<kernel::op::If>().rhs));
         block(s.body, depth + 1, out);
         out += pad + "}\n";
         return true;

@@ -54,14 +54,9 @@ void scanExpr(const FE& e, Dims& d) {
 void scanBlock(const Block& body, int depth, Dims& d) {
   d.depth = std::max(d.depth, depth);
   for (auto& s : body) {
-    if (s.kind == Stmt::Kind::DefIdx || s.kind == Stmt::Kind::For) {
-      KILN_ASSERT(s.var > kBlockIdx, "index variable {} has reserved or negative id {}", s.name, s.var);
-      d.maxVar = std::max(d.maxVar, s.var);
-    }
-    if (s.kind == Stmt::Kind::BlockTicket) d.maxVar = std::max(d.maxVar, s.as<op::BlockTicket>().var);
-    if (s.kind == Stmt::Kind::Assign) {
-      KILN_ASSERT(s.var >= 0, "assignment to negative float slot {}", s.var);
-      d.maxSlot = std::max(d.maxSlot, s.var);
+    if (const int var = op::definedVar(s.op); var >= 0) {
+      KILN_ASSERT(var > kBlockIdx, "index variable {} has a reserved id", var);
+      d.maxVar = std::max(d.maxVar, var);
     }
     for (int slot : s.fragment) {
       KILN_ASSERT(slot >= 0, "mma fragment with negative float slot {}", slot);
@@ -70,10 +65,9 @@ void scanBlock(const Block& body, int depth, Dims& d) {
     if (s.a) scanIdx(s.a, d);
     if (s.b) scanIdx(s.b, d);
     for (auto& pair : s.pairs) scanIdx(pair, d);
-    if (s.value) scanExpr(s.value, d);
     for (const FE* v : op::floatValues(s.op)) scanExpr(*v, d);
     for (int slot : op::floatSlotsWritten(s.op)) {
-      KILN_ASSERT(slot >= 0, "a load into negative float slot {}", slot);
+      KILN_ASSERT(slot >= 0, "a write to negative float slot {}", slot);
       d.maxSlot = std::max(d.maxSlot, slot);
     }
     if (s.kind == Stmt::Kind::ShuffleXor) {
@@ -154,40 +148,46 @@ int64_t Machine::vectorStart(int param, const Idx& index, int64_t t, size_t widt
 bool Machine::execControl(const Stmt& s, int depth) {
   const std::vector<uint8_t>& mask = masks[depth];
   switch (s.kind) {
-    case Stmt::Kind::DefIdx:
+    case Stmt::Kind::DefIdx: {
+      const auto& def = s.as<op::DefIdx>();
       for (int64_t t = 0; t < T; ++t)
-        if (mask[t]) env[t][s.var] = evaluate(s.a, env[t], &loader);
+        if (mask[t]) env[t][def.var] = evaluate(def.value, env[t], &loader);
       return true;
-    case Stmt::Kind::Assign:
+    }
+    case Stmt::Kind::Assign: {
+      const auto& set = s.as<op::Assign>();
       for (int64_t t = 0; t < T; ++t)
-        if (mask[t]) floats[t * nf + s.var] = eval(*s.value, t);
+        if (mask[t]) floats[t * nf + set.slot] = eval(*set.value, t);
       return true;
+    }
     case Stmt::Kind::For: {
+      const auto& loop = s.as<op::For>();
       std::vector<int64_t>& end = ends[depth];
       std::vector<uint8_t>& inner = masks[depth + 1];
       for (int64_t t = 0; t < T; ++t)
         if (mask[t]) {
-          env[t][s.var] = evaluate(s.a, env[t], &loader);
-          end[t] = evaluate(s.b, env[t], &loader);
+          env[t][loop.var] = evaluate(loop.begin, env[t], &loader);
+          end[t] = evaluate(loop.end, env[t], &loader);
         }
       for (;;) {
         bool any = false;
         for (int64_t t = 0; t < T; ++t) {
-          inner[t] = mask[t] && env[t][s.var] < end[t];
+          inner[t] = mask[t] && env[t][loop.var] < end[t];
           any = any || inner[t];
         }
         if (!any) break;
         exec(s.body, depth + 1);
         for (int64_t t = 0; t < T; ++t)
-          if (inner[t]) env[t][s.var] += s.step;
+          if (inner[t]) env[t][loop.var] += loop.step;
       }
       return true;
     }
     case Stmt::Kind::If: {
+      const auto& cond = s.as<op::If>();
       std::vector<uint8_t>& inner = masks[depth + 1];
       bool any = false;
       for (int64_t t = 0; t < T; ++t) {
-        inner[t] = mask[t] && evaluate(s.a, env[t], &loader) < evaluate(s.b, env[t], &loader);
+        inner[t] = mask[t] && evaluate(cond.lhs, env[t], &loader) < evaluate(cond.rhs, env[t], &loader);
         any = any || inner[t];
       }
       if (any) exec(s.body, depth + 1);

@@ -72,11 +72,7 @@ FE fapply(Fn fn, std::vector<FE> args, DType castTo) {
 Stmt defIdx(int var, std::string name, Idx value) {
   KILN_ASSERT(var > kBlockIdx, "defIdx: variable id {} is reserved or negative", var);
   KILN_ASSERT(value != nullptr, "defIdx {}: null value", name);
-  Stmt s = makeStmt(Stmt::Kind::DefIdx);
-  s.var = var;
-  s.name = std::move(name);
-  s.a = std::move(value);
-  return s;
+  return typed(Stmt::Kind::DefIdx, op::DefIdx{var, std::move(name), std::move(value)});
 }
 
 Stmt elected(Stmt s) {
@@ -88,37 +84,27 @@ Stmt elected(Stmt s) {
 
 Stmt defWarpUniform(int var, std::string name, Idx value) {
   Stmt s = defIdx(var, std::move(name), std::move(value));
-  s.warpUniform = true;
+  s.as<op::DefIdx>().warpUniform = true;
   return s;
 }
 
 Stmt assign(int slot, FE value) {
   KILN_ASSERT(slot >= 0 && value, "assign: bad slot {} or null value", slot);
-  Stmt s = makeStmt(Stmt::Kind::Assign);
-  s.var = slot;
-  s.value = std::move(value);
-  return s;
+  return typed(Stmt::Kind::Assign, op::Assign{slot, std::move(value)});
 }
 
 Stmt forLoop(int var, std::string name, Idx begin, Idx end, int64_t step, Block body) {
   KILN_ASSERT(var > kBlockIdx, "for: variable id {} is reserved or negative", var);
   KILN_ASSERT(begin && end, "for {}: null bound", name);
   KILN_ASSERT(step > 0, "for {}: step {} must be positive", name, step);
-  Stmt s = makeStmt(Stmt::Kind::For);
-  s.var = var;
-  s.name = std::move(name);
-  s.a = std::move(begin);
-  s.b = std::move(end);
-  s.step = step;
+  Stmt s = typed(Stmt::Kind::For, op::For{var, std::move(name), std::move(begin), std::move(end), step});
   s.body = std::move(body);
   return s;
 }
 
 Stmt ifLess(Idx lhs, Idx rhs, Block body) {
   KILN_ASSERT(lhs && rhs, "if: null operand");
-  Stmt s = makeStmt(Stmt::Kind::If);
-  s.a = std::move(lhs);
-  s.b = std::move(rhs);
+  Stmt s = typed(Stmt::Kind::If, op::If{std::move(lhs), std::move(rhs)});
   s.body = std::move(body);
   return s;
 }

@@ -32,6 +32,9 @@ std::vector<const Idx*> indices(const Payload& p) {
                                  return l;
                                },
                                [](const CounterAwait& o) { return List{&o.counter.index, &o.count}; },
+                               [](const DefIdx& o) { return List{&o.value}; },
+                               [](const For& o) { return List{&o.begin, &o.end}; },
+                               [](const If& o) { return List{&o.lhs, &o.rhs}; },
                                [](const auto& o) {
                                  using T = std::decay_t<decltype(o)>;
                                  if constexpr (NamesMbarrier<T>) return List{&o.barrier.index};
@@ -43,6 +46,7 @@ std::vector<const Idx*> indices(const Payload& p) {
 }
 
 std::vector<const FE*> floatValues(const Payload& p) {
+  if (auto* set = std::get_if<Assign>(&p)) return {&set->value};
   if (auto* store = std::get_if<StoreGlobal>(&p)) return {&store->value};
   if (auto* store = std::get_if<StoreShared>(&p)) return {&store->value};
   std::vector<const FE*> values;
@@ -52,9 +56,17 @@ std::vector<const FE*> floatValues(const Payload& p) {
 }
 
 std::vector<int> floatSlotsWritten(const Payload& p) {
+  if (auto* set = std::get_if<Assign>(&p)) return {set->slot};
   if (auto* load = std::get_if<LoadVector>(&p)) return load->slots;
   if (auto* load = std::get_if<LoadSharedVector>(&p)) return load->slots;
   return {};
+}
+
+int definedVar(const Payload& p) {
+  if (auto* def = std::get_if<DefIdx>(&p)) return def->var;
+  if (auto* loop = std::get_if<For>(&p)) return loop->var;
+  if (auto* ticket = std::get_if<BlockTicket>(&p)) return ticket->var;
+  return -1;
 }
 
 bool isElected(const Payload& p) {

@@ -63,23 +63,27 @@ void braced(Cursor& c, KernelScope& s, std::vector<int>& slots, std::vector<int>
 }
 
 Stmt control(Cursor& c, KernelScope& s, LineReader& lines, bool isFor) {
-  Stmt st = make(isFor ? Stmt::Kind::For : Stmt::Kind::If);
+  Stmt st;
   size_t mark = s.vars.size();
   if (isFor) {
-    st.name = c.word();
+    op::For loop;
+    loop.name = c.word();
     c.expect("in");
-    st.a = parseIdx(c, s);
+    loop.begin = parseIdx(c, s);
     c.expect("..");
-    st.b = parseIdx(c, s);
+    loop.end = parseIdx(c, s);
     c.expect("step");
-    st.step = c.integer();
-    st.var = s.defineVar(st.name);
+    loop.step = c.integer();
+    loop.var = s.defineVar(loop.name);
+    st = typed(Stmt::Kind::For, std::move(loop));
   } else {
+    op::If cond;
     c.expect("(");
-    st.a = parseIdx(c, s);
+    cond.lhs = parseIdx(c, s);
     c.expect("<");
-    st.b = parseIdx(c, s);
+    cond.rhs = parseIdx(c, s);
     c.expect(")");
+    st = typed(Stmt::Kind::If, std::move(cond));
   }
   c.expect("{");
   if (!c.atEnd()) c.fail("expected the end of the line after '{'");
@@ -361,10 +365,7 @@ Stmt assignment(Cursor& c, KernelScope& s) {
     st.laneMask = static_cast<int>(c.integer());
     return st;
   }
-  Stmt st = make(Stmt::Kind::Assign);
-  st.var = slots[0];
-  st.value = parseFExpr(c, s);
-  return st;
+  return typed(Stmt::Kind::Assign, op::Assign{slots[0], parseFExpr(c, s)});
 }
 
 // `NAME = IDX [(warp-uniform)]` or `NAME = ticket P[IDX] of N`: the name is in scope after the line.
@@ -380,12 +381,12 @@ Stmt definition(Cursor& c, KernelScope& s) {
     ticket.var = s.defineVar(name);
     return typed(Stmt::Kind::BlockTicket, std::move(ticket));
   }
-  Stmt st = make(Stmt::Kind::DefIdx);
-  st.a = parseIdx(c, s);
-  st.warpUniform = c.accept("(warp-uniform)");
-  st.name = name;
-  st.var = s.defineVar(name);
-  return st;
+  op::DefIdx def;
+  def.value = parseIdx(c, s);
+  def.warpUniform = c.accept("(warp-uniform)");
+  def.name = name;
+  def.var = s.defineVar(name);
+  return typed(Stmt::Kind::DefIdx, std::move(def));
 }
 
 using Handler = std::function<Stmt(Cursor&, KernelScope&, LineReader&)>;

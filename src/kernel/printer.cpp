@@ -80,9 +80,17 @@ void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::
 
 bool BlockPrinter::control(const Stmt& s, int depth) {
   switch (s.kind) {
-    case Stmt::Kind::DefIdx: line(fmt::format("{} = {}{}", s.name, idxString(s.a), s.warpUniform ? "  (warp-uniform)" : "")); return true;
-    case Stmt::Kind::For: line(fmt::format("for {} in {}..{} step {} {{", s.name, idxString(s.a), idxString(s.b), s.step)); break;
-    case Stmt::Kind::If: line(fmt::format("if ({} < {}) {{", idxString(s.a), idxString(s.b))); break;
+    case Stmt::Kind::DefIdx: {
+      const auto& def = s.as<op::DefIdx>();
+      line(fmt::format("{} = {}{}", def.name, idxString(def.value), def.warpUniform ? "  (warp-uniform)" : ""));
+      return true;
+    }
+    case Stmt::Kind::For: {
+      const auto& loop = s.as<op::For>();
+      line(fmt::format("for {} in {}..{} step {} {{", loop.name, idxString(loop.begin), idxString(loop.end), loop.step));
+      break;
+    }
+    case Stmt::Kind::If: line(fmt::format("if ({} < {}) {{", idxString(s.as<op::If>().lhs), idxString(s.as<op::If>().rhs))); break;
     default: return false;
   }
   printBlock(k, s.body, depth + 1, lines);
@@ -197,7 +205,7 @@ bool BlockPrinter::mbarriers(const Stmt& s) {
 
 bool BlockPrinter::compute(const Stmt& s) {
   switch (s.kind) {
-    case Stmt::Kind::Assign: line(fmt::format("{} = {}", floatName(k, s.var), exprString(k, s.value))); return true;
+    case Stmt::Kind::Assign: line(fmt::format("{} = {}", floatName(k, s.as<op::Assign>().slot), exprString(k, s.as<op::Assign>().value))); return true;
     case Stmt::Kind::PackPair:
       line(fmt::format("{} = pack.{} {}, {}", pairName(k, s.pairRegs[0]), dtypeName(s.operandType), floatName(k, s.fragment[0]),
                        floatName(k, s.fragment[1])));

@@ -170,78 +170,87 @@ void Verifier::defineVar(int var, const std::string& name, Scope& s) {
 bool Verifier::checkControl(const Stmt& st, Scope& s) {
   switch (st.kind) {
     case Stmt::Kind::DefIdx: {
-      checkIdx(st.a, s, "a definition");
-      if (st.warpUniform)
-        if (std::string why = detail::checkWarpUniform(expand(st.a, s), k.block[0]); !why.empty())
-          fail("warp-uniform {} = {}: {}", st.name, toString(st.a), why);
-      defineVar(st.var, st.name, s);
-      if (varies(st.a, s)) s.varying.insert(st.var);
-      if (auto r = intersect(bound(st.a, s), enumeratedBound(st.a, s.ranges))) s.ranges[st.var] = *r;
-      s.defs[st.var] = st.a;
-      s.expanded[st.var] = expand(st.a, s);
+      const auto& def = st.as<op::DefIdx>();
+      checkIdx(def.value, s, "a definition");
+      if (def.warpUniform)
+        if (std::string why = detail::checkWarpUniform(expand(def.value, s), k.block[0]); !why.empty())
+          fail("warp-uniform {} = {}: {}", def.name, toString(def.value), why);
+      defineVar(def.var, def.name, s);
+      if (varies(def.value, s)) s.varying.insert(def.var);
+      if (auto r = intersect(bound(def.value, s), enumeratedBound(def.value, s.ranges))) s.ranges[def.var] = *r;
+      s.defs[def.var] = def.value;
+      s.expanded[def.var] = expand(def.value, s);
       return true;
     }
-    case Stmt::Kind::Assign:
-      checkExpr(st.value, s);
-      if (st.var < 0 || st.var >= static_cast<int>(k.floatVars.size()))
-        fail("assignment to float slot {} of {}", st.var, k.floatVars.size());
-      assigned[st.var] = true;
-      return true;
-    case Stmt::Kind::For: {
-      checkIdx(st.a, s, "a loop bound");
-      checkIdx(st.b, s, "a loop bound");
-      if (st.step <= 0) fail("loop {} has step {}", st.name, st.step);
-      Scope inner = s;
-      defineVar(st.var, st.name, inner);
-      bool divergent = varies(st.a, s) || varies(st.b, s);
-      if (divergent) inner.varying.insert(st.var);
-      inner.expanded[st.var] = expand(st.a, s) + idxVar(kTripVar + st.var, st.name + "_trip") * idxConst(st.step);
-      auto rb = bound(st.a, s), re = bound(st.b, s);
-      if (rb && re) {
-        if (re->second - 1 < rb->first) inner.reachable = false;
-        else inner.ranges[st.var] = Range{rb->first, re->second - 1};
-      }
-      std::string saved = divergence;
-      const bool savedLoop = divergentLoop;
-      if (divergent && divergence.empty())
-        divergence = fmt::format("for {} in {}..{}", st.name, toString(st.a), toString(st.b));
-      divergentLoop = divergentLoop || divergent;
-      block(st.body, std::move(inner));
-      divergence = saved;
-      divergentLoop = savedLoop;
+    case Stmt::Kind::Assign: {
+      const auto& set = st.as<op::Assign>();
+      checkExpr(set.value, s);
+      if (set.slot < 0 || set.slot >= static_cast<int>(k.floatVars.size()))
+        fail("assignment to float slot {} of {}", set.slot, k.floatVars.size());
+      assigned[set.slot] = true;
       return true;
     }
-    case Stmt::Kind::If: {
-      checkIdx(st.a, s, "a condition");
-      checkIdx(st.b, s, "a condition");
-      Scope inner = s;
-      // Narrow a variable compared with a bounded expression: `c*v + k < b` gives v <= (max(b) - 1 - k) / c,
-      // `a < v` gives v >= min(a) + 1.
-      auto ra = bound(st.a, s), rb = bound(st.b, s);
-      if (ra && rb && ra->first >= rb->second) inner.reachable = false;
-      if (auto av = detail::affineVar(st.a); rb && av) {
-        auto cur = bound(idxVar(av->var, ""), s);
-        if (cur)
-          inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
-      }
-      if (ra && st.b->op == IndexNode::Op::Var) {
-        auto cur = bound(st.b, inner);
-        if (cur) inner.ranges[st.b->var] = Range{std::max(cur->first, ra->first + 1), cur->second};
-      }
-      for (auto& [v, r] : inner.ranges)
-        if (r.first > r.second) inner.reachable = false;
-      std::string saved = divergence;
-      const bool role = varies(st.a, s) || varies(st.b, s);
-      if (divergence.empty() && role) divergence = fmt::format("if ({} < {})", toString(st.a), toString(st.b));
-      if (role) roleConditions.emplace_back(expand(st.a, s), expand(st.b, s));
-      block(st.body, std::move(inner));
-      if (role) roleConditions.pop_back();
-      divergence = saved;
-      return true;
-    }
+    case Stmt::Kind::For: checkLoop(st, s); return true;
+    case Stmt::Kind::If: checkCondition(st, s); return true;
     default: return false;
   }
   return true;
+}
+
+// A loop: its bounds defined, its variable's range, and whether its trip count depends on the thread.
+void Verifier::checkLoop(const Stmt& st, const Scope& s) {
+  const auto& loop = st.as<op::For>();
+  checkIdx(loop.begin, s, "a loop bound");
+  checkIdx(loop.end, s, "a loop bound");
+  if (loop.step <= 0) fail("loop {} has step {}", loop.name, loop.step);
+  Scope inner = s;
+  defineVar(loop.var, loop.name, inner);
+  bool divergent = varies(loop.begin, s) || varies(loop.end, s);
+  if (divergent) inner.varying.insert(loop.var);
+  inner.expanded[loop.var] = expand(loop.begin, s) + idxVar(kTripVar + loop.var, loop.name + "_trip") * idxConst(loop.step);
+  auto rb = bound(loop.begin, s), re = bound(loop.end, s);
+  if (rb && re) {
+    if (re->second - 1 < rb->first) inner.reachable = false;
+    else inner.ranges[loop.var] = Range{rb->first, re->second - 1};
+  }
+  std::string saved = divergence;
+  const bool savedLoop = divergentLoop;
+  if (divergent && divergence.empty())
+    divergence = fmt::format("for {} in {}..{}", loop.name, toString(loop.begin), toString(loop.end));
+  divergentLoop = divergentLoop || divergent;
+  block(st.body, std::move(inner));
+  divergence = saved;
+  divergentLoop = savedLoop;
+}
+
+// A condition: its operands defined; the ranges it narrows inside; a thread-dependent one makes a warp role.
+void Verifier::checkCondition(const Stmt& st, const Scope& s) {
+  const auto& cond = st.as<op::If>();
+  checkIdx(cond.lhs, s, "a condition");
+  checkIdx(cond.rhs, s, "a condition");
+  Scope inner = s;
+  // Narrow a variable compared with a bounded expression: `c*v + k < b` gives v <= (max(b) - 1 - k) / c,
+  // `a < v` gives v >= min(a) + 1.
+  auto ra = bound(cond.lhs, s), rb = bound(cond.rhs, s);
+  if (ra && rb && ra->first >= rb->second) inner.reachable = false;
+  if (auto av = detail::affineVar(cond.lhs); rb && av) {
+    auto cur = bound(idxVar(av->var, ""), s);
+    if (cur)
+      inner.ranges[av->var] = Range{cur->first, std::min(cur->second, floorDivI(rb->second - 1 - av->constant, av->coef))};
+  }
+  if (ra && cond.rhs->op == IndexNode::Op::Var) {
+    auto cur = bound(cond.rhs, inner);
+    if (cur) inner.ranges[cond.rhs->var] = Range{std::max(cur->first, ra->first + 1), cur->second};
+  }
+  for (auto& [v, r] : inner.ranges)
+    if (r.first > r.second) inner.reachable = false;
+  std::string saved = divergence;
+  const bool role = varies(cond.lhs, s) || varies(cond.rhs, s);
+  if (divergence.empty() && role) divergence = fmt::format("if ({} < {})", toString(cond.lhs), toString(cond.rhs));
+  if (role) roleConditions.emplace_back(expand(cond.lhs, s), expand(cond.rhs, s));
+  block(st.body, std::move(inner));
+  if (role) roleConditions.pop_back();
+  divergence = saved;
 }
 
 // Global and shared loads and stores: indices in bounds and aligned. False where `st` is of another family.

@@ -53,6 +53,8 @@ struct Verifier {
   void block(const Block& body, Scope s);
   // block's statement families (one function each; false where the statement is of another family).
   bool checkControl(const Stmt& st, Scope& s);
+  void checkLoop(const Stmt& st, const Scope& s);
+  void checkCondition(const Stmt& st, const Scope& s);
   bool checkMemory(const Stmt& st, Scope& s);
   bool checkSynchronization(const Stmt& st, Scope& s);
   bool checkAsyncCopy(const Stmt& st, Scope& s);

@@ -80,8 +80,9 @@ TEST(PackedAttention, EachQueryBlockRunsOnceAndPairsBalance) {
     std::optional<int64_t> item;
     for (const kernel::Stmt& s : k.body) {
       if (s.kind != kernel::Stmt::Kind::DefIdx) continue;
-      env.at(static_cast<size_t>(s.var)) = evaluate(s.a, env);
-      if (s.name == "item") item = env[static_cast<size_t>(s.var)];
+      const auto& def = s.as<kernel::op::DefIdx>();
+      env.at(static_cast<size_t>(def.var)) = evaluate(def.value, env);
+      if (def.name == "item") item = env[static_cast<size_t>(def.var)];
       if (item) break;
     }
     ASSERT_TRUE(item.has_value()) << kernel::print(c.kernelIR);

@@ -89,13 +89,10 @@ struct Stmt {
     CounterAwait,           // the thread waits for a global counter to hold a count, then sets it to zero, see counterAwait()
   };
   Kind kind;
-  int var = -1;            // DefIdx / For: index variable id; Assign, ShuffleXor: float slot
-  std::string name;        // DefIdx / For: variable name
-  Idx a, b;                // DefIdx: a; For: begin a, end b; If: a < b; Ldmatrix: a = index
-  int64_t step = 1;        // For
+  int var = -1;            // ShuffleXor: float slot
+  Idx a, b;                // Ldmatrix: a = index
   int target = -1;         // Ldmatrix: shared buffer
-  FE value;                // Assign
-  Block body;              // For, If
+  Block body;              // For, If: the statements they run
   std::vector<int> fragment;      // Mma: float slots a0..a7, b0..b3, c0..c3 (from shared: c0..c3 only)
   DType operandType = DType::BF16;  // Mma: A and B are rounded to this type (bf16 or f16)
   int sharedA = -1, sharedB = -1;   // Mma from shared: the buffers A and B are read from
@@ -104,7 +101,6 @@ struct Stmt {
   int laneMask = 0;                 // ShuffleXor
   Idx scaleD;                       // Wgmma: D += A·B where it is nonzero or null, D = A·B where it is zero (wgmma's scale-d)
   bool transpose = false;           // Ldmatrix: .trans
-  bool warpUniform = false;         // DefIdx: the same in every lane of a warp, see defWarpUniform()
   // The typed operands of the kinds that have them (kiln/kernel/ops.h: the mbarrier family, TmaLoad, CpAsync, the
   // group waits, NamedBarrier, BlockTicket, the counters, loads and stores), which use none of the fields above;
   // std::monostate for the others.

@@ -1,7 +1,7 @@
 // Typed Kernel IR operations: a statement kind's operands as a struct of its own, each field meaning one thing, held
 // in Stmt::op (kiln/kernel/ir.h). Typed so far: the mbarrier family and the TMA copy that completes on an mbarrier;
-// cp.async and the waits for asynchronous groups; named barriers, block tickets and counters; loads and stores. The
-// other kinds still keep their operands in Stmt's shared fields (`target`, `a`, `b`, ...), whose meaning changes by
+// cp.async and the waits for asynchronous groups; named barriers, block tickets and counters; loads and stores;
+// definitions, assignments, loops and conditions. The other kinds still keep their operands in Stmt's shared fields (`target`, `a`, `b`, ...), whose meaning changes by
 // kind, and move here family by family (docs/pipeline.md, "Kernel IR"). The constructors (mbarrierInit(), tmaLoad(),
 // ... in ir.h) set Stmt::kind and Stmt::op together; what each operation does is documented there.
 #pragma once
@@ -20,6 +20,27 @@ using FE = std::shared_ptr<const FExpr>;
 }  // namespace kiln::kernel
 
 namespace kiln::kernel::op {
+
+// Definitions, assignments, loops and conditions. A loop's or a condition's statements are Stmt::body.
+struct DefIdx {  // const index variable `var` (`name`) = value; warpUniform: see defWarpUniform()
+  int var = -1;
+  std::string name;
+  Idx value;
+  bool warpUniform = false;
+};
+struct Assign {  // float slot `slot` = value
+  int slot = -1;
+  FE value;
+};
+struct For {  // for (var = begin; var < end; var += step) body
+  int var = -1;
+  std::string name;
+  Idx begin, end;
+  int64_t step = 1;
+};
+struct If {  // if (lhs < rhs) body
+  Idx lhs, rhs;
+};
 
 // Global and shared memory (see storeGlobal(), loadVector(), ... in ir.h). `param` is a kernel parameter, `shared` a
 // shared buffer, `index` the first element's; `slots` are float slots, loaded widened to f32.
@@ -133,7 +154,8 @@ struct CounterAwait {  // one thread waits for the counter to hold `count`, then
 // monostate: a statement whose operands are still in Stmt's shared fields.
 using Payload = std::variant<std::monostate, MbarrierInit, MbarrierArrive, MbarrierArriveCluster, CpAsyncMbarrierArrive,
                              MbarrierExpectTx, MbarrierWait, TmaLoad, CpAsync, CpAsyncWait, WgmmaWait, NamedBarrier, BlockTicket,
-                             CounterRelease, CounterAwait, StoreGlobal, StoreShared, LoadVector, StoreVector, LoadSharedVector>;
+                             CounterRelease, CounterAwait, StoreGlobal, StoreShared, LoadVector, StoreVector, LoadSharedVector,
+                             DefIdx, Assign, For, If>;
 
 // The mbarrier an operation of the family arrives on, waits for or completes its bytes on; null for any other payload.
 const Mbarrier* mbarrierOf(const Payload& p);
@@ -143,6 +165,8 @@ std::vector<const Idx*> indices(const Payload& p);
 // The float expressions a payload evaluates, and the float slots it writes.
 std::vector<const FE*> floatValues(const Payload& p);
 std::vector<int> floatSlotsWritten(const Payload& p);
+// The index variable a payload defines (DefIdx, For, BlockTicket), or -1.
+int definedVar(const Payload& p);
 // Whether the payload is issued by one elected lane of each warp that reaches it.
 bool isElected(const Payload& p);
 
