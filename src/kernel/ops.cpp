@@ -1,22 +1,49 @@
 // The typed Kernel IR operations' shared queries (kiln/kernel/ops.h).
 #include "kiln/kernel/ops.h"
 
+#include <type_traits>
+
 #include "kiln/support/overloaded.h"
 
 namespace kiln::kernel::op {
+namespace {
+// Whether payload alternative T names an mbarrier (the mbarrier family and tma.load).
+template <class T>
+constexpr bool kOnMbarrier = requires(const T& o) { o.barrier; };
+}  // namespace
+
 const Mbarrier* mbarrierOf(const Payload& p) {
-  return std::visit(Overloaded{[](const std::monostate&) -> const Mbarrier* { return nullptr; },
-                               [](const auto& o) -> const Mbarrier* { return &o.barrier; }},
-                    p);
+  return std::visit(
+      [](const auto& o) -> const Mbarrier* {
+        if constexpr (kOnMbarrier<std::decay_t<decltype(o)>>) return &o.barrier;
+        else return nullptr;
+      },
+      p);
 }
 
 std::vector<const Idx*> indices(const Payload& p) {
-  return std::visit(Overloaded{[](const std::monostate&) { return std::vector<const Idx*>{}; },
-                               [](const MbarrierWait& o) { return std::vector<const Idx*>{&o.barrier.index, &o.parity}; },
-                               [](const TmaLoad& o) {
-                                 return std::vector<const Idx*>{&o.sharedIndex, &o.row, &o.col, &o.barrier.index};
+  using List = std::vector<const Idx*>;
+  return std::visit(Overloaded{[](const std::monostate&) { return List{}; },
+                               [](const MbarrierWait& o) { return List{&o.barrier.index, &o.parity}; },
+                               [](const TmaLoad& o) { return List{&o.sharedIndex, &o.row, &o.col, &o.barrier.index}; },
+                               [](const Mma& o) {
+                                 List l;
+                                 if (auto* shared = std::get_if<MmaFromShared>(&o.operands)) {
+                                   for (const Idx& e : shared->aPairs) l.push_back(&e);
+                                   for (const Idx& e : shared->bPairs) l.push_back(&e);
+                                 }
+                                 return l;
                                },
-                               [](const auto& o) { return std::vector<const Idx*>{&o.barrier.index}; }},
+                               [](const Ldmatrix& o) { return List{&o.rowIndex}; },
+                               [](const Wgmma& o) {
+                                 List l;
+                                 if (o.scaleD) l.push_back(&o.scaleD);
+                                 if (auto* a = std::get_if<SharedMatrix>(&o.a)) l.push_back(&a->start);
+                                 l.push_back(&o.b.start);
+                                 return l;
+                               },
+                               [](const PackPair&) { return List{}; }, [](const ShuffleXor&) { return List{}; },
+                               [](const auto& o) { return List{&o.barrier.index}; }},
                     p);
 }
 
@@ -24,6 +51,32 @@ bool isElected(const Payload& p) {
   if (auto* tma = std::get_if<TmaLoad>(&p)) return tma->elected;
   if (auto* expect = std::get_if<MbarrierExpectTx>(&p)) return expect->elected;
   return false;
+}
+
+std::vector<int> floatSlots(const Payload& p) {
+  using List = std::vector<int>;
+  auto join = [](List l, const List& more) {
+    l.insert(l.end(), more.begin(), more.end());
+    return l;
+  };
+  return std::visit(
+      Overloaded{[&](const Mma& o) {
+                   auto* slots = std::get_if<MmaFromSlots>(&o.operands);
+                   return slots ? join(join(slots->a, slots->b), o.c) : o.c;
+                 },
+                 [](const Ldmatrix& o) {
+                   auto* slots = std::get_if<FloatSlots>(&o.into);
+                   return slots ? slots->slots : List{};
+                 },
+                 [](const Wgmma& o) { return o.acc; }, [](const PackPair& o) { return List{o.lo, o.hi}; },
+                 [](const ShuffleXor& o) { return List{o.dst, o.src}; }, [](const auto&) { return List{}; }},
+      p);
+}
+
+int Ldmatrix::matrices() const {
+  return std::visit(Overloaded{[](const FloatSlots& s) { return static_cast<int>(s.slots.size()) / 2; },
+                               [](const PairRegs& r) { return static_cast<int>(r.regs.size()); }},
+                    into);
 }
 
 }  // namespace kiln::kernel::op
