@@ -69,13 +69,13 @@ std::function<void(Block&)> KernelBuilder::multiplyOnWarpgroups(Tiling& t) {
         std::vector<int> all;
         for (const std::vector<int>& a : acc) all.insert(all.end(), a.begin(), a.end());
         steps.push_back(wgmma(t.s.mmaType, t.sharedA[0], aStart, layout, t.sharedB[0], bStart, layout, stages * n, all));
-        if (kk == 0) steps.back().scaleD = t.accumulate;
+        if (kk == 0) steps.back().as<op::Wgmma>().scaleD = t.accumulate;
         continue;
       }
       for (size_t st = 0; st < lk_.stages.size(); ++st) {
         Idx bStart = simplify(t.ring * idxConst(bSlot) + idxConst(kOffset), extents_);
         steps.push_back(wgmma(t.s.mmaType, t.sharedA[st], aStart, layout, t.sharedB[st], bStart, layout, n, acc[st]));
-        if (kk == 0) steps.back().scaleD = t.accumulate;
+        if (kk == 0) steps.back().as<op::Wgmma>().scaleD = t.accumulate;
       }
     }
     steps.push_back(wgmmaCommit());

@@ -339,70 +339,77 @@ class Emitter {
     using K = kernel::Stmt::Kind;
     switch (s.kind) {
       case K::Ldmatrix: {
+        const auto& ld = s.as<kernel::op::Ldmatrix>();
         std::vector<std::string> slots;
-        for (int slot : s.fragment) slots.push_back(floats_[slot]);
-        if (!s.pairRegs.empty()) {
-          for (int r : s.pairRegs) slots.push_back(pairs_[r]);
-          out += fmt::format("{}kiln::ldmatrix_pairs<{}>(&{}[{}], {});\n", pad, s.transpose ? "true" : "false", shared_[s.target],
-                             idx(s.a), fmt::join(slots, ", "));
+        if (const auto* regs = std::get_if<kernel::op::PairRegs>(&ld.into)) {
+          for (int r : regs->regs) slots.push_back(pairs_[r]);
+          out += fmt::format("{}kiln::ldmatrix_pairs<{}>(&{}[{}], {});\n", pad, ld.transpose ? "true" : "false", shared_[ld.shared],
+                             idx(ld.rowIndex), fmt::join(slots, ", "));
           return true;
         }
-        out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, s.fragment.size() / 2, s.transpose ? "true" : "false",
-                           shared_[s.target], idx(s.a), fmt::join(slots, ", "));
+        for (int slot : std::get<kernel::op::FloatSlots>(ld.into).slots) slots.push_back(floats_[slot]);
+        out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, ld.matrices(), ld.transpose ? "true" : "false",
+                           shared_[ld.shared], idx(ld.rowIndex), fmt::join(slots, ", "));
         return true;
       }
       case K::Wgmma: out += wgmma(s, pad); return true;
       case K::WgmmaFence: out += pad + "kiln::wgmma_fence();\n"; return true;
       case K::WgmmaCommit: out += pad + "kiln::wgmma_commit_group();\n"; return true;
       case K::WgmmaWait: out += fmt::format("{}kiln::wgmma_wait_group<{}>();\n", pad, s.as<kernel::op::WgmmaWait>().pendingGroups); return true;
-      case K::PackPair:
-        out += fmt::format("{}{} = kiln::pack2({}(), {}, {});\n", pad, pairs_[s.pairRegs[0]], cudaTypeName(s.operandType),
-                           floats_[s.fragment[0]], floats_[s.fragment[1]]);
-        return true;
-      case K::ShuffleXor:
-        out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[s.var], floats_[s.srcSlot], s.laneMask);
-        return true;
-      case K::Mma: {
-        if (!s.pairRegs.empty()) {  // A and B in pair registers
-          std::vector<std::string> c, ab;
-          for (int slot : s.fragment) c.push_back(floats_[slot]);
-          for (int r : s.pairRegs) ab.push_back(pairs_[r]);
-          out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
-                             fmt::join(ab, ", "));
-          return true;
-        }
-        if (!s.pairs.empty()) {  // A and B as 32-bit pairs straight from shared memory
-          std::vector<std::string> c, ab;
-          for (int slot : s.fragment) c.push_back(floats_[slot]);
-          for (size_t i = 0; i < s.pairs.size(); ++i)
-            ab.push_back(fmt::format("kiln::pair(&{}[{}])", shared_[i < 4 ? s.sharedA : s.sharedB], idx(s.pairs[i])));
-          out += fmt::format("{}kiln::mma_m16n8k16_pairs<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
-                             fmt::join(ab, ", "));
-          return true;
-        }
-        std::vector<std::string> c, ab;
-        for (size_t i = 12; i < 16; ++i) c.push_back(floats_[s.fragment[i]]);
-        for (size_t i = 0; i < 12; ++i) ab.push_back(floats_[s.fragment[i]]);
-        out += fmt::format("{}kiln::mma_m16n8k16<{}>({}, {});\n", pad, cudaTypeName(s.operandType), fmt::join(c, ", "),
-                           fmt::join(ab, ", "));
+      case K::PackPair: {
+        const auto& pack = s.as<kernel::op::PackPair>();
+        out += fmt::format("{}{} = kiln::pack2({}(), {}, {});\n", pad, pairs_[pack.reg], cudaTypeName(pack.type), floats_[pack.lo],
+                           floats_[pack.hi]);
         return true;
       }
+      case K::ShuffleXor: {
+        const auto& shfl = s.as<kernel::op::ShuffleXor>();
+        out += fmt::format("{}{} = __shfl_xor_sync(0xffffffffu, {}, {});\n", pad, floats_[shfl.dst], floats_[shfl.src], shfl.laneMask);
+        return true;
+      }
+      case K::Mma: out += mma(s.as<kernel::op::Mma>(), pad); return true;
       default: return false;
     }
     return true;
   }
 
+  // One mma.m16n8k16: kiln::mma_m16n8k16 on float slots (c, then a and b), kiln::mma_m16n8k16_pairs on 32-bit pairs
+  // (pair registers, or pairs read straight from shared memory).
+  std::string mma(const kernel::op::Mma& mma, const std::string& pad) {
+    std::vector<std::string> c, ab;
+    for (int slot : mma.c) c.push_back(floats_[slot]);
+    const char* pairsSuffix = "_pairs";
+    if (const auto* regs = std::get_if<kernel::op::MmaFromPairs>(&mma.operands)) {  // A and B in pair registers
+      for (int r : regs->a) ab.push_back(pairs_[r]);
+      for (int r : regs->b) ab.push_back(pairs_[r]);
+    } else if (const auto* shared = std::get_if<kernel::op::MmaFromShared>(&mma.operands)) {  // 32-bit pairs from shared memory
+      for (const Idx& at : shared->aPairs) ab.push_back(fmt::format("kiln::pair(&{}[{}])", shared_[shared->bufferA], idx(at)));
+      for (const Idx& at : shared->bPairs) ab.push_back(fmt::format("kiln::pair(&{}[{}])", shared_[shared->bufferB], idx(at)));
+    } else {
+      const auto& slots = std::get<kernel::op::MmaFromSlots>(mma.operands);
+      for (int slot : slots.a) ab.push_back(floats_[slot]);
+      for (int slot : slots.b) ab.push_back(floats_[slot]);
+      pairsSuffix = "";
+    }
+    return fmt::format("{}kiln::mma_m16n8k16{}<{}>({}, {});\n", pad, pairsSuffix, cudaTypeName(mma.operandType), fmt::join(c, ", "),
+                       fmt::join(ab, ", "));
+  }
+
   // One wgmma.mma_async as inline PTX: its n / 2 accumulators are "+f" operands (too many for a fixed helper), the
-  // operands two shared-memory descriptors (kiln::wgmma_desc, no swizzle), scale-d = 1 (D += A·B) or Stmt::scaleD.
+  // operands two shared-memory descriptors (kiln::wgmma_desc, no swizzle), scale-d = 1 (D += A·B) or op::Wgmma::scaleD.
   std::string wgmma(const kernel::Stmt& s, const std::string& pad) {
-    const size_t n = s.fragment.size();
+    const auto& wg = s.as<kernel::op::Wgmma>();
+    const size_t n = wg.acc.size();
     std::vector<std::string> regs, outs;
     for (size_t i = 0; i < n; ++i) {
       regs.push_back(fmt::format("%{}", i));
-      outs.push_back(fmt::format("\"+f\"({})", floats_[s.fragment[i]]));
+      outs.push_back(fmt::format("\"+f\"({})", floats_[wg.acc[i]]));
     }
-    const char* type = s.operandType == DType::BF16 ? "bf16" : "f16";
-    auto desc = [&](int buffer, const Idx& at, const kernel::Stmt::CoreMatrices& l) {
+    const char* type = wg.operandType == DType::BF16 ? "bf16" : "f16";
+    auto desc = [&](const kernel::op::SharedMatrix& m) {
+      const int buffer = m.buffer;
+      const Idx& at = m.start;
+      const kernel::op::CoreMatrices& l = m.layout;
       const kernel::WgmmaDescriptor d = kernel::wgmmaDescriptor(l, dtypeBytes(k_.shared[buffer].dtype));
       if (!d.swizzle128)
         return fmt::format("\"l\"(kiln::wgmma_desc(&{}[{}], {}, {}))", shared_[buffer], idx(at), *d.leadingBytes, d.strideBytes);
@@ -414,22 +421,23 @@ class Emitter {
     // A: a descriptor of shared memory, then the immediates scale-a, scale-b, trans-a, trans-b; or (wgmmaRegA) the 4 pair
     // registers, and no trans-a immediate. Operands: the accumulators, the scale-d flag, A's inputs, B's descriptor.
     std::vector<std::string> a, in;
-    if (s.sharedA < 0)
+    const auto* sharedA = std::get_if<kernel::op::SharedMatrix>(&wg.a);
+    if (!sharedA)
       for (size_t i = 0; i < 4; ++i) {
         a.push_back(fmt::format("%{}", n + 1 + i));
-        in.push_back(fmt::format("\"r\"({})", pairs_[s.pairRegs[i]]));
+        in.push_back(fmt::format("\"r\"({})", pairs_[std::get<kernel::op::PairRegs>(wg.a).regs[i]]));
       }
     else {
       a.push_back(fmt::format("%{}", n + 1));
-      in.push_back(desc(s.sharedA, s.a, s.layoutA));
+      in.push_back(desc(*sharedA));
     }
-    const std::string aOperand = s.sharedA < 0 ? fmt::format("{{{}}}", fmt::join(a, ", ")) : a[0];
-    const std::string immediates = std::string(s.sharedA < 0 ? "1, 1, " : "1, 1, 0, ") + (s.layoutB.mnMajor ? "1" : "0");
+    const std::string aOperand = !sharedA ? fmt::format("{{{}}}", fmt::join(a, ", ")) : a[0];
+    const std::string immediates = std::string(!sharedA ? "1, 1, " : "1, 1, 0, ") + (wg.b.layout.mnMajor ? "1" : "0");
     return fmt::format("{0}asm volatile(\"{{\\n.reg .pred d;\\nsetp.ne.b32 d, %{1}, 0;\\n\"\n"
                        "{0}             \"wgmma.mma_async.sync.aligned.m64n{2}k16.f32.{3}.{3} {{{4}}}, {5}, %{6}, d, {7};\\n}}\\n\"\n"
                        "{0}             : {8}\n{0}             : \"r\"({11}), {9}, {10});\n",
-                       pad, n, s.wgmmaN, type, fmt::join(regs, ", "), aOperand, n + 1 + in.size(), immediates, fmt::join(outs, ", "),
-                       fmt::join(in, ", "), desc(s.sharedB, s.b, s.layoutB), s.scaleD ? idx(s.scaleD) : std::string("1"));
+                       pad, n, wg.n, type, fmt::join(regs, ", "), aOperand, n + 1 + in.size(), immediates, fmt::join(outs, ", "),
+                       fmt::join(in, ", "), desc(wg.b), wg.scaleD ? idx(wg.scaleD) : std::string("1"));
   }
 
   const kernel::Program& p_;

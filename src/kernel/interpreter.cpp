@@ -58,22 +58,11 @@ void scanBlock(const Block& body, int depth, Dims& d) {
       KILN_ASSERT(var > kBlockIdx, "index variable {} has a reserved id", var);
       d.maxVar = std::max(d.maxVar, var);
     }
-    for (int slot : s.fragment) {
-      KILN_ASSERT(slot >= 0, "mma fragment with negative float slot {}", slot);
+    for (int slot : op::floatSlots(s.op)) {
+      KILN_ASSERT(slot >= 0, "{} with negative float slot {}", s.kind == Stmt::Kind::ShuffleXor ? "shuffle" : "a statement", slot);
       d.maxSlot = std::max(d.maxSlot, slot);
     }
-    if (s.a) scanIdx(s.a, d);
-    if (s.b) scanIdx(s.b, d);
-    for (auto& pair : s.pairs) scanIdx(pair, d);
     for (const FE* v : op::floatValues(s.op)) scanExpr(*v, d);
-    for (int slot : op::floatSlotsWritten(s.op)) {
-      KILN_ASSERT(slot >= 0, "a write to negative float slot {}", slot);
-      d.maxSlot = std::max(d.maxSlot, slot);
-    }
-    if (s.kind == Stmt::Kind::ShuffleXor) {
-      KILN_ASSERT(s.var >= 0 && s.srcSlot >= 0, "shuffle with negative float slot {} or {}", s.var, s.srcSlot);
-      d.maxSlot = std::max({d.maxSlot, s.var, s.srcSlot});
-    }
     for (const Idx* e : op::indices(s.op)) scanIdx(*e, d);
     d.async = d.async || s.kind == Stmt::Kind::CpAsync;
     d.wgmma = d.wgmma || s.kind == Stmt::Kind::Wgmma;
@@ -354,13 +343,15 @@ bool Machine::execRegisters(const Stmt& s, int depth) {
   switch (s.kind) {
     case Stmt::Kind::Mma: mmaStep(s, mask); return true;
     case Stmt::Kind::ShuffleXor: shuffleStep(s, mask); return true;
-    case Stmt::Kind::PackPair:
+    case Stmt::Kind::PackPair: {
+      const auto& pack = s.as<op::PackPair>();
       for (int64_t t = 0; t < T; ++t)
         if (mask[t])
           for (int e = 0; e < 2; ++e)
-            pairValues[(static_cast<size_t>(t) * static_cast<size_t>(np) + static_cast<size_t>(s.pairRegs[0])) * 2 + e] =
-                loop::roundTo(s.operandType, floats[t * nf + s.fragment[static_cast<size_t>(e)]]);
+            pairValues[(static_cast<size_t>(t) * static_cast<size_t>(np) + static_cast<size_t>(pack.reg)) * 2 + e] =
+                loop::roundTo(pack.type, floats[t * nf + (e == 0 ? pack.lo : pack.hi)]);
       return true;
+    }
     case Stmt::Kind::Ldmatrix: ldmatrixStep(s, mask); return true;
     case Stmt::Kind::LoadSharedVector: {
       const auto& load = s.as<op::LoadSharedVector>();

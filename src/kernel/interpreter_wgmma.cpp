@@ -52,7 +52,8 @@ std::vector<int64_t> Machine::activeWarpgroups(const std::vector<uint8_t>& mask,
 // Per active warpgroup: the operands gathered from shared memory through the core-matrix layouts, rounded to the
 // operand type; D accumulated in f32 over k in order, as mma does; the elements read pinned in the open group.
 void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
-  const int64_t n = s.wgmmaN;
+  const auto& wg = s.as<op::Wgmma>();
+  const int64_t n = wg.n;
   for (int64_t q : activeWarpgroups(mask, "wgmma")) {
     const int64_t first = q * kWarpgroupThreads;
     auto start = [&](const Idx& at, const char* which) {
@@ -91,7 +92,7 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
           if (int32_t writer = unfenced[buffer][e]; writer > 0)
             raise(fmt::format("kernel {}: wgmma of warpgroup {} reads shared {}[{}], written by thread {} with no fence.proxy.async "
                               "after the write (block {})", k.name, q, k.shared[buffer].name, e, writer - 1, block));
-          m[static_cast<size_t>(r * kWgmmaK + kk)] = loop::roundTo(s.operandType, data[e]);
+          m[static_cast<size_t>(r * kWgmmaK + kk)] = loop::roundTo(wg.operandType, data[e]);
           wgOpen[static_cast<size_t>(q)].emplace_back(buffer, e);
           ++pinned[buffer][e];
         }
@@ -99,24 +100,25 @@ void Machine::wgmmaStep(const Stmt& s, const std::vector<uint8_t>& mask) {
     };
     // A from shared memory, or (wgmmaRegA) element i of thread 32w + l's mma A fragment from its pair register i / 2.
     std::vector<float> a(static_cast<size_t>(kWgmmaM * kWgmmaK));
-    if (s.sharedA >= 0) {
-      a = gather(s.sharedA, start(s.a, "A"), s.layoutA, kWgmmaM, "A");
+    if (const auto* sharedA = std::get_if<op::SharedMatrix>(&wg.a)) {
+      a = gather(sharedA->buffer, start(sharedA->start, "A"), sharedA->layout, kWgmmaM, "A");
     } else {
+      const std::vector<int>& regs = std::get<op::PairRegs>(wg.a).regs;
       for (int64_t t = 0; t < kWarpgroupThreads; ++t)
         for (int i = 0; i < 8; ++i) {
-          const int reg = s.pairRegs[static_cast<size_t>(i / 2)];
+          const int reg = regs[static_cast<size_t>(i / 2)];
           KILN_ASSERT(reg >= 0 && reg < np, "kernel {}: wgmma reads pair register {} of {}", k.name, reg, np);
           auto [r, c] = mmaElementA(static_cast<int>(t % 32), i);
           a[static_cast<size_t>((16 * (t / 32) + r) * kWgmmaK + c)] =
-              loop::roundTo(s.operandType, pairValues[((first + t) * np + reg) * 2 + i % 2]);
+              loop::roundTo(wg.operandType, pairValues[((first + t) * np + reg) * 2 + i % 2]);
         }
     }
-    const std::vector<float> b = gather(s.sharedB, start(s.b, "B"), s.layoutB, n, "B");
-    const bool overwrite = s.scaleD && start(s.scaleD, "scale-d") == 0;  // D = A·B
+    const std::vector<float> b = gather(wg.b.buffer, start(wg.b.start, "B"), wg.b.layout, n, "B");
+    const bool overwrite = wg.scaleD && start(wg.scaleD, "scale-d") == 0;  // D = A·B
     for (int64_t t = 0; t < kWarpgroupThreads; ++t)
-      for (size_t i = 0; i < s.fragment.size(); ++i) {
+      for (size_t i = 0; i < wg.acc.size(); ++i) {
         auto [r, c] = wgmmaElement(static_cast<int>(t), static_cast<int>(i));
-        float& acc = floats[(first + t) * nf + s.fragment[i]];
+        float& acc = floats[(first + t) * nf + wg.acc[i]];
         if (overwrite) acc = 0.f;
         for (int64_t kk = 0; kk < kWgmmaK; ++kk) acc += a[static_cast<size_t>(r * kWgmmaK + kk)] * b[static_cast<size_t>(c * kWgmmaK + kk)];
       }

@@ -18,7 +18,6 @@ Stmt typed(Stmt::Kind kind, Op op) {
   s.op = std::move(op);
   return s;
 }
-
 }  // namespace
 
 Idx threadIdx() { return idxVar(kThreadIdx, "threadIdx.x"); }
@@ -142,12 +141,7 @@ Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<
               b.size(), c.size());
   KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
               dtypeName(operandType));
-  Stmt s = makeStmt(Stmt::Kind::Mma);
-  s.operandType = operandType;
-  s.fragment = std::move(a);
-  s.fragment.insert(s.fragment.end(), b.begin(), b.end());
-  s.fragment.insert(s.fragment.end(), c.begin(), c.end());
-  return s;
+  return typed(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromSlots{std::move(a), std::move(b)}, std::move(c)});
 }
 
 Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int sharedB, std::vector<Idx> bPairs,
@@ -156,14 +150,8 @@ Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int 
               aPairs.size(), bPairs.size(), c.size());
   KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
               dtypeName(operandType));
-  Stmt s = makeStmt(Stmt::Kind::Mma);
-  s.operandType = operandType;
-  s.sharedA = sharedA;
-  s.sharedB = sharedB;
-  s.pairs = std::move(aPairs);
-  s.pairs.insert(s.pairs.end(), bPairs.begin(), bPairs.end());
-  s.fragment = std::move(c);
-  return s;
+  return typed(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromShared{sharedA, std::move(aPairs), sharedB, std::move(bPairs)},
+                                        std::move(c)});
 }
 
 Stmt ldmatrixPairs(int sharedBuf, Idx rowIndex, bool transpose, std::vector<int> regs) {
@@ -171,8 +159,7 @@ Stmt ldmatrixPairs(int sharedBuf, Idx rowIndex, bool transpose, std::vector<int>
               regs.size());
   Stmt s = ldmatrix(sharedBuf, std::move(rowIndex), static_cast<int>(regs.size()), transpose,
                     std::vector<int>(2 * regs.size(), 0));
-  s.fragment.clear();
-  s.pairRegs = std::move(regs);
+  s.as<op::Ldmatrix>().into = op::PairRegs{std::move(regs)};
   return s;
 }
 
@@ -181,12 +168,7 @@ Stmt mmaFromPairs(DType operandType, std::vector<int> aRegs, std::vector<int> bR
               aRegs.size(), bRegs.size(), c.size());
   KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
               dtypeName(operandType));
-  Stmt s = makeStmt(Stmt::Kind::Mma);
-  s.operandType = operandType;
-  s.pairRegs = std::move(aRegs);
-  s.pairRegs.insert(s.pairRegs.end(), bRegs.begin(), bRegs.end());
-  s.fragment = std::move(c);
-  return s;
+  return typed(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromPairs{std::move(aRegs), std::move(bRegs)}, std::move(c)});
 }
 
 Stmt loadVector(int param, Idx index, std::vector<int> slots) {
@@ -215,22 +197,14 @@ Stmt storeVector(int param, Idx index, std::vector<FE> values) {
 
 Stmt packPair(DType type, int reg, int lo, int hi) {
   KILN_ASSERT(reg >= 0 && lo >= 0 && hi >= 0, "packPair: bad register {} or slots {}, {}", reg, lo, hi);
-  Stmt s = makeStmt(Stmt::Kind::PackPair);
-  s.operandType = type;
-  s.pairRegs = {reg};
-  s.fragment = {lo, hi};
-  return s;
+  return typed(Stmt::Kind::PackPair, op::PackPair{type, reg, lo, hi});
 }
 
 Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask) {
   KILN_ASSERT(dstSlot >= 0 && srcSlot >= 0, "shuffleXor: bad slots {} <- {}", dstSlot, srcSlot);
   KILN_ASSERT(laneMask >= 1 && laneMask <= 16 && (laneMask & (laneMask - 1)) == 0,
               "shuffleXor: lane mask {} (want 1, 2, 4, 8 or 16)", laneMask);
-  Stmt s = makeStmt(Stmt::Kind::ShuffleXor);
-  s.var = dstSlot;
-  s.srcSlot = srcSlot;
-  s.laneMask = laneMask;
-  return s;
+  return typed(Stmt::Kind::ShuffleXor, op::ShuffleXor{dstSlot, srcSlot, laneMask});
 }
 
 Block warpAllReduce(Fn combine, int slot, int tmpSlot) {
@@ -316,12 +290,7 @@ Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vecto
   KILN_ASSERT(count == 1 || count == 2 || count == 4, "ldmatrix: {} matrices (want 1, 2 or 4)", count);
   KILN_ASSERT(static_cast<int>(slots.size()) == 2 * count, "ldmatrix.x{}: {} slots (want {})", count, slots.size(), 2 * count);
   for (int slot : slots) KILN_ASSERT(slot >= 0, "ldmatrix: negative float slot {}", slot);
-  Stmt s = makeStmt(Stmt::Kind::Ldmatrix);
-  s.target = sharedBuf;
-  s.a = std::move(rowIndex);
-  s.transpose = transpose;
-  s.fragment = std::move(slots);
-  return s;
+  return typed(Stmt::Kind::Ldmatrix, op::Ldmatrix{sharedBuf, std::move(rowIndex), transpose, op::FloatSlots{std::move(slots)}});
 }
 
 std::pair<int, int> mmaElementA(int lane, int i) {
@@ -346,17 +315,8 @@ Stmt wgmma(DType operandType, int sharedA, Idx aStart, Stmt::CoreMatrices layout
   KILN_ASSERT(n >= 8 && n <= 256 && n % 8 == 0 && static_cast<int64_t>(acc.size()) == n / 2,
               "wgmma: n = {} with {} accumulators (want n a multiple of 8 up to 256, n / 2 accumulators)", n, acc.size());
   KILN_ASSERT(sharedA >= 0 && sharedB >= 0 && aStart && bStart, "wgmma: bad shared buffers {}, {} or null start", sharedA, sharedB);
-  Stmt s = makeStmt(Stmt::Kind::Wgmma);
-  s.operandType = operandType;
-  s.sharedA = sharedA;
-  s.sharedB = sharedB;
-  s.a = std::move(aStart);
-  s.b = std::move(bStart);
-  s.layoutA = layoutA;
-  s.layoutB = layoutB;
-  s.wgmmaN = n;
-  s.fragment = std::move(acc);
-  return s;
+  return typed(Stmt::Kind::Wgmma, op::Wgmma{operandType, n, op::SharedMatrix{sharedA, std::move(aStart), layoutA},
+                                            op::SharedMatrix{sharedB, std::move(bStart), layoutB}, std::move(acc), nullptr});
 }
 
 Stmt wgmmaRegA(DType operandType, std::vector<int> aRegs, int sharedB, Idx bStart, Stmt::CoreMatrices layoutB, int64_t n,
@@ -364,9 +324,7 @@ Stmt wgmmaRegA(DType operandType, std::vector<int> aRegs, int sharedB, Idx bStar
   KILN_ASSERT(aRegs.size() == 4, "wgmmaRegA: {} A registers (want 4 pairs)", aRegs.size());
   for (int r : aRegs) KILN_ASSERT(r >= 0, "wgmmaRegA: negative pair register {}", r);
   Stmt s = wgmma(operandType, 0, idxConst(0), Stmt::CoreMatrices{}, sharedB, std::move(bStart), layoutB, n, std::move(acc));
-  s.sharedA = -1;
-  s.a = nullptr;
-  s.pairRegs = std::move(aRegs);
+  s.as<op::Wgmma>().a = op::PairRegs{std::move(aRegs)};
   return s;
 }
 

@@ -234,36 +234,34 @@ int sharedPairs(Cursor& c, KernelScope& s, std::vector<Idx>& pairs) {
 }
 
 Stmt mma(Cursor& c, KernelScope& s) {
-  Stmt st = make(Stmt::Kind::Mma);
-  st.operandType = parseDTypeWord(c);
-  std::vector<int> acc, none;
-  braced(c, s, acc, none);
+  op::Mma mma;
+  mma.operandType = parseDTypeWord(c);
+  std::vector<int> none;
+  braced(c, s, mma.c, none);
   c.expect("+=");
   if (c.startsWith("pairs")) {
-    st.sharedA = sharedPairs(c, s, st.pairs);
+    op::MmaFromShared shared;
+    shared.bufferA = sharedPairs(c, s, shared.aPairs);
     c.expect("x");
-    st.sharedB = sharedPairs(c, s, st.pairs);
-    st.fragment = acc;
+    shared.bufferB = sharedPairs(c, s, shared.bPairs);
+    mma.operands = std::move(shared);
   } else {
-    std::vector<int> a, b;
-    braced(c, s, a, st.pairRegs);
+    size_t col = c.here();
+    std::vector<int> a, b, aRegs, bRegs;
+    braced(c, s, a, aRegs);
     c.expect("x");
-    braced(c, s, b, st.pairRegs);
-    if (st.pairRegs.empty()) {
-      st.fragment = a;
-      st.fragment.insert(st.fragment.end(), b.begin(), b.end());
-      st.fragment.insert(st.fragment.end(), acc.begin(), acc.end());
-    } else {
-      st.fragment = acc;
-    }
+    braced(c, s, b, bRegs);
+    if (aRegs.empty() && bRegs.empty()) mma.operands = op::MmaFromSlots{std::move(a), std::move(b)};
+    else if (a.empty() && b.empty()) mma.operands = op::MmaFromPairs{std::move(aRegs), std::move(bRegs)};
+    else c.fail("mma's A and B are either all float slots or all pair registers", col);
   }
   if (!none.empty()) c.fail("mma's accumulators are float slots, not pair registers");
-  return st;
+  return typed(Stmt::Kind::Mma, std::move(mma));
 }
 
 // `(mn-major 128-byte-swizzled core matrices k K row R)`
-Stmt::CoreMatrices coreMatrices(Cursor& c) {
-  Stmt::CoreMatrices m;
+op::CoreMatrices coreMatrices(Cursor& c) {
+  op::CoreMatrices m;
   c.expect("(");
   m.mnMajor = c.accept("mn-major");
   m.swizzle128 = c.accept("128-byte-swizzled");
@@ -275,39 +273,47 @@ Stmt::CoreMatrices coreMatrices(Cursor& c) {
   return m;
 }
 
+// `NAME[IDX] (core matrices ...)`: a wgmma operand in shared memory.
+op::SharedMatrix sharedMatrix(Cursor& c, KernelScope& s) {
+  op::SharedMatrix m;
+  std::tie(m.buffer, m.start) = sharedAt(c, s);
+  m.layout = coreMatrices(c);
+  return m;
+}
+
 Stmt wgmma(Cursor& c, KernelScope& s) {
-  Stmt st = make(Stmt::Kind::Wgmma);
-  st.wgmmaN = c.integer();
+  op::Wgmma w;
+  w.n = c.integer();
   c.expect("k16.");
-  st.operandType = parseDTypeWord(c);
+  w.operandType = parseDTypeWord(c);
   c.expect("{");
   if (!c.accept("}")) {
     int first = s.floatSlot(c);
     if (c.accept("..")) {  // the accumulators as a range of consecutive slots
       int last = s.floatSlot(c);
-      for (int i = first; i <= last; ++i) st.fragment.push_back(i);
+      for (int i = first; i <= last; ++i) w.acc.push_back(i);
     } else {
-      st.fragment.push_back(first);
-      while (c.accept(",")) st.fragment.push_back(s.floatSlot(c));
+      w.acc.push_back(first);
+      while (c.accept(",")) w.acc.push_back(s.floatSlot(c));
     }
     c.expect("}");
   }
   c.expect("+=");
   if (c.accept("(unless")) {
-    st.scaleD = parseIdx(c, s);
+    w.scaleD = parseIdx(c, s);
     c.expect("is 0)");
   }
   if (c.acceptWord("registers")) {
-    for (int i = 0; i < 4; ++i) st.pairRegs.push_back(s.pairReg(c));
+    op::PairRegs regs;
+    for (int i = 0; i < 4; ++i) regs.regs.push_back(s.pairReg(c));
+    w.a = std::move(regs);
   } else {
     c.expect("shared");
-    std::tie(st.sharedA, st.a) = sharedAt(c, s);
-    st.layoutA = coreMatrices(c);
+    w.a = sharedMatrix(c, s);
   }
   c.expect("x shared");
-  std::tie(st.sharedB, st.b) = sharedAt(c, s);
-  st.layoutB = coreMatrices(c);
-  return st;
+  w.b = sharedMatrix(c, s);
+  return typed(Stmt::Kind::Wgmma, std::move(w));
 }
 
 Stmt wgmmaFamily(Cursor& c, KernelScope& s) {
@@ -324,27 +330,27 @@ Stmt assignment(Cursor& c, KernelScope& s) {
   size_t col = c.here();
   destinations(c, s, slots, regs);
   if (c.accept("ldmatrix.x")) {
-    Stmt st = make(Stmt::Kind::Ldmatrix);
+    op::Ldmatrix ld;
     int64_t count = c.integer();
-    st.transpose = c.accept(".trans");
+    ld.transpose = c.accept(".trans");
     c.expect("shared");
-    std::tie(st.target, st.a) = sharedAt(c, s);
-    st.fragment = slots;
-    st.pairRegs = regs;
+    std::tie(ld.shared, ld.rowIndex) = sharedAt(c, s);
     if (!slots.empty() == !regs.empty() || count != static_cast<int64_t>(regs.empty() ? slots.size() / 2 : regs.size()))
       c.fail(fmt::format("ldmatrix.x{} needs {} float slots or {} pair registers", count, 2 * count, count), col);
-    return st;
+    if (regs.empty()) ld.into = op::FloatSlots{slots};
+    else ld.into = op::PairRegs{regs};
+    return typed(Stmt::Kind::Ldmatrix, std::move(ld));
   }
   if (!regs.empty()) {
     if (regs.size() != 1 || !slots.empty()) c.fail("expected '$pair = pack.TYPE %lo, %hi'", col);
-    Stmt st = make(Stmt::Kind::PackPair);
+    op::PackPair pack;
     c.expect("pack.");
-    st.operandType = parseDTypeWord(c);
-    st.pairRegs = regs;
-    st.fragment.push_back(s.floatSlot(c));
+    pack.type = parseDTypeWord(c);
+    pack.reg = regs[0];
+    pack.lo = s.floatSlot(c);
     c.expect(",");
-    st.fragment.push_back(s.floatSlot(c));
-    return st;
+    pack.hi = s.floatSlot(c);
+    return typed(Stmt::Kind::PackPair, pack);
   }
   if (c.startsWith("load") && c.rest().size() > 4 && std::isdigit(static_cast<unsigned char>(c.rest()[4]))) {
     c.accept("load");
@@ -358,12 +364,12 @@ Stmt assignment(Cursor& c, KernelScope& s) {
   }
   if (slots.size() != 1) c.fail("expected one float slot on the left of '='", col);
   if (c.accept("shfl.xor")) {
-    Stmt st = make(Stmt::Kind::ShuffleXor);
-    st.var = slots[0];
-    st.srcSlot = s.floatSlot(c);
+    op::ShuffleXor shfl;
+    shfl.dst = slots[0];
+    shfl.src = s.floatSlot(c);
     c.expect(",");
-    st.laneMask = static_cast<int>(c.integer());
-    return st;
+    shfl.laneMask = static_cast<int>(c.integer());
+    return typed(Stmt::Kind::ShuffleXor, shfl);
   }
   return typed(Stmt::Kind::Assign, op::Assign{slots[0], parseFExpr(c, s)});
 }

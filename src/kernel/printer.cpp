@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/kernel/ir.h"
+#include "kiln/support/overloaded.h"
 
 namespace kiln::kernel {
 namespace {
@@ -137,11 +138,13 @@ bool BlockPrinter::memory(const Stmt& s) {
       return true;
     }
     case Stmt::Kind::Ldmatrix: {
+      const auto& ld = s.as<op::Ldmatrix>();
       std::vector<std::string> slots;
-      for (int slot : s.fragment) slots.push_back(floatName(k, slot));
-      for (int r : s.pairRegs) slots.push_back(pairName(k, r));
-      line(fmt::format("{} = ldmatrix.x{}{} shared {}", fmt::join(slots, ", "), s.pairRegs.empty() ? s.fragment.size() / 2 : s.pairRegs.size(),
-                       s.transpose ? ".trans" : "", at(sharedName(k, s.target), s.a)));
+      std::visit(Overloaded{[&](const op::FloatSlots& f) { for (int slot : f.slots) slots.push_back(floatName(k, slot)); },
+                            [&](const op::PairRegs& p) { for (int r : p.regs) slots.push_back(pairName(k, r)); }},
+                 ld.into);
+      line(fmt::format("{} = ldmatrix.x{}{} shared {}", fmt::join(slots, ", "), ld.matrices(), ld.transpose ? ".trans" : "",
+                       at(sharedName(k, ld.shared), ld.rowIndex)));
       return true;
     }
     default: return false;
@@ -206,11 +209,16 @@ bool BlockPrinter::mbarriers(const Stmt& s) {
 bool BlockPrinter::compute(const Stmt& s) {
   switch (s.kind) {
     case Stmt::Kind::Assign: line(fmt::format("{} = {}", floatName(k, s.as<op::Assign>().slot), exprString(k, s.as<op::Assign>().value))); return true;
-    case Stmt::Kind::PackPair:
-      line(fmt::format("{} = pack.{} {}, {}", pairName(k, s.pairRegs[0]), dtypeName(s.operandType), floatName(k, s.fragment[0]),
-                       floatName(k, s.fragment[1])));
+    case Stmt::Kind::PackPair: {
+      const auto& pack = s.as<op::PackPair>();
+      line(fmt::format("{} = pack.{} {}, {}", pairName(k, pack.reg), dtypeName(pack.type), floatName(k, pack.lo), floatName(k, pack.hi)));
       return true;
-    case Stmt::Kind::ShuffleXor: line(fmt::format("{} = shfl.xor {}, {}", floatName(k, s.var), floatName(k, s.srcSlot), s.laneMask)); return true;
+    }
+    case Stmt::Kind::ShuffleXor: {
+      const auto& shfl = s.as<op::ShuffleXor>();
+      line(fmt::format("{} = shfl.xor {}, {}", floatName(k, shfl.dst), floatName(k, shfl.src), shfl.laneMask));
+      return true;
+    }
     case Stmt::Kind::Mma: mma(s); return true;
     case Stmt::Kind::Wgmma: wgmma(s); return true;
     default: return false;
@@ -218,24 +226,31 @@ bool BlockPrinter::compute(const Stmt& s) {
 }
 
 void BlockPrinter::mma(const Stmt& s) {
-  const auto type = dtypeName(s.operandType);
-  if (!s.pairRegs.empty()) {  // A and B in pair registers
-    std::vector<std::string> a, b;
-    for (size_t i = 0; i < s.pairRegs.size(); ++i) (i < 4 ? a : b).push_back(pairName(k, s.pairRegs[i]));
-    line(fmt::format("mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", type, floats(s.fragment, 0, s.fragment.size()), fmt::join(a, ", "),
-                     fmt::join(b, ", ")));
-  } else if (!s.pairs.empty()) {  // A and B pairs straight from shared memory
-    auto pairs = [&](int buffer, size_t from, size_t n) {
-      std::vector<std::string> list;
-      for (size_t i = from; i < from + n && i < s.pairs.size(); ++i) list.push_back(at(sharedName(k, buffer), s.pairs[i]));
-      return fmt::format("{}", fmt::join(list, ", "));
-    };
-    line(fmt::format("mma.m16n8k16.{} {{{}}} += pairs {{{}}} x pairs {{{}}}", type, floats(s.fragment, 0, s.fragment.size()),
-                     pairs(s.sharedA, 0, 4), pairs(s.sharedB, 4, 2)));
-  } else {
-    line(fmt::format("mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", type, floats(s.fragment, 12, 4), floats(s.fragment, 0, 8),
-                     floats(s.fragment, 8, 4)));
-  }
+  const auto& mma = s.as<op::Mma>();
+  const auto type = dtypeName(mma.operandType);
+  const std::string c = floats(mma.c, 0, mma.c.size());
+  auto regs = [&](const std::vector<int>& list) {
+    std::vector<std::string> names;
+    for (int r : list) names.push_back(pairName(k, r));
+    return fmt::format("{}", fmt::join(names, ", "));
+  };
+  auto pairs = [&](int buffer, const std::vector<Idx>& list) {
+    std::vector<std::string> names;
+    for (const Idx& e : list) names.push_back(at(sharedName(k, buffer), e));
+    return fmt::format("{}", fmt::join(names, ", "));
+  };
+  std::visit(Overloaded{[&](const op::MmaFromPairs& o) {
+                          line(fmt::format("mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", type, c, regs(o.a), regs(o.b)));
+                        },
+                        [&](const op::MmaFromShared& o) {  // A and B pairs straight from shared memory
+                          line(fmt::format("mma.m16n8k16.{} {{{}}} += pairs {{{}}} x pairs {{{}}}", type, c, pairs(o.bufferA, o.aPairs),
+                                           pairs(o.bufferB, o.bPairs)));
+                        },
+                        [&](const op::MmaFromSlots& o) {
+                          line(fmt::format("mma.m16n8k16.{} {{{}}} += {{{}}} x {{{}}}", type, c, floats(o.a, 0, o.a.size()),
+                                           floats(o.b, 0, o.b.size())));
+                        }},
+             mma.operands);
 }
 
 // A wgmma operand's shared layout, every field: `(mn-major 128-byte-swizzled core matrices k 512 row 1024)`.
@@ -245,24 +260,26 @@ std::string coreMatrices(const Stmt::CoreMatrices& m) {
 }
 
 void BlockPrinter::wgmma(const Stmt& s) {
+  const auto& w = s.as<op::Wgmma>();
   // The accumulators (up to 128) as a range first .. last where they are consecutive slots, as they always are in kiln's
   // lowerings; listed otherwise.
   bool consecutive = true;
-  for (size_t i = 1; i < s.fragment.size(); ++i) consecutive = consecutive && s.fragment[i] == s.fragment[0] + static_cast<int>(i);
-  std::string acc = s.fragment.empty() ? std::string("{}")
-                    : consecutive      ? fmt::format("{{{} .. {}}}", floatName(k, s.fragment.front()), floatName(k, s.fragment.back()))
-                                       : fmt::format("{{{}}}", floats(s.fragment, 0, s.fragment.size()));
-  std::string a;
-  if (s.sharedA < 0) {
-    std::vector<std::string> regs;
-    for (int r : s.pairRegs) regs.push_back(pairName(k, r));
-    a = fmt::format("registers {}", fmt::join(regs, " "));
-  } else {
-    a = fmt::format("shared {} {}", at(sharedName(k, s.sharedA), s.a), coreMatrices(s.layoutA));
-  }
-  line(fmt::format("wgmma.m64n{}k16.{} {} {} {} x shared {} {}", s.wgmmaN, dtypeName(s.operandType), acc,
-                   s.scaleD ? fmt::format("+= (unless {} is 0)", idxString(s.scaleD)) : "+=", a, at(sharedName(k, s.sharedB), s.b),
-                   coreMatrices(s.layoutB)));
+  for (size_t i = 1; i < w.acc.size(); ++i) consecutive = consecutive && w.acc[i] == w.acc[0] + static_cast<int>(i);
+  std::string acc = w.acc.empty() ? std::string("{}")
+                    : consecutive ? fmt::format("{{{} .. {}}}", floatName(k, w.acc.front()), floatName(k, w.acc.back()))
+                                  : fmt::format("{{{}}}", floats(w.acc, 0, w.acc.size()));
+  std::string a = std::visit(Overloaded{[&](const op::PairRegs& p) {
+                                          std::vector<std::string> regs;
+                                          for (int r : p.regs) regs.push_back(pairName(k, r));
+                                          return fmt::format("registers {}", fmt::join(regs, " "));
+                                        },
+                                        [&](const op::SharedMatrix& m) {
+                                          return fmt::format("shared {} {}", at(sharedName(k, m.buffer), m.start), coreMatrices(m.layout));
+                                        }},
+                             w.a);
+  line(fmt::format("wgmma.m64n{}k16.{} {} {} {} x shared {} {}", w.n, dtypeName(w.operandType), acc,
+                   w.scaleD ? fmt::format("+= (unless {} is 0)", idxString(w.scaleD)) : "+=", a, at(sharedName(k, w.b.buffer), w.b.start),
+                   coreMatrices(w.b.layout)));
 }
 
 void printBlock(const Kernel& k, const Block& body, int depth, std::vector<std::string>& lines) {

@@ -407,6 +407,42 @@ bool Verifier::checkAsyncCopy(const Stmt& st, Scope& s) {
   return true;
 }
 
+// mma.m16n8k16 from float slots, shared pairs or pair registers: the operands' counts and sources, the slots it reads.
+void Verifier::checkMma(const Stmt& st, const Scope& s) {
+  const auto& mma = st.as<op::Mma>();
+  checkWarpCollective("mma");
+  if (const auto* shared = std::get_if<op::MmaFromShared>(&mma.operands)) {  // A and B pairs of the operand type
+    if (shared->aPairs.size() != 4 || shared->bPairs.size() != 2 || mma.c.size() != 4)
+      fail("mma from shared with {} A pairs, {} B pairs and {} accumulator slots (want 4, 2 and 4)", shared->aPairs.size(),
+           shared->bPairs.size(), mma.c.size());
+    for (size_t i = 0; i < 6; ++i) {
+      const int buffer = i < 4 ? shared->bufferA : shared->bufferB;
+      const Idx& pair = i < 4 ? shared->aPairs[i] : shared->bPairs[i - 4];
+      checkIdx(pair, s, "an mma pair");
+      checkSharedIndex(buffer, pair, s, "mma pair");
+      checkSharedIndex(buffer, pair + idxConst(1), s, "mma pair");
+      if (!detail::provablyEven(pair)) fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(pair));
+      if (k.shared[buffer].dtype != mma.operandType)
+        fail("mma.{} reads pairs from shared {} of type {}", dtypeName(mma.operandType), k.shared[buffer].name,
+             dtypeName(k.shared[buffer].dtype));
+    }
+  } else if (const auto* regs = std::get_if<op::MmaFromPairs>(&mma.operands)) {  // A and B in pair registers
+    if (regs->a.size() != 4 || regs->b.size() != 2 || mma.c.size() != 4)
+      fail("mma from pair registers with {} A and {} B registers and {} accumulator slots (want 4, 2 and 4)", regs->a.size(),
+           regs->b.size(), mma.c.size());
+    std::vector<int> all = regs->a;
+    all.insert(all.end(), regs->b.begin(), regs->b.end());
+    checkPairRegs(all, false, "mma");
+  } else if (const auto& slots = std::get<op::MmaFromSlots>(mma.operands); slots.a.size() != 8 || slots.b.size() != 4 || mma.c.size() != 4) {
+    fail("mma with {}, {} and {} fragment slots (want 8, 4 and 4)", slots.a.size(), slots.b.size(), mma.c.size());
+  }
+  for (int slot : op::floatSlots(st.op)) {
+    if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
+      fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());
+    if (!assigned[slot]) fail("mma reads float variable %{} before any assignment", k.floatVars[slot]);
+  }
+}
+
 // Shuffles, pairs, ldmatrix, mma and wgmma: their registers and fragments. False where `st` is of another family.
 bool Verifier::checkRegisters(const Stmt& st, Scope& s) {
   switch (st.kind) {
@@ -423,49 +459,24 @@ bool Verifier::checkRegisters(const Stmt& st, Scope& s) {
       }
       return true;
     case Stmt::Kind::Ldmatrix: checkLdmatrix(st, s); return true;
-    case Stmt::Kind::PackPair:
-      if (st.operandType != DType::BF16 && st.operandType != DType::F16) fail("pack into {} pairs", dtypeName(st.operandType));
-      if (st.fragment.size() != 2 || st.pairRegs.size() != 1) fail("pack of {} slots into {} registers", st.fragment.size(), st.pairRegs.size());
-      for (int slot : st.fragment) checkSlotRead(slot, "pack");
-      checkPairRegs(st.pairRegs, true, "pack into");
+    case Stmt::Kind::PackPair: {
+      const auto& pack = st.as<op::PackPair>();
+      if (pack.type != DType::BF16 && pack.type != DType::F16) fail("pack into {} pairs", dtypeName(pack.type));
+      checkSlotRead(pack.lo, "pack");
+      checkSlotRead(pack.hi, "pack");
+      checkPairRegs({pack.reg}, true, "pack into");
       return true;
-    case Stmt::Kind::ShuffleXor:
+    }
+    case Stmt::Kind::ShuffleXor: {
+      const auto& shfl = st.as<op::ShuffleXor>();
       checkWarpCollective("shuffle");
-      if (st.laneMask < 1 || st.laneMask > 16 || (st.laneMask & (st.laneMask - 1)) != 0)
-        fail("shuffle with lane mask {} (want 1, 2, 4, 8 or 16)", st.laneMask);
-      checkSlotRead(st.srcSlot, "shuffle");
-      checkSlotWrite(st.var, "shuffle");
+      if (shfl.laneMask < 1 || shfl.laneMask > 16 || (shfl.laneMask & (shfl.laneMask - 1)) != 0)
+        fail("shuffle with lane mask {} (want 1, 2, 4, 8 or 16)", shfl.laneMask);
+      checkSlotRead(shfl.src, "shuffle");
+      checkSlotWrite(shfl.dst, "shuffle");
       return true;
-    case Stmt::Kind::Mma:
-      checkWarpCollective("mma");
-      if (!st.pairs.empty()) {  // A and B as pairs of the operand type straight from shared memory
-        if (st.pairs.size() != 6 || st.fragment.size() != 4)
-          fail("mma from shared with {} pairs and {} accumulator slots (want 6 and 4)", st.pairs.size(), st.fragment.size());
-        for (size_t i = 0; i < st.pairs.size(); ++i) {
-          int buffer = i < 4 ? st.sharedA : st.sharedB;
-          checkIdx(st.pairs[i], s, "an mma pair");
-          checkSharedIndex(buffer, st.pairs[i], s, "mma pair");
-          checkSharedIndex(buffer, st.pairs[i] + idxConst(1), s, "mma pair");
-          if (!detail::provablyEven(st.pairs[i]))
-            fail("mma pair index {} is not provably even (a pair is one aligned 32-bit load)", toString(st.pairs[i]));
-          if (k.shared[buffer].dtype != st.operandType)
-            fail("mma.{} reads pairs from shared {} of type {}", dtypeName(st.operandType), k.shared[buffer].name,
-                 dtypeName(k.shared[buffer].dtype));
-        }
-      } else if (!st.pairRegs.empty()) {  // A and B in pair registers loaded by ldmatrix
-        if (st.pairRegs.size() != 6 || st.fragment.size() != 4)
-          fail("mma from pair registers with {} registers and {} accumulator slots (want 6 and 4)", st.pairRegs.size(),
-               st.fragment.size());
-        checkPairRegs(st.pairRegs, false, "mma");
-      } else if (st.fragment.size() != 16) {
-        fail("mma with {} fragment slots (want 16)", st.fragment.size());
-      }
-      for (int slot : st.fragment) {
-        if (slot < 0 || slot >= static_cast<int>(k.floatVars.size()))
-          fail("mma fragment slot {} out of range ({} float variables)", slot, k.floatVars.size());
-        if (!assigned[slot]) fail("mma reads float variable %{} before any assignment", k.floatVars[slot]);
-      }
-      return true;
+    }
+    case Stmt::Kind::Mma: checkMma(st, s); return true;
     default: return false;
   }
   return true;

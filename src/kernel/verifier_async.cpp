@@ -64,46 +64,51 @@ void Verifier::checkCpAsync(const Stmt& stmt, const Scope& s) {
 }
 
 void Verifier::checkLdmatrix(const Stmt& st, const Scope& s) {
+  const auto& ld = st.as<op::Ldmatrix>();
+  const auto* regs = std::get_if<op::PairRegs>(&ld.into);
+  const auto* slots = std::get_if<op::FloatSlots>(&ld.into);
   checkWarpCollective("ldmatrix");
-  checkIdx(st.a, s, "an ldmatrix row index");
+  checkIdx(ld.rowIndex, s, "an ldmatrix row index");
   if (!p.target.ldmatrix) fail("ldmatrix on {}, which does not have it", p.target.arch);
-  const size_t n = st.pairRegs.empty() ? st.fragment.size() : 2 * st.pairRegs.size();
+  const size_t n = regs ? 2 * regs->regs.size() : slots->slots.size();
   if (n != 2 && n != 4 && n != 8) fail("ldmatrix with {} slots (want 2, 4 or 8)", n);
-  if (!st.pairRegs.empty() && !st.fragment.empty()) fail("ldmatrix into both float slots and pair registers");
-  if (st.target < 0 || st.target >= static_cast<int>(k.shared.size()))
-    fail("ldmatrix from shared buffer #{} of {}", st.target, k.shared.size());
-  const SharedBuffer& sb = k.shared[st.target];
+  if (ld.shared < 0 || ld.shared >= static_cast<int>(k.shared.size()))
+    fail("ldmatrix from shared buffer #{} of {}", ld.shared, k.shared.size());
+  const SharedBuffer& sb = k.shared[ld.shared];
   if (sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix from shared {} of type {} (want bf16 or f16)", sb.name,
                                                               dtypeName(sb.dtype));
   VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
-  if (!provablyMultipleOf(expand(st.a, s), 8, extents))
+  if (!provablyMultipleOf(expand(ld.rowIndex, s), 8, extents))
     fail("ldmatrix row not provably aligned: shared {}[{}] must be a multiple of 8 elements (16 bytes; expanded: {})", sb.name,
-         toString(st.a), toString(expand(st.a, s)));
-  checkSharedIndex(st.target, st.a, s, "ldmatrix row");
-  checkSharedIndex(st.target, st.a + idxConst(7), s, "ldmatrix row");
-  for (int slot : st.fragment) checkSlotWrite(slot, "ldmatrix");
-  checkPairRegs(st.pairRegs, true, "ldmatrix into");
-  if (!st.pairRegs.empty() && sb.dtype != DType::BF16 && sb.dtype != DType::F16) fail("ldmatrix pairs from {}", sb.name);
+         toString(ld.rowIndex), toString(expand(ld.rowIndex, s)));
+  checkSharedIndex(ld.shared, ld.rowIndex, s, "ldmatrix row");
+  checkSharedIndex(ld.shared, ld.rowIndex + idxConst(7), s, "ldmatrix row");
+  if (slots)
+    for (int slot : slots->slots) checkSlotWrite(slot, "ldmatrix");
+  if (regs) checkPairRegs(regs->regs, true, "ldmatrix into");
 }
 
 void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
+  const auto& wg = st.as<op::Wgmma>();
   checkWarpCollective("wgmma", kWarpgroupThreads);
-  if (st.scaleD) {
-    checkIdx(st.scaleD, s, "a wgmma's scale-d");
-    if (varies(st.scaleD, s)) fail("wgmma scale-d {} varies between threads (one value a warpgroup)", toString(st.scaleD));
+  if (wg.scaleD) {
+    checkIdx(wg.scaleD, s, "a wgmma's scale-d");
+    if (varies(wg.scaleD, s)) fail("wgmma scale-d {} varies between threads (one value a warpgroup)", toString(wg.scaleD));
   }
   if (!p.target.wgmma) fail("wgmma on {}, which does not have it (sm_90a only)", p.target.arch);
-  if (st.wgmmaN < 8 || st.wgmmaN > 256 || st.wgmmaN % 8 != 0 || static_cast<int64_t>(st.fragment.size()) != st.wgmmaN / 2)
-    fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", st.wgmmaN,
-         st.fragment.size());
+  if (wg.n < 8 || wg.n > 256 || wg.n % 8 != 0 || static_cast<int64_t>(wg.acc.size()) != wg.n / 2)
+    fail("wgmma m64n{}k16 with {} accumulators (want n a multiple of 8 up to 256 and n / 2 accumulators)", wg.n, wg.acc.size());
   VarExtents extents{{kThreadIdx, k.block[0]}, {kBlockIdx, k.grid[0]}};
   constexpr int64_t kGroup = kWgmmaOperandSwizzle.atom();  // 8 swizzled rows of 64: 512 elements
-  auto operand = [&](int buffer, const Idx& start, const Stmt::CoreMatrices& layout, int64_t rows, const char* which) {
+  auto operand = [&](const op::SharedMatrix& m, int64_t rows, const char* which) {
+    const int buffer = m.buffer;
+    const Idx& start = m.start;
+    const op::CoreMatrices& layout = m.layout;
     checkIdx(start, s, "a wgmma start");
     if (buffer < 0 || buffer >= static_cast<int>(k.shared.size())) fail("wgmma {} from shared buffer #{} of {}", which, buffer, k.shared.size());
     const SharedBuffer& sb = k.shared[buffer];
-    if (sb.dtype != st.operandType)
-      fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(st.operandType), which, sb.name, dtypeName(sb.dtype));
+    if (sb.dtype != wg.operandType)
+      fail("wgmma.{} reads {} from shared {} of type {}", dtypeName(wg.operandType), which, sb.name, dtypeName(sb.dtype));
     if (layout.swizzle128 && layout.mnMajor) {
       if (dtypeBytes(sb.dtype) != 2 || layout.kStride != kGroup || (rows > 64 && (layout.rowStride <= 0 || layout.rowStride % kGroup != 0)))
         fail("wgmma {} MN-major with the 128-byte swizzle reads {} with k stride {} and row stride {} (want 16-bit elements, "
@@ -132,16 +137,16 @@ void Verifier::checkWgmma(const Stmt& st, const Scope& s) {
                                                              : (rows / 8 - 1) * layout.rowStride + layout.kStride + 63;
     checkSharedIndex(buffer, start + idxConst(last), s, "wgmma operand");
   };
-  if (st.sharedA >= 0) {
-    if (st.layoutA.mnMajor) fail("wgmma A from shared {} as MN-major core matrices (only B may be)", k.shared[st.sharedA].name);
-    operand(st.sharedA, st.a, st.layoutA, kWgmmaM, "A");
-  } else if (st.pairRegs.size() != 4) {
-    fail("wgmma with A from {} pair registers (want 4)", st.pairRegs.size());
+  if (const auto* a = std::get_if<op::SharedMatrix>(&wg.a)) {
+    if (a->layout.mnMajor) fail("wgmma A from shared {} as MN-major core matrices (only B may be)", k.shared[a->buffer].name);
+    operand(*a, kWgmmaM, "A");
+  } else if (const auto& regs = std::get<op::PairRegs>(wg.a).regs; regs.size() != 4) {
+    fail("wgmma with A from {} pair registers (want 4)", regs.size());
   } else {
-    checkPairRegs(st.pairRegs, false, "wgmma A from");
+    checkPairRegs(regs, false, "wgmma A from");
   }
-  operand(st.sharedB, st.b, st.layoutB, st.wgmmaN, "B");
-  for (int slot : st.fragment) checkSlotRead(slot, "wgmma");
+  operand(wg.b, wg.n, "B");
+  for (int slot : wg.acc) checkSlotRead(slot, "wgmma");
 }
 
 }  // namespace kiln::kernel::detail

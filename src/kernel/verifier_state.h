@@ -92,6 +92,9 @@ struct Verifier {
   void checkCpAsync(const Stmt& st, const Scope& s);
   // ldmatrix: warp-collective, an instruction of the target, b16 matrices, rows provably 16-byte aligned and in bounds.
   void checkLdmatrix(const Stmt& st, const Scope& s);
+  // mma: warp-collective, A and B counts by where they come from (shared pairs even, in bounds and of the operand type),
+  // the slots it reads assigned before.
+  void checkMma(const Stmt& st, const Scope& s);
   // wgmma: sm_90a, warpgroup-collective, operands of its type in shared memory, starts and core-matrix strides 16-byte
   // aligned, every core matrix it reads inside its buffer, accumulators assigned before (they are read and written).
   void checkWgmma(const Stmt& st, const Scope& s);

@@ -164,7 +164,7 @@ TEST(KernelParser, EveryStatementKindRoundTrips) {
   for (int a = 0; a < 8; ++a) acc[a] = a;
   Stmt::CoreMatrices plain{64, 512, false, false}, swizzled{0, 512, true, false}, mnMajor{512, 1024, true, true};
   Stmt scaled = wgmma(DType::BF16, 0, idxConst(0), swizzled, 1, idxConst(0), plain, 16, acc);
-  scaled.scaleD = mod(i, 2);
+  scaled.as<op::Wgmma>().scaleD = mod(i, 2);
   Block inner = {
       storeShared(3, t, fselect(i, idxConst(3), fconst(std::numeric_limits<float>::infinity()), fconst(-0.5f))),
       storeGlobal(2, t, fapply(Fn::Cast, {loadShared(3, t)}, DType::BF16)),

@@ -209,15 +209,15 @@ TEST(KernelWgmma, RegisterAAndMnMajorB) {
   // The verifier: MN-major only for B; swizzled, 8 rows of 64 (k stride 512) in a 1024-byte aligned dynamic buffer; the
   // registers must exist.
   for (Stmt& st : p.kernels[0].body)
-    if (st.kind == Stmt::Kind::Wgmma) st.layoutB.swizzle128 = true;
+    if (st.kind == Stmt::Kind::Wgmma) st.as<op::Wgmma>().b.layout.swizzle128 = true;
   EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma B MN-major with the 128-byte swizzle reads bf16 with k stride 64"), std::string::npos);
   p = registerAProduct();
   for (Stmt& st : p.kernels[0].body)
-    if (st.kind == Stmt::Kind::Wgmma) st.pairRegs[3] = 9;
+    if (st.kind == Stmt::Kind::Wgmma) std::get<op::PairRegs>(st.as<op::Wgmma>().a).regs[3] = 9;
   EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma A from pair register 9 of 4"), std::string::npos);
   p = warpgroupProduct();
   for (Stmt& st : p.kernels[0].body)
-    if (st.kind == Stmt::Kind::Wgmma) st.layoutA.mnMajor = true;
+    if (st.kind == Stmt::Kind::Wgmma) std::get<op::SharedMatrix>(st.as<op::Wgmma>().a).layout.mnMajor = true;
   EXPECT_NE(errorOf([&] { verify(p); }).find("wgmma A from shared a as MN-major core matrices (only B may be)"), std::string::npos);
   EXPECT_THROW(wgmmaRegA(DType::BF16, {0, 1, 2}, 0, idxConst(0), Stmt::CoreMatrices{64, 128}, 8, std::vector<int>(4, 0)), InternalError);
 }
@@ -231,7 +231,7 @@ TEST(KernelWgmma, RegisterAAndSwizzledMnMajorB) {
   std::string cu = cuda::emit(p).sources[0].text;
   EXPECT_NE(cu.find("\"l\"(kiln::wgmma_desc_swizzle128(&b[0], 1024, 2048))"), std::string::npos) << cu;
   for (Stmt& st : p.kernels[0].body)
-    if (st.kind == Stmt::Kind::Wgmma) st.b = idxConst(64);
+    if (st.kind == Stmt::Kind::Wgmma) st.as<op::Wgmma>().b.start = idxConst(64);
   EXPECT_NE(errorOf([&] { verify(p); }).find("MN-major swizzled start shared b[64] not provably a multiple of 512"), std::string::npos);
   EXPECT_NE(errorOf([&] { interpret(p, {ramp(kAElems + kBElems)}); }).find("not at an 8-row group"), std::string::npos);
 }
@@ -261,7 +261,7 @@ TEST(KernelWgmma, VerifierRules) {
   EXPECT_NE(msg.find("wgmma on sm_90, which does not have it (sm_90a only)"), std::string::npos) << msg;
   p = warpgroupProduct();
   for (Stmt& st : p.kernels[0].body)
-    if (st.kind == Stmt::Kind::Wgmma) st.b = idxConst(16);  // B's last core matrices would lie past the buffer
+    if (st.kind == Stmt::Kind::Wgmma) st.as<op::Wgmma>().b.start = idxConst(16);  // B's last core matrices would lie past the buffer
   msg = errorOf([&] { verify(p); });
   EXPECT_NE(msg.find("wgmma operand shared b[399] indexes [399, 399], outside the buffer's 384 elements"),
             std::string::npos) << msg;

@@ -89,43 +89,16 @@ struct Stmt {
     CounterAwait,           // the thread waits for a global counter to hold a count, then sets it to zero, see counterAwait()
   };
   Kind kind;
-  int var = -1;            // ShuffleXor: float slot
-  Idx a, b;                // Ldmatrix: a = index
-  int target = -1;         // Ldmatrix: shared buffer
-  Block body;              // For, If: the statements they run
-  std::vector<int> fragment;      // Mma: float slots a0..a7, b0..b3, c0..c3 (from shared: c0..c3 only)
-  DType operandType = DType::BF16;  // Mma: A and B are rounded to this type (bf16 or f16)
-  int sharedA = -1, sharedB = -1;   // Mma from shared: the buffers A and B are read from
-  std::vector<Idx> pairs;           // Mma from shared: element index of pairs a01 a23 a45 a67 b01 b23
-  int srcSlot = -1;                 // ShuffleXor: the float slot read in the partner lane
-  int laneMask = 0;                 // ShuffleXor
-  Idx scaleD;                       // Wgmma: D += A·B where it is nonzero or null, D = A·B where it is zero (wgmma's scale-d)
-  bool transpose = false;           // Ldmatrix: .trans
-  // The typed operands of the kinds that have them (kiln/kernel/ops.h: the mbarrier family, TmaLoad, CpAsync, the
-  // group waits, NamedBarrier, BlockTicket, the counters, loads and stores), which use none of the fields above;
-  // std::monostate for the others.
+  Block body;  // For, If: the statements they run
+  // The operands of the kind (kiln/kernel/ops.h): a struct each, every field meaning one thing; std::monostate for the
+  // kinds that have none (barrier, cluster.barrier, the fences, cp.async.commit, wgmma.fence, wgmma.commit_group).
   op::Payload op;
   template <class Op>
   const Op& as() const { return std::get<Op>(op); }
   template <class Op>
   Op& as() { return std::get<Op>(op); }
-  // Ldmatrix into pair registers: the destinations, one per matrix (fragment empty). Mma from pair registers:
-  // a01 a23 a45 a67 b01 b23 (fragment holds c0..c3).
-  std::vector<int> pairRegs;
-  // Wgmma: the product's n (8..256, a multiple of 8); A and B start at element a and b of sharedA and sharedB in the
-  // core-matrix layouts below; fragment holds the n / 2 accumulators.
-  int64_t wgmmaN = 0;
-  struct CoreMatrices {
-    int64_t kStride = 0;    // elements between core matrices adjacent in k (the descriptor's leading byte offset / 2)
-    int64_t rowStride = 0;  // elements between core matrices adjacent in m or n (its stride byte offset / 2)
-    // The 128-byte swizzle (16-bit operands 64 deep): rows of 64 elements, 16-byte chunk c of row r stored at chunk
-    // c ^ (r mod 8); kStride is unused, rowStride is 512 (8 rows); see wgmma().
-    bool swizzle128 = false;
-    // B only: MN-major (wgmma's transposed B) core matrices, n contiguous inside each: 8 rows of k, each 8 consecutive n
-    // (v as attention's P·V reads it: [key][width]); with swizzle128, rows of 64 consecutive n whose 16-byte chunks are
-    // permuted by k, kStride 512 (8 rows of k), rowStride between blocks of 64 n; see wgmmaRegA().
-    bool mnMajor = false;
-  } layoutA, layoutB;
+  // A wgmma operand's core-matrix layout (op::CoreMatrices), the name wgmma()'s callers use.
+  using CoreMatrices = op::CoreMatrices;
 };
 Stmt defIdx(int var, std::string name, Idx value);
 // A definition whose value every lane of a warp shares (it reads threadIdx only through whole warps: a warp role), emitted
