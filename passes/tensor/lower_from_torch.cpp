@@ -88,8 +88,8 @@ struct Lowering {
       float alpha = static_cast<float>(number(2));
       y = y.isImm() ? Operand{-1, y.imm * alpha} : Operand{b.binary(Fn::Mul, y, Operand{-1, alpha})};
     }
-    Operand x = operand(0);
-    if (x.isImm()) unsupported("the first operand must be a tensor");
+    Operand x = operand(0);  // a constant too (zeros_like of a 0-d input + x): the builder broadcasts it
+    if (x.isImm() && y.isImm()) unsupported("both operands are constants");
     return b.binary(fn, x, y);
   }
 

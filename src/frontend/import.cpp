@@ -469,8 +469,9 @@ class Importer {
     if (auto it = ids_.find(v); it != ids_.end()) return it->second;
     const c10::IValue& iv = env_.at(v);
     Value val;
-    if (iv.isTensor() && iv.toTensor().dim() == 0 && iv.toTensor().is_floating_point()) {
-      // A Python scalar the tracer recorded as a 0-dim tensor (often f64): an f32 immediate to kiln.
+    if (iv.isTensor() && iv.toTensor().dim() == 0 && iv.toTensor().is_floating_point() && user) {
+      // A Python scalar the tracer recorded as a 0-dim tensor (often f64): an f32 immediate to kiln. As a model output
+      // (zeros_like of a 0-d input, say) it stays a tensor, which the output check then refuses as a constant.
       val.kind = Value::Kind::Constant;
       val.constant = iv.toTensor().item<double>();
     } else if (iv.isTensor() && permutedView(iv.toTensor())) {

@@ -7,7 +7,8 @@ namespace kiln::frontend {
 
 InputOverride parseInputOverride(const std::string& text) {
   auto bad = [&](const char* why) {
-    usageError("bad --input '{}': {}; expected NAME=DIMxDIMx...[:DTYPE], e.g. x=1x32x2048:f32", text, why);
+    usageError("bad --input '{}': {}; expected NAME=DIMxDIMx...[:DTYPE], e.g. x=1x32x2048:f32, or NAME=scalar[:DTYPE] for "
+               "a 0-d tensor", text, why);
   };
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) bad("missing NAME=");
@@ -20,6 +21,7 @@ InputOverride parseInputOverride(const std::string& text) {
     rest = rest.substr(0, colon);
   }
   if (rest.empty()) bad("missing shape");
+  if (rest == "scalar") return o;  // a 0-d tensor: no dimensions, one element
   size_t pos = 0;
   while (pos <= rest.size()) {
     size_t x = rest.find('x', pos);

@@ -210,6 +210,31 @@ TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
   EXPECT_TRUE(contains(inspect.out, "kiln supports every op on input data")) << describe(inspect);
 }
 
+// A 0-d input is given as `--input x=scalar`. A constant of its shape (zeros_like, ones_like) is an immediate, also as
+// the first operand of add/sub (refused before as "the first operand must be a tensor"); as the model's output it is
+// refused in one line (an internal error, exit 3, before).
+TEST_F(PlainTrace, ZeroDInputsAndConstantsOfTheirShape) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class Sum(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return torch.zeros_like(x) - 2 * x + torch.ones_like(x).add(x, alpha=3.0)\n"
+      "class Constant(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return torch.zeros_like(x)\n"
+      "torch.jit.trace(Sum(), (torch.tensor(2.0),)).save('{0}/sum.pt')\n"
+      "torch.jit.trace(Constant(), (torch.tensor(2.0),)).save('{0}/constant.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  expectCheckPasses(kiln({"run", (tmp.path / "sum.pt").string(), "--input", "x=scalar", "--check", "--interpret"}));
+  expectCheckPasses(kiln({"run", (tmp.path / "sum.pt").string(), "--input", "x=scalar:bf16", "--check", "--interpret"}));
+  expectOneLineError(kiln({"run", (tmp.path / "constant.pt").string(), "--input", "x=scalar", "--interpret"}), 1,
+                     {"model output is a constant"});
+  expectOneLineError(kiln({"compile", (tmp.path / "sum.pt").string(), "--input", "x=scalarx2"}), 2,
+                     {"bad --input 'x=scalarx2'", "NAME=scalar[:DTYPE] for a 0-d tensor"});
+}
+
 // native_layer_norm returns three tensors (the result, the mean and rstd over the normalized dims, kept as 1s): all
 // three as outputs, in f32 and in bf16, computed as LibTorch does.
 TEST_F(PlainTrace, NativeLayerNormGivesItsThreeResults) {
