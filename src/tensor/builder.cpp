@@ -275,9 +275,10 @@ int Builder::slice(int x, int axis, int64_t start, int64_t step, int64_t length)
 }
 
 int Builder::attention(int q, int k, int v, int mask, bool causal, float scale) {
-  int r = rank(q);
   int scores = binary(Fn::Mul, Operand{matmul(q, transpose(k, rank(k) - 2, rank(k) - 1))}, Operand{-1, scale});
-  int64_t L = shape(q)[r - 2], S = shape(k)[rank(k) - 2];
+  // The scores' rank, not q's: q of lower rank than k broadcasts over k's leading dimensions.
+  const int r = rank(scores);
+  int64_t L = shape(q)[rank(q) - 2], S = shape(k)[rank(k) - 2];
   if (causal) {
     std::vector<float> tri(L * S);
     for (int64_t i = 0; i < L; ++i)

@@ -210,6 +210,30 @@ TEST_F(PlainTrace, ShapeAndDtypeOnlyOpsAreConstants) {
   EXPECT_TRUE(contains(inspect.out, "kiln supports every op on input data")) << describe(inspect);
 }
 
+// scaled_dot_product_attention with q of lower rank than k and v ([4,3,8] against [4,4,6,8]): PyTorch broadcasts q over
+// k's leading dimensions. kiln normalised the scores over q's last-but-one dimension instead of the scores' last one
+// (rel L2 1.10, a silently wrong result) until the reductions took the scores' rank.
+TEST_F(PlainTrace, AttentionWithALowerRankQueryBroadcastsIt) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "import torch.nn.functional as F\n"
+      "class Plain(torch.nn.Module):\n"
+      "    def forward(self, q, k, v):\n"
+      "        return F.scaled_dot_product_attention(q, k, v)\n"
+      "class Causal(torch.nn.Module):\n"
+      "    def forward(self, q, k, v):\n"
+      "        return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+      "args = (torch.randn(4, 3, 8), torch.randn(4, 4, 6, 8), torch.randn(4, 4, 6, 8))\n"
+      "torch.jit.trace(Plain(), args).save('{0}/plain.pt')\n"
+      "torch.jit.trace(Causal(), args).save('{0}/causal.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  for (const char* m : {"plain.pt", "causal.pt"})
+    expectCheckPasses(kiln({"run", (tmp.path / m).string(), "--input", "q=4x3x8", "--input", "k=4x4x6x8", "--input", "v=4x4x6x8",
+                            "--check", "--interpret"}));
+}
+
 // A 0-d input is given as `--input x=scalar`. A constant of its shape (zeros_like, ones_like) is an immediate, also as
 // the first operand of add/sub (refused before as "the first operand must be a tensor"); as the model's output it is
 // refused in one line (an internal error, exit 3, before).
