@@ -218,10 +218,11 @@ struct Lowering {
   int squeeze() {
     int x = tensor(0);
     Shape s;
+    const bool every = argc() < 2 || isNone(1);  // squeeze(x); squeeze(x, dim=()) squeezes nothing
     std::vector<int> ds;
-    if (argc() > 1) ds = dims(x, 1);
+    if (!every) ds = dims(x, 1);
     for (int d = 0; d < b.rank(x); ++d) {
-      bool listed = ds.empty() || std::find(ds.begin(), ds.end(), d) != ds.end();
+      bool listed = every || std::find(ds.begin(), ds.end(), d) != ds.end();
       if (!(listed && b.shape(x)[d] == 1)) s.push_back(b.shape(x)[d]);
     }
     return b.reshape(x, s);

@@ -234,6 +234,23 @@ TEST_F(PlainTrace, AttentionWithALowerRankQueryBroadcastsIt) {
                             "--check", "--interpret"}));
 }
 
+// squeeze(x, dim=()) squeezes no dimension (PyTorch); squeeze(x) every size-1 one, squeeze(x, 1) that one. The empty
+// list was refused before ("operand 1 must be a constant number").
+TEST_F(PlainTrace, SqueezeOfNoDimensionsKeepsTheShape) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class M(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return torch.squeeze(x, dim=()) * 2, torch.squeeze(x) + torch.squeeze(x, 0).sum()\n"
+      "torch.jit.trace(M(), (torch.randn(1, 3, 1),)).save('{0}/m.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  Result r = kiln({"run", (tmp.path / "m.pt").string(), "--input", "x=1x3x1", "--check", "--interpret"});
+  expectCheckPasses(r);
+  EXPECT_TRUE(contains(r.err + r.out, "f32[1x3x1]") && contains(r.err + r.out, "f32[3]")) << describe(r);
+}
+
 // A 0-d input is given as `--input x=scalar`. A constant of its shape (zeros_like, ones_like) is an immediate, also as
 // the first operand of add/sub (refused before as "the first operand must be a tensor"); as the model's output it is
 // refused in one line (an internal error, exit 3, before).
