@@ -183,6 +183,9 @@ void checkRunOptions(const RunCommand& c) {
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
   if (!c.saveIo.empty()) checkSaveIoDir(c.saveIo);  // before any work, and again when writing
+  std::error_code ec;
+  if (!c.inputsDir.empty() && !fs::is_directory(c.inputsDir, ec))
+    usageError("--inputs {}: not a directory; name the directory --save-io wrote (input0.bin, input1.bin, ...)", c.inputsDir);
 }
 
 // `kiln run DIR`: an emitted directory runs as compiled (its shapes, dtype and schedules are fixed); --check
@@ -229,11 +232,46 @@ std::vector<HostTensor> randomInputs(const RunPlan& plan, uint64_t seed) {
   return args;
 }
 
+// --inputs DIR: input0.bin, input1.bin, ... as --save-io writes them, each exactly its input's bytes, and no more files
+// of that name than the model has inputs (a directory saved from another model is refused, not half used).
+std::vector<HostTensor> inputsFromDirectory(const RunPlan& plan, const std::string& dir) {
+  std::vector<HostTensor> args;
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const auto& [dtype, shape] = plan.inputs[i];
+    const int64_t want = numel(shape) * dtypeBytes(dtype);
+    const fs::path file = fs::path(dir) / fmt::format("input{}.bin", i);
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec))
+      userError("--inputs {}: no input{}.bin for input {} ({}[{}], {} bytes); the directory --save-io wrote holds one per input",
+                dir, i, i, dtypeName(dtype), shapeString(shape), want);
+    const auto size = static_cast<int64_t>(fs::file_size(file, ec));
+    if (ec || size != want)
+      userError("--inputs {}: input{}.bin holds {} bytes, but input {} is {}[{}], {} bytes; save the inputs of this model at "
+                "these shapes and dtypes (--save-io, --input, --dtype)", dir, i, size, i, dtypeName(dtype), shapeString(shape),
+                want);
+    std::vector<std::byte> bytes(static_cast<size_t>(want));
+    std::ifstream f(file, std::ios::binary);
+    f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!f) userError("--inputs {}: cannot read input{}.bin", dir, i);
+    args.push_back(fromBytes(dtype, shape, bytes));
+  }
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / fmt::format("input{}.bin", plan.inputs.size()), ec))
+    userError("--inputs {}: holds input{}.bin, but {} takes {} input(s): the files are another model's", dir, plan.inputs.size(),
+              plan.name, plan.inputs.size());
+  return args;
+}
+
+// The inputs of a run: read from --inputs DIR, or seeded random ones.
+std::vector<HostTensor> runInputs(const RunCommand& c, const RunPlan& plan) {
+  return c.inputsDir.empty() ? randomInputs(plan, c.seed) : inputsFromDirectory(plan, c.inputsDir);
+}
+
 RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how) {
   RunOutcome run;
   Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
   run.plan = planOf(compiled.kernelIR);
-  run.args = randomInputs(run.plan, c.seed);
+  run.args = runInputs(c, run.plan);
   run.results = kernel::interpret(compiled.kernelIR, run.args);
   run.device = "CPU (Kernel-IR interpreter)";
   return run;
@@ -301,7 +339,7 @@ RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, st
   run.gpuModel = std::make_unique<runtime::Model>(dir, /*filesChecked=*/!emitted);
   runtime::Model& model = *run.gpuModel;
   run.plan = planOf(model.manifest());
-  run.args = randomInputs(run.plan, c.seed);
+  run.args = runInputs(c, run.plan);
   run.device = model.deviceName();
   std::vector<std::vector<std::byte>> bytes;
   for (auto& a : run.args) bytes.push_back(toBytes(a));

@@ -95,13 +95,17 @@ int main(int argc, char** argv) {
   addPipelineFlags(c, compile.pipeline, flags);
 
   kiln::RunCommand run;
-  auto* r = app.add_subcommand("run", "run a model on seeded random inputs (GPU, or --interpret on the CPU)");
+  auto* r = app.add_subcommand("run", "run a model on seeded random inputs or --inputs DIR (GPU, or --interpret on the CPU)");
   r->add_option("model", run.model, "TorchScript model (.pt), or a directory written by kiln compile --emit cuda")->required();
   r->add_option("--save-io", run.saveIo, "write the inputs and outputs as raw bytes (input0.bin, output0.bin, ...) into DIR, new or empty")->type_name("DIR");
   r->add_option("--reference", run.reference, "with a directory: the TorchScript model --check compares with")->type_name("MODEL.pt");
   r->add_flag("--check", run.check, "compare with LibTorch running the same module on the same device");
   r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
   r->add_option("--seed", run.seed, "seed of the random inputs (default 0)");
+  r->add_option("--inputs", run.inputsDir,
+                "read the inputs from DIR (input0.bin, input1.bin, ...: raw bytes in the model's shapes and dtypes, as --save-io "
+                "writes them) instead of seeded random ones")
+      ->type_name("DIR");
   r->add_option("--input", run.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
   r->add_option("--arch", run.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
   r->add_option("--bench", run.benchIters, "also time N forward passes on the GPU");

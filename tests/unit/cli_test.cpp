@@ -73,6 +73,26 @@ TEST(Cli, SaveIoWritesRawBytesIntoANewDirectory) {
   expectOneLineError(kiln({"run", kMlp, "--interpret", "--save-io", io.string()}), 1, {"--save-io", "new or empty"});
 }
 
+// --inputs DIR reads the inputs --save-io wrote: the same bytes give the same outputs, and --check compares LibTorch on
+// them; files of another shape, a missing file, a file too many and a path that is no directory are one line each.
+TEST(Cli, InputsFromADirectoryGiveTheSavedRun) {
+  test::TempDir tmp;
+  const fs::path first = tmp.path / "first", second = tmp.path / "second", empty = tmp.path / "empty";
+  ASSERT_EQ(kiln({"run", kMlp, "--interpret", "--seed", "3", "--save-io", first.string()}).code, 0);
+  Result again = kiln({"run", kMlp, "--interpret", "--inputs", first.string(), "--save-io", second.string(), "--check"});
+  expectCheckPasses(again);
+  EXPECT_EQ(readFile(first / "output0.bin"), readFile(second / "output0.bin"));
+  EXPECT_EQ(readFile(first / "input0.bin"), readFile(second / "input0.bin"));
+  expectOneLineError(kiln({"run", kMlp, "--interpret", "--inputs", first.string(), "--input", "x=2x8x64"}), 1,
+                     {"input0.bin holds 2048 bytes", "f32[2x8x64], 4096 bytes"});
+  fs::create_directories(empty);
+  expectOneLineError(kiln({"run", kMlp, "--interpret", "--inputs", empty.string()}), 1, {"no input0.bin for input 0"});
+  fs::copy_file(first / "input0.bin", first / "input1.bin");
+  expectOneLineError(kiln({"run", kMlp, "--interpret", "--inputs", first.string()}), 1,
+                     {"holds input1.bin", "takes 1 input(s)"});
+  expectOneLineError(kiln({"run", kMlp, "--interpret", "--inputs", (tmp.path / "none").string()}), 2, {"not a directory"});
+}
+
 // The progress line: on a terminal (script(1) gives kiln one) it names the passes and counts nvcc's kernels; with
 // KILN_PROGRESS=0, or stderr not a terminal (every other test here), there is none.
 TEST(Cli, ProgressLineOnlyOnATerminal) {

@@ -31,6 +31,7 @@ struct RunCommand {
   std::string model;                // a .pt, or a directory written by `kiln compile --emit cuda` (has manifest.json)
   std::string reference;            // --reference M.pt: with a directory, the model --check compares against
   std::string saveIo;               // --save-io DIR: write each input and output's bytes (inputN.bin, outputN.bin)
+  std::string inputsDir;            // --inputs DIR: read the inputs from inputN.bin (as --save-io writes them)
   std::vector<std::string> inputs;
   bool check = false;
   bool interpret = false;
