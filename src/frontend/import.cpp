@@ -400,6 +400,12 @@ class Importer {
     val.kind = Value::Kind::Tensor;
     val.dtype = dtypeOf(t, op, loc);
     val.shape = t.sizes().vec();
+    if (t.numel() == 0) {  // a split's empty part, a slice of nothing: every kernel would index outside its operands
+      std::string dims;
+      for (int64_t d : val.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      userError("{} at {} makes a tensor of shape [{}] with no elements; kiln has no tensors of size 0: leave the empty "
+                "part out of the model", op, loc.str(), dims);
+    }
     return g_.addValue(val);
   }
 
