@@ -258,6 +258,9 @@ class Importer {
     int xId = idsOf(x, node).at(0);
     for (const at::Tensor& part : env_.at(node->output()).toTensorList().vec()) {
       const int64_t length = unbind ? 1 : part.size(dim);
+      if (length == 0)  // its slice would index x past its end (an empty slice that a cat drops is fine elsewhere)
+        userError("{} at {} makes part {} with no elements (shape [{}]); kiln has no split parts of size 0: leave the "
+                  "empty part out of the model", op, sourceLoc(node).str(), parts.size(), shapeText(part));
       kiln::torch::Node n{unbind ? "aten::select" : "aten::slice", {}, {}, sourceLoc(node)};
       n.inputs = unbind ? std::vector<int>{xId, constantValue(dim), constantValue(start)}
                         : std::vector<int>{xId, constantValue(dim), constantValue(start), constantValue(start + length), constantValue(1)};
@@ -395,17 +398,17 @@ class Importer {
     c.constant = v;
     return g_.addValue(c);
   }
+  static std::string shapeText(const at::Tensor& t) {
+    std::string dims;
+    for (int64_t d : t.sizes()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    return dims;
+  }
+
   int tensorValue(const at::Tensor& t, const std::string& op, const SourceLoc& loc) {
     Value val;
     val.kind = Value::Kind::Tensor;
     val.dtype = dtypeOf(t, op, loc);
     val.shape = t.sizes().vec();
-    if (t.numel() == 0) {  // a split's empty part, a slice of nothing: every kernel would index outside its operands
-      std::string dims;
-      for (int64_t d : val.shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-      userError("{} at {} makes a tensor of shape [{}] with no elements; kiln has no tensors of size 0: leave the empty "
-                "part out of the model", op, loc.str(), dims);
-    }
     return g_.addValue(val);
   }
 

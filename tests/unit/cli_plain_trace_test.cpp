@@ -251,8 +251,8 @@ TEST_F(PlainTrace, SqueezeOfNoDimensionsKeepsTheShape) {
   EXPECT_TRUE(contains(r.err + r.out, "f32[1x3x1]") && contains(r.err + r.out, "f32[3]")) << describe(r);
 }
 
-// A split with an empty part (OpInfo's split_with_sizes sample [1, 4, 0]) made a tensor of size 0, which failed the
-// Loop verifier (exit 3); kiln has no tensors of size 0 and says so in one line.
+// A split with an empty part (OpInfo's split_with_sizes sample [1, 4, 0]) made a slice of size 0 past x's end, which
+// failed the Loop verifier (exit 3); kiln has no split parts of size 0 and says so in one line.
 TEST_F(PlainTrace, AnEmptySplitPartIsRefusedNotACrash) {
   TempDir tmp;
   std::string script = fmt::format(
@@ -264,7 +264,7 @@ TEST_F(PlainTrace, AnEmptySplitPartIsRefusedNotACrash) {
       tmp.path.string());
   ASSERT_TRUE(runPython(tmp, script)) << script;
   expectOneLineError(kiln({"run", (tmp.path / "m.pt").string(), "--input", "x=5x5", "--check", "--interpret"}), 1,
-                     {"aten::split_with_sizes", "shape [0, 5] with no elements", "no tensors of size 0"});
+                     {"aten::split_with_sizes", "part 2 with no elements (shape [0, 5])", "no split parts of size 0"});
 }
 
 // A 0-d input is given as `--input x=scalar`. A constant of its shape (zeros_like, ones_like) is an immediate, also as
