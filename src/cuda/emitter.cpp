@@ -340,16 +340,15 @@ class Emitter {
     switch (s.kind) {
       case K::Ldmatrix: {
         const auto& ld = s.as<kernel::op::Ldmatrix>();
-        std::vector<std::string> slots;
         if (const auto* regs = std::get_if<kernel::op::PairRegs>(&ld.into)) {
-          for (int r : regs->regs) slots.push_back(pairs_[r]);
+          std::vector<std::string> names;
+          for (int r : regs->regs) names.push_back(pairs_[r]);
           out += fmt::format("{}kiln::ldmatrix_pairs<{}>(&{}[{}], {});\n", pad, ld.transpose ? "true" : "false", shared_[ld.shared],
-                             idx(ld.rowIndex), fmt::join(slots, ", "));
+                             idx(ld.rowIndex), fmt::join(names, ", "));
           return true;
         }
-        for (int slot : std::get<kernel::op::FloatSlots>(ld.into).slots) slots.push_back(floats_[slot]);
         out += fmt::format("{}kiln::ldmatrix<{}, {}>(&{}[{}], {});\n", pad, ld.matrices(), ld.transpose ? "true" : "false",
-                           shared_[ld.shared], idx(ld.rowIndex), fmt::join(slots, ", "));
+                           shared_[ld.shared], idx(ld.rowIndex), slotList(std::get<kernel::op::FloatSlots>(ld.into).slots));
         return true;
       }
       case K::Wgmma: out += wgmma(s, pad); return true;

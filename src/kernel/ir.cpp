@@ -4,22 +4,6 @@
 #include "kiln/support/error.h"
 
 namespace kiln::kernel {
-namespace {
-
-Stmt makeStmt(Stmt::Kind kind) {
-  Stmt s{};
-  s.kind = kind;
-  return s;
-}
-
-template <class Op>
-Stmt typed(Stmt::Kind kind, Op op) {
-  Stmt s = makeStmt(kind);
-  s.op = std::move(op);
-  return s;
-}
-}  // namespace
-
 Idx threadIdx() { return idxVar(kThreadIdx, "threadIdx.x"); }
 Idx blockIdx() { return idxVar(kBlockIdx, "blockIdx.x"); }
 
@@ -71,7 +55,7 @@ FE fapply(Fn fn, std::vector<FE> args, DType castTo) {
 Stmt defIdx(int var, std::string name, Idx value) {
   KILN_ASSERT(var > kBlockIdx, "defIdx: variable id {} is reserved or negative", var);
   KILN_ASSERT(value != nullptr, "defIdx {}: null value", name);
-  return typed(Stmt::Kind::DefIdx, op::DefIdx{var, std::move(name), std::move(value)});
+  return Stmt::of(Stmt::Kind::DefIdx, op::DefIdx{var, std::move(name), std::move(value)});
 }
 
 Stmt elected(Stmt s) {
@@ -89,51 +73,51 @@ Stmt defWarpUniform(int var, std::string name, Idx value) {
 
 Stmt assign(int slot, FE value) {
   KILN_ASSERT(slot >= 0 && value, "assign: bad slot {} or null value", slot);
-  return typed(Stmt::Kind::Assign, op::Assign{slot, std::move(value)});
+  return Stmt::of(Stmt::Kind::Assign, op::Assign{slot, std::move(value)});
 }
 
 Stmt forLoop(int var, std::string name, Idx begin, Idx end, int64_t step, Block body) {
   KILN_ASSERT(var > kBlockIdx, "for: variable id {} is reserved or negative", var);
   KILN_ASSERT(begin && end, "for {}: null bound", name);
   KILN_ASSERT(step > 0, "for {}: step {} must be positive", name, step);
-  Stmt s = typed(Stmt::Kind::For, op::For{var, std::move(name), std::move(begin), std::move(end), step});
+  Stmt s = Stmt::of(Stmt::Kind::For, op::For{var, std::move(name), std::move(begin), std::move(end), step});
   s.body = std::move(body);
   return s;
 }
 
 Stmt ifLess(Idx lhs, Idx rhs, Block body) {
   KILN_ASSERT(lhs && rhs, "if: null operand");
-  Stmt s = typed(Stmt::Kind::If, op::If{std::move(lhs), std::move(rhs)});
+  Stmt s = Stmt::of(Stmt::Kind::If, op::If{std::move(lhs), std::move(rhs)});
   s.body = std::move(body);
   return s;
 }
 
 Stmt storeGlobal(int param, Idx index, FE value) {
   KILN_ASSERT(param >= 0 && index && value, "storeGlobal: bad param {} or null operand", param);
-  return typed(Stmt::Kind::StoreGlobal, op::StoreGlobal{param, std::move(index), std::move(value)});
+  return Stmt::of(Stmt::Kind::StoreGlobal, op::StoreGlobal{param, std::move(index), std::move(value)});
 }
 
 Stmt storeShared(int buffer, Idx index, FE value) {
   KILN_ASSERT(buffer >= 0 && index && value, "storeShared: bad shared buffer {} or null operand", buffer);
-  return typed(Stmt::Kind::StoreShared, op::StoreShared{buffer, std::move(index), std::move(value)});
+  return Stmt::of(Stmt::Kind::StoreShared, op::StoreShared{buffer, std::move(index), std::move(value)});
 }
 
-Stmt barrier() { return makeStmt(Stmt::Kind::Barrier); }
+Stmt barrier() { return Stmt::of(Stmt::Kind::Barrier); }
 
 Stmt counterRelease(int param, Idx index) {
   KILN_ASSERT(param >= 0 && index, "counterRelease: parameter {}", param);
-  return typed(Stmt::Kind::CounterRelease, op::CounterRelease{op::Counter{param, std::move(index)}});
+  return Stmt::of(Stmt::Kind::CounterRelease, op::CounterRelease{op::Counter{param, std::move(index)}});
 }
 
 Stmt counterAwait(int param, Idx index, Idx count) {
   KILN_ASSERT(param >= 0 && index && count, "counterAwait: parameter {}", param);
-  return typed(Stmt::Kind::CounterAwait, op::CounterAwait{op::Counter{param, std::move(index)}, std::move(count)});
+  return Stmt::of(Stmt::Kind::CounterAwait, op::CounterAwait{op::Counter{param, std::move(index)}, std::move(count)});
 }
 
 Stmt blockTicket(int var, std::string name, int param, Idx index, int64_t blocks) {
   KILN_ASSERT(param >= 0 && index && blocks >= 2, "blockTicket: parameter {}, {} blocks (want 2 or more)", param, blocks);
   KILN_ASSERT(var > kBlockIdx, "blockTicket: variable id {} is reserved or negative", var);
-  return typed(Stmt::Kind::BlockTicket, op::BlockTicket{var, std::move(name), op::Counter{param, std::move(index)}, blocks});
+  return Stmt::of(Stmt::Kind::BlockTicket, op::BlockTicket{var, std::move(name), op::Counter{param, std::move(index)}, blocks});
 }
 
 Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<int> c) {
@@ -141,7 +125,7 @@ Stmt mma(DType operandType, std::vector<int> a, std::vector<int> b, std::vector<
               b.size(), c.size());
   KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
               dtypeName(operandType));
-  return typed(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromSlots{std::move(a), std::move(b)}, std::move(c)});
+  return Stmt::of(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromSlots{std::move(a), std::move(b)}, std::move(c)});
 }
 
 Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int sharedB, std::vector<Idx> bPairs,
@@ -150,7 +134,7 @@ Stmt mmaFromShared(DType operandType, int sharedA, std::vector<Idx> aPairs, int 
               aPairs.size(), bPairs.size(), c.size());
   KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
               dtypeName(operandType));
-  return typed(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromShared{sharedA, std::move(aPairs), sharedB, std::move(bPairs)},
+  return Stmt::of(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromShared{sharedA, std::move(aPairs), sharedB, std::move(bPairs)},
                                         std::move(c)});
 }
 
@@ -168,7 +152,7 @@ Stmt mmaFromPairs(DType operandType, std::vector<int> aRegs, std::vector<int> bR
               aRegs.size(), bRegs.size(), c.size());
   KILN_ASSERT(operandType == DType::BF16 || operandType == DType::F16, "mma: operands must be bf16 or f16, not {}",
               dtypeName(operandType));
-  return typed(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromPairs{std::move(aRegs), std::move(bRegs)}, std::move(c)});
+  return Stmt::of(Stmt::Kind::Mma, op::Mma{operandType, op::MmaFromPairs{std::move(aRegs), std::move(bRegs)}, std::move(c)});
 }
 
 Stmt loadVector(int param, Idx index, std::vector<int> slots) {
@@ -176,7 +160,7 @@ Stmt loadVector(int param, Idx index, std::vector<int> slots) {
   KILN_ASSERT(param >= 0 && index, "loadVector: bad param {} or null index", param);
   KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "loadVector: width {} (want 2, 4 or 8)", w);
   for (int slot : slots) KILN_ASSERT(slot >= 0, "loadVector: negative float slot {}", slot);
-  return typed(Stmt::Kind::LoadVector, op::LoadVector{param, std::move(index), std::move(slots)});
+  return Stmt::of(Stmt::Kind::LoadVector, op::LoadVector{param, std::move(index), std::move(slots)});
 }
 
 Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots) {
@@ -184,7 +168,7 @@ Stmt loadSharedVector(int sharedBuf, Idx index, std::vector<int> slots) {
   KILN_ASSERT(sharedBuf >= 0 && index, "loadSharedVector: bad shared buffer {} or null index", sharedBuf);
   KILN_ASSERT(w == 2 || w == 4 || w == 8, "loadSharedVector: width {} (want 2, 4 or 8)", w);
   for (int slot : slots) KILN_ASSERT(slot >= 0, "loadSharedVector: negative float slot {}", slot);
-  return typed(Stmt::Kind::LoadSharedVector, op::LoadSharedVector{sharedBuf, std::move(index), std::move(slots)});
+  return Stmt::of(Stmt::Kind::LoadSharedVector, op::LoadSharedVector{sharedBuf, std::move(index), std::move(slots)});
 }
 
 Stmt storeVector(int param, Idx index, std::vector<FE> values) {
@@ -192,19 +176,19 @@ Stmt storeVector(int param, Idx index, std::vector<FE> values) {
   KILN_ASSERT(param >= 0 && index, "storeVector: bad param {} or null index", param);
   KILN_ASSERT(w >= 2 && w <= 8 && (w & (w - 1)) == 0, "storeVector: width {} (want 2, 4 or 8)", w);
   for (auto& v : values) KILN_ASSERT(v != nullptr, "storeVector: null value");
-  return typed(Stmt::Kind::StoreVector, op::StoreVector{param, std::move(index), std::move(values)});
+  return Stmt::of(Stmt::Kind::StoreVector, op::StoreVector{param, std::move(index), std::move(values)});
 }
 
 Stmt packPair(DType type, int reg, int lo, int hi) {
   KILN_ASSERT(reg >= 0 && lo >= 0 && hi >= 0, "packPair: bad register {} or slots {}, {}", reg, lo, hi);
-  return typed(Stmt::Kind::PackPair, op::PackPair{type, reg, lo, hi});
+  return Stmt::of(Stmt::Kind::PackPair, op::PackPair{type, reg, lo, hi});
 }
 
 Stmt shuffleXor(int dstSlot, int srcSlot, int laneMask) {
   KILN_ASSERT(dstSlot >= 0 && srcSlot >= 0, "shuffleXor: bad slots {} <- {}", dstSlot, srcSlot);
   KILN_ASSERT(laneMask >= 1 && laneMask <= 16 && (laneMask & (laneMask - 1)) == 0,
               "shuffleXor: lane mask {} (want 1, 2, 4, 8 or 16)", laneMask);
-  return typed(Stmt::Kind::ShuffleXor, op::ShuffleXor{dstSlot, srcSlot, laneMask});
+  return Stmt::of(Stmt::Kind::ShuffleXor, op::ShuffleXor{dstSlot, srcSlot, laneMask});
 }
 
 Block warpAllReduce(Fn combine, int slot, int tmpSlot) {
@@ -222,11 +206,11 @@ Stmt cpAsync(int sharedBuf, Idx sharedIndex, int param, Idx globalIndex, int byt
   KILN_ASSERT(sharedBuf >= 0 && param >= 0 && sharedIndex && globalIndex, "cpAsync: bad shared buffer {}, param {} or null index",
               sharedBuf, param);
   KILN_ASSERT(bytes == 4 || bytes == 8 || bytes == 16, "cpAsync: {} bytes (want 4, 8 or 16)", bytes);
-  return typed(Stmt::Kind::CpAsync,
+  return Stmt::of(Stmt::Kind::CpAsync,
                op::CpAsync{sharedBuf, std::move(sharedIndex), param, std::move(globalIndex), bytes, std::move(validBytesOrNull)});
 }
 
-Stmt cpAsyncCommit() { return makeStmt(Stmt::Kind::CpAsyncCommit); }
+Stmt cpAsyncCommit() { return Stmt::of(Stmt::Kind::CpAsyncCommit); }
 
 namespace {
 op::Mbarrier barrierAt(int barriers, Idx index) {
@@ -237,29 +221,29 @@ op::Mbarrier barrierAt(int barriers, Idx index) {
 
 Stmt mbarrierInit(int barriers, Idx index, int64_t arrivals) {
   KILN_ASSERT(arrivals >= 1, "mbarrierInit: {} arrivals per phase", arrivals);
-  return typed(Stmt::Kind::MbarrierInit, op::MbarrierInit{barrierAt(barriers, std::move(index)), arrivals});
+  return Stmt::of(Stmt::Kind::MbarrierInit, op::MbarrierInit{barrierAt(barriers, std::move(index)), arrivals});
 }
 Stmt mbarrierArrive(int barriers, Idx index) {
-  return typed(Stmt::Kind::MbarrierArrive, op::MbarrierArrive{barrierAt(barriers, std::move(index))});
+  return Stmt::of(Stmt::Kind::MbarrierArrive, op::MbarrierArrive{barrierAt(barriers, std::move(index))});
 }
 Stmt cpAsyncMbarrierArrive(int barriers, Idx index) {
-  return typed(Stmt::Kind::CpAsyncMbarrierArrive, op::CpAsyncMbarrierArrive{barrierAt(barriers, std::move(index))});
+  return Stmt::of(Stmt::Kind::CpAsyncMbarrierArrive, op::CpAsyncMbarrierArrive{barrierAt(barriers, std::move(index))});
 }
 Stmt namedBarrier(int id, int64_t threads) {
   KILN_ASSERT(id >= 1 && id <= 15 && threads >= 32 && threads % 32 == 0, "namedBarrier: id {} (1..15), {} threads (whole warps)",
               id, threads);
-  return typed(Stmt::Kind::NamedBarrier, op::NamedBarrier{id, threads});
+  return Stmt::of(Stmt::Kind::NamedBarrier, op::NamedBarrier{id, threads});
 }
 
 Stmt mbarrierArriveExpectTx(int barriers, Idx index, int64_t bytes) {
   KILN_ASSERT(bytes > 0, "mbarrierArriveExpectTx: {} bytes", bytes);
-  return typed(Stmt::Kind::MbarrierExpectTx, op::MbarrierExpectTx{barrierAt(barriers, std::move(index)), bytes});
+  return Stmt::of(Stmt::Kind::MbarrierExpectTx, op::MbarrierExpectTx{barrierAt(barriers, std::move(index)), bytes});
 }
 
 Stmt tmaLoad(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Idx row, int barriers, Idx barrierIndex) {
   KILN_ASSERT(sharedBuf >= 0 && tensorMap >= 0 && sharedIndex && col && row, "tmaLoad: shared buffer {}, tensor map {}", sharedBuf,
               tensorMap);
-  return typed(Stmt::Kind::TmaLoad, op::TmaLoad{sharedBuf, std::move(sharedIndex), tensorMap, std::move(col), std::move(row),
+  return Stmt::of(Stmt::Kind::TmaLoad, op::TmaLoad{sharedBuf, std::move(sharedIndex), tensorMap, std::move(col), std::move(row),
                                                 barrierAt(barriers, std::move(barrierIndex))});
 }
 
@@ -270,19 +254,19 @@ Stmt tmaLoadMulticast(int sharedBuf, Idx sharedIndex, int tensorMap, Idx col, Id
 }
 
 Stmt mbarrierArriveCluster(int barriers, Idx index) {
-  return typed(Stmt::Kind::MbarrierArriveCluster, op::MbarrierArriveCluster{barrierAt(barriers, std::move(index))});
+  return Stmt::of(Stmt::Kind::MbarrierArriveCluster, op::MbarrierArriveCluster{barrierAt(barriers, std::move(index))});
 }
-Stmt clusterBarrier() { return makeStmt(Stmt::Kind::ClusterBarrier); }
-Stmt fenceMbarrierInit() { return makeStmt(Stmt::Kind::FenceMbarrierInit); }
+Stmt clusterBarrier() { return Stmt::of(Stmt::Kind::ClusterBarrier); }
+Stmt fenceMbarrierInit() { return Stmt::of(Stmt::Kind::FenceMbarrierInit); }
 
 Stmt mbarrierWait(int barriers, Idx index, Idx parity) {
   KILN_ASSERT(parity, "mbarrierWait: null parity");
-  return typed(Stmt::Kind::MbarrierWait, op::MbarrierWait{barrierAt(barriers, std::move(index)), std::move(parity)});
+  return Stmt::of(Stmt::Kind::MbarrierWait, op::MbarrierWait{barrierAt(barriers, std::move(index)), std::move(parity)});
 }
 
 Stmt cpAsyncWait(int pendingGroups) {
   KILN_ASSERT(pendingGroups >= 0, "cpAsyncWait: {} pending groups", pendingGroups);
-  return typed(Stmt::Kind::CpAsyncWait, op::CpAsyncWait{pendingGroups});
+  return Stmt::of(Stmt::Kind::CpAsyncWait, op::CpAsyncWait{pendingGroups});
 }
 
 Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vector<int> slots) {
@@ -290,7 +274,7 @@ Stmt ldmatrix(int sharedBuf, Idx rowIndex, int count, bool transpose, std::vecto
   KILN_ASSERT(count == 1 || count == 2 || count == 4, "ldmatrix: {} matrices (want 1, 2 or 4)", count);
   KILN_ASSERT(static_cast<int>(slots.size()) == 2 * count, "ldmatrix.x{}: {} slots (want {})", count, slots.size(), 2 * count);
   for (int slot : slots) KILN_ASSERT(slot >= 0, "ldmatrix: negative float slot {}", slot);
-  return typed(Stmt::Kind::Ldmatrix, op::Ldmatrix{sharedBuf, std::move(rowIndex), transpose, op::FloatSlots{std::move(slots)}});
+  return Stmt::of(Stmt::Kind::Ldmatrix, op::Ldmatrix{sharedBuf, std::move(rowIndex), transpose, op::FloatSlots{std::move(slots)}});
 }
 
 std::pair<int, int> mmaElementA(int lane, int i) {
@@ -315,7 +299,7 @@ Stmt wgmma(DType operandType, int sharedA, Idx aStart, Stmt::CoreMatrices layout
   KILN_ASSERT(n >= 8 && n <= 256 && n % 8 == 0 && static_cast<int64_t>(acc.size()) == n / 2,
               "wgmma: n = {} with {} accumulators (want n a multiple of 8 up to 256, n / 2 accumulators)", n, acc.size());
   KILN_ASSERT(sharedA >= 0 && sharedB >= 0 && aStart && bStart, "wgmma: bad shared buffers {}, {} or null start", sharedA, sharedB);
-  return typed(Stmt::Kind::Wgmma, op::Wgmma{operandType, n, op::SharedMatrix{sharedA, std::move(aStart), layoutA},
+  return Stmt::of(Stmt::Kind::Wgmma, op::Wgmma{operandType, n, op::SharedMatrix{sharedA, std::move(aStart), layoutA},
                                             op::SharedMatrix{sharedB, std::move(bStart), layoutB}, std::move(acc), nullptr});
 }
 
@@ -328,13 +312,13 @@ Stmt wgmmaRegA(DType operandType, std::vector<int> aRegs, int sharedB, Idx bStar
   return s;
 }
 
-Stmt wgmmaFence() { return makeStmt(Stmt::Kind::WgmmaFence); }
-Stmt wgmmaCommit() { return makeStmt(Stmt::Kind::WgmmaCommit); }
+Stmt wgmmaFence() { return Stmt::of(Stmt::Kind::WgmmaFence); }
+Stmt wgmmaCommit() { return Stmt::of(Stmt::Kind::WgmmaCommit); }
 Stmt wgmmaWait(int pendingGroups) {
   KILN_ASSERT(pendingGroups >= 0 && pendingGroups <= 7, "wgmmaWait: {} pending groups (want 0..7)", pendingGroups);
-  return typed(Stmt::Kind::WgmmaWait, op::WgmmaWait{pendingGroups});
+  return Stmt::of(Stmt::Kind::WgmmaWait, op::WgmmaWait{pendingGroups});
 }
-Stmt fenceProxyAsync() { return makeStmt(Stmt::Kind::FenceProxyAsync); }
+Stmt fenceProxyAsync() { return Stmt::of(Stmt::Kind::FenceProxyAsync); }
 
 std::pair<int, int> wgmmaElement(int thread, int i) {
   auto [r, c] = mmaElementC(thread % 32, i % 4);

@@ -12,19 +12,6 @@
 namespace kiln::kernel::parse_detail {
 namespace {
 
-Stmt make(Stmt::Kind kind) {
-  Stmt s;
-  s.kind = kind;
-  return s;
-}
-
-template <class Op>
-Stmt typed(Stmt::Kind kind, Op op) {
-  Stmt st = make(kind);
-  st.op = std::move(op);
-  return st;
-}
-
 // `NAME[IDX]` of a shared buffer: the buffer and the index.
 std::pair<int, Idx> sharedAt(Cursor& c, KernelScope& s) {
   int buffer = s.shared(c);
@@ -75,7 +62,7 @@ Stmt control(Cursor& c, KernelScope& s, LineReader& lines, bool isFor) {
     c.expect("step");
     loop.step = c.integer();
     loop.var = s.defineVar(loop.name);
-    st = typed(Stmt::Kind::For, std::move(loop));
+    st = Stmt::of(Stmt::Kind::For, std::move(loop));
   } else {
     op::If cond;
     c.expect("(");
@@ -83,7 +70,7 @@ Stmt control(Cursor& c, KernelScope& s, LineReader& lines, bool isFor) {
     c.expect("<");
     cond.rhs = parseIdx(c, s);
     c.expect(")");
-    st = typed(Stmt::Kind::If, std::move(cond));
+    st = Stmt::of(Stmt::Kind::If, std::move(cond));
   }
   c.expect("{");
   if (!c.atEnd()) c.fail("expected the end of the line after '{'");
@@ -98,14 +85,14 @@ Stmt store(Cursor& c, KernelScope& s) {
     std::tie(store.shared, store.index) = sharedAt(c, s);
     c.expect("=");
     store.value = parseFExpr(c, s);
-    return typed(Stmt::Kind::StoreShared, std::move(store));
+    return Stmt::of(Stmt::Kind::StoreShared, std::move(store));
   }
   auto rest = c.rest();
   bool vector = !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]));
   int64_t width = vector ? c.integer() : 0;
   auto [param, index] = paramAt(c, s);
   c.expect("=");
-  if (!vector) return typed(Stmt::Kind::StoreGlobal, op::StoreGlobal{param, std::move(index), parseFExpr(c, s)});
+  if (!vector) return Stmt::of(Stmt::Kind::StoreGlobal, op::StoreGlobal{param, std::move(index), parseFExpr(c, s)});
   op::StoreVector store{param, std::move(index), {}};
   size_t col = c.here();
   c.expect("(");
@@ -114,17 +101,17 @@ Stmt store(Cursor& c, KernelScope& s) {
   c.expect(")");
   if (static_cast<int64_t>(store.values.size()) != width)
     c.fail(fmt::format("store{} with {} values", width, store.values.size()), col);
-  return typed(Stmt::Kind::StoreVector, std::move(store));
+  return Stmt::of(Stmt::Kind::StoreVector, std::move(store));
 }
 
 Stmt barriers(Cursor& c) {
-  if (c.atEnd()) return make(Stmt::Kind::Barrier);
+  if (c.atEnd()) return Stmt::of(Stmt::Kind::Barrier);
   op::NamedBarrier bar;
   bar.id = static_cast<int>(c.integer());
   c.expect("of");
   bar.threads = c.integer();
   c.expect("threads");
-  return typed(Stmt::Kind::NamedBarrier, bar);
+  return Stmt::of(Stmt::Kind::NamedBarrier, bar);
 }
 
 op::Counter counterAt(Cursor& c, KernelScope& s) {
@@ -135,11 +122,11 @@ op::Counter counterAt(Cursor& c, KernelScope& s) {
 
 Stmt counter(Cursor& c, KernelScope& s, bool await) {
   op::Counter counter = counterAt(c, s);
-  if (!await) return typed(Stmt::Kind::CounterRelease, op::CounterRelease{std::move(counter)});
+  if (!await) return Stmt::of(Stmt::Kind::CounterRelease, op::CounterRelease{std::move(counter)});
   c.expect("==");
   Idx count = parseIdx(c, s);
   c.expect(", then 0");
-  return typed(Stmt::Kind::CounterAwait, op::CounterAwait{std::move(counter), std::move(count)});
+  return Stmt::of(Stmt::Kind::CounterAwait, op::CounterAwait{std::move(counter), std::move(count)});
 }
 
 Stmt cpAsync(Cursor& c, KernelScope& s) {
@@ -153,7 +140,7 @@ Stmt cpAsync(Cursor& c, KernelScope& s) {
     copy.validBytes = parseIdx(c, s);
     c.expect("bytes");
   }
-  return typed(Stmt::Kind::CpAsync, std::move(copy));
+  return Stmt::of(Stmt::Kind::CpAsync, std::move(copy));
 }
 
 op::Mbarrier barrierAt(Cursor& c, KernelScope& s) {
@@ -169,25 +156,25 @@ Stmt onMbarrier(Cursor& c, KernelScope& s, Stmt::Kind kind) {
       c.expect(",");
       op::MbarrierInit init{std::move(barrier), c.integer()};
       c.expect("arrivals");
-      return typed(kind, std::move(init));
+      return Stmt::of(kind, std::move(init));
     }
     case Stmt::Kind::MbarrierExpectTx: {
       c.expect(",");
       op::MbarrierExpectTx expect{std::move(barrier), c.integer()};
       c.expect("bytes");
-      return typed(kind, std::move(expect));
+      return Stmt::of(kind, std::move(expect));
     }
     case Stmt::Kind::MbarrierWait: {
       c.expect("parity");
       Idx parity = parseIdx(c, s);
-      return typed(kind, op::MbarrierWait{std::move(barrier), std::move(parity)});
+      return Stmt::of(kind, op::MbarrierWait{std::move(barrier), std::move(parity)});
     }
-    case Stmt::Kind::MbarrierArrive: return typed(kind, op::MbarrierArrive{std::move(barrier)});
-    case Stmt::Kind::MbarrierArriveCluster: return typed(kind, op::MbarrierArriveCluster{std::move(barrier)});
-    case Stmt::Kind::CpAsyncMbarrierArrive: return typed(kind, op::CpAsyncMbarrierArrive{std::move(barrier)});
+    case Stmt::Kind::MbarrierArrive: return Stmt::of(kind, op::MbarrierArrive{std::move(barrier)});
+    case Stmt::Kind::MbarrierArriveCluster: return Stmt::of(kind, op::MbarrierArriveCluster{std::move(barrier)});
+    case Stmt::Kind::CpAsyncMbarrierArrive: return Stmt::of(kind, op::CpAsyncMbarrierArrive{std::move(barrier)});
     default: KILN_ASSERT(false, "onMbarrier: not an mbarrier statement");
   }
-  return make(kind);
+  return Stmt::of(kind);
 }
 
 Stmt tmaLoad(Cursor& c, KernelScope& s) {
@@ -208,7 +195,7 @@ Stmt tmaLoad(Cursor& c, KernelScope& s) {
   c.expect("]");
   c.expect("on");
   tma.barrier = barrierAt(c, s);
-  return typed(Stmt::Kind::TmaLoad, std::move(tma));
+  return Stmt::of(Stmt::Kind::TmaLoad, std::move(tma));
 }
 
 Stmt elected(Cursor& c, KernelScope& s) {
@@ -256,7 +243,7 @@ Stmt mma(Cursor& c, KernelScope& s) {
     else c.fail("mma's A and B are either all float slots or all pair registers", col);
   }
   if (!none.empty()) c.fail("mma's accumulators are float slots, not pair registers");
-  return typed(Stmt::Kind::Mma, std::move(mma));
+  return Stmt::of(Stmt::Kind::Mma, std::move(mma));
 }
 
 // `(mn-major 128-byte-swizzled core matrices k K row R)`
@@ -313,13 +300,13 @@ Stmt wgmma(Cursor& c, KernelScope& s) {
   }
   c.expect("x shared");
   w.b = sharedMatrix(c, s);
-  return typed(Stmt::Kind::Wgmma, std::move(w));
+  return Stmt::of(Stmt::Kind::Wgmma, std::move(w));
 }
 
 Stmt wgmmaFamily(Cursor& c, KernelScope& s) {
-  if (c.accept(".fence")) return make(Stmt::Kind::WgmmaFence);
-  if (c.accept(".commit_group")) return make(Stmt::Kind::WgmmaCommit);
-  if (c.accept(".wait_group")) return typed(Stmt::Kind::WgmmaWait, op::WgmmaWait{static_cast<int>(c.integer())});
+  if (c.accept(".fence")) return Stmt::of(Stmt::Kind::WgmmaFence);
+  if (c.accept(".commit_group")) return Stmt::of(Stmt::Kind::WgmmaCommit);
+  if (c.accept(".wait_group")) return Stmt::of(Stmt::Kind::WgmmaWait, op::WgmmaWait{static_cast<int>(c.integer())});
   c.expect(".m64n");
   return wgmma(c, s);
 }
@@ -339,7 +326,7 @@ Stmt assignment(Cursor& c, KernelScope& s) {
       c.fail(fmt::format("ldmatrix.x{} needs {} float slots or {} pair registers", count, 2 * count, count), col);
     if (regs.empty()) ld.into = op::FloatSlots{slots};
     else ld.into = op::PairRegs{regs};
-    return typed(Stmt::Kind::Ldmatrix, std::move(ld));
+    return Stmt::of(Stmt::Kind::Ldmatrix, std::move(ld));
   }
   if (!regs.empty()) {
     if (regs.size() != 1 || !slots.empty()) c.fail("expected '$pair = pack.TYPE %lo, %hi'", col);
@@ -350,7 +337,7 @@ Stmt assignment(Cursor& c, KernelScope& s) {
     pack.lo = s.floatSlot(c);
     c.expect(",");
     pack.hi = s.floatSlot(c);
-    return typed(Stmt::Kind::PackPair, pack);
+    return Stmt::of(Stmt::Kind::PackPair, pack);
   }
   if (c.startsWith("load") && c.rest().size() > 4 && std::isdigit(static_cast<unsigned char>(c.rest()[4]))) {
     c.accept("load");
@@ -359,8 +346,8 @@ Stmt assignment(Cursor& c, KernelScope& s) {
     bool shared = c.acceptWord("shared");
     auto [buffer, index] = shared ? sharedAt(c, s) : paramAt(c, s);
     if (width != static_cast<int64_t>(slots.size())) c.fail(fmt::format("load{} into {} slots", width, slots.size()), wcol);
-    if (shared) return typed(Stmt::Kind::LoadSharedVector, op::LoadSharedVector{buffer, std::move(index), slots});
-    return typed(Stmt::Kind::LoadVector, op::LoadVector{buffer, std::move(index), slots});
+    if (shared) return Stmt::of(Stmt::Kind::LoadSharedVector, op::LoadSharedVector{buffer, std::move(index), slots});
+    return Stmt::of(Stmt::Kind::LoadVector, op::LoadVector{buffer, std::move(index), slots});
   }
   if (slots.size() != 1) c.fail("expected one float slot on the left of '='", col);
   if (c.accept("shfl.xor")) {
@@ -369,9 +356,9 @@ Stmt assignment(Cursor& c, KernelScope& s) {
     shfl.src = s.floatSlot(c);
     c.expect(",");
     shfl.laneMask = static_cast<int>(c.integer());
-    return typed(Stmt::Kind::ShuffleXor, shfl);
+    return Stmt::of(Stmt::Kind::ShuffleXor, shfl);
   }
-  return typed(Stmt::Kind::Assign, op::Assign{slots[0], parseFExpr(c, s)});
+  return Stmt::of(Stmt::Kind::Assign, op::Assign{slots[0], parseFExpr(c, s)});
 }
 
 // `NAME = IDX [(warp-uniform)]` or `NAME = ticket P[IDX] of N`: the name is in scope after the line.
@@ -385,14 +372,14 @@ Stmt definition(Cursor& c, KernelScope& s) {
     ticket.blocks = c.integer();
     ticket.name = name;
     ticket.var = s.defineVar(name);
-    return typed(Stmt::Kind::BlockTicket, std::move(ticket));
+    return Stmt::of(Stmt::Kind::BlockTicket, std::move(ticket));
   }
   op::DefIdx def;
   def.value = parseIdx(c, s);
   def.warpUniform = c.accept("(warp-uniform)");
   def.name = name;
   def.var = s.defineVar(name);
-  return typed(Stmt::Kind::DefIdx, std::move(def));
+  return Stmt::of(Stmt::Kind::DefIdx, std::move(def));
 }
 
 using Handler = std::function<Stmt(Cursor&, KernelScope&, LineReader&)>;
@@ -400,7 +387,7 @@ using Handler = std::function<Stmt(Cursor&, KernelScope&, LineReader&)>;
 // Prefixes in the order they are tried: a longer spelling before any it starts with.
 const std::vector<std::pair<std::string_view, Handler>>& handlers() {
   using K = Stmt::Kind;
-  auto plain = [](K kind) { return [kind](Cursor&, KernelScope&, LineReader&) { return make(kind); }; };
+  auto plain = [](K kind) { return [kind](Cursor&, KernelScope&, LineReader&) { return Stmt::of(kind); }; };
   auto mbar = [](K kind) { return [kind](Cursor& c, KernelScope& s, LineReader&) { return onMbarrier(c, s, kind); }; };
   static const std::vector<std::pair<std::string_view, Handler>> table = {
       {"for ", [](Cursor& c, KernelScope& s, LineReader& l) { return control(c, s, l, true); }},
@@ -414,7 +401,7 @@ const std::vector<std::pair<std::string_view, Handler>>& handlers() {
       {"fence.proxy.async.shared", plain(K::FenceProxyAsync)},
       {"cp.async.commit", plain(K::CpAsyncCommit)},
       {"cp.async.wait",
-       [](Cursor& c, KernelScope&, LineReader&) { return typed(K::CpAsyncWait, op::CpAsyncWait{static_cast<int>(c.integer())}); }},
+       [](Cursor& c, KernelScope&, LineReader&) { return Stmt::of(K::CpAsyncWait, op::CpAsyncWait{static_cast<int>(c.integer())}); }},
       {"cp.async.mbarrier.arrive", mbar(K::CpAsyncMbarrierArrive)},
       {"cp.async", [](Cursor& c, KernelScope& s, LineReader&) { return cpAsync(c, s); }},
       {"mbarrier.init", mbar(K::MbarrierInit)},

@@ -93,6 +93,13 @@ struct Stmt {
   // The operands of the kind (kiln/kernel/ops.h): a struct each, every field meaning one thing; std::monostate for the
   // kinds that have none (barrier, cluster.barrier, the fences, cp.async.commit, wgmma.fence, wgmma.commit_group).
   op::Payload op;
+  // A statement of `kind` with operands `op` (the constructors below check them first; the parser makes what it read).
+  static Stmt of(Kind kind, op::Payload op = {}) {
+    Stmt s;
+    s.kind = kind;
+    s.op = std::move(op);
+    return s;
+  }
   template <class Op>
   const Op& as() const { return std::get<Op>(op); }
   template <class Op>
