@@ -2,7 +2,7 @@
 
 A tiny random-weight transformers model (hf_families.py's configs, or hf_llama.py's Llama) is wrapped in
 transformers.integrations.executorch.TorchExportableModuleWithStaticCache and traced with a plain torch.jit.trace
-through forward(ids, pos) -> logits, at T tokens (ids [1, T], pos [T]). The trace keeps the cache as module buffers
+through forward(ids, pos) -> logits, at T tokens (ids [1, T], pos [T], recorded in kiln_inputs.json). The trace keeps the cache as module buffers
 (key_cache_i, value_cache_i, cumulative_length_i) written in place; kiln makes them the model's state.
 
     python3 models/hf_decode.py                           # llama -> models/fixtures/hf_llama_decode_tiny.pt
@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import hf_families  # noqa: E402
 import hf_llama  # noqa: E402
+from kiln_export import inputs_json  # noqa: E402
 from llama import DTYPES  # noqa: E402
 
 FAMILIES = ["llama", "qwen2", "phi3", "gemma", "mistral", "qwen3"]
@@ -66,7 +67,7 @@ def trace(model, cache_len, tokens, path):
             if "cache" in name or "cumulative_length" in name:
                 buf.zero_()
     pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-    traced.save(str(path))
+    torch.jit.save(traced, str(path), _extra_files={"kiln_inputs.json": inputs_json({"ids": ids, "pos": pos})})
 
 
 def generate(model, prompt, new_tokens):

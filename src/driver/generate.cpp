@@ -168,8 +168,7 @@ std::vector<float> Generator::forward(DecodeEntry& entry, const std::vector<int6
   return std::vector<float>(row, row + static_cast<std::ptrdiff_t>(vocabulary));
 }
 
-std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int maxNewTokens,
-                                         const std::function<void(const std::vector<float>&)>& onLogits) {
+void Generator::check(const std::vector<int64_t>& prompt, int maxNewTokens) const {
   if (prompt.empty()) usageError("the prompt is empty: give at least one token id (--prompt-ids 1,2,3)");
   if (maxNewTokens < 1) usageError("--max-new-tokens must be at least 1, not {}", maxNewTokens);
   for (size_t i = 0; i < prompt.size(); ++i)
@@ -181,6 +180,12 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
   if (iface_.capacity > 0 && needed > iface_.capacity)
     userError("a prompt of {} tokens and {} new tokens need {} positions, but the cache holds {}; shorten them or trace "
               "the model with a larger max_cache_len", n, maxNewTokens, needed, iface_.capacity);
+}
+
+std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int maxNewTokens,
+                                         const std::function<void(const std::vector<float>&)>& onLogits) {
+  check(prompt, maxNewTokens);
+  const auto n = static_cast<int64_t>(prompt.size());
   reset();
   std::vector<float> logits;
   for (int64_t p = 0; p < n;) {
@@ -270,6 +275,12 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
     if (!given.empty() || at >= summary.inputs.size()) return given;
     return summary.inputs[at].name;
   };
+  for (const auto& [flag, name] : {std::pair{"--token-input", c.tokenInput}, std::pair{"--position-input", c.positionInput}}) {
+    std::vector<std::string> names;
+    for (const frontend::InputSpec& in : summary.inputs) names.push_back(in.name);
+    if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end())
+      usageError("{} {}: {} has no such argument; its arguments are {}", flag, name, c.model, fmt::join(names, ", "));
+  }
   const std::string tokenName = nameOf(c.tokenInput, 0), positionName = nameOf(c.positionInput, 1);
   if (tokenName.empty() || positionName.empty())
     userError("{} takes {} argument(s); kiln generate needs token ids and their positions (forward(ids, pos))", c.model,
@@ -281,13 +292,16 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
   if (c.prefillChunk > 1) prefill = specialise(c, tokenName, positionName, c.prefillChunk, log);
   int64_t stateBytes = 0;
   for (const HostTensor& s : iface.initialState) stateBytes += numel(s.shape) * dtypeBytes(s.dtype);
+  const size_t states = iface.stateNames.size();
+  const int64_t capacity = iface.capacity;
+  Generator generator(std::move(iface), std::move(step.entry), std::move(prefill.entry));
+  generator.check(c.promptIds, c.maxNewTokens);  // before anything is printed or run
   log << fmt::format("kiln: {}: decode step {} kernels{}; {} states ({:.2f} MB), the cache holds {} positions; compiled in "
                      "{:.1f} s\n", summary.name, step.kernels,
                      prefill.entry ? fmt::format(", prefill chunk of {} tokens {} kernels", c.prefillChunk, prefill.kernels) : "",
-                     iface.stateNames.size(), stateBytes / 1e6, iface.capacity,
+                     states, stateBytes / 1e6, capacity,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!c.logitsDir.empty()) fs::create_directories(c.logitsDir);
-  Generator generator(std::move(iface), std::move(step.entry), std::move(prefill.entry));
   size_t saved = 0;
   start = std::chrono::steady_clock::now();
   std::vector<int64_t> ids = generator.generate(c.promptIds, c.maxNewTokens, [&](const std::vector<float>& logits) {

@@ -7,6 +7,7 @@
 // each a compilation of its own from the same file, sharing the state by name and order.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -67,6 +68,8 @@ class Generator {
   // was chosen from.
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int maxNewTokens,
                                 const std::function<void(const std::vector<float>&)>& onLogits = {});
+  // The UserError (UsageError for an empty prompt or no new tokens) generate() would raise for these arguments.
+  void check(const std::vector<int64_t>& prompt, int maxNewTokens) const;
   // The state back to the archive's values.
   void reset();
   int forwards() const { return forwards_; }
