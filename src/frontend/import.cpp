@@ -476,6 +476,7 @@ class Importer {
                 "states: write the buffer itself (index_copy_ along a dim)", op, loc.str(), path);
     std::string functional = op == "aten::index_copy_" ? "aten::index_copy" : op == "aten::copy_" ? "aten::copy" : "";
     if (kRewrittenInPlace.count(op)) functional = op.substr(0, op.size() - 1);
+    if (op == "aten::embedding_renorm_") refuseOtherInPlace(node);  // its own advice: trace without max_norm
     if (functional.empty())
       userError("{} at {} changes the model's state '{}' in place, which kiln supports for index_copy_, copy_, add_, sub_, "
                 "mul_ and div_ only", op, loc.str(), path);
