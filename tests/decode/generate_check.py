@@ -7,6 +7,7 @@ the logits kiln chose each token from are judged by DESIGN.md's bf16 rule: again
 rounded weights, kiln's error at most 1.5 x the bf16 model's own + 1e-3.
 
     python3 tests/decode/generate_check.py build/kiln [FAMILY ...]
+    python3 tests/decode/generate_check.py build/kiln --gpu [FAMILY ...]   # kiln on the GPU (scripts/device_decode.sh)
 """
 import pathlib
 import subprocess
@@ -24,12 +25,17 @@ NEW = 16
 CACHE = 32
 
 
+WHERE = ["--interpret"]  # --gpu: []
+
+
 def kiln_generate(kiln, trace, extra=()):
-    cmd = [kiln, "generate", str(trace), "--interpret", "--prompt-ids", ",".join(map(str, PROMPT)),
+    cmd = [kiln, "generate", str(trace), *WHERE, "--prompt-ids", ",".join(map(str, PROMPT)),
            "--max-new-tokens", str(NEW), *extra]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"FAIL: {' '.join(cmd)} exited {run.returncode}: {run.stderr.strip()}")
+    if not WHERE:  # on the GPU: what the forwards took
+        print("  " + run.stderr.strip().splitlines()[-1])
     return [int(x) for x in run.stdout.strip().split(",")]
 
 
@@ -78,7 +84,9 @@ def check_bf16(kiln, family, tmp):
 
 def main():
     kiln = sys.argv[1]
-    families = sys.argv[2:] or ["llama", "qwen2", "phi3", "gemma"]
+    families = [a for a in sys.argv[2:] if a != "--gpu"] or ["llama", "qwen2", "phi3", "gemma"]
+    if "--gpu" in sys.argv[2:]:
+        WHERE.clear()
     ok = True
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
