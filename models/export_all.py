@@ -34,6 +34,6 @@ if __name__ == "__main__":
                     "-o", str(HERE / "fixtures" / "hf_llama_tiny_bf16.pt")], check=True)
     # layers.pt and the hf_<family>_tiny.pt of hf_families.py were made by direct runs too (the GPT-2 golden
     # records mangled names and lines that a shared process would change).
-    for script in ("layers.py", "hf_families.py", "attention_bf16.py", "mlp_bf16_wide.py"):
+    for script in ("layers.py", "hf_families.py", "attention_bf16.py", "mlp_bf16_wide.py", "hf_decode.py"):
         subprocess.run([sys.executable, str(HERE / script)], check=True)
     subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--bf16"], check=True)

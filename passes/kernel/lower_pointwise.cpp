@@ -7,9 +7,47 @@
 //     each part under i_u < points/vector where the grid overshoots.
 #include <fmt/format.h>
 
+#include <set>
+
 #include "kernel_builder.h"
 
 namespace kiln::kernel::detail {
+namespace {
+
+void varsOf(const FE& e, std::set<int>& vars) {
+  if (!e) return;
+  for (const Idx* i : {&e->index, &e->bound})
+    if (*i) forEachVar(*i, [&](int v) { vars.insert(v); });
+  for (const FE& a : e->args) varsOf(a, vars);
+}
+
+void varsOf(const Block& block, std::set<int>& vars) {
+  for (const Stmt& s : block) {
+    for (const Idx* i : op::indices(s.op))
+      if (*i) forEachVar(*i, [&](int v) { vars.insert(v); });
+    for (const FE* f : op::floatValues(s.op)) varsOf(*f, vars);
+    varsOf(s.body, vars);
+  }
+}
+
+// The definitions of `defs` that `work` reads, directly or through another kept definition (nvcc refuses a variable
+// defined and never read: an axis of extent 1, or an index only the other part of the vector uses).
+Block definitionsRead(const Block& defs, const Block& work) {
+  std::set<int> read;
+  varsOf(work, read);
+  std::vector<bool> keep(defs.size(), false);
+  for (size_t i = defs.size(); i-- > 0;) {
+    const auto* def = std::get_if<op::DefIdx>(&defs[i].op);
+    keep[i] = !def || read.count(def->var) > 0;
+    if (keep[i]) varsOf(Block{defs[i]}, read);
+  }
+  Block kept;
+  for (size_t i = 0; i < defs.size(); ++i)
+    if (keep[i]) kept.push_back(defs[i]);
+  return kept;
+}
+
+}  // namespace
 
 void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
   const int64_t vector = m.vector, perThread = m.vectorsPerThread, points = lk_.parallelPoints() / vector, block = m.threads;
@@ -52,7 +90,7 @@ void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
     std::vector<bool> defined(parts.size(), false);  // unguarded, each part's indices are defined once, at kernel scope
     auto inRange = [&](const Part& part, Block work) {
       const size_t at = static_cast<size_t>(&part - parts.data());
-      Block body = guarded || !defined[at] ? part.defs : Block{};
+      Block body = guarded ? definitionsRead(part.defs, work) : !defined[at] ? part.defs : Block{};
       defined[at] = true;
       for (Stmt& s : work) body.push_back(std::move(s));
       if (!guarded) {
@@ -65,6 +103,9 @@ void KernelBuilder::pointwise(const tile::PointwiseMap& m) {
     for (const Part& part : parts) {
       Block loads;
       vectorLoads(part.copies, loads, cse);
+      // No loads to put first (the points gather from computed indices, as a cat of run-time rotary angles does): a
+      // guarded part would be its index definitions alone, unused (nvcc refuses them); its values' part defines them.
+      if (loads.empty() && guarded) continue;
       inRange(part, std::move(loads));
     }
     for (const Part& part : parts) {

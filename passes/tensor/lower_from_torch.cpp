@@ -329,6 +329,61 @@ struct Lowering {
     return b.reshape(b.slice(x, d, i, 1, 1), resultShape());
   }
 
+  // aten::copy(self, src): src broadcast to self's shape in self's dtype (the functional form of copy_, which the
+  // import makes of a write to the model's state).
+  int copy() {
+    int self = tensor(0);
+    return b.cast(b.broadcastTo(tensor(1), b.shape(self)), b.dtype(self));
+  }
+
+  // aten::index_copy(self, dim, index, source): self with its slices index[t] along dim replaced by source's slice t.
+  // Written with the Tensor primitives as a one-hot product, exact in every dtype (each element sums one source value
+  // and zeros): hit[j, t] = (j == index[t]) over self's positions j along dim; replaced = hit x source along dim; the
+  // result is where(sum over t of hit[j, t], replaced, self). An index out of range replaces nothing (LibTorch
+  // fails), a repeated one sums its sources (LibTorch leaves the order undefined). The cost is that of reading and
+  // writing self once per call (a static KV cache rewritten at every step), not of the slices written.
+  int indexCopy() {
+    int self = tensor(0);
+    const int d = b.normDim(self, integer(1));
+    int index = tensor(2);
+    int source = tensor(3);
+    if (b.rank(index) > 1) unsupported("index_copy with an index of more than one dimension");
+    if (b.rank(index) == 0) index = b.reshape(index, {1});
+    const Shape s = b.shape(self);
+    const int64_t n = s[static_cast<size_t>(d)], count = b.shape(index)[0];
+    Shape expected = s;
+    expected[static_cast<size_t>(d)] = count;
+    if (b.shape(source) != expected)
+      unsupported(fmt::format("source of shape [{}] for {} slices of [{}] along dim {}", shapeString(b.shape(source)), count,
+                              shapeString(s), d));
+    std::vector<float> positions(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) positions[static_cast<size_t>(j)] = static_cast<float>(j);
+    int iota = b.reshape(b.constant({n}, std::move(positions), "index_copy positions"), {n, 1});
+    int hit = b.binary(Fn::Eq, Operand{iota}, Operand{b.reshape(index, {1, count})});  // [n, count]
+    // source with dim moved next to last ([.., count, inner]); a last dim gets a unit inner dim.
+    const int r = b.rank(self);
+    std::vector<int> perm;
+    for (int i = 0; i < r; ++i)
+      if (i != d && i != r - 1) perm.push_back(i);
+    perm.push_back(d);
+    if (d != r - 1) perm.push_back(r - 1);
+    int moved = b.permute(source, perm);
+    if (d == r - 1) {
+      Shape withInner = b.shape(moved);
+      withInner.push_back(1);
+      moved = b.reshape(moved, withInner);
+    }
+    int replaced = b.matmul(b.cast(hit, b.dtype(source)), moved);  // [.., n, inner]
+    if (d == r - 1) replaced = b.reshape(replaced, Shape(b.shape(replaced).begin(), b.shape(replaced).end() - 1));
+    std::vector<int> back(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) back[static_cast<size_t>(perm[i])] = static_cast<int>(i);
+    replaced = b.permute(replaced, back);
+    Shape maskShape(static_cast<size_t>(r), 1);
+    maskShape[static_cast<size_t>(d)] = n;
+    int written = b.reshape(b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {1}, false), maskShape);
+    return b.elementwise(Fn::Where, {Operand{written}, Operand{b.cast(replaced, b.dtype(self))}, Operand{self}});
+  }
+
   int maskedFill() { return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}}); }
   int where() { return b.elementwise(Fn::Where, {Operand{tensor(0)}, operand(1), operand(2)}); }
 
@@ -384,6 +439,8 @@ struct Lowering {
         {"aten::select", &Lowering::select},
         {"aten::masked_fill", &Lowering::maskedFill},
         {"aten::where", &Lowering::where},
+        {"aten::copy", &Lowering::copy},
+        {"aten::index_copy", &Lowering::indexCopy},
         {"aten::scaled_dot_product_attention", &Lowering::sdpa},
     };
     return table;
@@ -420,6 +477,7 @@ std::vector<std::string> supportedOps() {
           "aten::bitwise_not", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq", "aten::ne", "aten::__and__",
           "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
           "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
+          "aten::copy", "aten::index_copy",
           "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::native_layer_norm", "aten::clamp", "aten::clip",
           "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm", "aten::index_select",
           // list-producing: torch-import turns each part of the list into an aten::slice (aten::select for unbind)

@@ -63,6 +63,16 @@ int runInspect(const InspectCommand& c, std::ostream& out) {
     if (!ok) unsupported.push_back(op);
     out << fmt::format("  {:<36} {:>5}{}\n", op, n, ok ? "" : "  not supported");
   }
+  if (!s.states.empty()) {
+    out << fmt::format("state (buffers the forward writes in place, inputs and outputs of the compiled model): {}\n",
+                       fmt::join(s.states, ", "));
+    const auto& writes = frontend::supportedStateWrites();
+    for (auto& [op, n] : s.stateWrites) {
+      bool ok = std::find(writes.begin(), writes.end(), op) != writes.end();
+      if (!ok) unsupported.push_back(op);
+      out << fmt::format("  {:<36} {:>5}{}\n", op, n, ok ? "" : "  not supported on state");
+    }
+  }
   out << fmt::format("ops on constants and shapes only (evaluated at import): {} kinds, {} nodes\n", s.folded.size(),
                      nodes(s.folded));
   for (auto& [op, n] : s.folded) out << fmt::format("  {:<36} {:>5}\n", op, n);

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "kiln/driver/commands.h"
+#include "kiln/driver/generate.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/runtime/runtime.h"
@@ -116,6 +117,21 @@ int main(int argc, char** argv) {
   r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(r, run.pipeline, flags);
 
+  kiln::GenerateCommand generate;
+  auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
+                                             "prompt and new token ids on one line");
+  gen->add_option("model", generate.model, "TorchScript decoder-step trace (.pt): forward(ids, pos) -> logits")->required();
+  gen->add_option("--prompt-ids", generate.promptIds, "the prompt's token ids, comma-separated")->delimiter(',')->required();
+  gen->add_option("--max-new-tokens", generate.maxNewTokens, "tokens to generate (default 16)");
+  gen->add_option("--prefill-chunk", generate.prefillChunk,
+                  "run the prompt C tokens per forward (the trace specialised to C tokens); 0, the default: one token per forward");
+  gen->add_flag("--interpret", generate.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
+  gen->add_option("--token-input", generate.tokenInput, "the argument taking token ids (default: the first)")->type_name("NAME");
+  gen->add_option("--position-input", generate.positionInput, "the argument taking their positions (default: the second)")->type_name("NAME");
+  gen->add_option("--save-logits", generate.logitsDir, "write the logits each new token was chosen from, raw f32 (logits0.bin, ...), into DIR, new or empty")->type_name("DIR");
+  gen->add_option("--dtype", generate.dtype, "cast the model's floating-point weights: f16 or bf16");
+  gen->add_option("--arch", generate.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
+
   kiln::InspectCommand inspect;
   auto* in = app.add_subcommand("inspect", "list a model's inputs, parameters and ops (and those kiln does not support); needs no shapes");
   in->add_option("model", inspect.model, "TorchScript model (.pt)")->required();
@@ -163,6 +179,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (in->parsed()) return kiln::runInspect(inspect, std::cout);
+    if (gen->parsed()) return kiln::runGenerate(generate, std::cout, std::cerr);
     if (o->parsed()) {
       if (optPrintAfterAll) opt.pipeline.verbosity = std::max(opt.pipeline.verbosity, 2);
       opt.pipeline.verify = !optNoVerify;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 #include "kiln/frontend/frontend.h"
 #include "kiln/support/error.h"
 #include "model_inputs.h"
+#include "model_state.h"
 #include "torch_util.h"
 
 namespace kiln::frontend {
@@ -130,8 +132,11 @@ class Importer {
     g_.modelName = std::move(modelName);
   }
 
-  Graph run(jit::Graph& graph, const std::vector<InputSpec>& specs, const std::vector<at::Tensor>& inputs) {
+  Graph run(const jit::Module& frozen, jit::Graph& graph, const std::vector<InputSpec>& specs,
+            const std::vector<at::Tensor>& inputs) {
     auto gin = graph.inputs();
+    env_[gin[0]] = frozen._ivalue();  // `self`: its attributes are read with prim::GetAttr
+    for (const std::string& name : stateNames(graph)) states_[name] = StateVersions{};
     for (size_t i = 0; i < specs.size(); ++i) {
       const jit::Value* v = gin[i + 1];
       Value val;
@@ -147,6 +152,10 @@ class Importer {
     for (jit::Node* node : graph.nodes()) visit(node);
     for (const jit::Value* out : graph.outputs())
       for (int id : idsOf(out, nullptr)) g_.outputs.push_back(id);
+    for (kiln::torch::State& st : g_.states) {  // the states' last versions close the outputs
+      st.output = states_.at(st.name).current;
+      g_.outputs.push_back(st.output);
+    }
     return std::move(g_);
   }
 
@@ -160,6 +169,7 @@ class Importer {
     if (!node->blocks().empty())
       userError("{} at {}: control flow in the traced graph is not supported; trace the model with torch.jit.trace",
                 op, sourceLoc(node).str());
+    if (node->kind() == c10::prim::GetAttr) return readAttribute(node);
     jit::Stack stack;
     bool dyn = false;
     for (const jit::Value* in : node->inputs()) {
@@ -168,6 +178,7 @@ class Importer {
       stack.push_back(it->second);
       dyn = dyn || dynamic_.count(in);
     }
+    if (dyn && writesFirstOperand(node) && stateOf(node->input(0))) return writeState(node, stack);
     if (dyn) refuseOtherInPlace(node);
     try {
       if (node->kind() == c10::prim::TupleConstruct) {
@@ -219,7 +230,7 @@ class Importer {
       for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
       return;
     }
-    if (splitsIntoParts(node) || indexIsASlice(node)) return;
+    if (splitsIntoParts(node) || indexIsASlice(node) || aliasesState(node)) return;
     kiln::torch::Node n{functionalForm(node), {}, {}, sourceLoc(node)};
     for (const jit::Value* in : node->inputs())
       for (int id : idsOf(in, node)) n.inputs.push_back(id);
@@ -391,6 +402,106 @@ class Importer {
     return true;
   }
 
+  // prim::GetAttr: a submodule (the start of a longer path), a tensor the forward changes (a state: at its first read
+  // a new graph input holding its current values), or any other attribute, a constant as freezing makes them.
+  void readAttribute(const jit::Node* node) {
+    auto owner = env_.find(node->input(0));
+    if (owner == env_.end() || !owner->second.isObject())
+      userError("prim::GetAttr at {} reads attribute '{}' of something that is not a module; kiln reads the attributes of "
+                "the traced module and its submodules only", sourceLoc(node).str(), node->s(c10::attr::name));
+    c10::IValue value = owner->second.toObject()->getAttr(node->s(c10::attr::name));
+    const jit::Value* out = node->output();
+    std::optional<std::string> path = attributePath(out);
+    if (!path || !states_.count(*path) || !value.isTensor()) {
+      env_[out] = value;
+      return;
+    }
+    StateVersions& st = states_.at(*path);
+    if (st.current < 0) {
+      const at::Tensor& t = value.toTensor();
+      Value in;
+      in.kind = Value::Kind::Input;
+      in.name = *path;
+      in.dtype = dtypeOf(t, "prim::GetAttr", sourceLoc(node));
+      in.shape = t.sizes().vec();
+      st.current = g_.addValue(in);
+      st.meta = t.to(at::kMeta);
+      g_.inputs.push_back(st.current);
+      auto initial = std::make_shared<kiln::torch::WeightData>();
+      initial->name = *path;
+      at::Tensor f = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
+      initial->values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+      g_.states.push_back(kiln::torch::State{*path, st.current, -1, std::move(initial)});
+    }
+    env_[out] = st.meta;
+    dynamic_.insert(out);
+    stateAlias_[out] = *path;
+  }
+
+  // The state whose memory v is or views; nullopt for any other value.
+  std::optional<std::string> stateOf(const jit::Value* v) const {
+    if (auto it = stateAlias_.find(v); it != stateAlias_.end()) return it->second;
+    if (auto it = viewOf_.find(v); it != viewOf_.end()) return it->second;
+    return std::nullopt;
+  }
+
+  // A result sharing a state's memory: the state itself when it changes nothing (a `to` of the same dtype, a reshape to
+  // the same shape: later reads must see later writes, so no node is made and true is returned), or a view of it,
+  // imported as usual but remembered: a later write of the state while the view is still to be read is refused.
+  bool aliasesState(const jit::Node* node) {
+    if (node->inputs().empty() || node->outputs().size() != 1 || !mayAliasFirstOperand(node) || writesFirstOperand(node))
+      return false;
+    std::optional<std::string> path = stateOf(node->input(0));
+    const c10::IValue& result = env_.at(node->output());
+    if (!path || !result.isTensor()) return false;
+    const at::Tensor &in = env_.at(node->input(0)).toTensor(), &out = result.toTensor();
+    if (out.scalar_type() != in.scalar_type()) return false;  // a converting `to` copies
+    if (stateAlias_.count(node->input(0)) && out.sizes() == in.sizes()) {
+      stateAlias_[node->output()] = *path;
+      return true;
+    }
+    viewOf_[node->output()] = *path;
+    stateViews_[*path].push_back(node->output());
+    return false;
+  }
+
+  // An in-place write of a state (index_copy_, copy_, add_, sub_, mul_, div_): the functional op computing the state's
+  // new version, which every later read sees.
+  void writeState(const jit::Node* node, jit::Stack& stack) {
+    const std::string op = node->kind().toQualString();
+    const std::string path = *stateOf(node->input(0));
+    const SourceLoc loc = sourceLoc(node);
+    if (!stateAlias_.count(node->input(0)))
+      userError("{} at {} writes through a view of the model's state '{}' (a slice or reshape of it); kiln writes whole "
+                "states: write the buffer itself (index_copy_ along a dim)", op, loc.str(), path);
+    std::string functional = op == "aten::index_copy_" ? "aten::index_copy" : op == "aten::copy_" ? "aten::copy" : "";
+    if (kRewrittenInPlace.count(op)) functional = op.substr(0, op.size() - 1);
+    if (op == "aten::embedding_renorm_") refuseOtherInPlace(node);  // its own advice: trace without max_norm
+    if (functional.empty())
+      userError("{} at {} changes the model's state '{}' in place, which kiln supports for index_copy_, copy_, add_, sub_, "
+                "mul_ and div_ only", op, loc.str(), path);
+    for (const jit::Value* view : stateViews_[path])
+      for (const jit::Use& use : view->uses())
+        if (use.user->isAfter(node))
+          userError("{} at {} changes the model's state '{}' while a view of it taken before, %{}, is still to be read at "
+                    "{}; kiln's values never change: take the view after the write", op, loc.str(), path,
+                    view->debugName(), sourceLoc(use.user).str());
+    evaluateOnMeta(node, stack);
+    StateVersions& st = states_.at(path);
+    kiln::torch::Node n{functional, {st.current}, {}, loc};
+    for (size_t i = 1; i < node->inputs().size(); ++i)
+      for (int id : idsOf(node->input(i), node)) n.inputs.push_back(id);
+    Value next = g_.values[static_cast<size_t>(st.current)];
+    next.kind = Value::Kind::Tensor;
+    next.name.clear();
+    st.current = g_.addValue(next);
+    n.outputs.push_back(st.current);
+    g_.nodes.push_back(std::move(n));
+    env_[node->output()] = stack.at(0);
+    dynamic_.insert(node->output());
+    stateAlias_[node->output()] = path;
+  }
+
   // A new Torch-IR value: an integer constant, or a tensor computed from input data with t's dtype and shape.
   int constantValue(int64_t v) {
     Value c;
@@ -475,6 +586,7 @@ class Importer {
 
   // The kiln value ids a TorchScript value stands for (several for a list or tuple of tensors).
   std::vector<int> idsOf(const jit::Value* v, const jit::Node* user) {
+    if (auto it = stateAlias_.find(v); it != stateAlias_.end()) return {states_.at(it->second).current};
     if (auto it = ids_.find(v); it != ids_.end()) return it->second;
     const c10::IValue& iv = env_.at(v);
     Value val;
@@ -531,6 +643,14 @@ class Importer {
   std::unordered_map<const jit::Value*, c10::IValue> env_;
   std::unordered_map<const jit::Value*, std::vector<int>> ids_;
   std::unordered_set<const jit::Value*> dynamic_;
+  // Model state (model_state.h): each state's latest version, the values that are a state itself, and the views of one.
+  struct StateVersions {
+    int current = -1;  // Torch-IR value id; -1 before the first read
+    at::Tensor meta;   // its shape and dtype
+  };
+  std::map<std::string, StateVersions> states_;
+  std::unordered_map<const jit::Value*, std::string> stateAlias_, viewOf_;
+  std::map<std::string, std::vector<const jit::Value*>> stateViews_;
 };
 
 }  // namespace
@@ -576,7 +696,7 @@ Graph importModel(const std::string& path, const std::vector<InputOverride>& ove
   for (const InputSpec& spec : specs)
     inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalarType(spec.dtype)).device(at::kMeta)));
   ::torch::NoGradGuard noGrad;
-  return Importer(path, std::filesystem::path(path).stem().string(), castTo).run(*f.graph, specs, inputs);
+  return Importer(path, std::filesystem::path(path).stem().string(), castTo).run(f.frozen, *f.graph, specs, inputs);
 }
 
 }  // namespace kiln::frontend

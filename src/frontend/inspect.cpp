@@ -10,6 +10,7 @@
 
 #include "kiln/frontend/frontend.h"
 #include "model_inputs.h"
+#include "model_state.h"
 #include "torch_util.h"
 
 namespace kiln::frontend {
@@ -49,7 +50,16 @@ bool structural(const jit::Node* n) {
 void classify(const jit::Block* block, std::unordered_set<const jit::Value*>& dynamic, ModelSummary& s) {
   for (const jit::Node* n : block->nodes()) {
     if (n->kind() == c10::prim::Constant) continue;
+    if (n->kind() == c10::prim::GetAttr) {  // the model's state is a run-time value, as an input is
+      auto path = attributePath(n->output());
+      if (path && std::find(s.states.begin(), s.states.end(), *path) != s.states.end()) dynamic.insert(n->output());
+    }
     bool dyn = std::any_of(n->inputs().begin(), n->inputs().end(), [&](const jit::Value* v) { return dynamic.count(v); });
+    if (dyn && writesFirstOperand(n) && attributeBehind(n->input(0))) {
+      s.stateWrites[n->kind().toQualString()] += 1;
+      for (const jit::Value* v : n->outputs()) dynamic.insert(v);
+      continue;
+    }
     const bool folded = shapeOnly(n) || metadataOnly(n);
     if (!structural(n)) (dyn && !folded ? s.ops : s.folded)[n->kind().toQualString()] += 1;
     for (const jit::Block* b : n->blocks()) {
@@ -85,6 +95,7 @@ ModelSummary inspectModel(const std::string& path) {
   for (const auto& b : f.module.named_buffers(/*recurse=*/true)) add(s.buffers, b.value);
   std::unordered_set<const jit::Value*> dynamic;
   for (size_t i = 1; i < f.graph->inputs().size(); ++i) dynamic.insert(f.graph->inputs()[i]);
+  s.states = stateNames(*f.graph);
   classify(f.graph->block(), dynamic, s);
   return s;
 }

@@ -10,6 +10,7 @@
 
 #include "kiln/frontend/frontend.h"
 #include "kiln/support/error.h"
+#include "model_state.h"
 #include "torch_util.h"
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -119,6 +120,15 @@ void checkDebugRecords(const std::string& path, caffe2::serialize::PyTorchStream
   }
 }
 
+// The tensor attribute at `path` ("w.key_cache_0") of module m: a model state's buffer.
+at::Tensor stateBuffer(const ::torch::jit::Module& m, const std::string& path) {
+  ::torch::jit::Module owner = m;
+  size_t from = 0;
+  for (size_t dot = path.find('.'); dot != std::string::npos; from = dot + 1, dot = path.find('.', from))
+    owner = owner.attr(path.substr(from, dot - from)).toModule();
+  return owner.attr(path.substr(from)).toTensor();
+}
+
 }  // namespace
 
 ::torch::jit::Module loadModule(const std::string& path, ::torch::jit::ExtraFilesMap& extra) {
@@ -195,12 +205,23 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
     module.to(at::kCUDA);
   }
   ::torch::NoGradGuard noGrad;
+  // Inputs past the forward's own arguments are the model's state (model_state.h), set into its buffers first; their
+  // values after the forward close the outputs, as kiln's do.
+  ::torch::jit::ExtraFilesMap noExtra;
+  Forward forward = loadForward(path, noExtra, castTo);
+  const size_t arguments = forward.graph->inputs().size() - 1;
+  std::vector<std::string> states;
+  if (inputs.size() > arguments) states = stateNames(*forward.graph);
+  if (inputs.size() > arguments && inputs.size() != arguments + states.size())
+    userError("{}: {} inputs given for {} arguments and {} states", path, inputs.size(), arguments, states.size());
   std::vector<c10::IValue> args;
   for (const auto& t : inputs) {
     HostTensor widened = t;  // the values are already those of t's type
     if (inF32 && (t.dtype == DType::BF16 || t.dtype == DType::F16)) widened.dtype = DType::F32;
     args.push_back(toTorch(widened, onGpu));
   }
+  for (size_t i = 0; i < states.size(); ++i) stateBuffer(module, states[i]).copy_(args[arguments + i].toTensor());
+  args.resize(std::min(args.size(), arguments));
   c10::IValue out;
   try {
     out = module.forward(args);
@@ -217,6 +238,7 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
     else userError("{}: forward returns a {}, kiln expects tensors or tuples of tensors", path, v.tagKind());
   };
   flatten(out);
+  for (const std::string& state : states) result.push_back(fromTorch(stateBuffer(module, state)));
   return result;
 }
 

@@ -263,9 +263,10 @@ void kernelBody(LineReader& lines, const std::vector<Buffer>& buffers, Kernel& k
   Cursor c = next(lines, "'for ... parallel:' or 'for ... rows:'");
   c.expect("for");
   const bool single = c.accept("a single row");
-  std::vector<Axis> first = single ? std::vector<Axis>{} : axes(c, s);
-  const bool rows = c.accept("rows:");
-  if (!rows) c.expect("parallel:");
+  const bool scalar = !single && c.accept("parallel:");  // one element (a 0-d output): no axes
+  std::vector<Axis> first = single || scalar ? std::vector<Axis>{} : axes(c, s);
+  const bool rows = !scalar && c.accept("rows:");
+  if (!rows && !scalar) c.expect("parallel:");
   if (single && !rows) c.fail("'a single row' is written only as 'for a single row rows:'");
   c.expectEnd();
   k.parallel = first;

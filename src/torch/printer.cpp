@@ -77,6 +77,8 @@ std::string print(const Graph& g) {
   std::vector<std::string> outs;
   for (int id : g.outputs) outs.push_back(name(id));
   out += fmt::format("  return {}\n}}\n", fmt::join(outs, ", "));
+  for (const State& st : g.states)
+    out += fmt::format("// state \"{}\": read as {}, new value {}\n", st.name, name(st.input), name(st.output));
   return out;
 }
 
@@ -96,6 +98,8 @@ nlohmann::json toJson(const Graph& g) {
     j["nodes"].push_back(node);
   }
   for (int id : g.outputs) j["outputs"].push_back(name(id));
+  for (const State& st : g.states)
+    j["states"].push_back({{"name", st.name}, {"input", name(st.input)}, {"output", name(st.output)}});
   return j;
 }
 

@@ -30,6 +30,21 @@ void verify(const Graph& g) {
     }
   }
   for (int id : g.outputs) KILN_ASSERT(id >= 0 && id < n && defined[id] && g.values[id].isTensor(), "graph output {} is not a defined tensor", id);
+  // The states' inputs and outputs close the lists, in `states` order, each the shape and dtype of the other.
+  KILN_ASSERT(g.states.size() <= g.inputs.size() && g.states.size() <= g.outputs.size(), "more states than inputs or outputs");
+  for (size_t i = 0; i < g.states.size(); ++i) {
+    const State& st = g.states[i];
+    KILN_ASSERT(g.inputs[g.inputs.size() - g.states.size() + i] == st.input, "state '{}' is not input {}", st.name,
+                g.inputs.size() - g.states.size() + i);
+    KILN_ASSERT(g.outputs[g.outputs.size() - g.states.size() + i] == st.output, "state '{}' is not output {}", st.name,
+                g.outputs.size() - g.states.size() + i);
+    const Value &in = g.values[st.input], &out = g.values[st.output];
+    KILN_ASSERT(in.kind == Value::Kind::Input && in.dtype == out.dtype && in.shape == out.shape,
+                "state '{}' changes type from {}[{}] to {}[{}]", st.name, dtypeName(in.dtype), shapeString(in.shape),
+                dtypeName(out.dtype), shapeString(out.shape));
+    KILN_ASSERT(st.initial && static_cast<int64_t>(st.initial->values.size()) == numel(in.shape),
+                "state '{}' has no initial values of its shape", st.name);
+  }
 }
 
 }  // namespace kiln::torch

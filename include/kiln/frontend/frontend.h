@@ -61,7 +61,17 @@ struct ModelSummary {
   // Ops on input data, which kiln must lower (compare with tensor::supportedOps), and ops on constants and
   // shapes only, which the import evaluates with LibTorch: op -> number of nodes.
   std::map<std::string, int64_t> ops, folded;
+  // The model's state (module buffers the forward writes in place, kiln/torch/ir.h State) and the in-place ops writing
+  // them: op -> number of nodes.
+  std::vector<std::string> states;
+  std::map<std::string, int64_t> stateWrites;
 };
+// The in-place ops on the model's state the import makes functional (model_state.h).
+inline const std::vector<std::string>& supportedStateWrites() {
+  static const std::vector<std::string> ops = {"aten::index_copy_", "aten::copy_", "aten::add_", "aten::sub_",
+                                               "aten::mul_", "aten::div_"};
+  return ops;
+}
 ModelSummary inspectModel(const std::string& path);
 
 // Runs the module's forward with LibTorch (on the GPU when onGpu) and returns its tensor outputs, tuples

@@ -36,7 +36,7 @@ Comparison compare(const HostTensor& out, const HostTensor& ref);
 // No NaN and no infinity among t's values.
 bool allFinite(const HostTensor& t);
 // DESIGN.md §4: f32 <= 1e-5; bf16/f16 (f32 accumulation) <= 2e-2.
-double tolerance(DType dtype);
+double tolerance(DType dtype);  // rel L2: 1e-5 f32, 2e-2 bf16/f16, 0 (exact) i64 and bool
 bool passes(const Comparison& c, DType dtype);
 // DESIGN.md §4 for bf16/f16: kiln and LibTorch, both computing in the low-precision type, are each compared with
 // an f32 evaluation of the same rounded weights and inputs; kiln passes when its error is at most

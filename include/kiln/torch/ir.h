@@ -48,11 +48,21 @@ struct Node {
   SourceLoc loc;
 };
 
+// Model state (DESIGN.md §7): a module buffer the forward changes in place (a static KV cache). The forward reads
+// the state's current values as the input `input` and returns its new values as the output `output`; the caller
+// keeps them for the next forward, starting from `initial` (the buffer's values in the archive).
+struct State {
+  std::string name;                          // the module attribute's path, "w.key_cache_0"
+  int input = -1, output = -1;               // value ids, also listed in Graph::inputs and Graph::outputs
+  std::shared_ptr<const WeightData> initial;
+};
+
 struct Graph {
   std::string modelName;
   std::vector<Value> values;
   std::vector<Node> nodes;          // topologically ordered
-  std::vector<int> inputs, outputs; // value ids
+  std::vector<int> inputs, outputs; // value ids; the states' come after the forward's own, in `states` order
+  std::vector<State> states;
 
   int addValue(Value v) {
     values.push_back(std::move(v));

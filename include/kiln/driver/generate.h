@@ -1,0 +1,88 @@
+// `kiln generate`: greedy text generation with a model that carries its KV cache as state (docs/decode.md).
+//
+// The model is a trace of a decoder step that takes token ids and their positions and returns logits, writing its
+// keys and values into module buffers (transformers' TorchExportableModuleWithStaticCache traced through
+// forward(ids, pos)); the import makes those buffers the model's state (kiln/torch/ir.h State). One trace serves
+// every entry point: it is specialised to T = 1 for the decode step and to T = C for prefill chunks (--prefill-chunk),
+// each a compilation of its own from the same file, sharing the state by name and order.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/support/host_tensor.h"
+#include "kiln/support/pipeline.h"
+#include "kiln/support/target.h"
+#include "kiln/torch/ir.h"
+
+namespace kiln {
+
+struct GenerateCommand {
+  std::string model;                 // a .pt decoder-step trace
+  std::vector<int64_t> promptIds;    // --prompt-ids 1,2,3
+  int maxNewTokens = 16;             // --max-new-tokens N
+  int prefillChunk = 0;              // --prefill-chunk C: the prompt in chunks of C tokens; 0: one token at a time
+  bool interpret = false;            // --interpret: the Kernel IR in the CPU interpreter
+  std::string tokenInput;            // --token-input NAME (default: the forward's first argument)
+  std::string positionInput;         // --position-input NAME (default: its second)
+  std::string logitsDir;             // --save-logits DIR: each forward's logits of the last real token, raw f32
+  std::string dtype;                 // --dtype f16|bf16
+  std::string arch = kDefaultArch;
+  PipelineOptions pipeline;
+};
+
+// What generation needs to know of a model, read from its Torch IR (at any T).
+struct DecodeInterface {
+  size_t tokenInput = 0, positionInput = 1;  // positions among the graph's inputs
+  std::string tokenName, positionName;
+  int64_t capacity = 0;  // positions the cache holds (the extent index_copy writes along); 0 when unknown
+  int64_t vocabulary = 0;  // rows of the embedding the token ids index; 0 when unknown
+  std::vector<std::string> stateNames;  // in the order the forward takes and returns them
+  std::vector<HostTensor> initialState; // the archive's values, in the states' dtypes and shapes
+};
+// UserError (one line) for a model without state, without a token and a position input, or whose first output is
+// not logits [1, T, vocabulary].
+DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenInput, const std::string& positionInput);
+
+// One entry point: the model specialised to `tokens` tokens per forward. run() takes the forward's inputs followed by
+// the states' current values and returns its outputs followed by the states' new values.
+class DecodeEntry {
+ public:
+  virtual ~DecodeEntry() = default;
+  virtual int64_t tokens() const = 0;
+  virtual std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) = 0;
+};
+
+// Greedy generation over a decode step and an optional prefill entry: the state starts from the values in the
+// archive; a prompt is written chunk by chunk (the last chunk padded with token 0 at the following positions, which
+// the causal mask hides and later steps overwrite); each new token is the argmax of the last real token's logits
+// (the first of equal maxima, as torch.argmax). Positions past the cache, an empty prompt and token ids outside the
+// vocabulary are UserErrors raised before anything runs, leaving the state as it was.
+class Generator {
+ public:
+  Generator(DecodeInterface iface, std::unique_ptr<DecodeEntry> step, std::unique_ptr<DecodeEntry> prefill);
+  // The prompt followed by up to maxNewTokens generated ids. `onLogits` (may be empty) sees the logits each new token
+  // was chosen from.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int maxNewTokens,
+                                const std::function<void(const std::vector<float>&)>& onLogits = {});
+  // The UserError (UsageError for an empty prompt or no new tokens) generate() would raise for these arguments.
+  void check(const std::vector<int64_t>& prompt, int maxNewTokens) const;
+  // The state back to the archive's values.
+  void reset();
+  int forwards() const { return forwards_; }
+
+ private:
+  std::vector<float> forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real);
+  DecodeInterface iface_;
+  std::unique_ptr<DecodeEntry> step_, prefill_;
+  std::vector<HostTensor> state_;
+  int forwards_ = 0;
+};
+
+// The command: stdout gets one line, the prompt and generated ids comma-separated; the rest goes to `log`.
+int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log);
+
+}  // namespace kiln

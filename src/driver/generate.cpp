@@ -1,0 +1,317 @@
+#include "kiln/driver/generate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "kiln/cuda/emitter.h"
+#include "kiln/driver/commands.h"
+#include "kiln/driver/pipeline.h"
+#include "kiln/driver/run_cache.h"
+#include "kiln/runtime/runtime.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The graph input named `name`, or the forward's argument at `fallback` (state inputs are not arguments).
+size_t inputIndex(const torch::Graph& g, const std::string& name, size_t fallback, const char* flag) {
+  const size_t arguments = g.inputs.size() - g.states.size();
+  if (name.empty()) {
+    if (fallback >= arguments)
+      userError("{} takes {} argument(s); kiln generate needs token ids and their positions (forward(ids, pos), as the "
+                "trace recipe in docs/decode.md makes)", g.modelName, arguments);
+    return fallback;
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < arguments; ++i) {
+    if (g.values[static_cast<size_t>(g.inputs[i])].name == name) return i;
+    names.push_back(g.values[static_cast<size_t>(g.inputs[i])].name);
+  }
+  usageError("{} {}: {} has no such argument; its arguments are {}", flag, name, g.modelName, fmt::join(names, ", "));
+}
+
+// The extent along which index_copy writes a state's values: the positions a KV cache holds (0 when none is written).
+int64_t cacheCapacity(const torch::Graph& g) {
+  int64_t capacity = 0;
+  for (const torch::Node& n : g.nodes) {
+    if (n.op != "aten::index_copy") continue;
+    const torch::Value& self = g.values[static_cast<size_t>(n.inputs.at(0))];
+    const auto* dim = std::get_if<int64_t>(&g.values[static_cast<size_t>(n.inputs.at(1))].constant);
+    if (!dim) continue;
+    const int64_t d = *dim < 0 ? *dim + static_cast<int64_t>(self.shape.size()) : *dim;
+    const int64_t extent = self.shape.at(static_cast<size_t>(d));
+    capacity = capacity == 0 ? extent : std::min(capacity, extent);
+  }
+  return capacity;
+}
+
+// The rows of the embedding table the token ids index directly (0 when they feed no aten::embedding).
+int64_t vocabularyOf(const torch::Graph& g, int tokenValue) {
+  for (const torch::Node& n : g.nodes)
+    if (n.op == "aten::embedding" && n.inputs.size() > 1 && n.inputs[1] == tokenValue)
+      return g.values[static_cast<size_t>(n.inputs[0])].shape.at(0);
+  return 0;
+}
+
+// The entry point run by the CPU interpreter.
+class InterpretedEntry : public DecodeEntry {
+ public:
+  InterpretedEntry(kernel::Program p, int64_t tokens) : program_(std::move(p)), tokens_(tokens) {}
+  int64_t tokens() const override { return tokens_; }
+  std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) override { return kernel::interpret(program_, inputs); }
+
+ private:
+  kernel::Program program_;
+  int64_t tokens_;
+};
+
+// The entry point run on the GPU from kiln run's compile cache. Every forward copies the inputs and the state in
+// and the outputs and the new state out through the host: correct, not fast (docs/decode.md).
+class GpuEntry : public DecodeEntry {
+ public:
+  GpuEntry(const fs::path& dir, int64_t tokens) : model_(dir, /*filesChecked=*/true), tokens_(tokens) {}
+  int64_t tokens() const override { return tokens_; }
+  size_t kernels() const { return model_.manifest().kernels.size(); }
+  std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) override {
+    std::vector<std::vector<std::byte>> bytes;
+    for (const HostTensor& t : inputs) bytes.push_back(toBytes(t));
+    auto outs = model_.run(bytes);
+    const runtime::Manifest& m = model_.manifest();
+    std::vector<HostTensor> results;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const runtime::BufferInfo* b = m.findBuffer(m.outputs[i]);
+      results.push_back(fromBytes(b->dtype, b->shape, outs[i]));
+    }
+    return results;
+  }
+
+ private:
+  runtime::Model model_;
+  int64_t tokens_;
+};
+
+size_t argmax(const std::vector<float>& v) {
+  return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());  // the first of equal maxima
+}
+
+}  // namespace
+
+DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenInput, const std::string& positionInput) {
+  if (g.states.empty())
+    userError("{} carries no state (no module buffer its forward writes in place): kiln generate needs a model with a "
+              "KV cache; trace transformers' TorchExportableModuleWithStaticCache as docs/decode.md shows", g.modelName);
+  DecodeInterface d;
+  d.tokenInput = inputIndex(g, tokenInput, 0, "--token-input");
+  d.positionInput = inputIndex(g, positionInput, 1, "--position-input");
+  if (d.tokenInput == d.positionInput) usageError("--token-input and --position-input name the same argument");
+  if (g.inputs.size() - g.states.size() != 2)
+    userError("{} takes {} arguments; kiln generate feeds exactly two, the token ids and their positions", g.modelName,
+              g.inputs.size() - g.states.size());
+  const torch::Value& tokens = g.values[static_cast<size_t>(g.inputs[d.tokenInput])];
+  const torch::Value& positions = g.values[static_cast<size_t>(g.inputs[d.positionInput])];
+  d.tokenName = tokens.name;
+  d.positionName = positions.name;
+  if (tokens.dtype != DType::I64 || positions.dtype != DType::I64)
+    userError("{}: the token ids ({}) and positions ({}) must be integer (i64) inputs", g.modelName, tokens.name, positions.name);
+  const torch::Value& logits = g.values[static_cast<size_t>(g.outputs.at(0))];
+  if (logits.shape.size() != 3 || logits.shape[0] != 1 || logits.shape[1] != numel(tokens.shape) ||
+      logits.dtype == DType::I64 || logits.dtype == DType::Bool)
+    userError("{}: its first output is {}[{}], not logits [1, tokens, vocabulary]; kiln generate runs batch 1 of a model "
+              "returning logits first", g.modelName, dtypeName(logits.dtype), shapeString(logits.shape));
+  d.capacity = cacheCapacity(g);
+  d.vocabulary = vocabularyOf(g, g.inputs[d.tokenInput]);
+  for (const torch::State& s : g.states) {
+    const torch::Value& v = g.values[static_cast<size_t>(s.input)];
+    d.stateNames.push_back(s.name);
+    HostTensor t{v.dtype, v.shape, s.initial->values};
+    d.initialState.push_back(std::move(t));
+  }
+  return d;
+}
+
+Generator::Generator(DecodeInterface iface, std::unique_ptr<DecodeEntry> step, std::unique_ptr<DecodeEntry> prefill)
+    : iface_(std::move(iface)), step_(std::move(step)), prefill_(std::move(prefill)) {
+  reset();
+}
+
+void Generator::reset() { state_ = iface_.initialState; }
+
+// One forward of `entry` over ids (padded with token 0 to the entry's length) at positions position, position + 1, ...:
+// the state advances; the logits of the last real token (the real-th) are returned.
+std::vector<float> Generator::forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real) {
+  const int64_t t = entry.tokens();
+  std::vector<HostTensor> inputs(2);
+  HostTensor tokens{DType::I64, {1, t}, std::vector<float>(static_cast<size_t>(t), 0.f)};
+  HostTensor positions{DType::I64, {t}, std::vector<float>(static_cast<size_t>(t))};
+  for (int64_t i = 0; i < t; ++i) {
+    if (i < static_cast<int64_t>(ids.size())) tokens.values[static_cast<size_t>(i)] = static_cast<float>(ids[static_cast<size_t>(i)]);
+    positions.values[static_cast<size_t>(i)] = static_cast<float>(position + i);
+  }
+  inputs[iface_.tokenInput] = std::move(tokens);
+  inputs[iface_.positionInput] = std::move(positions);
+  inputs.insert(inputs.end(), state_.begin(), state_.end());
+  std::vector<HostTensor> outputs = entry.run(inputs);
+  ++forwards_;
+  KILN_ASSERT(outputs.size() >= state_.size() + 1, "{} outputs for {} states and logits", outputs.size(), state_.size());
+  std::copy(outputs.end() - static_cast<std::ptrdiff_t>(state_.size()), outputs.end(), state_.begin());
+  const HostTensor& logits = outputs[0];
+  const size_t vocabulary = static_cast<size_t>(logits.shape.back());
+  auto row = logits.values.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(real - 1) * vocabulary);
+  return std::vector<float>(row, row + static_cast<std::ptrdiff_t>(vocabulary));
+}
+
+void Generator::check(const std::vector<int64_t>& prompt, int maxNewTokens) const {
+  if (prompt.empty()) usageError("the prompt is empty: give at least one token id (--prompt-ids 1,2,3)");
+  if (maxNewTokens < 1) usageError("--max-new-tokens must be at least 1, not {}", maxNewTokens);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || (iface_.vocabulary > 0 && prompt[i] >= iface_.vocabulary))
+      userError("prompt token {} (id {}) is outside the vocabulary of {} ids [0, {})", i, prompt[i], iface_.vocabulary,
+                iface_.vocabulary);
+  const auto n = static_cast<int64_t>(prompt.size());
+  const int64_t needed = n + maxNewTokens - 1;  // the last new token is never fed back
+  if (iface_.capacity > 0 && needed > iface_.capacity)
+    userError("a prompt of {} tokens and {} new tokens need {} positions, but the cache holds {}; shorten them or trace "
+              "the model with a larger max_cache_len", n, maxNewTokens, needed, iface_.capacity);
+}
+
+std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int maxNewTokens,
+                                         const std::function<void(const std::vector<float>&)>& onLogits) {
+  check(prompt, maxNewTokens);
+  const auto n = static_cast<int64_t>(prompt.size());
+  reset();
+  std::vector<float> logits;
+  for (int64_t p = 0; p < n;) {
+    const bool chunked = prefill_ && n - p > 1 && (iface_.capacity == 0 || p + prefill_->tokens() <= iface_.capacity);
+    DecodeEntry& entry = chunked ? *prefill_ : *step_;
+    const int64_t real = std::min(entry.tokens(), n - p);
+    logits = forward(entry, std::vector<int64_t>(prompt.begin() + p, prompt.begin() + p + real), p, real);
+    p += real;
+  }
+  std::vector<int64_t> out = prompt;
+  for (int i = 0; i < maxNewTokens; ++i) {
+    if (onLogits) onLogits(logits);
+    out.push_back(static_cast<int64_t>(argmax(logits)));
+    if (i + 1 < maxNewTokens) logits = forward(*step_, {out.back()}, n + i, 1);
+  }
+  return out;
+}
+
+namespace {
+
+std::optional<DType> castOf(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  auto t = parseDType(text);
+  if (!t || (*t != DType::F32 && *t != DType::F16 && *t != DType::BF16))
+    usageError("--dtype must be f32, f16 or bf16, not '{}'", text);
+  return t;
+}
+
+// The model specialised to `tokens` tokens: compiled for the interpreter, or into kiln run's compile cache for the GPU.
+struct Specialised {
+  torch::Graph torchIR;
+  std::unique_ptr<DecodeEntry> entry;
+  size_t kernels = 0;
+};
+
+Specialised specialise(const GenerateCommand& c, const std::string& tokenName, const std::string& positionName,
+                       int64_t tokens, std::ostream& log) {
+  std::vector<std::string> overrides{fmt::format("{}=1x{}:i64", tokenName, tokens), fmt::format("{}={}:i64", positionName, tokens)};
+  std::vector<frontend::InputOverride> inputs;
+  for (const std::string& o : overrides) inputs.push_back(frontend::parseInputOverride(o));
+  const Target& target = checkArch(c.arch);
+  Specialised s;
+  if (c.interpret) {
+    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "kernel", castOf(c.dtype), target);
+    s.kernels = compiled.kernelIR.kernels.size();
+    s.torchIR = std::move(compiled.torchIR);
+    s.entry = std::make_unique<InterpretedEntry>(std::move(compiled.kernelIR), tokens);
+    return s;
+  }
+  std::string why;
+  if (!runtime::gpuAvailable(&why))
+    userError("kiln generate needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
+  const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, {}, ""});
+  std::string damage;
+  const bool cached = usableCacheEntry(dir, &damage);
+  Compiled compiled = compileModel(c.model, inputs, c.pipeline, cached ? "torch" : "cuda", castOf(c.dtype), target);
+  if (!cached) {
+    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});
+    log << fmt::format("kiln: compiled the {}-token entry into the cache {}\n", tokens, dir.string());
+  }
+  auto entry = std::make_unique<GpuEntry>(dir, tokens);
+  s.kernels = entry->kernels();
+  s.torchIR = std::move(compiled.torchIR);
+  s.entry = std::move(entry);
+  return s;
+}
+
+void saveLogits(const std::string& dir, size_t index, const std::vector<float>& logits) {
+  std::ofstream f(fs::path(dir) / fmt::format("logits{}.bin", index), std::ios::binary);
+  f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!f) userError("--save-logits {}: cannot write logits{}.bin", dir, index);
+}
+
+}  // namespace
+
+int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) {
+  if (c.prefillChunk < 0) usageError("--prefill-chunk must be 0 (token by token) or a number of tokens, not {}", c.prefillChunk);
+  if (c.maxNewTokens < 1) usageError("--max-new-tokens must be at least 1, not {}", c.maxNewTokens);
+  if (c.promptIds.empty()) usageError("the prompt is empty: give at least one token id (--prompt-ids 1,2,3)");
+  if (!c.logitsDir.empty()) {
+    std::error_code ec;
+    if (fs::exists(c.logitsDir, ec) && !(fs::is_directory(c.logitsDir, ec) && fs::is_empty(c.logitsDir, ec)))
+      usageError("--save-logits {}: not a new or empty directory; name one that is", c.logitsDir);
+  }
+  frontend::ModelSummary summary = frontend::inspectModel(c.model);
+  auto nameOf = [&](const std::string& given, size_t at) {
+    if (!given.empty() || at >= summary.inputs.size()) return given;
+    return summary.inputs[at].name;
+  };
+  for (const auto& [flag, name] : {std::pair{"--token-input", c.tokenInput}, std::pair{"--position-input", c.positionInput}}) {
+    std::vector<std::string> names;
+    for (const frontend::InputSpec& in : summary.inputs) names.push_back(in.name);
+    if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end())
+      usageError("{} {}: {} has no such argument; its arguments are {}", flag, name, c.model, fmt::join(names, ", "));
+  }
+  const std::string tokenName = nameOf(c.tokenInput, 0), positionName = nameOf(c.positionInput, 1);
+  if (tokenName.empty() || positionName.empty())
+    userError("{} takes {} argument(s); kiln generate needs token ids and their positions (forward(ids, pos))", c.model,
+              summary.inputs.size());
+  auto start = std::chrono::steady_clock::now();
+  Specialised step = specialise(c, tokenName, positionName, 1, log);
+  DecodeInterface iface = describeDecode(step.torchIR, tokenName, positionName);
+  Specialised prefill;
+  if (c.prefillChunk > 1) prefill = specialise(c, tokenName, positionName, c.prefillChunk, log);
+  int64_t stateBytes = 0;
+  for (const HostTensor& s : iface.initialState) stateBytes += numel(s.shape) * dtypeBytes(s.dtype);
+  const size_t states = iface.stateNames.size();
+  const int64_t capacity = iface.capacity;
+  Generator generator(std::move(iface), std::move(step.entry), std::move(prefill.entry));
+  generator.check(c.promptIds, c.maxNewTokens);  // before anything is printed or run
+  log << fmt::format("kiln: {}: decode step {} kernels{}; {} states ({:.2f} MB), the cache holds {} positions; compiled in "
+                     "{:.1f} s\n", summary.name, step.kernels,
+                     prefill.entry ? fmt::format(", prefill chunk of {} tokens {} kernels", c.prefillChunk, prefill.kernels) : "",
+                     states, stateBytes / 1e6, capacity,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!c.logitsDir.empty()) fs::create_directories(c.logitsDir);
+  size_t saved = 0;
+  start = std::chrono::steady_clock::now();
+  std::vector<int64_t> ids = generator.generate(c.promptIds, c.maxNewTokens, [&](const std::vector<float>& logits) {
+    if (!c.logitsDir.empty()) saveLogits(c.logitsDir, saved++, logits);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log << fmt::format("kiln: {} prompt tokens, {} new tokens in {} forwards, {:.3f} s on {}\n", c.promptIds.size(),
+                     c.maxNewTokens, generator.forwards(), seconds, c.interpret ? "the CPU interpreter" : "the GPU");
+  out << fmt::format("{}\n", fmt::join(ids, ","));
+  return 0;
+}
+
+}  // namespace kiln
