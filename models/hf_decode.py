@@ -21,7 +21,9 @@ import hf_llama  # noqa: E402
 from kiln_export import inputs_json  # noqa: E402
 from llama import DTYPES  # noqa: E402
 
-FAMILIES = ["llama", "qwen2", "phi3", "gemma", "mistral", "qwen3"]
+FAMILIES = ["llama", "qwen2", "phi3", "gemma", "gemma2", "mistral", "qwen3"]
+# Families whose sliding-window layers transformers exports with TorchExportableModuleWithHybridCache.
+HYBRID = {"gemma2"}
 
 
 def build(family, dtype="f32", seed=0):
@@ -29,8 +31,7 @@ def build(family, dtype="f32", seed=0):
     if family == "llama":
         model = hf_llama.build("tiny", "f32", seed=seed).model
     else:
-        model = hf_families.build(family, seed=seed).model
-        model.config._attn_implementation = "sdpa"
+        model = hf_families.build(family, seed=seed).model  # each family's own attention (Gemma-2: eager, softcapped)
     return model.to(DTYPES[dtype]).eval()
 
 
@@ -45,20 +46,24 @@ class Step(torch.nn.Module):
         return self.w(input_ids=ids, cache_position=pos)
 
 
-def step_module(model, cache_len):
+def step_module(model, cache_len, hybrid=False):
     from transformers import GenerationConfig
-    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+    from transformers.integrations import executorch
 
     model.config.use_cache = True
-    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=cache_len,
+    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="hybrid" if hybrid else "static",
+                                               max_length=cache_len,
                                                cache_config={"batch_size": 1, "max_cache_len": cache_len})
-    return Step(TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=cache_len)).eval()
+    wrapper = (executorch.TorchExportableModuleWithHybridCache if hybrid
+               else executorch.TorchExportableModuleWithStaticCache)
+    return Step(wrapper(model, batch_size=1, max_cache_len=cache_len)).eval()
 
 
-def trace(model, cache_len, tokens, path):
+def trace(model, cache_len, tokens, path, hybrid=False):
     """Traces the decoder step at `tokens` tokens into `path`; the cache buffers are zeroed first (the trace's own
-    forward writes into them, and the archive's values are the state kiln starts from)."""
-    step = step_module(model, cache_len)
+    forward writes into them, and the archive's values are the state kiln starts from). `hybrid`: through
+    TorchExportableModuleWithHybridCache (the sliding-window families, HYBRID)."""
+    step = step_module(model, cache_len, hybrid)
     ids = torch.zeros(1, tokens, dtype=torch.long)
     pos = torch.arange(tokens)
     with torch.no_grad():
@@ -106,7 +111,7 @@ def main(argv=None):
         if a.family != "llama" or a.dtype != "f32":
             sys.exit("give -o PATH: only the f32 llama step is a fixture")
         a.output = pathlib.Path(__file__).resolve().parent / "fixtures" / "hf_llama_decode_tiny.pt"
-    trace(model, a.cache, a.tokens, a.output)
+    trace(model, a.cache, a.tokens, a.output, hybrid=a.family in HYBRID)
     print(f"wrote {a.output}")
 
 

@@ -44,8 +44,6 @@ const Target& checkArch(const std::string& arch) {
   }
 }
 
-namespace {
-
 std::optional<DType> parseCast(const std::string& text) {
   if (text.empty()) return std::nullopt;
   auto t = parseDType(text);
@@ -53,6 +51,8 @@ std::optional<DType> parseCast(const std::string& text) {
     usageError("--dtype must be f32, f16 or bf16, not '{}'", text);
   return t;
 }
+
+namespace {
 
 std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>& texts) {
   std::vector<frontend::InputOverride> out;

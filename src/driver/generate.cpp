@@ -206,14 +206,6 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
 
 namespace {
 
-std::optional<DType> castOf(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  auto t = parseDType(text);
-  if (!t || (*t != DType::F32 && *t != DType::F16 && *t != DType::BF16))
-    usageError("--dtype must be f32, f16 or bf16, not '{}'", text);
-  return t;
-}
-
 // The model specialised to `tokens` tokens: compiled for the interpreter, or into kiln run's compile cache for the GPU.
 struct Specialised {
   torch::Graph torchIR;
@@ -229,7 +221,7 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   const Target& target = checkArch(c.arch);
   Specialised s;
   if (c.interpret) {
-    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "kernel", castOf(c.dtype), target);
+    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "kernel", parseCast(c.dtype), target);
     s.kernels = compiled.kernelIR.kernels.size();
     s.torchIR = std::move(compiled.torchIR);
     s.entry = std::make_unique<InterpretedEntry>(std::move(compiled.kernelIR), tokens);
@@ -241,7 +233,7 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, {}, ""});
   std::string damage;
   const bool cached = usableCacheEntry(dir, &damage);
-  Compiled compiled = compileModel(c.model, inputs, c.pipeline, cached ? "torch" : "cuda", castOf(c.dtype), target);
+  Compiled compiled = compileModel(c.model, inputs, c.pipeline, cached ? "torch" : "cuda", parseCast(c.dtype), target);
   if (!cached) {
     cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});
     log << fmt::format("kiln: compiled the {}-token entry into the cache {}\n", tokens, dir.string());

@@ -180,38 +180,7 @@ class Importer {
     }
     if (dyn && writesFirstOperand(node) && stateOf(node->input(0))) return writeState(node, stack);
     if (dyn) refuseOtherInPlace(node);
-    try {
-      if (node->kind() == c10::prim::TupleConstruct) {
-        std::vector<c10::IValue> elems(stack.begin(), stack.end());
-        stack = {c10::ivalue::Tuple::create(std::move(elems))};
-      } else if (node->kind() == c10::prim::ListConstruct) {
-        stack = {makeList(stack, node)};
-      } else if (node->kind() == c10::prim::TupleUnpack) {
-        auto elems = stack.at(0).toTupleRef().elements().vec();
-        stack.assign(elems.begin(), elems.end());
-      } else if (node->kind() == c10::prim::ListUnpack) {
-        auto elems = stack.at(0).toListRef().vec();
-        if (elems.size() != node->outputs().size())
-          throw std::runtime_error(fmt::format("a list of {} unpacked into {} values", elems.size(), node->outputs().size()));
-        stack.assign(elems.begin(), elems.end());
-      } else if (dyn && metadataOnly(node)) {
-        // new_ones(x, ...), zeros_like(x), full_like(x, v), ...: only x's shape and dtype matter, so the result is
-        // a constant, computed on a stand-in of x's shape and dtype.
-        for (c10::IValue& v : stack)
-          if (v.isTensor() && v.toTensor().is_meta())
-            v = at::zeros(v.toTensor().sizes(), at::TensorOptions().dtype(v.toTensor().scalar_type()));
-        node->getOperation()(stack);
-        dyn = false;
-      } else if (dyn) {
-        evaluateOnMeta(node, stack);
-      } else {
-        node->getOperation()(stack);
-      }
-    } catch (const std::exception& e) {
-      if (castTo_ && dyn) refuseRecast(node, fmt::format("fails on the recast values ({})", firstLine(e.what())));
-      userError("{} at {} fails for the given inputs ({}); check the input shapes and dtypes (recorded, --input, --dtype; a traced model may fix its dtypes: export it in the dtype you want)", op,
-                sourceLoc(node).str(), firstLine(e.what()));
-    }
+    dyn = evaluate(node, stack, dyn);
     auto outs = node->outputs();
     for (size_t i = 0; i < outs.size(); ++i) env_[outs[i]] = stack[i];
     dyn = dyn && !shapeOnly(node);
@@ -244,6 +213,46 @@ class Importer {
       n.outputs.push_back(id);
     }
     g_.nodes.push_back(std::move(n));
+  }
+
+  // Runs `node` on `stack` (its operands) with LibTorch, leaving its results there: on meta tensors when it works on
+  // input data (`dyn`), for real when it folds. Returns whether its results are still input data (a metadata-only op
+  // of input data, new_ones and the like, folds to a constant).
+  bool evaluate(jit::Node* node, jit::Stack& stack, bool dyn) {
+    const std::string op = node->kind().toQualString();
+    try {
+      if (node->kind() == c10::prim::TupleConstruct) {
+        std::vector<c10::IValue> elems(stack.begin(), stack.end());
+        stack = {c10::ivalue::Tuple::create(std::move(elems))};
+      } else if (node->kind() == c10::prim::ListConstruct) {
+        stack = {makeList(stack, node)};
+      } else if (node->kind() == c10::prim::TupleUnpack) {
+        auto elems = stack.at(0).toTupleRef().elements().vec();
+        stack.assign(elems.begin(), elems.end());
+      } else if (node->kind() == c10::prim::ListUnpack) {
+        auto elems = stack.at(0).toListRef().vec();
+        if (elems.size() != node->outputs().size())
+          throw std::runtime_error(fmt::format("a list of {} unpacked into {} values", elems.size(), node->outputs().size()));
+        stack.assign(elems.begin(), elems.end());
+      } else if (dyn && metadataOnly(node)) {
+        // new_ones(x, ...), zeros_like(x), full_like(x, v), ...: only x's shape and dtype matter, so the result is
+        // a constant, computed on a stand-in of x's shape and dtype.
+        for (c10::IValue& v : stack)
+          if (v.isTensor() && v.toTensor().is_meta())
+            v = at::zeros(v.toTensor().sizes(), at::TensorOptions().dtype(v.toTensor().scalar_type()));
+        node->getOperation()(stack);
+        dyn = false;
+      } else if (dyn) {
+        evaluateOnMeta(node, stack);
+      } else {
+        node->getOperation()(stack);
+      }
+    } catch (const std::exception& e) {
+      if (castTo_ && dyn) refuseRecast(node, fmt::format("fails on the recast values ({})", firstLine(e.what())));
+      userError("{} at {} fails for the given inputs ({}); check the input shapes and dtypes (recorded, --input, --dtype; a traced model may fix its dtypes: export it in the dtype you want)", op,
+                sourceLoc(node).str(), firstLine(e.what()));
+    }
+    return dyn;
   }
 
   // split / split_with_sizes / chunk / unsafe_chunk / unsafe_split / unbind of input data: the list they make

@@ -1,5 +1,5 @@
 """kiln generate --interpret against transformers' model.generate (issue 42): tiny random-weight decoder-step traces
-made by models/hf_decode.py, 16 new tokens each.
+made by models/hf_decode.py (Llama, Qwen2, Phi-3, Gemma; Gemma-2 through the hybrid cache), 16 new tokens each.
 
 f32: the ids must equal model.generate(do_sample=False)'s exactly, token by token through the decode step and with the
 prompt in chunks (--prefill-chunk). bf16: kiln's ids are fed back to the model without a cache (teacher forcing) and
@@ -42,7 +42,7 @@ def kiln_generate(kiln, trace, extra=()):
 def check_f32(kiln, family, tmp):
     model = hf_decode.build(family, "f32")
     trace = tmp / f"{family}_step.pt"
-    hf_decode.trace(model, CACHE, 1, trace)
+    hf_decode.trace(model, CACHE, 1, trace, hybrid=family in hf_decode.HYBRID)
     want = hf_decode.generate(hf_decode.build(family, "f32"), PROMPT, NEW)
     ok = True
     for extra in ([], ["--prefill-chunk", "4"]):
@@ -84,7 +84,7 @@ def check_bf16(kiln, family, tmp):
 
 def main():
     kiln = sys.argv[1]
-    families = [a for a in sys.argv[2:] if a != "--gpu"] or ["llama", "qwen2", "phi3", "gemma"]
+    families = [a for a in sys.argv[2:] if a != "--gpu"] or ["llama", "qwen2", "phi3", "gemma", "gemma2"]
     if "--gpu" in sys.argv[2:]:
         WHERE.clear()
     ok = True

@@ -74,5 +74,7 @@ void checkPassName(const std::string& name);
 void checkLevelName(const std::string& level);
 // The Target `--arch` names; a UsageError naming the known ones if there is none.
 const Target& checkArch(const std::string& arch);
+// The dtype `--dtype` names (f32, f16 or bf16; a UsageError otherwise), nullopt for none given.
+std::optional<DType> parseCast(const std::string& text);
 
 }  // namespace kiln
