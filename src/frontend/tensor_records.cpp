@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/support/checked_int.h"
 #include "kiln/support/error.h"
 #include "torch_util.h"
 
@@ -26,19 +27,26 @@ namespace {
 // UserError unless tensor `t` (called `what`) lies inside a storage that has memory. `what` is already printable.
 void checkInsideStorage(const std::string& path, const std::string& what, const at::Tensor& t) {
   if (!t.defined() || t.numel() == 0 || !t.has_storage()) return;
-  int64_t last = t.storage_offset();
-  bool negative = last < 0;
-  for (int64_t d = 0; d < t.dim(); ++d) {
+  // The last element's offset and the bytes up to its end, each step checked: a wrapped product or sum (a storage
+  // offset of 3 * 2^61) would pass the comparison below and crash LibTorch's freezing.
+  std::optional<int64_t> last = t.storage_offset();
+  bool negative = *last < 0;
+  for (int64_t d = 0; d < t.dim() && last; ++d) {
     negative = negative || t.stride(d) < 0;
-    last += (t.size(d) - 1) * t.stride(d);
+    const std::optional<int64_t> step = checkedMul(t.size(d) - 1, t.stride(d));
+    last = step ? checkedAdd(*last, *step) : std::nullopt;
   }
-  const int64_t needed = (last + 1) * static_cast<int64_t>(t.element_size());
+  const std::optional<int64_t> end = last ? checkedAdd(*last, 1) : std::nullopt;
+  const std::optional<int64_t> needed = end ? checkedMul(*end, static_cast<int64_t>(t.element_size())) : std::nullopt;
   const int64_t held = static_cast<int64_t>(t.storage().nbytes());
   if (t.storage().data() == nullptr && held > 0)  // an empty record: LibTorch leaves the storage without memory
     userError("'{}' is damaged: {} ({} elements) has an empty data record; export the model again", path, what, t.numel());
-  if (negative || needed > held)
+  if (!needed)
+    userError("'{}' is damaged: {} ({} elements) has a storage offset {} and strides that reach past any data record "
+              "(their bytes overflow a 64-bit size); export the model again", path, what, t.numel(), t.storage_offset());
+  if (negative || *needed > held)
     userError("'{}' is damaged: {} ({} elements) needs {} bytes of its data record, which holds {}; export the model "
-              "again", path, what, t.numel(), needed, held);
+              "again", path, what, t.numel(), *needed, held);
 }
 
 void forEachTensor(const c10::IValue& v, const std::function<void(const at::Tensor&)>& visit, int depth = 0) {

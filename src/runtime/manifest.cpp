@@ -14,6 +14,7 @@
 #include <sstream>
 #include <utility>
 
+#include "kiln/support/checked_int.h"
 #include "kiln/support/error.h"
 #include "kiln/support/hash.h"
 #include "kiln/support/target.h"
@@ -41,6 +42,18 @@ const BufferInfo* Manifest::findBuffer(int64_t id) const {
 
 namespace {
 
+// A JSON value as an error message shows it: a number, true, false or null as written, a string up to 40 characters,
+// an array or object by its size only. Never the dump of a nested value: a manifest nested 75,000 deep overflowed the
+// stack while its error message was built, and one 50,000 deep made a 100 KB line (issue 45).
+std::string shown(const json& v) {
+  if (v.is_array()) return fmt::format("an array ({} entries)", v.size());
+  if (v.is_object()) return fmt::format("an object ({} fields)", v.size());
+  if (!v.is_string()) return v.dump();
+  const std::string& text = v.get_ref<const std::string&>();
+  const bool cut = text.size() > 40;
+  return json(cut ? text.substr(0, 40) : text).dump(-1, ' ', true, json::error_handler_t::replace) + (cut ? "..." : "");
+}
+
 // Field access that turns every shape mismatch into a message naming the JSON path ("buffers[2].dtype").
 struct Reader {
   const std::string& what;
@@ -56,11 +69,11 @@ struct Reader {
   }
   std::string str(const json& obj, const std::string& path, const char* key) const {
     const json& v = field(obj, path, key);
-    if (!v.is_string()) userError("{}: field '{}' must be a string, got {}", what, sub(path, key), v.dump());
+    if (!v.is_string()) userError("{}: field '{}' must be a string, got {}", what, sub(path, key), shown(v));
     return v.get<std::string>();
   }
   int64_t integer(const json& v, const std::string& path) const {
-    if (!v.is_number_integer()) userError("{}: field '{}' must be an integer, got {}", what, path, v.dump());
+    if (!v.is_number_integer()) userError("{}: field '{}' must be an integer, got {}", what, path, shown(v));
     return v.get<int64_t>();
   }
   int64_t integer(const json& obj, const std::string& path, const char* key) const {
@@ -69,7 +82,7 @@ struct Reader {
   std::vector<int64_t> ints(const json& obj, const std::string& path, const char* key) const {
     const json& v = field(obj, path, key);
     std::string p = sub(path, key);
-    if (!v.is_array()) userError("{}: field '{}' must be an array of integers, got {}", what, p, v.dump());
+    if (!v.is_array()) userError("{}: field '{}' must be an array of integers, got {}", what, p, shown(v));
     std::vector<int64_t> out;
     for (size_t i = 0; i < v.size(); ++i) out.push_back(integer(v[i], fmt::format("{}[{}]", p, i)));
     return out;
@@ -85,7 +98,7 @@ struct Reader {
   }
   bool boolean(const json& obj, const std::string& path, const char* key) const {
     const json& v = field(obj, path, key);
-    if (!v.is_boolean()) userError("{}: field '{}' must be true or false, got {}", what, sub(path, key), v.dump());
+    if (!v.is_boolean()) userError("{}: field '{}' must be true or false, got {}", what, sub(path, key), shown(v));
     return v.get<bool>();
   }
   const json& array(const json& obj, const std::string& path, const char* key) const {
@@ -224,7 +237,11 @@ static void validateTensorMap(const Manifest& m, const KernelInfo& k, const Tens
       !within(t.boxRows, 1, 256) || !within(t.boxCols, 1, 256))
     userError("{}: rows {}, cols {}, row_stride {}, offset {}, box {} x {} out of range", where, t.rows, t.cols, t.rowStride, t.offset,
               t.boxRows, t.boxCols);
-  if ((t.offset + (t.rows - 1) * t.rowStride + t.cols) * e > b->bytes)
+  // Each step checked: rows 2^27 + 1 with a row stride of 2^37 wrapped around and passed (issue 45).
+  const std::optional<int64_t> span = checkedMul(t.rows - 1, t.rowStride);
+  const std::optional<int64_t> end = span ? checkedAdd(t.offset + t.cols, *span) : std::nullopt;
+  const std::optional<int64_t> endBytes = end ? checkedMul(*end, e) : std::nullopt;
+  if (!endBytes || *endBytes > b->bytes)
     userError("{}: the view reaches past the {} bytes of buffer '{}'", where, b->bytes, b->name);
   if (t.offset * e % 16 != 0 || t.rowStride * e % 16 != 0 || t.boxCols * e % 16 != 0 || (t.swizzle128 && t.boxCols * e != 128))
     userError("{}: offset, row stride and box rows must be multiples of 16 bytes (box rows of 128 bytes with the 128b swizzle)", where);
@@ -250,8 +267,9 @@ static void validateBuffer(const Manifest& m, size_t i, std::set<int64_t>& ids, 
   if (b.offset > m.arenaBytes || b.bytes > m.arenaBytes - b.offset)
     userError("{}: {}: [offset {}, +{} bytes) lies outside the arena of {} bytes", what, p, b.offset, b.bytes,
               m.arenaBytes);
-  if (b.kind == BufferKind::Weight && b.weightOffset < 0)
-    userError("{}: {}: weight buffer needs a non-negative weight_offset, got {}", what, p, b.weightOffset);
+  if (b.kind == BufferKind::Weight && (b.weightOffset < 0 || !checkedAdd(b.weightOffset, b.bytes)))
+    userError("{}: {}: weight buffer needs a non-negative weight_offset whose end fits a 64-bit size, got {}", what, p,
+              b.weightOffset);
 }
 
 // Every id of `v` names a buffer of `kind`.

@@ -222,6 +222,43 @@ TEST(RuntimeManifest, HostileFieldsAreRefused) {
   m = sample();
   m.kernels.clear();
   refused(m, "the model has no kernels");
+  // Offsets whose ends overflow a 64-bit size wrapped around the checks (issue 45).
+  m = sample();
+  m.buffers[1].weightOffset = INT64_MAX - 100;
+  refused(m, "buffers[1] ('fc.weight'): weight buffer needs a non-negative weight_offset whose end fits a 64-bit size");
+  m = sample();
+  m.formatVersion = 3;
+  // x is 8192 bytes: one row of 64 f32 from rows 2^27 + 1 with a row stride of 2^37 reaches 2^64 + 256 bytes, which
+  // wrapped to 256 and passed; 2^10 rows (a smaller reach that does not wrap) were refused all along.
+  m.kernels[0].tensorMaps = {TensorMapInfo{0, 0, (int64_t{1} << 27) + 1, 64, int64_t{1} << 37, 8, 64, false}};
+  refused(m, "the view reaches past the 8192 bytes of buffer 'x'");
+  m.kernels[0].tensorMaps[0].rows = 1024;
+  refused(m, "the view reaches past the 8192 bytes of buffer 'x'");
+}
+
+// A value of the wrong type is shown by its size, never dumped: a field nested 75,000 deep overflowed the stack while the
+// message was built, 50,000 deep made a 100 KB line; a long string is cut (issue 45).
+TEST(RuntimeManifest, NestedAndLongValuesInMessagesAreShort) {
+  TempDir dir;
+  auto j = toJson(sample());
+  std::string text = j.dump();
+  const std::string nested = std::string(75000, '[') + std::string(75000, ']');
+  const std::string key = "\"arena_bytes\":";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const size_t end = text.find_first_of(",}", at + key.size());
+  writeText(dir.path / "manifest.json", text.substr(0, at + key.size()) + nested + text.substr(end));
+  try {
+    readManifest(dir.path);
+    FAIL() << "a nested arena_bytes was accepted";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("field 'arena_bytes' must be an integer, got an array (1 entries)"), std::string::npos) << message;
+    EXPECT_LT(message.size(), 300u);
+  }
+  j["arena_bytes"] = std::string(5000, 'x');
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "got \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"...");
 }
 
 // Strings from the file are echoed into the message: a control character in one (found by the fuzzer: a newline in a
