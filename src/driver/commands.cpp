@@ -54,10 +54,23 @@ std::optional<DType> parseCast(const std::string& text) {
 
 namespace {
 
+// --input texts; an input given twice is refused (the last one used to win silently).
 std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>& texts) {
   std::vector<frontend::InputOverride> out;
-  for (auto& t : texts) out.push_back(frontend::parseInputOverride(t));
+  for (auto& t : texts) {
+    out.push_back(frontend::parseInputOverride(t));
+    for (size_t i = 0; i + 1 < out.size(); ++i)
+      if (out[i].name == out.back().name)
+        usageError("--input {} is given twice ({} and {}); give each input once", out.back().name, texts[i], t);
+  }
   return out;
+}
+
+// -o naming the model being compiled would replace it with the IR text: refused before any work.
+void checkOutputIsNotTheModel(const std::string& output, const std::string& model) {
+  std::error_code ec;
+  if (!output.empty() && fs::exists(output, ec) && fs::equivalent(output, model, ec))
+    usageError("-o {} names the model being compiled; write the output to another file", output);
 }
 
 // What `kiln run` needs to know of a compiled model, from a fresh compile or from a cached manifest.
@@ -108,6 +121,7 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
   checkLevelName(c.ir);
   if (!c.emit.empty() && c.emit != "cuda") usageError("--emit supports 'cuda', not '{}'", c.emit);
   if (!c.emit.empty() && c.output.empty()) usageError("--emit cuda needs -o DIR");
+  checkOutputIsNotTheModel(c.output, c.model);
   auto inputs = parseInputs(c.inputs);
   std::string until = c.emit.empty() ? c.ir : "cuda";
   Compiled compiled;

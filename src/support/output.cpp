@@ -214,7 +214,7 @@ void writeOutputFile(const std::string& path, const std::string& text) {
   writeThrough(path, text);
 }
 
-std::set<std::string> readMarker(const std::string& dir) {
+std::set<std::string> readMarker(const std::string& dir, const std::string& flag) {
   std::set<std::string> names;
   std::string path = joinPath(dir, kMarkerFileName);
   std::ifstream in(path);
@@ -223,11 +223,11 @@ std::set<std::string> readMarker(const std::string& dir) {
   std::getline(in, line);
   int format = 0;
   if (line.rfind("kiln-output ", 0) != 0 || (format = std::atoi(line.c_str() + 12)) <= 0)
-    userError("'{}' is not a marker kiln can read; remove it if this directory is kiln's output, or choose another -o directory",
-              path);
+    userError("'{}' is not a marker kiln can read; remove it if this directory is kiln's output, or choose another {} directory",
+              path, flag);
   if (format > kMarkerFormat)
-    userError("-o '{}' was written by a newer kiln (output format {}, this kiln writes {}); use that kiln or another directory",
-              dir, format, kMarkerFormat);
+    userError("{} '{}' was written by a newer kiln (output format {}, this kiln writes {}); use that kiln or another directory",
+              flag, dir, format, kMarkerFormat);
   while (std::getline(in, line)) {
     bool plain = !line.empty() && line[0] != '#' && line != "." && line != ".." && line.find('/') == std::string::npos &&
                  line != kMarkerFileName;
@@ -236,14 +236,14 @@ std::set<std::string> readMarker(const std::string& dir) {
   return names;
 }
 
-OutputDir::OutputDir(const std::string& dir) : dir_(stripTrailingSlashes(dir)) {
-  if (dir_.empty()) usageError("-o needs a directory name");
+OutputDir::OutputDir(const std::string& dir, std::string flag) : dir_(stripTrailingSlashes(dir)), flag_(std::move(flag)) {
+  if (dir_.empty()) usageError("{} needs a directory name", flag_);
   struct stat st;
   if (::stat(dir_.c_str(), &st) != 0) {
-    if (errno != ENOENT) userError("cannot use -o '{}': {}", dir_, errnoText(errno));
+    if (errno != ENOENT) userError("cannot use {} '{}': {}", flag_, dir_, errnoText(errno));
     created_ = makeDirectories(dir_);
   } else if (!S_ISDIR(st.st_mode)) {
-    userError("-o '{}' exists and is not a directory; name a new or empty directory", dir_);
+    userError("{} '{}' exists and is not a directory; name a new or empty directory", flag_, dir_);
   }
   try {
     claim();
@@ -257,19 +257,19 @@ void OutputDir::claim() {
   std::vector<std::string> entries = listEntries(dir_);
   bool marked = exists(joinPath(dir_, kMarkerFileName));
   if (marked) {
-    readMarker(dir_);  // refuses a marker of a newer format before anything is written
+    readMarker(dir_, flag_);  // refuses a marker of a newer format before anything is written
   } else {
     bool empty = std::all_of(entries.begin(), entries.end(), isKilnTmp);  // kiln's leftovers do not count
     if (!empty)
-      userError("-o '{}' is a non-empty directory that kiln did not write (it has no {}); name a new or empty directory",
-                dir_, kMarkerFileName);
+      userError("{} '{}' is a non-empty directory that kiln did not write (it has no {}); name a new or empty directory",
+                flag_, dir_, kMarkerFileName);
   }
   for (auto& n : entries)  // kiln's own leftovers of killed runs
     if (isStaleTmp(n)) removeTree(joinPath(dir_, n));
   if (!marked) writeMarker(dir_, {});
   staging_ = joinPath(dir_, kTmpTag + uniqueSuffix());
   if (::mkdir(staging_.c_str(), 0777) != 0)
-    userError("cannot write into -o '{}': {}; check it is writable", dir_, errnoText(errno));
+    userError("cannot write into {} '{}': {}; check it is writable", flag_, dir_, errnoText(errno));
 }
 
 OutputDir::~OutputDir() {
@@ -282,7 +282,7 @@ void OutputDir::abandon() noexcept {
     if (created_.empty() || isCwdOrAncestor(dir_)) return;
     // This run made the directory: take back what it put there (its files, the marker), then the empty
     // directories it created. rmdir never removes a directory something else has put a file into.
-    for (auto& n : readMarker(dir_))
+    for (auto& n : readMarker(dir_, flag_))
       if (isRegularFile(joinPath(dir_, n))) ::unlink(joinPath(dir_, n).c_str());
     ::unlink(joinPath(dir_, kMarkerFileName).c_str());
     for (auto it = created_.rbegin(); it != created_.rend(); ++it) ::rmdir(it->c_str());
@@ -292,13 +292,13 @@ void OutputDir::abandon() noexcept {
 
 void OutputDir::commit(const std::string& last) {
   std::vector<std::string> staged = listEntries(staging_);
-  std::set<std::string> old = readMarker(dir_);  // read now: a concurrent run may have written since
+  std::set<std::string> old = readMarker(dir_, flag_);  // read now: a concurrent run may have written since
   for (auto& n : staged) {
     KILN_ASSERT(n != kMarkerFileName && isRegularFile(joinPath(staging_, n)), "staged '{}' is not a plain file", n);
     if (exists(joinPath(dir_, n)) && !old.count(n))
-      userError("-o '{}' holds '{}', which kiln did not write (its {} does not list it); move that file away or choose "
+      userError("{} '{}' holds '{}', which kiln did not write (its {} does not list it); move that file away or choose "
                 "another directory",
-                dir_, n, kMarkerFileName);
+                flag_, dir_, n, kMarkerFileName);
   }
   std::set<std::string> both = old;
   both.insert(staged.begin(), staged.end());

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "kiln/support/error.h"
+#include "kiln/support/output.h"
 
 namespace kiln {
 
@@ -61,14 +62,22 @@ bool PassRunner::skipped(const std::string& name) {
 PassRunner::PassRunner(PipelineOptions opts) : opts_(std::move(opts)) {
   if (!opts_.log) opts_.log = &std::cerr;
   if (opts_.verbosity > 0 || opts_.timePasses || !opts_.printAfter.empty()) progress::disable();  // their lines say more
-  if (!opts_.dumpDir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(opts_.dumpDir, ec);
-    if (ec) userError("cannot create --dump-dir '{}': {}", opts_.dumpDir, ec.message());
-  }
+  // The -o rules (kiln/support/output.h): a new, empty or kiln-marked directory, files of the user's never replaced,
+  // nothing written through a symlink placed there. Each dump is staged and moved into place at the end.
+  if (!opts_.dumpDir.empty()) dump_ = std::make_unique<OutputDir>(opts_.dumpDir, "--dump-dir");
 }
 
-PassRunner::~PassRunner() { progress::clear(); }
+// The dumps are moved into place whether the run finished, stopped (--stop-after) or failed: the IR before a failing
+// pass is what a user looks at. A failure to do so is reported, not thrown from a destructor.
+PassRunner::~PassRunner() {
+  progress::clear();
+  if (!dump_) return;
+  try {
+    dump_->commit();
+  } catch (const std::exception& e) {
+    *opts_.log << fmt::format("kiln: the IR dumps were not written: {}\n", e.what());
+  }
+}
 
 void PassRunner::started(const std::string& name) {
   if (!progress::enabled()) return;
@@ -100,11 +109,12 @@ void PassRunner::finish(const std::string& name, std::chrono::steady_clock::time
     if (!diff.empty()) log << diff;
   }
   if (opts_.printAfter.count(name)) log << fmt::format("// ----- IR after {} -----\n{}", name, now);
-  if (!opts_.dumpDir.empty()) {
-    auto path = std::filesystem::path(opts_.dumpDir) / fmt::format("{:02}-{}.txt", index_, name);
+  if (dump_) {
+    auto path = std::filesystem::path(dump_->staging()) / fmt::format("{:02}-{}.txt", index_, name);
     std::ofstream out(path);
-    if (!out) userError("cannot write '{}' in --dump-dir; check the directory is writable", path.string());
     out << now;
+    if (!out) userError("cannot write '{}' in --dump-dir {}; check the directory is writable", path.filename().string(),
+                        opts_.dumpDir);
   }
   previousText_ = now;
   if (opts_.stopAfter && *opts_.stopAfter == name) throw StopRequested{name, now};

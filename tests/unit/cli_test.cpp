@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_support.h"
+#include "kiln/support/output.h"
 #include "test_support.h"
 
 #include <fmt/format.h>
@@ -303,6 +304,20 @@ TEST(Cli, TimePasses) {
   EXPECT_TRUE(contains(r.err, "loop-fuse-producers")) << describe(r);
 }
 
+// An input given twice was silently the last one; -o naming the model replaced the model with IR text (issue 45).
+TEST(Cli, AnInputGivenTwiceAndOutputOverTheModelAreRefused) {
+  expectOneLineError(kiln({"compile", kMlp, "--input", "x=1x8x64", "--input", "x=2x8x64"}), 2,
+                     {"--input x is given twice (x=1x8x64 and x=2x8x64)"});
+  TempDir tmp;
+  const fs::path model = tmp.path / "m.pt";
+  fs::copy_file(kMlp, model);
+  const std::string before = readFile(model);
+  expectOneLineError(kiln({"compile", model.string(), "--ir", "loop", "-o", model.string()}), 2,
+                     {"-o " + model.string() + " names the model being compiled"});
+  EXPECT_EQ(readFile(model), before);
+  EXPECT_EQ(kiln({"compile", model.string(), "--ir", "loop", "-o", (tmp.path / "m.lir").string()}).code, 0);
+}
+
 TEST(Cli, DumpDirWritesOneFilePerPass) {
   TempDir tmp;
   fs::path dump = tmp.path / "dump";
@@ -315,9 +330,29 @@ TEST(Cli, DumpDirWritesOneFilePerPass) {
     if (p.level == "torch" || p.level == "tensor" || p.level == "loop")
       expected.push_back(fmt::format("{:02}-{}.txt", index, p.name));
   }
-  EXPECT_EQ(listDir(dump), expected);
+  std::vector<std::string> listed = expected;
+  listed.insert(listed.begin(), kMarkerFileName);  // the -o rules' marker
+  EXPECT_EQ(listDir(dump), listed);
   // The last dump is the printed level.
   EXPECT_EQ(readFile(dump / expected.back()), r.out);
+  // The same directory again: kiln's, so it is rewritten.
+  r = kiln({"compile", kMlp, "--ir", "loop", "--dump-dir", dump.string()});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(listDir(dump), listed);
+}
+
+// --dump-dir follows -o's rules: it replaced files of the same name in any directory and wrote through symlinks placed
+// there (issue 45). A directory kiln did not write is refused whole, the user's files untouched.
+TEST(Cli, DumpDirNeverReplacesAUsersFiles) {
+  TempDir tmp;
+  const fs::path dump = tmp.path / "dump", mine = tmp.path / "mine.txt";
+  fs::create_directories(dump);
+  std::ofstream(mine) << "keep";
+  fs::create_symlink(mine, dump / "01-torch-import.txt");
+  expectOneLineError(kiln({"compile", kMlp, "--ir", "loop", "--dump-dir", dump.string()}), 1,
+                     {"--dump-dir '" + dump.string() + "' is a non-empty directory that kiln did not write"});
+  EXPECT_EQ(readFile(mine), "keep");
+  EXPECT_TRUE(fs::is_symlink(dump / "01-torch-import.txt"));
 }
 
 TEST(Cli, RunCheckInterpretPasses) {

@@ -32,8 +32,9 @@ void writeOutputFile(const std::string& path, const std::string& text);
 class OutputDir {
  public:
   // Throws UserError (naming the directory and the fix) for a file, a non-empty directory without the
-  // marker, a marker of a newer format, or a directory that cannot be created or written.
-  explicit OutputDir(const std::string& dir);
+  // marker, a marker of a newer format, or a directory that cannot be created or written. `flag` names the
+  // directory in those messages, as the user gave it ("-o", "--dump-dir").
+  explicit OutputDir(const std::string& dir, std::string flag = "-o");
   ~OutputDir();
   OutputDir(const OutputDir&) = delete;
   OutputDir& operator=(const OutputDir&) = delete;
@@ -50,12 +51,12 @@ class OutputDir {
  private:
   void claim();             // checks the directory is kiln's to write, writes the marker, makes staging()
   void abandon() noexcept;  // undoes what this object did, short of a commit
-  std::string dir_, staging_;
+  std::string dir_, staging_, flag_;
   std::vector<std::string> created_;  // directories this object created, outermost first
   bool committed_ = false;
 };
 
 // The files a marker lists; throws UserError for a marker kiln cannot read or of a newer format.
-std::set<std::string> readMarker(const std::string& dir);
+std::set<std::string> readMarker(const std::string& dir, const std::string& flag = "-o");
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <iosfwd>
 #include <optional>
 #include <set>
@@ -15,6 +16,7 @@
 #include "kiln/support/error.h"
 
 namespace kiln {
+class OutputDir;  // kiln/support/output.h
 
 struct PassInfo {
   std::string name, level, description;
@@ -31,7 +33,7 @@ struct PipelineOptions {
   int verbosity = 0;                 // 1: pass names; 2: diffs of changed IR
   std::set<std::string> printAfter;  // pass names
   std::optional<std::string> stopAfter;
-  std::string dumpDir;
+  std::string dumpDir;               // --dump-dir: under -o's rules (kiln/support/output.h), written when the run ends
   bool timePasses = false;
   bool verify = true;
   std::ostream* log = nullptr;       // where -v, diffs and timings go (stderr by default)
@@ -98,6 +100,7 @@ class PassRunner {
               const std::function<std::string()>& text, const std::function<void()>& verifyFn);
 
   PipelineOptions opts_;
+  std::unique_ptr<OutputDir> dump_;  // --dump-dir's files, moved into place when the runner ends (failed or not)
   std::string previousText_;
   int index_ = 0;
   std::chrono::steady_clock::time_point begun_ = std::chrono::steady_clock::now();
