@@ -7,7 +7,9 @@
 // without computing anything. Input names come from the forward's arguments (skipping `self`), so a plain
 // `torch.jit.trace(model, (x,)).save(path)` is accepted; shapes and dtypes from the archive's extra file
 // `kiln_inputs.json` (written by models/kiln_export.py) when it has one, else from --input (which also
-// overrides a recorded input).
+// overrides a recorded input). Module buffers the forward writes in place (a static KV cache) become the model's
+// state: extra inputs after the forward's own, and their new values extra outputs (kiln/torch/ir.h State,
+// docs/decode.md).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -75,7 +77,8 @@ inline const std::vector<std::string>& supportedStateWrites() {
 ModelSummary inspectModel(const std::string& path);
 
 // Runs the module's forward with LibTorch (on the GPU when onGpu) and returns its tensor outputs, tuples
-// flattened in order. The ground truth for `kiln run --check` and the tests. With castTo, the module's floating
+// flattened in order. Inputs past the forward's arguments are the model's state, copied into its buffers first; the
+// buffers' values after the forward are then returned after the outputs, as kiln returns them. The ground truth for `kiln run --check` and the tests. With castTo, the module's floating
 // parameters are cast to that type first (`--dtype`). With inF32, the same rounded parameters and float inputs are
 // then widened to f32 and the forward runs in f32 (the low-precision check's reference, DESIGN.md §4); casts the
 // trace itself pins to bf16/f16 (constant dtype arguments) are made f32 casts for that run.
