@@ -12,7 +12,7 @@ work="$BUILD/fuzz"
 mkdir -p "$work/corpus"
 CXX=${FUZZ_CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz_manifest: $CXX not found (bash scripts/setup.sh installs clang)" >&2; exit 1; }
-srcs=(fuzz/manifest_fuzzer.cpp src/runtime/manifest.cpp src/support/error.cpp src/support/dtype.cpp src/support/target.cpp src/support/hash.cpp)
+srcs=(fuzz/manifest_fuzzer.cpp src/runtime/manifest.cpp src/support/error.cpp src/support/dtype.cpp src/support/target.cpp src/support/hash.cpp src/support/files.cpp)
 bin="$work/manifest_fuzzer"
 if [ ! -x "$bin" ] || [ -n "$(find "${srcs[@]}" include -newer "$bin" -print -quit)" ]; then
   "$CXX" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \

@@ -16,6 +16,7 @@
 
 #include "kiln/support/checked_int.h"
 #include "kiln/support/error.h"
+#include "kiln/support/files.h"
 #include "kiln/support/hash.h"
 #include "kiln/support/target.h"
 
@@ -373,6 +374,8 @@ void validate(const Manifest& m, const std::string& what) {
 Manifest readManifest(const std::filesystem::path& dir) {
   std::filesystem::path file = dir / kManifestFileName;
   std::string what = file.string();
+  if (std::string what = notARegularFile(file.string()); !what.empty())
+    userError("{}: the manifest is {}, not a file; name a directory written by kiln compile", file.string(), what);
   std::ifstream in(file, std::ios::binary);
   if (!in) userError("{}: cannot open manifest (is '{}' a directory written by kiln compile?)", what, dir.string());
   std::stringstream ss;

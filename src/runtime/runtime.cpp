@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "kiln/support/error.h"
+#include "kiln/support/files.h"
 #include "kiln/support/target.h"
 
 namespace kiln::runtime {
@@ -154,6 +155,8 @@ void captureGraph(CUstream stream, const std::function<void()>& launches, CUgrap
 std::string quoted(const fs::path& p) { return fmt::format("'{}'", p.string()); }
 
 std::vector<char> readFile(const fs::path& p, const char* what) {
+  if (std::string kind = notARegularFile(p.string()); !kind.empty())
+    userError("kiln runtime: {} {} is {}, not a file", what, quoted(p), kind);
   std::ifstream in(p, std::ios::binary | std::ios::ate);
   if (!in) userError("kiln runtime: cannot open {} {}", what, quoted(p));
   std::vector<char> data(static_cast<size_t>(in.tellg()));
@@ -305,6 +308,8 @@ void Model::Impl::uploadWeights() {
   for (const BufferInfo& b : m.buffers) any = any || b.kind == BufferKind::Weight;
   if (!any) return;
   fs::path file = dir / m.weightsFile;
+  if (std::string kind = notARegularFile(file.string()); !kind.empty())
+    userError("kiln runtime: weights file {} is {}, not a file", quoted(file), kind);
   std::ifstream in(file, std::ios::binary | std::ios::ate);
   if (!in) userError("kiln runtime: cannot open weights file {}", quoted(file));
   const int64_t size = static_cast<int64_t>(in.tellg());

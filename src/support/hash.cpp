@@ -1,4 +1,5 @@
 #include "kiln/support/hash.h"
+#include "kiln/support/files.h"
 
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,7 @@ uint64_t fnv1aWords(uint64_t h, const void* data, size_t n) {
 }
 
 bool hashFile(const std::string& path, uint64_t& hash, int64_t& bytes) {
+  if (!notARegularFile(path).empty()) return false;  // a FIFO would block the read
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
   hash = kFnvOffset;

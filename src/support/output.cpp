@@ -217,6 +217,8 @@ void writeOutputFile(const std::string& path, const std::string& text) {
 std::set<std::string> readMarker(const std::string& dir, const std::string& flag) {
   std::set<std::string> names;
   std::string path = joinPath(dir, kMarkerFileName);
+  if (std::string what = notARegularFile(path); !what.empty())
+    userError("'{}' is {}, not a marker kiln wrote; remove it, or choose another {} directory", path, what, flag);
   std::ifstream in(path);
   if (!in) return names;
   std::string line;

@@ -6,11 +6,14 @@
 #include <sstream>
 
 #include "kiln/support/error.h"
+#include "kiln/support/files.h"
 #include "kiln/tile/ir.h"
 
 namespace kiln::tile {
 
 std::vector<TabledShape> readProductShapes(const std::string& path) {
+  if (std::string what = notARegularFile(path); !what.empty())
+    userError("--product-shapes: '{}' is {}, not a file; give a JSON file {{\"products\": [...]}}", printable(path), what);
   std::ifstream in(path);
   if (!in) userError("--product-shapes: cannot read '{}'; give a JSON file {{\"products\": [...]}}", printable(path));
   std::stringstream text;

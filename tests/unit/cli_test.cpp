@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -339,6 +340,20 @@ TEST(Cli, DumpDirWritesOneFilePerPass) {
   r = kiln({"compile", kMlp, "--ir", "loop", "--dump-dir", dump.string()});
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_EQ(listDir(dump), listed);
+}
+
+// A FIFO where kiln reads a file (--product-shapes, an output directory's marker) blocked it forever (issue 45).
+TEST(Cli, FifosWhereFilesBelongAreRefusedNotWaitedFor) {
+  TempDir tmp;
+  const fs::path fifo = tmp.path / "shapes.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expectOneLineError(kiln({"compile", kMlp, "--product-shapes", fifo.string()}), 1,
+                     {"--product-shapes: '" + fifo.string() + "' is a FIFO, not a file"});
+  const fs::path out = tmp.path / "out";
+  fs::create_directories(out);
+  ASSERT_EQ(::mkfifo((out / kMarkerFileName).c_str(), 0600), 0);
+  expectOneLineError(kiln({"compile", kMlp, "--emit", "cuda", "--no-nvcc", "-o", out.string()}), 1,
+                     {"is a FIFO, not a marker kiln wrote"});
 }
 
 // --dump-dir follows -o's rules: it replaced files of the same name in any directory and wrote through symlinks placed

@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "test_support.h"
 
@@ -259,6 +260,13 @@ TEST(RuntimeManifest, NestedAndLongValuesInMessagesAreShort) {
   j["arena_bytes"] = std::string(5000, 'x');
   writeText(dir.path / "manifest.json", j.dump());
   expectReadError(dir.path, "got \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"...");
+}
+
+// A FIFO where the manifest belongs blocked the read forever (issue 45): refused without opening it.
+TEST(RuntimeManifest, AManifestThatIsAFifoIsRefusedNotWaitedFor) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo((dir.path / "manifest.json").c_str(), 0600), 0);
+  expectReadError(dir.path, "the manifest is a FIFO, not a file");
 }
 
 // Strings from the file are echoed into the message: a control character in one (found by the fuzzer: a newline in a
