@@ -187,6 +187,9 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
   check(prompt, maxNewTokens);
   const auto n = static_cast<int64_t>(prompt.size());
   reset();
+  times_ = Times{};
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
   std::vector<float> logits;
   for (int64_t p = 0; p < n;) {
     const bool chunked = prefill_ && n - p > 1 && (iface_.capacity == 0 || p + prefill_->tokens() <= iface_.capacity);
@@ -196,11 +199,20 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
     p += real;
   }
   std::vector<int64_t> out = prompt;
+  Clock::time_point decoded = start;
   for (int i = 0; i < maxNewTokens; ++i) {
     if (onLogits) onLogits(logits);
     out.push_back(static_cast<int64_t>(argmax(logits)));
-    if (i + 1 < maxNewTokens) logits = forward(*step_, {out.back()}, n + i, 1);
+    if (i == 0) {
+      decoded = Clock::now();
+      times_.toFirstToken = std::chrono::duration<double>(decoded - start).count();
+    }
+    if (i + 1 < maxNewTokens) {
+      logits = forward(*step_, {out.back()}, n + i, 1);
+      ++times_.decodeSteps;
+    }
   }
+  times_.decoding = std::chrono::duration<double>(Clock::now() - decoded).count();
   return out;
 }
 
@@ -295,13 +307,16 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!c.logitsDir.empty()) fs::create_directories(c.logitsDir);
   size_t saved = 0;
-  start = std::chrono::steady_clock::now();
   std::vector<int64_t> ids = generator.generate(c.promptIds, c.maxNewTokens, [&](const std::vector<float>& logits) {
     if (!c.logitsDir.empty()) saveLogits(c.logitsDir, saved++, logits);
   });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log << fmt::format("kiln: {} prompt tokens, {} new tokens in {} forwards, {:.3f} s on {}\n", c.promptIds.size(),
-                     c.maxNewTokens, generator.forwards(), seconds, c.interpret ? "the CPU interpreter" : "the GPU");
+  const Generator::Times& t = generator.times();
+  log << fmt::format("kiln: {} prompt tokens, {} new tokens in {} forwards on {}: first token after {:.3f} ms, then {}\n",
+                     c.promptIds.size(), c.maxNewTokens, generator.forwards(), c.interpret ? "the CPU interpreter" : "the GPU",
+                     t.toFirstToken * 1e3,
+                     t.decodeSteps > 0 ? fmt::format("{:.3f} ms per token ({:.1f} tokens/s)", t.decoding * 1e3 / t.decodeSteps,
+                                                     t.decodeSteps / t.decoding)
+                                       : std::string("no decode step"));
   out << fmt::format("{}\n", fmt::join(ids, ","));
   return 0;
 }

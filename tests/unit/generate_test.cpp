@@ -86,8 +86,11 @@ TEST(Generator, PrefillChunksArePaddedAndTheStateFedBack) {
   EXPECT_EQ(steps[0], (std::vector<float>{5, 4, 104}));
   EXPECT_EQ(steps[1], (std::vector<float>{6, 5, 105}));
   EXPECT_EQ(steps[2], (std::vector<float>{7, 6, 106}));
+  EXPECT_EQ(gen.times().decodeSteps, 2);  // the last new token is never fed back
+  EXPECT_GE(gen.times().toFirstToken, 0.0);
   gen.generate({3}, 1);  // a new generation starts from the archive's state
   EXPECT_EQ(steps.back(), (std::vector<float>{3, 0, 100}));
+  EXPECT_EQ(gen.times().decodeSteps, 0);
 }
 
 TEST(Generator, ALastChunkIsPaddedWithZerosAtTheFollowingPositions) {

@@ -6,6 +6,7 @@
 // every entry point: it is specialised to T = 1 for the decode step and to T = C for prefill chunks (--prefill-chunk),
 // each a compilation of its own from the same file, sharing the state by name and order.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -73,6 +74,13 @@ class Generator {
   // The state back to the archive's values.
   void reset();
   int forwards() const { return forwards_; }
+  // Of the last generate(): seconds until the first new token was chosen (the prompt's forwards), and the seconds and
+  // number of the decode steps after it (wall clock around the entries' run(), argmax and state included).
+  struct Times {
+    double toFirstToken = 0, decoding = 0;
+    int decodeSteps = 0;
+  };
+  const Times& times() const { return times_; }
 
  private:
   std::vector<float> forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real);
@@ -80,6 +88,7 @@ class Generator {
   std::unique_ptr<DecodeEntry> step_, prefill_;
   std::vector<HostTensor> state_;
   int forwards_ = 0;
+  Times times_;
 };
 
 // The command: stdout gets one line, the prompt and generated ids comma-separated; the rest goes to `log`.
