@@ -207,13 +207,16 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
   ::torch::NoGradGuard noGrad;
   // Inputs past the forward's own arguments are the model's state (model_state.h), set into its buffers first; their
   // values after the forward close the outputs, as kiln's do.
-  ::torch::jit::ExtraFilesMap noExtra;
-  Forward forward = loadForward(path, noExtra, castTo);
-  const size_t arguments = forward.graph->inputs().size() - 1;
+  // Only then is the module frozen a second time (to find the state's buffers as the import does): a stateless
+  // model's reference run costs one load, as before.
+  const size_t arguments = module.get_method("forward").graph()->inputs().size() - 1;
   std::vector<std::string> states;
-  if (inputs.size() > arguments) states = stateNames(*forward.graph);
-  if (inputs.size() > arguments && inputs.size() != arguments + states.size())
-    userError("{}: {} inputs given for {} arguments and {} states", path, inputs.size(), arguments, states.size());
+  if (inputs.size() > arguments) {
+    ::torch::jit::ExtraFilesMap noExtra;
+    states = stateNames(*loadForward(path, noExtra, castTo).graph);
+    if (inputs.size() != arguments + states.size())
+      userError("{}: {} inputs given for {} arguments and {} states", path, inputs.size(), arguments, states.size());
+  }
   std::vector<c10::IValue> args;
   for (const auto& t : inputs) {
     HostTensor widened = t;  // the values are already those of t's type
