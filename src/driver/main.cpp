@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <new>
 
@@ -66,6 +67,49 @@ void finishPipelineFlags(kiln::PipelineOptions& p, const PipelineFlags& f) {
                        p.disable.count(n) ? " (--disable-pass)" : fmt::format(" (off by default: add --enable-pass {})", n));
   if (f.printAfterAll) p.verbosity = std::max(p.verbosity, 2);
   p.verify = !f.noVerify;
+}
+
+// Levenshtein distance, for naming the command a mistyped one was meant to be.
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// A first argument that is neither an option nor a command: one line naming the nearest command (CLI11 said "A
+// subcommand is required", which reads as if none had been given).
+void checkCommandName(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return;
+  const std::string given = argv[1];
+  std::string nearest;
+  size_t best = SIZE_MAX;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == given) return;
+    const size_t d = editDistance(given, sub->get_name());
+    if (d < best) best = d, nearest = sub->get_name();
+  }
+  kiln::usageError("unknown command '{}'{}; kiln --help lists the commands", kiln::printable(given),
+                   best <= 3 ? fmt::format(" (did you mean '{}'?)", nearest) : "");
+}
+
+// Options of `kiln compile` that choose what it writes: at most one may be given, since each replaces the others' output.
+void checkCompileOutputs(const CLI::App& c, const kiln::CompileCommand& compile) {
+  std::vector<std::string> given;
+  if (c.count("--ir")) given.push_back("--ir");
+  if (!compile.emit.empty()) given.push_back("--emit");
+  if (compile.explainFusion) given.push_back("--explain-fusion");
+  if (compile.explainSchedule) given.push_back("--explain-schedule");
+  if (given.size() > 1)
+    kiln::usageError("{} and {} each choose what kiln compile writes; give one of them", given[0], given[1]);
 }
 
 }  // namespace
@@ -155,6 +199,12 @@ int main(int argc, char** argv) {
   auto* ops = app.add_subcommand("ops", "list the supported aten ops");
 
   try {
+    checkCommandName(app, argc, argv);
+  } catch (const kiln::UsageError& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 2;
+  }
+  try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -186,6 +236,7 @@ int main(int argc, char** argv) {
       return kiln::runOpt(opt, std::cout);
     }
     if (c->parsed()) {
+      checkCompileOutputs(*c, compile);
       finishPipelineFlags(compile.pipeline, flags);
       return kiln::runCompile(compile, std::cout);
     }

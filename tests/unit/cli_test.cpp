@@ -356,6 +356,21 @@ TEST(Cli, FifosWhereFilesBelongAreRefusedNotWaitedFor) {
                      {"is a FIFO, not a marker kiln wrote"});
 }
 
+// A mistyped command said "A subcommand is required"; options choosing what compile writes were silently ignored when
+// given together (--ir with --emit cuda, --explain-fusion with --ir): each is one line now (issue 53).
+TEST(Cli, UnknownCommandsAndConflictingOutputsAreNamed) {
+  expectOneLineError(kiln({"compil", kMlp}), 2, {"unknown command 'compil' (did you mean 'compile'?)"});
+  expectOneLineError(kiln({"xyzzy"}), 2, {"unknown command 'xyzzy'; kiln --help lists the commands"});
+  TempDir tmp;
+  expectOneLineError(kiln({"compile", kMlp, "--ir", "tile", "--emit", "cuda", "--no-nvcc", "-o", (tmp.path / "out").string()}),
+                     2, {"--ir and --emit each choose what kiln compile writes; give one of them"});
+  EXPECT_FALSE(fs::exists(tmp.path / "out"));
+  expectOneLineError(kiln({"compile", kMlp, "--explain-fusion", "--ir", "loop"}), 2, {"--ir and --explain-fusion"});
+  expectOneLineError(kiln({"compile", kMlp, "--explain-fusion", "--explain-schedule"}), 2,
+                     {"--explain-fusion and --explain-schedule"});
+  EXPECT_EQ(kiln({"compile", kMlp, "--explain-schedule"}).code, 0);
+}
+
 // --dump-dir follows -o's rules: it replaced files of the same name in any directory and wrote through symlinks placed
 // there (issue 45). A directory kiln did not write is refused whole, the user's files untouched.
 TEST(Cli, DumpDirNeverReplacesAUsersFiles) {
