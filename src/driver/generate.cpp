@@ -274,21 +274,15 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
     if (fs::exists(c.logitsDir, ec) && !(fs::is_directory(c.logitsDir, ec) && fs::is_empty(c.logitsDir, ec)))
       usageError("--save-logits {}: not a new or empty directory; name one that is", c.logitsDir);
   }
-  frontend::ModelSummary summary = frontend::inspectModel(c.model);
-  auto nameOf = [&](const std::string& given, size_t at) {
-    if (!given.empty() || at >= summary.inputs.size()) return given;
-    return summary.inputs[at].name;
-  };
-  for (const auto& [flag, name] : {std::pair{"--token-input", c.tokenInput}, std::pair{"--position-input", c.positionInput}}) {
-    std::vector<std::string> names;
-    for (const frontend::InputSpec& in : summary.inputs) names.push_back(in.name);
+  const std::vector<std::string> names = frontend::inputNames(c.model);
+  for (const auto& [flag, name] : {std::pair{"--token-input", c.tokenInput}, std::pair{"--position-input", c.positionInput}})
     if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end())
       usageError("{} {}: {} has no such argument; its arguments are {}", flag, name, c.model, fmt::join(names, ", "));
-  }
+  auto nameOf = [&](const std::string& given, size_t at) { return given.empty() && at < names.size() ? names[at] : given; };
   const std::string tokenName = nameOf(c.tokenInput, 0), positionName = nameOf(c.positionInput, 1);
   if (tokenName.empty() || positionName.empty())
     userError("{} takes {} argument(s); kiln generate needs token ids and their positions (forward(ids, pos))", c.model,
-              summary.inputs.size());
+              names.size());
   auto start = std::chrono::steady_clock::now();
   Specialised step = specialise(c, tokenName, positionName, 1, log);
   DecodeInterface iface = describeDecode(step.torchIR, tokenName, positionName);
@@ -301,7 +295,7 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
   Generator generator(std::move(iface), std::move(step.entry), std::move(prefill.entry));
   generator.check(c.promptIds, c.maxNewTokens);  // before anything is printed or run
   log << fmt::format("kiln: {}: decode step {} kernels{}; {} states ({:.2f} MB), the cache holds {} positions; compiled in "
-                     "{:.1f} s\n", summary.name, step.kernels,
+                     "{:.1f} s\n", step.torchIR.modelName, step.kernels,
                      prefill.entry ? fmt::format(", prefill chunk of {} tokens {} kernels", c.prefillChunk, prefill.kernels) : "",
                      states, stateBytes / 1e6, capacity,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

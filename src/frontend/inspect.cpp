@@ -74,6 +74,12 @@ void classify(const jit::Block* block, std::unordered_set<const jit::Value*>& dy
 
 }  // namespace
 
+std::vector<std::string> inputNames(const std::string& path) {
+  jit::ExtraFilesMap extra{{kInputsFile, ""}};
+  jit::Module m = loadModule(path, extra);
+  return forwardArgumentNames(m);
+}
+
 ModelSummary inspectModel(const std::string& path) {
   jit::ExtraFilesMap extra{{kInputsFile, ""}};
   Forward f = loadForward(path, extra, std::nullopt);

@@ -76,6 +76,10 @@ inline const std::vector<std::string>& supportedStateWrites() {
 }
 ModelSummary inspectModel(const std::string& path);
 
+// The names of the forward's arguments (after `self`), in order: what --input and kiln generate name inputs by. Loads
+// the archive without freezing it (cheaper than inspectModel for a large model). UserError as importModel's.
+std::vector<std::string> inputNames(const std::string& path);
+
 // Runs the module's forward with LibTorch (on the GPU when onGpu) and returns its tensor outputs, tuples
 // flattened in order. Inputs past the forward's arguments are the model's state, copied into its buffers first; the
 // buffers' values after the forward are then returned after the outputs, as kiln returns them. The ground truth for `kiln run --check` and the tests. With castTo, the module's floating
