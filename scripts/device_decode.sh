@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: kiln's decode path run on the GPU (issue 42; docs/decode.md), after scripts/device_build.sh.
 #   - `kiln run --check` of the decode-step fixture (the state's new values against LibTorch's)
+#   - the same for hf_llama_decode_long.pt (a cache of 256), and compute-sanitizer memcheck of one forward of it
 #   - tests/decode/generate_check.py --gpu: `kiln generate` on the GPU against transformers' model.generate for the
 #     tiny Llama, Qwen2, Phi-3, Gemma and Gemma-2 steps (f32 ids exactly, token by token and in prefill chunks of 4; bf16 Llama's
-#     logits by DESIGN.md's rule)
+#     logits by DESIGN.md's rule; the Llama over a cache of 256 for 150 new tokens)
 # Logs under $1 (default /tmp/kiln-decode); the verdicts printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,12 @@ mkdir -p "$out"
 ./build/kiln run models/fixtures/hf_llama_decode_tiny.pt --check > "$out/check.log" 2>&1
 echo "kiln run --check (decode fixture, GPU) rc=$?"
 grep -E "ran |output|check" "$out/check.log"
+./build/kiln run models/fixtures/hf_llama_decode_long.pt --check > "$out/check-long.log" 2>&1
+echo "kiln run --check (long decode fixture, GPU) rc=$?"
+grep -E "check" "$out/check-long.log"
+compute-sanitizer --tool memcheck ./build/kiln run models/fixtures/hf_llama_decode_long.pt > "$out/memcheck-long.log" 2>&1
+echo "memcheck (long decode fixture) rc=$?"
+grep -E "ERROR SUMMARY" "$out/memcheck-long.log"
 python3 tests/decode/generate_check.py ./build/kiln --gpu > "$out/generate.log" 2>&1
 echo "generate_check --gpu rc=$?"
 grep -vE "Warning|^  |\[transformers\]" "$out/generate.log"

@@ -138,6 +138,7 @@ class KernelBuilder {
   Flash flashSetUp(const tile::FlashAttention& f);
   void flashCoordinates(Flash& x, Block& top, Block& body);
   void flashKeyRange(Flash& x, Block& body);
+  std::optional<Idx> flashRuntimeKeyLimit(const Flash& x);
   void flashRegisters(Flash& x, Block& body);
   void flashCudaCoreRegisters(Flash& x, Block& body);  // (flashRegisters' parts on CUDA cores, on tensor cores)
   void flashFragmentRegisters(Flash& x);

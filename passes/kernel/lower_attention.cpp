@@ -204,8 +204,33 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
     Idx lastRow = idxMin(idxAdd(x.firstQuery, x.queryBlock - 1), idxConst(x.queries - 1));
     end = floorDiv(idxAdd(idxMin(idxConst(x.keys), idxAdd(lastRow, *f.keyTo)), x.keyBlock - 1), x.keyBlock);
   }
+  if (std::optional<Idx> most = flashRuntimeKeyLimit(x)) {
+    // keys read at run time (a decoder step's positions): the steps before the block's largest limit, at least one
+    const Idx before = floorDiv(idxAdd(*most, x.keyBlock - 1), x.keyBlock);
+    end = idxMax(idxAdd(first, 1), idxMin(end, before));
+  }
   x.firstStep = defVar(body, "s_begin", first, x.steps + 1);
   x.endStep = defVar(body, "s_end", end, x.steps + 1);
+}
+
+// The largest run-time key limit (loop::runtimeKeyLimit) among the block's query rows, in Kernel-IR terms: the maximum
+// over rows q0 .. q0 + block_q - 1 (clamped into the query axis), when there are at most kRuntimeLimitRows distinct rows
+// (a decode step's one, a short chunk's few); nullopt otherwise, and the block walks every step its compile-time bounds
+// allow (the mask in the score still hides the keys past each row's limit).
+std::optional<Idx> KernelBuilder::flashRuntimeKeyLimit(const Flash& x) {
+  constexpr int64_t kRuntimeLimitRows = 8;
+  const std::optional<Idx> limit = loop::runtimeKeyLimit(lk_);
+  const int64_t rows = std::min(x.queryBlock, x.queries);
+  if (!limit || rows > kRuntimeLimitRows) return std::nullopt;
+  const Idx atRows = shifted(*limit);
+  const int queryVar = x.queryAxis.var + kFirstLoopVar;
+  std::optional<Idx> most;
+  for (int64_t r = 0; r < rows; ++r) {
+    const Idx row = idxMin(idxAdd(x.firstQuery, r), idxConst(x.queries - 1));
+    const Idx at = simplify(substitute(atRows, [&](int v, const std::string&) { return v == queryVar ? row : nullptr; }), extents_);
+    most = most ? idxMax(*most, at) : at;
+  }
+  return most;
 }
 
 // Per-thread state: running maximum and sum of its rows, output accumulators, score accumulators, q fragments.

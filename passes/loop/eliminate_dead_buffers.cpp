@@ -32,16 +32,16 @@ bool eliminate(Program& p, bool deadKernels) {
     newId[b] = static_cast<int>(buffers.size());
     buffers.push_back(std::move(p.buffers[b]));
   }
+  for (auto& b : buffers)
+    if (b.kind == Buffer::Kind::Temp) b.name = fmt::format("t{}", &b - buffers.data());
   auto renumber = [&](int b) { return newId[b]; };
   for (size_t i = 0; i < kept.size(); ++i) {
     Kernel& k = kept[i];
     k.output = newId[k.output];
-    mapKernelExprs(k, [&](const ExprP& e) { return renumberBuffers(e, renumber); });
+    mapKernelExprs(k, [&](const ExprP& e) { return renumberBuffers(e, renumber, &buffers); });
     std::string suffix = k.name.substr(k.name.find('_'));
     k.name = fmt::format("k{}{}", i, suffix);
   }
-  for (auto& b : buffers)
-    if (b.kind == Buffer::Kind::Temp) b.name = fmt::format("t{}", &b - buffers.data());
   for (int& o : p.outputs) o = newId[o];
   for (int& i : p.inputs) i = newId[i];
   p.kernels = std::move(kept);

@@ -41,10 +41,15 @@ ExprP renamed(const ExprP& e, const std::map<int, Idx>& to, const VarExtents& ex
   });
 }
 
-// Index d of a load at the kernel's row d: the row variable itself, or 0 along an extent-1 axis.
-bool atRow(const Idx& index, const Axis& row) {
-  if (sameIdx(index, idxVar(row.var, row.name))) return true;
-  return row.extent == 1 && constValue(index) == 0;
+// Index d of a load at the kernel's row d: the row variable itself, or 0 along an extent-1 axis (variables of extent 1
+// counted as the 0 they are: a decoder step's one query row leaves sums such as `p2 + p1` in reshaped indices).
+bool atRow(const Idx& index, const Axis& row, const VarExtents& ext) {
+  const Idx at = simplify(substitute(index, [&](int v, const std::string&) -> Idx {
+                            auto it = ext.find(v);
+                            return it != ext.end() && it->second == 1 ? idxConst(0) : nullptr;
+                          }), ext);
+  if (sameIdx(at, idxVar(row.var, row.name))) return true;
+  return row.extent == 1 && constValue(at) == 0;
 }
 
 // exp(x - acc0), returning x.
@@ -113,10 +118,10 @@ bool isSoftmaxOverRows(const Kernel& pk, const Kernel& o, size_t n) {
   return sameRows(pk, o, n);
 }
 
-// S of the rule: a single sum of products over O's rows and the keys.
+// S of the rule: a single sum of products over O's rows and the keys (then any extent-1 axes: a keepdim product's).
 bool isScoreProduct(const Kernel& sk, const Kernel& o, size_t n, int64_t keys) {
   if (sk.attention || sk.stages.size() != 1 || sk.stages[0].fn != ReduceFn::Sum || sk.stages[0].axes.size() != 1 ||
-      sk.parallel.size() != n || sk.parallel.back().extent != keys || !isApply(sk.stages[0].value, Fn::Mul))
+      throughWidth(sk) != n || sk.parallel[n - 1].extent != keys || !isApply(sk.stages[0].value, Fn::Mul))
     return false;
   return sameRows(sk, o, n);
 }
@@ -141,13 +146,14 @@ ExprP softmaxScoreAtKey(const Kernel& pk, const Kernel& o, size_t n, const Axis&
 
 bool isKeyVar(const Idx& i, const Axis& key) { return i->op == IndexNode::Op::Var && i->var == key.var; }
 
-// s reads buffer S only at [rows, key].
-bool readsScoresAtRows(const ExprP& s, int sBuffer, size_t n, const Axis& key, const Kernel& o) {
+// s reads buffer S only at [rows, key] (then 0 along S's extent-1 axes after the keys).
+bool readsScoresAtRows(const ExprP& s, int sBuffer, size_t n, const Axis& key, const Kernel& o, const VarExtents& ext) {
   bool ok = true;
   forEachLoad(s, [&](const Expr& l) {
     if (l.buffer != sBuffer) return;
-    ok = ok && l.index.size() == n && isKeyVar(l.index.back(), key);
-    for (size_t d = 0; d + 1 < n && ok; ++d) ok = atRow(l.index[d], o.parallel[d]);
+    ok = ok && l.index.size() >= n && isKeyVar(l.index[n - 1], key);
+    for (size_t d = 0; d + 1 < n && ok; ++d) ok = atRow(l.index[d], o.parallel[d], ext);
+    for (size_t d = n; d < l.index.size() && ok; ++d) ok = constValue(l.index[d]) == 0;
   });
   return ok;
 }
@@ -179,7 +185,7 @@ class Fuser {
       int pk = producer(pLoad->buffer, static_cast<int>(oi));
       if (pk < 0) continue;
       bool rows = pLoad->index.size() == n && sameIdx(pLoad->index.back(), idxVar(r.var, r.name));
-      for (size_t d = 0; d + 1 < n && rows; ++d) rows = atRow(pLoad->index[d], o.parallel[d]);
+      for (size_t d = 0; d + 1 < n && rows; ++d) rows = atRow(pLoad->index[d], o.parallel[d], o.extents());
       if (!rows) continue;
       if (auto f = withSoftmax(oi, static_cast<size_t>(pk), product->args[1 - side])) return f;
     }
@@ -197,13 +203,14 @@ class Fuser {
     return -1;
   }
 
-  // The one temporary that s reads, and not as an index; nullopt when it reads none or several.
+  // The one temporary that s loads as a value; nullopt when it loads none or several. (Temporaries read as indices are
+  // not scores: a decoder step's positions, which its causal mask compares the keys with.)
   std::optional<int> scoreBuffer(const ExprP& s) const {
     std::optional<int> sBuffer;
     bool ok = true;
     forEachBufferRead(s, [&](int b, bool asIndex) {
-      if (p_.buffers[static_cast<size_t>(b)].kind != Buffer::Kind::Temp) return;
-      ok = ok && !asIndex && (!sBuffer || *sBuffer == b);
+      if (asIndex || p_.buffers[static_cast<size_t>(b)].kind != Buffer::Kind::Temp) return;
+      ok = ok && (!sBuffer || *sBuffer == b);
       sBuffer = b;
     });
     if (!ok) return std::nullopt;
@@ -229,12 +236,13 @@ class Fuser {
     int si = producer(*sBuffer, static_cast<int>(pi));
     if (si < 0) return std::nullopt;
     const Kernel& sk = p_.kernels[static_cast<size_t>(si)];
-    if (!isScoreProduct(sk, o, n, keys) || !readsScoresAtRows(s, *sBuffer, n, key, o)) return std::nullopt;
+    if (!isScoreProduct(sk, o, n, keys) || !readsScoresAtRows(s, *sBuffer, n, key, o, ext)) return std::nullopt;
     Axis depth{next++, "d", sk.stages[0].axes[0].extent};
     ext[depth.var] = depth.extent;
     std::map<int, Idx> fromS;
     for (size_t d = 0; d + 1 < n; ++d) fromS[sk.parallel[d].var] = idxVar(o.parallel[d].var, o.parallel[d].name);
-    fromS[sk.parallel.back().var] = idxVar(key.var, key.name);
+    fromS[sk.parallel[n - 1].var] = idxVar(key.var, key.name);
+    for (size_t d = n; d < sk.parallel.size(); ++d) fromS[sk.parallel[d].var] = idxConst(0);
     fromS[sk.stages[0].axes[0].var] = idxVar(depth.var, depth.name);
     const ExprP h = renamed(sk.result, fromS, ext);
 

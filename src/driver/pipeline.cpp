@@ -26,6 +26,7 @@ const std::vector<InLevelPass<loop::Program>>& loopPasses() {
       {"loop-fuse-producers", loop::fuseProducers},  // producers in topological order
       {"loop-fuse-rows", loop::fuseRows},  // after inlining: consumers hold their whole row
       {"loop-reciprocal-row-divisors", loop::reciprocalRowDivisors},  // after the rows are formed
+      {"loop-index-comparisons", loop::indexComparisons},  // after inlining: the comparison and its choice in one kernel
       {"loop-fuse-attention", loop::fuseAttention},  // after the softmax rows are formed
       {"loop-eliminate-dead-buffers", loop::eliminateDeadBuffers},  // removes what fusion inlined
   };

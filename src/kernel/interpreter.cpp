@@ -95,6 +95,7 @@ float Machine::eval(const FExpr& e, int64_t t) {
       if (i < 0 || i >= static_cast<int64_t>(data.size()))
         raise(fmt::format("kernel {}: thread {} of block {} loads {}[{}] out of bounds ({} elements; index {})", k.name, t,
                           block, k.params[e.param].name, i, data.size(), toString(e.index)));
+      countRead(e.param, 1);
       return data[i];
     }
     case FExpr::Kind::LoadShared: {
@@ -372,6 +373,7 @@ bool Machine::execRegisters(const Stmt& s, int depth) {
         if (!mask[t]) continue;
         int64_t i = vectorStart(load.param, load.index, t, load.slots.size(), "loads vector");
         const std::vector<float>& data = buffers[k.params[load.param].buffer];
+        countRead(load.param, static_cast<int64_t>(load.slots.size()));
         for (size_t e = 0; e < load.slots.size(); ++e) floats[t * nf + load.slots[e]] = data[i + static_cast<int64_t>(e)];
       }
       return true;
@@ -461,7 +463,7 @@ void Machine::run() {
 
 }  // namespace interp
 
-std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs) {
+std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs, InterpretCounts* counts) {
   KILN_ASSERT(inputs.size() == p.inputs.size(), "kernel IR interpreter: {} inputs given for {} model inputs", inputs.size(),
               p.inputs.size());
   std::vector<std::vector<float>> buffers(p.buffers.size());
@@ -486,7 +488,12 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
     buffers[b] = inputs[i].values;
     for (float& v : buffers[b]) v = loop::roundTo(info.dtype, v);
   }
-  for (const Kernel& k : p.kernels) interp::Machine(p, k, buffers).run();
+  if (counts) counts->elementsRead.assign(p.kernels.size(), std::vector<int64_t>(p.buffers.size(), 0));
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    interp::Machine machine(p, p.kernels[i], buffers);
+    if (counts) machine.elementsRead = &counts->elementsRead[i];
+    machine.run();
+  }
   std::vector<HostTensor> out;
   for (int b : p.outputs) {
     KILN_ASSERT(b >= 0 && b < static_cast<int>(p.buffers.size()), "kernel IR interpreter: output buffer #{}", b);

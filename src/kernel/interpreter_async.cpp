@@ -79,6 +79,7 @@ void Machine::cpAsyncStep(const Stmt& stmt, const std::vector<uint8_t>& mask) {
       raise(fmt::format("{}: reads [{}, {}], out of bounds of {}'s {} elements", where(), gi, gi + read - 1, prm.name, src.size()));
     Copy copy{s.shared, si, std::vector<float>(static_cast<size_t>(n), 0.f)};  // zero-filled past the valid bytes
     for (int64_t j = 0; j < read; ++j) copy.values[j] = src[gi + j];
+    countRead(s.param, read);
     for (int64_t j = 0; j < n; ++j) {
       if (int32_t owner = inFlight[s.shared][si + j]; owner >= 0)
         raise(fmt::format("{}: overlaps element {} of thread {}'s copy that has not been waited for", where(), si + j, owner));

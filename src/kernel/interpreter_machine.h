@@ -101,8 +101,15 @@ struct Machine {
       const std::vector<float>& data = paramData(param);
       if (flat < 0 || flat >= static_cast<int64_t>(data.size()))
         raise(fmt::format("kernel {}: index read {}[{}] out of bounds", k.name, k.params[param].name, flat));
+      countRead(param, 1);
       return static_cast<int64_t>(data[flat]);
     };
+  }
+
+  // Elements read from global memory, per program buffer (interpret's InterpretCounts), when counted.
+  std::vector<int64_t>* elementsRead = nullptr;
+  void countRead(int param, int64_t elements) {
+    if (elementsRead) (*elementsRead)[static_cast<size_t>(k.params[param].buffer)] += elements;
   }
 
   const std::vector<float>& paramData(int param) {

@@ -112,6 +112,7 @@ void Machine::tmaLoadStep(const Stmt& s, const std::vector<uint8_t>& mask) {
           phaseTags[dstBuffer][static_cast<size_t>(e)] = tag;
         }
       m.tx -= box * elemBytes;
+      countRead(map.param, box);
     }
     completeIfDone(m);
   }

@@ -138,6 +138,39 @@ KeyBounds keyBounds(const Kernel& k, int queryAxis) {
   return b;
 }
 
+namespace {
+
+// The run-time limits of the selects among e's summands (and inside their kept sides).
+void runtimeLimits(const ExprP& e, const Kernel& k, std::vector<Idx>& limits) {
+  if (e->kind == Expr::Kind::Apply && e->fn == Fn::Add) {
+    for (const ExprP& a : e->args) runtimeLimits(a, k, limits);
+    return;
+  }
+  if (e->kind != Expr::Kind::Select || !isKey(e->index[0], k.attention->key.var) || !isMasked(e->args[1])) return;
+  const Idx& limit = e->index[1];
+  bool readsMemory = false, overRows = true;
+  forEachIndexLoad(limit, [&](const IndexNode&) { readsMemory = true; });
+  forEachVar(limit, [&](int v) {
+    bool row = false;
+    for (int d = 0; d < k.rowAxes; ++d) row = row || k.parallel[static_cast<size_t>(d)].var == v;
+    overRows = overRows && row;
+  });
+  if (readsMemory && overRows) limits.push_back(limit);
+  runtimeLimits(e->args[0], k, limits);
+}
+
+}  // namespace
+
+std::optional<Idx> runtimeKeyLimit(const Kernel& k) {
+  if (!k.attention) return std::nullopt;
+  std::vector<Idx> limits;
+  runtimeLimits(k.attention->score, k, limits);
+  if (limits.empty()) return std::nullopt;
+  Idx limit = limits[0];
+  for (size_t i = 1; i < limits.size(); ++i) limit = idxMin(limit, limits[i]);
+  return limit;
+}
+
 ExprP unmaskedScore(const Kernel& k, int queryAxis) {
   KILN_ASSERT(k.attention && queryAxis >= 0, "kernel {}: unmaskedScore of a kernel that is not attention", k.name);
   return walkMasks(k.attention->score, k.attention->key.var, k.parallel[static_cast<size_t>(queryAxis)].var, k.extents(),

@@ -83,12 +83,15 @@ void forEachBufferRead(const ExprP& e, const std::function<void(int, bool)>& f) 
   for (auto& a : e->args) forEachBufferRead(a, f);
 }
 
-ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId) {
+ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId, const std::vector<Buffer>* named) {
   auto copy = std::make_shared<Expr>(*e);
   if (copy->kind == Expr::Kind::Load) copy->buffer = newId(copy->buffer);
   for (auto& i : copy->index)
-    i = mapIndexLoads(i, [&](const IndexNode& l, const Idx& flat) { return idxLoad(newId(l.buffer), l.name, flat); });
-  for (auto& a : copy->args) a = renumberBuffers(a, newId);
+    i = mapIndexLoads(i, [&](const IndexNode& l, const Idx& flat) {
+      const int id = newId(l.buffer);
+      return idxLoad(id, named ? (*named)[static_cast<size_t>(id)].name : l.name, flat);
+    });
+  for (auto& a : copy->args) a = renumberBuffers(a, newId, named);
   return copy;
 }
 

@@ -4,7 +4,8 @@ made by models/hf_decode.py (Llama, Qwen2, Phi-3, Gemma; Gemma-2 through the hyb
 f32: the ids must equal model.generate(do_sample=False)'s exactly, token by token through the decode step and with the
 prompt in chunks (--prefill-chunk). bf16: kiln's ids are fed back to the model without a cache (teacher forcing) and
 the logits kiln chose each token from are judged by DESIGN.md's bf16 rule: against an f32 evaluation of the same
-rounded weights, kiln's error at most 1.5 x the bf16 model's own + 1e-3.
+rounded weights, kiln's error at most 1.5 x the bf16 model's own + 1e-3. Last, the f32 Llama over a cache of 256 for 150
+new tokens (attention's key steps past the position skipped at run time).
 
     python3 tests/decode/generate_check.py build/kiln [FAMILY ...]
     python3 tests/decode/generate_check.py build/kiln --gpu [FAMILY ...]   # kiln on the GPU (scripts/device_decode.sh)
@@ -28,9 +29,9 @@ CACHE = 32
 WHERE = ["--interpret"]  # --gpu: []
 
 
-def kiln_generate(kiln, trace, extra=()):
+def kiln_generate(kiln, trace, extra=(), new=NEW):
     cmd = [kiln, "generate", str(trace), *WHERE, "--prompt-ids", ",".join(map(str, PROMPT)),
-           "--max-new-tokens", str(NEW), *extra]
+           "--max-new-tokens", str(new), *extra]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"FAIL: {' '.join(cmd)} exited {run.returncode}: {run.stderr.strip()}")
@@ -52,6 +53,19 @@ def check_f32(kiln, family, tmp):
         print(f"{family} f32 {' '.join(extra) or 'token by token'}: {'PASS' if same else 'FAIL'}"
               + ("" if same else f"\n  kiln         {got}\n  transformers {want}"))
     return ok
+
+
+def check_long(kiln, tmp):
+    """Llama over a cache of 256 for 150 new tokens: attention walks 1, 2 and then 3 steps of 64 keys (the steps past
+    the position skipped at run time), and must give transformers' ids throughout."""
+    trace = tmp / "llama_long_step.pt"
+    hf_decode.trace(hf_decode.build("llama", "f32"), 256, 1, trace)
+    want = hf_decode.generate(hf_decode.build("llama", "f32"), PROMPT, 150)
+    got = kiln_generate(kiln, trace, [], 150)
+    same = got == want
+    print(f"llama f32, cache 256, 150 new tokens: {'PASS' if same else 'FAIL'}"
+          + ("" if same else f"\n  kiln         {got}\n  transformers {want}"))
+    return same
 
 
 def rel_l2(a, b):
@@ -93,6 +107,7 @@ def main():
         for family in families:
             ok = check_f32(kiln, family, tmp) and ok
         ok = check_bf16(kiln, "llama", tmp) and ok
+        ok = check_long(kiln, tmp) and ok
     print("generate: PASS" if ok else "generate: FAIL")
     sys.exit(0 if ok else 1)
 

@@ -46,6 +46,7 @@ const std::vector<LoopPass> kLoopPasses = {
     {"loop-fuse-producers", fuseProducers},
     {"loop-fuse-rows", fuseRows},
     {"loop-reciprocal-row-divisors", reciprocalRowDivisors},
+    {"loop-index-comparisons", indexComparisons},
     {"loop-fuse-attention", fuseAttention},
     {"loop-eliminate-dead-buffers", eliminateDeadBuffers},
 };

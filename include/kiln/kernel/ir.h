@@ -411,7 +411,14 @@ void verify(const Program& p);
 // Executes the kernels on the CPU, one block at a time, all threads of a block in lockstep. Shared
 // memory reads of elements no thread wrote, out-of-bounds accesses and divergent barriers throw
 // InternalError naming the kernel. Outputs and temporaries start poisoned (NaN).
-std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs);
+// With `counts`, also what the run read from global memory.
+struct InterpretCounts {
+  // [kernel][buffer] (the Program's indices and ids): elements the kernel read from the buffer in global memory by loads
+  // (scalar and vector), index reads, cp.async (the valid bytes, in elements) and TMA boxes (whole boxes, edges
+  // included).
+  std::vector<std::vector<int64_t>> elementsRead;
+};
+std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs, InterpretCounts* counts = nullptr);
 
 // The lowering into this level (passes/kernel/lower_from_tile.cpp) is declared in kiln/kernel/lower.h, the
 // one header that sees both Tile IR and Kernel IR.

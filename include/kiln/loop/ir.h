@@ -62,7 +62,9 @@ ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b);
 // Every buffer an expression reads: its loads, and index values read from memory inside their indices.
 void forEachBufferRead(const ExprP& e, const std::function<void(int buffer, bool asIndex)>& f);
 // Renumbers every buffer an expression reads.
-ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId);
+// With `named`, index reads also take the name of their buffer there (the name they print with: a temporary's changes
+// with its number).
+ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId, const std::vector<Buffer>* named = nullptr);
 // Structural key: equal keys <=> equal expressions (used for common-subexpression sharing).
 std::string exprKey(const ExprP& e);
 // Rewrites every Load's index and buffer through f (returns a new tree).
@@ -178,6 +180,7 @@ bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
 bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisors
 bool maskPredicates(Program& p);                  // loop-mask-predicates
+bool indexComparisons(Program& p);                // loop-index-comparisons
 bool fuseAttention(Program& p);                   // loop-fuse-attention
 // For `kiln compile --explain-fusion`: each kernel's Torch ops, and for every kernel whose buffer other
 // kernels read, why it was not fused into them.

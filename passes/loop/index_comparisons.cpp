@@ -1,0 +1,137 @@
+// loop-index-comparisons: a choice between two values on a comparison of integers that are indices becomes a select on
+// index expressions: where(a <= b, x, y) -> select(a < b + 1, x, y) (likewise <, >, >=), when a and b are each
+//   - an integer weight that holds its own index along one dimension plus a constant (an arange, broadcast or not),
+//     read at some index: that dimension's index plus the constant;
+//   - an element of an integer (i64) input or temporary: an index read from memory (idxLoad), as a gather reads ids;
+//   - an integral immediate, or a sum or difference of such values.
+// A decoder step's causal mask is such a comparison: `kv_idx <= q_idx` with kv_idx an arange over the cache and q_idx
+// the positions the forward was given. As a select on the key's index it is a bound later passes can read
+// (loop::keyBounds: the keys past a row's run-time bound need not be loaded at all), and the loads of the arange are
+// gone. Exact: the comparison is of the same integers (as floats they were exact only below 2^24).
+// Runs after the fusions that inline the comparison into the kernel choosing on it (loop-fuse-producers, fuse-rows),
+// before loop-fuse-attention.
+#include <map>
+#include <optional>
+
+#include "kiln/loop/ir.h"
+
+namespace kiln::loop {
+namespace {
+
+bool isApply(const ExprP& e, Fn fn) { return e->kind == Expr::Kind::Apply && e->fn == fn; }
+
+// An integer weight whose every element is its index along dimension `dim` plus `offset`.
+struct Iota {
+  size_t dim = 0;
+  int64_t offset = 0;
+};
+
+std::optional<Iota> iotaOf(const Buffer& b) {
+  if (b.kind != Buffer::Kind::Weight || b.dtype != DType::I64 || !b.weight || b.shape.empty()) return std::nullopt;
+  const std::vector<float>& w = b.weight->values;
+  if (static_cast<int64_t>(w.size()) != numel(b.shape) || w.empty()) return std::nullopt;
+  for (size_t dim = b.shape.size(); dim-- > 0;) {
+    int64_t inner = 1;
+    for (size_t d = dim + 1; d < b.shape.size(); ++d) inner *= b.shape[d];
+    const int64_t offset = static_cast<int64_t>(w[0]);
+    bool holds = true;
+    for (size_t i = 0; i < w.size() && holds; ++i)
+      holds = w[i] == static_cast<float>(static_cast<int64_t>(i) / inner % b.shape[dim] + offset);
+    if (holds) return Iota{dim, offset};
+  }
+  return std::nullopt;
+}
+
+class Rewriter {
+ public:
+  explicit Rewriter(const Program& p) : p_(p) {}
+
+  ExprP rewrite(const ExprP& e, const VarExtents& ext) {
+    if (e->kind != Expr::Kind::Apply && e->kind != Expr::Kind::Select) return e;
+    std::vector<ExprP> args;
+    bool argsChanged = false;
+    for (const ExprP& a : e->args) {
+      args.push_back(rewrite(a, ext));
+      argsChanged = argsChanged || args.back() != a;
+    }
+    if (isApply(e, Fn::Where))
+      if (ExprP s = asSelect(args, ext)) return s;
+    if (!argsChanged) return e;
+    auto copy = std::make_shared<Expr>(*e);
+    copy->args = std::move(args);
+    return copy;
+  }
+
+  bool changed() const { return changed_; }
+
+ private:
+  // where(cond, x, y) as a select on cond's integers; null when cond is not such a comparison.
+  ExprP asSelect(const std::vector<ExprP>& args, const VarExtents& ext) {
+    const ExprP& cond = args[0];
+    if (cond->kind != Expr::Kind::Apply || cond->args.size() != 2) return nullptr;
+    const Fn fn = cond->fn;
+    if (fn != Fn::Lt && fn != Fn::Le && fn != Fn::Gt && fn != Fn::Ge) return nullptr;
+    std::optional<Idx> a = indexValue(cond->args[0], ext), b = indexValue(cond->args[1], ext);
+    if (!a || !b) return nullptr;
+    changed_ = true;
+    // Keeps x when lhs < rhs: a < b; a <= b is a < b + 1; a > b is b < a; a >= b is b < a + 1.
+    if (fn == Fn::Lt) return select(*a, *b, args[1], args[2]);
+    if (fn == Fn::Le) return select(*a, simplify(idxAdd(*b, 1), ext), args[1], args[2]);
+    if (fn == Fn::Gt) return select(*b, *a, args[1], args[2]);
+    return select(*b, simplify(idxAdd(*a, 1), ext), args[1], args[2]);
+  }
+
+  std::optional<Idx> indexValue(const ExprP& e, const VarExtents& ext) {
+    if (e->kind == Expr::Kind::Imm) {
+      const auto v = static_cast<int64_t>(e->imm);
+      if (static_cast<float>(v) != e->imm) return std::nullopt;
+      return idxConst(v);
+    }
+    if (e->kind == Expr::Kind::Load) return loadedIndex(*e, ext);
+    if (!isApply(e, Fn::Add) && !isApply(e, Fn::Sub)) return std::nullopt;
+    std::optional<Idx> a = indexValue(e->args[0], ext), b = indexValue(e->args[1], ext);
+    if (!a || !b) return std::nullopt;
+    return simplify(e->fn == Fn::Add ? *a + *b : *a + idxMul(*b, -1), ext);
+  }
+
+  std::optional<Idx> loadedIndex(const Expr& load, const VarExtents& ext) {
+    const Buffer& b = p_.buffers[static_cast<size_t>(load.buffer)];
+    if (b.dtype != DType::I64) return std::nullopt;
+    if (b.kind == Buffer::Kind::Weight) {
+      const std::optional<Iota>& iota = iotaOfBuffer(load.buffer);
+      if (!iota) return std::nullopt;
+      return simplify(idxAdd(load.index[iota->dim], iota->offset), ext);
+    }
+    if (b.kind != Buffer::Kind::Input && b.kind != Buffer::Kind::Temp) return std::nullopt;
+    Idx flat = idxConst(0);
+    int64_t stride = 1;
+    for (size_t d = b.shape.size(); d-- > 0;) {
+      flat = flat + idxMul(load.index[d], stride);
+      stride *= b.shape[d];
+    }
+    return idxLoad(load.buffer, b.name, simplify(flat, ext));
+  }
+
+  const std::optional<Iota>& iotaOfBuffer(int buffer) {
+    auto it = iotas_.find(buffer);
+    if (it == iotas_.end()) it = iotas_.emplace(buffer, iotaOf(p_.buffers[static_cast<size_t>(buffer)])).first;
+    return it->second;
+  }
+
+  const Program& p_;
+  std::map<int, std::optional<Iota>> iotas_;
+  bool changed_ = false;
+};
+
+}  // namespace
+
+bool indexComparisons(Program& p) {
+  Rewriter r(p);
+  for (Kernel& k : p.kernels) {
+    const VarExtents ext = k.extents();
+    mapKernelExprs(k, [&](const ExprP& e) { return r.rewrite(e, ext); });
+  }
+  return r.changed();
+}
+
+}  // namespace kiln::loop

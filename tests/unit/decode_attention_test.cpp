@@ -1,0 +1,143 @@
+// Decode attention reads keys only up to the run-time length (issue 42): loop-index-comparisons turns the decoder step's
+// causal mask `kv_idx <= q_idx` (an arange over the cache against the positions the forward was given) into a select on
+// the key's index, loop-fuse-attention makes the step's attention one kernel, and its flash schedule walks only the key
+// steps below the block's largest run-time limit (loop::runtimeKeyLimit). The fixture hf_llama_decode_long.pt is the
+// tiny Llama decoder step of models/hf_decode.py with a cache of 256 positions.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/driver/pipeline.h"
+#include "kiln/loop/attention.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+
+// ---- loop-index-comparisons ----
+
+// out[p0, p1] = where(arange[0, p1] <= pos[p0], x[p0, p1], -1e30): a causal mask of run-time positions.
+loop::Program maskedByPositions(tensor::Fn cmp, DType arangeType = DType::I64) {
+  loop::Program p;
+  p.modelName = "positions";
+  std::vector<float> arange(8);
+  for (size_t i = 0; i < arange.size(); ++i) arange[i] = static_cast<float>(i);
+  auto data = std::make_shared<torch::WeightData>(torch::WeightData{"arange", arange});
+  p.buffers = {loop::Buffer{loop::Buffer::Kind::Input, "pos", DType::I64, {4}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Weight, "arange", arangeType, {1, 8}, data},
+               loop::Buffer{loop::Buffer::Kind::Input, "x", DType::F32, {4, 8}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Output, "out", DType::F32, {4, 8}, nullptr}};
+  p.inputs = {0, 2};
+  p.outputs = {3};
+  loop::Kernel k;
+  k.name = "k0_where";
+  k.output = 3;
+  const Idx p0 = idxVar(0, "p0"), p1 = idxVar(1, "p1");
+  k.parallel = {loop::Axis{0, "p0", 4}, loop::Axis{1, "p1", 8}};
+  k.rowAxes = 2;
+  const loop::ExprP visible = loop::apply(cmp, {loop::load(1, {idxConst(0), p1}), loop::load(0, {p0})});
+  k.result = loop::apply(tensor::Fn::Where, {visible, loop::load(2, {p0, p1}), loop::imm(-1e30f)});
+  p.kernels.push_back(k);
+  return p;
+}
+
+std::vector<HostTensor> positionsInputs() {
+  return {HostTensor{DType::I64, {4}, {0.f, 3.f, 7.f, 5.f}}, randomTensor(DType::F32, {4, 8}, 1)};
+}
+
+TEST(IndexComparisons, AnArangeAgainstPositionsBecomesASelectOnTheKeysIndex) {
+  for (tensor::Fn cmp : {tensor::Fn::Le, tensor::Fn::Lt, tensor::Fn::Gt, tensor::Fn::Ge}) {
+    loop::Program p = maskedByPositions(cmp);
+    const std::vector<HostTensor> before = loop::interpret(p, positionsInputs());
+    ASSERT_TRUE(loop::indexComparisons(p)) << tensor::fnName(cmp);
+    const std::string text = loop::print(p);
+    EXPECT_EQ(text.find("load arange"), std::string::npos) << text;
+    if (cmp == tensor::Fn::Le) EXPECT_NE(text.find("select(p1 < pos[p0] + 1, "), std::string::npos) << text;
+    if (cmp == tensor::Fn::Gt) EXPECT_NE(text.find("select(pos[p0] < p1, "), std::string::npos) << text;
+    const std::vector<HostTensor> after = loop::interpret(p, positionsInputs());
+    EXPECT_EQ(after[0].values, before[0].values) << tensor::fnName(cmp);
+    EXPECT_FALSE(loop::indexComparisons(p)) << "a second run changes nothing";
+  }
+}
+
+TEST(IndexComparisons, LeavesFloatValuesAndEqualityAlone) {
+  loop::Program floats = maskedByPositions(tensor::Fn::Le, DType::F32);  // a float arange: not known to be integers
+  EXPECT_FALSE(loop::indexComparisons(floats)) << loop::print(floats);
+  loop::Program equal = maskedByPositions(tensor::Fn::Eq);
+  EXPECT_FALSE(loop::indexComparisons(equal)) << loop::print(equal);
+}
+
+// ---- the decoder step's attention ----
+
+struct DecodeStep {
+  Compiled c = compileModel(test::fixturePath("hf_llama_decode_long"), {}, {}, "kernel");
+
+  // The step's inputs with the token at `position`: random caches, token 7.
+  std::vector<HostTensor> inputs(int64_t position) const {
+    std::vector<HostTensor> in = test::randomInputs(c.kernelIR, 3);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const std::string& name = c.kernelIR.buffers[static_cast<size_t>(c.kernelIR.inputs[i])].name;
+      if (name == "ids") in[i].values = {7.f};
+      if (name == "pos") in[i].values = {static_cast<float>(position)};
+    }
+    return in;
+  }
+};
+
+TEST(DecodeAttention, EachLayerIsOneFlashKernelWithARunTimeKeyLimit) {
+  DecodeStep step;
+  int attention = 0;
+  for (const loop::Kernel& k : step.c.loopIR.kernels) {
+    if (!k.attention) continue;
+    ++attention;
+    std::optional<Idx> limit = loop::runtimeKeyLimit(k);
+    ASSERT_TRUE(limit) << k.name;
+    // key j < the position (a temporary computed from `pos`, read as an index) + 1
+    const std::string text = toString(*limit);
+    const std::string tail = "[0] + 1";
+    EXPECT_TRUE(text.size() > tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0) << text;
+  }
+  EXPECT_EQ(attention, 2) << "one attention kernel per decoder layer";
+}
+
+TEST(DecodeAttention, ReadsKeysOnlyUpToTheRunTimeLength) {
+  DecodeStep step;
+  const kernel::Program& kp = step.c.kernelIR;
+  // The attention kernels and the buffers their k and v come from (the caches after this step's write).
+  std::vector<size_t> kernels;
+  std::vector<int> keys, values;
+  for (size_t i = 0; i < step.c.loopIR.kernels.size(); ++i) {
+    const loop::Kernel& k = step.c.loopIR.kernels[i];
+    if (!k.attention) continue;
+    auto ops = loop::flashAttentionOperands(step.c.loopIR, k);
+    ASSERT_TRUE(ops) << k.name;
+    keys.push_back(ops->k->buffer);
+    values.push_back(ops->v->buffer);
+    for (size_t j = 0; j < kp.kernels.size(); ++j)
+      if (kp.kernels[j].name == k.name) kernels.push_back(j);
+  }
+  ASSERT_EQ(kernels.size(), 2u);
+  // Steps of 64 keys (f32): a token at position 3 sees keys 0..3, one step; at 200, keys 0..200, four steps of the 256.
+  std::vector<int64_t> read[2];
+  const int64_t positions[2] = {3, 200};
+  for (int run = 0; run < 2; ++run) {
+    kernel::InterpretCounts counts;
+    const std::vector<HostTensor> in = step.inputs(positions[run]);
+    const std::vector<HostTensor> got = kernel::interpret(kp, in, &counts);
+    const std::vector<HostTensor> want = loop::interpret(step.c.loopIR, in);  // the mask applied to every key
+    for (size_t o = 0; o < got.size(); ++o) EXPECT_LE(compare(got[o], want[o]).relL2, 1e-5) << "output " << o;
+    for (size_t l = 0; l < kernels.size(); ++l) {
+      read[run].push_back(counts.elementsRead[kernels[l]][static_cast<size_t>(keys[l])]);
+      read[run].push_back(counts.elementsRead[kernels[l]][static_cast<size_t>(values[l])]);
+    }
+  }
+  // 4 heads (2 KV heads of 16), one block each: 64 keys x 16 of k and of v per step.
+  for (size_t i = 0; i < read[0].size(); ++i) {
+    EXPECT_EQ(read[0][i], 4 * 64 * 16) << "position 3, operand " << i;
+    EXPECT_EQ(read[1][i], 4 * 4 * 64 * 16) << "position 200, operand " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
