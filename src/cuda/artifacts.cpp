@@ -22,6 +22,7 @@
 #include "kiln/cuda/templates.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
+#include "kiln/support/hash.h"
 #include "kiln/support/files.h"
 #include "kiln/support/output.h"
 #include "kiln/support/progress.h"
@@ -70,8 +71,37 @@ std::string codeKey(const Source& s) {
 
 // The static memory plan: every buffer its own aligned slice of one arena. (Reusing the slices of
 // temporaries whose lifetimes do not overlap is the next step.)
-runtime::Manifest plan(const kernel::Program& p, const Module& module, const ArtifactOptions& opts,
-                       std::vector<std::byte>& weights, std::vector<std::string>& toCompile) {
+// The weights file of a directory's entries: each weight's bytes appended (aligned), except where an earlier entry
+// stored the same bytes.
+class WeightsFile {
+ public:
+  int64_t place(const std::vector<std::byte>& bytes) {
+    const uint64_t key = fnv1aWords(kFnvOffset, bytes.data(), bytes.size());
+    auto [first, last] = earlier_.equal_range(key);
+    for (auto it = first; it != last; ++it)
+      if (it->second.second == static_cast<int64_t>(bytes.size()) &&
+          std::equal(bytes.begin(), bytes.end(), data_.begin() + static_cast<std::ptrdiff_t>(it->second.first)))
+        return it->second.first;
+    const auto offset = static_cast<int64_t>(data_.size());
+    data_.insert(data_.end(), bytes.begin(), bytes.end());
+    data_.resize(static_cast<size_t>(alignUp(static_cast<int64_t>(data_.size()))));
+    entry_.emplace(key, std::pair{offset, static_cast<int64_t>(bytes.size())});
+    return offset;
+  }
+  // The weights placed so far become those later entries reuse (an entry's own equal weights stay apart).
+  void endEntry() {
+    earlier_.insert(entry_.begin(), entry_.end());
+    entry_.clear();
+  }
+  const std::vector<std::byte>& data() const { return data_; }
+
+ private:
+  std::vector<std::byte> data_;
+  std::multimap<uint64_t, std::pair<int64_t, int64_t>> earlier_, entry_;  // hash -> (offset, bytes)
+};
+
+runtime::Manifest plan(const kernel::Program& p, const Module& module, const ArtifactOptions& opts, WeightsFile& weights,
+                       std::vector<std::string>& toCompile) {
   runtime::Manifest m;
   m.kilnVersion = KILN_VERSION;
   m.model = p.modelName;
@@ -89,10 +119,7 @@ runtime::Manifest plan(const kernel::Program& p, const Module& module, const Art
     info.offset = offset;
     offset = alignUp(offset + info.bytes);
     if (buf.kind == loop::Buffer::Kind::Weight) {
-      info.weightOffset = static_cast<int64_t>(weights.size());
-      auto bytes = toBytes(HostTensor{buf.dtype, buf.shape, buf.weight->values});
-      weights.insert(weights.end(), bytes.begin(), bytes.end());
-      weights.resize(alignUp(static_cast<int64_t>(weights.size())));
+      info.weightOffset = weights.place(toBytes(HostTensor{buf.dtype, buf.shape, buf.weight->values}));
     }
     m.buffers.push_back(info);
   }
@@ -232,22 +259,39 @@ std::string nvccIdentity() {
 }
 
 void writeArtifacts(const kernel::Program& p, const Module& m, const fs::path& dir, const ArtifactOptions& opts) {
+  writeArtifacts({ArtifactEntry{"", &p, &m}}, dir, opts);
+}
+
+void writeArtifacts(const std::vector<ArtifactEntry>& entries, const fs::path& dir, const ArtifactOptions& opts) {
+  KILN_ASSERT(!entries.empty() && entries[0].name.empty(), "writeArtifacts: the first entry is the unnamed one");
+  for (size_t e = 1; e < entries.size(); ++e)
+    for (const kernel::Kernel& k : entries[e].program->kernels)
+      KILN_ASSERT(k.name.rfind(entries[e].name + "_", 0) == 0, "writeArtifacts: kernel {} of entry {} is not named after it",
+                  k.name, entries[e].name);
   OutputDir out(dir.string());  // refuses a directory kiln did not write; see kiln/support/output.h
   fs::path tmp = out.staging();
   for (const Template& t : templates()) writeText(tmp / t.name, t.text);
-  for (const Source& s : m.sources) writeText(tmp / s.file, s.text);
-  std::vector<std::byte> weights;
+  WeightsFile weights;
   std::vector<std::string> toCompile;
-  runtime::Manifest manifest = plan(p, m, opts, weights, toCompile);
-  writeFile(tmp / manifest.weightsFile, weights.data(), weights.size());
+  std::vector<runtime::Manifest> manifests;
+  for (const ArtifactEntry& e : entries) {
+    for (const Source& s : e.module->sources) writeText(tmp / s.file, s.text);
+    manifests.push_back(plan(*e.program, *e.module, opts, weights, toCompile));
+    weights.endEntry();
+  }
+  writeFile(tmp / manifests[0].weightsFile, weights.data().data(), weights.data().size());
   if (opts.compile && !toCompile.empty()) compileWithNvcc(tmp, toCompile, opts.arch);
   // Each file's size and hash, so that a loader notices one changed or truncated since (runtime::verifyFiles).
-  std::set<std::string> listed{manifest.weightsFile};
-  manifest.files.push_back(runtime::describeFile(tmp, manifest.weightsFile));
-  std::error_code ec;
-  for (const runtime::KernelInfo& k : manifest.kernels)
-    if (listed.insert(k.cubin).second && fs::exists(tmp / k.cubin, ec)) manifest.files.push_back(runtime::describeFile(tmp, k.cubin));
-  runtime::writeManifest(manifest, tmp);
+  const runtime::FileInfo weightsInfo = runtime::describeFile(tmp, manifests[0].weightsFile);
+  for (size_t e = entries.size(); e-- > 0;) {  // the first entry's manifest.json written last
+    runtime::Manifest& manifest = manifests[e];
+    std::set<std::string> listed{manifest.weightsFile};
+    manifest.files.push_back(weightsInfo);
+    std::error_code ec;
+    for (const runtime::KernelInfo& k : manifest.kernels)
+      if (listed.insert(k.cubin).second && fs::exists(tmp / k.cubin, ec)) manifest.files.push_back(runtime::describeFile(tmp, k.cubin));
+    runtime::writeManifest(manifest, tmp, entries[e].name);
+  }
   out.commit(runtime::kManifestFileName);  // the manifest last: a reader that finds it finds the rest
 }
 

@@ -10,6 +10,8 @@
 #include <memory>
 #include <sstream>
 
+#include "kiln/cuda/emitter.h"
+#include "kiln/driver/generate.h"
 #include "kiln/driver/kernel_profile.h"
 #include "kiln/driver/pipeline.h"
 #include "kiln/driver/run_cache.h"
@@ -116,12 +118,47 @@ bool wantsToWatchCompile(const PipelineOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// `kiln compile STEP.pt --emit cuda -o DIR --prefill-chunk C`: the decode step and a prefill chunk of C tokens, two
+// compilations of one decoder-step trace, into one directory (cuda::writeArtifacts' entries).
+int emitDecodeEntries(const CompileCommand& c, const Target& target, std::ostream& out) {
+  if (c.emit != "cuda") usageError("--prefill-chunk writes entry points into -o DIR: give --emit cuda");
+  if (c.prefillChunk < 2) usageError("--prefill-chunk must be a number of tokens of at least 2, not {}", c.prefillChunk);
+  if (!c.inputs.empty()) usageError("--prefill-chunk sets the shapes of both entries itself; drop --input");
+  const auto [tokenName, positionName] = decodeInputNames(c.model, c.tokenInput, c.positionInput);
+  auto specialised = [&](int64_t tokens, const std::string& level) {
+    std::vector<frontend::InputOverride> inputs;
+    for (const std::string& o : decodeEntryInputs(tokenName, positionName, tokens)) inputs.push_back(frontend::parseInputOverride(o));
+    return compileModel(c.model, inputs, c.pipeline, level, parseCast(c.dtype), target);
+  };
+  Compiled step = specialised(1, "cuda");
+  const DecodeInterface iface = describeDecode(step.torchIR, tokenName, positionName);  // a decoder step, or one line
+  if (iface.capacity > 0 && c.prefillChunk > iface.capacity)
+    userError("--prefill-chunk {}: the cache of {} holds {} positions; a chunk must fit it", c.prefillChunk, c.model, iface.capacity);
+  Compiled chunk = specialised(c.prefillChunk, "kernel");
+  for (kernel::Kernel& k : chunk.kernelIR.kernels) k.name = "prefill_" + k.name;
+  const cuda::Module chunkModule = cuda::emit(chunk.kernelIR);
+  cuda::writeArtifacts({cuda::ArtifactEntry{"", &step.kernelIR, &step.cudaIR},
+                        cuda::ArtifactEntry{"prefill", &chunk.kernelIR, &chunkModule}},
+                       c.output, cuda::ArtifactOptions{target.arch, !c.noCompile});
+  out << fmt::format("kiln: wrote {} to {}: the decode step ({} kernels, {}) and a prefill chunk of {} tokens ({} kernels, {}), "
+                     "one {}\n", step.cudaIR.modelName, c.output, step.cudaIR.sources.size(), runtime::kManifestFileName,
+                     c.prefillChunk, chunkModule.sources.size(), runtime::manifestFileName("prefill"), "weights.bin");
+  return 0;
+}
+
+}  // namespace
+
 int runCompile(const CompileCommand& c, std::ostream& out) {
   const Target& target = checkArch(c.arch);
   checkLevelName(c.ir);
   if (!c.emit.empty() && c.emit != "cuda") usageError("--emit supports 'cuda', not '{}'", c.emit);
   if (!c.emit.empty() && c.output.empty()) usageError("--emit cuda needs -o DIR");
   checkOutputIsNotTheModel(c.output, c.model);
+  if (c.prefillChunk != 0) return emitDecodeEntries(c, target, out);
+  if (!c.tokenInput.empty() || !c.positionInput.empty())
+    usageError("--token-input and --position-input name a decoder step's inputs for --prefill-chunk; give it too");
   auto inputs = parseInputs(c.inputs);
   std::string until = c.emit.empty() ? c.ir : "cuda";
   Compiled compiled;
@@ -210,9 +247,13 @@ bool checkEmittedDirectory(const RunCommand& c) {
   std::error_code ec;
   const bool emitted = fs::is_directory(c.model, ec);
   if (emitted) {
-    if (!fs::exists(fs::path(c.model) / runtime::kManifestFileName, ec))
+    const std::string manifest = runtime::manifestFileName(c.entry);
+    if (!c.entry.empty() && !fs::exists(fs::path(c.model) / manifest, ec))
+      userError("{} has no entry point '{}' ({}): kiln compile --emit cuda --prefill-chunk C writes the entry 'prefill'",
+                c.model, c.entry, manifest);
+    if (!fs::exists(fs::path(c.model) / manifest, ec))
       userError("{} is a directory without {}: kiln run takes a .pt or a directory written by kiln compile --emit cuda",
-                c.model, runtime::kManifestFileName);
+                c.model, manifest);
     if (c.interpret) usageError("--interpret runs Kernel IR, which an emitted directory does not hold: run the .pt");
     if (!c.inputs.empty() || !c.pipeline.enable.empty() || !c.pipeline.disable.empty())
       usageError("{} was compiled for fixed input shapes and passes: compile the .pt again to change them", c.model);
@@ -220,6 +261,8 @@ bool checkEmittedDirectory(const RunCommand& c) {
       usageError("--check on an emitted directory needs the model to compare with: add --reference MODEL.pt");
   } else if (!c.reference.empty()) {
     usageError("--reference names the model an emitted directory is checked against; {} is not a directory", c.model);
+  } else if (!c.entry.empty()) {
+    usageError("--entry names an entry point of an emitted directory; {} is not a directory", c.model);
   }
   return emitted;
 }
@@ -351,7 +394,7 @@ RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, st
   fs::path dir = kernelDirectory(c, emitted, how, out);
   RunOutcome run;
   // A cache entry was verified by usableCacheEntry or has just been written; an emitted directory is checked on load.
-  run.gpuModel = std::make_unique<runtime::Model>(dir, /*filesChecked=*/!emitted);
+  run.gpuModel = std::make_unique<runtime::Model>(dir, /*filesChecked=*/!emitted, emitted ? c.entry : "");
   runtime::Model& model = *run.gpuModel;
   run.plan = planOf(model.manifest());
   run.args = runInputs(c, run.plan);

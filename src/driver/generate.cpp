@@ -227,7 +227,7 @@ struct Specialised {
 
 Specialised specialise(const GenerateCommand& c, const std::string& tokenName, const std::string& positionName,
                        int64_t tokens, std::ostream& log) {
-  std::vector<std::string> overrides{fmt::format("{}=1x{}:i64", tokenName, tokens), fmt::format("{}={}:i64", positionName, tokens)};
+  const std::vector<std::string> overrides = decodeEntryInputs(tokenName, positionName, tokens);
   std::vector<frontend::InputOverride> inputs;
   for (const std::string& o : overrides) inputs.push_back(frontend::parseInputOverride(o));
   const Target& target = checkArch(c.arch);
@@ -265,6 +265,24 @@ void saveLogits(const std::string& dir, size_t index, const std::vector<float>& 
 
 }  // namespace
 
+std::pair<std::string, std::string> decodeInputNames(const std::string& model, const std::string& tokenInput,
+                                                     const std::string& positionInput) {
+  const std::vector<std::string> names = frontend::inputNames(model);
+  for (const auto& [flag, name] : {std::pair{"--token-input", tokenInput}, std::pair{"--position-input", positionInput}})
+    if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end())
+      usageError("{} {}: {} has no such argument; its arguments are {}", flag, name, model, fmt::join(names, ", "));
+  auto nameOf = [&](const std::string& given, size_t at) { return given.empty() && at < names.size() ? names[at] : given; };
+  std::pair<std::string, std::string> both{nameOf(tokenInput, 0), nameOf(positionInput, 1)};
+  if (both.first.empty() || both.second.empty())
+    userError("{} takes {} argument(s); a decoder step takes token ids and their positions (forward(ids, pos))", model,
+              names.size());
+  return both;
+}
+
+std::vector<std::string> decodeEntryInputs(const std::string& tokenName, const std::string& positionName, int64_t tokens) {
+  return {fmt::format("{}=1x{}:i64", tokenName, tokens), fmt::format("{}={}:i64", positionName, tokens)};
+}
+
 int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) {
   if (c.prefillChunk < 0) usageError("--prefill-chunk must be 0 (token by token) or a number of tokens, not {}", c.prefillChunk);
   if (c.maxNewTokens < 1) usageError("--max-new-tokens must be at least 1, not {}", c.maxNewTokens);
@@ -274,15 +292,7 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
     if (fs::exists(c.logitsDir, ec) && !(fs::is_directory(c.logitsDir, ec) && fs::is_empty(c.logitsDir, ec)))
       usageError("--save-logits {}: not a new or empty directory; name one that is", c.logitsDir);
   }
-  const std::vector<std::string> names = frontend::inputNames(c.model);
-  for (const auto& [flag, name] : {std::pair{"--token-input", c.tokenInput}, std::pair{"--position-input", c.positionInput}})
-    if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end())
-      usageError("{} {}: {} has no such argument; its arguments are {}", flag, name, c.model, fmt::join(names, ", "));
-  auto nameOf = [&](const std::string& given, size_t at) { return given.empty() && at < names.size() ? names[at] : given; };
-  const std::string tokenName = nameOf(c.tokenInput, 0), positionName = nameOf(c.positionInput, 1);
-  if (tokenName.empty() || positionName.empty())
-    userError("{} takes {} argument(s); kiln generate needs token ids and their positions (forward(ids, pos))", c.model,
-              names.size());
+  const auto [tokenName, positionName] = decodeInputNames(c.model, c.tokenInput, c.positionInput);
   auto start = std::chrono::steady_clock::now();
   Specialised step = specialise(c, tokenName, positionName, 1, log);
   DecodeInterface iface = describeDecode(step.torchIR, tokenName, positionName);

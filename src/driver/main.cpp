@@ -137,6 +137,12 @@ int main(int argc, char** argv) {
   c->add_flag("--explain-schedule", compile.explainSchedule, "for every kernel, its GPU schedule on one line; for matrix products, the tile the model chose, its prediction and the runners-up");
   c->add_flag("--explain-fusion", compile.explainFusion, "for every Loop-IR kernel, the Torch ops it holds; for every producer left unfused, the rule that refused it");
   c->add_option("--dtype", compile.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
+  c->add_option("--prefill-chunk", compile.prefillChunk,
+                "with --emit cuda and a decoder-step trace: write the decode step (manifest.json) and a prefill chunk of C "
+                "tokens (manifest.prefill.json) into -o DIR, sharing weights.bin (docs/decode.md)")
+      ->type_name("C");
+  c->add_option("--token-input", compile.tokenInput, "with --prefill-chunk: the argument taking token ids (default: the first)")->type_name("NAME");
+  c->add_option("--position-input", compile.positionInput, "with --prefill-chunk: the argument taking their positions (default: the second)")->type_name("NAME");
   addPipelineFlags(c, compile.pipeline, flags);
 
   kiln::RunCommand run;
@@ -144,6 +150,7 @@ int main(int argc, char** argv) {
   r->add_option("model", run.model, "TorchScript model (.pt), or a directory written by kiln compile --emit cuda")->required();
   r->add_option("--save-io", run.saveIo, "write the inputs and outputs as raw bytes (input0.bin, output0.bin, ...) into DIR, new or empty")->type_name("DIR");
   r->add_option("--reference", run.reference, "with a directory: the TorchScript model --check compares with")->type_name("MODEL.pt");
+  r->add_option("--entry", run.entry, "with a directory: run its entry point NAME (manifest.NAME.json, e.g. prefill) instead of manifest.json")->type_name("NAME");
   r->add_flag("--check", run.check, "compare with LibTorch running the same module on the same device");
   r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
   r->add_option("--seed", run.seed, "seed of the random inputs (default 0)");

@@ -371,8 +371,17 @@ void validate(const Manifest& m, const std::string& what) {
   }
 }
 
-Manifest readManifest(const std::filesystem::path& dir) {
-  std::filesystem::path file = dir / kManifestFileName;
+std::string manifestFileName(const std::string& entry) {
+  if (entry.empty()) return kManifestFileName;
+  const bool named = entry.size() <= 32 && std::all_of(entry.begin(), entry.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_';
+  });
+  if (!named) usageError("entry '{}': an entry point is named by 1 to 32 of a-z, 0-9 and '_'", entry);
+  return fmt::format("manifest.{}.json", entry);
+}
+
+Manifest readManifest(const std::filesystem::path& dir, const std::string& entry) {
+  std::filesystem::path file = dir / manifestFileName(entry);
   std::string what = file.string();
   if (std::string what = notARegularFile(file.string()); !what.empty())
     userError("{}: the manifest is {}, not a file; name a directory written by kiln compile", file.string(), what);
@@ -453,8 +462,8 @@ void verifyFiles(const Manifest& m, const std::filesystem::path& dir) try {
   rethrowOnOneLine(e);
 }
 
-void writeManifest(const Manifest& m, const std::filesystem::path& dir) {
-  std::filesystem::path file = dir / kManifestFileName;
+void writeManifest(const Manifest& m, const std::filesystem::path& dir, const std::string& entry) {
+  std::filesystem::path file = dir / manifestFileName(entry);
   validate(m, file.string());
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   if (!out) userError("{}: cannot open for writing", file.string());

@@ -327,8 +327,8 @@ void Model::Impl::uploadWeights() {
   }
 }
 
-Model::Model(const fs::path& dir, bool filesChecked) : impl_(std::make_unique<Impl>()) {
-  impl_->m = readManifest(dir);
+Model::Model(const fs::path& dir, bool filesChecked, const std::string& entry) : impl_(std::make_unique<Impl>()) {
+  impl_->m = readManifest(dir, entry);
   if (!filesChecked) verifyFiles(impl_->m, dir);  // weights and cubins as kiln wrote them (format 2 manifests)
   impl_->dir = dir;
   if (std::string why = initDriver(); !why.empty())

@@ -40,6 +40,19 @@ struct ArtifactOptions {
 void writeArtifacts(const kernel::Program& p, const Module& m, const std::filesystem::path& dir,
                     const ArtifactOptions& opts);
 
+// One entry point of an emitted directory: a compiled forward of the model at some shapes (a decode step, a prefill
+// chunk). Entries after the first have a name and kernels whose names start with it ("prefill_k3_add": their files
+// must not collide with the first entry's).
+struct ArtifactEntry {
+  std::string name;  // "" for the first: manifest.json; otherwise manifest.NAME.json (runtime::manifestFileName)
+  const kernel::Program* program = nullptr;
+  const Module* module = nullptr;
+};
+// Writes several entries into one directory as writeArtifacts does one: each its manifest, .cu files and cubins, all
+// reading one weights file, where a weight of a later entry whose bytes equal a weight's of an earlier entry is stored
+// once (the entries of one model share every weight but the constants that depend on the shapes).
+void writeArtifacts(const std::vector<ArtifactEntry>& entries, const std::filesystem::path& dir, const ArtifactOptions& opts);
+
 // The nvcc writeArtifacts runs: its path, and the size and modification time of the file it resolves to (for
 // cache keys: a replaced toolkit may compile the same source differently). Empty fields if it is not found.
 std::string nvccIdentity();

@@ -24,11 +24,16 @@ struct CompileCommand {
   bool explainFusion = false;       // --explain-fusion: print the Loop-IR fusion report
   bool explainSchedule = false;     // --explain-schedule: each kernel's schedule and why (tile::explainSchedules)
   std::string dtype;                // --dtype f16|bf16: cast the model's weights and float inputs
+  // --prefill-chunk C (with --emit cuda, a decoder-step trace): two entry points into one directory, the decode step
+  // (1 token: manifest.json) and a prefill chunk of C tokens (manifest.prefill.json), sharing weights.bin.
+  int prefillChunk = 0;
+  std::string tokenInput, positionInput;  // --token-input / --position-input (default: the forward's first and second)
   PipelineOptions pipeline;
 };
 
 struct RunCommand {
   std::string model;                // a .pt, or a directory written by `kiln compile --emit cuda` (has manifest.json)
+  std::string entry;                // --entry NAME: with a directory, its entry point NAME (manifest.NAME.json)
   std::string reference;            // --reference M.pt: with a directory, the model --check compares against
   std::string saveIo;               // --save-io DIR: write each input and output's bytes (inputN.bin, outputN.bin)
   std::string inputsDir;            // --inputs DIR: read the inputs from inputN.bin (as --save-io writes them)

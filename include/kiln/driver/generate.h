@@ -12,6 +12,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/support/host_tensor.h"
@@ -90,6 +91,13 @@ class Generator {
   int forwards_ = 0;
   Times times_;
 };
+
+// The names of a decoder step's token and position inputs: those given (UsageError for a name the model's forward does
+// not take), or its first and second argument (UserError for a forward of fewer).
+std::pair<std::string, std::string> decodeInputNames(const std::string& model, const std::string& tokenInput,
+                                                     const std::string& positionInput);
+// The --input overrides that specialise a decoder step to `tokens` tokens per forward: ids 1 x tokens, positions tokens.
+std::vector<std::string> decodeEntryInputs(const std::string& tokenName, const std::string& positionName, int64_t tokens);
 
 // The command: stdout gets one line, the prompt and generated ids comma-separated; the rest goes to `log`.
 int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log);

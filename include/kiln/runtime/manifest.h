@@ -92,9 +92,15 @@ struct Manifest {
 
 inline constexpr const char* kManifestFileName = "manifest.json";
 
-// Reads and validates DIR/manifest.json. Throws UserError (one line naming the file and the field) on a
-// missing file, malformed JSON, a missing or mistyped field, or a plan that fails validate().
-Manifest readManifest(const std::filesystem::path& dir);
+// A directory may hold several entry points of one model (kiln compile --emit cuda --prefill-chunk C: the decode step
+// and a prefill chunk), each a complete manifest of its own sharing the directory's weights file: the first is
+// manifest.json (entry ""), entry NAME is manifest.NAME.json. UsageError for a name that is not 1 to 32 of a-z, 0-9
+// and '_' (it names a file).
+std::string manifestFileName(const std::string& entry);
+
+// Reads and validates DIR/manifest.json (or entry `entry`'s manifest). Throws UserError (one line naming the file and
+// the field) on a missing file, malformed JSON, a missing or mistyped field, or a plan that fails validate().
+Manifest readManifest(const std::filesystem::path& dir, const std::string& entry = "");
 
 // Checks every file of m.files in `dir` against its size and hash (format 1 manifests list none). Throws UserError
 // naming the first file that is missing, of another size or another content: "changed after kiln wrote it".
@@ -109,7 +115,7 @@ nlohmann::json toJson(const Manifest& m);
 
 // Writes DIR/manifest.json (pretty-printed, so diffs between compilations are readable). Validates first so that
 // the emitter cannot write a manifest the runtime would refuse.
-void writeManifest(const Manifest& m, const std::filesystem::path& dir);
+void writeManifest(const Manifest& m, const std::filesystem::path& dir, const std::string& entry = "");
 
 // Checks the memory plan and kernel list are self-consistent: unique ids, buffers inside the arena and aligned,
 // bytes == numel * dtypeBytes, weights have a weight_offset, inputs/outputs/params refer to existing buffers of

@@ -74,8 +74,9 @@ class Model {
   // Reads and validates DIR/manifest.json, checks the files it lists against their sizes and hashes (verifyFiles;
   // `filesChecked`: the caller just did, or just wrote them — hashing gigabytes of weights twice is skipped), retains
   // the primary context, loads every cubin, allocates the single arena (zero-filled) and uploads weights.bin once.
-  // All device state lives until the destructor.
-  explicit Model(const std::filesystem::path& dir, bool filesChecked = false);
+  // All device state lives until the destructor. `entry` names another entry point of the directory (its
+  // manifest.ENTRY.json: manifestFileName); each Model holds its own copy of the weights it reads.
+  explicit Model(const std::filesystem::path& dir, bool filesChecked = false, const std::string& entry = "");
   ~Model();  // frees everything; never throws
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;

@@ -1,0 +1,88 @@
+// One emitted directory for a decoder step's two entry points (issue 42): `kiln compile STEP.pt --emit cuda -o DIR
+// --prefill-chunk C` writes the decode step (manifest.json) and a prefill chunk of C tokens (manifest.prefill.json),
+// every kernel compiled by nvcc, both reading one weights.bin that holds each shared weight once.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli_support.h"
+#include "kiln/runtime/manifest.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+using namespace test::cli;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+const std::string kStep = test::fixturePath("hf_llama_decode_tiny");
+
+const runtime::BufferInfo& bufferNamed(const runtime::Manifest& m, const std::string& name) {
+  for (const runtime::BufferInfo& b : m.buffers)
+    if (b.name == name) return b;
+  throw std::runtime_error("no buffer " + name);
+}
+
+TEST(DecodeEntries, TheStepAndAPrefillChunkShareOneDirectoryAndItsWeights) {
+  TempDir tmp;
+  const fs::path dir = tmp.path / "step";
+  Result r = kiln({"compile", kStep, "--emit", "cuda", "-o", dir.string(), "--prefill-chunk", "8"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("prefill chunk of 8 tokens"), std::string::npos) << describe(r);
+  const runtime::Manifest step = runtime::readManifest(dir), chunk = runtime::readManifest(dir, "prefill");
+  runtime::verifyFiles(step, dir);  // weights.bin and every cubin as written, for both entries
+  runtime::verifyFiles(chunk, dir);
+  EXPECT_EQ(bufferNamed(step, "ids").shape, (Shape{1, 1}));
+  EXPECT_EQ(bufferNamed(chunk, "ids").shape, (Shape{1, 8}));
+  EXPECT_EQ(bufferNamed(chunk, "pos").shape, (Shape{8}));
+  // Every kernel of both entries compiled by nvcc; the chunk's files named apart from the step's.
+  for (const runtime::Manifest* m : {&step, &chunk})
+    for (const runtime::KernelInfo& k : m->kernels) {
+      EXPECT_TRUE(fs::exists(dir / k.cubin)) << k.cubin;
+      EXPECT_TRUE(fs::exists(dir / k.source)) << k.source;
+      if (m == &chunk) EXPECT_EQ(k.name.rfind("prefill_", 0), 0u) << k.name;
+    }
+  // The same state, by name, shape and order, among both entries' inputs.
+  std::vector<std::string> stepInputs, chunkInputs;
+  for (int64_t id : step.inputs) stepInputs.push_back(step.findBuffer(id)->name);
+  for (int64_t id : chunk.inputs) chunkInputs.push_back(chunk.findBuffer(id)->name);
+  EXPECT_EQ(stepInputs, chunkInputs);
+  EXPECT_EQ(bufferNamed(step, "w.key_cache_0").shape, bufferNamed(chunk, "w.key_cache_0").shape);
+  // One copy of each weight both entries hold: the chunk's model weights at the step's offsets, and weights.bin smaller
+  // than the two entries' weights together.
+  int64_t both = 0;
+  for (const runtime::Manifest* m : {&step, &chunk})
+    for (const runtime::BufferInfo& b : m->buffers)
+      if (b.kind == runtime::BufferKind::Weight) both += b.bytes;
+  for (const char* name : {"w.model.model.embed_tokens.weight", "w.model.lm_head.weight", "w.model.model.norm.weight"})
+    EXPECT_EQ(bufferNamed(step, name).weightOffset, bufferNamed(chunk, name).weightOffset) << name;
+  const auto fileBytes = static_cast<int64_t>(fs::file_size(dir / "weights.bin"));
+  EXPECT_LT(fileBytes, both * 6 / 10) << "weights.bin " << fileBytes << " bytes; the entries' weights " << both;
+  // Written again over itself (the marker lists both manifests), nothing else in the directory.
+  r = kiln({"compile", kStep, "--emit", "cuda", "-o", dir.string(), "--prefill-chunk", "8", "--no-nvcc"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+}
+
+TEST(DecodeEntries, BadRequestsAreOneLine) {
+  TempDir tmp;
+  const std::string out = (tmp.path / "out").string();
+  expectOneLineError(kiln({"compile", kStep, "--prefill-chunk", "8"}), 2, {"--emit cuda"});
+  expectOneLineError(kiln({"compile", kStep, "--emit", "cuda", "-o", out, "--prefill-chunk", "1"}), 2, {"at least 2"});
+  expectOneLineError(kiln({"compile", kStep, "--emit", "cuda", "-o", out, "--prefill-chunk", "64", "--no-nvcc"}), 1,
+                     {"holds 32 positions"});
+  expectOneLineError(kiln({"compile", kStep, "--emit", "cuda", "-o", out, "--prefill-chunk", "4", "--input", "ids=1x4:i64"}),
+                     2, {"drop --input"});
+  expectOneLineError(kiln({"compile", test::fixturePath("mlp"), "--emit", "cuda", "-o", out, "--prefill-chunk", "4"}), 1,
+                     {"token ids and their positions"});
+  expectOneLineError(kiln({"compile", kStep, "--token-input", "ids"}), 2, {"--prefill-chunk"});
+  EXPECT_FALSE(fs::exists(out)) << "nothing written by a refused compile";
+  // kiln run: an entry the directory lacks, an entry of a .pt, a name that cannot be a file's.
+  Result r = kiln({"compile", kStep, "--emit", "cuda", "-o", out, "--no-nvcc"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  expectOneLineError(kiln({"run", out, "--entry", "prefill"}), 1, {"no entry point 'prefill'", "--prefill-chunk"});
+  expectOneLineError(kiln({"run", out, "--entry", "../x"}), 2, {"entry '../x'", "a-z"});
+  expectOneLineError(kiln({"run", kStep, "--entry", "prefill"}), 2, {"--entry", "not a directory"});
+}
+
+}  // namespace
+}  // namespace kiln
