@@ -101,7 +101,7 @@ std::string printKernelBody(const Program& p, const Kernel& k) {
     if (k.attention) {
       const OnlineSoftmax& a = *k.attention;
       out += fmt::format("{}  online softmax over {} < {}{}:\n", indent, a.key.name, a.key.extent,
-                         a.emptyRowsZero ? ", empty rows 0" : "");
+                         a.emptyRowsZero ? " (empty rows 0)" : "");
       out += fmt::format("{}    acc0 = 0\n{}    for {} reduce:\n", indent, indent, axesString(a.dot.axes));
       ExprPrinter dot{p, out, indent + "      ", {}, counter};
       std::string d = dot(a.dot.value);
