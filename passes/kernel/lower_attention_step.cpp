@@ -145,8 +145,9 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, Block& step) {
   // held at or above kMaskedScore: a masked value such as -3.4e38 times the exponentials' factor c log2 e would overflow
   // to -inf, and a row whose every key is masked would turn NaN (-inf minus -inf) where LibTorch's softmax gives the row
   // equal weights. Every value at or below kMaskedScore means masked (loop/attention.h), and such a row's equal values
-  // give it equal weights here too (also where the mask is -inf and LibTorch's row is NaN). One max an element, only in
-  // those kernels.
+  // give it equal weights here too. A score of -inf stays -inf: a row whose every score is -inf sums no weight (l = 0),
+  // and its output is NaN (0 / 0) as a plain softmax's, or 0 where the softmax is PyTorch attention's safe one
+  // (OnlineSoftmax::emptyRowsZero). One max, compare and select an element, only in those kernels.
   bool readsBuffer = false;
   loop::forEachLoad(a.score, [&](const loop::Expr&) { readsBuffer = true; });
   Block interior, edge;
@@ -165,7 +166,10 @@ void KernelBuilder::flashScores(const Flash& x, const Idx& st, Block& step) {
       Cse cse;
       FE value = lower(e, out, cse);
       if (wholeScore && x.scale != 1.f) value = fapply(Fn::Mul, {value, fconst(1.f / x.scale)});  // raw (masked: -inf or -1e30 / c)
-      if (readsBuffer) value = fapply(Fn::Max, {value, fconst(loop::kMaskedScore / x.scale)});  // (raw: the score over c)
+      if (readsBuffer) {  // (raw: the score over c); -inf stays -inf, so that a row of -inf scores is one (above)
+        const FE held = fapply(Fn::Max, {value, fconst(loop::kMaskedScore / x.scale)});
+        value = fapply(Fn::Where, {fapply(Fn::Eq, {value, fconst(-kInf)}), fconst(-kInf), held});
+      }
       if (masked && bounded) {
         // (rowAt and the key's variable name Loop-IR variables, for atAxis; here the Kernel IR's, kFirstLoopVar on.)
         const Idx row = rowIdx[static_cast<size_t>(el.row)], at = scoreReadsKey ? idxVar(v + kFirstLoopVar, el.name) : key;
@@ -419,7 +423,10 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
     out.push_back(barrier());
   }
   for (int r = 0; r < rows; ++r) {
-    finish.push_back(assign(l[r], fapply(Fn::Div, {fconst(1.f), fvar(l[r])})));
+    FE inverse = fapply(Fn::Div, {fconst(1.f), fvar(l[r])});
+    if (x.softmax->emptyRowsZero)  // a row that saw no key (every score -inf): output 0, not 0 / 0
+      inverse = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(l[r]), fconst(0.f)}), fconst(0.f), inverse});
+    finish.push_back(assign(l[r], inverse));
     Block store;
     const Idx row = simplify(q0 + rowLocal[r], extents_);
     int rowVar = freshLoopVar();

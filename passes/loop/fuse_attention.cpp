@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -58,9 +59,24 @@ ExprP expMinusMax(const ExprP& e) {
   return e->args[0]->args[0];
 }
 
-// The softmax's numerator argument x of P's result exp(x - acc0) * (1 / acc1) (or / acc1), under a cast.
+// P's result inside the guard of a safe softmax, where(acc0 == -inf, 0, r) (a row whose every score is -inf gets
+// weights 0: PyTorch's attention), under casts; null when there is none.
+ExprP insideEmptyRowGuard(const ExprP& result) {
+  ExprP e = result;
+  while (isApply(e, Fn::Cast)) e = e->args[0];
+  if (!isApply(e, Fn::Where) || e->args[1]->kind != Expr::Kind::Imm || e->args[1]->imm != 0.f) return nullptr;
+  const ExprP& cond = e->args[0];
+  if (!isApply(cond, Fn::Eq) || !isAcc(cond->args[0], 0) || cond->args[1]->kind != Expr::Kind::Imm ||
+      cond->args[1]->imm != -std::numeric_limits<float>::infinity())
+    return nullptr;
+  return e->args[2];
+}
+
+// The softmax's numerator argument x of P's result exp(x - acc0) * (1 / acc1) (or / acc1), under casts and the guard of
+// a safe softmax.
 ExprP softmaxScore(const ExprP& result) {
   ExprP e = result;
+  if (ExprP inside = insideEmptyRowGuard(e)) e = inside;
   while (isApply(e, Fn::Cast)) e = e->args[0];
   if (isApply(e, Fn::Div) && isAcc(e->args[1], 1)) return expMinusMax(e->args[0]);
   if (!isApply(e, Fn::Mul)) return nullptr;
@@ -266,6 +282,7 @@ class Fuser {
     a.value = weighted;
     for (const ExprP& c : outside)
       f.result = mapAcc(f.result, [&](const ExprP& acc) { return apply(Fn::Add, {acc, c}); });
+    a.emptyRowsZero = insideEmptyRowGuard(pk.result) != nullptr;
     f.attention = std::move(a);
     if (!flashAttentionOperands(p_, f, &refusal_)) return std::nullopt;
     return f;

@@ -165,7 +165,14 @@ void castModule(::torch::jit::Module& m, std::optional<DType> to) {
   if (!to) return;
   if (*to != DType::F16 && *to != DType::BF16 && *to != DType::F32)
     usageError("--dtype must be f32, f16 or bf16, not {}", dtypeName(*to));
-  m.to(scalarType(*to));
+  // Floating-point parameters and buffers only: a bool mask or i64 positions kept as a buffer stay what they are
+  // (Module::to would cast them too: a bool mask to bf16 breaks `~mask`, i64 positions lose their exactness).
+  const at::ScalarType type = scalarType(*to);
+  auto cast = [&](const at::Tensor& t) {
+    if (t.is_floating_point()) t.set_data(t.to(type));
+  };
+  for (const at::Tensor& p : m.parameters(/*recurse=*/true)) cast(p);
+  for (const at::Tensor& b : m.buffers(/*recurse=*/true)) cast(b);
 }
 
 at::Tensor toTorch(const HostTensor& t, bool onGpu) {
@@ -197,7 +204,7 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
   module.eval();
   castModule(module, castTo);
   if (inF32) {
-    module.to(at::kFloat);  // exact: every bf16/f16 value is an f32 value
+    castModule(module, DType::F32);  // exact: every bf16/f16 value is an f32 value (bool and integer buffers stay)
     widenPinnedCasts(module);
   }
   if (onGpu) {

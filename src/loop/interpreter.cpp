@@ -71,6 +71,11 @@ void rowWeights(const OnlineSoftmax& a, std::vector<int64_t>& env, const std::ve
     maximum = std::max(maximum, weights[j]);
   }
   sum = 0.f;
+  if (a.emptyRowsZero && maximum == -std::numeric_limits<float>::infinity()) {  // every score -inf: weights 0, acc0 = 0
+    std::fill(weights.begin(), weights.end(), 0.f);
+    sum = 1.f;
+    return;
+  }
   for (float& w : weights) sum += (w = std::exp(w - maximum));
 }
 

@@ -2,7 +2,7 @@
 //
 //   for AXES rows: | for AXES parallel:        the row axes (then stages, and the other axes after them) or all axes
 //     accS = 0 | -inf; for AXES reduce: ...; accS = FN(accS, X)         a stage
-//     online softmax over J < N: acc0 = 0; for D < N reduce: ...; acc0 = sum(acc0, X); ...; score = X
+//     online softmax over J < N[ (empty rows 0)]: acc0 = 0; for D < N reduce: ...; acc0 = sum(acc0, X); ...; score = X
 //   for AXES parallel:                         the axes after the row axes (rows only)
 //     ...; [acc0 = softmax-weighted sum over J of X]; ...; store BUFFER[AXES] = X
 //
@@ -197,6 +197,7 @@ void attention(Cursor& c, LineReader& lines, BodyScope& s, Kernel& k) {
   std::vector<Axis> key = axes(c, s);
   if (key.size() != 1) c.fail("online softmax runs over one key axis");
   a.key = key[0];
+  a.emptyRowsZero = c.accept("(empty rows 0)");
   c.expect(":");
   c.expectEnd();
   Cursor init = next(lines, "'acc0 = 0'");

@@ -100,7 +100,8 @@ std::string printKernelBody(const Program& p, const Kernel& k) {
     }
     if (k.attention) {
       const OnlineSoftmax& a = *k.attention;
-      out += fmt::format("{}  online softmax over {} < {}:\n", indent, a.key.name, a.key.extent);
+      out += fmt::format("{}  online softmax over {} < {}{}:\n", indent, a.key.name, a.key.extent,
+                         a.emptyRowsZero ? " (empty rows 0)" : "");
       out += fmt::format("{}    acc0 = 0\n{}    for {} reduce:\n", indent, indent, axesString(a.dot.axes));
       ExprPrinter dot{p, out, indent + "      ", {}, counter};
       std::string d = dot(a.dot.value);
@@ -145,6 +146,7 @@ nlohmann::json toJson(const Program& p) {
       const OnlineSoftmax& a = *k.attention;
       nlohmann::json aj{{"key", {{"name", a.key.name}, {"extent", a.key.extent}}}, {"dot", exprKey(a.dot.value)},
                         {"score", exprKey(a.score)}, {"value", exprKey(a.value)}};
+      if (a.emptyRowsZero) aj["empty_rows_zero"] = true;
       for (auto& d : a.dot.axes) aj["depth"].push_back({{"name", d.name}, {"extent", d.extent}});
       kj["attention"] = aj;
     }

@@ -292,6 +292,10 @@ int Builder::attention(int q, int k, int v, int mask, bool causal, float scale) 
   int m = reduce(ReduceFn::Max, scores, {r - 1}, true);
   int e = unary(Fn::Exp, binary(Fn::Sub, Operand{scores}, Operand{m}));
   int probs = binary(Fn::Div, Operand{e}, Operand{reduce(ReduceFn::Sum, e, {r - 1}, true)});
+  // PyTorch's attention softmax is a safe one: a row whose every score is -inf (a fully masked query) gets weights 0,
+  // so its output is 0 where a plain softmax would give NaN.
+  int empty = binary(Fn::Eq, Operand{m}, Operand{-1, -INFINITY});
+  probs = elementwise(Fn::Where, {Operand{empty}, Operand{-1, 0.f}, Operand{probs}});
   return matmul(probs, v);
 }
 

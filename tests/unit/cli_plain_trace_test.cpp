@@ -234,6 +234,54 @@ TEST_F(PlainTrace, AttentionWithALowerRankQueryBroadcastsIt) {
                             "--check", "--interpret"}));
 }
 
+// A query row whose mask hides every key: PyTorch's attention gives it an output of 0 (its safe softmax), kiln too,
+// with the attention still one flash kernel (f32 on CUDA cores, bf16 on tensor cores). It gave NaN before. The masks
+// are constants the trace keeps (not bands: some rows see no key): a bool one, and an additive one of 0 and -inf.
+TEST_F(PlainTrace, FullyMaskedAttentionRowsAreZero) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "import torch.nn.functional as F\n"
+      "torch.manual_seed(0)\n"
+      "keep = torch.rand(32, 48) < 0.5\n"
+      "keep[3] = False\n"
+      "keep[17] = False\n"
+      "class Bool(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.register_buffer('keep', keep)\n"
+      "    def forward(self, q, k, v):\n"
+      "        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.keep)\n"
+      "class Additive(Bool):\n"
+      "    def forward(self, q, k, v):\n"
+      "        bias = torch.zeros(32, 48).masked_fill(~self.keep, float('-inf'))\n"
+      "        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)\n"
+      "args = (torch.randn(1, 2, 32, 16), torch.randn(1, 2, 48, 16), torch.randn(1, 2, 48, 16))\n"
+      "assert (Bool()(*args)[0, :, 3] == 0).all()\n"
+      "torch.jit.trace(Bool(), args).save('{0}/bool.pt')\n"
+      "torch.jit.trace(Additive(), args).save('{0}/additive.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  for (const char* m : {"bool.pt", "additive.pt"}) {
+    const std::string model = (tmp.path / m).string();
+    for (const char* dtype : {"f32", "bf16"}) {
+      std::vector<std::string> args{"run",     model,   "--input", "q=1x2x32x16", "--input", "k=1x2x48x16", "--input",
+                                    "v=1x2x48x16", "--check", "--interpret"};
+      if (std::string(dtype) == "bf16") args.insert(args.end(), {"--dtype", "bf16"});
+      Result r = kiln(args);
+      expectCheckPasses(r);
+      // bf16 is judged against an f32 evaluation of the same rounded values, the bool mask kept a mask (it was cast to
+      // 1.0 / 0.0 before, an additive mask: the f32 evaluation was another function, rel_l2 0.56 from both results).
+      std::smatch f32;
+      if (std::string(dtype) != "bf16") continue;
+      ASSERT_TRUE(std::regex_search(r.out, f32, std::regex("against f32: kiln rel_l2 ([0-9.e+-]+)"))) << r.out;
+      EXPECT_LT(std::stod(f32[1]), 1e-2) << r.out;
+    }
+    Result loop = kiln({"compile", model, "--input", "q=1x2x32x16", "--input", "k=1x2x48x16", "--input", "v=1x2x48x16", "--ir", "loop"});
+    EXPECT_NE(loop.out.find("online softmax over j < 48 (empty rows 0):"), std::string::npos) << m << "\n" << loop.out;
+  }
+}
+
 // squeeze(x, dim=()) squeezes no dimension (PyTorch); squeeze(x) every size-1 one, squeeze(x, 1) that one. The empty
 // list was refused before ("operand 1 must be a constant number").
 TEST_F(PlainTrace, SqueezeOfNoDimensionsKeepsTheShape) {

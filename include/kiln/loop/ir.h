@@ -105,6 +105,9 @@ struct OnlineSoftmax {
   Reduction dot;    // a Sum over the depth axis d (q·k)
   ExprP score;      // from the row axes, j and acc0 (the dot): scale, masks, softcapping
   ExprP value;      // from the row axes, j and e (v)
+  // A row whose every score is -inf (a fully masked query) has weights 0 and acc0 = 0: the safe softmax of PyTorch's
+  // attention. Without it such a row's acc0 is NaN (0 / 0), as a plain softmax's weights are. Printed after the key axis, "(empty rows 0)".
+  bool emptyRowsZero = false;
 };
 
 struct Kernel {
