@@ -8,6 +8,7 @@ through forward(ids, pos) -> logits, at T tokens (ids [1, T], pos [T], recorded 
     python3 models/hf_decode.py                           # llama -> models/fixtures/hf_llama_decode_tiny.pt
     python3 models/hf_decode.py qwen2 -o /tmp/qwen2_step.pt --cache 64 --dtype bf16
     python3 models/hf_decode.py llama --generate 5,17,42 --new 16   # print model.generate's ids, trace nothing
+    python3 models/hf_decode.py llama --preset tinyllama --dtype bf16 --cache 2048 -o /tmp/tinyllama_step.pt
 """
 import argparse
 import pathlib
@@ -26,10 +27,11 @@ FAMILIES = ["llama", "qwen2", "phi3", "gemma", "gemma2", "mistral", "qwen3"]
 HYBRID = {"gemma2"}
 
 
-def build(family, dtype="f32", seed=0):
-    """The bare *ForCausalLM model (not wrapped), random weights, eval mode, in `dtype`."""
+def build(family, dtype="f32", seed=0, preset="tiny"):
+    """The bare *ForCausalLM model (not wrapped), random weights, eval mode, in `dtype`; Llama at any of hf_llama.py's
+    presets (tinyllama: the 1.1B shape)."""
     if family == "llama":
-        model = hf_llama.build("tiny", "f32", seed=seed).model
+        model = hf_llama.build(preset, "f32", seed=seed).model
     else:
         model = hf_families.build(family, seed=seed).model  # each family's own attention (Gemma-2: eager, softcapped)
     return model.to(DTYPES[dtype]).eval()
@@ -98,12 +100,16 @@ def main(argv=None):
     p.add_argument("--cache", type=int, default=32, help="max_cache_len: positions the cache holds (default 32)")
     p.add_argument("--tokens", type=int, default=1, help="tokens per forward the trace is made at (default 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preset", choices=sorted(hf_llama.PRESETS), default="tiny",
+                   help="llama only: hf_llama.py's shape (tinyllama: 1.1B parameters; needs -o)")
     p.add_argument("--generate", help="comma-separated prompt ids: print model.generate's ids instead of tracing")
     p.add_argument("--new", type=int, default=16, help="with --generate: new tokens (default 16)")
     p.add_argument("-o", "--output", type=pathlib.Path, default=None,
                    help="default: models/fixtures/hf_<family>_decode_tiny.pt (f32 llama only)")
     a = p.parse_args(argv)
-    model = build(a.family, a.dtype, a.seed)
+    if a.preset != "tiny" and (a.family != "llama" or a.output is None):
+        sys.exit("--preset is for llama and needs -o PATH (large models are not fixtures)")
+    model = build(a.family, a.dtype, a.seed, a.preset)
     if a.generate:
         print(",".join(str(i) for i in generate(model, [int(x) for x in a.generate.split(",")], a.new)))
         return

@@ -73,22 +73,60 @@ class InterpretedEntry : public DecodeEntry {
   int64_t tokens_;
 };
 
-// The entry point run on the GPU from kiln run's compile cache. Every forward copies the inputs and the state in
-// and the outputs and the new state out through the host: correct, not fast (docs/decode.md).
+// The state on the GPU: one device buffer per state, which the entries bind as both the input and the output of its
+// state at every forward.
+struct DeviceState {
+  std::vector<runtime::DeviceBuffer> buffers;
+  explicit DeviceState(const torch::Graph& g) {
+    for (const torch::State& s : g.states) {
+      const torch::Value& v = g.values[static_cast<size_t>(s.input)];
+      buffers.emplace_back(numel(v.shape) * dtypeBytes(v.dtype));
+    }
+  }
+};
+
+// The entry point run on the GPU from kiln run's compile cache: the forward's own inputs copied in from the host and
+// its outputs out (the logits), the state bound from the shared DeviceState (forward(): copied into the arena and the
+// new values out again on the GPU, never through the host), the kernels replayed from one CUDA graph.
 class GpuEntry : public DecodeEntry {
  public:
-  GpuEntry(const fs::path& dir, int64_t tokens) : model_(dir, /*filesChecked=*/true), tokens_(tokens) {}
+  GpuEntry(const fs::path& dir, int64_t tokens, std::shared_ptr<DeviceState> state)
+      : model_(dir, /*filesChecked=*/true), tokens_(tokens), state_(std::move(state)) {
+    const runtime::Manifest& m = model_.manifest();
+    const size_t states = state_->buffers.size();
+    KILN_ASSERT(m.inputs.size() > states && m.outputs.size() > states, "entry {}: {} inputs and {} outputs for {} states",
+                dir.string(), m.inputs.size(), m.outputs.size(), states);
+    for (size_t i = 0; i < states; ++i) {
+      const int64_t bytes = state_->buffers[i].bytes();
+      KILN_ASSERT(m.findBuffer(m.inputs[m.inputs.size() - states + i])->bytes == bytes &&
+                      m.findBuffer(m.outputs[m.outputs.size() - states + i])->bytes == bytes,
+                  "entry {}: state {} is not {} bytes", dir.string(), i, bytes);
+    }
+  }
   int64_t tokens() const override { return tokens_; }
   size_t kernels() const { return model_.manifest().kernels.size(); }
+  bool holdsState() const override { return true; }
+  void resetState(const std::vector<HostTensor>& state) override {
+    for (size_t i = 0; i < state.size(); ++i) state_->buffers[i].upload(toBytes(state[i]));
+  }
   std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) override {
-    std::vector<std::vector<std::byte>> bytes;
-    for (const HostTensor& t : inputs) bytes.push_back(toBytes(t));
-    auto outs = model_.run(bytes);
     const runtime::Manifest& m = model_.manifest();
+    const size_t states = state_->buffers.size(), own = m.outputs.size() - states;
+    std::vector<std::vector<std::byte>> in, out;
+    std::vector<runtime::Binding> inBind, outBind;
+    for (const HostTensor& t : inputs) in.push_back(toBytes(t));
+    for (auto& bytes : in) inBind.push_back(runtime::Binding{bytes.data(), 0});
+    for (size_t i = 0; i < own; ++i) out.emplace_back(static_cast<size_t>(m.findBuffer(m.outputs[i])->bytes));
+    for (auto& bytes : out) outBind.push_back(runtime::Binding{bytes.data(), 0});
+    for (const runtime::DeviceBuffer& b : state_->buffers) {
+      inBind.push_back(b.binding());
+      outBind.push_back(b.binding());
+    }
+    model_.forward(inBind, outBind);
     std::vector<HostTensor> results;
-    for (size_t i = 0; i < outs.size(); ++i) {
+    for (size_t i = 0; i < own; ++i) {
       const runtime::BufferInfo* b = m.findBuffer(m.outputs[i]);
-      results.push_back(fromBytes(b->dtype, b->shape, outs[i]));
+      results.push_back(fromBytes(b->dtype, b->shape, out[i]));
     }
     return results;
   }
@@ -96,6 +134,7 @@ class GpuEntry : public DecodeEntry {
  private:
   runtime::Model model_;
   int64_t tokens_;
+  std::shared_ptr<DeviceState> state_;
 };
 
 size_t argmax(const std::vector<float>& v) {
@@ -139,10 +178,15 @@ DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenIn
 
 Generator::Generator(DecodeInterface iface, std::unique_ptr<DecodeEntry> step, std::unique_ptr<DecodeEntry> prefill)
     : iface_(std::move(iface)), step_(std::move(step)), prefill_(std::move(prefill)) {
+  KILN_ASSERT(!prefill_ || prefill_->holdsState() == step_->holdsState(), "a step and a prefill entry that keep the state "
+              "in different places");
   reset();
 }
 
-void Generator::reset() { state_ = iface_.initialState; }
+void Generator::reset() {
+  state_ = iface_.initialState;
+  if (step_->holdsState()) step_->resetState(state_);  // (a prefill entry holding state shares the step's)
+}
 
 // One forward of `entry` over ids (padded with token 0 to the entry's length) at positions position, position + 1, ...:
 // the state advances; the logits of the last real token (the real-th) are returned.
@@ -157,11 +201,13 @@ std::vector<float> Generator::forward(DecodeEntry& entry, const std::vector<int6
   }
   inputs[iface_.tokenInput] = std::move(tokens);
   inputs[iface_.positionInput] = std::move(positions);
-  inputs.insert(inputs.end(), state_.begin(), state_.end());
+  const bool held = entry.holdsState();
+  if (!held) inputs.insert(inputs.end(), state_.begin(), state_.end());
   std::vector<HostTensor> outputs = entry.run(inputs);
   ++forwards_;
-  KILN_ASSERT(outputs.size() >= state_.size() + 1, "{} outputs for {} states and logits", outputs.size(), state_.size());
-  std::copy(outputs.end() - static_cast<std::ptrdiff_t>(state_.size()), outputs.end(), state_.begin());
+  KILN_ASSERT(!outputs.empty() && (held || outputs.size() >= state_.size() + 1), "{} outputs for {} states and logits",
+              outputs.size(), state_.size());
+  if (!held) std::copy(outputs.end() - static_cast<std::ptrdiff_t>(state_.size()), outputs.end(), state_.begin());
   const HostTensor& logits = outputs[0];
   const size_t vocabulary = static_cast<size_t>(logits.shape.back());
   auto row = logits.values.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(real - 1) * vocabulary);
@@ -225,8 +271,9 @@ struct Specialised {
   size_t kernels = 0;
 };
 
+// GPU entries share `state` (made by the first).
 Specialised specialise(const GenerateCommand& c, const std::string& tokenName, const std::string& positionName,
-                       int64_t tokens, std::ostream& log) {
+                       int64_t tokens, std::shared_ptr<DeviceState>& state, std::ostream& log) {
   const std::vector<std::string> overrides = decodeEntryInputs(tokenName, positionName, tokens);
   std::vector<frontend::InputOverride> inputs;
   for (const std::string& o : overrides) inputs.push_back(frontend::parseInputOverride(o));
@@ -250,7 +297,8 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
     cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});
     log << fmt::format("kiln: compiled the {}-token entry into the cache {}\n", tokens, dir.string());
   }
-  auto entry = std::make_unique<GpuEntry>(dir, tokens);
+  if (!state) state = std::make_shared<DeviceState>(compiled.torchIR);
+  auto entry = std::make_unique<GpuEntry>(dir, tokens, state);
   s.kernels = entry->kernels();
   s.torchIR = std::move(compiled.torchIR);
   s.entry = std::move(entry);
@@ -294,10 +342,11 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
   }
   const auto [tokenName, positionName] = decodeInputNames(c.model, c.tokenInput, c.positionInput);
   auto start = std::chrono::steady_clock::now();
-  Specialised step = specialise(c, tokenName, positionName, 1, log);
+  std::shared_ptr<DeviceState> deviceState;  // the GPU entries' state, shared
+  Specialised step = specialise(c, tokenName, positionName, 1, deviceState, log);
   DecodeInterface iface = describeDecode(step.torchIR, tokenName, positionName);
   Specialised prefill;
-  if (c.prefillChunk > 1) prefill = specialise(c, tokenName, positionName, c.prefillChunk, log);
+  if (c.prefillChunk > 1) prefill = specialise(c, tokenName, positionName, c.prefillChunk, deviceState, log);
   int64_t stateBytes = 0;
   for (const HostTensor& s : iface.initialState) stateBytes += numel(s.shape) * dtypeBytes(s.dtype);
   const size_t states = iface.stateNames.size();

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "kiln/support/error.h"
 #include "kiln/support/files.h"
@@ -528,6 +529,62 @@ Timing Model::time(const TimingOptions& o) {
   t.forwardsPerGraph = static_cast<int>(perGraph);
   t.msPerForward = static_cast<double>(ms) / static_cast<double>(forwards);
   return t;
+}
+
+DeviceBuffer::DeviceBuffer(int64_t bytes) : bytes_(bytes) {
+  if (bytes < 0) userError("kiln runtime: a device buffer of {} bytes", bytes);
+  if (std::string why = initDriver(); !why.empty()) userError("kiln runtime: no device buffer without a GPU: {}", why);
+  CUdevice dev = 0;
+  KILN_CU(cuDeviceGet, "", &dev, 0);
+  CUcontext ctx = nullptr;
+  KILN_CU(cuDevicePrimaryCtxRetain, "", &ctx, dev);
+  context_ = ctx;
+  KILN_CU(cuCtxSetCurrent, "", ctx);
+  CUdeviceptr p = 0;
+  KILN_CU(cuMemAlloc, fmt::format(" allocating a {}-byte device buffer", bytes), &p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+  device_ = p;
+}
+
+void DeviceBuffer::release() noexcept {
+  if (!context_) return;
+  const Driver& d = driver();
+  d.fn_cuCtxSetCurrent(static_cast<CUcontext>(context_));
+  if (device_) d.fn_cuMemFree(static_cast<CUdeviceptr>(device_));
+  CUdevice dev = 0;
+  if (d.fn_cuDeviceGet(&dev, 0) == CUDA_SUCCESS) d.fn_cuDevicePrimaryCtxRelease(dev);
+  device_ = 0;
+  context_ = nullptr;
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : device_(std::exchange(o.device_, 0)), bytes_(std::exchange(o.bytes_, 0)), context_(std::exchange(o.context_, nullptr)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    device_ = std::exchange(o.device_, 0);
+    bytes_ = std::exchange(o.bytes_, 0);
+    context_ = std::exchange(o.context_, nullptr);
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const std::vector<std::byte>& bytes) {
+  if (!context_) userError("kiln runtime: upload into an empty device buffer");
+  if (static_cast<int64_t>(bytes.size()) != bytes_)
+    userError("kiln runtime: {} bytes uploaded into a device buffer of {}", bytes.size(), bytes_);
+  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
+  if (bytes_ > 0) KILN_CU(cuMemcpyHtoD, " uploading a device buffer", static_cast<CUdeviceptr>(device_), bytes.data(), bytes.size());
+}
+
+std::vector<std::byte> DeviceBuffer::download() const {
+  std::vector<std::byte> out(static_cast<size_t>(bytes_));
+  if (!context_) return out;
+  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
+  if (bytes_ > 0) KILN_CU(cuMemcpyDtoH, " downloading a device buffer", out.data(), static_cast<CUdeviceptr>(device_), out.size());
+  return out;
 }
 
 double Model::timeForward(int iters) {

@@ -102,6 +102,52 @@ TEST(Generator, ALastChunkIsPaddedWithZerosAtTheFollowingPositions) {
   EXPECT_TRUE(steps.empty());
 }
 
+// The same counting state held by the entries themselves (as the GPU entries hold it in shared device buffers): run()
+// sees only the ids and the positions, and the state is set once per generation through the step.
+class HoldingEntry : public DecodeEntry {
+ public:
+  HoldingEntry(int64_t tokens, std::shared_ptr<float> seen, std::vector<std::vector<float>>* calls, int* resets)
+      : tokens_(tokens), seen_(std::move(seen)), calls_(calls), resets_(resets) {}
+  int64_t tokens() const override { return tokens_; }
+  bool holdsState() const override { return true; }
+  void resetState(const std::vector<HostTensor>& state) override {
+    *seen_ = state.at(0).values.at(0);
+    ++*resets_;
+  }
+  std::vector<HostTensor> run(const std::vector<HostTensor>& in) override {
+    EXPECT_EQ(in.size(), 2u) << "the state stays with the entry";
+    std::vector<float> record = in[0].values;
+    record.insert(record.end(), in[1].values.begin(), in[1].values.end());
+    record.push_back(*seen_);
+    calls_->push_back(record);
+    *seen_ += static_cast<float>(tokens_);
+    HostTensor logits{DType::F32, {1, tokens_, 8}, std::vector<float>(static_cast<size_t>(tokens_ * 8), 0.f)};
+    for (int64_t t = 0; t < tokens_; ++t)
+      logits.values[static_cast<size_t>(t * 8 + (static_cast<int64_t>(in[0].values[static_cast<size_t>(t)]) + 1) % 8)] = 1.f;
+    return {logits};
+  }
+
+ private:
+  int64_t tokens_;
+  std::shared_ptr<float> seen_;
+  std::vector<std::vector<float>>* calls_;
+  int* resets_;
+};
+
+TEST(Generator, EntriesHoldingTheStateShareItAndGetOnlyTheirInputs) {
+  std::vector<std::vector<float>> steps, chunks;
+  auto seen = std::make_shared<float>(0.f);
+  int resets = 0;
+  Generator gen(scriptedInterface(), std::make_unique<HoldingEntry>(1, seen, &steps, &resets),
+                std::make_unique<HoldingEntry>(4, seen, &chunks, &resets));
+  EXPECT_EQ(gen.generate({1, 2, 3, 4, 5}, 3), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 0}));
+  EXPECT_EQ(chunks, (std::vector<std::vector<float>>{{1, 2, 3, 4, 0, 1, 2, 3, 100}}));  // as with the state fed back
+  EXPECT_EQ(steps, (std::vector<std::vector<float>>{{5, 4, 104}, {6, 5, 105}, {7, 6, 106}}));
+  EXPECT_EQ(resets, 2);  // at construction and at the generation's start
+  gen.generate({3}, 1);
+  EXPECT_EQ(steps.back(), (std::vector<float>{3, 0, 100}));
+}
+
 TEST(Generator, BadArgumentsLeaveTheStateAsItWas) {
   std::vector<std::vector<float>> steps;
   Generator gen(scriptedInterface(), std::make_unique<ScriptedEntry>(1, &steps), nullptr);

@@ -51,11 +51,16 @@ DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenIn
 
 // One entry point: the model specialised to `tokens` tokens per forward. run() takes the forward's inputs followed by
 // the states' current values and returns its outputs followed by the states' new values.
+// An entry that holds the state itself (holdsState(): on the GPU, in device buffers a decode step and a prefill chunk
+// share) takes and returns only the forward's own tensors; resetState() sets the state it holds (for entries sharing
+// it, once through any of them).
 class DecodeEntry {
  public:
   virtual ~DecodeEntry() = default;
   virtual int64_t tokens() const = 0;
   virtual std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) = 0;
+  virtual bool holdsState() const { return false; }
+  virtual void resetState(const std::vector<HostTensor>& /*state*/) {}
 };
 
 // Greedy generation over a decode step and an optional prefill entry: the state starts from the values in the

@@ -61,6 +61,33 @@ struct ForwardOptions {
   bool syncEachKernel = false;
 };
 
+// Device memory that lives as long as the object, not a forward: a decode loop's state (the KV cache), bound with
+// forward() as both an input and an output of every step (forward() copies the inputs into the arena before the
+// kernels and the outputs out after them, so one buffer can be both) and shared by a directory's entry points. In the
+// primary context of device 0, the Models' own. Moved-from buffers hold nothing. UserError (one line) without a
+// usable GPU or when the allocation or a copy fails.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(int64_t bytes);
+  ~DeviceBuffer();  // frees; never throws
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void upload(const std::vector<std::byte>& bytes);  // exactly bytes() of them (UserError otherwise)
+  std::vector<std::byte> download() const;
+  Binding binding() const { return Binding{nullptr, device_}; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept;
+  uint64_t device_ = 0;
+  int64_t bytes_ = 0;
+  void* context_ = nullptr;  // the retained primary context (CUcontext)
+};
+
 // One compiled model loaded onto device 0.
 //
 // Uses the device's *primary* context, the one the CUDA runtime (and so LibTorch) uses too, so that a Model and
