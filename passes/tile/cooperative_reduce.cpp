@@ -1,7 +1,9 @@
 // tile-cooperative-reduce: gives a block to each row of a kernel that writes a whole row after its stages
 // (a fused softmax or RMSNorm), or whose reductions are long (some stage reduces at least
 // kCooperativeReduceMinExtent points) while its outputs are too few to occupy the GPU one thread each
-// (fewer than kCooperativeReduceMaxOutputs: a matrix-vector product, a small matmul). Its threads (threadsPerRow: the longest stage or row rounded up to a power of two,
+// (fewer than kCooperativeReduceMaxOutputs: a small matmul), or that is a matrix-vector product with a long reduction
+// however many outputs it has (a decode step's LM head: 32000 threads each reading a weight row of 2048 alone, serially
+// and uncoalesced, took 12 times the time its bytes need on an H100; a block per row reads it as whole sectors). Its threads (threadsPerRow: the longest stage or row rounded up to a power of two,
 // 32..256) stride over each reduction, combine partial results by warp shuffles (and the warps' totals through shared
 // memory), then stride over the row's outputs. Short reductions stay serial per thread, where one thread's loop is cheaper than a
 // block-wide combine.
@@ -15,6 +17,23 @@
 #include "kiln/tile/ir.h"
 
 namespace kiln::tile {
+namespace {
+
+// A matrix-vector product: one sum of a product one of whose factors reads none of the output axes of extent above 1
+// (the vector, the same for every output).
+bool isVectorProduct(const loop::Kernel& k) {
+  if (k.stages.size() != 1 || k.stages[0].fn != tensor::ReduceFn::Sum) return false;
+  const loop::ExprP& v = k.stages[0].value;
+  if (v->kind != loop::Expr::Kind::Apply || v->fn != tensor::Fn::Mul) return false;
+  for (const loop::ExprP& factor : v->args) {
+    bool readsOutput = false;
+    for (const loop::Axis& a : k.parallel) readsOutput = readsOutput || (a.extent > 1 && loop::usesVar(*factor, a.var));
+    if (!readsOutput) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 bool cooperativeReduce(Program& p) {
   bool changed = false;
@@ -28,7 +47,9 @@ bool cooperativeReduce(Program& p) {
       longest = std::max(longest, extent);
     }
     int64_t perRow = k.parallelPoints() / k.rowPoints();
-    bool fewLongReductions = longest >= kCooperativeReduceMinExtent && k.rowPoints() < kCooperativeReduceMaxOutputs;
+    const bool vectorProduct = perRow == 1 && isVectorProduct(k);
+    bool fewLongReductions =
+        longest >= kCooperativeReduceMinExtent && (k.rowPoints() < kCooperativeReduceMaxOutputs || vectorProduct);
     if (perRow == 1 && !fewLongReductions) continue;
     if (perRow == 1)
       if (auto c = findContraction(k); c && c->m >= 16 && c->n >= 16 && c->k >= kTiledContractionLongReduction) continue;
