@@ -112,6 +112,41 @@ void checkCompileOutputs(const CLI::App& c, const kiln::CompileCommand& compile)
     kiln::usageError("{} and {} each choose what kiln compile writes; give one of them", given[0], given[1]);
 }
 
+// `kiln generate`'s options, into `generate`.
+CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
+  auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
+                                             "prompt and new token ids on one line");
+  gen->add_option("model", generate.model, "TorchScript decoder-step trace (.pt): forward(ids, pos) -> logits")->required();
+  gen->add_option("--prompt-ids", generate.promptIds, "the prompt's token ids, comma-separated")->delimiter(',')->required();
+  gen->add_option("--max-new-tokens", generate.maxNewTokens, "tokens to generate (default 16)");
+  gen->add_option("--prefill-chunk", generate.prefillChunk,
+                  "run the prompt C tokens per forward (the trace specialised to C tokens); 0, the default: one token per forward");
+  gen->add_flag("--interpret", generate.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
+  gen->add_option("--token-input", generate.tokenInput, "the argument taking token ids (default: the first)")->type_name("NAME");
+  gen->add_option("--position-input", generate.positionInput, "the argument taking their positions (default: the second)")->type_name("NAME");
+  gen->add_option("--save-logits", generate.logitsDir, "write the logits each new token was chosen from, raw f32 (logits0.bin, ...), into DIR, new or empty")->type_name("DIR");
+  gen->add_option("--dtype", generate.dtype, "cast the model's floating-point weights: f16 or bf16");
+  gen->add_option("--arch", generate.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
+  return gen;
+}
+
+// `kiln opt`'s options, into `opt` and the two flags main() folds into it after parsing.
+CLI::App* addOptCommand(CLI::App& app, kiln::OptCommand& opt, bool& optPrintAfterAll, bool& optNoVerify) {
+  auto* o = app.add_subcommand("opt", "read IR text, run passes of its level on it with the verifier after each, print the result");
+  o->add_option("file", opt.file, "IR text, as kiln compile --ir LEVEL prints it")->required();
+  o->add_option("--level", opt.level, "the file's IR level: loop, tile or kernel (the default)");
+  o->add_option("--passes", opt.passes, "passes to run, in order (comma-separated): the level's own and the lowering to the next level; none: print the input back")
+      ->delimiter(',')
+      ->type_name("PASS,...");
+  o->add_option("--arch", opt.arch, "with Loop IR and tile-lower-from-loop: the target GPU, " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + "); Tile and Kernel IR name theirs");
+  o->add_option("-o,--output", opt.output, "output file (default standard output)");
+  o->add_flag("-v,--verbose", opt.pipeline.verbosity, "-v names each pass as it runs; -vv also prints a diff of the IR after each pass that changed it");
+  o->add_flag("--print-after-all", optPrintAfterAll, "same as -vv");
+  o->add_flag("--time-passes", opt.pipeline.timePasses, "report the time each pass took");
+  o->add_flag("--no-verify", optNoVerify, "skip the verifier after each pass (the input is verified still)");
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,19 +204,7 @@ int main(int argc, char** argv) {
   addPipelineFlags(r, run.pipeline, flags);
 
   kiln::GenerateCommand generate;
-  auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
-                                             "prompt and new token ids on one line");
-  gen->add_option("model", generate.model, "TorchScript decoder-step trace (.pt): forward(ids, pos) -> logits")->required();
-  gen->add_option("--prompt-ids", generate.promptIds, "the prompt's token ids, comma-separated")->delimiter(',')->required();
-  gen->add_option("--max-new-tokens", generate.maxNewTokens, "tokens to generate (default 16)");
-  gen->add_option("--prefill-chunk", generate.prefillChunk,
-                  "run the prompt C tokens per forward (the trace specialised to C tokens); 0, the default: one token per forward");
-  gen->add_flag("--interpret", generate.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
-  gen->add_option("--token-input", generate.tokenInput, "the argument taking token ids (default: the first)")->type_name("NAME");
-  gen->add_option("--position-input", generate.positionInput, "the argument taking their positions (default: the second)")->type_name("NAME");
-  gen->add_option("--save-logits", generate.logitsDir, "write the logits each new token was chosen from, raw f32 (logits0.bin, ...), into DIR, new or empty")->type_name("DIR");
-  gen->add_option("--dtype", generate.dtype, "cast the model's floating-point weights: f16 or bf16");
-  gen->add_option("--arch", generate.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
+  CLI::App* gen = addGenerateCommand(app, generate);
 
   kiln::InspectCommand inspect;
   auto* in = app.add_subcommand("inspect", "list a model's inputs, parameters and ops (and those kiln does not support); needs no shapes");
@@ -189,18 +212,7 @@ int main(int argc, char** argv) {
 
   kiln::OptCommand opt;
   bool optPrintAfterAll = false, optNoVerify = false;
-  auto* o = app.add_subcommand("opt", "read IR text, run passes of its level on it with the verifier after each, print the result");
-  o->add_option("file", opt.file, "IR text, as kiln compile --ir LEVEL prints it")->required();
-  o->add_option("--level", opt.level, "the file's IR level: loop, tile or kernel (the default)");
-  o->add_option("--passes", opt.passes, "passes to run, in order (comma-separated): the level's own and the lowering to the next level; none: print the input back")
-      ->delimiter(',')
-      ->type_name("PASS,...");
-  o->add_option("--arch", opt.arch, "with Loop IR and tile-lower-from-loop: the target GPU, " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + "); Tile and Kernel IR name theirs");
-  o->add_option("-o,--output", opt.output, "output file (default standard output)");
-  o->add_flag("-v,--verbose", opt.pipeline.verbosity, "-v names each pass as it runs; -vv also prints a diff of the IR after each pass that changed it");
-  o->add_flag("--print-after-all", optPrintAfterAll, "same as -vv");
-  o->add_flag("--time-passes", opt.pipeline.timePasses, "report the time each pass took");
-  o->add_flag("--no-verify", optNoVerify, "skip the verifier after each pass (the input is verified still)");
+  CLI::App* o = addOptCommand(app, opt, optPrintAfterAll, optNoVerify);
 
   auto* passes = app.add_subcommand("passes", "list every pass");
   auto* ops = app.add_subcommand("ops", "list the supported aten ops");
