@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "kiln/loop/attention.h"
 #include "kiln/loop/ir.h"
@@ -219,18 +220,18 @@ class Fuser {
     return -1;
   }
 
-  // The one temporary that s loads as a value; nullopt when it loads none or several. (Temporaries read as indices are
-  // not scores: a decoder step's positions, which its causal mask compares the keys with.)
-  std::optional<int> scoreBuffer(const ExprP& s) const {
-    std::optional<int> sBuffer;
-    bool ok = true;
+  // S: the one temporary that s loads as a value and that a single-sum product over O's rows and the keys writes for P
+  // alone; nullopt when none or several do. Other temporaries s reads stay loads of the fused kernel: a mask computed
+  // once for every layer (a decoder step's, from its run-time positions), positions read as indices.
+  std::optional<int> scoreBuffer(const ExprP& s, size_t pi, const Kernel& o, size_t n, int64_t keys) const {
+    std::set<int> candidates;
     forEachBufferRead(s, [&](int b, bool asIndex) {
       if (asIndex || p_.buffers[static_cast<size_t>(b)].kind != Buffer::Kind::Temp) return;
-      ok = ok && (!sBuffer || *sBuffer == b);
-      sBuffer = b;
+      const int si = producer(b, static_cast<int>(pi));
+      if (si >= 0 && isScoreProduct(p_.kernels[static_cast<size_t>(si)], o, n, keys)) candidates.insert(b);
     });
-    if (!ok) return std::nullopt;
-    return sBuffer;
+    if (candidates.size() != 1) return std::nullopt;
+    return *candidates.begin();
   }
 
   std::optional<Kernel> withSoftmax(size_t oi, size_t pi, const ExprP& value) {
@@ -246,8 +247,7 @@ class Fuser {
     ext[key.var] = keys;
     ExprP s = softmaxScoreAtKey(pk, o, n, key, ext);
     if (!s) return std::nullopt;
-    // S: the one temporary s reads, produced by a single-sum kernel read by P alone.
-    std::optional<int> sBuffer = scoreBuffer(s);
+    std::optional<int> sBuffer = scoreBuffer(s, pi, o, n, keys);
     if (!sBuffer) return std::nullopt;
     int si = producer(*sBuffer, static_cast<int>(pi));
     if (si < 0) return std::nullopt;

@@ -4,7 +4,8 @@
 //   - it has no reduction (a kernel ends at its reduction; the reduced value is materialised), and
 //   - it does not write a model output, and
 //   - it is pure data movement (a single load: transposes, views, broadcasts), or the work it would repeat
-//     is bounded: sum over its loads in consumers of the consumer's iterations <= 8 x its own elements, and
+//     is bounded: sum over its loads in consumers of the consumer's iterations <= 8 x its own elements, or it is
+//     computed from indices alone in at most two operations (no load but index reads: a run-time mask), and
 //   - no consumer's expression would hold more than kMaxFusedApplies operations counted as a tree (a value used
 //     twice per step, as in `tanh(x) + x` chained, doubles the tree at every inlining: 300 such steps took 24 GB
 //     before this bound; the lowering still computes shared subexpressions once).
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "kiln/loop/ir.h"
 
@@ -34,6 +36,20 @@ int64_t loadIterations(const Kernel& k, int buffer) {
   }
   count(k.result, k.parallelPoints());
   return total;
+}
+
+// A result computed from indices alone, in a few operations (no load but index reads: a decoder step's causal mask
+// after loop-index-comparisons, `select(j < pos[i] + 1, 1, 0)`): cheaper to compute again in every reader than to
+// store and load, whatever the number of readers.
+bool fromIndicesAlone(const Kernel& k) {
+  if (k.attention || !k.stages.empty()) return false;  // (an attention kernel's result reads its accumulator)
+  bool other = false;
+  std::function<void(const ExprP&)> visit = [&](const ExprP& e) {
+    other = other || e->kind == Expr::Kind::Load || e->kind == Expr::Kind::Acc;
+    for (const ExprP& a : e->args) visit(a);
+  };
+  visit(k.result);
+  return !other && applyCount(k.result) <= 2;
 }
 
 }  // namespace
@@ -61,6 +77,7 @@ std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, 
 std::string fusionRefusal(const Program& p, int producer) {
   const Kernel& k = p.kernels[producer];
   if (!k.stages.empty()) return "ends in a reduction, whose result is materialised (see loop-fuse-epilogues and loop-fuse-rows)";
+  if (k.attention) return "is an attention kernel (its online softmax is a reduction), whose result is materialised";
   if (p.buffers[k.output].kind == Buffer::Kind::Output) return "writes a model output";
   for (size_t c = producer + 1; c < p.kernels.size(); ++c) {
     bool asIndex = false;
@@ -72,7 +89,7 @@ std::string fusionRefusal(const Program& p, int producer) {
   for (size_t c = producer + 1; c < p.kernels.size(); ++c) repeated += loadIterations(p.kernels[c], k.output);
   if (k.result->kind == Expr::Kind::Load || k.result->kind == Expr::Kind::Imm) return "";
   int64_t own = k.parallelPoints();
-  if (repeated > kMaxFusionWorkGrowth * own)
+  if (repeated > kMaxFusionWorkGrowth * own && !fromIndicesAlone(k))
     return fmt::format("inlining would repeat its work {:.1f}x (consumers evaluate it {} times for {} elements; bound {}x)",
                        static_cast<double>(repeated) / own, repeated, own, kMaxFusionWorkGrowth);
   const int64_t applies = applyCount(k.result);

@@ -8,8 +8,10 @@
 // the positions the forward was given. As a select on the key's index it is a bound later passes can read
 // (loop::keyBounds: the keys past a row's run-time bound need not be loaded at all), and the loads of the arange are
 // gone. Exact: the comparison is of the same integers (as floats they were exact only below 2^24).
-// Runs after the fusions that inline the comparison into the kernel choosing on it (loop-fuse-producers, fuse-rows),
-// before loop-fuse-attention.
+// A comparison whose value is kept (a bool stored: transformers computes a decoder step's mask once for every layer)
+// becomes select(a < b + 1, 1, 0): computed from indices alone, which loop-fuse-producers inlines into every reader
+// whatever the work it repeats, so that the choice on it lands in each attention's score (loop::runtimeKeyLimit reads
+// `where(select(j < L, 1, 0), 0, -inf)` as well). Runs before the fusions.
 #include <map>
 #include <optional>
 
@@ -19,6 +21,11 @@ namespace kiln::loop {
 namespace {
 
 bool isApply(const ExprP& e, Fn fn) { return e->kind == Expr::Kind::Apply && e->fn == fn; }
+bool isImm(const ExprP& e, float v) { return e->kind == Expr::Kind::Imm && e->imm == v; }
+// select(l < r, 1, 0): a comparison's value.
+bool isOneOrZero(const ExprP& e) {
+  return e->kind == Expr::Kind::Select && isImm(e->args[0], 1.f) && isImm(e->args[1], 0.f);
+}
 
 // An integer weight whose every element is its index along dimension `dim` plus `offset`.
 struct Iota {
@@ -44,7 +51,10 @@ std::optional<Iota> iotaOf(const Buffer& b) {
 
 class Rewriter {
  public:
-  explicit Rewriter(const Program& p) : p_(p) {}
+  explicit Rewriter(const Program& p) : p_(p) {
+    for (const Kernel& k : p.kernels)  // kernels that only move data: a temporary that is a view of another buffer
+      if (k.stages.empty() && !k.attention && k.result->kind == Expr::Kind::Load) movers_[k.output] = &k;
+  }
 
   ExprP rewrite(const ExprP& e, const VarExtents& ext) {
     if (e->kind != Expr::Kind::Apply && e->kind != Expr::Kind::Select) return e;
@@ -56,6 +66,8 @@ class Rewriter {
     }
     if (isApply(e, Fn::Where))
       if (ExprP s = asSelect(args, ext)) return s;
+    if (e->kind == Expr::Kind::Apply && !isApply(e, Fn::Where))  // a comparison whose value is kept: 1 or 0
+      if (ExprP s = asSelect({e, imm(1.f), imm(0.f)}, ext)) return s;
     if (!argsChanged) return e;
     auto copy = std::make_shared<Expr>(*e);
     copy->args = std::move(args);
@@ -66,8 +78,12 @@ class Rewriter {
 
  private:
   // where(cond, x, y) as a select on cond's integers; null when cond is not such a comparison.
-  ExprP asSelect(const std::vector<ExprP>& args, const VarExtents& ext) {
+  ExprP asSelect(std::vector<ExprP> args, const VarExtents& ext) {
     const ExprP& cond = args[0];
+    if (isOneOrZero(cond)) {  // a comparison rewritten already (below): where(select(l < r, 1, 0), x, y)
+      changed_ = true;
+      return select(cond->index[0], cond->index[1], args[1], args[2]);
+    }
     if (cond->kind != Expr::Kind::Apply || cond->args.size() != 2) return nullptr;
     const Fn fn = cond->fn;
     if (fn != Fn::Lt && fn != Fn::Le && fn != Fn::Gt && fn != Fn::Ge) return nullptr;
@@ -103,6 +119,10 @@ class Rewriter {
       return simplify(idxAdd(load.index[iota->dim], iota->offset), ext);
     }
     if (b.kind != Buffer::Kind::Input && b.kind != Buffer::Kind::Temp) return std::nullopt;
+    // A view (a broadcast of the positions over the keys): the element it shows. Before the fusions such kernels
+    // still stand between the comparison and the buffer it reads, and an index read is not inlined later.
+    if (auto mover = movers_.find(load.buffer); mover != movers_.end())
+      return indexValue(inlineProducer(std::make_shared<Expr>(load), *mover->second, ext), ext);
     Idx flat = idxConst(0);
     int64_t stride = 1;
     for (size_t d = b.shape.size(); d-- > 0;) {
@@ -119,6 +139,7 @@ class Rewriter {
   }
 
   const Program& p_;
+  std::map<int, const Kernel*> movers_;
   std::map<int, std::optional<Iota>> iotas_;
   bool changed_ = false;
 };

@@ -22,11 +22,11 @@ int levelIndex(const std::string& level) {
 const std::vector<InLevelPass<loop::Program>>& loopPasses() {
   static const std::vector<InLevelPass<loop::Program>> passes = {
       {"loop-mask-predicates", loop::maskPredicates},  // before fusion copies the mask's loads around
+      {"loop-index-comparisons", loop::indexComparisons},  // before fusion: index-only producers inline anywhere
       {"loop-fuse-epilogues", loop::fuseEpilogues},  // before inlining: keeps a residual stream materialised
       {"loop-fuse-producers", loop::fuseProducers},  // producers in topological order
       {"loop-fuse-rows", loop::fuseRows},  // after inlining: consumers hold their whole row
       {"loop-reciprocal-row-divisors", loop::reciprocalRowDivisors},  // after the rows are formed
-      {"loop-index-comparisons", loop::indexComparisons},  // after inlining: the comparison and its choice in one kernel
       {"loop-fuse-attention", loop::fuseAttention},  // after the softmax rows are formed
       {"loop-eliminate-dead-buffers", loop::eliminateDeadBuffers},  // removes what fusion inlined
   };

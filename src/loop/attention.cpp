@@ -140,8 +140,19 @@ KeyBounds keyBounds(const Kernel& k, int queryAxis) {
 
 namespace {
 
+// where(select(l < r, 1, 0), x, y) as the select(l < r, x, y) it is (a comparison loop-index-comparisons rewrote in
+// its own kernel, inlined into the choice on it); e otherwise.
+ExprP foldedChoice(const ExprP& e) {
+  if (e->kind != Expr::Kind::Apply || e->fn != Fn::Where) return e;
+  const ExprP& c = e->args[0];
+  const bool oneOrZero = c->kind == Expr::Kind::Select && c->args[0]->kind == Expr::Kind::Imm && c->args[0]->imm == 1.f &&
+                         c->args[1]->kind == Expr::Kind::Imm && c->args[1]->imm == 0.f;
+  return oneOrZero ? select(c->index[0], c->index[1], e->args[1], e->args[2]) : e;
+}
+
 // The run-time limits of the selects among e's summands (and inside their kept sides).
-void runtimeLimits(const ExprP& e, const Kernel& k, std::vector<Idx>& limits) {
+void runtimeLimits(const ExprP& choice, const Kernel& k, std::vector<Idx>& limits) {
+  const ExprP e = foldedChoice(choice);
   if (e->kind == Expr::Kind::Apply && e->fn == Fn::Add) {
     for (const ExprP& a : e->args) runtimeLimits(a, k, limits);
     return;

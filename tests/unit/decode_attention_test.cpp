@@ -5,6 +5,8 @@
 // tiny Llama decoder step of models/hf_decode.py with a cache of 256 positions.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 
@@ -66,6 +68,46 @@ TEST(IndexComparisons, LeavesFloatValuesAndEqualityAlone) {
   EXPECT_FALSE(loop::indexComparisons(floats)) << loop::print(floats);
   loop::Program equal = maskedByPositions(tensor::Fn::Eq);
   EXPECT_FALSE(loop::indexComparisons(equal)) << loop::print(equal);
+}
+
+// A comparison whose value is stored (transformers' decoder-step mask, computed once for every layer) reading the
+// positions through a broadcast kernel: it becomes select(p1 < pos[0] + 1, 1, 0), the view chased to the element it
+// shows, and loop-fuse-producers inlines that into each of its many readers (more than kMaxFusionWorkGrowth times its
+// work), so that the choice on it reaches each attention's score.
+TEST(IndexComparisons, AStoredMaskOfPositionsBecomesIndicesAndReachesEveryReader) {
+  loop::Program p;
+  p.modelName = "shared";
+  std::vector<float> arange(8);
+  for (size_t i = 0; i < arange.size(); ++i) arange[i] = static_cast<float>(i);
+  auto data = std::make_shared<torch::WeightData>(torch::WeightData{"arange", arange});
+  const int readers = 12;
+  p.buffers = {loop::Buffer{loop::Buffer::Kind::Input, "pos", DType::I64, {1}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Weight, "arange", DType::I64, {8}, data},
+               loop::Buffer{loop::Buffer::Kind::Temp, "wide", DType::I64, {8}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Temp, "keep", DType::Bool, {8}, nullptr}};
+  p.inputs = {0};
+  const Idx p0 = idxVar(0, "p0");
+  loop::Kernel broadcast{"k0_index_map", 2, {loop::Axis{0, "p0", 8}}, 1, {}, loop::load(0, {idxConst(0)})};
+  loop::Kernel compare{"k1_le", 3, {loop::Axis{0, "p0", 8}}, 1, {},
+                       loop::apply(tensor::Fn::Le, {loop::load(1, {p0}), loop::load(2, {p0})})};
+  p.kernels = {broadcast, compare};
+  for (int r = 0; r < readers; ++r) {
+    p.buffers.push_back(loop::Buffer{loop::Buffer::Kind::Output, fmt::format("out{}", r), DType::F32, {8}, nullptr});
+    p.outputs.push_back(static_cast<int>(p.buffers.size()) - 1);
+    p.kernels.push_back(loop::Kernel{fmt::format("k{}_where", r + 2), static_cast<int>(p.buffers.size()) - 1,
+                                     {loop::Axis{0, "p0", 8}}, 1, {},
+                                     loop::apply(tensor::Fn::Where, {loop::load(3, {p0}), loop::imm(0.f), loop::imm(-1e30f)})});
+  }
+  const std::vector<HostTensor> in{HostTensor{DType::I64, {1}, {5.f}}};
+  const std::vector<HostTensor> before = loop::interpret(p, in);
+  ASSERT_TRUE(loop::indexComparisons(p));
+  EXPECT_NE(loop::print(p).find("select(p0 < pos[0] + 1, 1, 0)"), std::string::npos) << loop::print(p);
+  EXPECT_EQ(loop::fusionRefusal(p, 1), "") << "a mask of indices inlines into all " << readers << " readers";
+  loop::fuseProducers(p);
+  loop::eliminateDeadBuffers(p);
+  EXPECT_EQ(p.kernels.size(), static_cast<size_t>(readers)) << loop::print(p);
+  const std::vector<HostTensor> after = loop::interpret(p, in);
+  for (int r = 0; r < readers; ++r) EXPECT_EQ(after[r].values, before[r].values) << "output " << r;
 }
 
 // ---- the decoder step's attention ----

@@ -42,11 +42,11 @@ struct LoopPass {
 };
 const std::vector<LoopPass> kLoopPasses = {
     {"loop-mask-predicates", maskPredicates},
+    {"loop-index-comparisons", indexComparisons},
     {"loop-fuse-epilogues", fuseEpilogues},
     {"loop-fuse-producers", fuseProducers},
     {"loop-fuse-rows", fuseRows},
     {"loop-reciprocal-row-divisors", reciprocalRowDivisors},
-    {"loop-index-comparisons", indexComparisons},
     {"loop-fuse-attention", fuseAttention},
     {"loop-eliminate-dead-buffers", eliminateDeadBuffers},
 };

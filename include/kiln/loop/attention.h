@@ -38,8 +38,9 @@ struct KeyBounds {
 KeyBounds keyBounds(const Kernel& k, int queryAxis);
 // The keys a mask read at run time leaves the rows: j < limit, limit an index expression over the kernel's row variables
 // that reads memory (a decoder step's causal mask compares the keys with the positions the forward was given:
-// loop-index-comparisons). Found where the score is a sum with terms select(j < limit, x, masked) (masked an immediate of
-// at most kMaskedScore), several combined by their minimum; nullopt when there is none. The selects stay in the score
+// loop-index-comparisons). Found where the score is a sum with terms select(j < limit, x, masked) or
+// where(select(j < limit, 1, 0), x, masked) (masked an immediate of at most kMaskedScore), several combined by their
+// minimum; nullopt when there is none. The selects stay in the score
 // (unmaskedScore keeps them): the limit only tells a schedule which keys it need not read at all.
 std::optional<Idx> runtimeKeyLimit(const Kernel& k);
 // The score where the mask keeps the key: keyBounds' selects replaced by their kept side (what the score is for every
