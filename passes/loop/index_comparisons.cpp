@@ -6,8 +6,8 @@
 //   - an integral immediate, or a sum or difference of such values.
 // A decoder step's causal mask is such a comparison: `kv_idx <= q_idx` with kv_idx an arange over the cache and q_idx
 // the positions the forward was given. As a select on the key's index it is a bound later passes can read
-// (loop::keyBounds: the keys past a row's run-time bound need not be loaded at all), and the loads of the arange are
-// gone. Exact: the comparison is of the same integers (as floats they were exact only below 2^24).
+// (loop::runtimeKeyLimit: the keys past a row's run-time bound need not be loaded at all), and the loads of the arange
+// are gone. Exact: the comparison is of the same integers (as floats they were exact only below 2^24).
 // A comparison whose value is kept (a bool stored: transformers computes a decoder step's mask once for every layer)
 // becomes select(a < b + 1, 1, 0): computed from indices alone, which loop-fuse-producers inlines into every reader
 // whatever the work it repeats, so that the choice on it lands in each attention's score (loop::runtimeKeyLimit reads
