@@ -1,5 +1,6 @@
 // loop-index-comparisons: a choice between two values on a comparison of integers that are indices becomes a select on
-// index expressions: where(a <= b, x, y) -> select(a < b + 1, x, y) (likewise <, >, >=), when a and b are each
+// index expressions: where(a <= b, x, y) -> select(a < b + 1, x, y) (likewise <, >, >=; a == b is two selects,
+// select(a < b, y, select(a < b + 1, x, y)), and != the same with x and y exchanged), when a and b are each
 //   - an integer weight that holds its own index along one dimension plus a constant (an arange, broadcast or not),
 //     read at some index: that dimension's index plus the constant;
 //   - an element of an integer (i64) input or temporary: an index read from memory (idxLoad), as a gather reads ids;
@@ -9,7 +10,7 @@
 // (loop::runtimeKeyLimit: the keys past a row's run-time bound need not be loaded at all), and the loads of the arange
 // are gone. Exact: the comparison is of the same integers (as floats they were exact only below 2^24).
 // A comparison whose value is kept (a bool stored: transformers computes a decoder step's mask once for every layer)
-// becomes select(a < b + 1, 1, 0): computed from indices alone, which loop-fuse-producers inlines into every reader
+// becomes select(a < b + 1, 1, 0) (for == and !=, the two selects choosing 1 or 0): computed from indices alone, which loop-fuse-producers inlines into every reader
 // whatever the work it repeats, so that the choice on it lands in each attention's score (loop::runtimeKeyLimit reads
 // `where(select(j < L, 1, 0), 0, -inf)` as well). Runs before the fusions.
 #include <map>
@@ -22,9 +23,16 @@ namespace {
 
 bool isApply(const ExprP& e, Fn fn) { return e->kind == Expr::Kind::Apply && e->fn == fn; }
 bool isImm(const ExprP& e, float v) { return e->kind == Expr::Kind::Imm && e->imm == v; }
-// select(l < r, 1, 0): a comparison's value.
-bool isOneOrZero(const ExprP& e) {
-  return e->kind == Expr::Kind::Select && isImm(e->args[0], 1.f) && isImm(e->args[1], 0.f);
+
+// A comparison's value rewritten already (selects on indices whose leaves are 1 or 0) with x for its 1s and y for its
+// 0s: where(cond, x, y) as selects. Null when cond is not such a value.
+ExprP chooseOnIndices(const ExprP& cond, const ExprP& x, const ExprP& y) {
+  if (isImm(cond, 1.f)) return x;
+  if (isImm(cond, 0.f)) return y;
+  if (cond->kind != Expr::Kind::Select) return nullptr;
+  ExprP a = chooseOnIndices(cond->args[0], x, y), b = chooseOnIndices(cond->args[1], x, y);
+  if (!a || !b) return nullptr;
+  return select(cond->index[0], cond->index[1], std::move(a), std::move(b));
 }
 
 // An integer weight whose every element is its index along dimension `dim` plus `offset`.
@@ -80,13 +88,14 @@ class Rewriter {
   // where(cond, x, y) as a select on cond's integers; null when cond is not such a comparison.
   ExprP asSelect(std::vector<ExprP> args, const VarExtents& ext) {
     const ExprP& cond = args[0];
-    if (isOneOrZero(cond)) {  // a comparison rewritten already (below): where(select(l < r, 1, 0), x, y)
-      changed_ = true;
-      return select(cond->index[0], cond->index[1], args[1], args[2]);
-    }
+    if (cond->kind == Expr::Kind::Select)  // a comparison rewritten already (below): where(select(l < r, 1, 0), x, y)
+      if (ExprP chosen = chooseOnIndices(cond, args[1], args[2])) {
+        changed_ = true;
+        return chosen;
+      }
     if (cond->kind != Expr::Kind::Apply || cond->args.size() != 2) return nullptr;
     const Fn fn = cond->fn;
-    if (fn != Fn::Lt && fn != Fn::Le && fn != Fn::Gt && fn != Fn::Ge) return nullptr;
+    if (fn != Fn::Lt && fn != Fn::Le && fn != Fn::Gt && fn != Fn::Ge && fn != Fn::Eq && fn != Fn::Ne) return nullptr;
     std::optional<Idx> a = indexValue(cond->args[0], ext), b = indexValue(cond->args[1], ext);
     if (!a || !b) return nullptr;
     changed_ = true;
@@ -94,7 +103,11 @@ class Rewriter {
     if (fn == Fn::Lt) return select(*a, *b, args[1], args[2]);
     if (fn == Fn::Le) return select(*a, simplify(idxAdd(*b, 1), ext), args[1], args[2]);
     if (fn == Fn::Gt) return select(*b, *a, args[1], args[2]);
-    return select(*b, simplify(idxAdd(*a, 1), ext), args[1], args[2]);
+    if (fn == Fn::Ge) return select(*b, simplify(idxAdd(*a, 1), ext), args[1], args[2]);
+    // a == b: a < b fails and a < b + 1 holds.
+    const ExprP& equal = fn == Fn::Eq ? args[1] : args[2];
+    const ExprP& unequal = fn == Fn::Eq ? args[2] : args[1];
+    return select(*a, *b, unequal, select(*a, simplify(idxAdd(*b, 1), ext), equal, unequal));
   }
 
   std::optional<Idx> indexValue(const ExprP& e, const VarExtents& ext) {

@@ -337,11 +337,12 @@ struct Lowering {
   }
 
   // aten::index_copy(self, dim, index, source): self with its slices index[t] along dim replaced by source's slice t.
-  // Written with the Tensor primitives as a one-hot product, exact in every dtype (each element sums one source value
-  // and zeros): hit[j, t] = (j == index[t]) over self's positions j along dim; replaced = hit x source along dim; the
-  // result is where(sum over t of hit[j, t], replaced, self). An index out of range replaces nothing (LibTorch
-  // fails), a repeated one sums its sources (LibTorch leaves the order undefined). The cost is that of reading and
-  // writing self once per call (a static KV cache rewritten at every step), not of the slices written.
+  // Written with the Tensor primitives, exact in every dtype. The positions along dim are an i64 arange, so that
+  // loop-index-comparisons makes each comparison with the index a choice on indices. One slice (a decoder step's
+  // cache write): where(j == index[0], source, self). Several: a one-hot product, hit[j, t] = (j == index[t]),
+  // replaced = hit x source along dim, and where(any t hits j, replaced, self). An index out of range replaces nothing
+  // (LibTorch fails), a repeated one sums its sources (LibTorch leaves the order undefined). Either way the kernel
+  // reads and writes all of self (a static KV cache rewritten at every step), not only the slices written.
   int indexCopy() {
     int self = tensor(0);
     const int d = b.normDim(self, integer(1));
@@ -358,8 +359,9 @@ struct Lowering {
                               shapeString(s), d));
     std::vector<float> positions(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) positions[static_cast<size_t>(j)] = static_cast<float>(j);
-    int iota = b.reshape(b.constant({n}, std::move(positions), "index_copy positions"), {n, 1});
-    int hit = b.binary(Fn::Eq, Operand{iota}, Operand{b.reshape(index, {1, count})});  // [n, count]
+    const int iota = b.constant({n}, std::move(positions), "index_copy positions", DType::I64);
+    if (count == 1) return indexCopyOne(self, d, iota, index, source);
+    int hit = b.binary(Fn::Eq, Operand{b.reshape(iota, {n, 1})}, Operand{b.reshape(index, {1, count})});  // [n, count]
     // source with dim moved next to last ([.., count, inner]); a last dim gets a unit inner dim.
     const int r = b.rank(self);
     std::vector<int> perm;
@@ -382,6 +384,15 @@ struct Lowering {
     maskShape[static_cast<size_t>(d)] = n;
     int written = b.reshape(b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {1}, false), maskShape);
     return b.elementwise(Fn::Where, {Operand{written}, Operand{b.cast(replaced, b.dtype(self))}, Operand{self}});
+  }
+
+  // index_copy of one slice: where(j == index[0], source, self), j self's position along dim (the arange `iota`).
+  int indexCopyOne(int self, int d, int iota, int index, int source) {
+    const Shape s = b.shape(self);
+    Shape along(s.size(), 1);
+    along[static_cast<size_t>(d)] = s[static_cast<size_t>(d)];
+    const int hit = b.binary(Fn::Eq, Operand{b.reshape(iota, along)}, Operand{b.reshape(index, Shape(s.size(), 1))});
+    return b.elementwise(Fn::Where, {Operand{hit}, Operand{b.cast(source, b.dtype(self))}, Operand{self}});
   }
 
   int maskedFill() { return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}}); }

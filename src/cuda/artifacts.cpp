@@ -69,8 +69,6 @@ std::string codeKey(const Source& s) {
   return key;
 }
 
-// The static memory plan: every buffer its own aligned slice of one arena. (Reusing the slices of
-// temporaries whose lifetimes do not overlap is the next step.)
 // The weights file of a directory's entries: each weight's bytes appended (aligned), except where an earlier entry
 // stored the same bytes.
 class WeightsFile {
@@ -100,6 +98,9 @@ class WeightsFile {
   std::multimap<uint64_t, std::pair<int64_t, int64_t>> earlier_, entry_;  // hash -> (offset, bytes)
 };
 
+// The static memory plan: every buffer its own aligned slice of one arena, but a state updated in place (the Program's
+// inPlace pairs), whose new value takes its current value's. (Reusing the slices of temporaries whose lifetimes do not
+// overlap is the next step.)
 runtime::Manifest plan(const kernel::Program& p, const Module& module, const ArtifactOptions& opts, WeightsFile& weights,
                        std::vector<std::string>& toCompile) {
   runtime::Manifest m;
@@ -117,7 +118,13 @@ runtime::Manifest plan(const kernel::Program& p, const Module& module, const Art
     info.shape = buf.shape;
     info.bytes = numel(buf.shape) * dtypeBytes(buf.dtype);
     info.offset = offset;
-    offset = alignUp(offset + info.bytes);
+    auto inPlace = std::find_if(p.inPlace.begin(), p.inPlace.end(), [&](auto& pair) { return pair.first == static_cast<int>(b); });
+    if (inPlace != p.inPlace.end() && inPlace->second < static_cast<int>(b)) {  // the input is placed already  // a state's new value, on the bytes of its current one
+      info.inPlaceOf = inPlace->second;
+      info.offset = m.buffers.at(static_cast<size_t>(inPlace->second)).offset;
+    } else {
+      offset = alignUp(offset + info.bytes);
+    }
     if (buf.kind == loop::Buffer::Kind::Weight) {
       info.weightOffset = weights.place(toBytes(HostTensor{buf.dtype, buf.shape, buf.weight->values}));
     }

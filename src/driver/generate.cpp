@@ -73,21 +73,27 @@ class InterpretedEntry : public DecodeEntry {
   int64_t tokens_;
 };
 
-// The state on the GPU: one device buffer per state, which the entries bind as both the input and the output of its
-// state at every forward.
+class GpuEntry;
+
+// The state on the GPU: one device buffer per state, and for each the entry whose arena holds its current value
+// instead (a state its forward updates in place: BufferInfo::inPlaceOf), or none.
 struct DeviceState {
   std::vector<runtime::DeviceBuffer> buffers;
+  std::vector<GpuEntry*> holders;
   explicit DeviceState(const torch::Graph& g) {
     for (const torch::State& s : g.states) {
       const torch::Value& v = g.values[static_cast<size_t>(s.input)];
       buffers.emplace_back(numel(v.shape) * dtypeBytes(v.dtype));
     }
+    holders.assign(buffers.size(), nullptr);
   }
 };
 
 // The entry point run on the GPU from kiln run's compile cache: the forward's own inputs copied in from the host and
-// its outputs out (the logits), the state bound from the shared DeviceState (forward(): copied into the arena and the
-// new values out again on the GPU, never through the host), the kernels replayed from one CUDA graph.
+// its outputs out (the logits), the kernels replayed from one CUDA graph. A state the entry updates in place stays in
+// its arena from one step to the next (bound as Model::binding, nothing copied); it reaches the shared device buffer
+// only when another entry needs it (flush). Any other state is bound from the device buffer, copied into the arena
+// and out again on the GPU, never through the host.
 class GpuEntry : public DecodeEntry {
  public:
   GpuEntry(const fs::path& dir, int64_t tokens, std::shared_ptr<DeviceState> state)
@@ -98,16 +104,26 @@ class GpuEntry : public DecodeEntry {
                 dir.string(), m.inputs.size(), m.outputs.size(), states);
     for (size_t i = 0; i < states; ++i) {
       const int64_t bytes = state_->buffers[i].bytes();
-      KILN_ASSERT(m.findBuffer(m.inputs[m.inputs.size() - states + i])->bytes == bytes &&
-                      m.findBuffer(m.outputs[m.outputs.size() - states + i])->bytes == bytes,
-                  "entry {}: state {} is not {} bytes", dir.string(), i, bytes);
+      const runtime::BufferInfo* in = m.findBuffer(m.inputs[m.inputs.size() - states + i]);
+      const runtime::BufferInfo* out = m.findBuffer(m.outputs[m.outputs.size() - states + i]);
+      KILN_ASSERT(in->bytes == bytes && out->bytes == bytes, "entry {}: state {} is not {} bytes", dir.string(), i, bytes);
+      inPlace_.push_back(out->inPlaceOf == in->id ? in->id : -1);
+    }
+  }
+  ~GpuEntry() override {
+    try {
+      for (size_t i = 0; i < inPlace_.size(); ++i) flush(i);
+    } catch (const std::exception&) {  // never throws: the state is lost with the entry
     }
   }
   int64_t tokens() const override { return tokens_; }
   size_t kernels() const { return model_.manifest().kernels.size(); }
   bool holdsState() const override { return true; }
   void resetState(const std::vector<HostTensor>& state) override {
-    for (size_t i = 0; i < state.size(); ++i) state_->buffers[i].upload(toBytes(state[i]));
+    for (size_t i = 0; i < state.size(); ++i) {
+      state_->buffers[i].upload(toBytes(state[i]));
+      state_->holders[i] = nullptr;
+    }
   }
   std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) override {
     const runtime::Manifest& m = model_.manifest();
@@ -118,9 +134,10 @@ class GpuEntry : public DecodeEntry {
     for (auto& bytes : in) inBind.push_back(runtime::Binding{bytes.data(), 0});
     for (size_t i = 0; i < own; ++i) out.emplace_back(static_cast<size_t>(m.findBuffer(m.outputs[i])->bytes));
     for (auto& bytes : out) outBind.push_back(runtime::Binding{bytes.data(), 0});
-    for (const runtime::DeviceBuffer& b : state_->buffers) {
-      inBind.push_back(b.binding());
-      outBind.push_back(b.binding());
+    for (size_t i = 0; i < states; ++i) {
+      const runtime::Binding b = bindState(i);
+      inBind.push_back(b);
+      outBind.push_back(b);
     }
     model_.forward(inBind, outBind);
     std::vector<HostTensor> results;
@@ -132,9 +149,27 @@ class GpuEntry : public DecodeEntry {
   }
 
  private:
+  // Where state i is bound for this entry's next forward, its current value moved there first where it is elsewhere.
+  runtime::Binding bindState(size_t i) {
+    GpuEntry*& holder = state_->holders[i];
+    if (holder && holder != this) holder->flush(i);
+    if (inPlace_[i] < 0) return state_->buffers[i].binding();
+    const runtime::Binding own = model_.binding(inPlace_[i]);
+    if (holder != this) state_->buffers[i].copyTo(own.device);
+    holder = this;
+    return own;
+  }
+  // State i's current value from this entry's arena into the shared device buffer, if the arena holds it.
+  void flush(size_t i) {
+    if (state_->holders[i] != this) return;
+    state_->buffers[i].copyFrom(model_.binding(inPlace_[i]).device);
+    state_->holders[i] = nullptr;
+  }
+
   runtime::Model model_;
   int64_t tokens_;
   std::shared_ptr<DeviceState> state_;
+  std::vector<int64_t> inPlace_;  // per state: the input buffer id its forward updates in place, or -1
 };
 
 size_t argmax(const std::vector<float>& v) {

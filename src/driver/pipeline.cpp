@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
+#include <variant>
 
 #include "kiln/kernel/lower.h"
 #include "kiln/support/error.h"
@@ -17,6 +19,30 @@ int levelIndex(const std::string& level) {
   KILN_ASSERT(it != levels.end(), "unknown level '{}'", level);
   return static_cast<int>(it - levels.begin());
 }
+
+// loop::inPlaceStates over the kernels as scheduled, kept where the writer is a pointwise map (each thread reads the
+// elements it writes) and no later kernel of the Kernel program binds the state's current value.
+std::vector<std::pair<int, int>> statesInPlace(const tile::Program& t, const kernel::Program& k, size_t states) {
+  std::vector<std::pair<int, int>> kept;
+  for (auto [output, input] : loop::inPlaceStates(t.loop, states)) {
+    int writer = -1;
+    for (size_t i = 0; i < t.loop.kernels.size(); ++i)
+      if (t.loop.kernels[i].output == output) writer = static_cast<int>(i);
+    if (writer < 0 || !std::holds_alternative<tile::PointwiseMap>(t.schedules[static_cast<size_t>(writer)])) continue;
+    bool readAfter = false, written = false;
+    for (const kernel::Kernel& kk : k.kernels) {
+      const bool writes = std::any_of(kk.params.begin(), kk.params.end(),
+                                      [&](const kernel::Param& prm) { return prm.written && prm.buffer == output; });
+      const bool binds = std::any_of(kk.params.begin(), kk.params.end(),
+                                     [&](const kernel::Param& prm) { return prm.buffer == input; });
+      readAfter = readAfter || (written && binds);
+      written = written || writes;
+    }
+    if (written && !readAfter) kept.emplace_back(output, input);
+  }
+  return kept;
+}
+
 }  // namespace
 
 const std::vector<InLevelPass<loop::Program>>& loopPasses() {
@@ -112,6 +138,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
     (opts.log ? *opts.log : std::cerr) << fmt::format("  {} kernels: {} lowered, {} copied from an identical kernel\n",
                                                       c.kernelIR.kernels.size(), lowering.lowered, lowering.reused);
   for (const auto& pass : kernelPasses()) run.pass(c.kernelIR, pass.name, pass.run);
+  c.kernelIR.inPlace = statesInPlace(c.tileIR, c.kernelIR, c.torchIR.states.size());
   if (until < 5) return run.printTimings(), c;
 
   c.cudaIR = run.produce("cuda-emit", [&] { return cuda::emit(c.kernelIR); });

@@ -156,6 +156,10 @@ static Manifest parseManifest(const json& j, const std::string& what) {
     b.bytes = r.integer(bj, p, "bytes");
     b.offset = r.integer(bj, p, "offset");
     if (b.kind == BufferKind::Weight) b.weightOffset = r.integer(bj, p, "weight_offset");
+    if (bj.contains("in_place_of")) {
+      if (m.formatVersion < 5) userError("{}: {}.in_place_of in a manifest of format {} (it came with format 5)", what, p, m.formatVersion);
+      b.inPlaceOf = r.integer(bj, p, "in_place_of");
+    }
     m.buffers.push_back(std::move(b));
   }
   m.inputs = r.ints(j, "", "inputs");
@@ -294,7 +298,24 @@ static void checkListedOnce(const Manifest& m, const std::vector<int64_t>& v, co
                 field, std::count(v.begin(), v.end(), b.id));
 }
 
-// No buffer shares arena bytes with another (temporaries may share with temporaries: a lifetime-based plan).
+// An output written in place of an input (in_place_of) names an input of the same offset and bytes.
+static void checkInPlace(const Manifest& m, const std::string& what) {
+  for (const BufferInfo& b : m.buffers) {
+    if (b.inPlaceOf < 0) continue;
+    const BufferInfo* in = m.findBuffer(b.inPlaceOf);
+    if (b.kind != BufferKind::Output || !in || in->kind != BufferKind::Input || in->offset != b.offset || in->bytes != b.bytes)
+      userError("{}: buffer {} ('{}') is in_place_of {}, which is not an input at its offset {} of its {} bytes", what, b.id,
+                b.name, b.inPlaceOf, b.offset, b.bytes);
+  }
+}
+
+// Whether two buffers may share arena bytes: temporaries (a lifetime-based plan), and an output with the input it is
+// written in place of.
+static bool mayShare(const BufferInfo& a, const BufferInfo& b) {
+  return (a.kind == BufferKind::Temp && b.kind == BufferKind::Temp) || a.inPlaceOf == b.id || b.inPlaceOf == a.id;
+}
+
+// No buffer shares arena bytes with another, but those that may (mayShare).
 static void checkNoOverlap(const Manifest& m, const std::string& what) {
   std::vector<const BufferInfo*> byOffset;
   for (const BufferInfo& b : m.buffers)
@@ -302,7 +323,7 @@ static void checkNoOverlap(const Manifest& m, const std::string& what) {
   std::sort(byOffset.begin(), byOffset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
   for (size_t i = 0; i < byOffset.size(); ++i)
     for (size_t j = i + 1; j < byOffset.size() && byOffset[j]->offset < byOffset[i]->offset + byOffset[i]->bytes; ++j)
-      if (byOffset[i]->kind != BufferKind::Temp || byOffset[j]->kind != BufferKind::Temp)
+      if (!mayShare(*byOffset[i], *byOffset[j]))
         userError("{}: buffers {} ('{}') and {} ('{}') overlap in the arena ([{}, +{}) and [{}, +{}))", what, byOffset[i]->id,
                   byOffset[i]->name, byOffset[j]->id, byOffset[j]->name, byOffset[i]->offset, byOffset[i]->bytes,
                   byOffset[j]->offset, byOffset[j]->bytes);
@@ -343,6 +364,7 @@ static void validatePlan(const Manifest& m, const std::string& what) {
   checkListedOnce(m, m.outputs, "outputs", BufferKind::Output, what);
   if (m.outputs.empty()) userError("{}: the model has no outputs", what);
   if (m.kernels.empty()) userError("{}: the model has no kernels (nothing would write its outputs)", what);
+  checkInPlace(m, what);
   checkNoOverlap(m, what);
   for (const FileInfo& f : m.files) {
     checkFileName(f.name, what, "files[].name");
@@ -412,6 +434,7 @@ json toJson(const Manifest& m) {
                {"dtype", dtypeName(b.dtype)}, {"shape", b.shape}, {"bytes", b.bytes},
                {"offset", b.offset}};
     if (b.kind == BufferKind::Weight) bj["weight_offset"] = b.weightOffset;
+    if (b.inPlaceOf >= 0) bj["in_place_of"] = b.inPlaceOf;
     bufs.push_back(std::move(bj));
   }
   j["buffers"] = std::move(bufs);

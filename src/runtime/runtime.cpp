@@ -355,8 +355,8 @@ std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std
     if (b.bytes > 0)
       KILN_CU(cuMemcpyHtoD, fmt::format(" copying input '{}'", b.name), s.ptr(b), inputs[i].data(), inputs[i].size());
   }
-  for (const BufferInfo& b : m.buffers)
-    if ((b.kind == BufferKind::Output || b.kind == BufferKind::Temp) && b.bytes > 0)
+  for (const BufferInfo& b : m.buffers)  // not an output written in place of an input: those bytes hold the input
+    if ((b.kind == BufferKind::Output || b.kind == BufferKind::Temp) && b.inPlaceOf < 0 && b.bytes > 0)
       KILN_CU(cuMemsetD8, fmt::format(" poisoning buffer '{}'", b.name), s.ptr(b), 0xFF, static_cast<size_t>(b.bytes));
   for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, /*sync=*/true);
   KILN_CU(cuCtxSynchronize, "");
@@ -391,6 +391,7 @@ void Model::forward(const std::vector<Binding>& inputs, const std::vector<Bindin
   for (size_t i = 0; i < inputs.size(); ++i) {
     const BufferInfo& b = *m.findBuffer(m.inputs[i]);
     if (b.bytes == 0) continue;
+    if (inputs[i].device == s.ptr(b)) continue;  // the buffer's own bytes (binding())
     std::string where = fmt::format(" copying input '{}'", b.name);
     if (inputs[i].host)
       KILN_CU(cuMemcpyHtoDAsync, where, s.ptr(b), inputs[i].host, static_cast<size_t>(b.bytes), stream);
@@ -416,6 +417,7 @@ void Model::forward(const std::vector<Binding>& inputs, const std::vector<Bindin
   for (size_t i = 0; i < outputs.size(); ++i) {
     const BufferInfo& b = *m.findBuffer(m.outputs[i]);
     if (b.bytes == 0) continue;
+    if (outputs[i].device == s.ptr(b)) continue;
     std::string where = fmt::format(" copying output '{}'", b.name);
     if (outputs[i].host)
       KILN_CU(cuMemcpyDtoHAsync, where, outputs[i].host, s.ptr(b), static_cast<size_t>(b.bytes), stream);
@@ -585,6 +587,28 @@ std::vector<std::byte> DeviceBuffer::download() const {
   KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
   if (bytes_ > 0) KILN_CU(cuMemcpyDtoH, " downloading a device buffer", out.data(), static_cast<CUdeviceptr>(device_), out.size());
   return out;
+}
+
+Binding Model::binding(int64_t bufferId) const {
+  const BufferInfo* b = impl_->m.findBuffer(bufferId);
+  if (!b) userError("kiln runtime: model '{}' has no buffer {}", impl_->m.model, bufferId);
+  return Binding{nullptr, impl_->ptr(*b)};
+}
+
+void DeviceBuffer::copyFrom(uint64_t device) {
+  if (!context_ || bytes_ == 0) return;
+  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
+  KILN_CU(cuMemcpyDtoD, " copying into a device buffer", static_cast<CUdeviceptr>(device_), static_cast<CUdeviceptr>(device),
+          static_cast<size_t>(bytes_));
+  KILN_CU(cuCtxSynchronize, " after copying into a device buffer");
+}
+
+void DeviceBuffer::copyTo(uint64_t device) const {
+  if (!context_ || bytes_ == 0) return;
+  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
+  KILN_CU(cuMemcpyDtoD, " copying out of a device buffer", static_cast<CUdeviceptr>(device), static_cast<CUdeviceptr>(device_),
+          static_cast<size_t>(bytes_));
+  KILN_CU(cuCtxSynchronize, " after copying out of a device buffer");
 }
 
 double Model::timeForward(int iters) {

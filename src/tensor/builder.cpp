@@ -229,12 +229,13 @@ int Builder::linear(int x, int w, int bias) {
   return bias < 0 ? out : binary(Fn::Add, Operand{out}, Operand{bias});
 }
 
-int Builder::constant(const Shape& shape, std::vector<float> values, const std::string& name) {
+int Builder::constant(const Shape& shape, std::vector<float> values, const std::string& name, DType dtype) {
   auto data = std::make_shared<torch::WeightData>();
   data->name = name;
   data->values = std::move(values);
   Node n{Node::Kind::Weight};
   n.shape = shape;
+  n.dtype = dtype;
   n.name = name;
   n.weight = std::move(data);
   return add(std::move(n));

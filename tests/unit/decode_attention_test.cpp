@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -63,11 +64,27 @@ TEST(IndexComparisons, AnArangeAgainstPositionsBecomesASelectOnTheKeysIndex) {
   }
 }
 
-TEST(IndexComparisons, LeavesFloatValuesAndEqualityAlone) {
+TEST(IndexComparisons, LeavesFloatValuesAlone) {
   loop::Program floats = maskedByPositions(tensor::Fn::Le, DType::F32);  // a float arange: not known to be integers
   EXPECT_FALSE(loop::indexComparisons(floats)) << loop::print(floats);
-  loop::Program equal = maskedByPositions(tensor::Fn::Eq);
-  EXPECT_FALSE(loop::indexComparisons(equal)) << loop::print(equal);
+}
+
+// index_copy of one slice (a decoder step's cache write) is where(arange == position, new, old): equality is two selects,
+// a < b keeping old and a < b + 1 the new value, and != the same with the two exchanged.
+TEST(IndexComparisons, EqualityIsTwoSelects) {
+  for (tensor::Fn cmp : {tensor::Fn::Eq, tensor::Fn::Ne}) {
+    loop::Program p = maskedByPositions(cmp);
+    const std::vector<HostTensor> before = loop::interpret(p, positionsInputs());
+    ASSERT_TRUE(loop::indexComparisons(p)) << tensor::fnName(cmp);
+    const std::string text = loop::print(p);
+    EXPECT_EQ(text.find("load arange"), std::string::npos) << text;
+    EXPECT_NE(text.find("select(p1 < pos[p0] + 1, "), std::string::npos) << text;
+    EXPECT_NE(text.find("select(p1 < pos[p0], "), std::string::npos) << text;
+    const std::vector<HostTensor> after = loop::interpret(p, positionsInputs());
+    EXPECT_EQ(after[0].values, before[0].values) << tensor::fnName(cmp);
+    const int hits = static_cast<int>(std::count(after[0].values.begin(), after[0].values.end(), -1e30f));
+    EXPECT_EQ(hits, cmp == tensor::Fn::Eq ? 32 - 4 : 4) << "one key per row equals its position";
+  }
 }
 
 // A comparison whose value is stored (transformers' decoder-step mask, computed once for every layer) reading the

@@ -48,6 +48,17 @@ TEST(DecodeEntries, TheStepAndAPrefillChunkShareOneDirectoryAndItsWeights) {
   for (int64_t id : chunk.inputs) chunkInputs.push_back(chunk.findBuffer(id)->name);
   EXPECT_EQ(stepInputs, chunkInputs);
   EXPECT_EQ(bufferNamed(step, "w.key_cache_0").shape, bufferNamed(chunk, "w.key_cache_0").shape);
+  // The step updates every state in place (its new value on the bytes of the current one: the cache stays in the arena
+  // between steps); the chunk's cache writes are one-hot products, which read the cache elsewhere than they write.
+  const size_t states = 6;  // two layers' key and value caches and position counters
+  for (size_t s = 0; s < states; ++s) {
+    const runtime::BufferInfo* in = step.findBuffer(step.inputs[step.inputs.size() - states + s]);
+    const runtime::BufferInfo* out = step.findBuffer(step.outputs[step.outputs.size() - states + s]);
+    EXPECT_EQ(out->inPlaceOf, in->id) << in->name;
+    EXPECT_EQ(out->offset, in->offset) << in->name;
+    const runtime::BufferInfo* chunkOut = chunk.findBuffer(chunk.outputs[chunk.outputs.size() - states + s]);
+    if (in->name.find("cache") != std::string::npos) EXPECT_EQ(chunkOut->inPlaceOf, -1) << in->name;
+  }
   // One copy of each weight both entries hold: the chunk's model weights at the step's offsets, and weights.bin smaller
   // than the two entries' weights together.
   int64_t both = 0;

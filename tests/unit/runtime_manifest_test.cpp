@@ -186,6 +186,40 @@ TEST(RuntimeManifest, MemoryPlanIsChecked) {
   EXPECT_NO_THROW(validate(sample(), "test"));
 }
 
+// A state updated in place: its output shares its input's bytes (in_place_of, format 5). Written and read back; any
+// other sharing, or a claim that does not match the input's bytes, is refused in one line.
+TEST(RuntimeManifest, AnOutputInPlaceOfItsInputSharesItsBytes) {
+  Manifest m = sample();  // y [2,16,64] written over x's bytes
+  m.buffers[3].offset = 0;
+  m.buffers[3].inPlaceOf = 0;
+  EXPECT_NO_THROW(validate(m, "test"));
+  TempDir dir;
+  writeManifest(m, dir.path);
+  EXPECT_EQ(readManifest(dir.path).buffers[3].inPlaceOf, 0);
+  auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
+  EXPECT_EQ(j["buffers"][3]["in_place_of"], 0);
+  EXPECT_FALSE(j["buffers"][0].contains("in_place_of"));
+  j["format_version"] = 4;
+  writeText(dir.path / "manifest.json", j.dump());
+  expectReadError(dir.path, "buffers[3].in_place_of in a manifest of format 4");
+
+  Manifest shared = sample();  // the same bytes without the claim: an overlap
+  shared.buffers[3].offset = 0;
+  EXPECT_THROW(validate(shared, "test"), UserError);
+  Manifest elsewhere = sample();  // the claim without the same bytes
+  elsewhere.buffers[3].inPlaceOf = 0;
+  try {
+    validate(elsewhere, "test");
+    ADD_FAILURE() << "an output in place of an input at another offset was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("is in_place_of 0, which is not an input at its offset"), std::string::npos) << e.what();
+  }
+  Manifest ofTemp = sample();  // in place of a temporary
+  ofTemp.buffers[3].offset = ofTemp.buffers[2].offset;
+  ofTemp.buffers[3].inPlaceOf = 2;
+  EXPECT_THROW(validate(ofTemp, "test"), UserError);
+}
+
 // Hand-edited or hostile manifests: files outside the directory, sizes that overflow, overlapping buffers, inputs
 // the caller would never bind, nothing to run. Each is refused in one line naming the field.
 TEST(RuntimeManifest, HostileFieldsAreRefused) {

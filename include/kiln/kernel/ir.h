@@ -399,6 +399,9 @@ struct Program {
   std::vector<int> inputs, outputs;
   std::vector<Kernel> kernels;           // launch order
   Target target = defaultTarget();       // the verifier's shared-memory limits and instruction set
+  // (output, input) buffer pairs the memory plan puts on the same bytes: a state updated in place (compileModel, from
+  // loop::inPlaceStates). Not part of the printed IR: a decision of the plan, recorded in the manifest.
+  std::vector<std::pair<int, int>> inPlace;
 };
 
 std::string print(const Program& p);

@@ -176,6 +176,12 @@ constexpr int64_t kMaxFusedApplies = 512;
 ExprP inlineProducer(const ExprP& e, const Kernel& producer, const VarExtents& consumerExtents);
 // The producer's Torch ops followed by the consumer's not already among them (a fused kernel's origins).
 std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, const std::vector<std::string>& consumer);
+// The states (the last `states` inputs and outputs, pairwise: a state's current value and its new one) whose new value
+// may be written over the bytes of the current one, as (output, input) buffer pairs: the output is written by one
+// kernel, without stages or attention, that reads the input only at the point it writes (each thread reads an element
+// before writing it, no other thread reads it), and no later kernel reads the input. A decoder step's KV cache
+// (index_copy: where(j == position, new, cache[..j..])) and its position counter are such states.
+std::vector<std::pair<int, int>> inPlaceStates(const Program& p, size_t states);
 // For --explain-fusion, one per kernel: when the kernel is the p·v of a softmax(q·kᵀ)·v that loop-fuse-attention would
 // make one kernel but for its operands (f32, computed, not contiguous...), why; empty otherwise.
 std::vector<std::string> attentionFusionRefusals(const Program& p);

@@ -32,6 +32,10 @@ struct BufferInfo {
   int64_t bytes = 0;          // numel(shape) * dtypeBytes(dtype)
   int64_t offset = 0;         // into the arena
   int64_t weightOffset = -1;  // into weights.bin; only for kind == Weight ("weight_offset")
+  // Output only ("in_place_of", format 5): the id of the Input whose bytes this output is written over (a model state
+  // updated in place: same offset and bytes). Bound to the Model's own bytes (Model::binding) as both, the state stays
+  // in the arena between forwards; bound elsewhere, forward() copies it in and out as any input and output.
+  int64_t inPlaceOf = -1;
 };
 
 // A TMA tensor map the runtime encodes for a kernel (format 3, kernels[].tensor_maps; kiln/kernel/ir.h TensorMap): a
@@ -64,7 +68,8 @@ struct KernelInfo {
 // Format 2 adds "files": the size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights) of the weights file and of every cubin, checked by verifyFiles.
 // Format 3 adds kernels[].tensor_maps (a format-2 runtime would launch such kernels without them).
 // Format 4 adds kernels[].programmatic_launch.
-inline constexpr int64_t kManifestFormatVersion = 4;
+// Format 5 adds buffers[].in_place_of (a format-4 runtime would refuse the shared bytes as an overlap).
+inline constexpr int64_t kManifestFormatVersion = 5;
 
 // A file of the compiled model as kiln wrote it (format 2): its name in the manifest's directory, size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights).
 struct FileInfo {

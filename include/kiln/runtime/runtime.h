@@ -78,6 +78,10 @@ class DeviceBuffer {
 
   void upload(const std::vector<std::byte>& bytes);  // exactly bytes() of them (UserError otherwise)
   std::vector<std::byte> download() const;
+  // Copies all of its bytes from (copyFrom) or to (copyTo) device memory of at least bytes() in the same context, such
+  // as a Model's own buffer (Model::binding), and waits for the copy.
+  void copyFrom(uint64_t device);
+  void copyTo(uint64_t device) const;
   Binding binding() const { return Binding{nullptr, device_}; }
   int64_t bytes() const { return bytes_; }
 
@@ -111,9 +115,9 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   // One forward pass. `inputs` are raw bytes in manifest().inputs order; each must have exactly the buffer's
-  // byte size (UserError otherwise). Output and temp buffers are filled with 0xFF bytes (NaN for floats) before
-  // the kernels run, so a kernel that fails to write part of its output shows up as NaNs rather than as stale
-  // values from an earlier run. Synchronizes after every kernel so that an asynchronous fault is blamed on the
+  // byte size (UserError otherwise). Output and temp buffers are filled with 0xFF bytes (NaN for floats) before the
+  // kernels run, so a kernel that fails to write part of its output shows up as NaNs rather than as stale values from
+  // an earlier run (but for outputs written in place of an input, whose bytes hold the input). Synchronizes after every kernel so that an asynchronous fault is blamed on the
   // kernel that caused it. Returns the outputs' bytes in manifest().outputs order.
   std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs);
 
@@ -125,6 +129,11 @@ class Model {
   // `graph` choice without cost (a launched forward simply does not use the graph).
   void forward(const std::vector<Binding>& inputs, const std::vector<Binding>& outputs,
                const ForwardOptions& options = {});
+
+  // A buffer's own bytes in the arena, as a device binding. Bound as an input or an output, forward() copies nothing
+  // for it: a state updated in place (BufferInfo::inPlaceOf) bound so as both its input and its output stays in the
+  // arena from one forward to the next. UserError for an id the manifest does not list.
+  Binding binding(int64_t bufferId) const;
 
   // GPU time per forward pass (CUDA events around back-to-back passes on one stream, after warm-up; no
   // per-kernel synchronization, no copies). Uses whatever the arena holds (the inputs of the last run(), zeros

@@ -43,7 +43,8 @@ class Builder {
   // softmax(q k^T * scale + mask) v with q [.., L, E], k [.., S, E], v [.., S, Ev]; mask: additive f32 or bool
   // (true = keep), broadcast to [.., L, S]; `causal` adds the lower-triangular mask.
   int attention(int q, int k, int v, int mask, bool causal, float scale);
-  int constant(const Shape& shape, std::vector<float> values, const std::string& name);
+  // A weight holding `values` (integers for an integral dtype, exact up to 2^24).
+  int constant(const Shape& shape, std::vector<float> values, const std::string& name, DType dtype = DType::F32);
 
  private:
   int add(Node n);
