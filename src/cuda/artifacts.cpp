@@ -118,8 +118,9 @@ runtime::Manifest plan(const kernel::Program& p, const Module& module, const Art
     info.shape = buf.shape;
     info.bytes = numel(buf.shape) * dtypeBytes(buf.dtype);
     info.offset = offset;
+    // A state's new value, on the bytes of its current one (an input, placed already: inputs come first).
     auto inPlace = std::find_if(p.inPlace.begin(), p.inPlace.end(), [&](auto& pair) { return pair.first == static_cast<int>(b); });
-    if (inPlace != p.inPlace.end() && inPlace->second < static_cast<int>(b)) {  // the input is placed already  // a state's new value, on the bytes of its current one
+    if (inPlace != p.inPlace.end() && inPlace->second < static_cast<int>(b)) {
       info.inPlaceOf = inPlace->second;
       info.offset = m.buffers.at(static_cast<size_t>(inPlace->second)).offset;
     } else {
