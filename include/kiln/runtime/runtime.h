@@ -137,7 +137,8 @@ class Model {
 
   // GPU time per forward pass (CUDA events around back-to-back passes on one stream, after warm-up; no
   // per-kernel synchronization, no copies). Uses whatever the arena holds (the inputs of the last run(), zeros
-  // before the first), so call run() first when timing depends on the data.
+  // before the first), so call run() first when timing depends on the data. A state updated in place
+  // (BufferInfo::inPlaceOf) is read by each timed forward as the one before left it.
   Timing time(const TimingOptions& options);
 
   // GPU time per forward() with its defaults (the Model's stream, graph replay), inputs and outputs bound to device
