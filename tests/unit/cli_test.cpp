@@ -44,7 +44,8 @@ const std::string kMlp = "models/fixtures/mlp.pt";  // tests run with the reposi
 TEST(Cli, VersionNamesTheBuild) {
   Result r = kiln({"--version"});
   EXPECT_EQ(r.code, 0) << describe(r);
-  for (const char* part : {"kiln 0.1.0 (commit ", "LibTorch 2.11.0", "CUDA 13.0", "manifest format 4"})
+  const std::string format = fmt::format("manifest format {}", runtime::kManifestFormatVersion);
+  for (const std::string& part : {std::string("kiln 0.1.0 (commit "), std::string("LibTorch 2.11.0"), std::string("CUDA 13.0"), format})
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << describe(r);
 }
 
