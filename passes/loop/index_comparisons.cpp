@@ -22,18 +22,6 @@ namespace kiln::loop {
 namespace {
 
 bool isApply(const ExprP& e, Fn fn) { return e->kind == Expr::Kind::Apply && e->fn == fn; }
-bool isImm(const ExprP& e, float v) { return e->kind == Expr::Kind::Imm && e->imm == v; }
-
-// A comparison's value rewritten already (selects on indices whose leaves are 1 or 0) with x for its 1s and y for its
-// 0s: where(cond, x, y) as selects. Null when cond is not such a value.
-ExprP chooseOnIndices(const ExprP& cond, const ExprP& x, const ExprP& y) {
-  if (isImm(cond, 1.f)) return x;
-  if (isImm(cond, 0.f)) return y;
-  if (cond->kind != Expr::Kind::Select) return nullptr;
-  ExprP a = chooseOnIndices(cond->args[0], x, y), b = chooseOnIndices(cond->args[1], x, y);
-  if (!a || !b) return nullptr;
-  return select(cond->index[0], cond->index[1], std::move(a), std::move(b));
-}
 
 // An integer weight whose every element is its index along dimension `dim` plus `offset`.
 struct Iota {

@@ -116,10 +116,6 @@ bool wantsToWatchCompile(const PipelineOptions& o) {
   return o.verbosity > 0 || !o.printAfter.empty() || !o.dumpDir.empty() || o.timePasses || o.stopAfter;
 }
 
-}  // namespace
-
-namespace {
-
 // `kiln compile STEP.pt --emit cuda -o DIR --prefill-chunk C`: the decode step and a prefill chunk of C tokens, two
 // compilations of one decoder-step trace, into one directory (cuda::writeArtifacts' entries).
 int emitDecodeEntries(const CompileCommand& c, const Target& target, std::ostream& out) {
@@ -220,10 +216,6 @@ void saveInputsAndOutputs(const std::string& dir, const std::vector<HostTensor>&
   for (size_t i = 0; i < outputs.size(); ++i) write(fmt::format("output{}.bin", i), outputs[i]);
   out << fmt::format("kiln: wrote {} inputs and {} outputs to {}\n", inputs.size(), outputs.size(), dir);
 }
-
-}  // namespace
-
-namespace {
 
 // Combinations of --bench, --profile, --interpret and --save-io that cannot work, refused before any work.
 void checkRunOptions(const RunCommand& c) {

@@ -144,10 +144,8 @@ namespace {
 // its own kernel, inlined into the choice on it); e otherwise.
 ExprP foldedChoice(const ExprP& e) {
   if (e->kind != Expr::Kind::Apply || e->fn != Fn::Where) return e;
-  const ExprP& c = e->args[0];
-  const bool oneOrZero = c->kind == Expr::Kind::Select && c->args[0]->kind == Expr::Kind::Imm && c->args[0]->imm == 1.f &&
-                         c->args[1]->kind == Expr::Kind::Imm && c->args[1]->imm == 0.f;
-  return oneOrZero ? select(c->index[0], c->index[1], e->args[1], e->args[2]) : e;
+  ExprP chosen = chooseOnIndices(e->args[0], e->args[1], e->args[2]);
+  return chosen ? chosen : e;
 }
 
 // The run-time limits of the selects among e's summands (and inside their kept sides).

@@ -77,6 +77,14 @@ ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b) {
   return e;
 }
 
+ExprP chooseOnIndices(const ExprP& cond, const ExprP& x, const ExprP& y) {
+  if (cond->kind == Expr::Kind::Imm && (cond->imm == 1.f || cond->imm == 0.f)) return cond->imm == 1.f ? x : y;
+  if (cond->kind != Expr::Kind::Select) return nullptr;
+  ExprP a = chooseOnIndices(cond->args[0], x, y), b = chooseOnIndices(cond->args[1], x, y);
+  if (!a || !b) return nullptr;
+  return select(cond->index[0], cond->index[1], std::move(a), std::move(b));
+}
+
 void forEachBufferRead(const ExprP& e, const std::function<void(int, bool)>& f) {
   for (auto& i : e->index) forEachIndexLoad(i, [&](const IndexNode& l) { f(l.buffer, true); });
   if (e->kind == Expr::Kind::Load) f(e->buffer, false);

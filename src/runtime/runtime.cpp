@@ -1,16 +1,14 @@
 #include "kiln/runtime/runtime.h"
 
-#include <cuda.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <utility>
 
+#include "driver.h"
 #include "kiln/support/error.h"
 #include "kiln/support/files.h"
 #include "kiln/support/target.h"
@@ -19,82 +17,6 @@ namespace kiln::runtime {
 namespace fs = std::filesystem;
 
 namespace {
-
-// cuda.h #defines many API names to versioned symbols (cuMemAlloc -> cuMemAlloc_v2). Stringifying through a second
-// macro expands them first, so dlsym asks for the symbol the prototype actually describes, never the legacy ABI.
-#define KILN_STR2(x) #x
-#define KILN_STR(x) KILN_STR2(x)
-
-#define KILN_CU_FUNCTIONS(X)                                                                                   \
-  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)                   \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize)           \
-  X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuFuncSetAttribute) X(cuMemAlloc)          \
-  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuLaunchKernel) X(cuGetErrorName)            \
-  X(cuGetErrorString) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)          \
-  X(cuEventDestroy) X(cuMemcpyDtoD) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy)                     \
-  X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) \
-  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) \
-  X(cuDriverGetVersion) X(cuTensorMapEncodeTiled) X(cuLaunchKernelEx)
-
-// The Driver API, resolved once per process. Members are named fn_<unversioned name>; their types come from the
-// (versioned) prototypes in cuda.h.
-struct Driver {
-#define KILN_DECL(f) decltype(&::f) fn_##f = nullptr;
-  KILN_CU_FUNCTIONS(KILN_DECL)
-#undef KILN_DECL
-  std::string error;  // non-empty: the driver is unusable, and this says why
-};
-
-const Driver& driver() {
-  static Driver d;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      d.error = "no CUDA driver (libcuda.so.1) on this machine";
-      return;
-    }
-    // The handle is deliberately never closed: other code in the process (LibTorch) may share the driver.
-#define KILN_RESOLVE(f)                                                                                        \
-  if (d.error.empty()) {                                                                                       \
-    d.fn_##f = reinterpret_cast<decltype(d.fn_##f)>(dlsym(lib, KILN_STR(f)));                                  \
-    if (!d.fn_##f) d.error = fmt::format("the CUDA driver lacks '{}'; it is older than the CUDA {}.{} headers kiln was built with", \
-                                         KILN_STR(f), CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);          \
-  }
-    KILN_CU_FUNCTIONS(KILN_RESOLVE)
-#undef KILN_RESOLVE
-  });
-  return d;
-}
-
-std::string cuErrorText(CUresult r) {
-  const Driver& d = driver();
-  const char* name = nullptr;
-  const char* str = nullptr;
-  if (d.fn_cuGetErrorName) d.fn_cuGetErrorName(r, &name);
-  if (d.fn_cuGetErrorString) d.fn_cuGetErrorString(r, &str);
-  return fmt::format("{} ({})", name ? name : fmt::format("CUresult {}", static_cast<int>(r)),
-                     str ? str : "unknown error");
-}
-
-// `where` completes the sentence "<call> failed...", e.g. " for kernel 'k3_softmax'".
-void check(CUresult r, const char* call, const std::string& where = {}) {
-  if (r != CUDA_SUCCESS) userError("kiln runtime: {} failed{}: {}", call, where, cuErrorText(r));
-}
-
-// Calls the Driver API through the table and names the call (unversioned) in any error.
-#define KILN_CU(f, where, ...) check(driver().fn_##f(__VA_ARGS__), #f, where)
-
-// Initialises the driver; returns an empty string on success, otherwise why the GPU can't be used.
-std::string initDriver() {
-  const Driver& d = driver();
-  if (!d.error.empty()) return d.error;
-  if (CUresult r = d.fn_cuInit(0); r != CUDA_SUCCESS) return "cuInit failed: " + cuErrorText(r);
-  int n = 0;
-  if (CUresult r = d.fn_cuDeviceGetCount(&n); r != CUDA_SUCCESS) return "cuDeviceGetCount failed: " + cuErrorText(r);
-  if (n == 0) return "the CUDA driver reports no devices";
-  return {};
-}
 
 // One launch's arguments: a device pointer per param, then the kernel's TMA tensor maps (manifest.h TensorMapInfo),
 // and the void* array cuLaunchKernel takes, pointing at them (the vectors' storage never moves once built).
@@ -533,82 +455,10 @@ Timing Model::time(const TimingOptions& o) {
   return t;
 }
 
-DeviceBuffer::DeviceBuffer(int64_t bytes) : bytes_(bytes) {
-  if (bytes < 0) userError("kiln runtime: a device buffer of {} bytes", bytes);
-  if (std::string why = initDriver(); !why.empty()) userError("kiln runtime: no device buffer without a GPU: {}", why);
-  CUdevice dev = 0;
-  KILN_CU(cuDeviceGet, "", &dev, 0);
-  CUcontext ctx = nullptr;
-  KILN_CU(cuDevicePrimaryCtxRetain, "", &ctx, dev);
-  context_ = ctx;
-  KILN_CU(cuCtxSetCurrent, "", ctx);
-  CUdeviceptr p = 0;
-  KILN_CU(cuMemAlloc, fmt::format(" allocating a {}-byte device buffer", bytes), &p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
-  device_ = p;
-}
-
-void DeviceBuffer::release() noexcept {
-  if (!context_) return;
-  const Driver& d = driver();
-  d.fn_cuCtxSetCurrent(static_cast<CUcontext>(context_));
-  if (device_) d.fn_cuMemFree(static_cast<CUdeviceptr>(device_));
-  CUdevice dev = 0;
-  if (d.fn_cuDeviceGet(&dev, 0) == CUDA_SUCCESS) d.fn_cuDevicePrimaryCtxRelease(dev);
-  device_ = 0;
-  context_ = nullptr;
-}
-
-DeviceBuffer::~DeviceBuffer() { release(); }
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : device_(std::exchange(o.device_, 0)), bytes_(std::exchange(o.bytes_, 0)), context_(std::exchange(o.context_, nullptr)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    release();
-    device_ = std::exchange(o.device_, 0);
-    bytes_ = std::exchange(o.bytes_, 0);
-    context_ = std::exchange(o.context_, nullptr);
-  }
-  return *this;
-}
-
-void DeviceBuffer::upload(const std::vector<std::byte>& bytes) {
-  if (!context_) userError("kiln runtime: upload into an empty device buffer");
-  if (static_cast<int64_t>(bytes.size()) != bytes_)
-    userError("kiln runtime: {} bytes uploaded into a device buffer of {}", bytes.size(), bytes_);
-  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
-  if (bytes_ > 0) KILN_CU(cuMemcpyHtoD, " uploading a device buffer", static_cast<CUdeviceptr>(device_), bytes.data(), bytes.size());
-}
-
-std::vector<std::byte> DeviceBuffer::download() const {
-  std::vector<std::byte> out(static_cast<size_t>(bytes_));
-  if (!context_) return out;
-  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
-  if (bytes_ > 0) KILN_CU(cuMemcpyDtoH, " downloading a device buffer", out.data(), static_cast<CUdeviceptr>(device_), out.size());
-  return out;
-}
-
 Binding Model::binding(int64_t bufferId) const {
   const BufferInfo* b = impl_->m.findBuffer(bufferId);
   if (!b) userError("kiln runtime: model '{}' has no buffer {}", impl_->m.model, bufferId);
   return Binding{nullptr, impl_->ptr(*b)};
-}
-
-void DeviceBuffer::copyFrom(uint64_t device) {
-  if (!context_ || bytes_ == 0) return;
-  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
-  KILN_CU(cuMemcpyDtoD, " copying into a device buffer", static_cast<CUdeviceptr>(device_), static_cast<CUdeviceptr>(device),
-          static_cast<size_t>(bytes_));
-  KILN_CU(cuCtxSynchronize, " after copying into a device buffer");
-}
-
-void DeviceBuffer::copyTo(uint64_t device) const {
-  if (!context_ || bytes_ == 0) return;
-  KILN_CU(cuCtxSetCurrent, "", static_cast<CUcontext>(context_));
-  KILN_CU(cuMemcpyDtoD, " copying out of a device buffer", static_cast<CUdeviceptr>(device), static_cast<CUdeviceptr>(device_),
-          static_cast<size_t>(bytes_));
-  KILN_CU(cuCtxSynchronize, " after copying out of a device buffer");
 }
 
 double Model::timeForward(int iters) {

@@ -59,6 +59,9 @@ ExprP apply(Fn fn, std::vector<ExprP> args);
 ExprP accRef(int stage = 0);
 // lhs < rhs ? a : b, the condition on indices only (concatenation).
 ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b);
+// where(cond, x, y) as selects when cond is a comparison's value on indices (selects whose leaves are the immediates 1
+// and 0, as loop-index-comparisons writes a kept comparison): cond with x for its 1s and y for its 0s. Null otherwise.
+ExprP chooseOnIndices(const ExprP& cond, const ExprP& x, const ExprP& y);
 // Every buffer an expression reads: its loads, and index values read from memory inside their indices.
 void forEachBufferRead(const ExprP& e, const std::function<void(int buffer, bool asIndex)>& f);
 // Renumbers every buffer an expression reads.

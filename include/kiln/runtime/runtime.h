@@ -117,8 +117,9 @@ class Model {
   // One forward pass. `inputs` are raw bytes in manifest().inputs order; each must have exactly the buffer's
   // byte size (UserError otherwise). Output and temp buffers are filled with 0xFF bytes (NaN for floats) before the
   // kernels run, so a kernel that fails to write part of its output shows up as NaNs rather than as stale values from
-  // an earlier run (but for outputs written in place of an input, whose bytes hold the input). Synchronizes after every kernel so that an asynchronous fault is blamed on the
-  // kernel that caused it. Returns the outputs' bytes in manifest().outputs order.
+  // an earlier run (but for outputs written in place of an input, whose bytes hold the input). Synchronizes after
+  // every kernel so that an asynchronous fault is blamed on the kernel that caused it. Returns the outputs' bytes in
+  // manifest().outputs order.
   std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs);
 
   // One forward pass for serving: the inputs are copied into the arena, the kernels run (from one CUDA graph by
