@@ -37,6 +37,12 @@ inline std::string quote(const std::string& s) {
   return q;
 }
 
+// Writes `script` to dir/make.py and runs it with python3 (it saves its traces into `dir`); false if it failed.
+inline bool runPython(const fs::path& dir, const std::string& script) {
+  std::ofstream(dir / "make.py") << script;
+  return std::system(("python3 " + quote((dir / "make.py").string()) + " >/dev/null 2>&1").c_str()) == 0;
+}
+
 struct Result {
   int code = -1;
   std::string out, err;

@@ -41,8 +41,7 @@ TEST(HostileFiles, StorageOffsetPastAnySizeIsOneLine) {
       "offset('huge.pt', 3 << 61)\n"
       "offset('big.pt', 1 << 62)\n",
       tmp.path.string());
-  std::ofstream(tmp.path / "make.py") << script;
-  ASSERT_EQ(std::system(("python3 " + quote((tmp.path / "make.py").string()) + " >/dev/null 2>&1").c_str()), 0) << script;
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
   EXPECT_EQ(kiln({"compile", (tmp.path / "good.pt").string(), "--input", "x=4", "--ir", "torch"}).code, 0);
   for (const char* name : {"huge.pt", "big.pt"}) {
     const std::string m = (tmp.path / name).string();
