@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kiln/cuda/emitter.h"
+#include "kiln/cuda/memory_plan.h"
 #include "kiln/cuda/templates.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
@@ -49,7 +50,6 @@ runtime::BufferKind kindOf(loop::Buffer::Kind k) {
   return runtime::BufferKind::Temp;
 }
 
-int64_t alignUp(int64_t v) { return (v + runtime::kArenaAlignment - 1) / runtime::kArenaAlignment * runtime::kArenaAlignment; }
 
 // Kernels whose code is identical but for their names (the same op in every decoder layer) share one
 // cubin: the key is the source with the kernel's name and its comment lines removed.
@@ -82,7 +82,7 @@ class WeightsFile {
         return it->second.first;
     const auto offset = static_cast<int64_t>(data_.size());
     data_.insert(data_.end(), bytes.begin(), bytes.end());
-    data_.resize(static_cast<size_t>(alignUp(static_cast<int64_t>(data_.size()))));
+    data_.resize(static_cast<size_t>(runtime::arenaAligned(static_cast<int64_t>(data_.size()))));
     entry_.emplace(key, std::pair{offset, static_cast<int64_t>(bytes.size())});
     return offset;
   }
@@ -98,16 +98,15 @@ class WeightsFile {
   std::multimap<uint64_t, std::pair<int64_t, int64_t>> earlier_, entry_;  // hash -> (offset, bytes)
 };
 
-// The static memory plan: every buffer its own aligned slice of one arena, but a state updated in place (the Program's
-// inPlace pairs), whose new value takes its current value's. (Reusing the slices of temporaries whose lifetimes do not
-// overlap is the next step.)
+// The manifest of one entry: its buffers where the memory plan puts them (cuda::planMemory), its weights placed in the
+// weights file, its kernels with their cubins (kernels of identical code share one).
 runtime::Manifest plan(const kernel::Program& p, const Module& module, const ArtifactOptions& opts, WeightsFile& weights,
                        std::vector<std::string>& toCompile) {
   runtime::Manifest m;
   m.kilnVersion = KILN_VERSION;
   m.model = p.modelName;
   m.arch = opts.arch;
-  int64_t offset = 0;
+  const MemoryPlan memory = planMemory(p);
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     const loop::Buffer& buf = p.buffers[b];
     runtime::BufferInfo info;
@@ -117,21 +116,14 @@ runtime::Manifest plan(const kernel::Program& p, const Module& module, const Art
     info.dtype = buf.dtype;
     info.shape = buf.shape;
     info.bytes = numel(buf.shape) * dtypeBytes(buf.dtype);
-    info.offset = offset;
-    // A state's new value, on the bytes of its current one (an input, placed already: inputs come first).
-    auto inPlace = std::find_if(p.inPlace.begin(), p.inPlace.end(), [&](auto& pair) { return pair.first == static_cast<int>(b); });
-    if (inPlace != p.inPlace.end() && inPlace->second < static_cast<int>(b)) {
-      info.inPlaceOf = inPlace->second;
-      info.offset = m.buffers.at(static_cast<size_t>(inPlace->second)).offset;
-    } else {
-      offset = alignUp(offset + info.bytes);
-    }
+    info.offset = memory.offsets[b];
+    info.inPlaceOf = memory.inPlaceOf[b];
     if (buf.kind == loop::Buffer::Kind::Weight) {
       info.weightOffset = weights.place(toBytes(HostTensor{buf.dtype, buf.shape, buf.weight->values}));
     }
     m.buffers.push_back(info);
   }
-  m.arenaBytes = std::max<int64_t>(offset, runtime::kArenaAlignment);
+  m.arenaBytes = memory.arenaBytes;
   for (int i : p.inputs) m.inputs.push_back(i);
   for (int o : p.outputs) m.outputs.push_back(o);
   std::map<std::string, std::string> firstWithCode;  // code key -> kernel compiled for it

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kiln/cuda/emitter.h"
+#include "kiln/cuda/memory_plan.h"
 #include "kiln/driver/generate.h"
 #include "kiln/driver/kernel_profile.h"
 #include "kiln/driver/pipeline.h"
@@ -159,15 +160,21 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
   std::string until = c.emit.empty() ? c.ir : "cuda";
   Compiled compiled;
   try {
-    const std::string level = !c.emit.empty() ? until : c.explainFusion ? "loop" : c.explainSchedule ? "tile" : until;
+    const std::string level = !c.emit.empty()      ? until
+                              : c.explainFusion   ? "loop"
+                              : c.explainSchedule ? "tile"
+                              : c.explainMemory   ? "kernel"
+                                                  : until;
     compiled = compileModel(c.model, inputs, c.pipeline, level, parseCast(c.dtype), target);
   } catch (const StopRequested& stop) {
     if (c.output.empty() || !c.emit.empty()) out << stop.irText;
     else writeOutputFile(c.output, stop.irText);
     return 0;
   }
-  if ((c.explainFusion || c.explainSchedule) && c.emit.empty()) {
-    std::string text = c.explainFusion ? loop::explainFusion(compiled.loopIR) : tile::explainSchedules(compiled.tileIR);
+  if ((c.explainFusion || c.explainSchedule || c.explainMemory) && c.emit.empty()) {
+    std::string text = c.explainFusion     ? loop::explainFusion(compiled.loopIR)
+                       : c.explainSchedule ? tile::explainSchedules(compiled.tileIR)
+                                           : cuda::explainMemory(compiled.kernelIR);
     if (c.output.empty()) out << text;
     else writeOutputFile(c.output, text);
     return 0;

@@ -108,6 +108,7 @@ void checkCompileOutputs(const CLI::App& c, const kiln::CompileCommand& compile)
   if (!compile.emit.empty()) given.push_back("--emit");
   if (compile.explainFusion) given.push_back("--explain-fusion");
   if (compile.explainSchedule) given.push_back("--explain-schedule");
+  if (compile.explainMemory) given.push_back("--explain-memory");
   if (given.size() > 1)
     kiln::usageError("{} and {} each choose what kiln compile writes; give one of them", given[0], given[1]);
 }
@@ -170,6 +171,7 @@ int main(int argc, char** argv) {
   c->add_option("--arch", compile.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
   c->add_flag("--no-nvcc", compile.noCompile, "with --emit: skip compiling cubins");
   c->add_flag("--explain-schedule", compile.explainSchedule, "for every kernel, its GPU schedule on one line; for matrix products, the tile the model chose, its prediction and the runners-up");
+  c->add_flag("--explain-memory", compile.explainMemory, "the arena plan: its size, the weights, inputs and outputs, and every temporary's bytes, offset and the kernels it lives across (temporaries whose lives do not overlap share bytes)");
   c->add_flag("--explain-fusion", compile.explainFusion, "for every Loop-IR kernel, the Torch ops it holds; for every producer left unfused, the rule that refused it");
   c->add_option("--dtype", compile.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   c->add_option("--prefill-chunk", compile.prefillChunk,

@@ -23,6 +23,7 @@ struct CompileCommand {
   bool noCompile = false;           // --no-nvcc: write .cu and manifest without cubins
   bool explainFusion = false;       // --explain-fusion: print the Loop-IR fusion report
   bool explainSchedule = false;     // --explain-schedule: each kernel's schedule and why (tile::explainSchedules)
+  bool explainMemory = false;       // --explain-memory: the arena plan (cuda::explainMemory)
   std::string dtype;                // --dtype f16|bf16: cast the model's weights and float inputs
   // --prefill-chunk C (with --emit cuda, a decoder-step trace): two entry points into one directory, the decode step
   // (1 token: manifest.json) and a prefill chunk of C tokens (manifest.prefill.json), sharing weights.bin.

@@ -17,6 +17,8 @@ namespace kiln::runtime {
 // Offsets are aligned so that every buffer satisfies the widest vector load a kernel may use (and cudaMalloc's
 // own guarantee), whatever the buffer's neighbours are.
 inline constexpr int64_t kArenaAlignment = 256;
+// v rounded up to a multiple of kArenaAlignment (where the arena's next slice may begin).
+inline constexpr int64_t arenaAligned(int64_t v) { return (v + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
 // Counters: i64 counters kernels meet at, zero from the arena's allocation on; each kernel using them leaves them zero.
 enum class BufferKind { Input, Output, Weight, Temp, Counters };
