@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "kiln/cuda/emitter.h"
@@ -349,6 +350,8 @@ fs::path kernelDirectory(const RunCommand& c, bool emitted, const RunCompile& ho
   }
   fs::path dir = emitted ? fs::path(c.model)
                          : runCacheDir(RunCacheKey{c.model, c.inputs, c.dtype, how.target.arch, passChoices, shapes});
+  std::optional<CacheEntryLock> lock;  // held until the entry is checked or written: one compile per entry at a time
+  if (!emitted) lock.emplace(dir, out);
   if (emitted) {
     out << fmt::format("kiln: compiled nothing: running the emitted directory {}\n", dir.string());
   } else if (std::string damage; usableCacheEntry(dir, &damage) && !wantsToWatchCompile(c.pipeline)) {

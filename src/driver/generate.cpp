@@ -325,6 +325,7 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   if (!runtime::gpuAvailable(&why))
     userError("kiln generate needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
   const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, {}, ""});
+  const CacheEntryLock lock(dir, log);  // one compile per entry at a time (until this entry is checked or written)
   std::string damage;
   const bool cached = usableCacheEntry(dir, &damage);
   Compiled compiled = compileModel(c.model, inputs, c.pipeline, cached ? "torch" : "cuda", parseCast(c.dtype), target);

@@ -1,11 +1,16 @@
 #include "kiln/driver/run_cache.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <ostream>
 
 #include "kiln/cuda/emitter.h"
 #include "kiln/runtime/manifest.h"
@@ -59,6 +64,21 @@ bool usableCacheEntry(const fs::path& dir, std::string* damage) {
     *damage = e.what();
     return false;
   }
+}
+
+CacheEntryLock::CacheEntryLock(const fs::path& dir, std::ostream& log) {
+  std::error_code ec;
+  fs::create_directories(dir.parent_path(), ec);
+  fd_ = ::open((dir.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) return;
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+  log << fmt::format("kiln: waiting for another kiln compiling into the cache {}\n", dir.string()) << std::flush;
+  while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  }
+}
+
+CacheEntryLock::~CacheEntryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the only descriptor of the open file releases its lock
 }
 
 }  // namespace kiln

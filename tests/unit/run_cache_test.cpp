@@ -2,7 +2,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
 
 #include "kiln/driver/run_cache.h"
 #include "kiln/runtime/manifest.h"
@@ -92,6 +97,30 @@ TEST_F(RunCacheTest, ADamagedEntryIsReportedNotUsed) {
 TEST_F(RunCacheTest, AMissingModelIsAUserError) {
   RunCacheKey key{(dir.path / "missing.pt").string(), {}, "", "sm_90"};
   EXPECT_THROW(runCacheDir(key), UserError);
+}
+
+// Two kilns running one model at once compile it once: the second lock on the entry waits until the first is released
+// (the first compiled and wrote the entry meanwhile), saying so once. Here two open descriptions of the lock file in
+// one process, which flock(2) treats as two holders.
+TEST_F(RunCacheTest, ASecondLockOnAnEntryWaitsForTheFirst) {
+  const auto entry = runCacheDir(RunCacheKey{model, {}, "", "sm_90a"});
+  std::ostringstream firstLog, secondLog;
+  auto first = std::make_unique<CacheEntryLock>(entry, firstLog);
+  EXPECT_TRUE(std::filesystem::exists(entry.string() + ".lock"));
+  std::atomic<bool> acquired{false};
+  std::thread second([&] {
+    CacheEntryLock lock(entry, secondLog);
+    acquired = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(acquired) << "the second lock was granted while the first was held";
+  first.reset();
+  second.join();
+  EXPECT_TRUE(acquired);
+  EXPECT_EQ(firstLog.str(), "");
+  EXPECT_EQ(secondLog.str(), "kiln: waiting for another kiln compiling into the cache " + entry.string() + "\n");
+  CacheEntryLock again(entry, firstLog);  // free again: granted at once, without a word
+  EXPECT_EQ(firstLog.str(), "");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // compiled, so a second run of the same model and shapes reads the manifest and compiles nothing.
 #pragma once
 #include <filesystem>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,20 @@ std::filesystem::path runCacheDir(const RunCacheKey& key);
 // (nothing cached yet); false with `damage` set to the one-line reason for an entry that is there but damaged (a
 // truncated cubin, an edited weights file, a corrupt manifest): kiln run says so once and compiles the entry again.
 bool usableCacheEntry(const std::filesystem::path& dir, std::string* damage);
+
+// An exclusive lock on a cache entry (flock(2) on the file DIR.lock beside it, created as needed), held while a kiln
+// checks the entry and compiles into it: of two kilns running the same model at once, one compiles and the other waits
+// (saying so on `log`, once), then finds the entry written and compiles nothing. Released when destroyed, or by the
+// system when the process ends. Where the lock file cannot be made (a read-only cache), nothing is locked.
+class CacheEntryLock {
+ public:
+  CacheEntryLock(const std::filesystem::path& dir, std::ostream& log);
+  ~CacheEntryLock();
+  CacheEntryLock(const CacheEntryLock&) = delete;
+  CacheEntryLock& operator=(const CacheEntryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace kiln
