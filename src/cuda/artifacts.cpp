@@ -74,7 +74,7 @@ std::string codeKey(const Source& s) {
 class WeightsFile {
  public:
   int64_t place(const std::vector<std::byte>& bytes) {
-    const uint64_t key = fnv1aWords(kFnvOffset, bytes.data(), bytes.size());
+    const uint64_t key = fnv1aWords(kFnvOffsetBasis, bytes.data(), bytes.size());
     auto [first, last] = earlier_.equal_range(key);
     for (auto it = first; it != last; ++it)
       if (it->second.second == static_cast<int64_t>(bytes.size()) &&

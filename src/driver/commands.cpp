@@ -19,6 +19,7 @@
 #include "kiln/driver/run_cache.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
+#include "kiln/support/hash.h"
 #include "kiln/support/output.h"
 
 namespace kiln {
@@ -193,12 +194,8 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
 
 namespace {
 
-// FNV-1a over bytes: a fingerprint of an output that two runs share only when every byte agrees.
-uint64_t fnv1a(const std::vector<std::byte>& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (std::byte b : bytes) h = (h ^ static_cast<uint64_t>(b)) * 1099511628211ull;
-  return h;
-}
+// FNV-1a over an output's bytes: a fingerprint two runs share only when every byte agrees (any FNV-1a tool gives it).
+uint64_t fingerprint(const std::vector<std::byte>& bytes) { return fnv1a(kFnvOffsetBasis, bytes.data(), bytes.size()); }
 
 void checkSaveIoDir(const std::string& dir) {
   std::error_code ec;
@@ -417,7 +414,7 @@ void printOutputs(const std::vector<HostTensor>& results, std::ostream& out) {
     double sum = 0;
     for (float v : results[i].values) sum += v;
     out << fmt::format("  output {}: {}[{}] sum {:.6g} fnv1a {:016x}\n", i, dtypeName(results[i].dtype),
-                       shapeString(results[i].shape), sum, fnv1a(toBytes(results[i])));
+                       shapeString(results[i].shape), sum, fingerprint(toBytes(results[i])));
   }
 }
 

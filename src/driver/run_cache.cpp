@@ -49,7 +49,7 @@ fs::path runCacheDir(const RunCacheKey& key) {
   if (!ec)
     text += fmt::format("|{}|{}|{}", self.string(), fs::file_size(self, ec),
                         fs::last_write_time(self, ec).time_since_epoch().count());
-  uint64_t h = fnv1aWords(kFnvOffset, text.data(), text.size());
+  uint64_t h = fnv1aWords(kFnvOffsetBasis, text.data(), text.size());
   return runCacheRoot() / fmt::format("{}-{:016x}", fs::path(key.modelPath).stem().string(), h);
 }
 

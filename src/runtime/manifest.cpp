@@ -465,20 +465,21 @@ json toJson(const Manifest& m) {
   return j;
 }
 
-FileInfo describeFile(const std::filesystem::path& dir, const std::string& name) {
+FileInfo describeFile(const std::filesystem::path& dir, const std::string& name, uint64_t basis) {
   FileInfo f{name, 0, 0};
-  if (!hashFile((dir / name).string(), f.fnv1a, f.bytes)) userError("{}: cannot read it", (dir / name).string());
+  if (!hashFile((dir / name).string(), f.fnv1a, f.bytes, basis)) userError("{}: cannot read it", (dir / name).string());
   return f;
 }
 
 void verifyFiles(const Manifest& m, const std::filesystem::path& dir) try {
+  const uint64_t basis = m.formatVersion >= 6 ? kFnvOffsetBasis : kFormat5FileHashBasis;
   for (const FileInfo& want : m.files) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(dir / want.name, ec))
       userError("{}: missing (the manifest lists it; compile the model again)", (dir / want.name).string());
-    FileInfo got = describeFile(dir, want.name);
+    FileInfo got = describeFile(dir, want.name, basis);
     if (got.bytes != want.bytes || got.fnv1a != want.fnv1a)
-      userError("{}: changed after kiln wrote it ({} bytes, FNV-1a {:016x}; the manifest says {} bytes, {:016x}); compile the "
+      userError("{}: changed after kiln wrote it ({} bytes, hash {:016x}; the manifest says {} bytes, {:016x}); compile the "
                 "model again", (dir / want.name).string(), got.bytes, got.fnv1a, want.bytes, want.fnv1a);
   }
 } catch (const UserError& e) {

@@ -318,6 +318,29 @@ TEST(RuntimeManifest, FileBytesInMessagesStayOnOneLine) {
   expectReadError(dir.path, "buffer 0 ('x\\x09y') of kind input must appear once in inputs");
 }
 
+// The fingerprints are the FNV authors' FNV-1a (their published 64-bit vectors); kiln's file hash is its step over 8-byte
+// words from the same basis. Manifests of formats 2 to 5 hashed their files from a basis a digit short of FNV's: they
+// still verify, by the basis of their format, and a file hashed from the other basis does not.
+TEST(RuntimeManifest, FilesAreHashedFromFnvsOffsetBasisAndOldFormatsStillVerify) {
+  EXPECT_EQ(kiln::fnv1a(kiln::kFnvOffsetBasis, "", 0), 0xcbf29ce484222325ull);
+  EXPECT_EQ(kiln::fnv1a(kiln::kFnvOffsetBasis, "a", 1), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(kiln::fnv1a(kiln::kFnvOffsetBasis, "foobar", 6), 0x85944171f73967e8ull);
+  EXPECT_EQ(kiln::fnv1aWords(kiln::kFnvOffsetBasis, "foobar", 6), 0x85944171f73967e8ull) << "fewer than 8 bytes: bytewise";
+  TempDir dir;
+  writeText(dir.path / "weights.bin", std::string(16384, 'w'));
+  Manifest m = sample();
+  m.files = {describeFile(dir.path, "weights.bin")};
+  writeManifest(m, dir.path);
+  EXPECT_NO_THROW(verifyFiles(readManifest(dir.path), dir.path));
+  auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
+  j["format_version"] = 5;  // the same hash under format 5: taken from the old basis, so it no longer matches
+  writeText(dir.path / "manifest.json", j.dump());
+  EXPECT_THROW(verifyFiles(readManifest(dir.path), dir.path), UserError);
+  j["files"][0]["fnv1a_words"] = fmt::format("{:016x}", describeFile(dir.path, "weights.bin", kiln::kFormat5FileHashBasis).fnv1a);
+  writeText(dir.path / "manifest.json", j.dump());
+  EXPECT_NO_THROW(verifyFiles(readManifest(dir.path), dir.path)) << "a format-5 manifest as kiln wrote it";
+}
+
 // Format 2 lists each file's size and hash; verifyFiles notices a truncated, edited or missing file.
 TEST(RuntimeManifest, FilesAreCheckedAgainstTheirSizeAndHash) {
   TempDir dir;

@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "kiln/support/dtype.h"
+#include "kiln/support/hash.h"
 
 namespace kiln::runtime {
 
@@ -71,13 +72,15 @@ struct KernelInfo {
 // Format 3 adds kernels[].tensor_maps (a format-2 runtime would launch such kernels without them).
 // Format 4 adds kernels[].programmatic_launch.
 // Format 5 adds buffers[].in_place_of (a format-4 runtime would refuse the shared bytes as an overlap).
-inline constexpr int64_t kManifestFormatVersion = 5;
+// Format 6 hashes the files from FNV's offset basis (kiln/support/hash.h); formats 2 to 5 from a basis a digit short
+// of it, which verifyFiles still uses for them.
+inline constexpr int64_t kManifestFormatVersion = 6;
 
 // A file of the compiled model as kiln wrote it (format 2): its name in the manifest's directory, size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights).
 struct FileInfo {
   std::string name;
   int64_t bytes = 0;
-  uint64_t fnv1a = 0;  // FNV-1a over the file's 8-byte little-endian words, then its last bytes one by one
+  uint64_t fnv1a = 0;  // fnv1aWords of the file (kiln/support/hash.h): FNV-1a's step over its 8-byte words, not FNV-1a
 };
 
 struct Manifest {
@@ -113,7 +116,7 @@ Manifest readManifest(const std::filesystem::path& dir, const std::string& entry
 // naming the first file that is missing, of another size or another content: "changed after kiln wrote it".
 void verifyFiles(const Manifest& m, const std::filesystem::path& dir);
 // The FileInfo of `dir`/`name` as it is now. Throws UserError if it cannot be read.
-FileInfo describeFile(const std::filesystem::path& dir, const std::string& name);
+FileInfo describeFile(const std::filesystem::path& dir, const std::string& name, uint64_t basis = kFnvOffsetBasis);
 
 // Parses an already-loaded JSON document; `what` names its origin in messages. Also validates.
 Manifest manifestFromJson(const nlohmann::json& j, const std::string& what);
