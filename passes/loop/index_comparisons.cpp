@@ -4,6 +4,8 @@
 //   - an integer weight that holds its own index along one dimension plus a constant (an arange, broadcast or not),
 //     read at some index: that dimension's index plus the constant;
 //   - an element of an integer (i64) input or temporary: an index read from memory (idxLoad), as a gather reads ids;
+//     a temporary computed element by element is followed to what it computes where that is such a value (a view to the
+//     element it shows, `position + 0` to the position: its kernel then has no reader left);
 //   - an integral immediate, or a sum or difference of such values.
 // A decoder step's causal mask is such a comparison: `kv_idx <= q_idx` with kv_idx an arange over the cache and q_idx
 // the positions the forward was given. As a select on the key's index it is a bound later passes can read
@@ -48,8 +50,8 @@ std::optional<Iota> iotaOf(const Buffer& b) {
 class Rewriter {
  public:
   explicit Rewriter(const Program& p) : p_(p) {
-    for (const Kernel& k : p.kernels)  // kernels that only move data: a temporary that is a view of another buffer
-      if (k.stages.empty() && !k.attention && k.result->kind == Expr::Kind::Load) movers_[k.output] = &k;
+    for (const Kernel& k : p.kernels)  // kernels computing each element alone: a view, or arithmetic on positions
+      if (k.stages.empty() && !k.attention) producers_[k.output] = &k;
   }
 
   ExprP rewrite(const ExprP& e, const VarExtents& ext) {
@@ -120,10 +122,14 @@ class Rewriter {
       return simplify(idxAdd(load.index[iota->dim], iota->offset), ext);
     }
     if (b.kind != Buffer::Kind::Input && b.kind != Buffer::Kind::Temp) return std::nullopt;
-    // A view (a broadcast of the positions over the keys): the element it shows. Before the fusions such kernels
-    // still stand between the comparison and the buffer it reads, and an index read is not inlined later.
-    if (auto mover = movers_.find(load.buffer); mover != movers_.end())
-      return indexValue(inlineProducer(std::make_shared<Expr>(load), *mover->second, ext), ext);
+    // A temporary computed element by element: a view (a broadcast of the positions over the keys) is the element it
+    // shows; arithmetic on indices (a decoder step's `position + 0`, its cache write index) is that arithmetic, and its
+    // kernel is left to loop-eliminate-dead-buffers. Before the fusions such kernels still stand between the comparison
+    // and the buffer it reads, and an index read is not inlined later. Anything else is read from the temporary.
+    if (auto producer = producers_.find(load.buffer); producer != producers_.end()) {
+      std::optional<Idx> value = indexValue(inlineProducer(std::make_shared<Expr>(load), *producer->second, ext), ext);
+      if (value || producer->second->result->kind == Expr::Kind::Load) return value;
+    }
     Idx flat = idxConst(0);
     int64_t stride = 1;
     for (size_t d = b.shape.size(); d-- > 0;) {
@@ -140,7 +146,7 @@ class Rewriter {
   }
 
   const Program& p_;
-  std::map<int, const Kernel*> movers_;
+  std::map<int, const Kernel*> producers_;
   std::map<int, std::optional<Iota>> iotas_;
   bool changed_ = false;
 };

@@ -87,6 +87,50 @@ TEST(IndexComparisons, EqualityIsTwoSelects) {
   }
 }
 
+// A decoder step computes the index it compares with: `position + 0` (transformers' cache_position arithmetic) into a
+// temporary of its own kernel. The comparison follows that arithmetic to the positions, so the kernel computing it has
+// no reader left (one launch less per layer); arithmetic indices cannot express (a product of two positions) stays a
+// temporary read as an index.
+loop::Program positionArithmetic(tensor::Fn op) {
+  loop::Program p;
+  p.modelName = "arithmetic";
+  auto arange = std::make_shared<torch::WeightData>(torch::WeightData{"arange", {0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f}});
+  auto zero = std::make_shared<torch::WeightData>(torch::WeightData{"zero", {0.f}});
+  p.buffers = {loop::Buffer{loop::Buffer::Kind::Input, "pos", DType::I64, {1}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Weight, "zero", DType::I64, {1}, zero},
+               loop::Buffer{loop::Buffer::Kind::Temp, "index", DType::I64, {1}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Weight, "arange", DType::I64, {8}, arange},
+               loop::Buffer{loop::Buffer::Kind::Input, "x", DType::F32, {8}, nullptr},
+               loop::Buffer{loop::Buffer::Kind::Output, "out", DType::F32, {8}, nullptr}};
+  p.inputs = {0, 4};
+  p.outputs = {5};
+  const Idx p0 = idxVar(0, "p0");
+  const loop::ExprP second = op == tensor::Fn::Add ? loop::load(1, {p0}) : loop::load(0, {idxConst(0)});
+  p.kernels = {loop::Kernel{"k0_add", 2, {loop::Axis{0, "p0", 1}}, 1, {}, loop::apply(op, {second, loop::load(0, {idxConst(0)})})},
+               loop::Kernel{"k1_where", 5, {loop::Axis{0, "p0", 8}}, 1, {},
+                            loop::apply(tensor::Fn::Where, {loop::apply(tensor::Fn::Le, {loop::load(3, {p0}), loop::load(2, {idxConst(0)})}),
+                                                            loop::load(4, {p0}), loop::imm(-1e30f)})}};
+  loop::verify(p);
+  return p;
+}
+
+TEST(IndexComparisons, ArithmeticOnPositionsIsFollowedToThePositions) {
+  const std::vector<HostTensor> in{HostTensor{DType::I64, {1}, {5.f}}, randomTensor(DType::F32, {8}, 3)};
+  loop::Program p = positionArithmetic(tensor::Fn::Add);
+  const std::vector<HostTensor> before = loop::interpret(p, in);
+  ASSERT_TRUE(loop::indexComparisons(p));
+  EXPECT_NE(loop::print(p).find("select(p0 < pos[0] + 1, "), std::string::npos) << loop::print(p);
+  loop::eliminateDeadBuffers(p);
+  EXPECT_EQ(p.kernels.size(), 1u) << "the arithmetic's kernel has no reader left\n" << loop::print(p);
+  EXPECT_EQ(loop::interpret(p, in)[0].values, before[0].values);
+
+  loop::Program product = positionArithmetic(tensor::Fn::Mul);  // pos * pos: not an index expression
+  ASSERT_TRUE(loop::indexComparisons(product));
+  EXPECT_NE(loop::print(product).find("select(p0 < index[0] + 1, "), std::string::npos) << loop::print(product);
+  loop::eliminateDeadBuffers(product);
+  EXPECT_EQ(product.kernels.size(), 2u);
+}
+
 // A comparison whose value is stored (transformers' decoder-step mask, computed once for every layer) reading the
 // positions through a broadcast kernel: it becomes select(p1 < pos[0] + 1, 1, 0), the view chased to the element it
 // shows, and loop-fuse-producers inlines that into each of its many readers (more than kMaxFusionWorkGrowth times its
