@@ -408,6 +408,36 @@ struct Lowering {
     return b.elementwise(Fn::Where, {Operand{hit}, Operand{b.cast(source, b.dtype(self))}, Operand{self}});
   }
 
+  // aten::argmax(x, dim=None, keepdim=False): the first index of the maximum along dim (over the flattened x without
+  // one), NaN counting as the maximum, as torch.argmax. With m the maximum (NaN where the row holds one: kiln's max
+  // propagates NaN), the positions j where x is m or NaN score n - j and the others 0, all in f32; the first such j is
+  // n minus the largest score. Exact for rows of up to 2^24 positions.
+  int argmax() {
+    int x = tensor(0);
+    const bool hasDim = argc() > 1 && !isNone(1);
+    int d = 0;
+    if (hasDim) {
+      d = b.normDim(x, integer(1));
+    } else {
+      x = b.reshape(x, {numel(b.shape(x))});
+    }
+    const bool keep = hasDim && argc() > 2 && boolean(2);
+    const int64_t n = b.shape(x)[static_cast<size_t>(d)];
+    if (n > (int64_t{1} << 24)) unsupported(fmt::format("argmax over {} positions (kiln's is exact up to 2^24)", n));
+    std::vector<float> fromEnd(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) fromEnd[static_cast<size_t>(j)] = static_cast<float>(n - j);
+    Shape along(static_cast<size_t>(b.rank(x)), 1);
+    along[static_cast<size_t>(d)] = n;
+    const int score = b.reshape(b.constant({n}, std::move(fromEnd), "argmax positions"), along);
+    const int m = b.reduce(ReduceFn::Max, x, {d}, true);
+    const int equal = b.binary(Fn::Eq, Operand{x}, Operand{m});
+    const int nan = b.binary(Fn::Ne, Operand{x}, Operand{x});
+    const int atEqual = b.elementwise(Fn::Where, {Operand{equal}, Operand{score}, Operand{-1, 0.f}});
+    const int picked = b.elementwise(Fn::Where, {Operand{nan}, Operand{score}, Operand{atEqual}});
+    const int best = b.reduce(ReduceFn::Max, picked, {d}, keep);
+    return b.cast(b.binary(Fn::Sub, Operand{-1, static_cast<float>(n)}, Operand{best}), DType::I64);
+  }
+
   int maskedFill() { return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}}); }
   int where() { return b.elementwise(Fn::Where, {Operand{tensor(0)}, operand(1), operand(2)}); }
 
@@ -416,6 +446,7 @@ struct Lowering {
   static const std::map<std::string, OpLowering>& opLowerings() {
     static const std::map<std::string, OpLowering> table = {
         {"aten::add", &Lowering::add},
+        {"aten::argmax", &Lowering::argmax},
         {"aten::sub", &Lowering::subtract},
         {"aten::rsub", &Lowering::reverseSubtract},
         {"aten::mul", &Lowering::multiply},
@@ -491,7 +522,7 @@ struct Lowering {
 }  // namespace
 
 std::vector<std::string> supportedOps() {
-  return {"aten::add",     "aten::sub",     "aten::rsub",    "aten::mul",     "aten::div",       "aten::neg",
+  return {"aten::add",     "aten::argmax",  "aten::sub",     "aten::rsub",    "aten::mul",     "aten::div",       "aten::neg",
           "aten::exp",     "aten::rsqrt",   "aten::sqrt",    "aten::pow",     "aten::relu",      "aten::silu",
           "aten::sigmoid", "aten::tanh",    "aten::gelu",    "aten::sum",     "aten::mean",      "aten::amax",
           "aten::softmax", "aten::rms_norm", "aten::linear", "aten::matmul",  "aten::mm",        "aten::bmm",

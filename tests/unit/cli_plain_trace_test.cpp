@@ -110,6 +110,31 @@ TEST_F(PlainTrace, InPlaceOpsOnlyWhereNothingReadsTheOldValue) {
                      {"aten::mul_", "other values read or share", "out-of-place op (aten::mul)"});
 }
 
+// argmax as torch.argmax: the first of equal maxima, NaN counting as the maximum, along a dim (kept or not) or over the
+// flattened tensor; checked on rows made of ties, a NaN after the maximum, and -inf, in f32 and bf16 (the index itself
+// exact: the positions are counted in f32 whatever the input's dtype).
+TEST_F(PlainTrace, ArgmaxIsTheFirstMaximumNanIncluded) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class M(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return torch.argmax(x, dim=-1), torch.argmax(x, 0, keepdim=True), torch.argmax(x)\n"
+      "x = torch.tensor([[1., 3., 3., 0.], [2., 5., float('nan'), 5.], [-float('inf')] * 4])\n"
+      "for name, t in (('f32', x), ('bf16', x.to(torch.bfloat16))):\n"
+      "    torch.jit.trace(M(), (t,)).save('{0}/argmax_' + name + '.pt')\n"
+      "    import os; os.makedirs('{0}/in_' + name, exist_ok=True)\n"
+      "    t.contiguous().view(torch.int16 if name == 'bf16' else torch.int32).numpy().tofile('{0}/in_' + name + '/input0.bin')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  for (const char* dtype : {"f32", "bf16"}) {
+    const std::string model = (tmp.path / fmt::format("argmax_{}.pt", dtype)).string();
+    const std::string inputs = (tmp.path / fmt::format("in_{}", dtype)).string();
+    Result r = kiln({"run", model, "--input", fmt::format("x=3x4:{}", dtype), "--inputs", inputs, "--check", "--interpret"});
+    expectCheckPasses(r);
+  }
+}
+
 // A weight the forward transposes (Falcon's x @ weight.T) or permutes: freezing folds the view into a constant that
 // still views the weight's memory; kiln keeps the weight as stored and permutes it in Tensor IR (so the products
 // read it k-contiguous, as the wgmma products stream it), and computes what LibTorch does. A [K, N] weight multiplied
