@@ -115,6 +115,7 @@ KernelBuilder::Flash KernelBuilder::flashSetUp(const tile::FlashAttention& f) {
   // its rows).
   x.groupsPerWarp = x.onCudaCores ? 1 : f.warpRows / 16;
   x.keySplit = f.keySplit;
+  x.keyBlocks = f.keyBlocks;
   x.rowGroups = x.queryBlock / (16 * x.groupsPerWarp);
   x.keysPerWarp = x.keyBlock / x.keySplit;
   x.qResident = x.onCudaCores || tile::flashQueriesResident(f, x.depth);
@@ -137,7 +138,13 @@ void KernelBuilder::flashCoordinates(Flash& x, Block& top, Block& body) {
   const tile::FlashAttention& f = *x.schedule;
   const int64_t queryBlocks = x.queryBlocks, queryBlock = x.queryBlock;
   // signed: the expressions below subtract (a grid of one block names no block: nvcc refuses unused variables)
-  Idx bid = k_.grid[0] > 1 ? defVar(top, "bid", blockIdx(), k_.grid[0]) : idxConst(0);
+  Idx bid = k_.grid[0] > 1 && x.keyBlocks == 1 ? defVar(top, "bid", blockIdx(), k_.grid[0]) : idxConst(0);
+  if (x.keyBlocks > 1) {  // block run x items + item walks run `run` of query block `item`'s steps
+    const int64_t items = k_.grid[0] / x.keyBlocks;
+    x.keyRun = defVar(top, "run", floorDiv(blockIdx(), items), x.keyBlocks);
+    if (items > 1) bid = defVar(top, "bid", mod(blockIdx(), items), items);
+    x.item = bid;
+  }
   const int64_t perRow = f.pairBlocks ? (queryBlocks + 1) / 2 : queryBlocks;
   std::vector<loop::Axis> outer;
   for (int d = 0; d < lk_.rowAxes; ++d)
@@ -208,6 +215,12 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
     // keys read at run time (a decoder step's positions): the steps before the block's largest limit, at least one
     const Idx before = floorDiv(idxAdd(*most, x.keyBlock - 1), x.keyBlock);
     end = idxMax(idxAdd(first, 1), idxMin(end, before));
+  }
+  if (x.keyBlocks > 1) {  // run r of R: steps [from + floor(r n / R), from + floor((r + 1) n / R)) of the n from `from`
+    const Idx from = defVar(body, "s_from", first, x.steps + 1);
+    const Idx count = defVar(body, "s_count", end + idxMul(from, -1), x.steps + 1);
+    first = from + floorDiv(x.keyRun * count, x.keyBlocks);
+    end = from + floorDiv(idxAdd(x.keyRun, 1) * count, x.keyBlocks);
   }
   x.firstStep = defVar(body, "s_begin", first, x.steps + 1);
   x.endStep = defVar(body, "s_end", end, x.steps + 1);
@@ -352,14 +365,19 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Block body;
   flashCoordinates(x, top, body);
   flashKeyRange(x, body);
-  flashPrologue(x, body);
-  flashRegisters(x, body);
+  // Blocks sharing the query block's steps (keyBlocks) may have none to walk (a short live length): they copy nothing.
+  Block walkOwn;
+  Block& walk = x.keyBlocks > 1 ? walkOwn : body;
+  if (x.keyBlocks > 1) flashRegisters(x, body);
+  flashPrologue(x, walk);
+  if (x.keyBlocks == 1) flashRegisters(x, body);
   const int stepVar = freshKernelVar();
   extents_[stepVar] = x.steps;
   const Idx st = idxVar(stepVar, "st");
-  if (f.scoresAhead) flashStepsAhead(x, st, stepVar, body);
-  else flashRingSteps(x, st, stepVar, body);
-  body.push_back(cpAsyncWait(0));
+  if (f.scoresAhead) flashStepsAhead(x, st, stepVar, walk);
+  else flashRingSteps(x, st, stepVar, walk);
+  walk.push_back(cpAsyncWait(0));
+  if (x.keyBlocks > 1) body.push_back(ifLess(x.firstStep, x.endStep, std::move(walkOwn)));
 
   flashFinish(x, body);
   if (f.packedPairs > 0) {  // a thread block's second group idles where it has no query block of its own

@@ -95,7 +95,10 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                : "") +
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k in swizzled rows)" : "") +
            (f->valuesByWgmma ? "; p · v by wgmma (p from registers, v in swizzled rows)" : "") +
-           (f->scoresAhead ? "; scores a step ahead" : "");
+           (f->scoresAhead ? "; scores a step ahead" : "") +
+           (f->keyBlocks > 1 ? fmt::format("; keys split over {} blocks per query block, the last to finish merging their partials",
+                                           f->keyBlocks)
+                             : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -251,6 +254,7 @@ void verifyFlashShape(const FlashAttention& f, const loop::Kernel& k) {
   KILN_ASSERT(f.keySplit == 1 || f.keySplit == 2 || f.keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
               k.name, f.keySplit);
   KILN_ASSERT(f.ring >= 2 && f.ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f.ring);
+  KILN_ASSERT(f.keyBlocks >= 1, "kernel {}: flash_attention keys split over {} blocks", k.name, f.keyBlocks);
   KILN_ASSERT(!f.scoresAhead || (!cudaCores && f.keySplit == 1 && f.ring == 2),
               "kernel {}: flash_attention scores a step ahead need tensor cores, no key split and two ring slots", k.name);
   if (f.packedPairs > 0) {
@@ -262,6 +266,26 @@ void verifyFlashShape(const FlashAttention& f, const loop::Kernel& k) {
   }
 }
 
+// Flash-decoding (FlashAttention::keyBlocks): a grid of unpaired, unpacked blocks, and the buffers its blocks meet at.
+void verifyFlashKeyBlocks(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
+  KILN_ASSERT(f.keyBlocks <= kFlashMaxKeyBlocks && !f.pairBlocks && f.packedPairs == 0,
+              "kernel {}: flash_attention keys split over {} blocks (at most {}, no paired or packed query blocks)", k.name,
+              f.keyBlocks, kFlashMaxKeyBlocks);
+  auto buffer = [&](int b) -> const loop::Buffer* {
+    return b >= 0 && b < static_cast<int>(p.loop.buffers.size()) ? &p.loop.buffers[static_cast<size_t>(b)] : nullptr;
+  };
+  const loop::Buffer *counters = buffer(f.counters), *partials = buffer(f.partials);
+  const int64_t items = flashQueryBlocksInAll(f, k), elements = flashPartialsElements(f, k);
+  KILN_ASSERT(counters && counters->kind == loop::Buffer::Kind::Counters && counters->dtype == DType::I64 &&
+                  numel(counters->shape) >= items,
+              "kernel {}: flash_attention split over blocks needs an i64 counters buffer of {} counters or more (buffer #{})",
+              k.name, items, f.counters);
+  KILN_ASSERT(partials && partials->kind == loop::Buffer::Kind::Temp && partials->dtype == DType::F32 &&
+                  numel(partials->shape) >= elements,
+              "kernel {}: flash_attention split over blocks needs an f32 buffer of {} partial values or more (buffer #{})",
+              k.name, elements, f.partials);
+}
+
 void verifyFlashAttention(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
   const Target& target = p.target;
   auto o = loop::flashAttentionOperands(p.loop, k);
@@ -271,6 +295,7 @@ void verifyFlashAttention(const Program& p, const FlashAttention& f, const loop:
   verifyFlashShape(f, k);
   const int64_t registers = flashAccumulators(f, o->depth, o->width);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
+  if (f.keyBlocks > 1) verifyFlashKeyBlocks(p, f, k);
 }
 
 void verifyMmaSyncTiles(const TC& t, const loop::Kernel& k) {
@@ -432,6 +457,22 @@ void verifyStreamKBuffers(const Program& p, const TiledContraction& t, const loo
 }
 
 }  // namespace
+
+int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements) {
+  for (size_t b = 0; b < p.loop.buffers.size(); ++b) {
+    loop::Buffer& buf = p.loop.buffers[b];
+    if (buf.name != name) continue;
+    buf.shape = {std::max(buf.shape.at(0), elements)};
+    return static_cast<int>(b);
+  }
+  loop::Buffer buf;
+  buf.kind = kind;
+  buf.name = name;
+  buf.dtype = dtype;
+  buf.shape = {elements};
+  p.loop.buffers.push_back(buf);
+  return static_cast<int>(p.loop.buffers.size() - 1);
+}
 
 void verify(const Program& p) {
   loop::verify(p.loop);

@@ -156,7 +156,8 @@ const std::vector<Field<FlashAttention>>& fields(const FlashAttention*) {
       flag("rows_inner", &F::rowsInner), number("packed_pairs", &F::packedPairs), flag("row_sums_by_mma", &F::rowSumsByMma),
       flag("scores_by_wgmma", &F::scoresByWgmma), flag("values_by_wgmma", &F::valuesByWgmma),
       flag("scores_ahead", &F::scoresAhead), number("ring", &F::ring), dtype("mma_type", &F::mmaType),
-      optionalNumber("key_from", &F::keyFrom), optionalNumber("key_to", &F::keyTo)};
+      optionalNumber("key_from", &F::keyFrom), optionalNumber("key_to", &F::keyTo), number("key_blocks", &F::keyBlocks),
+      number("partials", &F::partials), number("counters", &F::counters)};
   return f;
 }
 

@@ -225,6 +225,16 @@ struct FlashAttention {
   // no key split.
   DType mmaType = DType::BF16;
   std::optional<int64_t> keyFrom, keyTo;  // query row i sees keys [i + keyFrom, i + keyTo) only
+  // Flash-decoding (tile-split-attention-keys): keyBlocks thread blocks share each query block, block s walking the
+  // s-th of keyBlocks nearly equal runs of the steps the block's rows may see (known at run time where the keys' limit
+  // is): few query rows over many keys then fill the GPU, where one block per query block walked every step alone. Each
+  // block stores its rows' running maximum, sum and unnormalised outputs (`partials`, f32, tile::flashPartialsElements)
+  // and takes a ticket at the query block's counter (`counters`, i64, one per query block); the last to arrive merges
+  // the keyBlocks partials, rescaled to their common maximum, and stores the output. A block whose run is empty stores
+  // a maximum of -inf and nothing else counts from it. No pairing, packing or output staging with it.
+  int64_t keyBlocks = 1;
+  int partials = -1;  // keyBlocks > 1: the program's f32 buffer of partial rows
+  int counters = -1;  // keyBlocks > 1: the program's counters buffer
 };
 
 using Schedule = std::variant<PointwiseMap, RowReduction, TiledContraction, FlashAttention>;
@@ -263,6 +273,10 @@ struct Program {
 // The entry of p.productShapes for a product of `type` operands shaped as c; nullptr if none.
 const TabledShape* tabledShape(const Program& p, DType type, const Contraction& c);
 
+// The program's buffer `name` (made on first use, of `kind` and `dtype`), grown to at least `elements`: the scratch
+// buffers kernels of one kind share (they run one after another), such as stream-K's partial tiles and counters.
+int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements);
+
 std::string print(const Program& p);
 nlohmann::json toJson(const Program& p);
 // For `kiln compile --explain-schedule`: each kernel's name, the Torch ops it holds and its schedule on one line
@@ -297,6 +311,8 @@ bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmm
 bool attentionValuesByWgmma(Program& p);        // tile-attention-values-by-wgmma
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
+// The Target's SMs when `sms` is 0 (tests pass their own to reach other splits).
+bool splitAttentionKeys(Program& p, int64_t sms = 0);  // tile-split-attention-keys
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 // tile-stream-k-products; blocks: the persistent grid (0: a wave of the Target's SMs; tests give fewer).
 bool streamKProducts(Program& p, int64_t blocks = 0);

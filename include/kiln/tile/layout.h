@@ -66,6 +66,12 @@ inline int64_t flashAccumulators(const FlashAttention& f, int64_t depth, int64_t
 // Values one thread hands over when warps sharing rows combine: its two rows' maximum and sum, its width / 2 outputs.
 constexpr int64_t flashCombineValues(int64_t width) { return 4 + width / 2; }
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
+// FlashAttention::keyBlocks: the f32 values one thread of a block leaves for the last block of its query block (its
+// rows' maxima and sums, then its outputs), and the partials buffer's elements for the whole grid (values per thread
+// x threads x blocks; a block's value i of thread t at (block * values + i) * threads + t).
+int64_t flashPartialValues(const FlashAttention& f, const loop::Kernel& k);
+int64_t flashPartialsElements(const FlashAttention& f, const loop::Kernel& k);
+constexpr int64_t kFlashMaxKeyBlocks = 16;  // blocks sharing a query block's keys (the last merges them one by one)
 
 // Tiled contractions.
 // The contraction a schedule multiplies (its m and n axes); an internal error if k is not one.
