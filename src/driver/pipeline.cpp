@@ -110,7 +110,11 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   PassRunner run(opts);
   Compiled c;
 
-  c.torchIR = run.produce("torch-import", [&] { return frontend::importModel(modelPath, inputs, castTo); });
+  c.torchIR = run.produce("torch-import", [&] {
+    torch::Graph g = frontend::importModel(modelPath, inputs, castTo);
+    if (opts.greedyTokens) torch::appendGreedyToken(g);
+    return g;
+  });
   run.pass(c.torchIR, "torch-eliminate-dead-code", torch::eliminateDeadCode);
   if (until < 1) return run.printTimings(), c;
 
