@@ -60,6 +60,7 @@ class KernelBuilder {
     int64_t depth = 0;        // q's and k's rows (the dot product's extent)
     int64_t width = 0;        // v's rows, the output's
     int64_t queryBlock = 0;   // query rows a block holds (block_q)
+    int64_t rowsTaken = 0;    // ... of which it takes along the query axis (tile::flashRowsTaken; the others idle)
     int64_t keyBlock = 0;     // keys a step walks (block_kv)
     int64_t queries = 0;      // the query axis' extent
     int64_t keys = 0;         // the key axis' extent

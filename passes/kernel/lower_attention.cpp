@@ -90,6 +90,7 @@ KernelBuilder::Flash KernelBuilder::flashSetUp(const tile::FlashAttention& f) {
   x.depth = ops->depth;
   x.width = ops->width;
   x.queryBlock = f.blockQ;
+  x.rowsTaken = tile::flashRowsTaken(f);
   x.keyBlock = f.blockKV;
   x.queries = x.queryAxis.extent;
   x.keys = x.softmax->key.extent;
@@ -176,7 +177,13 @@ void KernelBuilder::flashCoordinates(Flash& x, Block& top, Block& body) {
            : f.rowsInner ? defVar(body, "qb", idxAdd(idxMul(pb, -1), queryBlocks - 1) +
                                                   floorDiv(pb, heavy) * idxAdd(idxMul(pb, 2), 1 - heavy - queryBlocks), queryBlocks)
                          : defVar(body, "qb", idxAdd(idxMul(pb, -1), queryBlocks - 1), queryBlocks);
-  x.firstQuery = simplify(qb * idxConst(queryBlock), extents_);
+  x.firstQuery = simplify(qb * idxConst(x.rowsTaken), extents_);
+  // Rows sharing k and v (FlashAttention::blockRows): k's and v's rows are those of the block's first query row.
+  const int queryVar = x.queryAxis.var;
+  if (f.blockRows > 0 && (loop::usesVar(*x.operands.k, queryVar) || loop::usesVar(*x.operands.v, queryVar))) {
+    body.push_back(defIdx(queryVar + kFirstLoopVar, x.queryAxis.name, x.firstQuery));
+    extents_[queryVar + kFirstLoopVar] = x.queries;
+  }
   x.copyThread = defVar(top, "ct", threadIdx(), x.threads);
   Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), x.threads / Target::kWarpSize);
   x.lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
@@ -208,7 +215,7 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
   Idx first = idxConst(0), end = idxConst(x.steps);
   if (f.keyFrom) first = floorDiv(idxMax(idxConst(0), idxAdd(x.firstQuery, *f.keyFrom)), x.keyBlock);
   if (f.keyTo) {
-    Idx lastRow = idxMin(idxAdd(x.firstQuery, x.queryBlock - 1), idxConst(x.queries - 1));
+    Idx lastRow = idxMin(idxAdd(x.firstQuery, x.rowsTaken - 1), idxConst(x.queries - 1));
     end = floorDiv(idxAdd(idxMin(idxConst(x.keys), idxAdd(lastRow, *f.keyTo)), x.keyBlock - 1), x.keyBlock);
   }
   if (std::optional<Idx> most = flashRuntimeKeyLimit(x)) {
@@ -233,7 +240,7 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
 std::optional<Idx> KernelBuilder::flashRuntimeKeyLimit(const Flash& x) {
   constexpr int64_t kRuntimeLimitRows = 8;
   const std::optional<Idx> limit = loop::runtimeKeyLimit(lk_);
-  const int64_t rows = std::min(x.queryBlock, x.queries);
+  const int64_t rows = std::min(x.rowsTaken, x.queries);
   if (!limit || rows > kRuntimeLimitRows) return std::nullopt;
   const Idx atRows = shifted(*limit);
   const int queryVar = x.queryAxis.var + kFirstLoopVar;

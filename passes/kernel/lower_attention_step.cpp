@@ -339,7 +339,8 @@ Idx KernelBuilder::flashQueryFragment(const Flash& x, int64_t gr, int64_t kk) {
 }
 
 bool KernelBuilder::flashStagesOutput(const Flash& x) const {
-  return !x.onCudaCores && x.keySplit == 1 && x.keyBlocks == 1 && x.width % 8 == 0 && x.slices.widthStride % 8 == 0 &&
+  return !x.onCudaCores && x.keySplit == 1 && x.keyBlocks == 1 && x.rowsTaken == x.queryBlock && x.width % 8 == 0 &&
+         x.slices.widthStride % 8 == 0 &&
          k_.params[0].dtype == x.operandType && x.queryBlock * x.slices.widthStride <= x.schedule->ring * x.slices.v;
 }
 
@@ -421,7 +422,9 @@ void KernelBuilder::flashStoreOutput(const Flash& x, Block& out, Block& finish) 
       if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
       else store.insert(store.end(), one.begin(), one.end());
     }
-    finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
+    // (a block taking fewer rows than it holds stores only those: the others computed on the next rows' q)
+    if (x.rowsTaken < x.queryBlock) finish.push_back(ifLess(rowLocal[r], idxConst(x.rowsTaken), std::move(store)));
+    else finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
   }
   if (!staged) return;
   // thread ct moves 16-byte chunks ct, ct + threads, .. of the block's rows (row c / (E / 8), columns 8 (c mod E / 8) ..)

@@ -96,6 +96,7 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k in swizzled rows)" : "") +
            (f->valuesByWgmma ? "; p · v by wgmma (p from registers, v in swizzled rows)" : "") +
            (f->scoresAhead ? "; scores a step ahead" : "") +
+           (f->blockRows > 0 ? fmt::format("; a block per {} query heads sharing k and v", f->blockRows) : "") +
            (f->keyBlocks > 1 ? fmt::format("; keys split over {} blocks per query block, the last to finish merging their partials",
                                            f->keyBlocks)
                              : "");
@@ -235,8 +236,8 @@ void verifyFlashInstructions(const Target& target, const FlashAttention& f, cons
   KILN_ASSERT(!f.valuesByWgmma || (byWgmma && o.width % 64 == 0 && o.width <= 256),
               "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
               "{}, no key split) and output rows of 64 to 256 values, a multiple of 64 (not {})", k.name, kFlashWgmmaRows, o.width);
-  KILN_ASSERT(f.queryAxis == o.queryAxis && f.mmaType == o.type, "kernel {}: flash_attention's query axis or type is not "
-              "the kernel's", k.name);
+  KILN_ASSERT((f.queryAxis == o.queryAxis || f.blockRows > 0) && f.mmaType == o.type,
+              "kernel {}: flash_attention's query axis or type is not the kernel's", k.name);
 }
 
 // Block, warp, key-split and ring sizes the flash lowering implements.
@@ -286,6 +287,18 @@ void verifyFlashKeyBlocks(const Program& p, const FlashAttention& f, const loop:
               k.name, elements, f.partials);
 }
 
+// A block of fewer rows than its tiles (FlashAttention::blockRows): query heads sharing k and v, nothing else changed.
+void verifyFlashBlockRows(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
+  const int64_t extent = k.parallel[static_cast<size_t>(f.queryAxis)].extent;
+  KILN_ASSERT(f.blockRows <= f.blockQ && extent % f.blockRows == 0 && !f.keyFrom && !f.keyTo && !f.pairBlocks &&
+                  f.packedPairs == 0 && !f.scoresByWgmma && !f.valuesByWgmma,
+              "kernel {}: flash_attention blocks of {} rows along an axis of {} (at most block_q {} and dividing it; no key "
+              "bounds, pairing, packing or wgmma)", k.name, f.blockRows, extent, f.blockQ);
+  KILN_ASSERT(loop::sharedAcrossRows(p.loop, k, f.queryAxis, f.blockRows),
+              "kernel {}: flash_attention blocks of {} rows of axis {} whose k and v differ between the rows", k.name,
+              f.blockRows, k.parallel[static_cast<size_t>(f.queryAxis)].name);
+}
+
 void verifyFlashAttention(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
   const Target& target = p.target;
   auto o = loop::flashAttentionOperands(p.loop, k);
@@ -296,6 +309,7 @@ void verifyFlashAttention(const Program& p, const FlashAttention& f, const loop:
   const int64_t registers = flashAccumulators(f, o->depth, o->width);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
   if (f.keyBlocks > 1) verifyFlashKeyBlocks(p, f, k);
+  if (f.blockRows > 0) verifyFlashBlockRows(p, f, k);
 }
 
 void verifyMmaSyncTiles(const TC& t, const loop::Kernel& k) {

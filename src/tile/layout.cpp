@@ -54,7 +54,7 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
 }
 
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k) {
-  return ceilDiv(k.parallel[static_cast<size_t>(f.queryAxis)].extent, f.blockQ);
+  return ceilDiv(k.parallel[static_cast<size_t>(f.queryAxis)].extent, flashRowsTaken(f));
 }
 
 int64_t flashQueryBlocksInAll(const FlashAttention& f, const loop::Kernel& k) {

@@ -57,33 +57,40 @@ SplitRun runSplit(const tile::Program& t, const std::vector<HostTensor>& inputs)
   return r;
 }
 
-// hf_llama_decode_long: the tiny Llama decoder step (4 heads, 2 KV heads of 16, a cache of 256), f32, keys in steps of
-// 64 up to the position. At position 3 one step is live, at 64 two, at 130 three, at 255 four: with more runs than live
-// steps some blocks walk nothing.
+// hf_llama_decode_long: the tiny Llama decoder step (4 query heads over 2 KV heads of 16, a cache of 256), f32, keys in
+// steps of 64 up to the position. At position 3 one step is live, at 64 two, at 130 three, at 255 four: with more runs
+// than live steps some blocks walk nothing. Each query head in a block of its own (tile-share-kv-heads off: 4 blocks
+// before the split), and the two heads of each KV head in one block (the default: 2 blocks), which reads each KV head's
+// keys and values once instead of twice.
 TEST(FlashDecoding, EverySplitOfADecoderStepMatchesTheLoopInterpreter) {
-  Compiled c = compiled("hf_llama_decode_long", "tile");
-  for (int64_t position : {3, 64, 130, 255}) {
-    std::vector<HostTensor> in = test::randomInputs(c.loopIR, 5);
-    for (size_t i = 0; i < in.size(); ++i) {
-      const std::string& name = c.loopIR.buffers[static_cast<size_t>(c.loopIR.inputs[i])].name;
-      if (name == "ids") in[i].values = {7.f};
-      if (name == "pos") in[i].values = {static_cast<float>(position)};
-    }
-    const std::vector<HostTensor> want = loop::interpret(c.loopIR, in);
-    const int64_t live = position / 64 + 1;  // steps of 64 keys up to the position
-    for (int64_t runs : {1, 2, 3, 4, 8, 16}) {
-      SCOPED_TRACE(fmt::format("position {}, {} blocks per query block", position, runs));
-      tile::Program t = c.tileIR;
-      splitKeys(t, runs);
-      const SplitRun got = runSplit(t, in);
-      ASSERT_EQ(got.outputs.size(), want.size());
-      for (size_t o = 0; o < want.size(); ++o) EXPECT_LE(compare(got.outputs[o], want[o]).relL2, 1e-5) << "output " << o;
-      ASSERT_EQ(got.operandReads.size(), 6u) << "two layers' q, k and v";
-      for (size_t layer = 0; layer < 2; ++layer) {
-        // q's row (4 heads of 16) by every block with steps to walk; k's and v's live rows once, whatever the split
-        EXPECT_EQ(got.operandReads[3 * layer], 4 * 16 * std::min(runs, live)) << "layer " << layer;
-        EXPECT_EQ(got.operandReads[3 * layer + 1], 4 * live * 64 * 16) << "layer " << layer;
-        EXPECT_EQ(got.operandReads[3 * layer + 2], 4 * live * 64 * 16) << "layer " << layer;
+  for (bool shared : {false, true}) {
+    Compiled c = compiled("hf_llama_decode_long", "tile", shared ? std::vector<std::string>{} : std::vector<std::string>{"tile-share-kv-heads"});
+    const int64_t readers = shared ? 2 : 4;  // blocks reading each layer's k and v rows, before the split
+    for (int64_t position : {3, 64, 130, 255}) {
+      std::vector<HostTensor> in = test::randomInputs(c.loopIR, 5);
+      for (size_t i = 0; i < in.size(); ++i) {
+        const std::string& name = c.loopIR.buffers[static_cast<size_t>(c.loopIR.inputs[i])].name;
+        if (name == "ids") in[i].values = {7.f};
+        if (name == "pos") in[i].values = {static_cast<float>(position)};
+      }
+      const std::vector<HostTensor> want = loop::interpret(c.loopIR, in);
+      const int64_t live = position / 64 + 1;  // steps of 64 keys up to the position
+      for (int64_t runs : {1, 2, 3, 4, 8, 16}) {
+        SCOPED_TRACE(fmt::format("{}, position {}, {} blocks per query block", shared ? "heads by KV head" : "a block per head",
+                                 position, runs));
+        tile::Program t = c.tileIR;
+        splitKeys(t, runs);
+        const SplitRun got = runSplit(t, in);
+        ASSERT_EQ(got.outputs.size(), want.size());
+        for (size_t o = 0; o < want.size(); ++o) EXPECT_LE(compare(got.outputs[o], want[o]).relL2, 1e-5) << "output " << o;
+        ASSERT_EQ(got.operandReads.size(), 6u) << "two layers' q, k and v";
+        for (size_t layer = 0; layer < 2; ++layer) {
+          // k's and v's live rows (16 wide) once per reading block, whatever the split; without sharing, q's row (4
+          // heads of 16) once per block with steps to walk
+          if (!shared) EXPECT_EQ(got.operandReads[3 * layer], 4 * 16 * std::min(runs, live)) << "layer " << layer;
+          EXPECT_EQ(got.operandReads[3 * layer + 1], readers * live * 64 * 16) << "layer " << layer;
+          EXPECT_EQ(got.operandReads[3 * layer + 2], readers * live * 64 * 16) << "layer " << layer;
+        }
       }
     }
   }
@@ -123,13 +130,13 @@ TEST(FlashDecoding, SplitsOnTensorCoresMatchTheLoopInterpreter) {
   }
 }
 
-// The rule: a decoder step's attention (4 query blocks of one row) on 132 SMs takes 2 blocks a query block (half its 4
-// compile-time steps); on 8 SMs also 2 (8 / 4), on 4 SMs none (one block each fills them). A prefill-shaped attention
-// (the fixtures' 64-row blocks) is left alone. The buffers: f32 partials for every block's threads, a counter per query
-// block, shared by the program's attention kernels.
+// The rule: a decoder step's attention (2 query blocks, each the 2 heads of a KV head) on 132 SMs takes 2 blocks a query
+// block (half its 4 compile-time steps); on 4 SMs also 2 (4 / 2), on 2 SMs none (one block each fills them). A
+// prefill-shaped attention (the fixtures' 64-row blocks) is left alone. The buffers: f32 partials for every block's
+// threads, a counter per query block, shared by the program's attention kernels.
 TEST(FlashDecoding, TheRuleSplitsDecoderStepsThatLeaveSmsIdle) {
   Compiled c = compiled("hf_llama_decode_long", "tile", {"tile-split-attention-keys"});
-  const std::map<int64_t, int64_t> expected{{0, 2}, {8, 2}, {4, 1}};
+  const std::map<int64_t, int64_t> expected{{0, 2}, {4, 2}, {2, 1}};
   for (const auto& [sms, runs] : expected) {
     tile::Program t = c.tileIR;
     EXPECT_EQ(tile::splitAttentionKeys(t, sms), runs > 1) << sms << " SMs";
@@ -143,9 +150,9 @@ TEST(FlashDecoding, TheRuleSplitsDecoderStepsThatLeaveSmsIdle) {
       const loop::Buffer& partials = t.loop.buffers[static_cast<size_t>(f->partials)];
       const loop::Buffer& counters = t.loop.buffers[static_cast<size_t>(f->counters)];
       EXPECT_EQ(partials.kind, loop::Buffer::Kind::Temp);
-      EXPECT_EQ(numel(partials.shape), 8 * 12 * 128) << "8 blocks x 12 values (2 rows, 8 outputs) x 128 threads";
+      EXPECT_EQ(numel(partials.shape), 4 * 12 * 128) << "4 blocks x 12 values (2 rows, 8 outputs) x 128 threads";
       EXPECT_EQ(counters.kind, loop::Buffer::Kind::Counters);
-      EXPECT_EQ(numel(counters.shape), 4);
+      EXPECT_EQ(numel(counters.shape), 2);
     }
     EXPECT_EQ(attention, 2);
     if (runs > 1) {
@@ -158,6 +165,32 @@ TEST(FlashDecoding, TheRuleSplitsDecoderStepsThatLeaveSmsIdle) {
     tile::Program t = compiled(model, "tile", {"tile-split-attention-keys"}).tileIR;
     EXPECT_FALSE(tile::splitAttentionKeys(t)) << model;
   }
+}
+
+// tile-share-kv-heads: the decoder step's heads become the query axis in blocks of the 2 query heads of each KV head
+// (a block of 4 would span two KV heads); an attention over many query rows (a prefill's) keeps its query axis; a
+// schedule whose blocks of rows would not share k and v is refused by the verifier.
+TEST(FlashDecoding, QueryHeadsSharingAKvHeadShareABlock) {
+  Compiled c = compiled("hf_llama_decode_long", "tile", {"tile-share-kv-heads", "tile-split-attention-keys"});
+  tile::Program t = c.tileIR;
+  ASSERT_TRUE(tile::shareKvHeads(t));
+  for (size_t i = 0; i < t.schedules.size(); ++i) {
+    const auto* f = std::get_if<tile::FlashAttention>(&t.schedules[i]);
+    if (!f) continue;
+    EXPECT_EQ(t.loop.kernels[i].parallel[static_cast<size_t>(f->queryAxis)].extent, 4) << "the heads";
+    EXPECT_EQ(f->blockRows, 2);
+    EXPECT_EQ(tile::flashQueryBlocksInAll(*f, t.loop.kernels[i]), 2);
+    EXPECT_TRUE(loop::sharedAcrossRows(t.loop, t.loop.kernels[i], f->queryAxis, 2));
+    EXPECT_FALSE(loop::sharedAcrossRows(t.loop, t.loop.kernels[i], f->queryAxis, 4));
+  }
+  EXPECT_NO_THROW(tile::verify(t));
+  EXPECT_FALSE(tile::shareKvHeads(t)) << "a second run changes nothing";
+  EXPECT_EQ(tile::print(tile::parse(tile::print(t))), tile::print(t)) << "block_rows round-trips";
+  for (auto& s : t.schedules)
+    if (auto* f = std::get_if<tile::FlashAttention>(&s)) f->blockRows = 4;
+  EXPECT_THROW(tile::verify(t), InternalError);
+  tile::Program prefill = compiled("attention_bf16", "tile").tileIR;
+  EXPECT_FALSE(tile::shareKvHeads(prefill));
 }
 
 // Refused by the verifier: a split with paired or packed query blocks, beyond kFlashMaxKeyBlocks, or without its

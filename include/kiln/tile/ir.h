@@ -164,6 +164,12 @@ struct TiledContraction {
 struct FlashAttention {
   int queryAxis = -1;   // position in the kernel's parallel axes
   int64_t blockQ = 64;  // query rows per block (16, 32, 64 or 128), warpRows per warp
+  // Query rows a block takes along the query axis (0: blockQ). tile-share-kv-heads sets fewer: the query axis is then
+  // the heads axis of a one-token step, and a block takes the blockRows query heads that share one KV head (k and v
+  // the same rows for all of them: loop::sharedAcrossRows) as the first blockRows of its blockQ rows, so each KV head's
+  // keys and values are read once per group, not once per query head; its other rows compute on the next heads' q and
+  // are not stored. No compile-time key bounds, pairing, packing or wgmma with it.
+  int64_t blockRows = 0;
   // Query rows per warp: 16 (one m16 row group), or 32: two row groups whose mma.sync share each k and v fragment, twice
   // the independent tensor-core and exp work between a step's barriers. Tensor cores, no key split. No pass chooses 32
   // (it was slower on the H200 wherever measured: docs/pipeline.md); schedules set by hand and the tests still may.
@@ -313,6 +319,7 @@ bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
 // The Target's SMs when `sms` is 0 (tests pass their own to reach other splits).
 bool splitAttentionKeys(Program& p, int64_t sms = 0);  // tile-split-attention-keys
+bool shareKvHeads(Program& p);                  // tile-share-kv-heads
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 // tile-stream-k-products; blocks: the persistent grid (0: a wave of the Target's SMs; tests give fewer).
 bool streamKProducts(Program& p, int64_t blocks = 0);

@@ -29,6 +29,8 @@ int64_t combineSlots(const RowReduction& r);
 // Flash attention. Blocks along the query axis (ceil(queries / blockQ)); the grid is that times the points of the other
 // row axes, the query block fastest.
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k);
+// The query rows one block takes (FlashAttention::blockRows, else blockQ): the stride between its blocks.
+inline int64_t flashRowsTaken(const FlashAttention& f) { return f.blockRows > 0 ? f.blockRows : f.blockQ; }
 // Query blocks over all rows (batch, heads): the grid of one block per query block.
 int64_t flashQueryBlocksInAll(const FlashAttention& f, const loop::Kernel& k);
 // Shared slices in the operand type, rows of the row stride (width + 16 bytes: 16-byte aligned rows whose 8 rows of one
