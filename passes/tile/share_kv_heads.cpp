@@ -5,8 +5,11 @@
 // (FlashAttention::blockRows) reads those keys and values once and fills G rows of its tiles.
 // Rule: flash schedules whose query axis has extent 1 (one token), without compile-time key bounds, pairing, packing or
 // wgmma, with another row axis that q reads and whose largest run of rows sharing k and v (loop::sharedAcrossRows: a
-// power of two up to block_q) is 2 or more: that axis becomes the query axis, in blocks of that run.
+// divisor of its extent up to block_q; Qwen2.5-7B's 7 query heads per KV head, TinyLlama's 8) is 2 or more: that axis
+// becomes the query axis, in blocks of that run.
 // Before tile-split-attention-keys, which then splits the fewer, fuller blocks' keys.
+#include <algorithm>
+
 #include "kiln/loop/attention.h"
 #include "kiln/tile/ir.h"
 #include "kiln/tile/layout.h"
@@ -25,8 +28,9 @@ bool shareKvHeads(Program& p) {
     if (!ops) continue;
     for (int axis = 0; axis < k.rowAxes; ++axis) {
       if (axis == f->queryAxis || !loop::usesVar(*ops->q, k.parallel[static_cast<size_t>(axis)].var)) continue;
-      int64_t rows = 1;
-      while (rows * 2 <= f->blockQ && loop::sharedAcrossRows(p.loop, k, axis, rows * 2)) rows *= 2;
+      const int64_t extent = k.parallel[static_cast<size_t>(axis)].extent;
+      int64_t rows = std::min(f->blockQ, extent);
+      while (rows >= 2 && (extent % rows != 0 || !loop::sharedAcrossRows(p.loop, k, axis, rows))) --rows;
       if (rows < 2) continue;
       f->queryAxis = axis;
       f->blockRows = rows;
