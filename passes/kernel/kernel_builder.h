@@ -60,6 +60,7 @@ class KernelBuilder {
     int64_t depth = 0;        // q's and k's rows (the dot product's extent)
     int64_t width = 0;        // v's rows, the output's
     int64_t queryBlock = 0;   // query rows a block holds (block_q)
+    int64_t rowsTaken = 0;    // ... of which it takes along the query axis (tile::flashRowsTaken; the others idle)
     int64_t keyBlock = 0;     // keys a step walks (block_kv)
     int64_t queries = 0;      // the query axis' extent
     int64_t keys = 0;         // the key axis' extent
@@ -68,6 +69,7 @@ class KernelBuilder {
     int64_t queryBlocks = 0;  // per row (tile::flashQueryBlocks)
     int64_t ringDepth = 0;    // the k and v rings' slots (FlashAttention::ring)
     int64_t keySplit = 0;     // warps sharing a row group's keys (FlashAttention::keySplit)
+    int64_t keyBlocks = 1;    // blocks sharing a query block's key steps (FlashAttention::keyBlocks)
     int64_t rowGroups = 0;    // warps along the block's rows
     int64_t keysPerWarp = 0;
     int64_t keyTiles = 0;     // tensor cores: 8-key tiles of a warp's keys
@@ -88,6 +90,8 @@ class KernelBuilder {
     // the position in the row's order, the pairing loop's variable; the first query row, the copying thread, the lane.
     Idx packedItem;
     int64_t items = 0;
+    Idx item;    // keyBlocks > 1: the block's query block (0 .. items - 1), and which run of its key steps it walks
+    Idx keyRun;
     Idx position;
     int halfVar = -1;
     Idx firstQuery;
@@ -162,6 +166,14 @@ class KernelBuilder {
   void flashSoftmax(const Flash& x, Block& step);                                // the online softmax per row
   void flashValues(const Flash& x, const Idx& ring, Block& step);                // O += p · v
   void flashFinish(const Flash& x, Block& body);                                 // key-split combine, the output's store
+  // flashFinish's parts: the output's store (into `finish`; a barrier before it into `out` when staged), and
+  // (lower_attention_merge.cpp) the merge of one partial row into the thread's, the hand-over of key-split warps (into
+  // `out`, their merge into `finish`), the partials of blocks sharing a query block's keys (flash-decoding) stored, the
+  // ticket taken, and, in the last block, their merge followed by `store`.
+  void flashStoreOutput(const Flash& x, Block& out, Block& finish);
+  void flashMergeRow(const Flash& x, int r, const std::function<FE(int64_t)>& theirs, Block& out);
+  void flashCombineWarps(const Flash& x, Block& out, Block& finish);
+  void flashCombineBlocks(const Flash& x, Block& out, Block merged, Block store);
   // Whether the output rows go through the v ring to 16-byte stores (tensor cores, no key split, the output in the
   // operand type, rows of a multiple of 8 elements, the ring at least block_q rows deep).
   bool flashStagesOutput(const Flash& x) const;
@@ -324,5 +336,7 @@ class KernelBuilder {
 // An attention score's positive constant factor and what it multiplies, where the unmasked score is such a product
 // (c · raw, e.g. q · kᵀ times 1/sqrt(d)); {1, unmasked} otherwise (lower_attention_step.cpp).
 std::pair<float, loop::ExprP> flashScoreScale(const loop::ExprP& unmasked);
+// 2^(d · factor): the exponential of a difference of raw scores (Flash::scale, Flash::exp2Factor).
+FE exp2Of(FE d, float factor);
 
 }  // namespace kiln::kernel::detail

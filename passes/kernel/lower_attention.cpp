@@ -90,6 +90,7 @@ KernelBuilder::Flash KernelBuilder::flashSetUp(const tile::FlashAttention& f) {
   x.depth = ops->depth;
   x.width = ops->width;
   x.queryBlock = f.blockQ;
+  x.rowsTaken = tile::flashRowsTaken(f);
   x.keyBlock = f.blockKV;
   x.queries = x.queryAxis.extent;
   x.keys = x.softmax->key.extent;
@@ -115,6 +116,7 @@ KernelBuilder::Flash KernelBuilder::flashSetUp(const tile::FlashAttention& f) {
   // its rows).
   x.groupsPerWarp = x.onCudaCores ? 1 : f.warpRows / 16;
   x.keySplit = f.keySplit;
+  x.keyBlocks = f.keyBlocks;
   x.rowGroups = x.queryBlock / (16 * x.groupsPerWarp);
   x.keysPerWarp = x.keyBlock / x.keySplit;
   x.qResident = x.onCudaCores || tile::flashQueriesResident(f, x.depth);
@@ -137,7 +139,13 @@ void KernelBuilder::flashCoordinates(Flash& x, Block& top, Block& body) {
   const tile::FlashAttention& f = *x.schedule;
   const int64_t queryBlocks = x.queryBlocks, queryBlock = x.queryBlock;
   // signed: the expressions below subtract (a grid of one block names no block: nvcc refuses unused variables)
-  Idx bid = k_.grid[0] > 1 ? defVar(top, "bid", blockIdx(), k_.grid[0]) : idxConst(0);
+  Idx bid = k_.grid[0] > 1 && x.keyBlocks == 1 ? defVar(top, "bid", blockIdx(), k_.grid[0]) : idxConst(0);
+  if (x.keyBlocks > 1) {  // block run x items + item walks run `run` of query block `item`'s steps
+    const int64_t items = k_.grid[0] / x.keyBlocks;
+    x.keyRun = defVar(top, "run", floorDiv(blockIdx(), items), x.keyBlocks);
+    if (items > 1) bid = defVar(top, "bid", mod(blockIdx(), items), items);
+    x.item = bid;
+  }
   const int64_t perRow = f.pairBlocks ? (queryBlocks + 1) / 2 : queryBlocks;
   std::vector<loop::Axis> outer;
   for (int d = 0; d < lk_.rowAxes; ++d)
@@ -169,7 +177,13 @@ void KernelBuilder::flashCoordinates(Flash& x, Block& top, Block& body) {
            : f.rowsInner ? defVar(body, "qb", idxAdd(idxMul(pb, -1), queryBlocks - 1) +
                                                   floorDiv(pb, heavy) * idxAdd(idxMul(pb, 2), 1 - heavy - queryBlocks), queryBlocks)
                          : defVar(body, "qb", idxAdd(idxMul(pb, -1), queryBlocks - 1), queryBlocks);
-  x.firstQuery = simplify(qb * idxConst(queryBlock), extents_);
+  x.firstQuery = simplify(qb * idxConst(x.rowsTaken), extents_);
+  // Rows sharing k and v (FlashAttention::blockRows): k's and v's rows are those of the block's first query row.
+  const int queryVar = x.queryAxis.var;
+  if (f.blockRows > 0 && (loop::usesVar(*x.operands.k, queryVar) || loop::usesVar(*x.operands.v, queryVar))) {
+    body.push_back(defIdx(queryVar + kFirstLoopVar, x.queryAxis.name, x.firstQuery));
+    extents_[queryVar + kFirstLoopVar] = x.queries;
+  }
   x.copyThread = defVar(top, "ct", threadIdx(), x.threads);
   Idx warp = defVar(top, "warp", floorDiv(threadIdx(), Target::kWarpSize), x.threads / Target::kWarpSize);
   x.lane = defVar(top, "lane", mod(threadIdx(), Target::kWarpSize), Target::kWarpSize);
@@ -201,13 +215,19 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
   Idx first = idxConst(0), end = idxConst(x.steps);
   if (f.keyFrom) first = floorDiv(idxMax(idxConst(0), idxAdd(x.firstQuery, *f.keyFrom)), x.keyBlock);
   if (f.keyTo) {
-    Idx lastRow = idxMin(idxAdd(x.firstQuery, x.queryBlock - 1), idxConst(x.queries - 1));
+    Idx lastRow = idxMin(idxAdd(x.firstQuery, x.rowsTaken - 1), idxConst(x.queries - 1));
     end = floorDiv(idxAdd(idxMin(idxConst(x.keys), idxAdd(lastRow, *f.keyTo)), x.keyBlock - 1), x.keyBlock);
   }
   if (std::optional<Idx> most = flashRuntimeKeyLimit(x)) {
     // keys read at run time (a decoder step's positions): the steps before the block's largest limit, at least one
     const Idx before = floorDiv(idxAdd(*most, x.keyBlock - 1), x.keyBlock);
     end = idxMax(idxAdd(first, 1), idxMin(end, before));
+  }
+  if (x.keyBlocks > 1) {  // run r of R: steps [from + floor(r n / R), from + floor((r + 1) n / R)) of the n from `from`
+    const Idx from = defVar(body, "s_from", first, x.steps + 1);
+    const Idx count = defVar(body, "s_count", end + idxMul(from, -1), x.steps + 1);
+    first = from + floorDiv(x.keyRun * count, x.keyBlocks);
+    end = from + floorDiv(idxAdd(x.keyRun, 1) * count, x.keyBlocks);
   }
   x.firstStep = defVar(body, "s_begin", first, x.steps + 1);
   x.endStep = defVar(body, "s_end", end, x.steps + 1);
@@ -220,7 +240,7 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
 std::optional<Idx> KernelBuilder::flashRuntimeKeyLimit(const Flash& x) {
   constexpr int64_t kRuntimeLimitRows = 8;
   const std::optional<Idx> limit = loop::runtimeKeyLimit(lk_);
-  const int64_t rows = std::min(x.queryBlock, x.queries);
+  const int64_t rows = std::min(x.rowsTaken, x.queries);
   if (!limit || rows > kRuntimeLimitRows) return std::nullopt;
   const Idx atRows = shifted(*limit);
   const int queryVar = x.queryAxis.var + kFirstLoopVar;
@@ -352,14 +372,19 @@ void KernelBuilder::flashAttention(const tile::FlashAttention& f) {
   Block body;
   flashCoordinates(x, top, body);
   flashKeyRange(x, body);
-  flashPrologue(x, body);
-  flashRegisters(x, body);
+  // Blocks sharing the query block's steps (keyBlocks) may have none to walk (a short live length): they copy nothing.
+  Block walkOwn;
+  Block& walk = x.keyBlocks > 1 ? walkOwn : body;
+  if (x.keyBlocks > 1) flashRegisters(x, body);
+  flashPrologue(x, walk);
+  if (x.keyBlocks == 1) flashRegisters(x, body);
   const int stepVar = freshKernelVar();
   extents_[stepVar] = x.steps;
   const Idx st = idxVar(stepVar, "st");
-  if (f.scoresAhead) flashStepsAhead(x, st, stepVar, body);
-  else flashRingSteps(x, st, stepVar, body);
-  body.push_back(cpAsyncWait(0));
+  if (f.scoresAhead) flashStepsAhead(x, st, stepVar, walk);
+  else flashRingSteps(x, st, stepVar, walk);
+  walk.push_back(cpAsyncWait(0));
+  if (x.keyBlocks > 1) body.push_back(ifLess(x.firstStep, x.endStep, std::move(walkOwn)));
 
   flashFinish(x, body);
   if (f.packedPairs > 0) {  // a thread block's second group idles where it has no query block of its own

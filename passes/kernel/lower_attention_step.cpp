@@ -16,9 +16,9 @@ namespace kiln::kernel::detail {
 
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
-// 2^(d · factor): the exponential of a difference of raw scores (Flash::scale).
-FE exp2Of(FE d, float factor) { return fapply(Fn::Exp2, {fapply(Fn::Mul, {std::move(d), fconst(factor)})}); }
 }
+
+FE exp2Of(FE d, float factor) { return fapply(Fn::Exp2, {fapply(Fn::Mul, {std::move(d), fconst(factor)})}); }
 
 float KernelBuilder::Flash::exp2Factor() const { return static_cast<float>(scale * 1.4426950408889634); }
 
@@ -339,78 +339,49 @@ Idx KernelBuilder::flashQueryFragment(const Flash& x, int64_t gr, int64_t kk) {
 }
 
 bool KernelBuilder::flashStagesOutput(const Flash& x) const {
-  return !x.onCudaCores && x.keySplit == 1 && x.width % 8 == 0 && x.slices.widthStride % 8 == 0 && k_.params[0].dtype == x.operandType &&
-         x.queryBlock * x.slices.widthStride <= x.schedule->ring * x.slices.v;
+  return !x.onCudaCores && x.keySplit == 1 && x.keyBlocks == 1 && x.rowsTaken == x.queryBlock && x.width % 8 == 0 &&
+         x.slices.widthStride % 8 == 0 &&
+         k_.params[0].dtype == x.operandType && x.queryBlock * x.slices.widthStride <= x.schedule->ring * x.slices.v;
 }
 
 void KernelBuilder::flashFinish(const Flash& x, Block& body) {
-  using Element = Flash::Element;
-  const loop::Axis& query = x.queryAxis;
-  const loop::Axis& width = x.widthAxis;
-  const int64_t E = x.width, Lq = x.queries, KS = x.keySplit, rowGroups = x.rowGroups, eTiles = x.widthTiles, valueChunks = x.valueChunks;
-  const int comb = x.combineSlice;
-  const Idx& q0 = x.firstQuery;
-  const Idx& lane = x.lane;
-  const Idx& rg = x.rowGroup;
-  const Idx& kh = x.keyShare;
-  const std::vector<Idx>& rowLocal = x.rowLocal;
-  const std::vector<int>& m = x.runningMax;
   const std::vector<int>& l = x.runningSum;
-  const std::vector<int>& mSafe = x.safeMax;
-  const std::vector<int>& alpha = x.rescale;
-  const std::vector<Element>& outputs = x.outputs;
-  const std::vector<std::array<int, 4>>& o = x.outputTiles;
-  const int tmp = x.shuffleSlot;
-  const std::vector<int>& rowLanes = x.rowLanes;
   // Each row's sum over the lanes sharing it (in every warp: shuffles are warp-collective).
   // With row sums by mma, each lane's accumulator already holds its rows' whole sums.
-  const int rows = static_cast<int>(rowLocal.size());
-  for (int r = 0; r < rows; ++r) {
+  for (int r = 0; r < static_cast<int>(x.rowLocal.size()); ++r) {
     if (!x.sumTiles.empty()) {
       body.push_back(assign(l[r], fvar(x.sumTiles[static_cast<size_t>(r / 2)][2 * (r % 2)])));
       continue;
     }
-    for (int lanes : rowLanes) {
-      body.push_back(shuffleXor(tmp, l[r], lanes));
-      body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(tmp)})));
+    for (int lanes : x.rowLanes) {
+      body.push_back(shuffleXor(x.shuffleSlot, l[r], lanes));
+      body.push_back(assign(l[r], fapply(Fn::Add, {fvar(l[r]), fvar(x.shuffleSlot)})));
     }
   }
-  // Warps of keys 1.. hand their maxima, sums and outputs to the warp of keys 0 of their rows (same lane, same elements),
-  // which rescales both to the larger maximum and adds: value i of thread (rg, lane) of warp kh at
-  // comb[((kh - 1) * values + i) * rowGroups * 32 + rg * 32 + lane].
-  Block& out = body;
-  Block finish;
-  if (KS > 1) {
-    const int64_t values = tile::flashCombineValues(E), lanes = rowGroups * Target::kWarpSize;
-    std::vector<int> mine{m[0], m[1], l[0], l[1]};
-    for (int64_t j = 0; j < eTiles; ++j)
-      for (int c = 0; c < 4; ++c) mine.push_back(o[j][c]);
-    const Idx thread = simplify(rg * idxConst(Target::kWarpSize) + lane, extents_);
-    auto at = [&](const Idx& partner, int64_t i) { return simplify((partner * idxConst(values) + idxConst(i)) * idxConst(lanes) + thread, extents_); };
-    Block hand;
-    for (int64_t i = 0; i < values; ++i) hand.push_back(storeShared(comb, at(idxAdd(kh, -1), i), fvar(mine[static_cast<size_t>(i)])));
-    out.push_back(ifLess(idxConst(0), kh, std::move(hand)));
-    out.push_back(barrier());
-    for (int64_t partner = 0; partner + 1 < KS; ++partner) {
-      auto theirs = [&](int64_t i) { return loadShared(comb, at(idxConst(partner), i)); };
-      for (int r = 0; r < 2; ++r) {
-        FE big = fapply(Fn::Max, {fvar(m[r]), theirs(r)});
-        finish.push_back(assign(mSafe[r], big));
-        FE safe = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(mSafe[r]), fconst(-kInf)}), fconst(0.f), fvar(mSafe[r])});
-        finish.push_back(assign(alpha[r], exp2Of(fapply(Fn::Sub, {fvar(m[r]), safe}), x.exp2Factor())));
-        finish.push_back(assign(tmp, exp2Of(fapply(Fn::Sub, {theirs(r), safe}), x.exp2Factor())));
-        finish.push_back(assign(m[r], fvar(mSafe[r])));
-        finish.push_back(assign(l[r], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(l[r]), fvar(alpha[r])}), fapply(Fn::Mul, {theirs(2 + r), fvar(tmp)})})));
-        for (int64_t j = 0; j < eTiles; ++j)
-          for (int c = 2 * r; c < 2 * r + 2; ++c)
-            finish.push_back(assign(o[j][c], fapply(Fn::Add, {fapply(Fn::Mul, {fvar(o[j][c]), fvar(alpha[r])}),
-                                                            fapply(Fn::Mul, {theirs(4 + j * 4 + c), fvar(tmp)})})));
-      }
-    }
+  Block finish;  // what the warps of keys 0 do (every warp without a key split)
+  if (x.keySplit > 1) flashCombineWarps(x, body, finish);
+  if (x.keyBlocks > 1) {
+    Block store;
+    flashStoreOutput(x, body, store);
+    flashCombineBlocks(x, body, std::move(finish), std::move(store));
+    return;
   }
-  // out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only): stored from the
-  // registers element by element, or (flashStagesOutput) staged as rows in the v ring, which no step reads any more, and
-  // stored 16 bytes at a time: whole 32-byte sectors instead of 2-byte stores to eight rows per instruction.
+  flashStoreOutput(x, body, finish);
+  if (x.keySplit > 1) body.push_back(ifLess(x.keyShare, idxConst(1), std::move(finish)));
+  else body.insert(body.end(), finish.begin(), finish.end());
+}
+
+// out = result(O / l) per element of the block's rows inside the query axis (the warps of keys 0 only): stored from the
+// registers element by element, or (flashStagesOutput) staged as rows in the v ring, which no step reads any more, and
+// stored 16 bytes at a time: whole 32-byte sectors instead of 2-byte stores to eight rows per instruction.
+void KernelBuilder::flashStoreOutput(const Flash& x, Block& out, Block& finish) {
+  using Element = Flash::Element;
+  const loop::Axis& query = x.queryAxis;
+  const loop::Axis& width = x.widthAxis;
+  const int64_t E = x.width, Lq = x.queries, valueChunks = x.valueChunks;
+  const Idx& q0 = x.firstQuery;
+  const std::vector<Idx>& rowLocal = x.rowLocal;
+  const std::vector<int>& l = x.runningSum;
   const tile::FlashSlices& sl = x.slices;
   const bool staged = flashStagesOutput(x);
   const Shape& outShape = tp_.loop.buffers[static_cast<size_t>(lk_.output)].shape;
@@ -422,7 +393,7 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
   if (staged) {  // no thread may stage into the ring while another's last copies into it could still land
     out.push_back(barrier());
   }
-  for (int r = 0; r < rows; ++r) {
+  for (int r = 0; r < static_cast<int>(rowLocal.size()); ++r) {
     FE inverse = fapply(Fn::Div, {fconst(1.f), fvar(l[r])});
     if (x.softmax->emptyRowsZero)  // a row that saw no key (every score -inf): output 0, not 0 / 0
       inverse = fapply(Fn::Where, {fapply(Fn::Eq, {fvar(l[r]), fconst(0.f)}), fconst(0.f), inverse});
@@ -434,7 +405,7 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
       store.push_back(defIdx(rowVar + kFirstLoopVar, fmt::format("qo{}", r), row));
     extents_[rowVar + kFirstLoopVar] = Lq;
     const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qo{}", r));
-    for (const Element& e : outputs) {
+    for (const Element& e : x.outputs) {
       if (e.row != r) continue;
       Block one;
       int colVar = freshLoopVar();
@@ -451,31 +422,31 @@ void KernelBuilder::flashFinish(const Flash& x, Block& body) {
       if (e.chunk) store.push_back(ifLess(e.chunk, idxConst(valueChunks), std::move(one)));
       else store.insert(store.end(), one.begin(), one.end());
     }
-    finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
+    // (a block taking fewer rows than it holds stores only those: the others computed on the next rows' q)
+    if (x.rowsTaken < x.queryBlock) finish.push_back(ifLess(rowLocal[r], idxConst(x.rowsTaken), std::move(store)));
+    else finish.push_back(ifLess(row, idxConst(Lq), std::move(store)));
   }
-  if (staged) {  // thread ct moves 16-byte chunks ct, ct + threads, .. of the block's rows (row c / (E / 8), columns 8 (c mod E / 8) ..)
-    finish.push_back(barrier());
-    const int64_t per = E / 8, chunks = x.queryBlock * per, threads = k_.block[0];
-    std::vector<int> vals;
-    for (int i = 0; i < 8; ++i) vals.push_back(slot(fmt::format("ov{}", i)));
-    std::vector<FE> values;
-    for (int v : vals) values.push_back(fvar(v));
-    for (int64_t first = 0; first < chunks; first += threads) {
-      const Idx c = simplify(threadIdx() + idxConst(first), extents_);
-      const Idx r = simplify(floorDiv(c, per), extents_), col = simplify(mod(c, per) * idxConst(8), extents_);
-      const Idx row = simplify(q0 + r, extents_);
-      const int rowVar = freshLoopVar();
-      extents_[rowVar + kFirstLoopVar] = Lq;
-      const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads));
-      Block move{loadSharedVector(x.vRing, simplify(r * idxConst(sl.widthStride) + col, extents_), vals),
-                 kernel::storeVector(0, outputAt(rowAt, col), values)};
-      move = Block{defIdx(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads), row), ifLess(rowAt, idxConst(Lq), std::move(move))};
-      if (chunks - first < threads) move = Block{ifLess(c, idxConst(chunks), std::move(move))};
-      finish.insert(finish.end(), move.begin(), move.end());
-    }
+  if (!staged) return;
+  // thread ct moves 16-byte chunks ct, ct + threads, .. of the block's rows (row c / (E / 8), columns 8 (c mod E / 8) ..)
+  finish.push_back(barrier());
+  const int64_t per = E / 8, chunks = x.queryBlock * per, threads = k_.block[0];
+  std::vector<int> vals;
+  for (int i = 0; i < 8; ++i) vals.push_back(slot(fmt::format("ov{}", i)));
+  std::vector<FE> values;
+  for (int v : vals) values.push_back(fvar(v));
+  for (int64_t first = 0; first < chunks; first += threads) {
+    const Idx c = simplify(threadIdx() + idxConst(first), extents_);
+    const Idx r = simplify(floorDiv(c, per), extents_), col = simplify(mod(c, per) * idxConst(8), extents_);
+    const Idx row = simplify(q0 + r, extents_);
+    const int rowVar = freshLoopVar();
+    extents_[rowVar + kFirstLoopVar] = Lq;
+    const Idx rowAt = idxVar(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads));
+    Block move{loadSharedVector(x.vRing, simplify(r * idxConst(sl.widthStride) + col, extents_), vals),
+               kernel::storeVector(0, outputAt(rowAt, col), values)};
+    move = Block{defIdx(rowVar + kFirstLoopVar, fmt::format("qc{}", first / threads), row), ifLess(rowAt, idxConst(Lq), std::move(move))};
+    if (chunks - first < threads) move = Block{ifLess(c, idxConst(chunks), std::move(move))};
+    finish.insert(finish.end(), move.begin(), move.end());
   }
-  if (KS > 1) out.push_back(ifLess(kh, idxConst(1), std::move(finish)));
-  else out.insert(out.end(), finish.begin(), finish.end());
 }
 
 }  // namespace kiln::kernel::detail

@@ -25,26 +25,6 @@
 #include "kiln/tile/layout.h"
 
 namespace kiln::tile {
-namespace {
-
-// The program's buffer `name` (made on first use), grown to `elements`.
-int sharedBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements) {
-  for (size_t b = 0; b < p.loop.buffers.size(); ++b) {
-    loop::Buffer& buf = p.loop.buffers[b];
-    if (buf.name != name) continue;
-    buf.shape = {std::max(buf.shape.at(0), elements)};
-    return static_cast<int>(b);
-  }
-  loop::Buffer buf;
-  buf.kind = kind;
-  buf.name = name;
-  buf.dtype = dtype;
-  buf.shape = {elements};
-  p.loop.buffers.push_back(buf);
-  return static_cast<int>(p.loop.buffers.size() - 1);
-}
-
-}  // namespace
 
 bool streamKProducts(Program& p, int64_t blocks) {
   bool changed = false;
@@ -60,8 +40,8 @@ bool streamKProducts(Program& p, int64_t blocks) {
     s.streamBlocks = wave;
     if (wave < t->cluster || wave % t->cluster != 0 || tiles % wave == 0 || streamK(s, c).steps < wave / t->cluster) continue;
     if (blocks == 0 && !aloneOnSm(p.target, *t, k)) continue;  // a wave is one block per SM
-    s.partials = sharedBuffer(p, "stream_k_partials", loop::Buffer::Kind::Temp, DType::F32, wave * t->tileM * t->tileN * stages);
-    s.counters = sharedBuffer(p, "stream_k_counters", loop::Buffer::Kind::Counters, DType::I64, tiles);
+    s.partials = programBuffer(p, "stream_k_partials", loop::Buffer::Kind::Temp, DType::F32, wave * t->tileM * t->tileN * stages);
+    s.counters = programBuffer(p, "stream_k_counters", loop::Buffer::Kind::Counters, DType::I64, tiles);
     *t = s;
     changed = true;
   }

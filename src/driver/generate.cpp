@@ -66,7 +66,9 @@ class InterpretedEntry : public DecodeEntry {
  public:
   InterpretedEntry(kernel::Program p, int64_t tokens) : program_(std::move(p)), tokens_(tokens) {}
   int64_t tokens() const override { return tokens_; }
-  std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) override { return kernel::interpret(program_, inputs); }
+  std::vector<HostTensor> run(const std::vector<HostTensor>& inputs, bool /*logits*/) override {
+    return kernel::interpret(program_, inputs);
+  }
 
  private:
   kernel::Program program_;
@@ -125,15 +127,16 @@ class GpuEntry : public DecodeEntry {
       state_->holders[i] = nullptr;
     }
   }
-  std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) override {
+  std::vector<HostTensor> run(const std::vector<HostTensor>& inputs, bool logits) override {
     const runtime::Manifest& m = model_.manifest();
     const size_t states = state_->buffers.size(), own = m.outputs.size() - states;
     std::vector<std::vector<std::byte>> in, out;
     std::vector<runtime::Binding> inBind, outBind;
     for (const HostTensor& t : inputs) in.push_back(toBytes(t));
     for (auto& bytes : in) inBind.push_back(runtime::Binding{bytes.data(), 0});
-    for (size_t i = 0; i < own; ++i) out.emplace_back(static_cast<size_t>(m.findBuffer(m.outputs[i])->bytes));
-    for (auto& bytes : out) outBind.push_back(runtime::Binding{bytes.data(), 0});
+    for (size_t i = 0; i < own; ++i) out.emplace_back(i == 0 && !logits ? 0 : static_cast<size_t>(m.findBuffer(m.outputs[i])->bytes));
+    for (size_t i = 0; i < own; ++i)  // logits not wanted: left in the arena, nothing copied
+      outBind.push_back(i == 0 && !logits ? model_.binding(m.outputs[i]) : runtime::Binding{out[i].data(), 0});
     for (size_t i = 0; i < states; ++i) {
       const runtime::Binding b = bindState(i);
       inBind.push_back(b);
@@ -143,7 +146,7 @@ class GpuEntry : public DecodeEntry {
     std::vector<HostTensor> results;
     for (size_t i = 0; i < own; ++i) {
       const runtime::BufferInfo* b = m.findBuffer(m.outputs[i]);
-      results.push_back(fromBytes(b->dtype, b->shape, out[i]));
+      results.push_back(i == 0 && !logits ? HostTensor{b->dtype, {0}, {}} : fromBytes(b->dtype, b->shape, out[i]));
     }
     return results;
   }
@@ -225,7 +228,8 @@ void Generator::reset() {
 
 // One forward of `entry` over ids (padded with token 0 to the entry's length) at positions position, position + 1, ...:
 // the state advances; the logits of the last real token (the real-th) are returned.
-std::vector<float> Generator::forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real) {
+Generator::Next Generator::forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real,
+                                   bool logits) {
   const int64_t t = entry.tokens();
   std::vector<HostTensor> inputs(2);
   HostTensor tokens{DType::I64, {1, t}, std::vector<float>(static_cast<size_t>(t), 0.f)};
@@ -238,15 +242,23 @@ std::vector<float> Generator::forward(DecodeEntry& entry, const std::vector<int6
   inputs[iface_.positionInput] = std::move(positions);
   const bool held = entry.holdsState();
   if (!held) inputs.insert(inputs.end(), state_.begin(), state_.end());
-  std::vector<HostTensor> outputs = entry.run(inputs);
+  const bool wanted = logits || !iface_.greedyTokens;
+  std::vector<HostTensor> outputs = entry.run(inputs, wanted);
   ++forwards_;
-  KILN_ASSERT(!outputs.empty() && (held || outputs.size() >= state_.size() + 1), "{} outputs for {} states and logits",
-              outputs.size(), state_.size());
+  const size_t own = iface_.greedyTokens ? 2 : 1;
+  KILN_ASSERT(outputs.size() >= own && (held || outputs.size() >= state_.size() + own), "{} outputs for {} states and {}",
+              outputs.size(), state_.size(), iface_.greedyTokens ? "logits and tokens" : "logits");
   if (!held) std::copy(outputs.end() - static_cast<std::ptrdiff_t>(state_.size()), outputs.end(), state_.begin());
-  const HostTensor& logits = outputs[0];
-  const size_t vocabulary = static_cast<size_t>(logits.shape.back());
-  auto row = logits.values.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(real - 1) * vocabulary);
-  return std::vector<float>(row, row + static_cast<std::ptrdiff_t>(vocabulary));
+  Next next;
+  if (wanted) {
+    const HostTensor& all = outputs[0];
+    const size_t vocabulary = static_cast<size_t>(all.shape.back());
+    auto row = all.values.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(real - 1) * vocabulary);
+    next.logits.assign(row, row + static_cast<std::ptrdiff_t>(vocabulary));
+  }
+  next.token = iface_.greedyTokens ? static_cast<int64_t>(outputs[1].values.at(static_cast<size_t>(real - 1)))
+                                   : static_cast<int64_t>(argmax(next.logits));
+  return next;
 }
 
 void Generator::check(const std::vector<int64_t>& prompt, int maxNewTokens) const {
@@ -271,25 +283,26 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
   times_ = Times{};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
-  std::vector<float> logits;
+  const bool logits = static_cast<bool>(onLogits);
+  Next next;
   for (int64_t p = 0; p < n;) {
     const bool chunked = prefill_ && n - p > 1 && (iface_.capacity == 0 || p + prefill_->tokens() <= iface_.capacity);
     DecodeEntry& entry = chunked ? *prefill_ : *step_;
     const int64_t real = std::min(entry.tokens(), n - p);
-    logits = forward(entry, std::vector<int64_t>(prompt.begin() + p, prompt.begin() + p + real), p, real);
+    next = forward(entry, std::vector<int64_t>(prompt.begin() + p, prompt.begin() + p + real), p, real, logits && p + real == n);
     p += real;
   }
   std::vector<int64_t> out = prompt;
   Clock::time_point decoded = start;
   for (int i = 0; i < maxNewTokens; ++i) {
-    if (onLogits) onLogits(logits);
-    out.push_back(static_cast<int64_t>(argmax(logits)));
+    if (onLogits) onLogits(next.logits);
+    out.push_back(next.token);
     if (i == 0) {
       decoded = Clock::now();
       times_.toFirstToken = std::chrono::duration<double>(decoded - start).count();
     }
     if (i + 1 < maxNewTokens) {
-      logits = forward(*step_, {out.back()}, n + i, 1);
+      next = forward(*step_, {out.back()}, n + i, 1, logits);
       ++times_.decodeSteps;
     }
   }
@@ -313,9 +326,11 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   std::vector<frontend::InputOverride> inputs;
   for (const std::string& o : overrides) inputs.push_back(frontend::parseInputOverride(o));
   const Target& target = checkArch(c.arch);
+  PipelineOptions pipeline = c.pipeline;
+  pipeline.greedyTokens = true;  // the forward returns the greedy tokens beside the logits
   Specialised s;
   if (c.interpret) {
-    Compiled compiled = compileModel(c.model, inputs, c.pipeline, "kernel", parseCast(c.dtype), target);
+    Compiled compiled = compileModel(c.model, inputs, pipeline, "kernel", parseCast(c.dtype), target);
     s.kernels = compiled.kernelIR.kernels.size();
     s.torchIR = std::move(compiled.torchIR);
     s.entry = std::make_unique<InterpretedEntry>(std::move(compiled.kernelIR), tokens);
@@ -324,11 +339,11 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   std::string why;
   if (!runtime::gpuAvailable(&why))
     userError("kiln generate needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
-  const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, {}, ""});
+  const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, {}, "", true});
   const CacheEntryLock lock(dir, log);  // one compile per entry at a time (until this entry is checked or written)
   std::string damage;
   const bool cached = usableCacheEntry(dir, &damage);
-  Compiled compiled = compileModel(c.model, inputs, c.pipeline, cached ? "torch" : "cuda", parseCast(c.dtype), target);
+  Compiled compiled = compileModel(c.model, inputs, pipeline, cached ? "torch" : "cuda", parseCast(c.dtype), target);
   if (!cached) {
     cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});
     log << fmt::format("kiln: compiled the {}-token entry into the cache {}\n", tokens, dir.string());
@@ -381,6 +396,7 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
   std::shared_ptr<DeviceState> deviceState;  // the GPU entries' state, shared
   Specialised step = specialise(c, tokenName, positionName, 1, deviceState, log);
   DecodeInterface iface = describeDecode(step.torchIR, tokenName, positionName);
+  iface.greedyTokens = true;  // (specialise compiles the entries with PipelineOptions::greedyTokens)
   Specialised prefill;
   if (c.prefillChunk > 1) prefill = specialise(c, tokenName, positionName, c.prefillChunk, deviceState, log);
   int64_t stateBytes = 0;
@@ -396,9 +412,9 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!c.logitsDir.empty()) fs::create_directories(c.logitsDir);
   size_t saved = 0;
-  std::vector<int64_t> ids = generator.generate(c.promptIds, c.maxNewTokens, [&](const std::vector<float>& logits) {
-    if (!c.logitsDir.empty()) saveLogits(c.logitsDir, saved++, logits);
-  });
+  std::function<void(const std::vector<float>&)> onLogits;  // only with --save-logits: the logits stay on the GPU
+  if (!c.logitsDir.empty()) onLogits = [&](const std::vector<float>& logits) { saveLogits(c.logitsDir, saved++, logits); };
+  std::vector<int64_t> ids = generator.generate(c.promptIds, c.maxNewTokens, onLogits);
   const Generator::Times& t = generator.times();
   log << fmt::format("kiln: {} prompt tokens, {} new tokens in {} forwards on {}: first token after {:.3f} ms, then {}\n",
                      c.promptIds.size(), c.maxNewTokens, generator.forwards(), c.interpret ? "the CPU interpreter" : "the GPU",

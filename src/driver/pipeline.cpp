@@ -75,6 +75,8 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
       {"tile-attention-values-by-wgmma", tile::attentionValuesByWgmma},  // after the block's rows
       {"tile-attention-scores-ahead", tile::attentionScoresAhead},  // after the ring and the scores' instruction
       {"tile-pack-attention-pairs", tile::packAttentionPairs},  // after every pass sizing the block's threads and shared memory
+      {"tile-share-kv-heads", tile::shareKvHeads},  // one-token attention: before its keys are split
+      {"tile-split-attention-keys", [](tile::Program& p) { return tile::splitAttentionKeys(p); }},  // unpaired, unpacked grids
       {"tile-warpgroup-products", tile::warpgroupProducts},  // the operands are final; before their shape
       {"tile-shape-products", [](tile::Program& p) { return tile::shapeProducts(p); }},  // after operand fusion: the operands are final
       {"tile-stack-operands", tile::stackOperands},  // after tile_n is sized
@@ -109,7 +111,11 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   PassRunner run(opts);
   Compiled c;
 
-  c.torchIR = run.produce("torch-import", [&] { return frontend::importModel(modelPath, inputs, castTo); });
+  c.torchIR = run.produce("torch-import", [&] {
+    torch::Graph g = frontend::importModel(modelPath, inputs, castTo);
+    if (opts.greedyTokens) torch::appendGreedyToken(g);
+    return g;
+  });
   run.pass(c.torchIR, "torch-eliminate-dead-code", torch::eliminateDeadCode);
   if (until < 1) return run.printTimings(), c;
 

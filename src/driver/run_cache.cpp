@@ -43,6 +43,7 @@ fs::path runCacheDir(const RunCacheKey& key) {
   text += fmt::format("|dtype {}|arch {}|kiln {}", key.dtype, key.arch, KILN_VERSION);
   for (auto& p : key.passChoices) text += "|pass " + p;
   if (!key.productShapes.empty()) text += "|shapes " + key.productShapes;
+  if (key.greedyTokens) text += "|greedy tokens";
   text += "|nvcc " + cuda::nvccIdentity();
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);

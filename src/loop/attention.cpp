@@ -90,6 +90,25 @@ std::optional<AttentionOperands> flashAttentionOperands(const Program& p, const 
   return o;
 }
 
+bool sharedAcrossRows(const Program& p, const Kernel& k, int axis, int64_t rows) {
+  const auto ops = flashAttentionOperands(p, k);
+  const int64_t extent = k.parallel[static_cast<size_t>(axis)].extent;
+  if (!ops || rows < 1 || extent % rows != 0) return false;
+  const int var = k.parallel[static_cast<size_t>(axis)].var, block = k.maxVar() + 1, row = k.maxVar() + 2;
+  VarExtents ext = k.extents();
+  ext[block] = extent / rows;
+  ext[row] = rows;
+  const Idx at = idxVar(block, "b") * idxConst(rows) + idxVar(row, "r");
+  for (const Expr* l : {ops->k, ops->v})
+    for (const Idx& i : l->index) {
+      const Idx spread = simplify(substitute(i, [&](int v, const std::string&) { return v == var ? at : nullptr; }), ext);
+      bool varies = false;
+      forEachVar(spread, [&](int v) { varies = varies || v == row; });
+      if (varies) return false;
+    }
+  return true;
+}
+
 namespace {
 
 // Walks the terms of the score's sum; a mask's select (a comparison of the key with the query plus a constant whose

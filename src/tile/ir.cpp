@@ -95,7 +95,11 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                                : "") +
            (f->rowSumsByMma ? "; row sums by mma" : "") + (f->scoresByWgmma ? "; scores by wgmma (q, k in swizzled rows)" : "") +
            (f->valuesByWgmma ? "; p · v by wgmma (p from registers, v in swizzled rows)" : "") +
-           (f->scoresAhead ? "; scores a step ahead" : "");
+           (f->scoresAhead ? "; scores a step ahead" : "") +
+           (f->blockRows > 0 ? fmt::format("; a block per {} query heads sharing k and v", f->blockRows) : "") +
+           (f->keyBlocks > 1 ? fmt::format("; keys split over {} blocks per query block, the last to finish merging their partials",
+                                           f->keyBlocks)
+                             : "");
   const auto& t = std::get<TiledContraction>(s);
   Contraction c = contractionOf(t, k);
   std::string instr;
@@ -232,8 +236,8 @@ void verifyFlashInstructions(const Target& target, const FlashAttention& f, cons
   KILN_ASSERT(!f.valuesByWgmma || (byWgmma && o.width % 64 == 0 && o.width <= 256),
               "kernel {}: flash_attention p · v by wgmma needs sm_90a, tensor cores, one warpgroup of 16-row warps (block_q "
               "{}, no key split) and output rows of 64 to 256 values, a multiple of 64 (not {})", k.name, kFlashWgmmaRows, o.width);
-  KILN_ASSERT(f.queryAxis == o.queryAxis && f.mmaType == o.type, "kernel {}: flash_attention's query axis or type is not "
-              "the kernel's", k.name);
+  KILN_ASSERT((f.queryAxis == o.queryAxis || f.blockRows > 0) && f.mmaType == o.type,
+              "kernel {}: flash_attention's query axis or type is not the kernel's", k.name);
 }
 
 // Block, warp, key-split and ring sizes the flash lowering implements.
@@ -251,6 +255,7 @@ void verifyFlashShape(const FlashAttention& f, const loop::Kernel& k) {
   KILN_ASSERT(f.keySplit == 1 || f.keySplit == 2 || f.keySplit == 4, "kernel {}: flash_attention key split {} (1, 2 or 4)",
               k.name, f.keySplit);
   KILN_ASSERT(f.ring >= 2 && f.ring <= 4, "kernel {}: flash_attention ring of {} slots (2 to 4)", k.name, f.ring);
+  KILN_ASSERT(f.keyBlocks >= 1, "kernel {}: flash_attention keys split over {} blocks", k.name, f.keyBlocks);
   KILN_ASSERT(!f.scoresAhead || (!cudaCores && f.keySplit == 1 && f.ring == 2),
               "kernel {}: flash_attention scores a step ahead need tensor cores, no key split and two ring slots", k.name);
   if (f.packedPairs > 0) {
@@ -262,6 +267,38 @@ void verifyFlashShape(const FlashAttention& f, const loop::Kernel& k) {
   }
 }
 
+// Flash-decoding (FlashAttention::keyBlocks): a grid of unpaired, unpacked blocks, and the buffers its blocks meet at.
+void verifyFlashKeyBlocks(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
+  KILN_ASSERT(f.keyBlocks <= kFlashMaxKeyBlocks && !f.pairBlocks && f.packedPairs == 0,
+              "kernel {}: flash_attention keys split over {} blocks (at most {}, no paired or packed query blocks)", k.name,
+              f.keyBlocks, kFlashMaxKeyBlocks);
+  auto buffer = [&](int b) -> const loop::Buffer* {
+    return b >= 0 && b < static_cast<int>(p.loop.buffers.size()) ? &p.loop.buffers[static_cast<size_t>(b)] : nullptr;
+  };
+  const loop::Buffer *counters = buffer(f.counters), *partials = buffer(f.partials);
+  const int64_t items = flashQueryBlocksInAll(f, k), elements = flashPartialsElements(f, k);
+  KILN_ASSERT(counters && counters->kind == loop::Buffer::Kind::Counters && counters->dtype == DType::I64 &&
+                  numel(counters->shape) >= items,
+              "kernel {}: flash_attention split over blocks needs an i64 counters buffer of {} counters or more (buffer #{})",
+              k.name, items, f.counters);
+  KILN_ASSERT(partials && partials->kind == loop::Buffer::Kind::Temp && partials->dtype == DType::F32 &&
+                  numel(partials->shape) >= elements,
+              "kernel {}: flash_attention split over blocks needs an f32 buffer of {} partial values or more (buffer #{})",
+              k.name, elements, f.partials);
+}
+
+// A block of fewer rows than its tiles (FlashAttention::blockRows): query heads sharing k and v, nothing else changed.
+void verifyFlashBlockRows(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
+  const int64_t extent = k.parallel[static_cast<size_t>(f.queryAxis)].extent;
+  KILN_ASSERT(f.blockRows <= f.blockQ && extent % f.blockRows == 0 && !f.keyFrom && !f.keyTo && !f.pairBlocks &&
+                  f.packedPairs == 0 && !f.scoresByWgmma && !f.valuesByWgmma,
+              "kernel {}: flash_attention blocks of {} rows along an axis of {} (at most block_q {} and dividing it; no key "
+              "bounds, pairing, packing or wgmma)", k.name, f.blockRows, extent, f.blockQ);
+  KILN_ASSERT(loop::sharedAcrossRows(p.loop, k, f.queryAxis, f.blockRows),
+              "kernel {}: flash_attention blocks of {} rows of axis {} whose k and v differ between the rows", k.name,
+              f.blockRows, k.parallel[static_cast<size_t>(f.queryAxis)].name);
+}
+
 void verifyFlashAttention(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
   const Target& target = p.target;
   auto o = loop::flashAttentionOperands(p.loop, k);
@@ -271,6 +308,8 @@ void verifyFlashAttention(const Program& p, const FlashAttention& f, const loop:
   verifyFlashShape(f, k);
   const int64_t registers = flashAccumulators(f, o->depth, o->width);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator registers per thread", k.name, registers);
+  if (f.keyBlocks > 1) verifyFlashKeyBlocks(p, f, k);
+  if (f.blockRows > 0) verifyFlashBlockRows(p, f, k);
 }
 
 void verifyMmaSyncTiles(const TC& t, const loop::Kernel& k) {
@@ -432,6 +471,22 @@ void verifyStreamKBuffers(const Program& p, const TiledContraction& t, const loo
 }
 
 }  // namespace
+
+int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements) {
+  for (size_t b = 0; b < p.loop.buffers.size(); ++b) {
+    loop::Buffer& buf = p.loop.buffers[b];
+    if (buf.name != name) continue;
+    buf.shape = {std::max(buf.shape.at(0), elements)};
+    return static_cast<int>(b);
+  }
+  loop::Buffer buf;
+  buf.kind = kind;
+  buf.name = name;
+  buf.dtype = dtype;
+  buf.shape = {elements};
+  p.loop.buffers.push_back(buf);
+  return static_cast<int>(p.loop.buffers.size() - 1);
+}
 
 void verify(const Program& p) {
   loop::verify(p.loop);

@@ -41,7 +41,7 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                         [&](const RowReduction& r) { return ceilDiv(rowsOf(k), r.rowsPerBlock); },
                         [&](const FlashAttention& f) {
                           if (f.packedPairs > 0) return 2 * f.packedPairs;  // two groups a thread block (the blocks seen by its body)
-                          if (!f.pairBlocks) return flashQueryBlocksInAll(f, k);
+                          if (!f.pairBlocks) return flashQueryBlocksInAll(f, k) * f.keyBlocks;
                           return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * ((flashQueryBlocks(f, k) + 1) / 2);
                         },
                         [&](const TiledContraction& t) {
@@ -54,11 +54,22 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
 }
 
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k) {
-  return ceilDiv(k.parallel[static_cast<size_t>(f.queryAxis)].extent, f.blockQ);
+  return ceilDiv(k.parallel[static_cast<size_t>(f.queryAxis)].extent, flashRowsTaken(f));
 }
 
 int64_t flashQueryBlocksInAll(const FlashAttention& f, const loop::Kernel& k) {
   return k.rowPoints() / k.parallel[static_cast<size_t>(f.queryAxis)].extent * flashQueryBlocks(f, k);
+}
+
+int64_t flashPartialValues(const FlashAttention& f, const loop::Kernel& k) {
+  const int64_t width = k.parallel[static_cast<size_t>(k.rowAxes)].extent;
+  if (flashOnCudaCores(f)) return 2 * 2 + 2 * 4 * ceilDiv(width / 4, 16);  // rows ty, ty + block_q / 2; 4-column chunks
+  const int64_t groups = f.warpRows / 16;
+  return groups * (2 * 2 + width / 8 * 4);  // per row group: rows g, g + 8; 4 values of every 8-column tile
+}
+
+int64_t flashPartialsElements(const FlashAttention& f, const loop::Kernel& k) {
+  return gridBlocks(f, k) * flashPartialValues(f, k) * threadsPerBlock(f);
 }
 
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k) {

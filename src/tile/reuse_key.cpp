@@ -44,6 +44,10 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
     t->partials = canonical(t->partials);
     t->counters = canonical(t->counters);
   }
+  if (auto* f = std::get_if<FlashAttention>(&s); f && f->keyBlocks > 1) {
+    f->partials = canonical(f->partials);
+    f->counters = canonical(f->counters);
+  }
   std::string key;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const loop::Buffer& b = tp.loop.buffers[buffers[i]];

@@ -151,12 +151,13 @@ const std::vector<Field<TC>>& fields(const TC*) {
 const std::vector<Field<FlashAttention>>& fields(const FlashAttention*) {
   using F = FlashAttention;
   static const std::vector<Field<F>> f = {
-      number("query_axis", &F::queryAxis), number("block_q", &F::blockQ), number("warp_rows", &F::warpRows),
+      number("query_axis", &F::queryAxis), number("block_q", &F::blockQ), number("block_rows", &F::blockRows), number("warp_rows", &F::warpRows),
       number("block_kv", &F::blockKV), number("key_split", &F::keySplit), flag("pair_blocks", &F::pairBlocks),
       flag("rows_inner", &F::rowsInner), number("packed_pairs", &F::packedPairs), flag("row_sums_by_mma", &F::rowSumsByMma),
       flag("scores_by_wgmma", &F::scoresByWgmma), flag("values_by_wgmma", &F::valuesByWgmma),
       flag("scores_ahead", &F::scoresAhead), number("ring", &F::ring), dtype("mma_type", &F::mmaType),
-      optionalNumber("key_from", &F::keyFrom), optionalNumber("key_to", &F::keyTo)};
+      optionalNumber("key_from", &F::keyFrom), optionalNumber("key_to", &F::keyTo), number("key_blocks", &F::keyBlocks),
+      number("partials", &F::partials), number("counters", &F::counters)};
   return f;
 }
 

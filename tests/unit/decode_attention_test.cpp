@@ -235,10 +235,11 @@ TEST(DecodeAttention, ReadsKeysOnlyUpToTheRunTimeLength) {
       read[run].push_back(counts.elementsRead[kernels[l]][static_cast<size_t>(values[l])]);
     }
   }
-  // 4 heads (2 KV heads of 16), one block each: 64 keys x 16 of k and of v per step.
+  // 2 KV heads of 16, each read by the block of its 2 query heads (tile-share-kv-heads): 64 keys x 16 of k and of v per
+  // step and KV head.
   for (size_t i = 0; i < read[0].size(); ++i) {
-    EXPECT_EQ(read[0][i], 4 * 64 * 16) << "position 3, operand " << i;
-    EXPECT_EQ(read[1][i], 4 * 4 * 64 * 16) << "position 200, operand " << i;
+    EXPECT_EQ(read[0][i], 2 * 64 * 16) << "position 3, operand " << i;
+    EXPECT_EQ(read[1][i], 2 * 4 * 64 * 16) << "position 200, operand " << i;
   }
 }
 

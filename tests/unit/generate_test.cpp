@@ -9,7 +9,9 @@
 
 #include "cli_support.h"
 #include "kiln/driver/generate.h"
+#include "kiln/driver/pipeline.h"
 #include "kiln/frontend/frontend.h"
+#include "kiln/kernel/lower.h"
 #include "test_support.h"
 
 namespace kiln {
@@ -42,27 +44,71 @@ TEST(ModelState, CheckComparesTheNewStateWithLibTorchs) {
   EXPECT_TRUE(contains(r.out, "output 6: i64[scalar] rel_l2 0.000e+00")) << describe(r);  // a counter, exactly
 }
 
+// PipelineOptions::greedyTokens: the step's second output is the argmax of its logits over the vocabulary, i64 [1, T],
+// before the states' new values; compiled and run in the interpreter it is the argmax of the first output's rows. A
+// forward whose first output is not logits is refused in one line.
+TEST(GreedyTokens, TheForwardAlsoReturnsTheArgmaxOfItsLogits) {
+  PipelineOptions opts;
+  opts.greedyTokens = true;
+  Compiled c = compileModel(kStep, {frontend::parseInputOverride("ids=1x3:i64"), frontend::parseInputOverride("pos=3:i64")},
+                            opts, "kernel");
+  ASSERT_EQ(c.torchIR.outputs.size(), 8u) << "logits, tokens, then the 6 states";
+  const torch::Value& tokens = c.torchIR.values[static_cast<size_t>(c.torchIR.outputs[1])];
+  EXPECT_EQ(tokens.dtype, DType::I64);
+  EXPECT_EQ(tokens.shape, (Shape{1, 3}));
+  std::vector<HostTensor> in = test::randomInputs(c.kernelIR, 9);
+  in[0].values = {3.f, 1.f, 4.f};
+  in[1].values = {0.f, 1.f, 2.f};
+  const std::vector<HostTensor> out = kernel::interpret(c.kernelIR, in);
+  const int64_t vocabulary = out[0].shape.back();
+  for (int64_t t = 0; t < 3; ++t) {
+    auto row = out[0].values.begin() + t * vocabulary;
+    EXPECT_EQ(out[1].values[static_cast<size_t>(t)], static_cast<float>(std::max_element(row, row + vocabulary) - row)) << "row " << t;
+  }
+  torch::Graph counts;
+  counts.modelName = "counts";
+  counts.outputs = {counts.addValue(torch::Value{torch::Value::Kind::Input, "n", DType::I64, {4}, torch::None{}, nullptr})};
+  counts.inputs = counts.outputs;
+  try {
+    torch::appendGreedyToken(counts);
+    ADD_FAILURE() << "an i64 first output taken as logits";
+  } catch (const UserError& e) {
+    EXPECT_TRUE(contains(e.what(), "not logits")) << e.what();
+  }
+}
+
 // An entry point whose logits favour (last input token + 1) mod 8 and whose one state counts the tokens it has seen,
-// recording every call.
+// recording every call. With `greedy` it also returns greedy tokens (as PipelineOptions::greedyTokens makes a forward do), which favour
+// (token + 2) mod 8 so that a test tells which of the two the generator read, and the logits only when asked for.
 class ScriptedEntry : public DecodeEntry {
  public:
-  ScriptedEntry(int64_t tokens, std::vector<std::vector<float>>* calls) : tokens_(tokens), calls_(calls) {}
+  ScriptedEntry(int64_t tokens, std::vector<std::vector<float>>* calls, bool greedy = false, std::vector<bool>* asked = nullptr)
+      : tokens_(tokens), calls_(calls), greedy_(greedy), asked_(asked) {}
   int64_t tokens() const override { return tokens_; }
-  std::vector<HostTensor> run(const std::vector<HostTensor>& in) override {
+  std::vector<HostTensor> run(const std::vector<HostTensor>& in, bool wantLogits) override {
     std::vector<float> record = in[0].values;  // ids, then positions, then the state
     record.insert(record.end(), in[1].values.begin(), in[1].values.end());
     record.push_back(in[2].values[0]);
     calls_->push_back(record);
+    if (asked_) asked_->push_back(wantLogits);
     HostTensor logits{DType::F32, {1, tokens_, 8}, std::vector<float>(static_cast<size_t>(tokens_ * 8), 0.f)};
-    for (int64_t t = 0; t < tokens_; ++t)
-      logits.values[static_cast<size_t>(t * 8 + (static_cast<int64_t>(in[0].values[static_cast<size_t>(t)]) + 1) % 8)] = 1.f;
+    HostTensor next{DType::I64, {1, tokens_}, std::vector<float>(static_cast<size_t>(tokens_))};
+    for (int64_t t = 0; t < tokens_; ++t) {
+      const auto id = static_cast<int64_t>(in[0].values[static_cast<size_t>(t)]);
+      logits.values[static_cast<size_t>(t * 8 + (id + 1) % 8)] = 1.f;
+      next.values[static_cast<size_t>(t)] = static_cast<float>((id + 2) % 8);
+    }
     HostTensor seen{DType::I64, {}, {in[2].values[0] + static_cast<float>(tokens_)}};
-    return {logits, seen};
+    if (!greedy_) return {logits, seen};
+    if (!wantLogits) logits = HostTensor{DType::F32, {0}, {}};
+    return {logits, next, seen};
   }
 
  private:
   int64_t tokens_;
   std::vector<std::vector<float>>* calls_;
+  bool greedy_;
+  std::vector<bool>* asked_;
 };
 
 DecodeInterface scriptedInterface() {
@@ -93,6 +139,29 @@ TEST(Generator, PrefillChunksArePaddedAndTheStateFedBack) {
   EXPECT_EQ(gen.times().decodeSteps, 0);
 }
 
+// Greedy tokens from the forward (PipelineOptions::greedyTokens): each new token is read from them, not from the logits, and the
+// logits are asked for only where someone looks at them (the last prompt forward and each step, with onLogits).
+TEST(Generator, GreedyTokensFromTheForwardAreReadAndTheLogitsLeftAlone) {
+  std::vector<std::vector<float>> steps, chunks;
+  std::vector<bool> stepAsked, chunkAsked;
+  DecodeInterface iface = scriptedInterface();
+  iface.greedyTokens = true;
+  Generator gen(iface, std::make_unique<ScriptedEntry>(1, &steps, true, &stepAsked),
+                std::make_unique<ScriptedEntry>(4, &chunks, true, &chunkAsked));
+  EXPECT_EQ(gen.generate({1, 2, 3, 4, 5, 6}, 3), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 0, 2, 4})) << "token + 2, not + 1";
+  EXPECT_EQ(chunkAsked, (std::vector<bool>{false, false}));
+  EXPECT_EQ(stepAsked, (std::vector<bool>{false, false}));
+  chunkAsked.clear();
+  stepAsked.clear();
+  std::vector<std::vector<float>> seen;
+  EXPECT_EQ(gen.generate({1, 2, 3, 4, 5, 6}, 3, [&](const std::vector<float>& l) { seen.push_back(l); }),
+            (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 0, 2, 4}));
+  EXPECT_EQ(chunkAsked, (std::vector<bool>{false, true})) << "only the last prompt forward's logits";
+  EXPECT_EQ(stepAsked, (std::vector<bool>{true, true}));
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0], (std::vector<float>{0, 0, 0, 0, 0, 0, 0, 1})) << "the logits of the last real token (6)";
+}
+
 TEST(Generator, ALastChunkIsPaddedWithZerosAtTheFollowingPositions) {
   std::vector<std::vector<float>> steps, chunks;
   Generator gen(scriptedInterface(), std::make_unique<ScriptedEntry>(1, &steps), std::make_unique<ScriptedEntry>(4, &chunks));
@@ -114,7 +183,7 @@ class HoldingEntry : public DecodeEntry {
     *seen_ = state.at(0).values.at(0);
     ++*resets_;
   }
-  std::vector<HostTensor> run(const std::vector<HostTensor>& in) override {
+  std::vector<HostTensor> run(const std::vector<HostTensor>& in, bool /*logits*/) override {
     EXPECT_EQ(in.size(), 2u) << "the state stays with the entry";
     std::vector<float> record = in[0].values;
     record.insert(record.end(), in[1].values.begin(), in[1].values.end());

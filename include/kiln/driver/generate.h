@@ -44,13 +44,17 @@ struct DecodeInterface {
   int64_t vocabulary = 0;  // rows of the embedding the token ids index; 0 when unknown
   std::vector<std::string> stateNames;  // in the order the forward takes and returns them
   std::vector<HostTensor> initialState; // the archive's values, in the states' dtypes and shapes
+  // The forward's second output is the greedy token at every position (PipelineOptions::greedyTokens, i64 [1, T]): each new token
+  // is read from it, and the logits are fetched only for those who want them. Otherwise the host takes the argmax.
+  bool greedyTokens = false;
 };
 // UserError (one line) for a model without state, without a token and a position input, or whose first output is
 // not logits [1, T, vocabulary].
 DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenInput, const std::string& positionInput);
 
 // One entry point: the model specialised to `tokens` tokens per forward. run() takes the forward's inputs followed by
-// the states' current values and returns its outputs followed by the states' new values.
+// the states' current values and returns its outputs followed by the states' new values; without `logits` the first
+// output (the logits) may come back empty (an entry on the GPU then leaves it in device memory).
 // An entry that holds the state itself (holdsState(): on the GPU, in device buffers a decode step and a prefill chunk
 // share) takes and returns only the forward's own tensors; resetState() sets the state it holds (for entries sharing
 // it, once through any of them).
@@ -58,7 +62,7 @@ class DecodeEntry {
  public:
   virtual ~DecodeEntry() = default;
   virtual int64_t tokens() const = 0;
-  virtual std::vector<HostTensor> run(const std::vector<HostTensor>& inputs) = 0;
+  virtual std::vector<HostTensor> run(const std::vector<HostTensor>& inputs, bool logits) = 0;
   virtual bool holdsState() const { return false; }
   virtual void resetState(const std::vector<HostTensor>& /*state*/) {}
 };
@@ -66,7 +70,8 @@ class DecodeEntry {
 // Greedy generation over a decode step and an optional prefill entry: the state starts from the values in the
 // archive; a prompt is written chunk by chunk (the last chunk padded with token 0 at the following positions, which
 // the causal mask hides and later steps overwrite); each new token is the argmax of the last real token's logits
-// (the first of equal maxima, as torch.argmax). Positions past the cache, an empty prompt and token ids outside the
+// (the first of equal maxima, as torch.argmax), read from the forward's greedy tokens where it returns them
+// (DecodeInterface::greedyTokens), else taken on the host. Positions past the cache, an empty prompt and token ids outside the
 // vocabulary are UserErrors raised before anything runs, leaving the state as it was.
 class Generator {
  public:
@@ -89,7 +94,12 @@ class Generator {
   const Times& times() const { return times_; }
 
  private:
-  std::vector<float> forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real);
+  // The next token after the last real one, and (where `logits` is asked for or there are no greedy tokens) its logits.
+  struct Next {
+    int64_t token = 0;
+    std::vector<float> logits;
+  };
+  Next forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real, bool logits);
   DecodeInterface iface_;
   std::unique_ptr<DecodeEntry> step_, prefill_;
   std::vector<HostTensor> state_;

@@ -17,6 +17,7 @@ struct RunCacheKey {
   std::string arch;                         // "sm_90a"
   std::vector<std::string> passChoices;     // "+PASS" for --enable-pass, "-PASS" for --disable-pass, sorted
   std::string productShapes;                // the --product-shapes file's contents, "" for none
+  bool greedyTokens = false;                // PipelineOptions::greedyTokens (kiln generate's entries)
 };
 
 // The cache root: $KILN_CACHE_DIR, else $HOME/.cache/kiln, else <tmp>/kiln-cache.

@@ -27,6 +27,10 @@ struct AttentionOperands {
 // `why`, when given, receives the reason for nullopt (one phrase, for --explain-fusion).
 std::optional<AttentionOperands> flashAttentionOperands(const Program& p, const Kernel& k, std::string* why = nullptr);
 constexpr int64_t kAttentionMaxWidth = 256;
+// Whether the attention kernel's k and v (flashAttentionOperands) read the same elements for `rows` consecutive values
+// of parallel axis `axis` starting at every multiple of `rows`: query heads sharing a KV head (grouped-query attention
+// reads k and v at head div group), for rows dividing the group.
+bool sharedAcrossRows(const Program& p, const Kernel& k, int axis, int64_t rows);
 
 // The keys a mask in the score leaves query row i (the query axis' variable): j in [i + from, i + to). Found where the
 // score is the masked value's sum with other terms, the mask a select on j < i + c whose other side is an immediate of at

@@ -39,6 +39,9 @@ struct PipelineOptions {
   std::ostream* log = nullptr;       // where -v, diffs and timings go (stderr by default)
   std::set<std::string> enable, disable;  // --enable-pass / --disable-pass: in-level passes to run or skip
   std::string productShapes;         // --product-shapes FILE: product tiles and splits chosen outside kiln's models
+  // The forward also returns, as its second output, the greedy token at every position (torch::appendGreedyToken,
+  // applied at import): kiln generate's entry points.
+  bool greedyTokens = false;
   bool runs(const PassInfo& pass) const;  // whether the pipeline runs this in-level pass
 };
 

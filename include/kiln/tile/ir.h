@@ -164,6 +164,12 @@ struct TiledContraction {
 struct FlashAttention {
   int queryAxis = -1;   // position in the kernel's parallel axes
   int64_t blockQ = 64;  // query rows per block (16, 32, 64 or 128), warpRows per warp
+  // Query rows a block takes along the query axis (0: blockQ). tile-share-kv-heads sets fewer: the query axis is then
+  // the heads axis of a one-token step, and a block takes the blockRows query heads that share one KV head (k and v
+  // the same rows for all of them: loop::sharedAcrossRows) as the first blockRows of its blockQ rows, so each KV head's
+  // keys and values are read once per group, not once per query head; its other rows compute on the next heads' q and
+  // are not stored. No compile-time key bounds, pairing, packing or wgmma with it.
+  int64_t blockRows = 0;
   // Query rows per warp: 16 (one m16 row group), or 32: two row groups whose mma.sync share each k and v fragment, twice
   // the independent tensor-core and exp work between a step's barriers. Tensor cores, no key split. No pass chooses 32
   // (it was slower on the H200 wherever measured: docs/pipeline.md); schedules set by hand and the tests still may.
@@ -225,6 +231,16 @@ struct FlashAttention {
   // no key split.
   DType mmaType = DType::BF16;
   std::optional<int64_t> keyFrom, keyTo;  // query row i sees keys [i + keyFrom, i + keyTo) only
+  // Flash-decoding (tile-split-attention-keys): keyBlocks thread blocks share each query block, block s walking the
+  // s-th of keyBlocks nearly equal runs of the steps the block's rows may see (known at run time where the keys' limit
+  // is): few query rows over many keys then fill the GPU, where one block per query block walked every step alone. Each
+  // block stores its rows' running maximum, sum and unnormalised outputs (`partials`, f32, tile::flashPartialsElements)
+  // and takes a ticket at the query block's counter (`counters`, i64, one per query block); the last to arrive merges
+  // the keyBlocks partials, rescaled to their common maximum, and stores the output. A block whose run is empty stores
+  // a maximum of -inf and nothing else counts from it. No pairing, packing or output staging with it.
+  int64_t keyBlocks = 1;
+  int partials = -1;  // keyBlocks > 1: the program's f32 buffer of partial rows
+  int counters = -1;  // keyBlocks > 1: the program's counters buffer
 };
 
 using Schedule = std::variant<PointwiseMap, RowReduction, TiledContraction, FlashAttention>;
@@ -263,6 +279,10 @@ struct Program {
 // The entry of p.productShapes for a product of `type` operands shaped as c; nullptr if none.
 const TabledShape* tabledShape(const Program& p, DType type, const Contraction& c);
 
+// The program's buffer `name` (made on first use, of `kind` and `dtype`), grown to at least `elements`: the scratch
+// buffers kernels of one kind share (they run one after another), such as stream-K's partial tiles and counters.
+int programBuffer(Program& p, const std::string& name, loop::Buffer::Kind kind, DType dtype, int64_t elements);
+
 std::string print(const Program& p);
 nlohmann::json toJson(const Program& p);
 // For `kiln compile --explain-schedule`: each kernel's name, the Torch ops it holds and its schedule on one line
@@ -297,6 +317,9 @@ bool attentionScoresByWgmma(Program& p);        // tile-attention-scores-by-wgmm
 bool attentionValuesByWgmma(Program& p);        // tile-attention-values-by-wgmma
 bool attentionScoresAhead(Program& p);         // tile-attention-scores-ahead
 bool balanceAttention(Program& p);              // tile-balance-attention
+// The Target's SMs when `sms` is 0 (tests pass their own to reach other splits).
+bool splitAttentionKeys(Program& p, int64_t sms = 0);  // tile-split-attention-keys
+bool shareKvHeads(Program& p);                  // tile-share-kv-heads
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 // tile-stream-k-products; blocks: the persistent grid (0: a wave of the Target's SMs; tests give fewer).
 bool streamKProducts(Program& p, int64_t blocks = 0);

@@ -29,6 +29,8 @@ int64_t combineSlots(const RowReduction& r);
 // Flash attention. Blocks along the query axis (ceil(queries / blockQ)); the grid is that times the points of the other
 // row axes, the query block fastest.
 int64_t flashQueryBlocks(const FlashAttention& f, const loop::Kernel& k);
+// The query rows one block takes (FlashAttention::blockRows, else blockQ): the stride between its blocks.
+inline int64_t flashRowsTaken(const FlashAttention& f) { return f.blockRows > 0 ? f.blockRows : f.blockQ; }
 // Query blocks over all rows (batch, heads): the grid of one block per query block.
 int64_t flashQueryBlocksInAll(const FlashAttention& f, const loop::Kernel& k);
 // Shared slices in the operand type, rows of the row stride (width + 16 bytes: 16-byte aligned rows whose 8 rows of one
@@ -66,6 +68,12 @@ inline int64_t flashAccumulators(const FlashAttention& f, int64_t depth, int64_t
 // Values one thread hands over when warps sharing rows combine: its two rows' maximum and sum, its width / 2 outputs.
 constexpr int64_t flashCombineValues(int64_t width) { return 4 + width / 2; }
 FlashSlices flashSlices(const FlashAttention& f, const loop::Kernel& k);
+// FlashAttention::keyBlocks: the f32 values one thread of a block leaves for the last block of its query block (its
+// rows' maxima and sums, then its outputs), and the partials buffer's elements for the whole grid (values per thread
+// x threads x blocks; a block's value i of thread t at (block * values + i) * threads + t).
+int64_t flashPartialValues(const FlashAttention& f, const loop::Kernel& k);
+int64_t flashPartialsElements(const FlashAttention& f, const loop::Kernel& k);
+constexpr int64_t kFlashMaxKeyBlocks = 16;  // blocks sharing a query block's keys (the last merges them one by one)
 
 // Tiled contractions.
 // The contraction a schedule multiplies (its m and n axes); an internal error if k is not one.

@@ -76,5 +76,9 @@ void verify(const Graph& g);  // throws InternalError
 
 // Passes
 bool eliminateDeadCode(Graph& g);  // torch-eliminate-dead-code
+// The forward's second output becomes the argmax over the last axis of its first (the logits): the greedy token at
+// every position, i64 (PipelineOptions::greedyTokens; passes/torch/greedy_token.cpp). UserError where the first output
+// is not logits.
+bool appendGreedyToken(Graph& g);
 
 }  // namespace kiln::torch
