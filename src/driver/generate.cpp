@@ -223,13 +223,14 @@ Generator::Generator(DecodeInterface iface, std::unique_ptr<DecodeEntry> step, s
 
 void Generator::reset() {
   state_ = iface_.initialState;
+  position_ = 0;
   if (step_->holdsState()) step_->resetState(state_);  // (a prefill entry holding state shares the step's)
 }
 
 // One forward of `entry` over ids (padded with token 0 to the entry's length) at positions position, position + 1, ...:
 // the state advances; the logits of the last real token (the real-th) are returned.
-Generator::Next Generator::forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real,
-                                   bool logits) {
+Generator::NextToken Generator::forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real,
+                                        bool logits) {
   const int64_t t = entry.tokens();
   std::vector<HostTensor> inputs(2);
   HostTensor tokens{DType::I64, {1, t}, std::vector<float>(static_cast<size_t>(t), 0.f)};
@@ -249,7 +250,7 @@ Generator::Next Generator::forward(DecodeEntry& entry, const std::vector<int64_t
   KILN_ASSERT(outputs.size() >= own && (held || outputs.size() >= state_.size() + own), "{} outputs for {} states and {}",
               outputs.size(), state_.size(), iface_.greedyTokens ? "logits and tokens" : "logits");
   if (!held) std::copy(outputs.end() - static_cast<std::ptrdiff_t>(state_.size()), outputs.end(), state_.begin());
-  Next next;
+  NextToken next;
   if (wanted) {
     const HostTensor& all = outputs[0];
     const size_t vocabulary = static_cast<size_t>(all.shape.back());
@@ -275,23 +276,42 @@ void Generator::check(const std::vector<int64_t>& prompt, int maxNewTokens) cons
               "the model with a larger max_cache_len", n, maxNewTokens, needed, iface_.capacity);
 }
 
-std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int maxNewTokens,
-                                         const std::function<void(const std::vector<float>&)>& onLogits) {
-  check(prompt, maxNewTokens);
+Generator::NextToken Generator::prefill(const std::vector<int64_t>& prompt, bool logits) {
+  check(prompt, 1);
   const auto n = static_cast<int64_t>(prompt.size());
   reset();
-  times_ = Times{};
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
-  const bool logits = static_cast<bool>(onLogits);
-  Next next;
+  NextToken next;
   for (int64_t p = 0; p < n;) {
     const bool chunked = prefill_ && n - p > 1 && (iface_.capacity == 0 || p + prefill_->tokens() <= iface_.capacity);
     DecodeEntry& entry = chunked ? *prefill_ : *step_;
     const int64_t real = std::min(entry.tokens(), n - p);
     next = forward(entry, std::vector<int64_t>(prompt.begin() + p, prompt.begin() + p + real), p, real, logits && p + real == n);
     p += real;
+    position_ = p;
   }
+  return next;
+}
+
+Generator::NextToken Generator::step(int64_t token, bool logits) {
+  if (position_ == 0) userError("a decode step before any prompt: prefill the session first");
+  if (token < 0 || (iface_.vocabulary > 0 && token >= iface_.vocabulary))
+    userError("token id {} is outside the vocabulary of {} ids [0, {})", token, iface_.vocabulary, iface_.vocabulary);
+  if (iface_.capacity > 0 && position_ >= iface_.capacity)
+    userError("position {} is past the cache of {} positions; start a new session with a shorter prompt or trace the "
+              "model with a larger max_cache_len", position_, iface_.capacity);
+  NextToken next = forward(*step_, {token}, position_, 1, logits);
+  ++position_;
+  return next;
+}
+
+std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int maxNewTokens,
+                                         const std::function<void(const std::vector<float>&)>& onLogits) {
+  check(prompt, maxNewTokens);
+  times_ = Times{};
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const bool logits = static_cast<bool>(onLogits);
+  NextToken next = prefill(prompt, logits);
   std::vector<int64_t> out = prompt;
   Clock::time_point decoded = start;
   for (int i = 0; i < maxNewTokens; ++i) {
@@ -302,7 +322,7 @@ std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int
       times_.toFirstToken = std::chrono::duration<double>(decoded - start).count();
     }
     if (i + 1 < maxNewTokens) {
-      next = forward(*step_, {out.back()}, n + i, 1, logits);
+      next = step(out.back(), logits);
       ++times_.decodeSteps;
     }
   }

@@ -162,6 +162,27 @@ TEST(Generator, GreedyTokensFromTheForwardAreReadAndTheLogitsLeftAlone) {
   EXPECT_EQ(seen[0], (std::vector<float>{0, 0, 0, 0, 0, 0, 0, 1})) << "the logits of the last real token (6)";
 }
 
+// The session: prefill, then steps, give what generate gives; a step before a prefill, a token outside the vocabulary
+// and a step past the cache are refused in one line with the state and position left as they were.
+TEST(Generator, ASessionOfPrefillAndStepsIsGenerate) {
+  std::vector<std::vector<float>> steps, chunks;
+  Generator gen(scriptedInterface(), std::make_unique<ScriptedEntry>(1, &steps), std::make_unique<ScriptedEntry>(4, &chunks));
+  EXPECT_THROW(gen.step(1), UserError);
+  EXPECT_EQ(gen.prefill({1, 2, 3, 4, 5}).token, 6);
+  EXPECT_EQ(gen.position(), 5);
+  EXPECT_EQ(gen.step(6).token, 7);
+  EXPECT_EQ(gen.step(7, true).logits, (std::vector<float>{1, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(gen.position(), 7);
+  const size_t calls = steps.size();
+  EXPECT_THROW(gen.step(8), UserError) << "outside the 8 ids";
+  EXPECT_EQ(gen.position(), 7);
+  for (int64_t p = 7; p < 16; ++p) gen.step(1);
+  EXPECT_THROW(gen.step(1), UserError) << "past the cache of 16";
+  EXPECT_EQ(gen.position(), 16);
+  EXPECT_EQ(steps.size(), calls + 9) << "refused steps run nothing";
+  EXPECT_EQ(gen.generate({1, 2, 3, 4, 5}, 3), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 0}));
+}
+
 TEST(Generator, ALastChunkIsPaddedWithZerosAtTheFollowingPositions) {
   std::vector<std::vector<float>> steps, chunks;
   Generator gen(scriptedInterface(), std::make_unique<ScriptedEntry>(1, &steps), std::make_unique<ScriptedEntry>(4, &chunks));

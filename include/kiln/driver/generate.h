@@ -76,8 +76,21 @@ class DecodeEntry {
 class Generator {
  public:
   Generator(DecodeInterface iface, std::unique_ptr<DecodeEntry> step, std::unique_ptr<DecodeEntry> prefill);
-  // The prompt followed by up to maxNewTokens generated ids. `onLogits` (may be empty) sees the logits each new token
-  // was chosen from.
+  // The next token after the last real one fed, and (where `logits` is asked for, or the forward returns no greedy
+  // tokens) the logits it was chosen from.
+  struct NextToken {
+    int64_t token = 0;
+    std::vector<float> logits;
+  };
+  // A session: prefill() starts from the archive's state and runs the prompt (in chunks where there is a prefill
+  // entry); each step() feeds one token at the next position. Both return the greedy next token. UserError (the state
+  // left as it was) for a prompt check() refuses, a step before any prefill, a token outside the vocabulary, or a step
+  // past the cache.
+  NextToken prefill(const std::vector<int64_t>& prompt, bool logits = false);
+  NextToken step(int64_t token, bool logits = false);
+  int64_t position() const { return position_; }  // the positions written so far (0 before a prefill)
+  // prefill, then maxNewTokens - 1 steps: the prompt followed by maxNewTokens generated ids. `onLogits` (may be empty)
+  // sees the logits each new token was chosen from.
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int maxNewTokens,
                                 const std::function<void(const std::vector<float>&)>& onLogits = {});
   // The UserError (UsageError for an empty prompt or no new tokens) generate() would raise for these arguments.
@@ -94,15 +107,11 @@ class Generator {
   const Times& times() const { return times_; }
 
  private:
-  // The next token after the last real one, and (where `logits` is asked for or there are no greedy tokens) its logits.
-  struct Next {
-    int64_t token = 0;
-    std::vector<float> logits;
-  };
-  Next forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real, bool logits);
+  NextToken forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real, bool logits);
   DecodeInterface iface_;
   std::unique_ptr<DecodeEntry> step_, prefill_;
   std::vector<HostTensor> state_;
+  int64_t position_ = 0;
   int forwards_ = 0;
   Times times_;
 };
