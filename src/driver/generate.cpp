@@ -224,6 +224,7 @@ Generator::Generator(DecodeInterface iface, std::unique_ptr<DecodeEntry> step, s
 void Generator::reset() {
   state_ = iface_.initialState;
   position_ = 0;
+  dirty_ = false;
   if (step_->holdsState()) step_->resetState(state_);  // (a prefill entry holding state shares the step's)
 }
 
@@ -244,6 +245,7 @@ Generator::NextToken Generator::forward(DecodeEntry& entry, const std::vector<in
   const bool held = entry.holdsState();
   if (!held) inputs.insert(inputs.end(), state_.begin(), state_.end());
   const bool wanted = logits || !iface_.greedyTokens;
+  dirty_ = true;
   std::vector<HostTensor> outputs = entry.run(inputs, wanted);
   ++forwards_;
   const size_t own = iface_.greedyTokens ? 2 : 1;
@@ -279,7 +281,7 @@ void Generator::check(const std::vector<int64_t>& prompt, int maxNewTokens) cons
 Generator::NextToken Generator::prefill(const std::vector<int64_t>& prompt, bool logits) {
   check(prompt, 1);
   const auto n = static_cast<int64_t>(prompt.size());
-  reset();
+  if (dirty_) reset();
   NextToken next;
   for (int64_t p = 0; p < n;) {
     const bool chunked = prefill_ && n - p > 1 && (iface_.capacity == 0 || p + prefill_->tokens() <= iface_.capacity);
@@ -307,6 +309,7 @@ Generator::NextToken Generator::step(int64_t token, bool logits) {
 std::vector<int64_t> Generator::generate(const std::vector<int64_t>& prompt, int maxNewTokens,
                                          const std::function<void(const std::vector<float>&)>& onLogits) {
   check(prompt, maxNewTokens);
+  if (dirty_) reset();  // (not timed: the first token's time is the prompt's forwards)
   times_ = Times{};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
@@ -423,11 +426,12 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
   for (const HostTensor& s : iface.initialState) stateBytes += numel(s.shape) * dtypeBytes(s.dtype);
   const size_t states = iface.stateNames.size();
   const int64_t capacity = iface.capacity;
+  const bool chunked = prefill.entry != nullptr;
   Generator generator(std::move(iface), std::move(step.entry), std::move(prefill.entry));
   generator.check(c.promptIds, c.maxNewTokens);  // before anything is printed or run
   log << fmt::format("kiln: {}: decode step {} kernels{}; {} states ({:.2f} MB), the cache holds {} positions; compiled in "
                      "{:.1f} s\n", step.torchIR.modelName, step.kernels,
-                     prefill.entry ? fmt::format(", prefill chunk of {} tokens {} kernels", c.prefillChunk, prefill.kernels) : "",
+                     chunked ? fmt::format(", prefill chunk of {} tokens {} kernels", c.prefillChunk, prefill.kernels) : "",
                      states, stateBytes / 1e6, capacity,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!c.logitsDir.empty()) fs::create_directories(c.logitsDir);

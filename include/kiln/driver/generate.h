@@ -95,7 +95,8 @@ class Generator {
                                 const std::function<void(const std::vector<float>&)>& onLogits = {});
   // The UserError (UsageError for an empty prompt or no new tokens) generate() would raise for these arguments.
   void check(const std::vector<int64_t>& prompt, int maxNewTokens) const;
-  // The state back to the archive's values.
+  // The state back to the archive's values (an upload where the entries hold it; prefill() does it where a forward ran
+  // since, generate() before its clock starts).
   void reset();
   int forwards() const { return forwards_; }
   // Of the last generate(): seconds until the first new token was chosen (the prompt's forwards), and the seconds and
@@ -112,6 +113,7 @@ class Generator {
   std::unique_ptr<DecodeEntry> step_, prefill_;
   std::vector<HostTensor> state_;
   int64_t position_ = 0;
+  bool dirty_ = false;  // a forward has run since the last reset(): the next prefill() resets first
   int forwards_ = 0;
   Times times_;
 };
