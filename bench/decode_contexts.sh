@@ -4,7 +4,9 @@
 # For each prompt length n (default 12 500 1000 1984) both builds run `kiln generate STEP.pt --prompt-ids P
 # --max-new-tokens 64 --prefill-chunk 128` with the prompt 1 + 7919 i mod 31999 (i < n), the old build first, then the
 # new, then both again (the second round is the one tabled: every entry is compiled into the cache by then). Prints a
-# table of the first-token time and ms per token that `kiln generate` reports, and whether the two builds' ids agree.
+# table of the first-token time and ms per token that `kiln generate` reports, and whether the two builds' ids agree;
+# where they do not, OUTDIR/divergence-N.txt says at which new token and how close each build's pick was
+# (bench/ids_divergence.py, from a third run of each with --save-logits).
 set -uo pipefail
 old=$1 new=$2 step=$3 out=$4
 shift 4
@@ -23,6 +25,18 @@ for n in $lengths; do
         > "$out/$which-$n.ids" 2> "$out/$which-$n-round$round.log"
     done
   done
-  same=no; cmp -s "$out/old-$n.ids" "$out/new-$n.ids" && same=yes
+  same=yes
+  if ! cmp -s "$out/old-$n.ids" "$out/new-$n.ids"; then  # where they part: both again with their logits saved
+    same=no
+    for which in old new; do
+      bin=$old; [ "$which" = new ] && bin=$new
+      rm -rf "$out/$which-$n-logits"
+      "$bin" generate "$step" --prompt-ids "$p" --max-new-tokens 64 --prefill-chunk 128 --save-logits "$out/$which-$n-logits" \
+        > /dev/null 2>> "$out/$which-$n-logits.log"
+    done
+    python3 "$(dirname "$0")/ids_divergence.py" "$out/old-$n.ids" "$out/new-$n.ids" "$n" "$out/old-$n-logits" "$out/new-$n-logits" \
+      > "$out/divergence-$n.txt" 2>&1
+    rm -rf "$out/old-$n-logits" "$out/new-$n-logits"
+  fi
   echo "| $n | $(field "$out/old-$n-round2.log" 'first[^;,]*[0-9]+\.[0-9]+ ms') | $(field "$out/old-$n-round2.log" '[0-9]+\.[0-9]+ ms per token') | $(field "$out/new-$n-round2.log" 'first[^;,]*[0-9]+\.[0-9]+ ms') | $(field "$out/new-$n-round2.log" '[0-9]+\.[0-9]+ ms per token') | $same |"
 done
