@@ -116,7 +116,7 @@ void checkCompileOutputs(const CLI::App& c, const kiln::CompileCommand& compile)
 // `kiln generate`'s options, into `generate`.
 CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
   auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
-                                             "prompt and new token ids on one line");
+                                             "prompt and new token ids on one line; each token picked inside the forward");
   gen->add_option("model", generate.model, "TorchScript decoder-step trace (.pt): forward(ids, pos) -> logits")->required();
   gen->add_option("--prompt-ids", generate.promptIds, "the prompt's token ids, comma-separated")->delimiter(',')->required();
   gen->add_option("--max-new-tokens", generate.maxNewTokens, "tokens to generate (default 16)");
@@ -125,7 +125,8 @@ CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
   gen->add_flag("--interpret", generate.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
   gen->add_option("--token-input", generate.tokenInput, "the argument taking token ids (default: the first)")->type_name("NAME");
   gen->add_option("--position-input", generate.positionInput, "the argument taking their positions (default: the second)")->type_name("NAME");
-  gen->add_option("--save-logits", generate.logitsDir, "write the logits each new token was chosen from, raw f32 (logits0.bin, ...), into DIR, new or empty")->type_name("DIR");
+  gen->add_option("--save-logits", generate.logitsDir, "write the logits each new token was chosen from, raw f32 (logits0.bin, ...), into DIR, new or empty "
+                  "(they are copied back from the GPU only then)")->type_name("DIR");
   gen->add_option("--dtype", generate.dtype, "cast the model's floating-point weights: f16 or bf16");
   gen->add_option("--arch", generate.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
   return gen;
