@@ -13,11 +13,6 @@
 #include <cstring>
 #include <fstream>
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "kiln/cuda/emitter.h"
 #include "kiln/cuda/memory_plan.h"
 #include "kiln/cuda/templates.h"
@@ -26,6 +21,7 @@
 #include "kiln/support/hash.h"
 #include "kiln/support/files.h"
 #include "kiln/support/output.h"
+#include "kiln/support/process.h"
 #include "kiln/support/progress.h"
 
 #ifndef KILN_NVCC
@@ -164,50 +160,16 @@ void writeText(const fs::path& path, const std::string& text) { writeFile(path, 
 
 namespace {
 
-// Runs `KILN_NVCC ARGS...` in `dir` from an argument vector: no shell ever parses a file name or the -arch
-// value, so nothing in them can run a command. Returns what nvcc wrote to stdout and stderr (empty on success:
-// warnings are errors), with a note of the exit status if it failed.
+// Runs `KILN_NVCC ARGS...` in `dir` (kiln/support/process.h: no shell). Returns what nvcc wrote to stdout and stderr
+// (empty on success: warnings are errors), with a note of the exit status if it failed.
 std::string runNvcc(const fs::path& dir, const std::vector<std::string>& files, const std::string& arch) {
   std::vector<std::string> args = {KILN_NVCC, "-cubin", "-arch=" + arch, "-O3", "-std=c++17", "-Werror",
                                    "all-warnings", "--output-directory", "."};
   args.insert(args.end(), files.begin(), files.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  // O_CLOEXEC: nvccs started by other threads must not inherit this pipe, or its reader would wait for them too.
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) userError("cannot run nvcc: pipe: {}", std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  std::string cwd = dir.string();
-  posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
-  pid_t pid = 0;
-  // posix_spawnp: KILN_NVCC is an absolute path, or a bare "nvcc" looked up on PATH.
-  int err = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  if (err != 0) {
-    close(fds[0]);
-    userError("cannot run nvcc ({}: {}); install the CUDA 13.0 toolkit at /usr/local/cuda", KILN_NVCC, std::strerror(err));
-  }
-  std::string log;
-  std::array<char, 4096> chunk;
-  for (;;) {
-    ssize_t n = read(fds[0], chunk.data(), chunk.size());
-    if (n > 0) log.append(chunk.data(), static_cast<size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) log += fmt::format("\n(nvcc exit status {})", WEXITSTATUS(status));
-  else if (WIFSIGNALED(status)) log += fmt::format("\n(nvcc killed by signal {})", WTERMSIG(status));
-  return log;
+  ProcessResult r = runProgram(args, dir.string(), "install the CUDA 13.0 toolkit at /usr/local/cuda");
+  if (r.exitStatus > 128) r.output += fmt::format("\n(nvcc killed by signal {})", r.exitStatus - 128);
+  else if (r.exitStatus != 0) r.output += fmt::format("\n(nvcc exit status {})", r.exitStatus);
+  return r.output;
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <iostream>
+#include <memory>
 #include <new>
 
 #include "kiln/driver/commands.h"
 #include "kiln/driver/generate.h"
+#include "kiln/frontend/expression.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/runtime/runtime.h"
@@ -113,6 +115,21 @@ void checkCompileOutputs(const CLI::App& c, const kiln::CompileCommand& compile)
     kiln::usageError("{} and {} each choose what kiln compile writes; give one of them", given[0], given[1]);
 }
 
+// A command's model: the file given, or the expression of -c traced into a temporary file (kept while the returned
+// object lives). UsageError for both or neither.
+std::unique_ptr<kiln::frontend::TracedExpression> modelOrExpression(const CLI::App& command, std::string& model,
+                                                                    const std::string& expression) {
+  const bool hasExpression = command.count("-c") > 0;
+  if (hasExpression && !model.empty())
+    kiln::usageError("kiln {}: give a model or -c EXPR, not both", command.get_name());
+  if (!hasExpression && model.empty())
+    kiln::usageError("kiln {} needs a model (MODEL.pt) or -c EXPR (a PyTorch call to trace)", command.get_name());
+  if (!hasExpression) return nullptr;
+  auto traced = kiln::frontend::traceExpression(expression);
+  model = traced->model().string();
+  return traced;
+}
+
 // `kiln generate`'s options, into `generate`.
 CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
   auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
@@ -163,7 +180,12 @@ int main(int argc, char** argv) {
   kiln::CompileCommand compile;
   PipelineFlags flags;  // shared by compile and run (only one is parsed)
   auto* c = app.add_subcommand("compile", "compile a model and print one IR level, or emit CUDA artifacts");
-  c->add_option("model", compile.model, "TorchScript model (.pt)")->required();
+  std::string compileExpression, runExpression;  // -c EXPR
+  c->add_option("model", compile.model, "TorchScript model (.pt)");
+  c->add_option("-c", compileExpression,
+                "instead of a model: a PyTorch call to trace and compile, e.g. \"torch.nn.RMSNorm(2048)(torch.randn(1, 32, "
+                "2048))\" (traced by python3 with torch; its tensor arguments become the inputs x0, x1, ...)")
+      ->type_name("EXPR");
   c->add_option("--ir", compile.ir, "level to print: torch, tensor, loop, tile, kernel, cuda (default loop)");
   c->add_flag("--json", compile.json, "print the level as JSON");
   c->add_option("--emit", compile.emit, "write artifacts: 'cuda' (.cu, cubins, manifest.json, weights.bin) into -o DIR");
@@ -185,7 +207,8 @@ int main(int argc, char** argv) {
 
   kiln::RunCommand run;
   auto* r = app.add_subcommand("run", "run a model on seeded random inputs or --inputs DIR (GPU, or --interpret on the CPU)");
-  r->add_option("model", run.model, "TorchScript model (.pt), or a directory written by kiln compile --emit cuda")->required();
+  r->add_option("model", run.model, "TorchScript model (.pt), or a directory written by kiln compile --emit cuda");
+  r->add_option("-c", runExpression, "instead of a model: a PyTorch call to trace and run, as kiln compile -c")->type_name("EXPR");
   r->add_option("--save-io", run.saveIo, "write the inputs and outputs as raw bytes (input0.bin, output0.bin, ...) into DIR, new or empty")->type_name("DIR");
   r->add_option("--reference", run.reference, "with a directory: the TorchScript model --check compares with")->type_name("MODEL.pt");
   r->add_option("--entry", run.entry, "with a directory: run its entry point NAME (manifest.NAME.json, e.g. prefill) instead of manifest.json")->type_name("NAME");
@@ -260,9 +283,11 @@ int main(int argc, char** argv) {
     if (c->parsed()) {
       checkCompileOutputs(*c, compile);
       finishPipelineFlags(compile.pipeline, flags);
+      const auto traced = modelOrExpression(*c, compile.model, compileExpression);
       return kiln::runCompile(compile, std::cout);
     }
     finishPipelineFlags(run.pipeline, flags);
+    const auto traced = modelOrExpression(*r, run.model, runExpression);
     return kiln::runRun(run, std::cout);
   } catch (const kiln::UsageError& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";
