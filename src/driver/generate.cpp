@@ -229,7 +229,8 @@ void Generator::reset() {
 }
 
 // One forward of `entry` over ids (padded with token 0 to the entry's length) at positions position, position + 1, ...:
-// the state advances; the logits of the last real token (the real-th) are returned.
+// the state advances; the token after the last real one (the real-th) is returned, with its logits where `logits`
+// asks or the forward returns no greedy tokens (the host then picks the token from them).
 Generator::NextToken Generator::forward(DecodeEntry& entry, const std::vector<int64_t>& ids, int64_t position, int64_t real,
                                         bool logits) {
   const int64_t t = entry.tokens();
