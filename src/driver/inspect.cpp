@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <ostream>
 #include <set>
@@ -36,12 +38,55 @@ int64_t nodes(const std::map<std::string, int64_t>& ops) {
   return n;
 }
 
+nlohmann::json tensorsJson(const frontend::ModelSummary::Tensors& t) {
+  return {{"count", t.count}, {"elements", t.elements}, {"bytes", t.bytes}, {"dtypes", t.dtypes}};
+}
+
+// inspect's facts as one object: {"model", "path", "inputs_recorded", "inputs": [{"name", "dtype", "shape"} or
+// {"name", "example"}], "parameters", "buffers": {"count", "elements", "bytes", "dtypes"}, "ops": [{"op", "count",
+// "supported"}], "state": [...], "state_writes": [{"op", "count", "supported"}], "folded_ops": [{"op", "count"}],
+// "unsupported": [...]}.
+nlohmann::json inspectJson(const InspectCommand& c, const frontend::ModelSummary& s, const std::set<std::string>& known) {
+  nlohmann::json j = {{"model", s.name}, {"path", c.model}, {"inputs_recorded", s.inputsRecorded}};
+  j["inputs"] = nlohmann::json::array();
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    const frontend::InputSpec& in = s.inputs[i];
+    if (s.inputsRecorded) j["inputs"].push_back({{"name", in.name}, {"dtype", dtypeName(in.dtype)}, {"shape", in.shape}});
+    else j["inputs"].push_back({{"name", in.name}, {"example", s.examples[i]}});
+  }
+  j["parameters"] = tensorsJson(s.parameters);
+  j["buffers"] = tensorsJson(s.buffers);
+  std::vector<std::string> unsupported;
+  j["ops"] = nlohmann::json::array();
+  for (auto& [op, n] : s.ops) {
+    const bool ok = known.count(op) > 0;
+    if (!ok) unsupported.push_back(op);
+    j["ops"].push_back({{"op", op}, {"count", n}, {"supported", ok}});
+  }
+  j["state"] = s.states;
+  j["state_writes"] = nlohmann::json::array();
+  const auto& writes = frontend::supportedStateWrites();
+  for (auto& [op, n] : s.stateWrites) {
+    const bool ok = std::find(writes.begin(), writes.end(), op) != writes.end();
+    if (!ok) unsupported.push_back(op);
+    j["state_writes"].push_back({{"op", op}, {"count", n}, {"supported", ok}});
+  }
+  j["folded_ops"] = nlohmann::json::array();
+  for (auto& [op, n] : s.folded) j["folded_ops"].push_back({{"op", op}, {"count", n}});
+  j["unsupported"] = unsupported;
+  return j;
+}
+
 }  // namespace
 
 int runInspect(const InspectCommand& c, std::ostream& out) {
   frontend::ModelSummary s = frontend::inspectModel(c.model);
   auto supported = tensor::supportedOps();
   std::set<std::string> known(supported.begin(), supported.end());
+  if (c.json) {
+    out << inspectJson(c, s, known).dump(2) << "\n";
+    return 0;
+  }
 
   out << fmt::format("model {} ({})\n", s.name, c.model);
   if (s.inputsRecorded) {

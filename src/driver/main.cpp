@@ -235,6 +235,7 @@ int main(int argc, char** argv) {
   kiln::InspectCommand inspect;
   auto* in = app.add_subcommand("inspect", "list a model's inputs, parameters and ops (and those kiln does not support); needs no shapes");
   in->add_option("model", inspect.model, "TorchScript model (.pt)")->required();
+  in->add_flag("--json", inspect.json, "print the same facts as one JSON object");
 
   kiln::OptCommand opt;
   bool optPrintAfterAll = false, optNoVerify = false;

@@ -3,6 +3,8 @@
 // models/plain_trace.py, run with python3 + torch at test time (the tests skip without them).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -45,6 +47,18 @@ TEST_F(PlainTrace, MissingShapesNameEachInputWithAnExample) {
   Result r = kiln({"run", m, "--interpret", "--input", "ids=2x8:i64"});
   expectOneLineError(r, 1, {"input 'features'", "--input features=1x8x48:f32"});
   EXPECT_FALSE(contains(r.err, "'ids'")) << describe(r);
+}
+
+// kiln inspect --json of a plain trace: each input's name and an example --input, no shapes.
+TEST_F(PlainTrace, InspectJsonGivesAnExampleForEachInput) {
+  Result r = kiln({"inspect", model("plain_two"), "--json"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["inputs_recorded"].get<bool>());
+  ASSERT_EQ(j["inputs"].size(), 2u);
+  EXPECT_EQ(j["inputs"][0]["name"], "ids");
+  EXPECT_EQ(j["inputs"][0]["example"], "ids=1x8:i64");
+  EXPECT_FALSE(j["inputs"][0].contains("shape"));
 }
 
 TEST_F(PlainTrace, InputGivesTheShapeAndTheCheckPasses) {
@@ -375,6 +389,30 @@ TEST(Inspect, RecordedInputsAndFoldedOps) {
   EXPECT_NE(r.out.find("aten::cumsum", folded), std::string::npos) << describe(r);
   EXPECT_EQ(r.out.find("aten::cumsum"), r.out.find("aten::cumsum", folded)) << describe(r);
   EXPECT_TRUE(contains(r.out, "kiln supports every op on input data")) << describe(r);
+}
+
+// --json: the same facts as one object (issue 53 item 7); a decoder step's state and its writes too.
+TEST(Inspect, JsonHoldsTheSameFacts) {
+  Result r = kiln({"inspect", "models/fixtures/hf_llama_tiny.pt", "--json"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "hf_llama_tiny");
+  EXPECT_TRUE(j["inputs_recorded"].get<bool>());
+  ASSERT_EQ(j["inputs"].size(), 1u);
+  EXPECT_EQ(j["inputs"][0]["name"], "input_ids");
+  EXPECT_EQ(j["inputs"][0]["dtype"], "i64");
+  EXPECT_EQ(j["inputs"][0]["shape"], (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(j["buffers"]["count"], 2);
+  bool cumsumFolded = false;
+  for (const auto& op : j["folded_ops"]) cumsumFolded = cumsumFolded || op["op"] == "aten::cumsum";
+  EXPECT_TRUE(cumsumFolded) << r.out;
+  for (const auto& op : j["ops"]) EXPECT_TRUE(op["supported"].get<bool>()) << op.dump();
+  EXPECT_TRUE(j["unsupported"].empty());
+  Result step = kiln({"inspect", "models/fixtures/hf_llama_decode_tiny.pt", "--json"});
+  ASSERT_EQ(step.code, 0) << describe(step);
+  const nlohmann::json d = nlohmann::json::parse(step.out);
+  EXPECT_EQ(d["state"].size(), 6u) << "key, value and cumulative_length of 2 layers";
+  EXPECT_FALSE(d["state_writes"].empty());
 }
 
 TEST(Inspect, MissingFileIsOneLine) {

@@ -54,6 +54,7 @@ struct RunCommand {
 
 struct InspectCommand {
   std::string model;
+  bool json = false;  // --json: the same facts as one JSON object (what scripts read instead of the text)
 };
 
 // `kiln opt` (src/driver/opt.cpp): IR text in, the named passes of its level run with the verifier after each, IR text out.
