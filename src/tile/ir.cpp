@@ -267,22 +267,24 @@ void verifyFlashShape(const FlashAttention& f, const loop::Kernel& k) {
   }
 }
 
+// Buffer b of the program is of `kind` and `dtype` with `elements` or more (the scratch a schedule's blocks meet at:
+// programBuffer's).
+bool scratchBuffer(const Program& p, int b, loop::Buffer::Kind kind, DType dtype, int64_t elements) {
+  if (b < 0 || b >= static_cast<int>(p.loop.buffers.size())) return false;
+  const loop::Buffer& buf = p.loop.buffers[static_cast<size_t>(b)];
+  return buf.kind == kind && buf.dtype == dtype && numel(buf.shape) >= elements;
+}
+
 // Flash-decoding (FlashAttention::keyBlocks): a grid of unpaired, unpacked blocks, and the buffers its blocks meet at.
 void verifyFlashKeyBlocks(const Program& p, const FlashAttention& f, const loop::Kernel& k) {
   KILN_ASSERT(f.keyBlocks <= kFlashMaxKeyBlocks && !f.pairBlocks && f.packedPairs == 0,
               "kernel {}: flash_attention keys split over {} blocks (at most {}, no paired or packed query blocks)", k.name,
               f.keyBlocks, kFlashMaxKeyBlocks);
-  auto buffer = [&](int b) -> const loop::Buffer* {
-    return b >= 0 && b < static_cast<int>(p.loop.buffers.size()) ? &p.loop.buffers[static_cast<size_t>(b)] : nullptr;
-  };
-  const loop::Buffer *counters = buffer(f.counters), *partials = buffer(f.partials);
   const int64_t items = flashQueryBlocksInAll(f, k), elements = flashPartialsElements(f, k);
-  KILN_ASSERT(counters && counters->kind == loop::Buffer::Kind::Counters && counters->dtype == DType::I64 &&
-                  numel(counters->shape) >= items,
+  KILN_ASSERT(scratchBuffer(p, f.counters, loop::Buffer::Kind::Counters, DType::I64, items),
               "kernel {}: flash_attention split over blocks needs an i64 counters buffer of {} counters or more (buffer #{})",
               k.name, items, f.counters);
-  KILN_ASSERT(partials && partials->kind == loop::Buffer::Kind::Temp && partials->dtype == DType::F32 &&
-                  numel(partials->shape) >= elements,
+  KILN_ASSERT(scratchBuffer(p, f.partials, loop::Buffer::Kind::Temp, DType::F32, elements),
               "kernel {}: flash_attention split over blocks needs an f32 buffer of {} partial values or more (buffer #{})",
               k.name, elements, f.partials);
 }
@@ -456,16 +458,10 @@ void verifySchedule(const Program& p, const Schedule& s, const loop::Kernel& k) 
 void verifyStreamKBuffers(const Program& p, const TiledContraction& t, const loop::Kernel& k) {
   const Contraction c = contractionOf(t, k);
   const int64_t tiles = tilesM(t, c) * tilesN(t, c), stages = static_cast<int64_t>(k.stages.size());
-  auto buffer = [&](int b) -> const loop::Buffer* {
-    return b >= 0 && b < static_cast<int>(p.loop.buffers.size()) ? &p.loop.buffers[static_cast<size_t>(b)] : nullptr;
-  };
-  const loop::Buffer *counters = buffer(t.counters), *partials = buffer(t.partials);
-  KILN_ASSERT(counters && counters->kind == loop::Buffer::Kind::Counters && counters->dtype == DType::I64 &&
-                  numel(counters->shape) >= tiles,
+  KILN_ASSERT(scratchBuffer(p, t.counters, loop::Buffer::Kind::Counters, DType::I64, tiles),
               "kernel {}: a stream-K product needs an i64 counters buffer of {} counters or more (buffer #{})", k.name, tiles,
               t.counters);
-  KILN_ASSERT(partials && partials->kind == loop::Buffer::Kind::Temp && partials->dtype == DType::F32 &&
-                  numel(partials->shape) >= t.streamBlocks * t.tileM * t.tileN * stages,
+  KILN_ASSERT(scratchBuffer(p, t.partials, loop::Buffer::Kind::Temp, DType::F32, t.streamBlocks * t.tileM * t.tileN * stages),
               "kernel {}: a stream-K product needs an f32 buffer of {} partial tiles of {} x {} x {} (buffer #{})", k.name,
               t.streamBlocks, t.tileM, t.tileN, stages, t.partials);
 }
