@@ -4,6 +4,7 @@
 #   - the same for hf_llama_decode_long.pt (a cache of 256), and compute-sanitizer memcheck of one forward of it
 #   - both entry points of one emitted directory (`kiln compile --emit cuda --prefill-chunk 8`): `kiln run DIR --check`
 #     and `kiln run DIR --entry prefill --check`, each against LibTorch running the trace at the entry's shapes
+#   - `kiln generate DIR` on that directory gives the ids `kiln generate STEP.pt --prefill-chunk 8` gives
 #   - tests/decode/generate_check.py --gpu: `kiln generate` on the GPU against transformers' model.generate for the
 #     tiny Llama, Qwen2, Phi-3, Gemma and Gemma-2 steps (f32 ids exactly, token by token and in prefill chunks of 4; bf16 Llama's
 #     logits by DESIGN.md's rule; the Llama over a cache of 256 for 150 new tokens)
@@ -30,6 +31,15 @@ for entry in "" prefill; do
   echo "kiln run DIR ${entry:+--entry $entry }--check rc=$?"
   grep -E "ran |check" "$out/entry-${entry:-step}.log"
 done
+# kiln generate DIR (the emitted entries, the manifests' states and decode interface) against kiln generate of the .pt
+prompt=5,17,42,7,99,3,250,11,64,128,1
+./build/kiln generate "$out/entries" --prompt-ids $prompt --max-new-tokens 24 > "$out/generate-dir.ids" 2> "$out/generate-dir.log"
+echo "kiln generate DIR rc=$?"
+./build/kiln generate models/fixtures/hf_llama_decode_tiny.pt --prefill-chunk 8 --prompt-ids $prompt --max-new-tokens 24 \
+  > "$out/generate-pt.ids" 2> "$out/generate-pt.log"
+cmp -s "$out/generate-dir.ids" "$out/generate-pt.ids" && echo "kiln generate DIR ids = kiln generate STEP.pt ids: PASS" \
+  || echo "kiln generate DIR ids differ from STEP.pt's: FAIL ($(cat "$out/generate-dir.ids") vs $(cat "$out/generate-pt.ids"))"
+grep -h "kiln:" "$out/generate-dir.log" | tail -2
 python3 tests/decode/generate_check.py ./build/kiln --gpu > "$out/generate.log" 2>&1
 echo "generate_check --gpu rc=$?"
 grep -vE "Warning|^  |\[transformers\]" "$out/generate.log"

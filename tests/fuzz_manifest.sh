@@ -12,14 +12,14 @@ work="$BUILD/fuzz"
 mkdir -p "$work/corpus"
 CXX=${FUZZ_CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz_manifest: $CXX not found (bash scripts/setup.sh installs clang)" >&2; exit 1; }
-srcs=(fuzz/manifest_fuzzer.cpp src/runtime/manifest.cpp src/support/error.cpp src/support/dtype.cpp src/support/target.cpp src/support/hash.cpp src/support/files.cpp)
+srcs=(fuzz/manifest_fuzzer.cpp src/runtime/manifest.cpp src/runtime/manifest_states.cpp src/support/error.cpp src/support/dtype.cpp src/support/target.cpp src/support/hash.cpp src/support/files.cpp)
 bin="$work/manifest_fuzzer"
 if [ ! -x "$bin" ] || [ -n "$(find "${srcs[@]}" include -newer "$bin" -print -quit)" ]; then
   "$CXX" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude \
     "${srcs[@]}" -lfmt -o "$bin"
 fi
 # Seeds: the manifests kiln writes for a few fixtures (no nvcc needed: --no-nvcc).
-for m in mlp attention hf_llama_tiny_bf16 layers mlp_bf16_wide; do  # mlp_bf16_wide: a kernel with tensor_maps
+for m in mlp attention hf_llama_tiny_bf16 layers mlp_bf16_wide hf_llama_decode_tiny; do  # mlp_bf16_wide: tensor_maps; the decode step: states
   rm -rf "$work/emit-$m"
   "$BUILD/kiln" compile "models/fixtures/$m.pt" --emit cuda --no-nvcc -o "$work/emit-$m" > /dev/null
   cp "$work/emit-$m/manifest.json" "$work/corpus/seed-$m.json"

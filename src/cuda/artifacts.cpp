@@ -69,13 +69,11 @@ std::string codeKey(const Source& s) {
 // stored the same bytes.
 class WeightsFile {
  public:
-  int64_t place(const std::vector<std::byte>& bytes) {
+  // `anyEqual`: the bytes may also be those of a weight of this entry (a state's initial value, only ever read whole).
+  int64_t place(const std::vector<std::byte>& bytes, bool anyEqual = false) {
     const uint64_t key = fnv1aWords(kFnvOffsetBasis, bytes.data(), bytes.size());
-    auto [first, last] = earlier_.equal_range(key);
-    for (auto it = first; it != last; ++it)
-      if (it->second.second == static_cast<int64_t>(bytes.size()) &&
-          std::equal(bytes.begin(), bytes.end(), data_.begin() + static_cast<std::ptrdiff_t>(it->second.first)))
-        return it->second.first;
+    if (int64_t at = find(earlier_, key, bytes); at >= 0) return at;
+    if (int64_t at = anyEqual ? find(entry_, key, bytes) : -1; at >= 0) return at;
     const auto offset = static_cast<int64_t>(data_.size());
     data_.insert(data_.end(), bytes.begin(), bytes.end());
     data_.resize(static_cast<size_t>(runtime::arenaAligned(static_cast<int64_t>(data_.size()))));
@@ -90,14 +88,47 @@ class WeightsFile {
   const std::vector<std::byte>& data() const { return data_; }
 
  private:
+  using Placed = std::multimap<uint64_t, std::pair<int64_t, int64_t>>;  // hash -> (offset, bytes)
+  int64_t find(const Placed& placed, uint64_t key, const std::vector<std::byte>& bytes) const {
+    auto [first, last] = placed.equal_range(key);
+    for (auto it = first; it != last; ++it)
+      if (it->second.second == static_cast<int64_t>(bytes.size()) &&
+          std::equal(bytes.begin(), bytes.end(), data_.begin() + static_cast<std::ptrdiff_t>(it->second.first)))
+        return it->second.first;
+    return -1;
+  }
   std::vector<std::byte> data_;
-  std::multimap<uint64_t, std::pair<int64_t, int64_t>> earlier_, entry_;  // hash -> (offset, bytes)
+  Placed earlier_, entry_;
 };
+
+// The entry's states (the program's last inputs and outputs, pairwise) with their initial values placed in the weights
+// file, and its decode interface, into m.
+void recordStates(const ArtifactEntry& e, WeightsFile& weights, runtime::Manifest& m) {
+  const size_t states = e.states.size();
+  KILN_ASSERT(m.inputs.size() >= states && m.outputs.size() >= states, "{} states for {} inputs and {} outputs", states,
+              m.inputs.size(), m.outputs.size());
+  for (size_t i = 0; i < states; ++i) {
+    const ArtifactState& s = e.states[i];
+    runtime::StateInfo info{s.name, m.inputs[m.inputs.size() - states + i], m.outputs[m.outputs.size() - states + i], -1};
+    const runtime::BufferInfo* in = m.findBuffer(info.input);
+    KILN_ASSERT(in->dtype == s.initial.dtype && in->shape == s.initial.shape, "state {}: initial value of another type", s.name);
+    info.initialOffset = weights.place(toBytes(s.initial), /*anyEqual=*/true);
+    m.states.push_back(std::move(info));
+  }
+  if (!e.decode) return;
+  KILN_ASSERT(std::max(e.decode->tokenArgument, e.decode->positionArgument) + states < m.inputs.size(),
+              "decode inputs {} and {} among {} inputs and {} states", e.decode->tokenArgument, e.decode->positionArgument,
+              m.inputs.size(), states);
+  m.decode = runtime::DecodeInfo{m.inputs[e.decode->tokenArgument], m.inputs[e.decode->positionArgument],
+                                 e.decode->cachePositions, e.decode->vocabulary};
+}
 
 // The manifest of one entry: its buffers where the memory plan puts them (cuda::planMemory), its weights placed in the
 // weights file, its kernels with their cubins (kernels of identical code share one).
-runtime::Manifest plan(const kernel::Program& p, const Module& module, const ArtifactOptions& opts, WeightsFile& weights,
+runtime::Manifest plan(const ArtifactEntry& e, const ArtifactOptions& opts, WeightsFile& weights,
                        std::vector<std::string>& toCompile) {
+  const kernel::Program& p = *e.program;
+  const Module& module = *e.module;
   runtime::Manifest m;
   m.kilnVersion = KILN_VERSION;
   m.model = p.modelName;
@@ -122,6 +153,7 @@ runtime::Manifest plan(const kernel::Program& p, const Module& module, const Art
   m.arenaBytes = memory.arenaBytes;
   for (int i : p.inputs) m.inputs.push_back(i);
   for (int o : p.outputs) m.outputs.push_back(o);
+  recordStates(e, weights, m);
   std::map<std::string, std::string> firstWithCode;  // code key -> kernel compiled for it
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const kernel::Kernel& k = p.kernels[i];
@@ -238,7 +270,7 @@ void writeArtifacts(const std::vector<ArtifactEntry>& entries, const fs::path& d
   std::vector<runtime::Manifest> manifests;
   for (const ArtifactEntry& e : entries) {
     for (const Source& s : e.module->sources) writeText(tmp / s.file, s.text);
-    manifests.push_back(plan(*e.program, *e.module, opts, weights, toCompile));
+    manifests.push_back(plan(e, opts, weights, toCompile));
     weights.endEntry();
   }
   writeFile(tmp / manifests[0].weightsFile, weights.data().data(), weights.data().size());

@@ -138,8 +138,7 @@ int emitDecodeEntries(const CompileCommand& c, const Target& target, std::ostrea
   Compiled chunk = specialised(c.prefillChunk, "kernel");
   for (kernel::Kernel& k : chunk.kernelIR.kernels) k.name = "prefill_" + k.name;
   const cuda::Module chunkModule = cuda::emit(chunk.kernelIR);
-  cuda::writeArtifacts({cuda::ArtifactEntry{"", &step.kernelIR, &step.cudaIR},
-                        cuda::ArtifactEntry{"prefill", &chunk.kernelIR, &chunkModule}},
+  cuda::writeArtifacts({artifactEntry("", step, step.cudaIR, iface), artifactEntry("prefill", chunk, chunkModule, iface)},
                        c.output, cuda::ArtifactOptions{target.arch, !c.noCompile});
   out << fmt::format("kiln: wrote {} to {}: the decode step ({} kernels, {}) and a prefill chunk of {} tokens ({} kernels, {}), "
                      "one {}\n", step.cudaIR.modelName, c.output, step.cudaIR.sources.size(), runtime::kManifestFileName,
@@ -182,8 +181,11 @@ int runCompile(const CompileCommand& c, std::ostream& out) {
     return 0;
   }
   if (!c.emit.empty()) {
-    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, c.output, cuda::ArtifactOptions{target.arch, !c.noCompile});
-    out << fmt::format("kiln: wrote {} kernels of {} to {}\n", compiled.cudaIR.sources.size(), compiled.cudaIR.modelName, c.output);
+    const std::optional<DecodeInterface> decode = findDecode(compiled.torchIR);
+    cuda::writeArtifacts({artifactEntry("", compiled, compiled.cudaIR, decode)}, c.output,
+                         cuda::ArtifactOptions{target.arch, !c.noCompile});
+    out << fmt::format("kiln: wrote {} kernels of {} to {}{}\n", compiled.cudaIR.sources.size(), compiled.cudaIR.modelName,
+                       c.output, decode ? " (a decoder step: kiln generate runs it)" : "");
     return 0;
   }
   std::string text = printLevel(compiled, c.ir, c.json);
@@ -357,7 +359,8 @@ fs::path kernelDirectory(const RunCommand& c, bool emitted, const RunCompile& ho
     if (!damage.empty()) out << fmt::format("kiln: the cache entry is damaged ({}); compiling it again\n", damage);
     auto start = std::chrono::steady_clock::now();
     Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
-    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{how.target.arch, true});
+    cuda::writeArtifacts({artifactEntry("", compiled, compiled.cudaIR, std::nullopt)}, dir,
+                         cuda::ArtifactOptions{how.target.arch, true});
     out << fmt::format("kiln: compiled {} kernels in {:.1f} s into the cache {}\n", compiled.kernelIR.kernels.size(),
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), dir.string());
   }

@@ -15,6 +15,7 @@
 #include "kiln/driver/run_cache.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
+#include "decode_gpu.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
@@ -75,106 +76,6 @@ class InterpretedEntry : public DecodeEntry {
   int64_t tokens_;
 };
 
-class GpuEntry;
-
-// The state on the GPU: one device buffer per state, and for each the entry whose arena holds its current value
-// instead (a state its forward updates in place: BufferInfo::inPlaceOf), or none.
-struct DeviceState {
-  std::vector<runtime::DeviceBuffer> buffers;
-  std::vector<GpuEntry*> holders;
-  explicit DeviceState(const torch::Graph& g) {
-    for (const torch::State& s : g.states) {
-      const torch::Value& v = g.values[static_cast<size_t>(s.input)];
-      buffers.emplace_back(numel(v.shape) * dtypeBytes(v.dtype));
-    }
-    holders.assign(buffers.size(), nullptr);
-  }
-};
-
-// The entry point run on the GPU from kiln run's compile cache: the forward's own inputs copied in from the host and
-// its outputs out (the logits), the kernels replayed from one CUDA graph. A state the entry updates in place stays in
-// its arena from one step to the next (bound as Model::binding, nothing copied); it reaches the shared device buffer
-// only when another entry needs it (flush). Any other state is bound from the device buffer, copied into the arena
-// and out again on the GPU, never through the host.
-class GpuEntry : public DecodeEntry {
- public:
-  GpuEntry(const fs::path& dir, int64_t tokens, std::shared_ptr<DeviceState> state)
-      : model_(dir, /*filesChecked=*/true), tokens_(tokens), state_(std::move(state)) {
-    const runtime::Manifest& m = model_.manifest();
-    const size_t states = state_->buffers.size();
-    KILN_ASSERT(m.inputs.size() > states && m.outputs.size() > states, "entry {}: {} inputs and {} outputs for {} states",
-                dir.string(), m.inputs.size(), m.outputs.size(), states);
-    for (size_t i = 0; i < states; ++i) {
-      const int64_t bytes = state_->buffers[i].bytes();
-      const runtime::BufferInfo* in = m.findBuffer(m.inputs[m.inputs.size() - states + i]);
-      const runtime::BufferInfo* out = m.findBuffer(m.outputs[m.outputs.size() - states + i]);
-      KILN_ASSERT(in->bytes == bytes && out->bytes == bytes, "entry {}: state {} is not {} bytes", dir.string(), i, bytes);
-      inPlace_.push_back(out->inPlaceOf == in->id ? in->id : -1);
-    }
-  }
-  ~GpuEntry() override {
-    try {
-      for (size_t i = 0; i < inPlace_.size(); ++i) flush(i);
-    } catch (const std::exception&) {  // never throws: the state is lost with the entry
-    }
-  }
-  int64_t tokens() const override { return tokens_; }
-  size_t kernels() const { return model_.manifest().kernels.size(); }
-  bool holdsState() const override { return true; }
-  void resetState(const std::vector<HostTensor>& state) override {
-    for (size_t i = 0; i < state.size(); ++i) {
-      state_->buffers[i].upload(toBytes(state[i]));
-      state_->holders[i] = nullptr;
-    }
-  }
-  std::vector<HostTensor> run(const std::vector<HostTensor>& inputs, bool logits) override {
-    const runtime::Manifest& m = model_.manifest();
-    const size_t states = state_->buffers.size(), own = m.outputs.size() - states;
-    std::vector<std::vector<std::byte>> in, out;
-    std::vector<runtime::Binding> inBind, outBind;
-    for (const HostTensor& t : inputs) in.push_back(toBytes(t));
-    for (auto& bytes : in) inBind.push_back(runtime::Binding{bytes.data(), 0});
-    for (size_t i = 0; i < own; ++i) out.emplace_back(i == 0 && !logits ? 0 : static_cast<size_t>(m.findBuffer(m.outputs[i])->bytes));
-    for (size_t i = 0; i < own; ++i)  // logits not wanted: left in the arena, nothing copied
-      outBind.push_back(i == 0 && !logits ? model_.binding(m.outputs[i]) : runtime::Binding{out[i].data(), 0});
-    for (size_t i = 0; i < states; ++i) {
-      const runtime::Binding b = bindState(i);
-      inBind.push_back(b);
-      outBind.push_back(b);
-    }
-    model_.forward(inBind, outBind);
-    std::vector<HostTensor> results;
-    for (size_t i = 0; i < own; ++i) {
-      const runtime::BufferInfo* b = m.findBuffer(m.outputs[i]);
-      results.push_back(i == 0 && !logits ? HostTensor{b->dtype, {0}, {}} : fromBytes(b->dtype, b->shape, out[i]));
-    }
-    return results;
-  }
-
- private:
-  // Where state i is bound for this entry's next forward, its current value moved there first where it is elsewhere.
-  runtime::Binding bindState(size_t i) {
-    GpuEntry*& holder = state_->holders[i];
-    if (holder && holder != this) holder->flush(i);
-    if (inPlace_[i] < 0) return state_->buffers[i].binding();
-    const runtime::Binding own = model_.binding(inPlace_[i]);
-    if (holder != this) state_->buffers[i].copyTo(own.device);
-    holder = this;
-    return own;
-  }
-  // State i's current value from this entry's arena into the shared device buffer, if the arena holds it.
-  void flush(size_t i) {
-    if (state_->holders[i] != this) return;
-    state_->buffers[i].copyFrom(model_.binding(inPlace_[i]).device);
-    state_->holders[i] = nullptr;
-  }
-
-  runtime::Model model_;
-  int64_t tokens_;
-  std::shared_ptr<DeviceState> state_;
-  std::vector<int64_t> inPlace_;  // per state: the input buffer id its forward updates in place, or -1
-};
-
 size_t argmax(const std::vector<float>& v) {
   return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());  // the first of equal maxima
 }
@@ -210,6 +111,84 @@ DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenIn
     d.stateNames.push_back(s.name);
     HostTensor t{v.dtype, v.shape, s.initial->values};
     d.initialState.push_back(std::move(t));
+  }
+  return d;
+}
+
+std::vector<cuda::ArtifactState> artifactStates(const torch::Graph& g) {
+  std::vector<cuda::ArtifactState> states;
+  for (const torch::State& s : g.states) {
+    const torch::Value& v = g.values[static_cast<size_t>(s.input)];
+    states.push_back({s.name, HostTensor{v.dtype, v.shape, s.initial->values}});
+  }
+  return states;
+}
+
+std::optional<DecodeInterface> findDecode(const torch::Graph& g) {
+  if (g.states.empty()) return std::nullopt;
+  try {
+    return describeDecode(g, "", "");
+  } catch (const UserError&) {  // a model with state that is not a decoder step
+    return std::nullopt;
+  }
+}
+
+cuda::ArtifactEntry artifactEntry(const std::string& name, const Compiled& c, const cuda::Module& module,
+                                  const std::optional<DecodeInterface>& decode) {
+  cuda::ArtifactEntry e{name, &c.kernelIR, &module, artifactStates(c.torchIR), std::nullopt};
+  if (decode) e.decode = cuda::ArtifactDecode{decode->tokenInput, decode->positionInput, decode->capacity, decode->vocabulary};
+  return e;
+}
+
+namespace {
+
+// The bytes of [offset, offset + bytes) of `file`; UserError naming `what` where the file is shorter.
+std::vector<std::byte> readSlice(const fs::path& file, int64_t offset, int64_t bytes, const std::string& what) {
+  std::ifstream in(file, std::ios::binary);
+  std::error_code ec;
+  const auto size = static_cast<int64_t>(fs::file_size(file, ec));
+  if (!in || ec || offset > size || bytes > size - offset)
+    userError("{}: its initial value [{}, +{}) lies outside {} ({} bytes); compile the directory again", what, offset, bytes,
+              file.string(), ec ? 0 : size);
+  std::vector<std::byte> out(static_cast<size_t>(bytes));
+  in.seekg(offset);
+  in.read(reinterpret_cast<char*>(out.data()), bytes);
+  if (!in) userError("{}: cannot read its initial value from {}", what, file.string());
+  return out;
+}
+
+}  // namespace
+
+DecodeInterface describeDecode(const runtime::Manifest& m, const fs::path& dir) {
+  const std::string where = (dir / runtime::kManifestFileName).string();
+  if (!m.decode || m.states.empty())
+    userError("{}: not a decoder step with a KV cache (no 'decode' and 'states'); compile one with kiln compile STEP.pt "
+              "--emit cuda -o {} --prefill-chunk C", where, dir.string());
+  DecodeInterface d;
+  std::vector<int64_t> own;  // the forward's own inputs: not states
+  for (int64_t id : m.inputs)
+    if (std::none_of(m.states.begin(), m.states.end(), [&](const runtime::StateInfo& s) { return s.input == id; })) own.push_back(id);
+  if (own.size() != 2) userError("{}: the step takes {} inputs beside its states; kiln generate feeds two", where, own.size());
+  d.tokenInput = static_cast<size_t>(std::find(own.begin(), own.end(), m.decode->tokenInput) - own.begin());
+  d.positionInput = static_cast<size_t>(std::find(own.begin(), own.end(), m.decode->positionInput) - own.begin());
+  const runtime::BufferInfo* tokens = m.findBuffer(m.decode->tokenInput);
+  const runtime::BufferInfo* logits = m.findBuffer(m.outputs.at(0));
+  const int64_t t = numel(tokens->shape);
+  if (tokens->shape != Shape{1, t} || m.findBuffer(m.decode->positionInput)->shape != Shape{t} || logits->shape.size() != 3 ||
+      logits->shape[0] != 1 || logits->shape[1] != t || logits->dtype == DType::I64 || logits->dtype == DType::Bool)
+    userError("{}: token ids {}[{}], positions [{}] and a first output {}[{}] are not a decoder step's [1, T], [T] and logits "
+              "[1, T, vocabulary]", where, tokens->name, shapeString(tokens->shape),
+              shapeString(m.findBuffer(m.decode->positionInput)->shape), logits->name, shapeString(logits->shape));
+  d.tokenName = tokens->name;
+  d.positionName = m.findBuffer(m.decode->positionInput)->name;
+  d.capacity = m.decode->cachePositions;
+  d.vocabulary = m.decode->vocabulary;
+  for (const runtime::StateInfo& s : m.states) {
+    const runtime::BufferInfo* b = m.findBuffer(s.input);
+    d.stateNames.push_back(s.name);
+    const std::vector<std::byte> bytes =
+        readSlice(dir / m.weightsFile, s.initialOffset, b->bytes, fmt::format("{}: state '{}'", where, s.name));
+    d.initialState.push_back(fromBytes(b->dtype, b->shape, bytes));
   }
   return d;
 }
@@ -368,12 +347,18 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   std::string damage;
   const bool cached = usableCacheEntry(dir, &damage);
   Compiled compiled = compileModel(c.model, inputs, pipeline, cached ? "torch" : "cuda", parseCast(c.dtype), target);
+  std::vector<cuda::ArtifactState> states = artifactStates(compiled.torchIR);
   if (!cached) {
-    cuda::writeArtifacts(compiled.kernelIR, compiled.cudaIR, dir, cuda::ArtifactOptions{target.arch, true});
+    cuda::writeArtifacts({cuda::ArtifactEntry{"", &compiled.kernelIR, &compiled.cudaIR, states, std::nullopt}}, dir,
+                         cuda::ArtifactOptions{target.arch, true});
     log << fmt::format("kiln: compiled the {}-token entry into the cache {}\n", tokens, dir.string());
   }
-  if (!state) state = std::make_shared<DeviceState>(compiled.torchIR);
-  auto entry = std::make_unique<GpuEntry>(dir, tokens, state);
+  if (!state) {
+    std::vector<HostTensor> initial;
+    for (cuda::ArtifactState& s : states) initial.push_back(std::move(s.initial));
+    state = std::make_shared<DeviceState>(initial);
+  }
+  auto entry = std::make_unique<GpuEntry>(dir, "", /*filesChecked=*/true, tokens, state);
   s.kernels = entry->kernels();
   s.torchIR = std::move(compiled.torchIR);
   s.entry = std::move(entry);
@@ -406,6 +391,76 @@ std::vector<std::string> decodeEntryInputs(const std::string& tokenName, const s
   return {fmt::format("{}=1x{}:i64", tokenName, tokens), fmt::format("{}={}:i64", positionName, tokens)};
 }
 
+namespace {
+
+// What kiln generate runs: the entries and the interface of the model, and what the log says of them.
+struct Prepared {
+  DecodeInterface iface;
+  std::unique_ptr<DecodeEntry> step, prefill;
+  std::string modelName, how;  // how: "compiled in 1.2 s" or "loaded from DIR"
+  size_t stepKernels = 0, prefillKernels = 0;
+  int64_t prefillTokens = 0;
+};
+
+// A .pt decoder step: specialised to 1 token (and to --prefill-chunk C), compiled for the interpreter or the GPU.
+Prepared prepareTrace(const GenerateCommand& c, std::ostream& log) {
+  const auto [tokenName, positionName] = decodeInputNames(c.model, c.tokenInput, c.positionInput);
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<DeviceState> deviceState;  // the GPU entries' state, shared
+  Specialised step = specialise(c, tokenName, positionName, 1, deviceState, log);
+  Prepared p;
+  p.iface = describeDecode(step.torchIR, tokenName, positionName);
+  p.iface.greedyTokens = true;  // (specialise compiles the entries with PipelineOptions::greedyTokens)
+  if (c.prefillChunk > 1) {
+    Specialised prefill = specialise(c, tokenName, positionName, c.prefillChunk, deviceState, log);
+    p.prefill = std::move(prefill.entry);
+    p.prefillKernels = prefill.kernels;
+    p.prefillTokens = c.prefillChunk;
+  }
+  p.step = std::move(step.entry);
+  p.stepKernels = step.kernels;
+  p.modelName = step.torchIR.modelName;
+  p.how = fmt::format("compiled in {:.1f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return p;
+}
+
+// A directory kiln compile --emit cuda wrote from a decoder step: its entries as compiled (the step, and the prefill
+// chunk where it holds one), the interface and initial state its manifest records. GPU only.
+Prepared prepareDirectory(const GenerateCommand& c) {
+  if (c.interpret) usageError("--interpret runs Kernel IR, which {} does not hold: give kiln generate the .pt", c.model);
+  if (c.prefillChunk != 0 || !c.tokenInput.empty() || !c.positionInput.empty() || !c.dtype.empty() ||
+      !c.pipeline.enable.empty() || !c.pipeline.disable.empty())
+    usageError("{} was compiled with its inputs, chunk, dtype and passes fixed: drop --prefill-chunk, --token-input, "
+               "--position-input, --dtype, --enable and --disable, or compile the .pt again", c.model);
+  const runtime::Manifest m = runtime::readManifest(c.model);
+  Prepared p;
+  p.iface = describeDecode(m, c.model);
+  std::string why;
+  if (!runtime::gpuAvailable(&why))
+    userError("kiln generate {} needs a CUDA GPU: {}; --interpret runs the .pt it was compiled from on the CPU", c.model, why);
+  auto state = std::make_shared<DeviceState>(p.iface.initialState);
+  auto step = std::make_unique<GpuEntry>(c.model, "", false, 1, state);
+  p.stepKernels = step->kernels();
+  p.step = std::move(step);
+  std::error_code ec;
+  if (fs::exists(fs::path(c.model) / runtime::manifestFileName("prefill"), ec)) {
+    const runtime::Manifest chunk = runtime::readManifest(c.model, "prefill");
+    const DecodeInterface chunkIface = describeDecode(chunk, c.model);
+    const int64_t tokens = numel(chunk.findBuffer(chunk.decode->tokenInput)->shape);
+    if (chunkIface.stateNames != p.iface.stateNames || chunkIface.capacity != p.iface.capacity)
+      userError("{}: the prefill entry's states or cache differ from the decode step's; compile the directory again", c.model);
+    auto prefill = std::make_unique<GpuEntry>(c.model, "prefill", false, tokens, state);
+    p.prefillKernels = prefill->kernels();
+    p.prefillTokens = tokens;
+    p.prefill = std::move(prefill);
+  }
+  p.modelName = m.model;
+  p.how = "loaded from " + c.model;
+  return p;
+}
+
+}  // namespace
+
 int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) {
   if (c.prefillChunk < 0) usageError("--prefill-chunk must be 0 (token by token) or a number of tokens, not {}", c.prefillChunk);
   if (c.maxNewTokens < 1) usageError("--max-new-tokens must be at least 1, not {}", c.maxNewTokens);
@@ -415,26 +470,18 @@ int runGenerate(const GenerateCommand& c, std::ostream& out, std::ostream& log) 
     if (fs::exists(c.logitsDir, ec) && !(fs::is_directory(c.logitsDir, ec) && fs::is_empty(c.logitsDir, ec)))
       usageError("--save-logits {}: not a new or empty directory; name one that is", c.logitsDir);
   }
-  const auto [tokenName, positionName] = decodeInputNames(c.model, c.tokenInput, c.positionInput);
-  auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<DeviceState> deviceState;  // the GPU entries' state, shared
-  Specialised step = specialise(c, tokenName, positionName, 1, deviceState, log);
-  DecodeInterface iface = describeDecode(step.torchIR, tokenName, positionName);
-  iface.greedyTokens = true;  // (specialise compiles the entries with PipelineOptions::greedyTokens)
-  Specialised prefill;
-  if (c.prefillChunk > 1) prefill = specialise(c, tokenName, positionName, c.prefillChunk, deviceState, log);
+  std::error_code ec;
+  Prepared p = fs::is_directory(c.model, ec) ? prepareDirectory(c) : prepareTrace(c, log);
   int64_t stateBytes = 0;
-  for (const HostTensor& s : iface.initialState) stateBytes += numel(s.shape) * dtypeBytes(s.dtype);
-  const size_t states = iface.stateNames.size();
-  const int64_t capacity = iface.capacity;
-  const bool chunked = prefill.entry != nullptr;
-  Generator generator(std::move(iface), std::move(step.entry), std::move(prefill.entry));
+  for (const HostTensor& s : p.iface.initialState) stateBytes += numel(s.shape) * dtypeBytes(s.dtype);
+  const size_t states = p.iface.stateNames.size();
+  const int64_t capacity = p.iface.capacity;
+  Generator generator(std::move(p.iface), std::move(p.step), std::move(p.prefill));
   generator.check(c.promptIds, c.maxNewTokens);  // before anything is printed or run
-  log << fmt::format("kiln: {}: decode step {} kernels{}; {} states ({:.2f} MB), the cache holds {} positions; compiled in "
-                     "{:.1f} s\n", step.torchIR.modelName, step.kernels,
-                     chunked ? fmt::format(", prefill chunk of {} tokens {} kernels", c.prefillChunk, prefill.kernels) : "",
-                     states, stateBytes / 1e6, capacity,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  log << fmt::format("kiln: {}: decode step {} kernels{}; {} states ({:.2f} MB), the cache holds {} positions; {}\n",
+                     p.modelName, p.stepKernels,
+                     p.prefillTokens > 0 ? fmt::format(", prefill chunk of {} tokens {} kernels", p.prefillTokens, p.prefillKernels) : "",
+                     states, stateBytes / 1e6, capacity, p.how);
   if (!c.logitsDir.empty()) fs::create_directories(c.logitsDir);
   size_t saved = 0;
   std::function<void(const std::vector<float>&)> onLogits;  // only with --save-logits: the logits stay on the GPU

@@ -134,7 +134,8 @@ std::unique_ptr<kiln::frontend::TracedExpression> modelOrExpression(const CLI::A
 CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
   auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
                                              "prompt and new token ids on one line; each token picked inside the forward");
-  gen->add_option("model", generate.model, "TorchScript decoder-step trace (.pt): forward(ids, pos) -> logits")->required();
+  gen->add_option("model", generate.model, "TorchScript decoder-step trace (.pt): forward(ids, pos) -> logits, or a "
+                  "directory kiln compile --emit cuda wrote from one (GPU only)")->required();
   gen->add_option("--prompt-ids", generate.promptIds, "the prompt's token ids, comma-separated")->delimiter(',')->required();
   gen->add_option("--max-new-tokens", generate.maxNewTokens, "tokens to generate (default 16)");
   gen->add_option("--prefill-chunk", generate.prefillChunk,

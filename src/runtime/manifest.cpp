@@ -19,10 +19,12 @@
 #include "kiln/support/files.h"
 #include "kiln/support/hash.h"
 #include "kiln/support/target.h"
+#include "manifest_internal.h"
 
 namespace kiln::runtime {
 
 using nlohmann::json;
+using detail::Reader;
 
 std::string_view bufferKindName(BufferKind k) {
   switch (k) {
@@ -42,72 +44,6 @@ const BufferInfo* Manifest::findBuffer(int64_t id) const {
 }
 
 namespace {
-
-// A JSON value as an error message shows it: a number, true, false or null as written, a string up to 40 characters,
-// an array or object by its size only. Never the dump of a nested value: a manifest nested 75,000 deep overflowed the
-// stack while its error message was built, and one 50,000 deep made a 100 KB line (issue 45).
-std::string shown(const json& v) {
-  if (v.is_array()) return fmt::format("an array ({} entries)", v.size());
-  if (v.is_object()) return fmt::format("an object ({} fields)", v.size());
-  if (!v.is_string()) return v.dump();
-  const std::string& text = v.get_ref<const std::string&>();
-  const bool cut = text.size() > 40;
-  return json(cut ? text.substr(0, 40) : text).dump(-1, ' ', true, json::error_handler_t::replace) + (cut ? "..." : "");
-}
-
-// Field access that turns every shape mismatch into a message naming the JSON path ("buffers[2].dtype").
-struct Reader {
-  const std::string& what;
-
-  const json& field(const json& obj, const std::string& path, const char* key) const {
-    if (!obj.is_object()) userError("{}: '{}' must be a JSON object", what, path);
-    auto it = obj.find(key);
-    if (it == obj.end()) userError("{}: missing field '{}{}{}'", what, path, path.empty() ? "" : ".", key);
-    return *it;
-  }
-  static std::string sub(const std::string& path, const char* key) {
-    return path.empty() ? std::string(key) : path + "." + key;
-  }
-  std::string str(const json& obj, const std::string& path, const char* key) const {
-    const json& v = field(obj, path, key);
-    if (!v.is_string()) userError("{}: field '{}' must be a string, got {}", what, sub(path, key), shown(v));
-    return v.get<std::string>();
-  }
-  int64_t integer(const json& v, const std::string& path) const {
-    if (!v.is_number_integer()) userError("{}: field '{}' must be an integer, got {}", what, path, shown(v));
-    return v.get<int64_t>();
-  }
-  int64_t integer(const json& obj, const std::string& path, const char* key) const {
-    return integer(field(obj, path, key), sub(path, key));
-  }
-  std::vector<int64_t> ints(const json& obj, const std::string& path, const char* key) const {
-    const json& v = field(obj, path, key);
-    std::string p = sub(path, key);
-    if (!v.is_array()) userError("{}: field '{}' must be an array of integers, got {}", what, p, shown(v));
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < v.size(); ++i) out.push_back(integer(v[i], fmt::format("{}[{}]", p, i)));
-    return out;
-  }
-  void dim3(const json& obj, const std::string& path, const char* key, int (&out)[3]) const {
-    std::vector<int64_t> v = ints(obj, path, key);
-    if (v.size() != 3) userError("{}: field '{}' must have 3 entries, got {}", what, sub(path, key), v.size());
-    for (int i = 0; i < 3; ++i) {
-      if (v[i] <= 0 || v[i] > INT32_MAX)
-        userError("{}: field '{}[{}]' must be in [1, 2^31), got {}", what, sub(path, key), i, v[i]);
-      out[i] = static_cast<int>(v[i]);
-    }
-  }
-  bool boolean(const json& obj, const std::string& path, const char* key) const {
-    const json& v = field(obj, path, key);
-    if (!v.is_boolean()) userError("{}: field '{}' must be true or false, got {}", what, sub(path, key), shown(v));
-    return v.get<bool>();
-  }
-  const json& array(const json& obj, const std::string& path, const char* key) const {
-    const json& v = field(obj, path, key);
-    if (!v.is_array()) userError("{}: field '{}' must be an array", what, sub(path, key));
-    return v;
-  }
-};
 
 BufferKind parseKind(const std::string& s, const std::string& what, const std::string& path) {
   for (BufferKind k : {BufferKind::Input, BufferKind::Output, BufferKind::Weight, BufferKind::Temp, BufferKind::Counters})
@@ -217,6 +153,7 @@ static Manifest parseManifest(const json& j, const std::string& what) {
       m.files.push_back(std::move(f));
     }
   }
+  detail::parseStates(j, m, r);
   validatePlan(m, what);
   return m;
 }
@@ -371,6 +308,7 @@ static void validatePlan(const Manifest& m, const std::string& what) {
     if (f.bytes < 0) userError("{}: file \"{}\" has {} bytes", what, f.name, f.bytes);
   }
   for (size_t i = 0; i < m.kernels.size(); ++i) validateKernel(m, i, what);
+  detail::validateStates(m, what);
 }
 
 // Names and strings in a manifest come from its file: a control character in one (a newline in a buffer's name)
@@ -462,6 +400,7 @@ json toJson(const Manifest& m) {
     for (const FileInfo& f : m.files) fs.push_back({{"name", f.name}, {"bytes", f.bytes}, {"fnv1a_words", fmt::format("{:016x}", f.fnv1a)}});
     j["files"] = std::move(fs);
   }
+  detail::statesToJson(m, j);
   return j;
 }
 

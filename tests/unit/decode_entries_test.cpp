@@ -1,12 +1,18 @@
 // One emitted directory for a decoder step's two entry points (issue 42): `kiln compile STEP.pt --emit cuda -o DIR
 // --prefill-chunk C` writes the decode step (manifest.json) and a prefill chunk of C tokens (manifest.prefill.json),
-// every kernel compiled by nvcc, both reading one weights.bin that holds each shared weight once.
+// every kernel compiled by nvcc, both reading one weights.bin that holds each shared weight once; the manifests record
+// the states with their initial values and the decode interface, which `kiln generate DIR` runs from.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include <fstream>
+
 #include "cli_support.h"
+#include "kiln/driver/generate.h"
+#include "kiln/driver/pipeline.h"
 #include "kiln/runtime/manifest.h"
+#include "kiln/runtime/runtime.h"
 #include "test_support.h"
 
 namespace kiln {
@@ -72,6 +78,67 @@ TEST(DecodeEntries, TheStepAndAPrefillChunkShareOneDirectoryAndItsWeights) {
   // Written again over itself (the marker lists both manifests), nothing else in the directory.
   r = kiln({"compile", kStep, "--emit", "cuda", "-o", dir.string(), "--prefill-chunk", "8", "--no-nvcc"});
   EXPECT_EQ(r.code, 0) << describe(r);
+}
+
+// What the manifests record of the decoder step is what kiln generate reads from the trace itself: the states by name,
+// in order, with the archive's values; the token and position inputs; the cache's positions and the vocabulary.
+TEST(DecodeEntries, TheManifestsRecordTheStatesAndTheDecodeInterface) {
+  TempDir tmp;
+  const fs::path dir = tmp.path / "step";
+  Result r = kiln({"compile", kStep, "--emit", "cuda", "-o", dir.string(), "--prefill-chunk", "4", "--no-nvcc"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const Compiled traced = compileModel(kStep, {}, {}, "torch");
+  const DecodeInterface want = describeDecode(traced.torchIR, "", "");
+  ASSERT_EQ(want.stateNames.size(), 6u);
+  for (const std::string entry : {"", "prefill"}) {
+    const runtime::Manifest m = runtime::readManifest(dir, entry);
+    ASSERT_EQ(m.states.size(), want.stateNames.size()) << entry;
+    for (size_t i = 0; i < m.states.size(); ++i) {  // the program's last inputs and outputs, pairwise
+      EXPECT_EQ(m.states[i].input, m.inputs[m.inputs.size() - m.states.size() + i]) << entry;
+      EXPECT_EQ(m.states[i].output, m.outputs[m.outputs.size() - m.states.size() + i]) << entry;
+    }
+    const DecodeInterface got = describeDecode(m, dir);
+    EXPECT_EQ(got.stateNames, want.stateNames) << entry;
+    EXPECT_EQ(got.tokenName, "ids");
+    EXPECT_EQ(got.positionName, "pos");
+    EXPECT_EQ(got.capacity, 32);
+    EXPECT_EQ(got.vocabulary, want.vocabulary);
+    ASSERT_EQ(got.initialState.size(), want.initialState.size());
+    for (size_t i = 0; i < got.initialState.size(); ++i) {
+      EXPECT_EQ(got.initialState[i].dtype, want.initialState[i].dtype) << want.stateNames[i];
+      EXPECT_EQ(got.initialState[i].shape, want.initialState[i].shape) << want.stateNames[i];
+      EXPECT_EQ(got.initialState[i].values, want.initialState[i].values) << want.stateNames[i];
+    }
+  }
+  // A plain --emit cuda of the step is a decoder step too; of a model without state, it records neither.
+  r = kiln({"compile", kStep, "--emit", "cuda", "-o", (tmp.path / "plain").string(), "--no-nvcc"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("a decoder step: kiln generate runs it"), std::string::npos) << describe(r);
+  EXPECT_TRUE(runtime::readManifest(tmp.path / "plain").decode.has_value());
+  r = kiln({"compile", test::fixturePath("mlp"), "--emit", "cuda", "-o", (tmp.path / "mlp").string(), "--no-nvcc"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  const runtime::Manifest mlp = runtime::readManifest(tmp.path / "mlp");
+  EXPECT_TRUE(mlp.states.empty());
+  EXPECT_FALSE(mlp.decode.has_value());
+}
+
+// kiln generate DIR: what it cannot do with a directory, in one line each, before anything runs.
+TEST(DecodeEntries, GenerateFromADirectoryRefusesInOneLine) {
+  TempDir tmp;
+  const fs::path dir = tmp.path / "step", mlp = tmp.path / "mlp";
+  ASSERT_EQ(kiln({"compile", kStep, "--emit", "cuda", "-o", dir.string(), "--prefill-chunk", "4", "--no-nvcc"}).code, 0);
+  ASSERT_EQ(kiln({"compile", test::fixturePath("mlp"), "--emit", "cuda", "-o", mlp.string(), "--no-nvcc"}).code, 0);
+  const std::string d = dir.string();
+  expectOneLineError(kiln({"generate", d, "--prompt-ids", "1,2", "--interpret"}), 2, {"does not hold", "the .pt"});
+  expectOneLineError(kiln({"generate", d, "--prompt-ids", "1,2", "--prefill-chunk", "8"}), 2, {"drop --prefill-chunk"});
+  expectOneLineError(kiln({"generate", d, "--prompt-ids", "1,2", "--dtype", "bf16"}), 2, {"compiled with"});
+  expectOneLineError(kiln({"generate", mlp.string(), "--prompt-ids", "1,2"}), 1, {"not a decoder step", "--prefill-chunk C"});
+  expectOneLineError(kiln({"generate", tmp.path.string(), "--prompt-ids", "1,2"}), 1, {"manifest.json"});
+  if (!runtime::gpuAvailable())
+    expectOneLineError(kiln({"generate", d, "--prompt-ids", "1,2"}), 1, {"needs a CUDA GPU", "--interpret"});
+  // A weights file cut short: the states' initial values are missing, said before any GPU work.
+  fs::resize_file(dir / "weights.bin", 1024);
+  expectOneLineError(kiln({"generate", d, "--prompt-ids", "1,2"}), 1, {"state 'w.", "lies outside", "weights.bin"});
 }
 
 TEST(DecodeEntries, BadRequestsAreOneLine) {

@@ -4,10 +4,12 @@
 #pragma once
 #include <filesystem>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/kernel/ir.h"
+#include "kiln/support/host_tensor.h"
 
 namespace kiln::cuda {
 
@@ -43,10 +45,24 @@ void writeArtifacts(const kernel::Program& p, const Module& m, const std::filesy
 // One entry point of an emitted directory: a compiled forward of the model at some shapes (a decode step, a prefill
 // chunk). Entries after the first have a name and kernels whose names start with it ("prefill_k3_add": their files
 // must not collide with the first entry's).
+// A state of the model an entry was compiled from (kiln/torch/ir.h State), in the order its forward takes them (the
+// program's last inputs and outputs): its name and its value before the first forward, stored in the weights file
+// (runtime::StateInfo).
+struct ArtifactState {
+  std::string name;
+  HostTensor initial;
+};
+// A decoder step's interface (runtime::DecodeInfo), its inputs named by their place among the program's inputs.
+struct ArtifactDecode {
+  size_t tokenArgument = 0, positionArgument = 1;
+  int64_t cachePositions = 0, vocabulary = 0;
+};
 struct ArtifactEntry {
   std::string name;  // "" for the first: manifest.json; otherwise manifest.NAME.json (runtime::manifestFileName)
   const kernel::Program* program = nullptr;
   const Module* module = nullptr;
+  std::vector<ArtifactState> states;    // recorded in the manifest with their initial values (format 7)
+  std::optional<ArtifactDecode> decode; // recorded where the entry is a decoder step
 };
 // Writes several entries into one directory as writeArtifacts does one: each its manifest, .cu files and cubins, all
 // reading one weights file, where a weight of a later entry whose bytes equal a weight's of an earlier entry is stored

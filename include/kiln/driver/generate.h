@@ -7,14 +7,19 @@
 // each a compilation of its own from the same file, sharing the state by name and order.
 #pragma once
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kiln/cuda/emitter.h"
+#include "kiln/driver/pipeline.h"
+#include "kiln/runtime/manifest.h"
 #include "kiln/support/host_tensor.h"
 #include "kiln/support/pipeline.h"
 #include "kiln/support/target.h"
@@ -23,7 +28,7 @@
 namespace kiln {
 
 struct GenerateCommand {
-  std::string model;                 // a .pt decoder-step trace
+  std::string model;                 // a .pt decoder-step trace, or a directory kiln compile --emit cuda wrote from one
   std::vector<int64_t> promptIds;    // --prompt-ids 1,2,3
   int maxNewTokens = 16;             // --max-new-tokens N
   int prefillChunk = 0;              // --prefill-chunk C: the prompt in chunks of C tokens; 0: one token at a time
@@ -51,6 +56,21 @@ struct DecodeInterface {
 // UserError (one line) for a model without state, without a token and a position input, or whose first output is
 // not logits [1, T, vocabulary].
 DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenInput, const std::string& positionInput);
+
+// The model's states with the archive's values, in the order its forward takes them (an emitted directory records
+// them: cuda::ArtifactEntry::states), and a decoder step's interface as an emitted directory records it.
+std::vector<cuda::ArtifactState> artifactStates(const torch::Graph& g);
+// The model's decode interface with the default inputs (the forward's first two arguments), or none where the model
+// is not a decoder step with state (what describeDecode refuses).
+std::optional<DecodeInterface> findDecode(const torch::Graph& g);
+// The entry `name` of an emitted directory (cuda::writeArtifacts) for a compiled model: its program and CUDA, its states,
+// and `decode` where given.
+cuda::ArtifactEntry artifactEntry(const std::string& name, const Compiled& c, const cuda::Module& module,
+                                  const std::optional<DecodeInterface>& decode);
+// The decode interface an emitted directory's manifest records (format 7: states and decode), the states' initial
+// values read from its weights file. UserError (one line, naming the directory) for a manifest without them, or a
+// weights file too short for them.
+DecodeInterface describeDecode(const runtime::Manifest& m, const std::filesystem::path& dir);
 
 // One entry point: the model specialised to `tokens` tokens per forward. run() takes the forward's inputs followed by
 // the states' current values and returns its outputs followed by the states' new values; without `logits` the first

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,13 +75,33 @@ struct KernelInfo {
 // Format 5 adds buffers[].in_place_of (a format-4 runtime would refuse the shared bytes as an overlap).
 // Format 6 hashes the files from FNV's offset basis (kiln/support/hash.h); formats 2 to 5 from a basis a digit short
 // of it, which verifyFiles still uses for them.
-inline constexpr int64_t kManifestFormatVersion = 6;
+// Format 7 adds "states" and "decode" (a model's state and a decoder step's interface: kiln generate DIR).
+inline constexpr int64_t kManifestFormatVersion = 7;
 
 // A file of the compiled model as kiln wrote it (format 2): its name in the manifest's directory, size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights).
 struct FileInfo {
   std::string name;
   int64_t bytes = 0;
   uint64_t fnv1a = 0;  // fnv1aWords of the file (kiln/support/hash.h): FNV-1a's step over its 8-byte words, not FNV-1a
+};
+
+// A model state (format 7, "states"; kiln/torch/ir.h State): a buffer the forward reads as the input `input` and returns
+// anew as the output `output` (a KV cache, a position counter), which the caller keeps from one forward to the next;
+// its value before the first forward is the bytes at `initial_offset` in the weights file (the module buffer's value
+// in the trace). Input and output have the same dtype and shape.
+struct StateInfo {
+  std::string name;
+  int64_t input = -1, output = -1;  // buffer ids
+  int64_t initialOffset = -1;       // into the weights file ("initial_offset")
+};
+
+// What `kiln generate DIR` needs of a decoder step beyond its buffers (format 7, "decode"; absent for other models):
+// which inputs are the token ids ([1, T], i64) and their positions ([T], i64), and the bounds its input is checked
+// against before anything runs. The first output is the logits [1, T, vocabulary].
+struct DecodeInfo {
+  int64_t tokenInput = -1, positionInput = -1;  // buffer ids ("token_input", "position_input")
+  int64_t cachePositions = 0;  // positions the KV cache holds; 0 when not known ("cache_positions")
+  int64_t vocabulary = 0;      // rows of the embedding the token ids index; 0 when not known
 };
 
 struct Manifest {
@@ -95,6 +116,8 @@ struct Manifest {
   std::vector<int64_t> outputs;     // buffer ids, in the model's result order
   std::vector<KernelInfo> kernels;  // launch order
   std::vector<FileInfo> files;      // format 2: weights_file and every distinct cubin; empty in format 1
+  std::vector<StateInfo> states;    // format 7: the model's states, in the order its forward takes them
+  std::optional<DecodeInfo> decode; // format 7: present when the entry is a decoder step
 
   // nullptr if no buffer has this id.
   const BufferInfo* findBuffer(int64_t id) const;
