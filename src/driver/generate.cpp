@@ -435,6 +435,9 @@ Prepared prepareDirectory(const GenerateCommand& c) {
   const runtime::Manifest m = runtime::readManifest(c.model);
   Prepared p;
   p.iface = describeDecode(m, c.model);
+  if (const int64_t t = numel(m.findBuffer(m.decode->tokenInput)->shape); t != 1)
+    userError("{}: its manifest.json takes {} tokens per forward; kiln generate needs the decode step (1 token) there: "
+              "compile the .pt with kiln compile --emit cuda --prefill-chunk C", c.model, t);
   std::string why;
   if (!runtime::gpuAvailable(&why))
     userError("kiln generate {} needs a CUDA GPU: {}; --interpret runs the .pt it was compiled from on the CPU", c.model, why);

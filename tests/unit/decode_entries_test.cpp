@@ -136,6 +136,11 @@ TEST(DecodeEntries, GenerateFromADirectoryRefusesInOneLine) {
   expectOneLineError(kiln({"generate", tmp.path.string(), "--prompt-ids", "1,2"}), 1, {"manifest.json"});
   if (!runtime::gpuAvailable())
     expectOneLineError(kiln({"generate", d, "--prompt-ids", "1,2"}), 1, {"needs a CUDA GPU", "--interpret"});
+  // A decoder step compiled at 4 tokens is no decode step.
+  const fs::path four = tmp.path / "four";
+  ASSERT_EQ(kiln({"compile", kStep, "--input", "ids=1x4:i64", "--input", "pos=4:i64", "--emit", "cuda", "-o", four.string(),
+                  "--no-nvcc"}).code, 0);
+  expectOneLineError(kiln({"generate", four.string(), "--prompt-ids", "1,2"}), 1, {"takes 4 tokens per forward"});
   // A weights file cut short: the states' initial values are missing, said before any GPU work.
   fs::resize_file(dir / "weights.bin", 1024);
   expectOneLineError(kiln({"generate", d, "--prompt-ids", "1,2"}), 1, {"state 'w.", "lies outside", "weights.bin"});
