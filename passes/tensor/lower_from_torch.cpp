@@ -95,6 +95,7 @@ struct Lowering {
 
   int softmax() {
     int x = tensor(0);
+    if (b.dtype(x) != resultType()) x = b.cast(x, resultType());  // softmax(x, d, dtype): x converted first
     int d = b.normDim(x, integer(1));
     int m = b.reduce(ReduceFn::Max, x, {d}, true);
     int e = b.unary(Fn::Exp, b.binary(Fn::Sub, Operand{x}, Operand{m}));
@@ -195,6 +196,10 @@ struct Lowering {
   int addmm() {
     int product = b.matmul(tensor(1), tensor(2));
     double beta = argc() > 3 && !isNone(3) ? number(3) : 1.0, alpha = argc() > 4 && !isNone(4) ? number(4) : 1.0;
+    if (resultType() == DType::I64) {  // integer products take their scalars as integers, truncated (as PyTorch)
+      beta = std::trunc(beta);
+      alpha = std::trunc(alpha);
+    }
     if (alpha != 1.0) product = b.binary(Fn::Mul, Operand{product}, Operand{-1, static_cast<float>(alpha)});
     if (beta == 0.0) return product;
     Operand c = operand(0);
@@ -243,7 +248,20 @@ struct Lowering {
 
   int add() { return addScaled(Fn::Add); }
   int subtract() { return addScaled(Fn::Sub); }
-  int reverseSubtract() { return b.binary(Fn::Sub, operand(1), Operand{tensor(0)}); }
+  int reverseSubtract() {  // rsub(x, other, alpha) = other - alpha * x
+    Operand x{tensor(0)};
+    if (argc() > 2 && !isNone(2) && number(2) != 1.0) x = Operand{b.binary(Fn::Mul, x, Operand{-1, static_cast<float>(number(2))})};
+    return b.binary(Fn::Sub, operand(1), x);
+  }
+  // bitwise_not / bitwise_and / & are the logical ones on bool tensors; kiln has no integer bit operations.
+  void checkBoolOperands() {
+    for (size_t i = 0; i < cur->inputs.size() && i < 2; ++i) {
+      const torch::Value& v = tg.values[cur->inputs[i]];
+      if (v.kind != torch::Value::Kind::Constant && v.dtype != DType::Bool)
+        unsupported(fmt::format("bit operations on {} tensors are not supported (only on bool tensors, where they are the "
+                                "logical ones)", dtypeName(v.dtype)));
+    }
+  }
   int multiply() { return b.binary(Fn::Mul, operand(0), operand(1)); }
 
   int divide() {
@@ -272,6 +290,9 @@ struct Lowering {
     if (axes.empty())
       for (int d = 0; d < b.rank(x); ++d) axes.push_back(d);
     bool keep = hasDims && boolean(2);
+    // A sum or mean in another dtype (of bool: i64; or its dtype argument) converts x first, as PyTorch does: a sum
+    // of bools kept bool would count to 1 at most.
+    if (op != "aten::amax" && b.dtype(x) != resultType()) x = b.cast(x, resultType());
     if (op == "aten::mean") return b.mean(x, axes, keep);
     return b.reduce(op == "aten::sum" ? ReduceFn::Sum : ReduceFn::Max, x, axes, keep);
   }
@@ -512,6 +533,7 @@ struct Lowering {
     static const Unary compares = {{"aten::lt", Fn::Lt}, {"aten::le", Fn::Le}, {"aten::gt", Fn::Gt},
                                    {"aten::ge", Fn::Ge}, {"aten::eq", Fn::Eq}, {"aten::ne", Fn::Ne},
                                    {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
+    if (op == "aten::bitwise_not" || op == "aten::bitwise_and" || op == "aten::__and__") checkBoolOperands();
     if (auto it = compares.find(op); it != compares.end()) return b.binary(it->second, operand(0), operand(1));
     if (auto it = unaries.find(op); it != unaries.end()) return b.unary(it->second, tensor(0));
     if (auto it = opLowerings().find(op); it != opLowerings().end()) return (this->*it->second)();

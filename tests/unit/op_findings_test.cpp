@@ -287,5 +287,48 @@ TEST_F(OpFindings, NativeLayerNormGivesItsThreeResults) {
   EXPECT_EQ(loop.out.substr(y, next - y).find("load out"), std::string::npos) << loop.out;
 }
 
+// Integer and bool arithmetic as PyTorch does it (found with OpInfo's i64 and bool samples, issue 54): rsub's alpha
+// (ignored before: other - x), a sum of bools counted in i64 (kept bool before: at most 1), an integer baddbmm's
+// scalars truncated to integers; bit operations on integers, which kiln computed as the logical ones, are refused.
+TEST_F(OpFindings, IntegerAndBoolArithmeticAsPyTorch) {
+  TempDir tmp;
+  std::string script = fmt::format(
+      "import torch\n"
+      "class RSub(torch.nn.Module):\n"
+      "    def forward(self, x, i):\n"
+      "        return torch.rsub(x, 2.0, alpha=3), torch.rsub(i, 7, alpha=2)\n"
+      "class BoolSum(torch.nn.Module):\n"
+      "    def forward(self, b):\n"
+      "        return b.sum(-1), b.sum((1, 3))\n"
+      "class IntBaddbmm(torch.nn.Module):\n"
+      "    def forward(self, c, a, m):\n"
+      "        return torch.baddbmm(c, a, m, beta=2.5, alpha=1.5)\n"
+      "class Bits(torch.nn.Module):\n"
+      "    def forward(self, i, j):\n"
+      "        return i & j\n"
+      "class BoolBits(torch.nn.Module):\n"
+      "    def forward(self, b, c):\n"
+      "        return torch.bitwise_not(b & c)\n"
+      "i = torch.randint(0, 8, (3, 4))\n"
+      "b = torch.rand(3, 2, 1, 2) > 0.5\n"
+      "ints = lambda *s: torch.randint(0, 8, s)\n"
+      "torch.jit.trace(RSub(), (torch.randn(3, 4), i)).save('{0}/rsub.pt')\n"
+      "torch.jit.trace(BoolSum(), (b,)).save('{0}/boolsum.pt')\n"
+      "torch.jit.trace(IntBaddbmm(), (ints(2, 3, 5), ints(2, 3, 4), ints(2, 4, 5))).save('{0}/baddbmm.pt')\n"
+      "torch.jit.trace(Bits(), (i, i)).save('{0}/bits.pt')\n"
+      "torch.jit.trace(BoolBits(), (b, b)).save('{0}/boolbits.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp, script)) << script;
+  auto path = [&](const char* name) { return (tmp.path / name).string(); };
+  expectCheckPasses(kiln({"run", path("rsub.pt"), "--input", "x=3x4", "--input", "i=3x4:i64", "--check", "--interpret"}));
+  expectCheckPasses(kiln({"run", path("boolsum.pt"), "--input", "b=3x2x1x2:bool", "--check", "--interpret"}));
+  expectCheckPasses(kiln({"run", path("baddbmm.pt"), "--input", "c=2x3x5:i64", "--input", "a=2x3x4:i64", "--input",
+                          "m=2x4x5:i64", "--check", "--interpret"}));
+  expectCheckPasses(kiln({"run", path("boolbits.pt"), "--input", "b=3x2x1x2:bool", "--input", "c=3x2x1x2:bool", "--check",
+                          "--interpret"}));
+  expectOneLineError(kiln({"run", path("bits.pt"), "--input", "i=3x4:i64", "--input", "j=3x4:i64", "--check", "--interpret"}),
+                     1, {"aten::__and__", "bit operations on i64 tensors are not supported"});
+}
+
 }  // namespace
 }  // namespace kiln
