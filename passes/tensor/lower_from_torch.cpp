@@ -8,6 +8,7 @@
 
 #include "kiln/support/error.h"
 #include "kiln/tensor/builder.h"
+#include "kiln/tensor/op_catalog.h"
 
 namespace kiln::tensor {
 namespace {
@@ -522,20 +523,28 @@ struct Lowering {
     return table;
   }
 
+  // The ops that are one function of one tensor, and those of two operands (comparisons and logical and).
+  static const std::map<std::string, Fn>& unaryFunctions() {
+    static const std::map<std::string, Fn> table = {
+        {"aten::neg", Fn::Neg},         {"aten::exp", Fn::Exp},   {"aten::rsqrt", Fn::Rsqrt},
+        {"aten::sqrt", Fn::Sqrt},       {"aten::relu", Fn::Relu}, {"aten::silu", Fn::Silu},
+        {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh}, {"aten::cos", Fn::Cos},
+        {"aten::sin", Fn::Sin},         {"aten::logical_not", Fn::Not}, {"aten::bitwise_not", Fn::Not},
+        {"aten::abs", Fn::Abs}};
+    return table;
+  }
+  static const std::map<std::string, Fn>& comparisons() {
+    static const std::map<std::string, Fn> table = {
+        {"aten::lt", Fn::Lt}, {"aten::le", Fn::Le}, {"aten::gt", Fn::Gt}, {"aten::ge", Fn::Ge}, {"aten::eq", Fn::Eq},
+        {"aten::ne", Fn::Ne}, {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
+    return table;
+  }
+
   int lower() {
     const std::string& op = cur->op;
-    using Unary = std::map<std::string, Fn>;
-    static const Unary unaries = {{"aten::neg", Fn::Neg},         {"aten::exp", Fn::Exp},   {"aten::rsqrt", Fn::Rsqrt},
-                                  {"aten::sqrt", Fn::Sqrt},       {"aten::relu", Fn::Relu}, {"aten::silu", Fn::Silu},
-                                  {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh},   {"aten::cos", Fn::Cos},
-                                  {"aten::sin", Fn::Sin},         {"aten::logical_not", Fn::Not}, {"aten::bitwise_not", Fn::Not},
-                                  {"aten::abs", Fn::Abs}};
-    static const Unary compares = {{"aten::lt", Fn::Lt}, {"aten::le", Fn::Le}, {"aten::gt", Fn::Gt},
-                                   {"aten::ge", Fn::Ge}, {"aten::eq", Fn::Eq}, {"aten::ne", Fn::Ne},
-                                   {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
     if (op == "aten::bitwise_not" || op == "aten::bitwise_and" || op == "aten::__and__") checkBoolOperands();
-    if (auto it = compares.find(op); it != compares.end()) return b.binary(it->second, operand(0), operand(1));
-    if (auto it = unaries.find(op); it != unaries.end()) return b.unary(it->second, tensor(0));
+    if (auto it = comparisons().find(op); it != comparisons().end()) return b.binary(it->second, operand(0), operand(1));
+    if (auto it = unaryFunctions().find(op); it != unaryFunctions().end()) return b.unary(it->second, tensor(0));
     if (auto it = opLowerings().find(op); it != opLowerings().end()) return (this->*it->second)();
     unsupported("unsupported op");
   }
@@ -544,23 +553,17 @@ struct Lowering {
 }  // namespace
 
 std::vector<std::string> supportedOps() {
-  return {"aten::add",     "aten::argmax",  "aten::sub",     "aten::rsub",    "aten::mul",     "aten::div",       "aten::neg",
-          "aten::exp",     "aten::rsqrt",   "aten::sqrt",    "aten::pow",     "aten::relu",      "aten::silu",
-          "aten::sigmoid", "aten::tanh",    "aten::gelu",    "aten::sum",     "aten::mean",      "aten::amax",
-          "aten::softmax", "aten::rms_norm", "aten::linear", "aten::matmul",  "aten::mm",        "aten::bmm",
-          "aten::transpose", "aten::t",     "aten::permute", "aten::view",    "aten::reshape",   "aten::flatten",
-          "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::expand_as", "aten::contiguous", "aten::clone",
-          "aten::detach",  "aten::to",      "aten::type_as", "aten::cos", "aten::sin", "aten::logical_not",
-          "aten::bitwise_not", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq", "aten::ne", "aten::__and__",
-          "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
-          "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
-          "aten::copy", "aten::index_copy",
-          "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::native_layer_norm", "aten::clamp", "aten::clip",
-          "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm", "aten::index_select",
-          // list-producing: torch-import turns each part of the list into an aten::slice (aten::select for unbind)
-          "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk", "aten::unsafe_chunk", "aten::unbind",
-          // shape and dtype only: torch-import evaluates them to constants
-          "aten::new_ones", "aten::new_zeros", "aten::new_full", "aten::zeros_like", "aten::ones_like", "aten::full_like"};
+  std::vector<std::string> names;
+  for (const OpEntry& op : opCatalog()) names.push_back(op.name);
+  return names;
+}
+
+std::vector<std::string> loweredOps() {
+  std::vector<std::string> names{"aten::native_layer_norm"};  // (lowerResults: the one op of several results)
+  for (const auto& table : {Lowering::unaryFunctions(), Lowering::comparisons()})
+    for (const auto& [name, fn] : table) names.push_back(name);
+  for (const auto& [name, lowering] : Lowering::opLowerings()) names.push_back(name);
+  return names;
 }
 
 Graph lowerFromTorch(const torch::Graph& tg) {
