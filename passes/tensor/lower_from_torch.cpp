@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "kiln/support/error.h"
 #include "kiln/tensor/builder.h"
@@ -153,6 +154,32 @@ struct Lowering {
     if (cur->op == "aten::native_layer_norm") return layerNormParts();
     if (cur->outputs.size() != 1) unsupported("ops with several results are not supported");
     return {lower()};
+  }
+
+  // PyTorch lets dimension 0 or -1 name a 0-d tensor's one element. An op taking a dimension of a 0-d operand is
+  // lowered on its 0-d operands viewed as [1] and its results reshaped back to LibTorch's shapes (of as many elements).
+  static bool takesDimensions(const std::string& op) {
+    static const std::set<std::string> ops = {"aten::sum",     "aten::mean",      "aten::amax",         "aten::argmax",
+                                              "aten::softmax", "aten::squeeze",   "aten::transpose",    "aten::index_select",
+                                              "aten::index_copy"};
+    return ops.count(op) > 0;
+  }
+  std::vector<int> lowerNode() {
+    std::map<int, int> zeroD;  // torch value -> its own 0-d node, while the node sees it as [1]
+    if (takesDimensions(cur->op))
+      for (int vid : cur->inputs)
+        if (auto it = nodeOf.find(vid); it != nodeOf.end() && b.rank(it->second) == 0 && !zeroD.count(vid)) {
+          zeroD[vid] = it->second;
+          it->second = b.reshape(it->second, {1});
+        }
+    std::vector<int> results = lowerResults();
+    for (const auto& [vid, node] : zeroD) nodeOf[vid] = node;
+    for (size_t k = 0; k < results.size() && !zeroD.empty(); ++k) {
+      const Shape& want = tg.values[cur->outputs[k]].shape;
+      if (g.nodes[results[k]].shape != want && numel(g.nodes[results[k]].shape) == numel(want))
+        results[k] = b.reshape(results[k], want);
+    }
+    return results;
   }
 
   // index_select(x, dim, index): the rows `index` (1-D, or 0-D as one row) of x along dim, as a gather from x viewed as
@@ -583,7 +610,7 @@ Graph lowerFromTorch(const torch::Graph& tg) {
   for (const torch::Node& n : tg.nodes) {
     l.cur = &n;
     l.b.setOrigin(n.op + " @ " + n.loc.str());
-    std::vector<int> results = l.lowerResults();
+    std::vector<int> results = l.lowerNode();
     KILN_ASSERT(results.size() == n.outputs.size(), "{}: {} results lowered for {} outputs", l.where(), results.size(), n.outputs.size());
     for (size_t k = 0; k < results.size(); ++k) {
       int out = results[k];
