@@ -138,13 +138,20 @@ struct Lowering {
     return {y, returned.mean, returned.rstd};
   }
 
-  // The mean of x over `axes` (kept as 1s), x minus it, and rsqrt(mean((x - mean)^2) + eps).
+  // The mean of x over `axes` (kept as 1s), x minus it, and rsqrt(mean((x - mean)^2) + eps). The mean is taken of x
+  // shifted by its first element over `axes`, c: x - c is small where x is far from 0 (data at 1000 with a spread of 1),
+  // so its f32 sum loses little, where sum(x) lost the low bits that x - mean is made of (issue 54: 2-4x LibTorch's
+  // error against f64). mean = c + mean(x - c), x - mean = (x - c) - mean(x - c).
   struct Moments {
     int mean, centred, rstd;
   };
   Moments moments(int x, const std::vector<int>& axes, float eps) {
-    const int mean = b.mean(x, axes, true);
-    const int centred = b.binary(Fn::Sub, Operand{x}, Operand{mean});
+    int first = x;
+    for (int a : axes) first = b.slice(first, a, 0, 1, 1);
+    const int shifted = b.binary(Fn::Sub, Operand{x}, Operand{first});
+    const int shiftedMean = b.mean(shifted, axes, true);
+    const int mean = b.binary(Fn::Add, Operand{first}, Operand{shiftedMean});
+    const int centred = b.binary(Fn::Sub, Operand{shifted}, Operand{shiftedMean});
     const int var = b.mean(b.binary(Fn::Mul, Operand{centred}, Operand{centred}), axes, true);
     return {mean, centred, b.unary(Fn::Rsqrt, b.binary(Fn::Add, Operand{var}, Operand{-1, eps}))};
   }
