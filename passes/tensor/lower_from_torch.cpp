@@ -5,9 +5,11 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "kiln/support/error.h"
 #include "kiln/tensor/builder.h"
+#include "kiln/tensor/op_catalog.h"
 
 namespace kiln::tensor {
 namespace {
@@ -95,6 +97,7 @@ struct Lowering {
 
   int softmax() {
     int x = tensor(0);
+    if (b.dtype(x) != resultType()) x = b.cast(x, resultType());  // softmax(x, d, dtype): x converted first
     int d = b.normDim(x, integer(1));
     int m = b.reduce(ReduceFn::Max, x, {d}, true);
     int e = b.unary(Fn::Exp, b.binary(Fn::Sub, Operand{x}, Operand{m}));
@@ -135,13 +138,20 @@ struct Lowering {
     return {y, returned.mean, returned.rstd};
   }
 
-  // The mean of x over `axes` (kept as 1s), x minus it, and rsqrt(mean((x - mean)^2) + eps).
+  // The mean of x over `axes` (kept as 1s), x minus it, and rsqrt(mean((x - mean)^2) + eps). The mean is taken of x
+  // shifted by its first element over `axes`, c: x - c is small where x is far from 0 (data at 1000 with a spread of 1),
+  // so its f32 sum loses little, where sum(x) lost the low bits that x - mean is made of (issue 54: 2-4x LibTorch's
+  // error against f64). mean = c + mean(x - c), x - mean = (x - c) - mean(x - c).
   struct Moments {
     int mean, centred, rstd;
   };
   Moments moments(int x, const std::vector<int>& axes, float eps) {
-    const int mean = b.mean(x, axes, true);
-    const int centred = b.binary(Fn::Sub, Operand{x}, Operand{mean});
+    int first = x;
+    for (int a : axes) first = b.slice(first, a, 0, 1, 1);
+    const int shifted = b.binary(Fn::Sub, Operand{x}, Operand{first});
+    const int shiftedMean = b.mean(shifted, axes, true);
+    const int mean = b.binary(Fn::Add, Operand{first}, Operand{shiftedMean});
+    const int centred = b.binary(Fn::Sub, Operand{shifted}, Operand{shiftedMean});
     const int var = b.mean(b.binary(Fn::Mul, Operand{centred}, Operand{centred}), axes, true);
     return {mean, centred, b.unary(Fn::Rsqrt, b.binary(Fn::Add, Operand{var}, Operand{-1, eps}))};
   }
@@ -151,6 +161,32 @@ struct Lowering {
     if (cur->op == "aten::native_layer_norm") return layerNormParts();
     if (cur->outputs.size() != 1) unsupported("ops with several results are not supported");
     return {lower()};
+  }
+
+  // PyTorch lets dimension 0 or -1 name a 0-d tensor's one element. An op taking a dimension of a 0-d operand is
+  // lowered on its 0-d operands viewed as [1] and its results reshaped back to LibTorch's shapes (of as many elements).
+  static bool takesDimensions(const std::string& op) {
+    static const std::set<std::string> ops = {"aten::sum",     "aten::mean",      "aten::amax",         "aten::argmax",
+                                              "aten::softmax", "aten::squeeze",   "aten::transpose",    "aten::index_select",
+                                              "aten::index_copy"};
+    return ops.count(op) > 0;
+  }
+  std::vector<int> lowerNode() {
+    std::map<int, int> zeroD;  // torch value -> its own 0-d node, while the node sees it as [1]
+    if (takesDimensions(cur->op))
+      for (int vid : cur->inputs)
+        if (auto it = nodeOf.find(vid); it != nodeOf.end() && b.rank(it->second) == 0 && !zeroD.count(vid)) {
+          zeroD[vid] = it->second;
+          it->second = b.reshape(it->second, {1});
+        }
+    std::vector<int> results = lowerResults();
+    for (const auto& [vid, node] : zeroD) nodeOf[vid] = node;
+    for (size_t k = 0; k < results.size() && !zeroD.empty(); ++k) {
+      const Shape& want = tg.values[cur->outputs[k]].shape;
+      if (g.nodes[results[k]].shape != want && numel(g.nodes[results[k]].shape) == numel(want))
+        results[k] = b.reshape(results[k], want);
+    }
+    return results;
   }
 
   // index_select(x, dim, index): the rows `index` (1-D, or 0-D as one row) of x along dim, as a gather from x viewed as
@@ -195,6 +231,10 @@ struct Lowering {
   int addmm() {
     int product = b.matmul(tensor(1), tensor(2));
     double beta = argc() > 3 && !isNone(3) ? number(3) : 1.0, alpha = argc() > 4 && !isNone(4) ? number(4) : 1.0;
+    if (resultType() == DType::I64) {  // integer products take their scalars as integers, truncated (as PyTorch)
+      beta = std::trunc(beta);
+      alpha = std::trunc(alpha);
+    }
     if (alpha != 1.0) product = b.binary(Fn::Mul, Operand{product}, Operand{-1, static_cast<float>(alpha)});
     if (beta == 0.0) return product;
     Operand c = operand(0);
@@ -243,7 +283,20 @@ struct Lowering {
 
   int add() { return addScaled(Fn::Add); }
   int subtract() { return addScaled(Fn::Sub); }
-  int reverseSubtract() { return b.binary(Fn::Sub, operand(1), Operand{tensor(0)}); }
+  int reverseSubtract() {  // rsub(x, other, alpha) = other - alpha * x
+    Operand x{tensor(0)};
+    if (argc() > 2 && !isNone(2) && number(2) != 1.0) x = Operand{b.binary(Fn::Mul, x, Operand{-1, static_cast<float>(number(2))})};
+    return b.binary(Fn::Sub, operand(1), x);
+  }
+  // bitwise_not / bitwise_and / & are the logical ones on bool tensors; kiln has no integer bit operations.
+  void checkBoolOperands() {
+    for (size_t i = 0; i < cur->inputs.size() && i < 2; ++i) {
+      const torch::Value& v = tg.values[cur->inputs[i]];
+      if (v.kind != torch::Value::Kind::Constant && v.dtype != DType::Bool)
+        unsupported(fmt::format("bit operations on {} tensors are not supported (only on bool tensors, where they are the "
+                                "logical ones)", dtypeName(v.dtype)));
+    }
+  }
   int multiply() { return b.binary(Fn::Mul, operand(0), operand(1)); }
 
   int divide() {
@@ -272,6 +325,9 @@ struct Lowering {
     if (axes.empty())
       for (int d = 0; d < b.rank(x); ++d) axes.push_back(d);
     bool keep = hasDims && boolean(2);
+    // A sum or mean in another dtype (of bool: i64; or its dtype argument) converts x first, as PyTorch does: a sum
+    // of bools kept bool would count to 1 at most.
+    if (op != "aten::amax" && b.dtype(x) != resultType()) x = b.cast(x, resultType());
     if (op == "aten::mean") return b.mean(x, axes, keep);
     return b.reduce(op == "aten::sum" ? ReduceFn::Sum : ReduceFn::Max, x, axes, keep);
   }
@@ -501,19 +557,28 @@ struct Lowering {
     return table;
   }
 
+  // The ops that are one function of one tensor, and those of two operands (comparisons and logical and).
+  static const std::map<std::string, Fn>& unaryFunctions() {
+    static const std::map<std::string, Fn> table = {
+        {"aten::neg", Fn::Neg},         {"aten::exp", Fn::Exp},   {"aten::rsqrt", Fn::Rsqrt},
+        {"aten::sqrt", Fn::Sqrt},       {"aten::relu", Fn::Relu}, {"aten::silu", Fn::Silu},
+        {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh}, {"aten::cos", Fn::Cos},
+        {"aten::sin", Fn::Sin},         {"aten::logical_not", Fn::Not}, {"aten::bitwise_not", Fn::Not},
+        {"aten::abs", Fn::Abs}};
+    return table;
+  }
+  static const std::map<std::string, Fn>& comparisons() {
+    static const std::map<std::string, Fn> table = {
+        {"aten::lt", Fn::Lt}, {"aten::le", Fn::Le}, {"aten::gt", Fn::Gt}, {"aten::ge", Fn::Ge}, {"aten::eq", Fn::Eq},
+        {"aten::ne", Fn::Ne}, {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
+    return table;
+  }
+
   int lower() {
     const std::string& op = cur->op;
-    using Unary = std::map<std::string, Fn>;
-    static const Unary unaries = {{"aten::neg", Fn::Neg},         {"aten::exp", Fn::Exp},   {"aten::rsqrt", Fn::Rsqrt},
-                                  {"aten::sqrt", Fn::Sqrt},       {"aten::relu", Fn::Relu}, {"aten::silu", Fn::Silu},
-                                  {"aten::sigmoid", Fn::Sigmoid}, {"aten::tanh", Fn::Tanh},   {"aten::cos", Fn::Cos},
-                                  {"aten::sin", Fn::Sin},         {"aten::logical_not", Fn::Not}, {"aten::bitwise_not", Fn::Not},
-                                  {"aten::abs", Fn::Abs}};
-    static const Unary compares = {{"aten::lt", Fn::Lt}, {"aten::le", Fn::Le}, {"aten::gt", Fn::Gt},
-                                   {"aten::ge", Fn::Ge}, {"aten::eq", Fn::Eq}, {"aten::ne", Fn::Ne},
-                                   {"aten::__and__", Fn::And}, {"aten::logical_and", Fn::And}, {"aten::bitwise_and", Fn::And}};
-    if (auto it = compares.find(op); it != compares.end()) return b.binary(it->second, operand(0), operand(1));
-    if (auto it = unaries.find(op); it != unaries.end()) return b.unary(it->second, tensor(0));
+    if (op == "aten::bitwise_not" || op == "aten::bitwise_and" || op == "aten::__and__") checkBoolOperands();
+    if (auto it = comparisons().find(op); it != comparisons().end()) return b.binary(it->second, operand(0), operand(1));
+    if (auto it = unaryFunctions().find(op); it != unaryFunctions().end()) return b.unary(it->second, tensor(0));
     if (auto it = opLowerings().find(op); it != opLowerings().end()) return (this->*it->second)();
     unsupported("unsupported op");
   }
@@ -522,23 +587,17 @@ struct Lowering {
 }  // namespace
 
 std::vector<std::string> supportedOps() {
-  return {"aten::add",     "aten::argmax",  "aten::sub",     "aten::rsub",    "aten::mul",     "aten::div",       "aten::neg",
-          "aten::exp",     "aten::rsqrt",   "aten::sqrt",    "aten::pow",     "aten::relu",      "aten::silu",
-          "aten::sigmoid", "aten::tanh",    "aten::gelu",    "aten::sum",     "aten::mean",      "aten::amax",
-          "aten::softmax", "aten::rms_norm", "aten::linear", "aten::matmul",  "aten::mm",        "aten::bmm",
-          "aten::transpose", "aten::t",     "aten::permute", "aten::view",    "aten::reshape",   "aten::flatten",
-          "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::expand_as", "aten::contiguous", "aten::clone",
-          "aten::detach",  "aten::to",      "aten::type_as", "aten::cos", "aten::sin", "aten::logical_not",
-          "aten::bitwise_not", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq", "aten::ne", "aten::__and__",
-          "aten::logical_and", "aten::bitwise_and", "aten::dropout", "aten::alias", "aten::embedding", "aten::cat",
-          "aten::concat", "aten::slice", "aten::select", "aten::masked_fill", "aten::where",
-          "aten::copy", "aten::index_copy",
-          "aten::scaled_dot_product_attention", "aten::abs", "aten::layer_norm", "aten::native_layer_norm", "aten::clamp", "aten::clip",
-          "aten::clamp_min", "aten::clamp_max", "aten::addmm", "aten::baddbmm", "aten::index_select",
-          // list-producing: torch-import turns each part of the list into an aten::slice (aten::select for unbind)
-          "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk", "aten::unsafe_chunk", "aten::unbind",
-          // shape and dtype only: torch-import evaluates them to constants
-          "aten::new_ones", "aten::new_zeros", "aten::new_full", "aten::zeros_like", "aten::ones_like", "aten::full_like"};
+  std::vector<std::string> names;
+  for (const OpEntry& op : opCatalog()) names.push_back(op.name);
+  return names;
+}
+
+std::vector<std::string> loweredOps() {
+  std::vector<std::string> names{"aten::native_layer_norm"};  // (lowerResults: the one op of several results)
+  for (const auto& table : {Lowering::unaryFunctions(), Lowering::comparisons()})
+    for (const auto& [name, fn] : table) names.push_back(name);
+  for (const auto& [name, lowering] : Lowering::opLowerings()) names.push_back(name);
+  return names;
 }
 
 Graph lowerFromTorch(const torch::Graph& tg) {
@@ -558,7 +617,7 @@ Graph lowerFromTorch(const torch::Graph& tg) {
   for (const torch::Node& n : tg.nodes) {
     l.cur = &n;
     l.b.setOrigin(n.op + " @ " + n.loc.str());
-    std::vector<int> results = l.lowerResults();
+    std::vector<int> results = l.lowerNode();
     KILN_ASSERT(results.size() == n.outputs.size(), "{}: {} results lowered for {} outputs", l.where(), results.size(), n.outputs.size());
     for (size_t k = 0; k < results.size(); ++k) {
       int out = results[k];

@@ -9,6 +9,7 @@
 
 #include "kiln/driver/commands.h"
 #include "kiln/driver/generate.h"
+#include "kiln/tensor/op_catalog.h"
 #include "kiln/frontend/expression.h"
 #include "kiln/frontend/frontend.h"
 #include "kiln/runtime/manifest.h"
@@ -244,6 +245,8 @@ int main(int argc, char** argv) {
 
   auto* passes = app.add_subcommand("passes", "list every pass");
   auto* ops = app.add_subcommand("ops", "list the supported aten ops");
+  bool opsMarkdown = false;
+  ops->add_flag("--markdown", opsMarkdown, "each op with what kiln computes and refuses, as docs/ops.md lists them");
 
   try {
     checkCommandName(app, argc, argv);
@@ -272,7 +275,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (ops->parsed()) {
-      for (auto& o : kiln::tensor::supportedOps()) std::cout << o << "\n";
+      if (opsMarkdown) std::cout << kiln::tensor::opsMarkdown();
+      else for (auto& o : kiln::tensor::supportedOps()) std::cout << o << "\n";
       return 0;
     }
     if (in->parsed()) return kiln::runInspect(inspect, std::cout);

@@ -29,8 +29,9 @@ int Builder::add(Node n) {
 
 int Builder::normDim(int node, int64_t dim) const {
   int r = rank(node);
-  // PyTorch lets dim 0 or -1 name a 0-d tensor's one element; the lowerings index the shape by the dim, so until they
-  // treat a 0-d operand as [1] the op is refused here rather than read past an empty shape.
+  // PyTorch lets dim 0 or -1 name a 0-d tensor's one element. The ops that take a dimension see their 0-d operands as
+  // [1] (tensor-lower-from-torch's lowerNode); anything else reaching here with one is refused rather than read past
+  // an empty shape.
   if (r == 0)
     userError("{}: dimension {} of a 0-d tensor: kiln does not yet take a dimension argument on a 0-d tensor; give the "
               "value a dimension of size 1 in the model (x.reshape(1))", origin_, dim);

@@ -10,14 +10,18 @@ support it, or LibTorch itself rejects the sample), FAIL (the check failed: a re
 LibTorch's) or CRASH (any other exit, or an error of more than one line), or is SKIPPED before kiln runs (the sample
 cannot be traced into a module of tensor inputs kiln takes: tensor lists, dtypes kiln has no input type for, outputs
 that are not tensors). Exit status 1 when any sample is FAIL or CRASH and is not listed in --known (a file of
-`op dtype index` lines, the known failures with the reason after a #), 0 otherwise. `--table FILE` writes every
-sample's line. Needs `expecttest` (scripts/setup.sh installs it).
+`op dtype index` lines, the known failures with the reason after a #), or REFUSED and not listed in --refused (the
+reviewed list of samples kiln refuses, each with kiln's message after a #), 0 otherwise; a listed sample that is no
+longer refused is reported (remove its line). `--table FILE` writes every sample's line, `--write-refused FILE` the
+refused ones in --refused's format (after a full run: review the difference before committing it). Needs
+`expecttest` (scripts/setup.sh installs it).
 """
 import argparse
 import concurrent.futures
 import json
 import pathlib
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,7 +29,7 @@ import tempfile
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i64": torch.int64, "bool": torch.bool}
 INPUT_TYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i64", torch.bool: "bool"}
 
 
@@ -102,7 +106,13 @@ def prepare(op, s, directory):
 
 
 def run_kiln(kiln, directory, timeout):
-    """PASS, REFUSED, FAIL or CRASH, and the line that says why."""
+    """PASS, REFUSED, FAIL or CRASH, and the line that says why (the sample's own paths written as m.pt and DIR)."""
+    verdict, why = run_kiln_raw(kiln, directory, timeout)
+    why = why.replace(str(directory / "m.pt"), "m.pt").replace(str(directory), "DIR")
+    return verdict, re.sub(r"___torch_mangle_[0-9]+", "___torch_mangle", why)  # (numbered by trace order)
+
+
+def run_kiln_raw(kiln, directory, timeout):
     try:
         r = subprocess.run([kiln, "run", str(directory / "m.pt"), "--check", "--interpret", "--inputs", str(directory / "io")],
                            capture_output=True, text=True, timeout=timeout)
@@ -119,6 +129,12 @@ def run_kiln(kiln, directory, timeout):
     return "CRASH", f"exit {r.returncode}: {(errors or ['no message'])[0][:160]}"
 
 
+REFUSED_HEADER = """# Samples of tests/conformance/opinfo_check.py that kiln refuses in one line (issue 54), reviewed: each is outside
+# what kiln compiles (zero-size tensors, f64 results, constant outputs, ...), with kiln's message after the #. A sample
+# refused and not listed fails the check. Written by opinfo_check.py --write-refused after a full run.
+"""
+
+
 def load_known(path):
     known = set()
     if path and pathlib.Path(path).exists():
@@ -132,11 +148,13 @@ def load_known(path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kiln", default="build/kiln")
-    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--dtypes", default="f32,bf16,f16,i64,bool")
     ap.add_argument("--sample", type=int, default=0, help="check this many samples, chosen by --seed (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ops", default="", help="only these OpInfo names, comma-separated")
     ap.add_argument("--known", default=str(HERE / "known_failures.txt"))
+    ap.add_argument("--refused", default=str(HERE / "refused.txt"))
+    ap.add_argument("--write-refused", default="")
     ap.add_argument("--table", default="")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=120)
@@ -168,11 +186,19 @@ def main(argv=None):
     lines = [f"{name} {dname} {i} {verdict} {why}".rstrip() for name, dname, i, verdict, why in rows]
     if args.table:
         pathlib.Path(args.table).write_text("\n".join(lines) + "\n")
-    bad = [r for r in rows if r[3] in ("FAIL", "CRASH") and r[:3] not in known]
+    refused = load_known(args.refused)
+    if args.write_refused:
+        pathlib.Path(args.write_refused).write_text(REFUSED_HEADER + "".join(
+            f"{name} {dname} {i}  # {why}\n" for name, dname, i, verdict, why in rows if verdict == "REFUSED"))
+    bad = [r for r in rows if (r[3] in ("FAIL", "CRASH") and r[:3] not in known) or (r[3] == "REFUSED" and r[:3] not in refused)]
     for r in bad:
-        print(f"opinfo_check: {r[0]} {r[1]} sample {r[2]}: {r[3]} {r[4]} (seed {args.seed})")
+        new = " (a new refusal: if it is right, add it to refused.txt)" if r[3] == "REFUSED" else ""
+        print(f"opinfo_check: {r[0]} {r[1]} sample {r[2]}: {r[3]} {r[4]}{new} (seed {args.seed})")
+    for r in rows:
+        if r[3] == "PASS" and r[:3] in refused:
+            print(f"opinfo_check: {r[0]} {r[1]} sample {r[2]} passes now: remove its line from refused.txt")
     print(f"opinfo_check: {len(rows)} samples: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) +
-          f"; {len(bad)} FAIL or CRASH not in {pathlib.Path(args.known).name}")
+          f"; {len(bad)} FAIL or CRASH not in {pathlib.Path(args.known).name} or REFUSED not in {pathlib.Path(args.refused).name}")
     return 1 if bad else 0
 
 
