@@ -11,6 +11,8 @@
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "kiln/cuda/emitter.h"
 #include "kiln/cuda/memory_plan.h"
 #include "kiln/driver/generate.h"
@@ -24,6 +26,7 @@
 
 namespace kiln {
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 void checkPassName(const std::string& name) {
   if (findPass(name)) return;
@@ -369,25 +372,31 @@ fs::path kernelDirectory(const RunCommand& c, bool emitted, const RunCompile& ho
 
 // --bench N: the headline figure first (graph replay unless --no-graph); with -v the other mode and the runtime's
 // forward() too.
-void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, std::ostream& out) {
+void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, std::ostream& out, json& report) {
   std::vector<bool> modes{!c.benchNoGraph};
   if (c.pipeline.verbosity > 0) modes.push_back(c.benchNoGraph);
+  report["bench"] = json::array();
   for (bool graph : modes) {
     runtime::Timing t = model.time(runtime::TimingOptions{3, c.benchIters, graph,
                                                           static_cast<int64_t>(c.benchRotateMb * 1e6)});
+    report["bench"].push_back({{"ms_per_forward", t.msPerForward}, {"forwards", t.forwards}, {"graph", t.graph},
+                               {"forwards_per_graph", t.forwardsPerGraph}, {"arena_copies", t.sets},
+                               {"rotated_bytes", t.rotatedBytes}});
     std::string how = t.graph ? fmt::format("replayed from one CUDA graph of {} forwards", t.forwardsPerGraph)
                               : "launched back to back";
     if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
     out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
                        plan.kernels, t.msPerForward, t.forwards, how);
   }
-  if (c.pipeline.verbosity > 0)
+  if (c.pipeline.verbosity > 0) {
+    const double ms = model.timeForward(c.benchIters);
+    report["forward_ms"] = ms;
     out << fmt::format("kiln: {:.5f} ms per forward through the runtime's forward() (graph replay, device inputs "
-                       "and outputs copied in and out, CUDA events around {} calls)\n",
-                       model.timeForward(c.benchIters), c.benchIters);
+                       "and outputs copied in and out, CUDA events around {} calls)\n", ms, c.benchIters);
+  }
 }
 
-RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out) {
+RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out, json& report) {
   std::string why;
   if (!runtime::gpuAvailable(&why)) {
     if (emitted) userError("kiln run needs a CUDA GPU to run an emitted directory: {}", why);
@@ -406,19 +415,28 @@ RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, st
   auto outs = model.run(bytes);
   for (size_t i = 0; i < outs.size(); ++i)
     run.results.push_back(fromBytes(run.plan.outputs[i].first, run.plan.outputs[i].second, outs[i]));
-  if (c.benchIters > 0) benchmark(model, c, run.plan, out);
+  if (c.benchIters > 0) benchmark(model, c, run.plan, out, report);
   if (!c.profile) run.gpuModel.reset();  // free the device before LibTorch's reference run, as without --profile always
   return run;
 }
 
-// Without --check: each output's sum and fingerprint.
-void printOutputs(const std::vector<HostTensor>& results, std::ostream& out) {
-  for (size_t i = 0; i < results.size(); ++i) {
+// Each output's dtype, shape, sum and fingerprint (printed without --check).
+json outputFacts(const std::vector<HostTensor>& results) {
+  json facts = json::array();
+  for (const HostTensor& r : results) {
     double sum = 0;
-    for (float v : results[i].values) sum += v;
-    out << fmt::format("  output {}: {}[{}] sum {:.6g} fnv1a {:016x}\n", i, dtypeName(results[i].dtype),
-                       shapeString(results[i].shape), sum, fingerprint(toBytes(results[i])));
+    for (float v : r.values) sum += v;
+    facts.push_back({{"dtype", dtypeName(r.dtype)}, {"shape", r.shape}, {"sum", sum},
+                     {"fnv1a", fmt::format("{:016x}", fingerprint(toBytes(r)))}});
   }
+  return facts;
+}
+
+void printOutputs(const json& facts, std::ostream& out) {
+  for (size_t i = 0; i < facts.size(); ++i)
+    out << fmt::format("  output {}: {}[{}] sum {:.6g} fnv1a {}\n", i, facts[i]["dtype"].get<std::string>(),
+                       shapeString(facts[i]["shape"].get<Shape>()), facts[i]["sum"].get<double>(),
+                       facts[i]["fnv1a"].get<std::string>());
 }
 
 // LibTorch's outputs for the same inputs, on the GPU when kiln ran there (`onGpu` false when it fell back to the CPU).
@@ -468,11 +486,13 @@ std::vector<HostTensor> f32Evaluation(const RunPlan& plan, const std::string& re
 
 // Each output judged against LibTorch's (and the f32 evaluation's, where there is one); true when all pass.
 bool compareOutputs(const RunPlan& plan, const std::vector<HostTensor>& results, const std::vector<HostTensor>& ref,
-                    const std::vector<HostTensor>& f32, std::ostream& out) {
+                    const std::vector<HostTensor>& f32, std::ostream& out, json& checked) {
   bool ok = true;
   for (size_t i = 0; i < results.size(); ++i) {
     Comparison cmp = compare(results[i], ref[i]);
     DType ct = checkType(plan, ref[i].dtype);
+    json& o = checked.emplace_back(json{{"rel_l2", cmp.relL2}, {"max_abs", cmp.maxAbs}, {"non_finite_mismatches", cmp.nonFiniteMismatches},
+                                        {"shape_mismatch", cmp.shapeMismatch}, {"checked_as", dtypeName(ct)}});
     const std::string bad = cmp.nonFiniteMismatches > 0
                                 ? fmt::format(" NaN/Inf at {} positions where LibTorch has another value", cmp.nonFiniteMismatches)
                             : cmp.shapeMismatch ? " shape mismatch"
@@ -481,6 +501,9 @@ bool compareOutputs(const RunPlan& plan, const std::vector<HostTensor>& results,
       Comparison kilnErr = compare(results[i], f32[i]), torchErr = compare(ref[i], f32[i]);
       bool pass = passesAgainstF32(kilnErr, torchErr);
       ok = ok && pass;
+      o["against_f32"] = {{"kiln_rel_l2", kilnErr.relL2}, {"libtorch_rel_l2", torchErr.relL2},
+                          {"bound", kLowPrecisionErrorRatio * torchErr.relL2 + kLowPrecisionErrorSlack}};
+      o["passed"] = pass;
       out << fmt::format("  output {}: {}[{}] against f32: kiln rel_l2 {:.3e}, LibTorch {} {:.3e} (kiln may reach {:.3e}); "
                          "kiln vs LibTorch rel_l2 {:.3e}{} {}\n", i, dtypeName(ref[i].dtype), shapeString(ref[i].shape),
                          kilnErr.relL2, dtypeName(ct), torchErr.relL2,
@@ -490,6 +513,8 @@ bool compareOutputs(const RunPlan& plan, const std::vector<HostTensor>& results,
     }
     bool pass = passes(cmp, ct);
     ok = ok && pass;
+    o["tolerance"] = tolerance(ct);
+    o["passed"] = pass;
     out << fmt::format("  output {}: {}[{}] rel_l2 {:.3e} max_abs {:.3e} (tolerance {:.0e}){} {}\n", i,
                        dtypeName(ref[i].dtype), shapeString(ref[i].shape), cmp.relL2, cmp.maxAbs, tolerance(ct), bad,
                        pass ? "PASS" : "FAIL");
@@ -497,23 +522,31 @@ bool compareOutputs(const RunPlan& plan, const std::vector<HostTensor>& results,
   return ok;
 }
 
-}  // namespace
 
-int runRun(const RunCommand& c, std::ostream& out) {
+int runAndReport(const RunCommand& c, std::ostream& out, json& report) {
   const Target& target = checkArch(c.arch);
   checkRunOptions(c);
   const bool emitted = checkEmittedDirectory(c);
   const std::string& referenceModel = emitted ? c.reference : c.model;
   const RunCompile how{parseInputs(c.inputs), parseCast(c.dtype), target};
-  RunOutcome run = c.interpret ? runInInterpreter(c, how) : runOnGpu(c, emitted, how, out);
+  RunOutcome run = c.interpret ? runInInterpreter(c, how) : runOnGpu(c, emitted, how, out, report);
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", run.plan.name, run.plan.kernels, run.device);
+  report["model"] = run.plan.name;
+  report["kernels"] = run.plan.kernels;
+  report["device"] = run.device;
+  report["outputs"] = outputFacts(run.results);
+  report["check"] = nullptr;
   if (!c.saveIo.empty()) saveInputsAndOutputs(c.saveIo, run.args, run.results, out);
   auto profile = [&] {  // each kernel alone: last, so that a failure here cannot hide the check's verdict
-    if (c.profile && run.gpuModel)
-      out << formatKernelProfile(run.gpuModel->manifest(), run.gpuModel->timeEachKernel(c.benchIters), c.benchIters);
+    if (!c.profile || !run.gpuModel) return;
+    const std::vector<double> ms = run.gpuModel->timeEachKernel(c.benchIters);
+    out << formatKernelProfile(run.gpuModel->manifest(), ms, c.benchIters);
+    report["profile"] = json::array();
+    for (size_t k = 0; k < ms.size(); ++k)
+      report["profile"].push_back({{"kernel", run.gpuModel->manifest().kernels[k].name}, {"ms_per_launch", ms[k]}});
   };
   if (!c.check) {
-    printOutputs(run.results, out);
+    printOutputs(report["outputs"], out);
     profile();
     return 0;
   }
@@ -522,10 +555,28 @@ int runRun(const RunCommand& c, std::ostream& out) {
   if (ref.size() != run.results.size())
     userError("LibTorch returns {} outputs, kiln {}", ref.size(), run.results.size());
   std::vector<HostTensor> f32 = f32Evaluation(run.plan, referenceModel, run.args, ref, referenceOnGpu, how.cast, out);
-  bool ok = compareOutputs(run.plan, run.results, ref, f32, out);
+  report["check"] = {{"reference_on_gpu", referenceOnGpu}, {"outputs", json::array()}};
+  bool ok = compareOutputs(run.plan, run.results, ref, f32, out, report["check"]["outputs"]);
+  report["check"]["passed"] = ok;
   out << (ok ? "kiln: check passed against LibTorch\n" : "kiln: check FAILED against LibTorch\n");
   profile();
   return ok ? 0 : 1;
 }
 
+}  // namespace
+
+// kiln run: with --json, the lines go into the report's "messages" and stdout gets the report alone.
+int runRun(const RunCommand& c, std::ostream& stdoutStream) {
+  std::ostringstream captured;
+  std::ostream& out = c.json ? captured : stdoutStream;
+  json report;
+  const int rc = runAndReport(c, out, report);
+  if (c.json) {
+    report["messages"] = json::array();
+    std::istringstream lines(captured.str());
+    for (std::string line; std::getline(lines, line);) report["messages"].push_back(line);
+    stdoutStream << report.dump(1) << "\n";
+  }
+  return rc;
+}
 }  // namespace kiln

@@ -213,6 +213,7 @@ int main(int argc, char** argv) {
   r->add_option("-c", runExpression, "instead of a model: a PyTorch call to trace and run, as kiln compile -c")->type_name("EXPR");
   r->add_option("--save-io", run.saveIo, "write the inputs and outputs as raw bytes (input0.bin, output0.bin, ...) into DIR, new or empty")->type_name("DIR");
   r->add_option("--reference", run.reference, "with a directory: the TorchScript model --check compares with")->type_name("MODEL.pt");
+  r->add_flag("--json", run.json, "print one JSON object: the run, each output (and its check), timings, the other lines as messages");
   r->add_option("--entry", run.entry, "with a directory: run its entry point NAME (manifest.NAME.json, e.g. prefill) instead of manifest.json")->type_name("NAME");
   r->add_flag("--check", run.check, "compare with LibTorch running the same module on the same device");
   r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");

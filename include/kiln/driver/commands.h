@@ -49,6 +49,9 @@ struct RunCommand {
   double benchRotateMb = 0;         // --rotate-mb M: rotate over arena copies touching >= M MB
   bool profile = false;             // --profile: with --bench N, also time each kernel alone (N launches)
   std::string dtype;                // --dtype f16|bf16
+  // --json: stdout is one JSON object (the run, each output's sum and fingerprint, the check's verdict per output, the
+  // timings and profile) with kiln's other lines under "messages"; errors stay one line on stderr.
+  bool json = false;
   PipelineOptions pipeline;
 };
 
