@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/support/layers.h"
+
 #include <algorithm>
 #include <iostream>
 #include <variant>
@@ -145,11 +147,25 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
                                                       c.kernelIR.kernels.size(), lowering.lowered, lowering.reused);
   for (const auto& pass : kernelPasses()) run.pass(c.kernelIR, pass.name, pass.run);
   c.kernelIR.inPlace = statesInPlace(c.tileIR, c.kernelIR, c.torchIR.states.size());
+  if (opts.verbosity > 0)  // issue 43: how many kernels each decoder layer takes
+    if (std::string layers = layerSummary(kernelLayers(c.kernelIR)); !layers.empty())
+      (opts.log ? *opts.log : std::cerr) << fmt::format("kiln: {} kernels: {}\n", c.kernelIR.kernels.size(), layers);
   if (until < 5) return run.printTimings(), c;
 
   c.cudaIR = run.produce("cuda-emit", [&] { return cuda::emit(c.kernelIR); });
   run.printTimings();
   return c;
+}
+
+std::vector<int> kernelLayers(const kernel::Program& p) {
+  std::vector<std::vector<std::string>> weights;
+  for (const kernel::Kernel& k : p.kernels) {
+    weights.emplace_back();
+    for (const auto& param : k.params)
+      if (p.buffers.at(static_cast<size_t>(param.buffer)).kind == loop::Buffer::Kind::Weight)
+        weights.back().push_back(p.buffers[static_cast<size_t>(param.buffer)].name);
+  }
+  return layersOfKernels(weights);
 }
 
 std::string printLevel(const Compiled& c, const std::string& level, bool json) {

@@ -4,14 +4,37 @@
 #include <fmt/ranges.h>
 
 #include "kiln/loop/ir.h"
+#include "kiln/support/layers.h"
 
 namespace kiln::loop {
+namespace {
+
+// Each kernel's decoder layer (kiln/support/layers.h), from the weights it reads.
+std::vector<int> kernelLayers(const Program& p) {
+  std::vector<std::vector<std::string>> weights;
+  for (const Kernel& k : p.kernels) {
+    weights.emplace_back();
+    forEachKernelRead(k, [&](int b, bool) {
+      if (p.buffers[b].kind == Buffer::Kind::Weight) weights.back().push_back(p.buffers[b].name);
+    });
+  }
+  return layersOfKernels(weights);
+}
+
+std::string layerName(int layer) {
+  return layer == kBeforeLayers ? "before the layers" : layer == kAfterLayers ? "after the layers" : fmt::format("layer {}", layer);
+}
+
+}  // namespace
 
 std::string explainFusion(const Program& p) {
   std::string out = fmt::format("// kiln fusion report: {} ({} kernels)\n", p.modelName, p.kernels.size());
+  const std::vector<int> layers = kernelLayers(p);
+  if (std::string summary = layerSummary(layers); !summary.empty()) out += fmt::format("// {}\n", summary);
   const std::vector<std::string> attention = attentionFusionRefusals(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
+    if (i == 0 || layers[i] != layers[i - 1]) out += fmt::format("\n// {}\n", layerName(layers[i]));
     out += fmt::format("\nkernel {} writes {} ({} stage{}, {} points)\n", k.name, p.buffers[k.output].name, k.stages.size(),
                        k.stages.size() == 1 ? "" : "s", k.parallelPoints());
     for (auto& o : k.origins) out += fmt::format("  holds {}\n", o);

@@ -39,6 +39,10 @@ const std::vector<InLevelPass<kernel::Program>>& kernelPasses();
 
 // Runs every pass up to and including the last pass of `untilLevel` (torch ... cuda). Throws
 // StopRequested when opts.stopAfter names a pass that ran. Tile passes size schedules for `target`.
+// The decoder layer of each kernel of p, from the weights it reads (kiln/support/layers.h): `kiln compile -v` prints
+// the count per layer (layerSummary).
+std::vector<int> kernelLayers(const kernel::Program& p);
+
 Compiled compileModel(const std::string& modelPath, const std::vector<frontend::InputOverride>& inputs,
                       const PipelineOptions& opts, const std::string& untilLevel = "cuda",
                       std::optional<DType> castTo = std::nullopt, const Target& target = defaultTarget());

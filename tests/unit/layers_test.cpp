@@ -1,0 +1,55 @@
+// Kernels attributed to decoder layers by the weights they read (kiln/support/layers.h): `kiln compile -v` and
+// `--explain-fusion` count kernels per layer (issue 43).
+#include <gtest/gtest.h>
+
+#include "cli_support.h"
+#include "kiln/support/layers.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+using namespace test::cli;
+
+TEST(Layers, TheLayerNumberOfAWeight) {
+  EXPECT_EQ(layerOfWeight("model.layers.12.mlp.up_proj.weight"), 12);
+  EXPECT_EQ(layerOfWeight("w.model.model.layers.0.self_attn.q_proj.weight"), 0);
+  EXPECT_EQ(layerOfWeight("model.transformer.h.3.attn.c_attn.weight"), 3);
+  EXPECT_EQ(layerOfWeight("encoder.block.7.layer.1.DenseReluDense.wi.weight"), 7);  // the first such component
+  EXPECT_EQ(layerOfWeight("model.model.embed_tokens.weight"), -1);
+  EXPECT_EQ(layerOfWeight("model.lm_head.weight"), -1);
+  EXPECT_EQ(layerOfWeight("model.layers.x.weight"), -1);
+  EXPECT_EQ(layerOfWeight("t12"), -1);
+}
+
+TEST(Layers, KernelsWithoutLayerWeightsJoinTheirNeighbours) {
+  const std::vector<std::vector<std::string>> reads = {
+      {"embed_tokens.weight"},                   // before the layers
+      {"layers.0.norm.weight", "embed_tokens.weight"},
+      {},                                        // attention: layer 0
+      {"rotary.cos"},                            // a constant table of no layer: still layer 0
+      {"layers.1.q.weight"},
+      {},                                        // the last layer's residual add
+      {"norm.weight"},                           // after
+      {},                                        // after
+      {"lm_head.weight"}};
+  const std::vector<int> want = {kBeforeLayers, 0, 0, 0, 1, 1, kAfterLayers, kAfterLayers, kAfterLayers};
+  EXPECT_EQ(layersOfKernels(reads), want);
+  EXPECT_EQ(layerSummary(want), "kernels per layer: layer 0: 3, layer 1: 2, 1 before the layers, 3 after");
+  EXPECT_EQ(layerSummary({0, 0, 1, 1, kAfterLayers}), "2 kernels per layer in layers 0-1 (4), 0 before the layers, 1 after");
+  EXPECT_EQ(layerSummary({kBeforeLayers, kBeforeLayers}), "");
+}
+
+// The count kiln prints for the 2-layer Llama fixture (the fewer-kernels issue lowers it; this records where it is).
+TEST(Layers, CompileVerbosePrintsKernelsPerLayer) {
+  Result r = kiln({"compile", test::fixturePath("hf_llama_tiny"), "--ir", "kernel", "-v"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.err.find("kiln: 20 kernels: 9 kernels per layer in layers 0-1 (18), 0 before the layers, 2 after"),
+            std::string::npos) << describe(r);
+  Result fusion = kiln({"compile", test::fixturePath("hf_llama_tiny"), "--explain-fusion"});
+  ASSERT_EQ(fusion.code, 0) << describe(fusion);
+  EXPECT_NE(fusion.out.find("// 9 kernels per layer in layers 0-1 (18)"), std::string::npos) << fusion.out;
+  EXPECT_NE(fusion.out.find("\n// layer 1\n"), std::string::npos) << fusion.out;
+}
+
+}  // namespace
+}  // namespace kiln
