@@ -96,8 +96,8 @@ struct Lowering {
   }
 
   int softmax() {
-    int x = tensor(0);
-    if (b.dtype(x) != resultType()) x = b.cast(x, resultType());  // softmax(x, d, dtype): x converted first
+    int x = tensor(0);  // (softmax(x, d, dtype): computed in f32 either way; the cast after it keeps the attention
+                        // pattern loop-fuse-attention matches)
     int d = b.normDim(x, integer(1));
     int m = b.reduce(ReduceFn::Max, x, {d}, true);
     int e = b.unary(Fn::Exp, b.binary(Fn::Sub, Operand{x}, Operand{m}));

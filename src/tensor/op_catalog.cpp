@@ -54,8 +54,8 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::mean", "as sum, divided by the number of elements reduced", ""},
       {"aten::amax", "the maximum over a dim list, keepdim; NaN propagates", ""},
       {"aten::softmax",
-       "`exp(x - amax(x, d)) / sum(exp(x - amax(x, d)), d)` (one kernel after loop-fuse-rows); `dtype` converts x "
-       "first; a row of -inf only is NaN, as PyTorch",
+       "`exp(x - amax(x, d)) / sum(exp(x - amax(x, d)), d)` (one kernel after loop-fuse-rows), in f32 "
+       "whatever `dtype` says (the result cast to it); a row of -inf only is NaN, as PyTorch",
        ""},
       {"aten::rms_norm",
        "`x · rsqrt(mean(x²) + eps) · w` over the trailing dims; weight optional; eps defaults to f32's epsilon, as "
