@@ -346,6 +346,7 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   const CacheEntryLock lock(dir, log);  // one compile per entry at a time (until this entry is checked or written)
   std::string damage;
   const bool cached = usableCacheEntry(dir, &damage);
+  if (!damage.empty()) log << fmt::format("kiln: the cache entry is damaged ({}); compiling it again\n", damage);
   Compiled compiled = compileModel(c.model, inputs, pipeline, cached ? "torch" : "cuda", parseCast(c.dtype), target);
   std::vector<cuda::ArtifactState> states = artifactStates(compiled.torchIR);
   if (!cached) {

@@ -15,6 +15,7 @@
 #include "kiln/cuda/emitter.h"
 #include "kiln/runtime/manifest.h"
 #include "kiln/support/error.h"
+#include "kiln/support/files.h"
 #include "kiln/support/hash.h"
 
 namespace kiln {
@@ -57,14 +58,24 @@ fs::path runCacheDir(const RunCacheKey& key) {
 bool usableCacheEntry(const fs::path& dir, std::string* damage) {
   damage->clear();
   std::error_code ec;
-  if (!fs::exists(dir / runtime::kManifestFileName, ec)) return false;
-  try {
-    runtime::verifyFiles(runtime::readManifest(dir), dir);
-    return true;
-  } catch (const UserError& e) {
-    *damage = e.what();
-    return false;
+  const fs::file_status status = fs::symlink_status(dir, ec);
+  if (ec || !fs::exists(status)) return false;  // nothing cached yet
+  if (fs::is_directory(status) && fs::is_empty(dir, ec)) return false;
+  if (!fs::is_directory(status)) {
+    *damage = "it is not a directory";
+  } else if (!fs::exists(dir / runtime::kManifestFileName, ec)) {
+    *damage = "it has no manifest.json";
+  } else {
+    try {
+      runtime::verifyFiles(runtime::readManifest(dir), dir);
+      return true;
+    } catch (const UserError& e) {
+      *damage = e.what();
+    }
   }
+  // kiln's own entry, checked under its lock: removed whole (its marker, if it lost it, with it) and written again.
+  removeTree(dir.string());
+  return false;
 }
 
 CacheEntryLock::CacheEntryLock(const fs::path& dir, std::ostream& log) {

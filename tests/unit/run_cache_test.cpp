@@ -55,43 +55,60 @@ TEST_F(RunCacheTest, EveryFieldOfTheKeyChangesTheEntry) {
 }
 
 // An entry is used as it is only when its manifest reads and every file it lists has the size and hash kiln wrote;
-// a damaged one is reported (so kiln run compiles it again), an absent one is just absent.
-TEST_F(RunCacheTest, ADamagedEntryIsReportedNotUsed) {
+// a damaged one is reported and removed (so kiln run compiles it again into a fresh directory: issue 45's stuck cache,
+// where an entry that had lost its .kiln-output marker failed every run with the -o rules' message), an absent one is
+// just absent.
+TEST_F(RunCacheTest, ADamagedEntryIsReportedAndRemoved) {
   std::filesystem::path entry = dir.path / "cache" / "tiny-0123456789abcdef";
   std::string damage = "stale";
   EXPECT_FALSE(usableCacheEntry(entry, &damage));
   EXPECT_EQ(damage, "");
-  std::filesystem::create_directories(entry);
-  std::ofstream(entry / "weights.bin", std::ios::binary) << std::string(256, 'w');
-  std::ofstream(entry / "k0.cubin", std::ios::binary) << "cubin";
-  runtime::Manifest m;
-  m.kilnVersion = "test";
-  m.model = "tiny";
-  m.arch = "sm_90a";
-  m.arenaBytes = 256;
-  runtime::BufferInfo y;
-  y.name = "y";
-  y.kind = runtime::BufferKind::Output;
-  y.shape = {64};
-  y.bytes = 256;
-  m.buffers = {y};
-  m.outputs = {0};
-  runtime::KernelInfo k;
-  k.name = k.entry = "k0";
-  k.source = "k0.cu";
-  k.cubin = "k0.cubin";
-  k.params = {0};
-  m.kernels = {k};
-  m.files = {runtime::describeFile(entry, "weights.bin"), runtime::describeFile(entry, "k0.cubin")};
-  runtime::writeManifest(m, entry);
+  auto writeEntry = [&] {
+    std::filesystem::create_directories(entry);
+    std::ofstream(entry / "weights.bin", std::ios::binary) << std::string(256, 'w');
+    std::ofstream(entry / "k0.cubin", std::ios::binary) << "cubin";
+    runtime::Manifest m;
+    m.kilnVersion = "test";
+    m.model = "tiny";
+    m.arch = "sm_90a";
+    m.arenaBytes = 256;
+    runtime::BufferInfo y;
+    y.name = "y";
+    y.kind = runtime::BufferKind::Output;
+    y.shape = {64};
+    y.bytes = 256;
+    m.buffers = {y};
+    m.outputs = {0};
+    runtime::KernelInfo k;
+    k.name = k.entry = "k0";
+    k.source = "k0.cu";
+    k.cubin = "k0.cubin";
+    k.params = {0};
+    m.kernels = {k};
+    m.files = {runtime::describeFile(entry, "weights.bin"), runtime::describeFile(entry, "k0.cubin")};
+    runtime::writeManifest(m, entry);
+  };
+  auto expectRemovedFor = [&](const std::string& why) {
+    EXPECT_FALSE(usableCacheEntry(entry, &damage));
+    EXPECT_NE(damage.find(why), std::string::npos) << damage;
+    EXPECT_FALSE(std::filesystem::exists(entry)) << "a damaged entry is removed, to be written again";
+  };
+  writeEntry();
   EXPECT_TRUE(usableCacheEntry(entry, &damage)) << damage;
   EXPECT_EQ(damage, "");
   std::ofstream(entry / "weights.bin", std::ios::binary) << std::string(100, 'w');  // a killed write
-  EXPECT_FALSE(usableCacheEntry(entry, &damage));
-  EXPECT_NE(damage.find("weights.bin: changed after kiln wrote it (100 bytes"), std::string::npos) << damage;
+  expectRemovedFor("weights.bin: changed after kiln wrote it (100 bytes");
+  writeEntry();
   std::ofstream(entry / "manifest.json", std::ios::binary) << "{ truncated";
+  expectRemovedFor("malformed JSON");
+  std::filesystem::create_directories(entry);  // a directory of other files (no manifest, no marker)
+  std::ofstream(entry / "stray.txt") << "x";
+  expectRemovedFor("it has no manifest.json");
+  std::ofstream(entry) << "a file where the entry's directory goes";
+  expectRemovedFor("it is not a directory");
+  std::filesystem::create_directories(entry);  // an empty directory: nothing cached yet, nothing to report
   EXPECT_FALSE(usableCacheEntry(entry, &damage));
-  EXPECT_NE(damage.find("malformed JSON"), std::string::npos) << damage;
+  EXPECT_EQ(damage, "");
 }
 
 TEST_F(RunCacheTest, AMissingModelIsAUserError) {

@@ -32,9 +32,11 @@ std::filesystem::path runCacheRoot();
 std::filesystem::path runCacheDir(const RunCacheKey& key);
 
 // Whether `dir` holds a cache entry kiln run can use as it is: a manifest that reads and validates, and every file it
-// lists with the size and hash kiln wrote (runtime::verifyFiles). False with `damage` empty when there is no manifest
-// (nothing cached yet); false with `damage` set to the one-line reason for an entry that is there but damaged (a
-// truncated cubin, an edited weights file, a corrupt manifest): kiln run says so once and compiles the entry again.
+// lists with the size and hash kiln wrote (runtime::verifyFiles). False with `damage` empty when there is nothing
+// there (or an empty directory); false with `damage` set to the one-line reason for an entry that is there but damaged
+// (a truncated cubin, an edited weights file, a corrupt or missing manifest, a file in its place, a directory that lost
+// its .kiln-output marker and more): the damaged entry is removed, so that kiln run says so once and compiles it again
+// into a fresh directory (call it holding the entry's CacheEntryLock).
 bool usableCacheEntry(const std::filesystem::path& dir, std::string* damage);
 
 // An exclusive lock on a cache entry (flock(2) on the file DIR.lock beside it, created as needed), held while a kiln
