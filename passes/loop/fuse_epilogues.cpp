@@ -61,50 +61,73 @@ ExprP renamed(const ExprP& e, const std::map<int, Idx>& map) {
 
 }  // namespace
 
-bool fuseEpilogues(Program& p) {
-  bool changed = false;
-  for (bool again = true; again;) {
-    again = false;
-    std::map<int, int> writer;  // buffer -> kernel index
-    for (size_t i = 0; i < p.kernels.size(); ++i) writer[p.kernels[i].output] = static_cast<int>(i);
-    auto readersOf = readersOfBuffers(p);
-    for (size_t pi = 0; pi < p.kernels.size() && !again; ++pi) {
-      Kernel& prod = p.kernels[pi];
-      if (prod.stages.empty() || p.buffers[prod.output].kind != Buffer::Kind::Temp) continue;
-      const std::vector<int>& readers = readersOf[prod.output];
-      if (readers.size() != 1) continue;
-      Kernel& cons = p.kernels[readers[0]];
-      if (!cons.stages.empty()) continue;
-      auto map = pointwiseMap(cons, prod);
-      if (!map) continue;
-      bool ready = true;
-      forEachBufferRead(cons.result, [&](int b, bool) {
-        auto it = writer.find(b);
-        ready = ready && (b == prod.output || it == writer.end() || it->second < static_cast<int>(pi));
-      });
-      if (!ready) continue;
-      // The merged kernel iterates the consumer's axes; the producer's stages are renamed into them, and
-      // its reduction axes get variables the consumer's axes do not use.
-      int nextVar = std::max(cons.maxVar(), prod.maxVar()) + 1;
-      for (auto& st : prod.stages)
-        for (Axis& a : st.axes) {
-          (*map)[a.var] = idxVar(nextVar, a.name);
-          a.var = nextVar++;
-        }
-      ExprP prodResult = renamed(prod.result, *map);
-      for (auto& st : prod.stages) st.value = renamed(st.value, *map);
-      prod.result = mapLoads(cons.result, [&](const Expr& l) -> ExprP {
-        return l.buffer == prod.output ? prodResult : std::make_shared<Expr>(l);
-      });
-      prod.parallel = cons.parallel;
-      prod.rowAxes = static_cast<int>(prod.parallel.size());
-      prod.output = cons.output;
-      prod.origins = mergeOrigins(prod.origins, cons.origins);
-      p.kernels.erase(p.kernels.begin() + static_cast<long>(readers[0]));
-      changed = again = true;
+namespace {
+
+// What one sweep of the pass knows: each buffer's writer and readers (kernel indices, stable during the sweep: a merged
+// consumer is only marked, and erased at the end) and which kernels are merged away.
+struct Sweep {
+  std::map<int, int> writer;  // buffer -> kernel index
+  std::vector<std::vector<int>> readers;
+  std::vector<bool> merged;
+};
+
+// Merges the one consumer of kernel pi's result into it, if the rule allows; true when it did.
+bool absorbEpilogue(Program& p, size_t pi, Sweep& s) {
+  Kernel& prod = p.kernels[pi];
+  if (prod.stages.empty() || p.buffers[prod.output].kind != Buffer::Kind::Temp) return false;
+  const std::vector<int>& readers = s.readers[prod.output];
+  if (readers.size() != 1) return false;
+  const auto ci = static_cast<size_t>(readers[0]);
+  Kernel& cons = p.kernels[ci];
+  if (!cons.stages.empty()) return false;
+  auto map = pointwiseMap(cons, prod);
+  if (!map) return false;
+  bool ready = true;
+  forEachBufferRead(cons.result, [&](int b, bool) {
+    auto it = s.writer.find(b);
+    ready = ready && (b == prod.output || it == s.writer.end() || it->second < static_cast<int>(pi));
+  });
+  if (!ready) return false;
+  // The merged kernel iterates the consumer's axes; the producer's stages are renamed into them, and
+  // its reduction axes get variables the consumer's axes do not use.
+  int nextVar = std::max(cons.maxVar(), prod.maxVar()) + 1;
+  for (auto& st : prod.stages)
+    for (Axis& a : st.axes) {
+      (*map)[a.var] = idxVar(nextVar, a.name);
+      a.var = nextVar++;
     }
-  }
-  return changed;
+  ExprP prodResult = renamed(prod.result, *map);
+  for (auto& st : prod.stages) st.value = renamed(st.value, *map);
+  prod.result = mapLoads(cons.result, [&](const Expr& l) -> ExprP {
+    return l.buffer == prod.output ? prodResult : std::make_shared<Expr>(l);
+  });
+  prod.parallel = cons.parallel;
+  prod.rowAxes = static_cast<int>(prod.parallel.size());
+  prod.output = cons.output;
+  prod.origins = mergeOrigins(prod.origins, cons.origins);
+  s.writer[cons.output] = static_cast<int>(pi);
+  s.merged[ci] = true;
+  return true;
+}
+
+}  // namespace
+
+// One sweep in kernel order, each producer absorbing consumers while it can (a chain of elementwise epilogues), is what
+// restarting from the first kernel after every merge found: a merge only makes a buffer written earlier (by the
+// producer) and changes no reader count of a later kernel's output. Linear in the kernels, where restarting was
+// quadratic (issue 45).
+bool fuseEpilogues(Program& p) {
+  Sweep s{{}, readersOfBuffers(p), std::vector<bool>(p.kernels.size(), false)};
+  for (size_t i = 0; i < p.kernels.size(); ++i) s.writer[p.kernels[i].output] = static_cast<int>(i);
+  bool changed = false;
+  for (size_t pi = 0; pi < p.kernels.size(); ++pi)
+    while (!s.merged[pi] && absorbEpilogue(p, pi, s)) changed = true;
+  if (!changed) return false;
+  std::vector<Kernel> kept;
+  for (size_t i = 0; i < p.kernels.size(); ++i)
+    if (!s.merged[i]) kept.push_back(std::move(p.kernels[i]));
+  p.kernels = std::move(kept);
+  return true;
 }
 
 }  // namespace kiln::loop

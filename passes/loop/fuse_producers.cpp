@@ -74,26 +74,31 @@ std::vector<std::string> mergeOrigins(const std::vector<std::string>& producer, 
   return origins;
 }
 
-std::string fusionRefusal(const Program& p, int producer) {
+namespace {
+
+// The rule, given the producer's readers (the kernels after it that read its output).
+// Only a producer's readers can read its output, so the rule and the inlining visit those, not every later kernel: a
+// pass over n layers is linear in n (scanning every later kernel for each producer made it quadratic: issue 45).
+std::string refusal(const Program& p, int producer, const std::vector<int>& readers) {
   const Kernel& k = p.kernels[producer];
   if (!k.stages.empty()) return "ends in a reduction, whose result is materialised (see loop-fuse-epilogues and loop-fuse-rows)";
   if (k.attention) return "is an attention kernel (its online softmax is a reduction), whose result is materialised";
   if (p.buffers[k.output].kind == Buffer::Kind::Output) return "writes a model output";
-  for (size_t c = producer + 1; c < p.kernels.size(); ++c) {
+  for (int c : readers) {
     bool asIndex = false;
     auto check = [&](int b, bool idx) { asIndex = asIndex || (b == k.output && idx); };
     forEachKernelRead(p.kernels[c], check);
     if (asIndex) return fmt::format("{} reads its values as indices", p.kernels[c].name);
   }
   int64_t repeated = 0;
-  for (size_t c = producer + 1; c < p.kernels.size(); ++c) repeated += loadIterations(p.kernels[c], k.output);
+  for (int c : readers) repeated += loadIterations(p.kernels[c], k.output);
   if (k.result->kind == Expr::Kind::Load || k.result->kind == Expr::Kind::Imm) return "";
   int64_t own = k.parallelPoints();
   if (repeated > kMaxFusionWorkGrowth * own && !fromIndicesAlone(k))
     return fmt::format("inlining would repeat its work {:.1f}x (consumers evaluate it {} times for {} elements; bound {}x)",
                        static_cast<double>(repeated) / own, repeated, own, kMaxFusionWorkGrowth);
   const int64_t applies = applyCount(k.result);
-  for (size_t c = producer + 1; c < p.kernels.size(); ++c) {
+  for (int c : readers) {
     const Kernel& consumer = p.kernels[c];
     int64_t uses = 0, size = applyCount(consumer.result);
     forEachLoad(consumer.result, [&](const Expr& l) { uses += l.buffer == k.output; });
@@ -108,13 +113,31 @@ std::string fusionRefusal(const Program& p, int producer) {
   return "";
 }
 
+// The readers of kernel `producer`'s output that come after it.
+std::vector<int> laterReaders(const std::vector<std::vector<int>>& readers, const Program& p, int producer) {
+  std::vector<int> later;
+  for (int c : readers[static_cast<size_t>(p.kernels[producer].output)])
+    if (c > producer) later.push_back(c);
+  return later;
+}
+
+}  // namespace
+
+std::string fusionRefusal(const Program& p, int producer) {
+  return refusal(p, producer, laterReaders(readersOfBuffers(p), p, producer));
+}
+
+// Inlining producer i into a reader adds reads only of buffers written before i (i reads nothing later), whose
+// producers the sweep has passed: the readers of every later kernel's output, computed once, stay exact.
 bool fuseProducers(Program& p) {
   bool changed = false;
+  const std::vector<std::vector<int>> readers = readersOfBuffers(p);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    if (!fusionRefusal(p, static_cast<int>(i)).empty()) continue;
+    const std::vector<int> later = laterReaders(readers, p, static_cast<int>(i));
+    if (!refusal(p, static_cast<int>(i), later).empty()) continue;
     const Kernel& producer = p.kernels[i];
-    for (size_t c = i + 1; c < p.kernels.size(); ++c) {
-      Kernel& k = p.kernels[c];
+    for (int c : later) {
+      Kernel& k = p.kernels[static_cast<size_t>(c)];
       if (loadIterations(k, producer.output) == 0) continue;
       VarExtents ext = k.extents();
       for (auto& s : k.stages) s.value = inlineProducer(s.value, producer, ext);

@@ -135,31 +135,58 @@ void dedupeStages(Kernel& k) {
 
 }  // namespace
 
+namespace {
+
+// Kernel c reads buffer b: c among b's readers (kept sorted, each once).
+void addReader(std::vector<int>& readers, int c) {
+  auto at = std::lower_bound(readers.begin(), readers.end(), c);
+  if (at == readers.end() || *at != c) readers.insert(at, c);
+}
+
+}  // namespace
+
+// One sweep in kernel order with the readers kept up to date, where restarting from the first kernel after every merge
+// was quadratic in the layers (issue 45). A merge changes the readers, and the readers' bodies, of the buffers its
+// readers read now: the sweep goes back to the first of their writers, so every producer whose decision could change is
+// looked at again, as the restart did (the rest were refused on what is unchanged).
 bool fuseRows(Program& p) {
   bool changed = false;
-  for (bool again = true; again;) {
-    again = false;
-    auto readersOf = readersOfBuffers(p);
-    for (size_t pi = 0; pi < p.kernels.size() && !again; ++pi) {
-      const Kernel& prod = p.kernels[pi];
-      if (prod.stages.empty() || p.buffers[prod.output].kind != Buffer::Kind::Temp) continue;
-      std::vector<std::pair<size_t, int>> readers;  // kernel, k
-      bool all = true;
-      for (int c : readersOf[prod.output]) {
-        int k = rowPrefix(p.kernels[c], prod);
-        all = all && k >= 0;
-        readers.push_back({c, k});
-      }
-      // Every reader takes the stages (each recomputes them), within the work-growth bound.
-      if (readers.empty() || !all || static_cast<int64_t>(readers.size()) > kMaxFusionWorkGrowth) continue;
-      Kernel copy = prod;
-      for (auto [c, k] : readers) {
-        merge(p.kernels[c], copy, k);
-        dedupeStages(p.kernels[c]);
-      }
-      // The producer, now unread, is removed by loop-eliminate-dead-buffers.
-      changed = again = true;
+  auto readersOf = readersOfBuffers(p);
+  std::vector<int> writer(p.buffers.size(), -1);
+  for (size_t i = 0; i < p.kernels.size(); ++i) writer[static_cast<size_t>(p.kernels[i].output)] = static_cast<int>(i);
+  for (size_t pi = 0; pi < p.kernels.size();) {
+    const Kernel& prod = p.kernels[pi];
+    if (prod.stages.empty() || p.buffers[prod.output].kind != Buffer::Kind::Temp) {
+      ++pi;
+      continue;
     }
+    std::vector<std::pair<size_t, int>> readers;  // kernel, k
+    bool all = true;
+    for (int c : readersOf[prod.output]) {
+      int k = rowPrefix(p.kernels[c], prod);
+      all = all && k >= 0;
+      readers.push_back({c, k});
+    }
+    // Every reader takes the stages (each recomputes them), within the work-growth bound.
+    if (readers.empty() || !all || static_cast<int64_t>(readers.size()) > kMaxFusionWorkGrowth) {
+      ++pi;
+      continue;
+    }
+    Kernel copy = prod;
+    const int output = prod.output;
+    size_t again = pi + 1;
+    for (auto [c, k] : readers) {
+      merge(p.kernels[c], copy, k);
+      dedupeStages(p.kernels[c]);
+      forEachKernelRead(p.kernels[c], [&](int b, bool) {
+        addReader(readersOf[static_cast<size_t>(b)], static_cast<int>(c));
+        if (writer[static_cast<size_t>(b)] >= 0) again = std::min(again, static_cast<size_t>(writer[static_cast<size_t>(b)]));
+      });
+    }
+    readersOf[static_cast<size_t>(output)].clear();  // its readers hold its stages now
+    // The producer, now unread, is removed by loop-eliminate-dead-buffers.
+    changed = true;
+    pi = again;
   }
   return changed;
 }
