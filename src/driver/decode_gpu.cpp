@@ -36,6 +36,15 @@ GpuEntry::GpuEntry(const fs::path& dir, const std::string& entry, bool filesChec
     if (std::find(stateIn_.begin(), stateIn_.end(), id) == stateIn_.end()) ownInputs_.push_back(id);
   for (int64_t id : m.outputs)
     if (std::find(stateOut_.begin(), stateOut_.end(), id) == stateOut_.end()) ownOutputs_.push_back(id);
+  auto placesIn = [](const std::vector<int64_t>& all, const std::vector<int64_t>& ids) {
+    std::vector<size_t> at;
+    for (int64_t id : ids) at.push_back(static_cast<size_t>(std::find(all.begin(), all.end(), id) - all.begin()));
+    return at;
+  };
+  ownInputAt_ = placesIn(m.inputs, ownInputs_);
+  ownOutputAt_ = placesIn(m.outputs, ownOutputs_);
+  stateInAt_ = placesIn(m.inputs, stateIn_);
+  stateOutAt_ = placesIn(m.outputs, stateOut_);
 }
 
 GpuEntry::~GpuEntry() {
@@ -62,17 +71,13 @@ std::vector<HostTensor> GpuEntry::run(const std::vector<HostTensor>& inputs, boo
   // Bindings in the manifest's order: the forward's own tensors from the host (the logits, when not wanted, left in
   // the arena: nothing copied), the states where bindState puts them.
   std::vector<runtime::Binding> inBind(m.inputs.size()), outBind(m.outputs.size());
-  auto place = [](const std::vector<int64_t>& ids, int64_t id) {
-    return static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
-  };
-  for (size_t i = 0; i < ownInputs_.size(); ++i) inBind[place(m.inputs, ownInputs_[i])] = runtime::Binding{in[i].data(), 0};
+  for (size_t i = 0; i < ownInputs_.size(); ++i) inBind[ownInputAt_[i]] = runtime::Binding{in[i].data(), 0};
   for (size_t i = 0; i < ownOutputs_.size(); ++i)
-    outBind[place(m.outputs, ownOutputs_[i])] =
-        i == 0 && !logits ? model_.binding(ownOutputs_[i]) : runtime::Binding{out[i].data(), 0};
+    outBind[ownOutputAt_[i]] = i == 0 && !logits ? model_.binding(ownOutputs_[i]) : runtime::Binding{out[i].data(), 0};
   for (size_t i = 0; i < stateIn_.size(); ++i) {
     const runtime::Binding b = bindState(i);
-    inBind[place(m.inputs, stateIn_[i])] = b;
-    outBind[place(m.outputs, stateOut_[i])] = b;
+    inBind[stateInAt_[i]] = b;
+    outBind[stateOutAt_[i]] = b;
   }
   model_.forward(inBind, outBind);
   std::vector<HostTensor> results;

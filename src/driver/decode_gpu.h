@@ -50,6 +50,9 @@ class GpuEntry : public DecodeEntry {
   std::vector<int64_t> stateIn_, stateOut_;  // per state: its input and output buffer ids
   std::vector<int64_t> inPlace_;             // per state: the input buffer id its forward updates in place, or -1
   std::vector<int64_t> ownInputs_, ownOutputs_;  // the forward's own inputs and outputs (not states), in order
+  // Where each of those, and each state's input and output, stands among the manifest's inputs or outputs (forward()'s
+  // binding order): worked out once, not at every step.
+  std::vector<size_t> ownInputAt_, ownOutputAt_, stateInAt_, stateOutAt_;
 };
 
 }  // namespace kiln

@@ -106,11 +106,9 @@ DecodeInterface describeDecode(const torch::Graph& g, const std::string& tokenIn
               "returning logits first", g.modelName, dtypeName(logits.dtype), shapeString(logits.shape));
   d.capacity = cacheCapacity(g);
   d.vocabulary = vocabularyOf(g, g.inputs[d.tokenInput]);
-  for (const torch::State& s : g.states) {
-    const torch::Value& v = g.values[static_cast<size_t>(s.input)];
+  for (cuda::ArtifactState& s : artifactStates(g)) {
     d.stateNames.push_back(s.name);
-    HostTensor t{v.dtype, v.shape, s.initial->values};
-    d.initialState.push_back(std::move(t));
+    d.initialState.push_back(std::move(s.initial));
   }
   return d;
 }
