@@ -45,9 +45,9 @@ void KernelBuilder::flashCopyRows(const Flash& x, Block& out, int buf, const Idx
   extents_[rowVar + kFirstLoopVar] = limit;
   extents_[colVar + kFirstLoopVar] = cols;
   const Idx source = flatIndex(load);
-  // Copies start at a multiple of `rows` below `limit`: when `rows` divides `limit`, no row passes it (no clamp, whole
-  // copies).
-  const bool whole = limit % rows == 0;
+  // When the copies start at a multiple of `rows` below `limit` and `rows` divides `limit`, no row passes it (no clamp,
+  // whole copies). Query heads sharing a block (tile-share-kv-heads) start at a multiple of fewer rows than they copy.
+  const bool whole = limit % rows == 0 && provablyMultipleOf(rowStart, rows, extents_);
   auto chunk = [&](const Idx& e) {
     Idx r = simplify(swizzled ? mod(floorDiv(e, 8), rows) : floorDiv(e, per), extents_);
     Idx c = simplify(swizzled ? floorDiv(e, 8 * rows) * idxConst(64) + mod(e, 8) * idxConst(8) : mod(e, per) * idxConst(perCopy),

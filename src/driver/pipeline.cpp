@@ -56,6 +56,7 @@ const std::vector<InLevelPass<loop::Program>>& loopPasses() {
       {"loop-fuse-rows", loop::fuseRows},  // after inlining: consumers hold their whole row
       {"loop-reciprocal-row-divisors", loop::reciprocalRowDivisors},  // after the rows are formed
       {"loop-fuse-attention", loop::fuseAttention},  // after the softmax rows are formed
+      {"loop-fuse-norm-products", loop::fuseNormProducts},  // after attention has taken its softmax rows
       {"loop-eliminate-dead-buffers", loop::eliminateDeadBuffers},  // removes what fusion inlined
   };
   return passes;
@@ -99,7 +100,10 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
 }
 
 const std::vector<InLevelPass<kernel::Program>>& kernelPasses() {
-  static const std::vector<InLevelPass<kernel::Program>> passes = {{"kernel-overlap-launches", kernel::overlapLaunches}};
+  static const std::vector<InLevelPass<kernel::Program>> passes = {
+      {"kernel-merge-launches", kernel::mergeLaunches},  // reads inPlace: a state written in place is one buffer
+      {"kernel-overlap-launches", kernel::overlapLaunches},
+  };
   return passes;
 }
 
@@ -145,8 +149,8 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   if (opts.verbosity > 0)  // identical decoder layers are lowered once
     (opts.log ? *opts.log : std::cerr) << fmt::format("  {} kernels: {} lowered, {} copied from an identical kernel\n",
                                                       c.kernelIR.kernels.size(), lowering.lowered, lowering.reused);
-  for (const auto& pass : kernelPasses()) run.pass(c.kernelIR, pass.name, pass.run);
   c.kernelIR.inPlace = statesInPlace(c.tileIR, c.kernelIR, c.torchIR.states.size());
+  for (const auto& pass : kernelPasses()) run.pass(c.kernelIR, pass.name, pass.run);
   if (opts.verbosity > 0)  // issue 43: how many kernels each decoder layer takes
     if (std::string layers = layerSummary(kernelLayers(c.kernelIR)); !layers.empty())
       (opts.log ? *opts.log : std::cerr) << fmt::format("kiln: {} kernels: {}\n", c.kernelIR.kernels.size(), layers);

@@ -19,6 +19,11 @@ struct LowerStats {
 
 Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, LowerStats* stats = nullptr);
 
+// kernel-merge-launches: adjacent kernels of the CUDA-core family that neither read nor write what the others write
+// become one launch, each body on its own range of blocks (passes/kernel/merge_launches.cpp says which merge). A state
+// in Program::inPlace counts as one buffer with its current value. Returns whether it merged any.
+bool mergeLaunches(Program& p);
+
 // kernel-overlap-launches: on a target with programmatic dependent launch (sm_90+), every kernel waits for the grids
 // before it at its entry and lets the next one launch after its body (Kernel::programmaticLaunch). Returns whether it changed any.
 bool overlapLaunches(Program& p);
