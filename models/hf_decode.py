@@ -9,6 +9,7 @@ through forward(ids, pos) -> logits, at T tokens (ids [1, T], pos [T], recorded 
     python3 models/hf_decode.py qwen2 -o /tmp/qwen2_step.pt --cache 64 --dtype bf16
     python3 models/hf_decode.py llama --generate 5,17,42 --new 16   # print model.generate's ids, trace nothing
     python3 models/hf_decode.py llama --preset tinyllama --dtype bf16 --cache 2048 -o /tmp/tinyllama_step.pt
+    python3 models/hf_decode.py llama --hidden 256 --heads 16 --kv-heads 2 --dtype bf16 -o /tmp/step16.pt
 """
 import argparse
 import pathlib
@@ -23,15 +24,17 @@ from kiln_export import inputs_json  # noqa: E402
 from llama import DTYPES  # noqa: E402
 
 FAMILIES = ["llama", "qwen2", "phi3", "gemma", "gemma2", "mistral", "qwen3"]
+# hf_llama.py's preset sizes a trace may replace (--hidden 256 --heads 16 ...).
+SHAPE_OPTIONS = ["hidden", "intermediate", "layers", "heads", "kv_heads", "vocab"]
 # Families whose sliding-window layers transformers exports with TorchExportableModuleWithHybridCache.
 HYBRID = {"gemma2"}
 
 
-def build(family, dtype="f32", seed=0, preset="tiny"):
+def build(family, dtype="f32", seed=0, preset="tiny", **shape):
     """The bare *ForCausalLM model (not wrapped), random weights, eval mode, in `dtype`; Llama at any of hf_llama.py's
-    presets (tinyllama: the 1.1B shape)."""
+    presets (tinyllama: the 1.1B shape), with `shape` overriding the preset's sizes (hidden=, heads=, kv_heads=, ...)."""
     if family == "llama":
-        model = hf_llama.build(preset, "f32", seed=seed).model
+        model = hf_llama.build(preset, "f32", seed=seed, **shape).model
     else:
         model = hf_families.build(family, seed=seed).model  # each family's own attention (Gemma-2: eager, softcapped)
     return model.to(DTYPES[dtype]).eval()
@@ -102,14 +105,17 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", choices=sorted(hf_llama.PRESETS), default="tiny",
                    help="llama only: hf_llama.py's shape (tinyllama: 1.1B parameters; needs -o)")
+    for size in SHAPE_OPTIONS:
+        p.add_argument(f"--{size.replace('_', '-')}", type=int, help=f"llama only: the preset's {size} replaced (needs -o)")
     p.add_argument("--generate", help="comma-separated prompt ids: print model.generate's ids instead of tracing")
     p.add_argument("--new", type=int, default=16, help="with --generate: new tokens (default 16)")
     p.add_argument("-o", "--output", type=pathlib.Path, default=None,
                    help="default: models/fixtures/hf_<family>_decode_tiny.pt (f32 llama only)")
     a = p.parse_args(argv)
-    if a.preset != "tiny" and (a.family != "llama" or a.output is None):
-        sys.exit("--preset is for llama and needs -o PATH (large models are not fixtures)")
-    model = build(a.family, a.dtype, a.seed, a.preset)
+    shape = {size: getattr(a, size) for size in SHAPE_OPTIONS if getattr(a, size) is not None}
+    if (a.preset != "tiny" or shape) and (a.family != "llama" or a.output is None):
+        sys.exit("--preset and the shape options are for llama and need -o PATH (other shapes are not fixtures)")
+    model = build(a.family, a.dtype, a.seed, a.preset, **shape)
     if a.generate:
         print(",".join(str(i) for i in generate(model, [int(x) for x in a.generate.split(",")], a.new)))
         return
