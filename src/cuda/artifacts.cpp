@@ -1,5 +1,6 @@
 // Writes the artifacts of `kiln compile --emit cuda -o DIR` (see emitter.h).
 #include <fmt/format.h>
+#include <iostream>
 
 #include <algorithm>
 #include <array>
@@ -239,8 +240,9 @@ std::string compileWithNvcc(const fs::path& dir, const std::vector<std::string>&
   for (auto& l : logs) log += l.get();
   if (!log.empty()) {
     std::string first = log.substr(0, log.find('\n'));
-    userError("nvcc failed on kiln's kernels in {} ({}); this is a kiln bug, please report it with the .cu files. Full log:\n{}",
-              dir.string(), first, log);
+    std::cerr << log;  // nvcc's own lines, before kiln's one-line error (which escapes any control byte it quotes)
+    userError("nvcc failed on kiln's kernels in {} ({}); this is a kiln bug, please report it with the .cu files and "
+              "nvcc's log above", dir.string(), first);
   }
   return log;
 }

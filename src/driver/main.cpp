@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
   try {
     checkCommandName(app, argc, argv);
   } catch (const kiln::UsageError& e) {
-    std::cerr << "kiln: error: " << e.what() << "\n";
+    std::cerr << "kiln: error: " << kiln::printable(e.what()) << "\n";
     return 2;
   }
   try {
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "kiln: error: " << e.what() << " (see kiln --help)\n";
+    std::cerr << "kiln: error: " << kiln::printable(e.what()) << " (see kiln --help)\n";
     return 2;
   }
 
@@ -296,11 +296,11 @@ int main(int argc, char** argv) {
     finishPipelineFlags(run.pipeline, flags);
     const auto traced = modelOrExpression(*r, run.model, runExpression);
     return kiln::runRun(run, std::cout);
-  } catch (const kiln::UsageError& e) {
-    std::cerr << "kiln: error: " << e.what() << "\n";
+  } catch (const kiln::UsageError& e) {  // one line: a newline or escape in an argument or a file's name is shown as \xHH
+    std::cerr << "kiln: error: " << kiln::printable(e.what()) << "\n";
     return 2;
   } catch (const kiln::UserError& e) {
-    std::cerr << "kiln: error: " << e.what() << "\n";
+    std::cerr << "kiln: error: " << kiln::printable(e.what()) << "\n";
     return 1;
   } catch (const kiln::StopRequested& s) {
     std::cout << s.irText;
@@ -313,7 +313,7 @@ int main(int argc, char** argv) {
                  "machine's memory); try smaller --input shapes\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "kiln: internal error: " << e.what() << "\n";
+    std::cerr << "kiln: internal error: " << kiln::printable(e.what()) << "\n";
     return 3;
   }
 }

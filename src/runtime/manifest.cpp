@@ -63,7 +63,10 @@ static Manifest parseManifest(const json& j, const std::string& what) {
   if (!j.is_object()) userError("{}: top level must be a JSON object", what);
   Manifest m;
   m.formatVersion = 1;  // a manifest without the field predates it: format 1
-  if (j.contains("format_version")) {
+  if (!j.contains("format_version"))
+    userError("{}: a manifest of format 1 (no format_version: kiln before 2026-12-02) lists no hashes of its files, so "
+              "nothing vouches for the cubins it would load; compile the model again with this kiln", what);
+  {
     m.formatVersion = r.integer(j, "", "format_version");
     if (m.formatVersion < 1 || m.formatVersion > kManifestFormatVersion)
       userError("{}: manifest format {} (kiln {}) is not one this runtime reads (formats 1 to {}): run it with the "
@@ -154,17 +157,22 @@ static Manifest parseManifest(const json& j, const std::string& what) {
     }
   }
   detail::parseStates(j, m, r);
+  if (j.contains("manifest_hash") && m.formatVersion < 8)
+    userError("{}: 'manifest_hash' in a manifest of format {} (it came with format 8)", what, m.formatVersion);
+  if (m.formatVersion >= 8) {
+    const std::string hex = r.str(j, "", "manifest_hash");
+    char* end = nullptr;
+    m.manifestHash = std::strtoull(hex.c_str(), &end, 16);
+    if (hex.size() != 16 || *end != '\0') userError("{}: field 'manifest_hash' must be 16 hex digits, got \"{}\"", what, hex);
+  }
   validatePlan(m, what);
   return m;
 }
 
 // A file the manifest names must lie in its directory: a relative path without '..' (nothing outside is ever read).
 static void checkFileName(const std::string& name, const std::string& what, const std::string& field) {
-  std::filesystem::path p(name);
-  bool climbs = false;
-  for (const auto& part : p) climbs = climbs || part == "..";
-  if (name.empty() || p.is_absolute() || climbs)
-    userError("{}: {} \"{}\" must name a file in the manifest's directory (a relative path without '..')", what, field, name);
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    userError("{}: {} \"{}\" must name a file in the manifest's directory (a name without '/')", what, field, name);
 }
 
 // A tensor map TMA can encode, inside its buffer: the limits of cuTensorMapEncodeTiled (16-byte aligned start and row
@@ -272,6 +280,7 @@ static void validateKernel(const Manifest& m, size_t i, const std::string& what)
   const KernelInfo& k = m.kernels[i];
   std::string p = fmt::format("kernels[{}] ('{}')", i, k.name);
   if (k.entry.empty()) userError("{}: {}: empty entry name", what, p);
+  if (k.params.empty()) userError("{}: {}: no params (a kernel kiln writes binds at least the buffer it writes)", what, p);
   checkFileName(k.cubin, what, p + ": cubin");
   for (size_t a = 0; a < k.params.size(); ++a)
     if (!m.findBuffer(k.params[a]))
@@ -299,6 +308,10 @@ static void validatePlan(const Manifest& m, const std::string& what) {
   // Every input buffer is bound by the caller and every output returned, each once; a model computes something.
   checkListedOnce(m, m.inputs, "inputs", BufferKind::Input, what);
   checkListedOnce(m, m.outputs, "outputs", BufferKind::Output, what);
+  for (const BufferInfo& b : m.buffers)
+    if (b.kind == BufferKind::Input && b.bytes == 0)
+      userError("{}: input buffer {} ('{}') has no elements (shape [{}]): kiln compiles no model with an empty input", what,
+                b.id, b.name, fmt::join(b.shape, ", "));
   if (m.outputs.empty()) userError("{}: the model has no outputs", what);
   if (m.kernels.empty()) userError("{}: the model has no kernels (nothing would write its outputs)", what);
   checkInPlace(m, what);
@@ -355,7 +368,11 @@ Manifest readManifest(const std::filesystem::path& dir, const std::string& entry
   } catch (const json::parse_error& e) {
     userError("{}: malformed JSON: {}", what, e.what());  // nlohmann's message is one line with the byte offset
   }
-  return manifestFromJson(j, what);
+  Manifest m = manifestFromJson(j, what);
+  if (m.formatVersion >= 8 && manifestHash(j) != m.manifestHash)
+    userError("{}: changed after kiln wrote it (its contents hash to {:016x}; its manifest_hash says {:016x}); compile the "
+              "model again", what, manifestHash(j), m.manifestHash);
+  return m;
 }
 
 json toJson(const Manifest& m) {
@@ -401,7 +418,15 @@ json toJson(const Manifest& m) {
     j["files"] = std::move(fs);
   }
   detail::statesToJson(m, j);
+  if (m.formatVersion >= 8) j["manifest_hash"] = fmt::format("{:016x}", manifestHash(j));
   return j;
+}
+
+uint64_t manifestHash(const json& j) {
+  json rest = j;
+  rest.erase("manifest_hash");
+  const std::string text = rest.dump();  // objects keep their keys sorted: one text for one manifest
+  return fnv1a(kFnvOffsetBasis, text.data(), text.size());
 }
 
 FileInfo describeFile(const std::filesystem::path& dir, const std::string& name, uint64_t basis) {
@@ -414,7 +439,11 @@ void verifyFiles(const Manifest& m, const std::filesystem::path& dir) try {
   const uint64_t basis = m.formatVersion >= 6 ? kFnvOffsetBasis : kFormat5FileHashBasis;
   for (const FileInfo& want : m.files) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(dir / want.name, ec))
+    const auto status = std::filesystem::symlink_status(dir / want.name, ec);
+    if (status.type() == std::filesystem::file_type::symlink)
+      userError("{}: a symbolic link, which kiln never writes (it could lead outside the directory); compile the model "
+                "again", (dir / want.name).string());
+    if (!std::filesystem::is_regular_file(status))
       userError("{}: missing (the manifest lists it; compile the model again)", (dir / want.name).string());
     FileInfo got = describeFile(dir, want.name, basis);
     if (got.bytes != want.bytes || got.fnv1a != want.fnv1a)

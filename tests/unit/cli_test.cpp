@@ -123,6 +123,11 @@ TEST(Cli, ProgressLineOnlyOnATerminal) {
 
 TEST(Cli, MissingModelFile) {
   expectOneLineError(kiln({"compile", "models/fixtures/no_such_model.pt"}), 1, {"no_such_model.pt", "not found"});
+  // A newline or an escape in an argument is shown as \xHH: the error stays one line, and prints no control byte.
+  Result odd = kiln({"compile", "models/fixtures/no\nsuch\x1b[2Jmodel.pt"});
+  expectOneLineError(odd, 1, {"no\\x0asuch\\x1b[2Jmodel.pt", "not found"});
+  Result oddRun = kiln({"run", "no\nsuch_dir", "--input", "x\n=1"});
+  EXPECT_EQ(std::count(oddRun.err.begin(), oddRun.err.end(), '\n'), 1) << describe(oddRun);
 }
 
 TEST(Cli, FileThatIsNotTorchScript) {

@@ -105,15 +105,18 @@ TEST(RuntimeManifest, RoundTrip) {
   EXPECT_FALSE(j["buffers"][0].contains("weight_offset"));
 }
 
-// The format version: written, read back; absent (kiln before it had one) means format 1; a newer one is refused.
+// The format version: written, read back; absent (kiln before it had one) means format 1, refused since format 8 (it
+// lists no file hashes); a newer one is refused.
 TEST(RuntimeManifest, FormatVersion) {
   TempDir dir;
   writeManifest(sample(), dir.path);
   auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
   EXPECT_EQ(j["format_version"], kManifestFormatVersion);
   j.erase("format_version");
+  j.erase("manifest_hash");
   writeText(dir.path / "manifest.json", j.dump());
-  EXPECT_EQ(readManifest(dir.path).formatVersion, 1);
+  expectReadError(dir.path, "a manifest of format 1 (no format_version: kiln before 2026-12-02) lists no hashes of its "
+                            "files, so nothing vouches for the cubins it would load; compile the model again");
   j["format_version"] = kManifestFormatVersion + 1;
   j["kiln_version"] = "9.9.9";
   writeText(dir.path / "manifest.json", j.dump());
@@ -334,6 +337,7 @@ TEST(RuntimeManifest, FilesAreHashedFromFnvsOffsetBasisAndOldFormatsStillVerify)
   EXPECT_NO_THROW(verifyFiles(readManifest(dir.path), dir.path));
   auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
   j["format_version"] = 5;  // the same hash under format 5: taken from the old basis, so it no longer matches
+  j.erase("manifest_hash");  // format 8's
   writeText(dir.path / "manifest.json", j.dump());
   EXPECT_THROW(verifyFiles(readManifest(dir.path), dir.path), UserError);
   j["files"][0]["fnv1a_words"] = fmt::format("{:016x}", describeFile(dir.path, "weights.bin", kiln::kFormat5FileHashBasis).fnv1a);
@@ -405,6 +409,81 @@ TEST(Runtime, ModelWithoutDriverThrowsUserError) {
     ADD_FAILURE() << "expected UserError";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::runtime
+
+namespace kiln::runtime {
+namespace {
+
+// Format 8: the manifest vouches for itself. A field edited after kiln wrote it (another weight offset, another grid)
+// is refused by readManifest as a changed file, before anything is loaded; so is a hash that is not 16 hex digits, and
+// the field in an older format.
+TEST(RuntimeManifest, TheManifestHashVouchesForItsContents) {
+  TempDir dir;
+  writeManifest(sample(), dir.path);
+  auto j = nlohmann::json::parse(std::ifstream(dir.path / "manifest.json"));
+  ASSERT_TRUE(j.contains("manifest_hash"));
+  EXPECT_EQ(j["manifest_hash"], fmt::format("{:016x}", manifestHash(j)));
+  EXPECT_EQ(readManifest(dir.path).manifestHash, manifestHash(j));
+  const auto edited = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& want) {
+    nlohmann::json e = j;
+    edit(e);
+    writeText(dir.path / "manifest.json", e.dump(2));
+    expectReadError(dir.path, want);
+  };
+  const std::string changed = "manifest.json: changed after kiln wrote it (its contents hash to ";
+  edited([](nlohmann::json& e) { e["kernels"][0]["grid"] = {1, 1, 1}; }, changed);
+  edited([](nlohmann::json& e) { e["buffers"][1]["weight_offset"] = 256; }, changed);
+  edited([](nlohmann::json& e) { e["manifest_hash"] = "12345"; }, "field 'manifest_hash' must be 16 hex digits, got \"12345\"");
+  edited([](nlohmann::json& e) { e.erase("manifest_hash"); }, "manifest_hash");
+  edited([](nlohmann::json& e) { e["format_version"] = 7; }, "'manifest_hash' in a manifest of format 7 (it came with format 8)");
+  // Reformatted but unchanged (kiln writes it indented; the hash is of its compact, sorted form): still read.
+  writeText(dir.path / "manifest.json", j.dump());
+  EXPECT_NO_THROW(readManifest(dir.path));
+}
+
+// The files a manifest lists are plain names in its directory, and verifyFiles refuses one that is a symbolic link
+// (kiln never writes one; it could lead anywhere).
+TEST(RuntimeManifest, FilesAreNamesInTheDirectoryAndNotSymbolicLinks) {
+  TempDir dir;
+  writeText(dir.path / "real.bin", std::string(16384, 'w'));
+  Manifest m = sample();
+  m.files = {describeFile(dir.path, "real.bin")};
+  m.files[0].name = "weights.bin";
+  fs::create_symlink(dir.path / "real.bin", dir.path / "weights.bin");
+  writeManifest(m, dir.path);
+  try {
+    verifyFiles(readManifest(dir.path), dir.path);
+    ADD_FAILURE() << "a symbolic link was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("weights.bin: a symbolic link, which kiln never writes"), std::string::npos) << e.what();
+  }
+  // A kernel binding nothing, an input of no elements: nothing kiln writes.
+  Manifest noParams = sample();
+  noParams.kernels[1].params.clear();
+  EXPECT_THROW(validate(noParams, "m.json"), UserError);
+  Manifest empty = sample();
+  empty.buffers[0].shape = {2, 0, 64};
+  empty.buffers[0].bytes = 0;
+  try {
+    validate(empty, "m.json");
+    ADD_FAILURE() << "an empty input was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("input buffer 0 ('x') has no elements (shape [2, 0, 64])"), std::string::npos) << e.what();
+  }
+  for (const char* name : {"sub/weights.bin", "..", "."}) {
+    Manifest bad = sample();
+    bad.weightsFile = name;
+    try {
+      validate(bad, "m.json");
+      ADD_FAILURE() << "accepted weights_file " << name;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("must name a file in the manifest's directory (a name without '/')"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -76,7 +76,9 @@ struct KernelInfo {
 // Format 6 hashes the files from FNV's offset basis (kiln/support/hash.h); formats 2 to 5 from a basis a digit short
 // of it, which verifyFiles still uses for them.
 // Format 7 adds "states" and "decode" (a model's state and a decoder step's interface: kiln generate DIR).
-inline constexpr int64_t kManifestFormatVersion = 7;
+// Format 8 adds "manifest_hash": the manifest vouches for itself (manifestHash), as "files" vouch for the rest.
+// Format 1 (no "files") is refused: nothing in it vouches for the cubins it names.
+inline constexpr int64_t kManifestFormatVersion = 8;
 
 // A file of the compiled model as kiln wrote it (format 2): its name in the manifest's directory, size and hash (FNV-1a over 8-byte words: fast enough for gigabytes of weights).
 struct FileInfo {
@@ -118,6 +120,7 @@ struct Manifest {
   std::vector<FileInfo> files;      // format 2: weights_file and every distinct cubin; empty in format 1
   std::vector<StateInfo> states;    // format 7: the model's states, in the order its forward takes them
   std::optional<DecodeInfo> decode; // format 7: present when the entry is a decoder step
+  uint64_t manifestHash = 0;        // format 8: "manifest_hash" as read (toJson computes it afresh)
 
   // nullptr if no buffer has this id.
   const BufferInfo* findBuffer(int64_t id) const;
@@ -132,7 +135,8 @@ inline constexpr const char* kManifestFileName = "manifest.json";
 std::string manifestFileName(const std::string& entry);
 
 // Reads and validates DIR/manifest.json (or entry `entry`'s manifest). Throws UserError (one line naming the file and
-// the field) on a missing file, malformed JSON, a missing or mistyped field, or a plan that fails validate().
+// the field) on a missing file, malformed JSON, a missing or mistyped field, a plan that fails validate(), or (format 8)
+// contents that do not hash to its manifest_hash.
 Manifest readManifest(const std::filesystem::path& dir, const std::string& entry = "");
 
 // Checks every file of m.files in `dir` against its size and hash (format 1 manifests list none). Throws UserError
@@ -145,6 +149,10 @@ FileInfo describeFile(const std::filesystem::path& dir, const std::string& name,
 Manifest manifestFromJson(const nlohmann::json& j, const std::string& what);
 
 nlohmann::json toJson(const Manifest& m);
+// FNV-1a (from FNV's offset basis, over bytes) of the manifest's JSON without its "manifest_hash", printed compact with
+// its keys sorted (nlohmann's objects keep them so): what format 8 records and readManifest checks, so that a manifest
+// edited by hand (swapped weight offsets, another grid or output shape) is refused as changed after kiln wrote it.
+uint64_t manifestHash(const nlohmann::json& j);
 
 // Writes DIR/manifest.json (pretty-printed, so diffs between compilations are readable). Validates first so that
 // the emitter cannot write a manifest the runtime would refuse.
