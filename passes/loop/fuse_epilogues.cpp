@@ -5,7 +5,9 @@
 // The rule: consumer C is merged into producer P when
 //   - P has stages (reductions) and writes a temporary that C alone reads,
 //   - C has no stages and reads P only pointwise: at its own output index, up to extent-1 axes (so the
-//     squeeze after a keepdim reduction counts), and
+//     squeeze after a keepdim reduction counts; where the two shapes differ only by trailing axes of one point,
+//     each axis of P stays the axis it was, so that a one-token query axis of a p·v stays a variable for
+//     loop-fuse-attention, and a decoder step's attention writes its bf16 result itself), and
 //   - every other buffer C reads is ready when P runs (written by a kernel before P, or an input/weight).
 // P's result becomes C's result with P's old result in place of the loads; P writes C's buffer.
 // Pre: kernels in topological order. Post: same order, the merged consumers removed.
@@ -18,32 +20,63 @@
 namespace kiln::loop {
 namespace {
 
-// P's parallel variables in C's terms when C reads P pointwise: P's extent-1 axes are 0, its other axes
-// are C's non-unit axes in order (a squeeze or unsqueeze between them is allowed). nullopt otherwise.
+// The extents of k's parallel axes without the trailing axes of one point.
+std::vector<int64_t> shapeWithoutTrailingUnits(const Kernel& k) {
+  std::vector<int64_t> shape;
+  for (const Axis& a : k.parallel) shape.push_back(a.extent);
+  while (!shape.empty() && shape.back() == 1) shape.pop_back();
+  return shape;
+}
+
+// P's parallel variables in C's terms when C reads P pointwise: where their shapes differ only by trailing axes of one
+// point, each of P's axes is C's axis of the same place (but the leading and trailing ones of one point: 0); otherwise
+// P's extent-1 axes are 0 and its other axes are C's non-unit axes in order (a squeeze or unsqueeze between them is
+// allowed). nullopt otherwise.
 std::optional<std::map<int, Idx>> pointwiseMap(const Kernel& c, const Kernel& prod) {
   std::map<int, Idx> map;
-  std::vector<const Axis*> cAxes;
-  for (auto& a : c.parallel)
-    if (a.extent != 1) cAxes.push_back(&a);
-  size_t next = 0;
-  for (auto& a : prod.parallel) {
-    if (a.extent == 1) {
-      map[a.var] = idxConst(0);
-      continue;
+  if (shapeWithoutTrailingUnits(c) == shapeWithoutTrailingUnits(prod)) {
+    // The same axes but for trailing ones of one point (a keepdim axis dropped): an axis of one point between others
+    // stays the axis it was, so a query axis of one token stays a variable (loop-fuse-attention looks for it); the
+    // leading ones (a batch of one) and the trailing ones become 0, which leaves no index arithmetic for them.
+    size_t lead = 0;
+    while (lead < prod.parallel.size() && prod.parallel[lead].extent == 1) ++lead;
+    for (size_t d = 0; d < prod.parallel.size(); ++d)
+      map[prod.parallel[d].var] =
+          d >= lead && d < c.parallel.size() && (prod.parallel[d].extent != 1 || d + 1 < c.parallel.size())
+              ? idxVar(c.parallel[d].var, c.parallel[d].name)
+              : idxConst(0);
+  } else {
+    std::vector<const Axis*> cAxes;
+    for (auto& a : c.parallel)
+      if (a.extent != 1) cAxes.push_back(&a);
+    size_t next = 0;
+    for (auto& a : prod.parallel) {
+      if (a.extent == 1) {
+        map[a.var] = idxConst(0);
+        continue;
+      }
+      if (next == cAxes.size() || cAxes[next]->extent != a.extent) return std::nullopt;
+      map[a.var] = idxVar(cAxes[next]->var, cAxes[next]->name);
+      ++next;
     }
-    if (next == cAxes.size() || cAxes[next]->extent != a.extent) return std::nullopt;
-    map[a.var] = idxVar(cAxes[next]->var, cAxes[next]->name);
-    ++next;
+    if (next != cAxes.size()) return std::nullopt;
   }
-  if (next != cAxes.size()) return std::nullopt;
   bool ok = true;
   forEachBufferRead(c.result, [&](int b, bool asIndex) { ok = ok && !(b == prod.output && asIndex); });
+  // C's axes of one point are 0 wherever its indices use them (a view may leave `p2 + p1` for p1).
+  std::map<int, Idx> unitZero;
+  for (auto& a : c.parallel)
+    if (a.extent == 1) unitZero[a.var] = idxConst(0);
+  const VarExtents ext = c.extents();
   forEachLoad(c.result, [&](const Expr& l) {
     if (l.buffer != prod.output) return;
-    VarExtents ext = c.extents();
     for (size_t d = 0; d < l.index.size(); ++d) {
       bool unit = prod.parallel[d].extent == 1 && idxRange(l.index[d], ext) == std::pair<int64_t, int64_t>{0, 0};
-      ok = ok && (unit || sameIdx(l.index[d], map[prod.parallel[d].var]));
+      const Idx at = simplify(substitute(l.index[d], [&](int v, const std::string&) -> Idx {
+                                auto it = unitZero.find(v);
+                                return it == unitZero.end() ? nullptr : it->second;
+                              }), ext);
+      ok = ok && (unit || sameIdx(at, map[prod.parallel[d].var]));
     }
   });
   if (!ok) return std::nullopt;
