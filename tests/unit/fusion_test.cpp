@@ -48,7 +48,6 @@ const std::vector<LoopPass> kLoopPasses = {
     {"loop-fuse-rows", fuseRows},
     {"loop-reciprocal-row-divisors", reciprocalRowDivisors},
     {"loop-fuse-attention", fuseAttention},
-    {"loop-fuse-norm-products", fuseNormProducts},
     {"loop-eliminate-dead-buffers", eliminateDeadBuffers},
 };
 
@@ -63,11 +62,8 @@ Program fused(Program p, const std::vector<std::string>& skip = {}) {
 }
 Program fused(const std::string& model) { return fused(unfused(model)); }
 // The row and epilogue fusions' result with attention left as three kernels (scores, softmax, P·V), as loop-fuse-attention
-// finds it (f32 attention is one kernel after it too). loop-fuse-norm-products, which runs after attention has taken its
-// softmax, would take a softmax of few rows into its P·V.
-Program fusedBeforeAttention(const std::string& model) {
-  return fused(unfused(model), {"loop-fuse-attention", "loop-fuse-norm-products"});
-}
+// finds it (f32 attention is one kernel after it too).
+Program fusedBeforeAttention(const std::string& model) { return fused(unfused(model), {"loop-fuse-attention"}); }
 
 bool uses(const ExprP& e, Fn fn) {
   if (!e) return false;

@@ -28,7 +28,7 @@ TEST(MergeLaunches, TheDecoderStepsSmallKernelsMergeAndComputeTheSame) {
   off.disable = {"kernel-merge-launches"};
   const Compiled apart = compileModel(step, {}, off, "kernel");
   // Per layer, q's and k's rotary with the position counter (three launches into one) and the two cache writes (two
-  // into one); before the layers, the rotary tables with the first product (three into one).
+  // into one); before the layers, the rotary tables and the first norm (three into one).
   EXPECT_EQ(merged.kernelIR.kernels.size() + 2 * 3 + 2, apart.kernelIR.kernels.size());
   int cacheWrites = 0;
   for (const kernel::Kernel& k : merged.kernelIR.kernels)
