@@ -530,7 +530,7 @@ int runAndReport(const RunCommand& c, std::ostream& out, json& report) {
   const std::string& referenceModel = emitted ? c.reference : c.model;
   const RunCompile how{parseInputs(c.inputs), parseCast(c.dtype), target};
   RunOutcome run = c.interpret ? runInInterpreter(c, how) : runOnGpu(c, emitted, how, out, report);
-  out << fmt::format("kiln: ran {} ({} kernels) on {}\n", run.plan.name, run.plan.kernels, run.device);
+  out << fmt::format("kiln: ran {} ({} kernels) on {}\n", printable(run.plan.name), run.plan.kernels, run.device);
   report["model"] = run.plan.name;
   report["kernels"] = run.plan.kernels;
   report["device"] = run.device;

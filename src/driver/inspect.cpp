@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <ostream>
 #include <set>
+#include <sstream>
 
 #include "kiln/driver/commands.h"
 #include "kiln/frontend/frontend.h"
@@ -79,7 +80,8 @@ nlohmann::json inspectJson(const InspectCommand& c, const frontend::ModelSummary
 
 }  // namespace
 
-int runInspect(const InspectCommand& c, std::ostream& out) {
+// The report: names and ops as the .pt spells them, which kiln prints with any control byte as \xHH (runInspect).
+static int inspectReport(const InspectCommand& c, std::ostream& out) {
   frontend::ModelSummary s = frontend::inspectModel(c.model);
   auto supported = tensor::supportedOps();
   std::set<std::string> known(supported.begin(), supported.end());
@@ -126,6 +128,13 @@ int runInspect(const InspectCommand& c, std::ostream& out) {
     out << fmt::format("not supported by kiln: {}; see docs/ops.md (`kiln ops` lists the supported ones)\n",
                        fmt::join(unsupported, ", "));
   return 0;
+}
+
+int runInspect(const InspectCommand& c, std::ostream& out) {
+  std::ostringstream report;
+  const int code = inspectReport(c, report);
+  out << printableLines(report.str());
+  return code;
 }
 
 }  // namespace kiln

@@ -128,6 +128,14 @@ TEST(Cli, MissingModelFile) {
   expectOneLineError(odd, 1, {"no\\x0asuch\\x1b[2Jmodel.pt", "not found"});
   Result oddRun = kiln({"run", "no\nsuch_dir", "--input", "x\n=1"});
   EXPECT_EQ(std::count(oddRun.err.begin(), oddRun.err.end(), '\n'), 1) << describe(oddRun);
+  // A report quoting a model's names (kiln inspect) shows their control bytes as \xHH too.
+  TempDir tmp;
+  const fs::path odd_model = tmp.path / "lin\x1b[2Jear.pt";
+  fs::copy_file(test::fixturePath("linear"), odd_model);
+  Result inspect = kiln({"inspect", odd_model.string()});
+  EXPECT_EQ(inspect.code, 0) << describe(inspect);
+  EXPECT_EQ(inspect.out.find('\x1b'), std::string::npos) << describe(inspect);
+  EXPECT_NE(inspect.out.find("lin\\x1b[2Jear"), std::string::npos) << describe(inspect);
 }
 
 TEST(Cli, FileThatIsNotTorchScript) {

@@ -39,6 +39,8 @@ template <typename... Args>
 // Text from a user's file (names in a manifest, record names in a .pt) as a one-line message may quote it: control
 // bytes (a newline, say) shown as \xHH.
 std::string printable(const std::string& s);
+// The same for text of several lines (a report): control bytes but the newlines shown as \xHH.
+std::string printableLines(const std::string& s);
 
 }  // namespace kiln
 
