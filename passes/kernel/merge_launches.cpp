@@ -210,7 +210,7 @@ Kernel merge(const std::vector<const Kernel*>& group) {
     if (first > 0) range = ifLess(idxConst(first - 1), blockIdx(), {std::move(range)});
     m.body.push_back(std::move(range));
     first += k.grid[0];
-    m.origins.insert(m.origins.end(), k.origins.begin(), k.origins.end());
+    m.origins = loop::mergeOrigins(m.origins, k.origins);
   }
   m.grid[0] = first;
   return m;
@@ -227,6 +227,7 @@ int64_t staticShared(const std::vector<const Kernel*>& group) {
 bool mergeLaunches(Program& p) {
   std::vector<Kernel> out;
   std::vector<const Kernel*> group;
+  bool groupMergeable = false;  // whether the open group's kernels may take another
   bool changed = false;
   auto flush = [&] {
     if (group.size() == 1) out.push_back(*group.front());
@@ -238,7 +239,7 @@ bool mergeLaunches(Program& p) {
   };
   for (const Kernel& k : p.kernels) {
     const bool ok = mergeable(p, k);
-    if (!group.empty() && ok && mergeable(p, *group.front()) && independent(p, group, k)) {
+    if (groupMergeable && ok && independent(p, group, k)) {
       std::vector<const Kernel*> with = group;
       with.push_back(&k);
       const int64_t widest = std::max_element(with.begin(), with.end(), [](const Kernel* a, const Kernel* b) {
@@ -254,6 +255,7 @@ bool mergeLaunches(Program& p) {
     }
     flush();
     group.push_back(&k);
+    groupMergeable = ok;
   }
   flush();
   if (changed) p.kernels = std::move(out);
