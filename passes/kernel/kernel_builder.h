@@ -290,6 +290,9 @@ class KernelBuilder {
   // A reduction split in the kernel: the block's partial tile handed over, and the tile's last block adding them all
   // before `epilogue` (lower_contraction_tma.cpp).
   void splitTileEnd(const Tiling& t, Block epilogue, Block& out);
+  // A partial tile handed over by another block (vector v of 4 at at(v), in the order of accs) added to the thread's
+  // accumulators accs (the split and stream-K hand-overs).
+  void addHandedTile(int partials, const std::function<Idx(int64_t)>& at, const std::vector<int>& accs, Block& out);
   // A tma ring: its mbarrier buffers (full, and empty or -1), each operand's tensor map and where its k starts in the map
   // (a split's part), the bytes that complete a slot's phase, and slice i's first k (rotatedSlices).
   struct TmaRing {

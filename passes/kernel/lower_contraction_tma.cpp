@@ -123,9 +123,8 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
 // [thread][4], each thread its own vectors) and the block takes a ticket at tile j's counter (kernel::blockTicket: the
 // stores released, the counter back to zero at the last ticket). The block with the last ticket adds the S partial
 // tiles from 0, in the order of their pieces (its own among them: the sums do not depend on which block came last,
-// and are those of an adding kernel), a batch of loads in flight at a time, then runs the epilogue.
+// and are those of an adding kernel), then runs the epilogue.
 void KernelBuilder::splitTileEnd(const Tiling& t, Block epilogue, Block& out) {
-  constexpr int64_t kBatch = 8;  // vectors loaded before they are added (32 registers)
   const int64_t S = t.s.kSplit, threads = k_.block[0];
   std::vector<int> accs;  // the thread's accumulators in one order
   for (const Owned& o : t.owned) accs.insert(accs.end(), o.acc.begin(), o.acc.end());
@@ -150,21 +149,29 @@ void KernelBuilder::splitTileEnd(const Tiling& t, Block epilogue, Block& out) {
   const int qVar = freshKernelVar();
   extents_[qVar] = S;
   const Idx q = idxVar(qVar, "q");
-  std::vector<int> loaded;
-  for (int64_t e = 0; e < 4 * std::min(kBatch, vectors); ++e) loaded.push_back(slot(fmt::format("handed{}", e)));
   Block add;
-  for (int64_t v0 = 0; v0 < vectors; v0 += kBatch) {
-    const int64_t batch = std::min(kBatch, vectors - v0);
-    for (int64_t v = 0; v < batch; ++v)
-      add.push_back(kernel::loadVector(partials, at(q, v0 + v), {loaded.begin() + 4 * v, loaded.begin() + 4 * v + 4}));
-    for (int64_t e = 0; e < 4 * batch; ++e) {
-      const int a = accs[static_cast<size_t>(4 * v0 + e)];
-      add.push_back(assign(a, fapply(Fn::Add, {fvar(a), fvar(loaded[static_cast<size_t>(e)])})));
-    }
-  }
+  addHandedTile(partials, [&](int64_t v) { return at(q, v); }, accs, add);
   last.push_back(forLoop(qVar, "q", idxConst(0), idxConst(S), 1, std::move(add)));
   last.insert(last.end(), epilogue.begin(), epilogue.end());
   out.push_back(ifLess(idxConst(S - 2), idxVar(ticketVar, "ticket"), std::move(last)));
+}
+
+// kHandedBatch vectors loaded at once, then added: a batch's loads in flight together (one at a time, each would wait
+// for L2 in turn).
+void KernelBuilder::addHandedTile(int partials, const std::function<Idx(int64_t)>& at, const std::vector<int>& accs, Block& out) {
+  constexpr int64_t kHandedBatch = 8;  // vectors of a handed-over partial loaded before they are added (32 registers)
+  const int64_t vectors = static_cast<int64_t>(accs.size()) / 4;
+  std::vector<int> loaded;
+  for (int64_t e = 0; e < 4 * std::min(kHandedBatch, vectors); ++e) loaded.push_back(slot(fmt::format("handed{}", e)));
+  for (int64_t v0 = 0; v0 < vectors; v0 += kHandedBatch) {
+    const int64_t batch = std::min(kHandedBatch, vectors - v0);
+    for (int64_t v = 0; v < batch; ++v)
+      out.push_back(kernel::loadVector(partials, at(v0 + v), {loaded.begin() + 4 * v, loaded.begin() + 4 * v + 4}));
+    for (int64_t e = 0; e < 4 * batch; ++e) {
+      const int a = accs[static_cast<size_t>(4 * v0 + e)];
+      out.push_back(assign(a, fapply(Fn::Add, {fvar(a), fvar(loaded[static_cast<size_t>(e)])})));
+    }
+  }
 }
 
 }  // namespace kiln::kernel::detail
