@@ -36,7 +36,6 @@ namespace kiln::kernel::detail {
 
 namespace {
 constexpr int kStreamBarrier = 1;  // the named barrier of the consumer warpgroups (0 is the block's)
-constexpr int64_t kHandedBatch = 8;  // vectors of a handed-over partial loaded before they are added (32 registers)
 }  // namespace
 
 KernelBuilder::StreamWalk KernelBuilder::streamWalk(const Tiling& t) {
@@ -146,19 +145,7 @@ void KernelBuilder::streamTileEnd(const Tiling& t, const StreamWalk& walk, const
   extents_[pVar] = w.pieces;
   Block add, inside;
   const Idx source = defVar(add, "source", walk.order + p, G + w.pieces);
-  // kHandedBatch vectors loaded at once, then added: a batch's loads in flight together (one at a time, each would wait
-  // for L2 in turn).
-  std::vector<int> loaded;
-  for (int64_t e = 0; e < 4 * std::min(kHandedBatch, vectors); ++e) loaded.push_back(slot(fmt::format("handed{}", e)));
-  for (int64_t v0 = 0; v0 < vectors; v0 += kHandedBatch) {
-    const int64_t batch = std::min(kHandedBatch, vectors - v0);
-    for (int64_t v = 0; v < batch; ++v)
-      inside.push_back(kernel::loadVector(partials, at(source, v0 + v), {loaded.begin() + 4 * v, loaded.begin() + 4 * v + 4}));
-    for (int64_t e = 0; e < 4 * batch; ++e) {
-      const int a = accs[static_cast<size_t>(4 * v0 + e)];
-      inside.push_back(assign(a, fapply(Fn::Add, {fvar(a), fvar(loaded[static_cast<size_t>(e)])})));
-    }
-  }
+  addHandedTile(partials, [&](int64_t v) { return at(source, v); }, accs, inside);
   add.push_back(ifLess(source, idxConst(G), std::move(inside)));  // always (the count names walks that exist)
   others.push_back(forLoop(pVar, "p", idxConst(1), idxAdd(more, 1), 1, std::move(add)));
   finish.push_back(ifLess(to, idxConst(S), std::move(others)));

@@ -47,7 +47,7 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                         [&](const TiledContraction& t) {
                           if (t.streamBlocks > 0) return t.streamBlocks;  // persistent
                           Contraction c = contractionOf(t, k);
-                          return c.outerPoints * tilesM(t, c) * tilesN(t, c);
+                          return t.kSplit * c.outerPoints * tilesM(t, c) * tilesN(t, c);
                         },
                     },
                     s);

@@ -531,11 +531,18 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
 // Every pass is on by default (DESIGN.md §3.10): `kiln passes` marks none off; -v names a disabled one as skipped and
 // --disable-pass tile-deep-k-slices keeps the 16-deep slices the deep ones replace (the product's schedule before
 // tile-stream-ffma-products, which replaces it whole, is disabled too).
-TEST(Cli, EveryPassOnByDefaultAndDisablePassSkipsOne) {
+// The passes off by default are exactly those docs/pipeline.md lists as waiting for a GPU measurement (a new one is
+// added there and here together).
+TEST(Cli, OnlyTheListedPassesAreOffByDefaultAndDisablePassSkipsOne) {
   Result list = kiln({"passes"});
   EXPECT_EQ(list.code, 0) << describe(list);
   EXPECT_TRUE(contains(list.out, "tile-attention-scores-by-wgmma")) << describe(list);
-  EXPECT_FALSE(contains(list.out, "off by default")) << describe(list);
+  std::vector<std::string> off;
+  std::istringstream lines(list.out);
+  for (std::string line; std::getline(lines, line);)
+    if (contains(line, "off by default")) off.push_back(line.substr(0, line.find(' ', line.find_first_not_of(' '))));
+  ASSERT_EQ(off.size(), 1u) << describe(list);
+  EXPECT_TRUE(contains(off[0], "tile-fold-split-sums")) << off[0];
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v",
                                    "--disable-pass", "tile-stream-ffma-products"};
   Result deep = kiln(args);
