@@ -37,6 +37,7 @@ if __name__ == "__main__":
     for script in ("layers.py", "hf_families.py", "attention_bf16.py", "mlp_bf16_wide.py", "hf_decode.py"):
         subprocess.run([sys.executable, str(HERE / script)], check=True)
     subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--bf16"], check=True)
+    subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--default-cache"], check=True)
     # The decoder step with a cache of 256 positions: attention's key steps skipped past the run-time length.
     subprocess.run([sys.executable, str(HERE / "hf_decode.py"), "--cache", "256",
                     "-o", str(HERE / "fixtures" / "hf_llama_decode_long.pt")], check=True)

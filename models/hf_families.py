@@ -1,5 +1,5 @@
-"""Tiny random-weight transformers models of the families kiln takes in (issue 9), traced on input_ids -> logits:
-GPT-2, GPT-NeoX, Phi, Phi-3, StableLM, Falcon, Qwen2, Qwen3, Mistral, Gemma, Gemma-2. Each is built from a config
+"""Tiny random-weight transformers models of the families kiln takes in (issues 9, 44), traced on input_ids -> logits:
+GPT-2, GPT-NeoX, Phi, Phi-3, StableLM, Falcon, Qwen2, Qwen3, Mistral, Gemma, Gemma-2, GPT-J, Cohere, OLMo. Each is built from a config
 (nothing is downloaded), its parameters overwritten with seeded normals (hf_llama.randomize_inplace_), and traced
 through hf_llama.LogitsOnly with its inputs recorded; the shapes are those of the family's tiny test models:
 hidden 64, 2 layers, 4 heads, vocab 256, 16 tokens, each family's own options (grouped KV heads, partial rotary,
@@ -8,6 +8,8 @@ sliding windows, multi-query, logit softcapping) switched on where it has them.
     python3 models/hf_families.py              # every family -> models/fixtures/hf_<family>_tiny.pt
     python3 models/hf_families.py gpt2 phi3    # some of them
     python3 models/hf_families.py --bf16       # hf_gpt_neox_tiny_bf16.pt, hf_gemma2_tiny_bf16.pt (BF16_FAMILIES)
+    python3 models/hf_families.py --default-cache   # hf_qwen2_tiny_cache.pt: traced as users trace, the config's
+                                               # use_cache=True and a wrapper returning model(ids).logits
     python3 models/hf_families.py --real qwen2 --dtype bf16 --device cuda -o /tmp/qwen2.pt
                                                # 2 layers at the family's real layer shapes (REAL), 128 tokens
 """
@@ -43,6 +45,14 @@ FAMILIES = {
     # eager attention: the softcapped scores between the product and the softmax are traced as they are written
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(COMMON, num_key_value_heads=2, head_dim=16,
                                                          sliding_window=8), "eager"),
+    # issue 44: GPT-J's and Cohere's interleaved rotary (aten::stack of the rotated halves), OLMo's clip_qkv
+    # (aten::clamp_ on q, k, v; small enough here that the clamp bites)
+    "gptj": ("GPTJConfig", "GPTJForCausalLM", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=128,
+                                                   rotary_dim=8, bos_token_id=0, eos_token_id=0), "eager"),
+    "cohere": ("CohereConfig", "CohereForCausalLM", dict(COMMON, num_key_value_heads=2, pad_token_id=0, bos_token_id=0,
+                                                         eos_token_id=0), "sdpa"),
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(COMMON, clip_qkv=0.5, pad_token_id=0, bos_token_id=0, eos_token_id=0),
+             "sdpa"),
 }
 
 
@@ -98,6 +108,36 @@ def main(argv=None):
 BF16_FAMILIES = ["gpt_neox", "gemma2"]
 
 
+class PlainLogits(torch.nn.Module):
+    """forward(input_ids) -> model(input_ids).logits: the model's config decides use_cache (True by default), as in a
+    user's own wrapper; the DynamicCache it fills starts from legacy empty tensors and is dropped (dead code)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids).logits
+
+
+DEFAULT_CACHE_FAMILIES = ["qwen2"]
+
+
+def main_default_cache(argv=None):
+    """hf_<family>_tiny_cache.pt: the tiny model with its config's default use_cache, traced through PlainLogits."""
+    import transformers
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    for family in argv or DEFAULT_CACHE_FAMILIES:
+        config_cls, model_cls, args, attention = FAMILIES[family]
+        config = getattr(transformers, config_cls)(**args)
+        config._attn_implementation = attention
+        assert config.use_cache, f"{family}'s config does not default to use_cache=True"
+        with _no_init_weights():
+            model = getattr(transformers, model_cls)(config)
+        randomize_inplace_(model, seed=0)
+        export(PlainLogits(model.eval()).eval(), example_inputs(256), fixtures / f"hf_{family}_tiny_cache.pt")
+
+
 def main_bf16(argv=None):
     """hf_<family>_tiny_bf16.pt: the same models traced in bf16 (model.to(torch.bfloat16))."""
     families = argv or BF16_FAMILIES
@@ -127,6 +167,8 @@ def main_real(argv):
 if __name__ == "__main__":
     if "--real" in sys.argv:
         main_real([a for a in sys.argv[1:] if a != "--real"])
+    elif "--default-cache" in sys.argv:
+        main_default_cache([a for a in sys.argv[1:] if a != "--default-cache"])
     elif "--bf16" in sys.argv:
         main_bf16([a for a in sys.argv[1:] if a != "--bf16"])
     else:

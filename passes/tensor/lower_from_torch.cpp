@@ -367,16 +367,43 @@ struct Lowering {
 
   // Parts empty along the dim add nothing (Phi-3's full rotary cats q_rot with an empty q_pass): dropped here, so
   // no zero-extent kernel is ever made for them (the slices that made them become dead code).
+  // As LibTorch's cat, parts of shape [0] (the legacy empty tensor, `torch.tensor([])`, whatever the other parts' rank)
+  // are skipped before the dim is read: transformers' DynamicCache starts every layer's keys and values as one, and a
+  // model traced with its default use_cache=True concatenates onto it (the cache is dead code when only the logits
+  // are returned).
   int concat() {
-    int first = tensor(0);
-    const int d = b.normDim(first, integer(static_cast<int>(argc()) - 1));
-    std::vector<int> parts;
+    std::vector<int> given;
     for (size_t i = 0; i + 1 < argc(); ++i) {
       int part = tensor(static_cast<int>(i));
-      if (b.shape(part)[d] != 0) parts.push_back(part);
+      if (b.shape(part) != Shape{0} || argc() == 2) given.push_back(part);
     }
+    if (given.empty()) unsupported("every part of the concatenation is empty");
+    const int d = b.normDim(given[0], integer(static_cast<int>(argc()) - 1));
+    std::vector<int> parts;
+    for (int part : given)
+      if (b.shape(part)[d] != 0) parts.push_back(part);
     if (parts.empty()) unsupported("every part of the concatenation is empty");
     return parts.size() == 1 ? parts[0] : b.concat(parts, d);
+  }
+
+  // aten::stack(tensors, dim): every part (all of one shape) given an axis of one at dim (of rank + 1, negative from
+  // the end), then concatenated along it.
+  int stack() {
+    const int first = tensor(0);
+    const int64_t rank = b.rank(first) + 1, given = integer(static_cast<int>(argc()) - 1);
+    const int64_t d = given < 0 ? given + rank : given;
+    if (d < 0 || d >= rank)
+      unsupported(fmt::format("dim {} is out of range for stacking tensors of rank {} (from {} to {})", given, rank - 1, -rank,
+                              rank - 1));
+    std::vector<int> parts;
+    for (size_t i = 0; i + 1 < argc(); ++i) {
+      const int part = tensor(static_cast<int>(i));
+      if (b.shape(part) != b.shape(first)) unsupported("stacked tensors of different shapes");
+      Shape shape = b.shape(part);
+      shape.insert(shape.begin() + d, 1);
+      parts.push_back(b.reshape(part, shape));
+    }
+    return parts.size() == 1 ? parts[0] : b.concat(parts, static_cast<int>(d));
   }
 
   int slice() {
@@ -546,6 +573,7 @@ struct Lowering {
         {"aten::index_select", &Lowering::indexSelect},
         {"aten::cat", &Lowering::concat},
         {"aten::concat", &Lowering::concat},
+        {"aten::stack", &Lowering::stack},
         {"aten::slice", &Lowering::slice},
         {"aten::select", &Lowering::select},
         {"aten::masked_fill", &Lowering::maskedFill},

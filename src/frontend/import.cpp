@@ -229,7 +229,7 @@ class Importer {
 
   // The in-place arithmetic ops functionalForm rewrites to their out-of-place forms where that is safe.
   static inline const std::unordered_set<std::string> kRewrittenInPlace = {"aten::add_", "aten::sub_", "aten::mul_",
-                                                                          "aten::div_"};
+                                                                          "aten::div_", "aten::clamp_"};
 
   // Any other in-place op on input data (aten::embedding_renorm_, which nn.Embedding(max_norm=...) runs on its table at
   // every call) is refused before it is evaluated: its result is often unused, so dead-code elimination would drop the
@@ -257,7 +257,7 @@ class Importer {
               producer->kind().toQualString(), sourceLoc(producer).str());
   }
 
-  // An in-place arithmetic op (aten::add_, sub_, mul_, div_) computes what its functional form does when the tensor
+  // An in-place arithmetic op (aten::add_, sub_, mul_, div_, clamp_) computes what its functional form does when the tensor
   // it changes is a fresh result read by nothing else (Falcon's `attn_output += ...` on a matmul's output): that
   // form's name. If anything else reads the tensor, or it is a view of another, an input or a weight, the change
   // would be visible elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their

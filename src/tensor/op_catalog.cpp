@@ -107,8 +107,10 @@ const std::vector<OpEntry>& opCatalog() {
        "a gather of the table's rows; ids clamped into the table (PyTorch fails on one out of range); padding_idx and "
        "scale_grad_by_freq do not change a forward",
        "a table that is not 2-D; `max_norm` (its in-place `embedding_renorm_`)"},
-      {"aten::cat", "a concatenation along `dim` (negative dims); empty parts dropped", "a concatenation of empty parts only"},
+      {"aten::cat", "a concatenation along `dim` (negative dims); empty parts dropped, and parts of shape [0] skipped "
+                   "whatever their rank (as LibTorch does)", "a concatenation of empty parts only"},
       {"aten::concat", "as cat", "as cat"},
+      {"aten::stack", "each part given an axis of one at `dim`, then concatenated along it", "parts of different shapes"},
       {"aten::slice", "`start:end:step` along `dim` (None and negative starts wrapped and clamped), one IndexMap", ""},
       {"aten::select", "index i along `dim` (negative i wrapped): a slice of 1 and a reshape", ""},
       {"aten::masked_fill", "`where(mask, v, x)`; v a scalar or a 0-d tensor; broadcasting", ""},
@@ -130,7 +132,7 @@ const std::vector<OpEntry>& opCatalog() {
        "default), weight and bias optional",
        ""},
       {"aten::native_layer_norm", "as layer_norm, with its mean and rstd results where the model reads them", ""},
-      {"aten::clamp", "`min(max(x, lo), hi)`; either bound None, a scalar or a tensor; NaN stays NaN", ""},
+      {"aten::clamp", "`min(max(x, lo), hi)`; either bound None, a scalar or a tensor; NaN stays NaN (clamp_ as add_)", ""},
       {"aten::clip", "as clamp", ""},
       {"aten::clamp_min", "`max(x, lo)`", ""},
       {"aten::clamp_max", "`min(x, hi)`", ""},

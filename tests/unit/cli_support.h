@@ -43,6 +43,12 @@ inline bool runPython(const fs::path& dir, const std::string& script) {
   return std::system(("python3 " + quote((dir / "make.py").string()) + " >/dev/null 2>&1").c_str()) == 0;
 }
 
+// Whether python3 with torch runs here (asked once): tests that trace their modules at test time skip without it.
+inline bool haveTorch() {
+  static const bool torch = std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  return torch;
+}
+
 struct Result {
   int code = -1;
   std::string out, err;

@@ -36,7 +36,9 @@ const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm"
                                           // the transformers families of models/hf_families.py (issue 9)
                                           "hf_gpt2_tiny", "hf_gpt_neox_tiny", "hf_phi_tiny", "hf_phi3_tiny",
                                           "hf_stablelm_tiny", "hf_falcon_tiny", "hf_qwen2_tiny", "hf_qwen3_tiny",
-                                          "hf_mistral_tiny", "hf_gemma_tiny", "hf_gemma2_tiny"};
+                                          "hf_mistral_tiny", "hf_gemma_tiny", "hf_gemma2_tiny",
+                                          // issue 44: stack (GPT-J, Cohere), clamp_ (OLMo), a default use_cache trace
+                                          "hf_gptj_tiny", "hf_cohere_tiny", "hf_olmo_tiny", "hf_qwen2_tiny_cache"};
 
 
 

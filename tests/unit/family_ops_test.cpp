@@ -1,0 +1,58 @@
+// The ops that kept transformers families out (issue 44), on modules traced at test time with python3 + torch (the
+// tests skip without them): aten::stack (GPT-J's and Cohere's interleaved rotary), in-place clamp_ on a fresh result
+// (OLMo's clip_qkv), and a cat onto the legacy empty tensor torch.tensor([]) (transformers' DynamicCache, filled when a
+// model is traced with its config's default use_cache=True). The whole families are models_test.cpp's fixtures.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli_support.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+using test::TempDir;
+using namespace test::cli;
+
+class FamilyOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!haveTorch()) GTEST_SKIP() << "python3 with torch not available";
+  }
+};
+
+TEST_F(FamilyOps, StackClampAndLegacyEmptyCatMatchLibTorch) {
+  TempDir tmp;
+  const std::string script = fmt::format(
+      "import torch\n"
+      "class Stack(torch.nn.Module):\n"
+      "    def forward(self, x, y):\n"
+      "        a = torch.stack((x, -y), dim=-1).flatten(-2)\n"  // GPT-J's rotate_every_two
+      "        b = torch.stack([x, y, x * y], dim=0)\n"
+      "        return a * 2.0, b.sum(0), torch.stack([x], 1)\n"
+      "class Clip(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        q = x * 3.0\n"
+      "        q.clamp_(min=-0.5, max=0.5)\n"
+      "        return q + 1.0\n"
+      "class Cache(torch.nn.Module):\n"
+      "    def forward(self, k):\n"
+      "        keys = torch.cat([torch.tensor([]), k], dim=-2)\n"
+      "        return keys * 2.0\n"
+      "torch.jit.trace(Stack(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4))).save('{0}/stack.pt')\n"
+      "torch.jit.trace(Clip(), (torch.randn(4, 8),)).save('{0}/clip.pt')\n"
+      "torch.jit.trace(Cache(), (torch.randn(1, 2, 5, 4),)).save('{0}/cache.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  expectCheckPasses(kiln({"run", (tmp.path / "stack.pt").string(), "--input", "x=2x3x4", "--input", "y=2x3x4", "--check",
+                          "--interpret"}));
+  expectCheckPasses(kiln({"run", (tmp.path / "clip.pt").string(), "--input", "x=4x8", "--check", "--interpret"}));
+  expectCheckPasses(kiln({"run", (tmp.path / "cache.pt").string(), "--input", "k=1x2x5x4", "--check", "--interpret"}));
+  // The clamp is kept (not dropped as an unused in-place result): its bound shows in the Tensor IR.
+  Result ir = kiln({"compile", (tmp.path / "clip.pt").string(), "--input", "x=4x8", "--ir", "tensor"});
+  EXPECT_EQ(ir.code, 0) << describe(ir);
+  EXPECT_TRUE(contains(ir.out, "clamp") || contains(ir.out, "max")) << describe(ir);
+}
+
+}  // namespace
+}  // namespace kiln
