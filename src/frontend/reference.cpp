@@ -136,6 +136,7 @@ at::Tensor stateBuffer(const ::torch::jit::Module& m, const std::string& path) {
   if (!std::filesystem::exists(path, ec)) userError("model file '{}' not found", path);
   if (!std::ifstream(path)) userError("model file '{}' cannot be read; check its permissions", path);
   const auto archive = openArchive(path);  // one reader for the checks of its records
+  refuseOtherFormats(path, archive.get());
   checkPickleRecords(path, archive.get());  // before anything unpickles them
   checkDebugRecords(path, archive.get());
   checkConstantRecords(path, archive.get());

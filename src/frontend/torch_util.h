@@ -44,6 +44,9 @@ void checkPickleRecords(const std::string& path, caffe2::serialize::PyTorchStrea
 // pooling reads them; checkTensorRecords takes the loaded module's attributes.
 void checkConstantRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* archive);
 void checkTensorRecords(const std::string& path, caffe2::serialize::PyTorchStreamReader* archive, const ::torch::jit::Module& m);
+// A file PyTorch writes that is not a TorchScript archive (a torch.export .pt2, a torch.save checkpoint, a pickle):
+// UserError naming what it is and how to save a trace instead (other_formats.cpp); nothing for anything else.
+void refuseOtherFormats(const std::string& path, caffe2::serialize::PyTorchStreamReader* archive);
 // The archive's record reader; nullptr for a file that is not a zip archive (pickle_scan.cpp).
 std::unique_ptr<caffe2::serialize::PyTorchStreamReader> openArchive(const std::string& path);
 

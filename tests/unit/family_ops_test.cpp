@@ -1,10 +1,12 @@
 // The ops that kept transformers families out (issue 44), on modules traced at test time with python3 + torch (the
 // tests skip without them): aten::stack (GPT-J's and Cohere's interleaved rotary), in-place clamp_ on a fresh result
 // (OLMo's clip_qkv), and a cat onto the legacy empty tensor torch.tensor([]) (transformers' DynamicCache, filled when a
-// model is traced with its config's default use_cache=True). The whole families are models_test.cpp's fixtures.
+// model is traced with its config's default use_cache=True); and the files PyTorch writes that are not traces, named.
+// The whole families are models_test.cpp's fixtures.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "cli_support.h"
 #include "test_support.h"
@@ -52,6 +54,35 @@ TEST_F(FamilyOps, StackClampAndLegacyEmptyCatMatchLibTorch) {
   Result ir = kiln({"compile", (tmp.path / "clip.pt").string(), "--input", "x=4x8", "--ir", "tensor"});
   EXPECT_EQ(ir.code, 0) << describe(ir);
   EXPECT_TRUE(contains(ir.out, "clamp") || contains(ir.out, "max")) << describe(ir);
+}
+
+// What PyTorch writes besides TorchScript archives is named as what it is, with how to save a trace instead (LibTorch's
+// loader said only "failed locating file constants.pkl" or "not a ZIP archive").
+TEST_F(FamilyOps, OtherPyTorchFilesAreNamedAsWhatTheyAre) {
+  TempDir tmp;
+  const std::string script = fmt::format(
+      "import pickle, torch\n"
+      "m = torch.nn.Linear(4, 4)\n"
+      "torch.save(m.state_dict(), '{0}/state_dict.pt')\n"
+      "torch.save(m, '{0}/module.pt')\n"
+      "torch.save(m.state_dict(), '{0}/legacy.pt', _use_new_zipfile_serialization=False)\n"
+      "pickle.dump({{'w': 1}}, open('{0}/plain.pkl', 'wb'))\n"
+      "torch.export.save(torch.export.export(m, (torch.randn(2, 4),)), '{0}/exported.pt2')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  const std::vector<std::string> trace = {"torch.jit.save(torch.jit.trace("};
+  for (const char* name : {"state_dict.pt", "module.pt"}) {
+    std::vector<std::string> want{"torch.save checkpoint", "not a traced model"};
+    want.insert(want.end(), trace.begin(), trace.end());
+    expectOneLineError(kiln({"compile", (tmp.path / name).string()}), 1, want);
+  }
+  for (const char* name : {"legacy.pt", "plain.pkl"}) {
+    std::vector<std::string> want{"is a pickle", "not a TorchScript archive"};
+    want.insert(want.end(), trace.begin(), trace.end());
+    expectOneLineError(kiln({"inspect", (tmp.path / name).string()}), 1, want);
+  }
+  expectOneLineError(kiln({"compile", (tmp.path / "exported.pt2").string()}), 1,
+                     {"torch.export archive (.pt2)", "kiln does not read", "torch.jit.trace("});
 }
 
 }  // namespace
