@@ -99,6 +99,13 @@ class Importer {
       ids_[outs[0]] = elems;
       return;
     }
+    if (op == "prim::DictConstruct") {  // its values in the dict's order (the keys are constant strings)
+      std::vector<int> elems;
+      for (size_t i = 1; i < node->inputs().size(); i += 2)
+        for (int id : idsOf(node->inputs()[i], node)) elems.push_back(id);
+      ids_[outs[0]] = elems;
+      return;
+    }
     if (op == "prim::TupleUnpack" || op == "prim::ListUnpack") {
       auto elems = idsOf(node->inputs()[0], node);
       for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
@@ -131,6 +138,10 @@ class Importer {
         stack = {c10::ivalue::Tuple::create(std::move(elems))};
       } else if (node->kind() == c10::prim::ListConstruct) {
         stack = {makeList(stack, node)};
+      } else if (node->kind() == c10::prim::DictConstruct) {  // a ModelOutput traced with strict=False: keys, values
+        c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+        for (size_t i = 0; i + 1 < stack.size(); i += 2) dict.insert_or_assign(stack[i], stack[i + 1]);
+        stack = {c10::IValue(dict)};
       } else if (node->kind() == c10::prim::TupleUnpack) {
         auto elems = stack.at(0).toTupleRef().elements().vec();
         stack.assign(elems.begin(), elems.end());

@@ -42,7 +42,7 @@ void add(ModelSummary::Tensors& into, const at::Tensor& t) {
 bool structural(const jit::Node* n) {
   auto k = n->kind();
   return k == c10::prim::ListConstruct || k == c10::prim::TupleConstruct || k == c10::prim::TupleUnpack ||
-         k == c10::prim::ListUnpack;
+         k == c10::prim::ListUnpack || k == c10::prim::DictConstruct;
 }
 
 // Which nodes work on input data follows from the graph alone, as the import decides it: a node whose

@@ -246,7 +246,9 @@ std::vector<HostTensor> runReference(const std::string& path, const std::vector<
       for (const auto& e : v.toTupleRef().elements()) flatten(e);
     else if (v.isList())
       for (const auto& e : v.toListRef()) flatten(e);
-    else userError("{}: forward returns a {}, kiln expects tensors or tuples of tensors", path, v.tagKind());
+    else if (v.isGenericDict())  // in insertion order, as the import takes a prim::DictConstruct's values
+      for (const auto& e : v.toGenericDict()) flatten(e.value());
+    else userError("{}: forward returns a {}, kiln expects tensors, or tuples, lists or dicts of tensors", path, v.tagKind());
   };
   flatten(out);
   for (const std::string& state : states) result.push_back(fromTorch(stateBuffer(module, state)));

@@ -56,6 +56,31 @@ TEST_F(FamilyOps, StackClampAndLegacyEmptyCatMatchLibTorch) {
   EXPECT_TRUE(contains(ir.out, "clamp") || contains(ir.out, "max")) << describe(ir);
 }
 
+// Outputs in a dict (a transformers ModelOutput traced with strict=False), nested in a tuple: its values in insertion
+// order, as LibTorch's reference flattens them; a constant value among them is refused as any constant output is.
+TEST_F(FamilyOps, DictOutputsAreTheirValuesInOrder) {
+  TempDir tmp;
+  const std::string script = fmt::format(
+      "import torch\n"
+      "class Dict(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return (x * 3.0, {{'b': x - 1.0, 'a': x.sum(0)}})\n"
+      "class Constant(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return {{'logits': x * 2.0, 'n': torch.ones(3)}}\n"
+      "torch.jit.trace(Dict(), (torch.randn(2, 4),), strict=False).save('{0}/dict.pt')\n"
+      "torch.jit.trace(Constant(), (torch.randn(2, 4),), strict=False).save('{0}/constant.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  Result r = kiln({"run", (tmp.path / "dict.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
+  expectCheckPasses(r);
+  EXPECT_TRUE(contains(r.out, "output 1: f32[2x4]") && contains(r.out, "output 2: f32[4]")) << describe(r);
+  expectOneLineError(kiln({"compile", (tmp.path / "constant.pt").string(), "--input", "x=2x4"}), 1,
+                     {"model output is a constant"});
+  Result ops = kiln({"inspect", (tmp.path / "dict.pt").string()});
+  EXPECT_TRUE(contains(ops.out, "kiln supports every op on input data")) << describe(ops);
+}
+
 // What PyTorch writes besides TorchScript archives is named as what it is, with how to save a trace instead (LibTorch's
 // loader said only "failed locating file constants.pkl" or "not a ZIP archive").
 TEST_F(FamilyOps, OtherPyTorchFilesAreNamedAsWhatTheyAre) {
