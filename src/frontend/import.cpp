@@ -16,6 +16,7 @@
 
 #include "kiln/frontend/frontend.h"
 #include "kiln/support/error.h"
+#include "kiln/tensor/op_catalog.h"
 #include "model_inputs.h"
 #include "import_eval.h"
 #include "model_state.h"
@@ -238,17 +239,28 @@ class Importer {
     }
   }
 
-  // The in-place arithmetic ops functionalForm rewrites to their out-of-place forms where that is safe.
-  static inline const std::unordered_set<std::string> kRewrittenInPlace = {"aten::add_", "aten::sub_", "aten::mul_",
-                                                                          "aten::div_", "aten::clamp_"};
+  // aten::NAME_ (not a dunder such as __and__): an op that changes its first operand in place.
+  static bool inPlaceName(const std::string& op) {
+    return op.rfind("aten::", 0) == 0 && op.size() > 7 && op.back() == '_' && op[op.size() - 2] != '_';
+  }
+  // The in-place ops functionalForm rewrites to their out-of-place forms where that is safe: those whose out-of-place
+  // form the Tensor lowering takes (add_, clamp_, masked_fill_, relu_, ...; the op catalog says which).
+  static bool rewrittenInPlace(const std::string& op) {
+    static const std::unordered_set<std::string> lowered = [] {
+      std::unordered_set<std::string> names;
+      for (const tensor::OpEntry& e : tensor::opCatalog())
+        if (!e.atImport) names.insert(e.name);
+      return names;
+    }();
+    return inPlaceName(op) && lowered.count(op.substr(0, op.size() - 1));
+  }
 
   // Any other in-place op on input data (aten::embedding_renorm_, which nn.Embedding(max_norm=...) runs on its table at
   // every call) is refused before it is evaluated: its result is often unused, so dead-code elimination would drop the
   // change silently.
   static void refuseOtherInPlace(const jit::Node* node) {
     const std::string op = node->kind().toQualString();
-    const bool inPlace = op.rfind("aten::", 0) == 0 && op.size() > 7 && op.back() == '_' && op[op.size() - 2] != '_';
-    if (!inPlace || kRewrittenInPlace.count(op)) return;
+    if (!inPlaceName(op) || rewrittenInPlace(op)) return;
     userError("{} at {} changes a tensor in place, which kiln does not support (its values are never mutated){}", op,
               sourceLoc(node).str(),
               op == "aten::embedding_renorm_"
@@ -268,14 +280,14 @@ class Importer {
               producer->kind().toQualString(), sourceLoc(producer).str());
   }
 
-  // An in-place arithmetic op (aten::add_, sub_, mul_, div_, clamp_) computes what its functional form does when the tensor
+  // An in-place op of rewrittenInPlace (aten::add_, clamp_, masked_fill_, ...) computes what its functional form does when the tensor
   // it changes is a fresh result read by nothing else (Falcon's `attn_output += ...` on a matmul's output): that
   // form's name. If anything else reads the tensor, or it is a view of another, an input or a weight, the change
   // would be visible elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their
   // own name.
   std::string functionalForm(const jit::Node* node) {
     std::string op = node->kind().toQualString();
-    if (!kRewrittenInPlace.count(op)) return op;
+    if (!rewrittenInPlace(op)) return op;
     const jit::Value* x = node->inputs()[0];
     const jit::Node* producer = x->node();
     const c10::FunctionSchema* schema = producer->maybeSchema();

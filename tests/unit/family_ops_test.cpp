@@ -56,6 +56,44 @@ TEST_F(FamilyOps, StackClampAndLegacyEmptyCatMatchLibTorch) {
   EXPECT_TRUE(contains(ir.out, "clamp") || contains(ir.out, "max")) << describe(ir);
 }
 
+// Any in-place op whose out-of-place form kiln lowers is that form on a fresh result (BERT's scores.masked_fill_,
+// relu_, clamp_min_); an in-place op with no such form (fill_) stays refused in one line, and so does one on the input.
+TEST_F(FamilyOps, InPlaceFormsOfLoweredOpsOnFreshResults) {
+  TempDir tmp;
+  const std::string script = fmt::format(
+      "import torch\n"
+      "class Fresh(torch.nn.Module):\n"
+      "    def forward(self, x, m):\n"
+      "        s = x * 2.0\n"
+      "        s.masked_fill_(m, -1.0)\n"
+      "        r = x - 0.5\n"
+      "        r.relu_()\n"
+      "        c = x + 0.25\n"
+      "        c.clamp_min_(0.0)\n"
+      "        return s + r + c\n"
+      "class Fill(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        y = x * 2.0\n"
+      "        y.fill_(3.0)\n"
+      "        return y + x\n"
+      "class OnInput(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        x.relu_()\n"
+      "        return x * 2.0\n"
+      "m = torch.rand(4, 8) > 0.5\n"
+      "torch.jit.trace(Fresh(), (torch.randn(4, 8), m)).save('{0}/fresh.pt')\n"
+      "torch.jit.trace(Fill(), (torch.randn(4, 8),)).save('{0}/fill.pt')\n"
+      "torch.jit.trace(OnInput(), (torch.randn(4, 8),)).save('{0}/input.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  expectCheckPasses(kiln({"run", (tmp.path / "fresh.pt").string(), "--input", "x=4x8", "--input", "m=4x8:bool", "--check",
+                          "--interpret"}));
+  expectOneLineError(kiln({"compile", (tmp.path / "fill.pt").string(), "--input", "x=4x8"}), 1,
+                     {"aten::fill_", "changes a tensor in place"});
+  expectOneLineError(kiln({"compile", (tmp.path / "input.pt").string(), "--input", "x=4x8"}), 1,
+                     {"aten::relu_", "other values read or share", "(aten::relu)"});
+}
+
 // Outputs in a dict (a transformers ModelOutput traced with strict=False), nested in a tuple: its values in insertion
 // order, as LibTorch's reference flattens them; a constant value among them is refused as any constant output is.
 TEST_F(FamilyOps, DictOutputsAreTheirValuesInOrder) {
