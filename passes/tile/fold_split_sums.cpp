@@ -18,8 +18,8 @@
 // Off by default until measured on the GPU (the rule: a fusion stays where it measured faster).
 // The program's split products share one partials buffer and one counters buffer (they run one after another, and
 // each leaves its counters zero).
-#include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "kiln/loop/ir.h"
@@ -66,13 +66,6 @@ loop::ExprP sumsAsAccumulator(const loop::ExprP& e, int partials, int64_t split,
     if (!a) return nullptr;
   }
   return copy;
-}
-
-bool splitsInKernel(const TiledContraction& t, const loop::Kernel& k) {
-  using Copy = TiledContraction::Copy;
-  return t.instruction == TiledContraction::Instruction::Wgmma && (t.a.copy == Copy::Tma || t.a.copy == Copy::CpAsync) &&
-         !t.producerWarp && t.cluster == 1 && t.streamBlocks == 0 && !t.streamK && t.kSplit == 1 && k.stages.size() == 1 &&
-         !k.attention;
 }
 
 // The product before tile-shape-products split it, from its partial kernel and its adding kernel; nullopt where they
@@ -138,7 +131,7 @@ bool foldSplitSums(Program& p) {
   for (size_t i = 0; i + 1 < p.loop.kernels.size(); ++i) {
     const auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
     const loop::Kernel& partial = p.loop.kernels[i];
-    if (!t || !splitsInKernel(*t, partial) || !std::holds_alternative<PointwiseMap>(p.schedules[i + 1])) continue;
+    if (!t || t->kSplit != 1 || t->streamK || !splitsInKernel(*t, partial) || !std::holds_alternative<PointwiseMap>(p.schedules[i + 1])) continue;
     const std::vector<std::vector<int>> readers = loop::readersOfBuffers(p.loop);
     if (readers[static_cast<size_t>(partial.output)] != std::vector<int>{static_cast<int>(i + 1)}) continue;
     std::optional<loop::Kernel> product = joined(p.loop, partial, p.loop.kernels[i + 1]);

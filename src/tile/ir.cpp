@@ -425,9 +425,7 @@ void verifyKSplit(const TC& t, const loop::Kernel& k) {
   const Contraction c = contractionOf(t, k);
   KILN_ASSERT(t.kSplit >= 1, "kernel {}: k_split {} (at least 1)", k.name, t.kSplit);
   if (t.kSplit == 1) return;
-  KILN_ASSERT(t.instruction == TC::Instruction::Wgmma && (t.a.copy == TC::Copy::Tma || t.a.copy == TC::Copy::CpAsync) &&
-                  !t.producerWarp && t.cluster == 1 &&
-                  t.streamBlocks == 0 && k.stages.size() == 1 && c.k % (t.kSplit * t.tileK) == 0,
+  KILN_ASSERT(splitsInKernel(t, k) && c.k % (t.kSplit * t.tileK) == 0,
               "kernel {}: a reduction split {} ways in the kernel needs a one-stage wgmma product copied by tma or cp.async, without a "
               "producer warp, clusters or stream-K, and pieces of whole {}-deep slices (k = {})", k.name, t.kSplit, t.tileK, c.k);
 }

@@ -206,6 +206,12 @@ namespace {
 int64_t sharedForTwoBlocks(const Target& target) { return target.sharedPerSm / 2 - Target::kReservedSharedPerBlock; }
 }  // namespace
 
+bool splitsInKernel(const TiledContraction& s, const loop::Kernel& k) {
+  using Copy = TiledContraction::Copy;
+  return s.instruction == TiledContraction::Instruction::Wgmma && (s.a.copy == Copy::Tma || s.a.copy == Copy::CpAsync) &&
+         !s.producerWarp && s.cluster == 1 && s.streamBlocks == 0 && k.stages.size() == 1 && !k.attention;
+}
+
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k) {
   return gridBlocks(s, k) <= target.smCount || oneBlockPerSm(target, s, contractionOf(s, k)) ||
          sharedBytes(s, k) > sharedForTwoBlocks(target);
