@@ -21,7 +21,9 @@
 // assignment and destruction throws RuntimeError (ErrorCode::InvalidArgument) instead of touching freed state.
 //
 // Threads: a Runtime is not thread-safe (one arena: two concurrent runs would overwrite each other); use one per
-// thread, or serialize calls. Separate Runtimes (even of the same directory) are independent.
+// thread, or serialize calls: a run() that starts while another is still in run() on the same Runtime throws
+// RuntimeError (ErrorCode::InvalidArgument) rather than racing. Separate Runtimes (even of the same directory) are
+// independent. info() returns a reference into the Runtime: it lives as long as the Runtime does.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -84,7 +86,9 @@ KILN_RUNTIME_API ModelInfo describe(const std::string& dir);
 // and how many bytes it holds. run() refuses a buffer smaller than its tensor (TensorInfo::bytes) with one line instead
 // of reading or writing past its end; a larger one is fine (the tensor's bytes are used from its start).
 struct Buffer {
-  static Buffer host(const void* p, size_t bytes) { return Buffer{const_cast<void*>(p), 0, bytes}; }  // outputs: writable
+  static Buffer host(void* p, size_t bytes) { return Buffer{p, 0, bytes}; }
+  // Read-only memory: an input only (run() refuses it as an output instead of writing into const memory).
+  static Buffer host(const void* p, size_t bytes) { return Buffer{const_cast<void*>(p), 0, bytes, true}; }
   static Buffer device(uint64_t p, size_t bytes) { return Buffer{nullptr, p, bytes}; }
   // Without a size: nothing can be checked, the caller vouches for TensorInfo::bytes. Kept for code written against
   // kiln 0.1's first header; prefer the forms above.
@@ -98,6 +102,7 @@ struct Buffer {
   void* hostPtr = nullptr;
   uint64_t devicePtr = 0;
   size_t bytes = 0;
+  bool readOnly = false;
 };
 
 // Buffers by tensor name (TensorInfo::name), for run()'s named form.

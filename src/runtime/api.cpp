@@ -34,6 +34,9 @@ Binding bindOne(const TensorInfo& t, const Buffer& b, const char* what, size_t i
   if ((b.hostPtr == nullptr) == (b.devicePtr == 0))
     fail(ErrorCode::InvalidArgument, "kiln runtime: {} {} ('{}') needs exactly one of a host and a device pointer, got {}",
          what, i, t.name, b.hostPtr ? "both" : "neither");
+  if (b.readOnly && std::strcmp(what, "output") == 0)
+    fail(ErrorCode::InvalidArgument, "kiln runtime: output {} ('{}') is bound to read-only memory (Buffer::host of a "
+         "const pointer); give it writable memory", i, t.name);
   if (b.bytes != Buffer::kUnknownSize && b.bytes < t.bytes)
     fail(ErrorCode::InvalidArgument, "kiln runtime: {} {} ('{}', {} [{}]) needs {} bytes; its buffer holds {}", what, i,
          t.name, t.dtype, fmt::join(t.shape, "x"), t.bytes, b.bytes);
@@ -41,6 +44,13 @@ Binding bindOne(const TensorInfo& t, const Buffer& b, const char* what, size_t i
 }
 
 }  // namespace
+
+RunGuard::RunGuard(std::atomic<bool>& busy) : busy_(busy) {
+  if (busy_.exchange(true, std::memory_order_acquire))
+    throw Failure(ErrorCode::InvalidArgument,
+                  "kiln runtime: run() was called while another run() of the same Runtime is in progress (from another "
+                  "thread); a Runtime runs one forward at a time: give each thread its own");
+}
 
 std::vector<Binding> bindInOrder(const std::vector<TensorInfo>& tensors, const std::vector<Buffer>& given,
                                  const char* what) {
@@ -145,13 +155,15 @@ ModelInfo describe(const std::string& dir) {
 struct Runtime::Impl {
   runtime::Model model;
   ModelInfo info;
+  std::atomic<bool> busy{false};  // inside run() (runtime::RunGuard)
+  Impl(runtime::Model m, ModelInfo i) : model(std::move(m)), info(std::move(i)) {}
 };
 
 Runtime::Runtime(const std::string& dir, const RuntimeOptions& options) {
   impl_ = guarded([&] {
     runtime::Model model(dir, false, "", options.device);
     ModelInfo info = infoOf(model.manifest());
-    return std::make_unique<Impl>(Impl{std::move(model), std::move(info)});
+    return std::make_unique<Impl>(std::move(model), std::move(info));
   });
 }
 
@@ -172,6 +184,7 @@ std::string Runtime::deviceName() const { return live().model.deviceName(); }
 void Runtime::run(const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs, const RunOptions& options) {
   Impl& impl = live();
   guarded([&] {
+    runtime::RunGuard guard(impl.busy);
     std::vector<runtime::Binding> in = runtime::bindInOrder(impl.info.inputs, inputs, "input");
     std::vector<runtime::Binding> out = runtime::bindInOrder(impl.info.outputs, outputs, "output");
     impl.model.forward(in, out, forwardOptions(options));
@@ -181,6 +194,7 @@ void Runtime::run(const std::vector<Buffer>& inputs, const std::vector<Buffer>& 
 void Runtime::run(const NamedBuffers& inputs, const NamedBuffers& outputs, const RunOptions& options) {
   Impl& impl = live();
   guarded([&] {
+    runtime::RunGuard guard(impl.busy);
     std::vector<runtime::Binding> in = runtime::bindByName(impl.info.inputs, inputs, "input");
     std::vector<runtime::Binding> out = runtime::bindByName(impl.info.outputs, outputs, "output");
     impl.model.forward(in, out, forwardOptions(options));

@@ -50,6 +50,29 @@ TEST(RuntimeApi, BindingsInOrderAreCheckedBeforeTheDevice) {
   EXPECT_EQ(b[1].device, 0x2000u);
 }
 
+TEST(RuntimeApi, ReadOnlyMemoryIsNoOutput) {
+  const float constant[8] = {};
+  float writable[8] = {};
+  std::vector<TensorInfo> one{TensorInfo{"y", "f32", {8}, 32}};
+  EXPECT_TRUE(Buffer::host(constant, sizeof constant).readOnly);
+  EXPECT_FALSE(Buffer::host(writable, sizeof writable).readOnly);
+  EXPECT_EQ(bindInOrder(one, {Buffer::host(constant, 32)}, "input")[0].host, constant);  // an input may be const
+  expectInvalid([&] { bindInOrder(one, {Buffer::host(constant, 32)}, "output"); }, {"output 0", "'y'", "read-only"});
+  EXPECT_EQ(bindInOrder(one, {Buffer::host(writable, 32)}, "output")[0].host, writable);
+}
+
+TEST(RuntimeApi, ASecondRunWhileOneIsInsideFails) {
+  std::atomic<bool> busy{false};
+  {
+    RunGuard first(busy);
+    EXPECT_TRUE(busy.load());
+    expectInvalid([&] { RunGuard second(busy); }, {"another run()", "give each thread its own"});
+    EXPECT_TRUE(busy.load());  // the refused one leaves the first's mark
+  }
+  EXPECT_FALSE(busy.load());
+  RunGuard again(busy);  // free again once the first has left
+}
+
 TEST(RuntimeApi, BindingsByNameFollowTheModelsOrder) {
   int64_t ids[8] = {};
   bool mask[8] = {};
