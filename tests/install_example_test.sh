@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CTest: the installed package works for a user. Installs the build tree into a temporary prefix, builds
-# examples/run_emitted against that prefix only (find_package(kiln) -> kiln::runtime), emits the mlp fixture with the
-# installed kiln (nvcc included) and runs the example on it. Without a GPU the example must get as far as the manifest and then say
+# examples/run_emitted (C++) and examples/run_emitted_c (C) against that prefix only (find_package(kiln) ->
+# kiln::runtime), checks that the shared library exports only kiln's symbols and needs no libfmt, emits the mlp fixture
+# with the installed kiln (nvcc included) and runs the examples on it. Without a GPU the example must get as far as the manifest and then say
 # clearly that there is no driver (exit 1); with one it must print a checksum per output.
 #   install_example_test.sh BUILD_DIR
 set -euo pipefail
@@ -25,7 +26,30 @@ cmake --build "$work/example" > "$work/build.log" 2>&1 || { cat "$work/build.log
 # (ldd into a file first: `ldd | grep -q` under pipefail fails whenever grep exits before ldd has written everything)
 ldd "$work/example/run_emitted" > "$work/ldd.out"
 grep -q "$work/prefix" "$work/ldd.out"
+# The shared library exports kiln's API alone (cmake/kiln_runtime.map) and needs no fmt at run time.
+lib=$(ls "$work/prefix"/lib*/libkiln_runtime.so)
+nm -D --defined-only "$lib" | awk '{print $3}' | c++filt > "$work/symbols.out"
+grep -vE '^(kiln::|kiln_|typeinfo for kiln::|typeinfo name for kiln::|vtable for kiln::)' "$work/symbols.out" \
+  > "$work/foreign-symbols.out" || true
+[ ! -s "$work/foreign-symbols.out" ] || { echo "exported symbols that are not kiln's:"; head "$work/foreign-symbols.out"; exit 1; }
+grep -q '^kiln_runtime_run$' "$work/symbols.out" && grep -q '^kiln::Runtime::run' "$work/symbols.out"
+readelf -d "$lib" > "$work/needed.out"
+if grep -q 'NEEDED.*libfmt' "$work/needed.out"; then echo "libkiln_runtime.so needs libfmt at run time"; exit 1; fi
+# The C example, built as C against the same prefix.
+cmake -S "$src/examples/run_emitted_c" -B "$work/example-c" "${generator[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  > "$work/configure-c.log" 2>&1 || { cat "$work/configure-c.log"; exit 1; }
+cmake --build "$work/example-c" > "$work/build-c.log" 2>&1 || { cat "$work/build-c.log"; exit 1; }
 "$work/prefix/bin/kiln" compile "$src/models/fixtures/mlp.pt" --emit cuda -o "$work/out" > "$work/emit.log" 2>&1
+set +e
+"$work/example-c/run_emitted_c" "$work/out" > "$work/run-c.out" 2> "$work/run-c.err"
+rc_c=$?
+set -e
+cat "$work/run-c.out" "$work/run-c.err"
+grep -q "^mlp for sm_90a (runtime [0-9.]*): 1 inputs, 1 outputs" "$work/run-c.out"
+grep -q "^input 0 'x' f32, 2048 bytes" "$work/run-c.out"
+if [ $rc_c -ne 0 ]; then
+  [ $rc_c -eq 1 ] && grep -q "^run_emitted_c: kiln_runtime_open: kiln runtime: cannot run .* on a GPU: .*(no-device)$" "$work/run-c.err"
+fi
 set +e
 "$work/example/run_emitted" "$work/out" 3 > "$work/run.out" 2> "$work/run.err"
 rc=$?
@@ -42,6 +66,9 @@ if [ $rc -eq 0 ]; then
   "$work/example/run_emitted" "$work/out" "$work/io" > "$work/run-io.out"
   want=$(grep -o 'fnv1a [0-9a-f]*' "$work/kiln.out"); got=$(grep -o 'fnv1a [0-9a-f]*' "$work/run-io.out")
   [ -n "$want" ] && [ "$want" = "$got" ] || { echo "kiln: $want, example: $got"; exit 1; }
+  "$work/example-c/run_emitted_c" "$work/out" "$work/io" > "$work/run-c-io.out"
+  got_c=$(grep -o 'fnv1a [0-9a-f]*' "$work/run-c-io.out")
+  [ "$want" = "$got_c" ] || { echo "kiln: $want, C example: $got_c"; exit 1; }
 else
   [ $rc -eq 1 ] && grep -q "^run_emitted: kiln runtime: cannot run .* on a GPU: " "$work/run.err"
 fi

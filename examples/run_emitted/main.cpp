@@ -41,23 +41,27 @@ int main(int argc, char** argv) {
   if (argc < 2) { std::fprintf(stderr, "usage: %s DIR [SEED]\n", argv[0]); return 2; }
   try {
     kiln::ModelInfo info = kiln::describe(argv[1]);  // the manifest alone: no GPU needed
-    std::printf("%s: %zu kernels for %s, %zu inputs, %zu outputs, %zu arena bytes (kiln %s)\n", info.model.c_str(),
-                info.kernels, info.arch.c_str(), info.inputs.size(), info.outputs.size(), info.arenaBytes,
-                info.kilnVersion.c_str());
+    std::printf("%s: %zu kernels for %s, %zu inputs, %zu outputs, %zu arena bytes (kiln %s; runtime %s)\n",
+                info.model.c_str(), info.kernels, info.arch.c_str(), info.inputs.size(), info.outputs.size(),
+                info.arenaBytes, info.kilnVersion.c_str(), kiln::version());
     kiln::Runtime runtime(argv[1]);
     std::string io = argc > 2 && !std::isdigit(static_cast<unsigned char>(argv[2][0])) ? argv[2] : "";
     uint64_t state = argc > 2 && io.empty() ? std::strtoull(argv[2], nullptr, 10) : 0;
     std::vector<std::vector<unsigned char>> in, out;
-    std::vector<kiln::Buffer> inputs, outputs;
+    kiln::NamedBuffers inputs, outputs;  // by name; a std::vector<kiln::Buffer> in info()'s order works as well
     for (const kiln::TensorInfo& t : info.inputs) {
       std::vector<unsigned char>& bytes = in.emplace_back(t.bytes);
       std::ifstream file(io + "/input" + std::to_string(in.size() - 1) + ".bin", std::ios::binary);
       if (io.empty()) fill(bytes, t.dtype, state);
       else if (!file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
-        throw kiln::RuntimeError("cannot read " + std::to_string(t.bytes) + " bytes of input '" + t.name + "' from " + io);
-      inputs.push_back(kiln::Buffer::host(in.back().data()));
+        throw kiln::RuntimeError("cannot read " + std::to_string(t.bytes) + " bytes of input '" + t.name + "' from " + io,
+                                 kiln::ErrorCode::InvalidArgument);
+      inputs.push_back({t.name, kiln::Buffer::host(bytes.data(), bytes.size())});
     }
-    for (const kiln::TensorInfo& t : info.outputs) outputs.push_back(kiln::Buffer::host(out.emplace_back(t.bytes).data()));
+    for (const kiln::TensorInfo& t : info.outputs) {
+      std::vector<unsigned char>& bytes = out.emplace_back(t.bytes);
+      outputs.push_back({t.name, kiln::Buffer::host(bytes.data(), bytes.size())});
+    }
     runtime.run(inputs, outputs);  // from a CUDA graph on the runtime's own stream; returns with the outputs written
     for (size_t o = 0; o < out.size(); ++o) {
       uint64_t sum = 14695981039346656037ull;  // FNV-1a over the output's bytes (kiln run prints the same)
@@ -66,7 +70,7 @@ int main(int argc, char** argv) {
                   info.outputs[o].dtype.c_str(), out[o].size(), static_cast<unsigned long long>(sum));
     }
   } catch (const kiln::RuntimeError& e) {
-    std::fprintf(stderr, "run_emitted: %s\n", e.what());
+    std::fprintf(stderr, "run_emitted: %s (%s)\n", e.what(), kiln::errorCodeName(e.code()));
     return 1;
   }
   return 0;

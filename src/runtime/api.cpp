@@ -1,17 +1,97 @@
 // The public runtime API (include/kiln/kiln_runtime.h) over runtime::Model: kiln's own error types become
-// kiln::RuntimeError, manifest types become the header's plain structs.
+// kiln::RuntimeError with an ErrorCode, manifest types become the header's plain structs, and the caller's buffers are
+// checked (count, pointers, sizes, names) before the device is touched.
 #include "kiln/kiln_runtime.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
+#include "bindings.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
 
+#ifndef KILN_VERSION
+#define KILN_VERSION "0.1.0"
+#endif
+
 namespace kiln {
+namespace runtime {
+
+ErrorCode errorCodeOf(const std::exception& e) {
+  if (auto* f = dynamic_cast<const Failure*>(&e)) return f->code;
+  if (auto* r = dynamic_cast<const RuntimeError*>(&e)) return r->code();
+  if (dynamic_cast<const UserError*>(&e)) return ErrorCode::BadModel;
+  return ErrorCode::Internal;
+}
+
 namespace {
 
-// Runs f, rethrowing whatever kiln's libraries throw as RuntimeError (one line, as they wrote it).
+Binding bindOne(const TensorInfo& t, const Buffer& b, const char* what, size_t i) {
+  if ((b.hostPtr == nullptr) == (b.devicePtr == 0))
+    fail(ErrorCode::InvalidArgument, "kiln runtime: {} {} ('{}') needs exactly one of a host and a device pointer, got {}",
+         what, i, t.name, b.hostPtr ? "both" : "neither");
+  if (b.readOnly && std::strcmp(what, "output") == 0)
+    fail(ErrorCode::InvalidArgument, "kiln runtime: output {} ('{}') is bound to read-only memory (Buffer::host of a "
+         "const pointer); give it writable memory", i, t.name);
+  if (b.bytes != Buffer::kUnknownSize && b.bytes < t.bytes)
+    fail(ErrorCode::InvalidArgument, "kiln runtime: {} {} ('{}', {} [{}]) needs {} bytes; its buffer holds {}", what, i,
+         t.name, t.dtype, fmt::join(t.shape, "x"), t.bytes, b.bytes);
+  return Binding{b.hostPtr, b.devicePtr};
+}
+
+}  // namespace
+
+RunGuard::RunGuard(std::atomic<bool>& busy) : busy_(busy) {
+  if (busy_.exchange(true, std::memory_order_acquire))
+    throw Failure(ErrorCode::InvalidArgument,
+                  "kiln runtime: run() was called while another run() of the same Runtime is in progress (from another "
+                  "thread); a Runtime runs one forward at a time: give each thread its own");
+}
+
+std::vector<Binding> bindInOrder(const std::vector<TensorInfo>& tensors, const std::vector<Buffer>& given,
+                                 const char* what) {
+  if (given.size() != tensors.size())
+    fail(ErrorCode::InvalidArgument, "kiln runtime: the model has {} {}s, {} buffers were given", tensors.size(), what,
+         given.size());
+  std::vector<Binding> out;
+  for (size_t i = 0; i < given.size(); ++i) out.push_back(bindOne(tensors[i], given[i], what, i));
+  return out;
+}
+
+std::vector<Binding> bindByName(const std::vector<TensorInfo>& tensors, const NamedBuffers& given, const char* what) {
+  std::map<std::string, size_t> index;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    index[tensors[i].name] = i;
+    names.push_back("'" + tensors[i].name + "'");
+  }
+  std::vector<const Buffer*> slot(tensors.size(), nullptr);
+  for (const auto& [name, buffer] : given) {
+    auto it = index.find(name);
+    if (it == index.end())
+      fail(ErrorCode::InvalidArgument, "kiln runtime: the model has no {} '{}' (its {}s: {})", what, name, what,
+           fmt::join(names, ", "));
+    if (slot[it->second])
+      fail(ErrorCode::InvalidArgument, "kiln runtime: {} '{}' is given twice", what, name);
+    slot[it->second] = &buffer;
+  }
+  std::vector<Binding> out;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!slot[i]) fail(ErrorCode::InvalidArgument, "kiln runtime: no buffer for {} '{}'", what, tensors[i].name);
+    out.push_back(bindOne(tensors[i], *slot[i], what, i));
+  }
+  return out;
+}
+
+}  // namespace runtime
+
+namespace {
+
+// Runs f, rethrowing whatever kiln's libraries throw as RuntimeError (one line, as they wrote it, and its kind).
 template <typename F>
 auto guarded(F&& f) -> decltype(f()) {
   try {
@@ -19,7 +99,7 @@ auto guarded(F&& f) -> decltype(f()) {
   } catch (const RuntimeError&) {
     throw;
   } catch (const std::exception& e) {
-    throw RuntimeError(e.what());
+    throw RuntimeError(e.what(), runtime::errorCodeOf(e));
   }
 }
 
@@ -44,7 +124,29 @@ bool syncFromEnvironment() {
   return v && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
 }
 
+runtime::ForwardOptions forwardOptions(const RunOptions& options) {
+  runtime::ForwardOptions o;
+  o.stream = options.stream;
+  o.graph = options.graph;
+  o.syncEachKernel = options.syncEachKernel || syncFromEnvironment();
+  return o;
+}
+
 }  // namespace
+
+const char* version() { return KILN_VERSION; }
+
+const char* errorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::InvalidArgument: return "invalid-argument";
+    case ErrorCode::BadModel: return "bad-model";
+    case ErrorCode::NoDevice: return "no-device";
+    case ErrorCode::Unsupported: return "unsupported";
+    case ErrorCode::Driver: return "driver";
+    case ErrorCode::Internal: return "internal";
+  }
+  return "unknown";
+}
 
 ModelInfo describe(const std::string& dir) {
   return guarded([&] { return infoOf(runtime::readManifest(dir)); });
@@ -53,13 +155,15 @@ ModelInfo describe(const std::string& dir) {
 struct Runtime::Impl {
   runtime::Model model;
   ModelInfo info;
+  std::atomic<bool> busy{false};  // inside run() (runtime::RunGuard)
+  Impl(runtime::Model m, ModelInfo i) : model(std::move(m)), info(std::move(i)) {}
 };
 
-Runtime::Runtime(const std::string& dir) {
+Runtime::Runtime(const std::string& dir, const RuntimeOptions& options) {
   impl_ = guarded([&] {
-    runtime::Model model(dir);
+    runtime::Model model(dir, false, "", options.device);
     ModelInfo info = infoOf(model.manifest());
-    return std::make_unique<Impl>(Impl{std::move(model), std::move(info)});
+    return std::make_unique<Impl>(std::move(model), std::move(info));
   });
 }
 
@@ -67,20 +171,33 @@ Runtime::~Runtime() = default;
 Runtime::Runtime(Runtime&&) noexcept = default;
 Runtime& Runtime::operator=(Runtime&&) noexcept = default;
 
-const ModelInfo& Runtime::info() const { return impl_->info; }
+Runtime::Impl& Runtime::live() const {
+  if (!impl_) throw RuntimeError("kiln runtime: this Runtime was moved from; use the one it was moved to",
+                                 ErrorCode::InvalidArgument);
+  return *impl_;
+}
 
-std::string Runtime::deviceName() const { return impl_->model.deviceName(); }
+const ModelInfo& Runtime::info() const { return live().info; }
+
+std::string Runtime::deviceName() const { return live().model.deviceName(); }
 
 void Runtime::run(const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs, const RunOptions& options) {
+  Impl& impl = live();
   guarded([&] {
-    std::vector<runtime::Binding> in, out;
-    for (const Buffer& b : inputs) in.push_back(runtime::Binding{b.hostPtr, b.devicePtr});
-    for (const Buffer& b : outputs) out.push_back(runtime::Binding{b.hostPtr, b.devicePtr});
-    runtime::ForwardOptions o;
-    o.stream = options.stream;
-    o.graph = options.graph;
-    o.syncEachKernel = options.syncEachKernel || syncFromEnvironment();
-    impl_->model.forward(in, out, o);
+    runtime::RunGuard guard(impl.busy);
+    std::vector<runtime::Binding> in = runtime::bindInOrder(impl.info.inputs, inputs, "input");
+    std::vector<runtime::Binding> out = runtime::bindInOrder(impl.info.outputs, outputs, "output");
+    impl.model.forward(in, out, forwardOptions(options));
+  });
+}
+
+void Runtime::run(const NamedBuffers& inputs, const NamedBuffers& outputs, const RunOptions& options) {
+  Impl& impl = live();
+  guarded([&] {
+    runtime::RunGuard guard(impl.busy);
+    std::vector<runtime::Binding> in = runtime::bindByName(impl.info.inputs, inputs, "input");
+    std::vector<runtime::Binding> out = runtime::bindByName(impl.info.outputs, outputs, "output");
+    impl.model.forward(in, out, forwardOptions(options));
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <mutex>
 
+#include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
 
 namespace kiln::runtime {
@@ -43,7 +44,7 @@ std::string cuErrorText(CUresult r) {
 }
 
 void check(CUresult r, const char* call, const std::string& where) {
-  if (r != CUDA_SUCCESS) userError("kiln runtime: {} failed{}: {}", call, where, cuErrorText(r));
+  if (r != CUDA_SUCCESS) fail(ErrorCode::Driver, "kiln runtime: {} failed{}: {}", call, where, cuErrorText(r));
 }
 
 std::string initDriver() {

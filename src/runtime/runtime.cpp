@@ -115,6 +115,7 @@ std::string cudaVersions() {
 struct Model::Impl {
   Manifest m;
   fs::path dir;
+  int ordinal = 0;  // the device the caller chose
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
   std::string name;
@@ -179,7 +180,7 @@ struct Model::Impl {
 };
 
 void Model::Impl::load() {
-  KILN_CU(cuDeviceGet, "", &dev, 0);
+  KILN_CU(cuDeviceGet, "", &dev, ordinal);
   char buf[256] = {};
   KILN_CU(cuDeviceGetName, "", buf, sizeof buf, dev);
   name = buf;
@@ -193,7 +194,7 @@ void Model::Impl::load() {
 
   // Say so before the driver gives a bare CUDA_ERROR_NO_BINARY_FOR_GPU.
   if (std::string why = archMismatch(m.arch, major, minor); !why.empty())
-    userError("kiln runtime: {} cannot run on device 0 ({}): {}", quoted(dir), name, why);
+    fail(ErrorCode::Unsupported, "kiln runtime: {} cannot run on device {} ({}): {}", quoted(dir), ordinal, name, why);
 
   for (const KernelInfo& k : m.kernels) {
     fs::path file = dir / k.cubin;
@@ -250,12 +251,19 @@ void Model::Impl::uploadWeights() {
   }
 }
 
-Model::Model(const fs::path& dir, bool filesChecked, const std::string& entry) : impl_(std::make_unique<Impl>()) {
+Model::Model(const fs::path& dir, bool filesChecked, const std::string& entry, int device)
+    : impl_(std::make_unique<Impl>()) {
   impl_->m = readManifest(dir, entry);
   if (!filesChecked) verifyFiles(impl_->m, dir);  // weights and cubins as kiln wrote them (format 2 manifests)
   impl_->dir = dir;
   if (std::string why = initDriver(); !why.empty())
-    userError("kiln runtime: cannot run {} on a GPU: {}", quoted(dir), why);
+    fail(ErrorCode::NoDevice, "kiln runtime: cannot run {} on a GPU: {}", quoted(dir), why);
+  int count = 0;
+  KILN_CU(cuDeviceGetCount, "", &count);
+  if (device < 0 || device >= count)
+    fail(ErrorCode::InvalidArgument, "kiln runtime: there is no CUDA device {}: the driver lists {} ({})", device,
+         count, count == 1 ? "device 0" : fmt::format("devices 0 to {}", count - 1));
+  impl_->ordinal = device;
   impl_->load();
 }
 

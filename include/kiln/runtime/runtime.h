@@ -12,9 +12,23 @@
 #include <string>
 #include <vector>
 
+#include "kiln/kiln_runtime.h"
 #include "kiln/runtime/manifest.h"
+#include "kiln/support/error.h"
 
 namespace kiln::runtime {
+
+// A runtime failure of a known kind (kiln::ErrorCode, the public header's): the public API passes the kind on with
+// RuntimeError::code(). Other UserErrors of the runtime are about the directory (ErrorCode::BadModel).
+struct Failure : UserError {
+  Failure(ErrorCode c, const std::string& what) : UserError(what), code(c) {}
+  ErrorCode code;
+};
+template <typename... Args>
+[[noreturn]] void fail(ErrorCode code, fmt::format_string<Args...> f, Args&&... args) {
+  throw Failure(code, fmt::format(f, std::forward<Args>(args)...));
+}
+
 
 // True if a CUDA driver can be loaded, initialises, and reports at least one device. Otherwise false, and *why
 // (if given) says which of those failed, e.g. "no CUDA driver (libcuda.so.1) on this machine". Never throws, so
@@ -107,7 +121,10 @@ class Model {
   // the primary context, loads every cubin, allocates the single arena (zero-filled) and uploads weights.bin once.
   // All device state lives until the destructor. `entry` names another entry point of the directory (its
   // manifest.ENTRY.json: manifestFileName); each Model holds its own copy of the weights it reads.
-  explicit Model(const std::filesystem::path& dir, bool filesChecked = false, const std::string& entry = "");
+  // `device`: the CUDA device ordinal to run on (Failure with ErrorCode::InvalidArgument for one the driver does not
+  // list).
+  explicit Model(const std::filesystem::path& dir, bool filesChecked = false, const std::string& entry = "",
+                 int device = 0);
   ~Model();  // frees everything; never throws
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;

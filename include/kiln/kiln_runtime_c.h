@@ -1,0 +1,83 @@
+/* kiln's runtime as a C API, for programs in C and for foreign-function interfaces (Python's ctypes, Rust, Go): the
+   same library and semantics as <kiln/kiln_runtime.h>, with opaque handles and status codes instead of classes and
+   exceptions. Link kiln::runtime (the shared library) from find_package(kiln).
+
+       kiln_runtime* rt;
+       if (kiln_runtime_open("out", 0, &rt) != KILN_OK) { fprintf(stderr, "%s\n", kiln_last_error()); return 1; }
+       kiln_buffer in[1] = {{x, 0, sizeof x}}, out[1] = {{y, 0, sizeof y}};
+       kiln_status s = kiln_runtime_run(rt, in, 1, out, 1, NULL);
+       kiln_runtime_close(rt);
+
+   Every function that can fail returns a kiln_status; on failure kiln_last_error() is the one-line message (per
+   thread, until that thread's next failing call). Handles are not thread-safe (one kiln_runtime per thread, as for
+   kiln::Runtime). A NULL handle or output pointer is KILN_INVALID_ARGUMENT, never a crash. */
+#ifndef KILN_RUNTIME_C_H
+#define KILN_RUNTIME_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_C_API __attribute__((visibility("default")))
+
+/* kiln::ErrorCode, in the same order, after KILN_OK. */
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_INVALID_ARGUMENT,
+  KILN_BAD_MODEL,
+  KILN_NO_DEVICE,
+  KILN_UNSUPPORTED,
+  KILN_DRIVER,
+  KILN_INTERNAL
+} kiln_status;
+
+typedef struct kiln_model_info kiln_model_info; /* what a directory holds: kiln_describe, kiln_runtime_info */
+typedef struct kiln_runtime kiln_runtime;       /* a model loaded onto a GPU: kiln_runtime_open */
+
+/* One input or output. The pointers live as long as the kiln_model_info they came from. */
+typedef struct kiln_tensor_info {
+  const char* name;
+  const char* dtype; /* "f32", "bf16", "f16", "i64", "bool" */
+  const int64_t* shape;
+  size_t rank;
+  size_t bytes; /* what its buffer must hold */
+} kiln_tensor_info;
+
+/* A host pointer or a device pointer (CUdeviceptr), exactly one, and the bytes it holds (checked). */
+typedef struct kiln_buffer {
+  void* host;
+  uint64_t device;
+  size_t bytes;
+} kiln_buffer;
+
+KILN_C_API const char* kiln_version(void);
+KILN_C_API const char* kiln_status_name(kiln_status status); /* "ok", "invalid-argument", ... */
+KILN_C_API const char* kiln_last_error(void);                /* "" when this thread has had no failure */
+
+/* The manifest of DIR alone: no GPU needed. Free with kiln_model_info_free. */
+KILN_C_API kiln_status kiln_describe(const char* dir, kiln_model_info** info);
+KILN_C_API void kiln_model_info_free(kiln_model_info* info);
+KILN_C_API const char* kiln_model_info_name(const kiln_model_info* info);
+KILN_C_API const char* kiln_model_info_arch(const kiln_model_info* info);
+KILN_C_API size_t kiln_model_info_inputs(const kiln_model_info* info);
+KILN_C_API size_t kiln_model_info_outputs(const kiln_model_info* info);
+KILN_C_API kiln_status kiln_model_info_input(const kiln_model_info* info, size_t i, kiln_tensor_info* tensor);
+KILN_C_API kiln_status kiln_model_info_output(const kiln_model_info* info, size_t i, kiln_tensor_info* tensor);
+
+/* Loads DIR onto CUDA device DEVICE. Close with kiln_runtime_close (NULL is fine). */
+KILN_C_API kiln_status kiln_runtime_open(const char* dir, int device, kiln_runtime** runtime);
+KILN_C_API void kiln_runtime_close(kiln_runtime* runtime);
+/* The runtime's model; owned by the runtime (do not free). NULL for a NULL runtime. */
+KILN_C_API const kiln_model_info* kiln_runtime_info(const kiln_runtime* runtime);
+/* One forward pass on STREAM (a CUstream; NULL: the runtime's own), buffers in the info's order, from a CUDA graph. */
+KILN_C_API kiln_status kiln_runtime_run(kiln_runtime* runtime, const kiln_buffer* inputs, size_t input_count,
+                                        const kiln_buffer* outputs, size_t output_count, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_RUNTIME_C_H */
