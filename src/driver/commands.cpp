@@ -60,9 +60,6 @@ std::optional<DType> parseCast(const std::string& text) {
   return t;
 }
 
-namespace {
-
-// --input texts; an input given twice is refused (the last one used to win silently).
 std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>& texts) {
   std::vector<frontend::InputOverride> out;
   for (auto& t : texts) {
@@ -73,6 +70,8 @@ std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>&
   }
   return out;
 }
+
+namespace {
 
 // -o naming the model being compiled would replace it with the IR text: refused before any work.
 void checkOutputIsNotTheModel(const std::string& output, const std::string& model) {

@@ -232,6 +232,19 @@ int main(int argc, char** argv) {
   r->add_option("--dtype", run.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
   addPipelineFlags(r, run.pipeline, flags);
 
+  kiln::TuneCommand tune;
+  std::string tuneExpression;
+  auto* t = app.add_subcommand("tune", "the schedule space of a model's tensor-core matrix products: --dry-run lists every "
+                                       "candidate tile and split with the model's prediction, each compiled and verified");
+  t->add_option("model", tune.model, "TorchScript model (.pt)");
+  t->add_option("-c", tuneExpression, "instead of a model: a PyTorch call to trace, as kiln compile -c")->type_name("EXPR");
+  t->add_flag("--dry-run", tune.dryRun, "list and verify the candidates; measure nothing (needs no GPU)");
+  t->add_flag("--json", tune.json, "print the spaces as one JSON object");
+  t->add_option("--input", tune.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
+  t->add_option("--arch", tune.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
+  t->add_option("--dtype", tune.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
+  addPipelineFlags(t, tune.pipeline, flags);
+
   kiln::GenerateCommand generate;
   CLI::App* gen = addGenerateCommand(app, generate);
 
@@ -281,6 +294,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (in->parsed()) return kiln::runInspect(inspect, std::cout);
+    if (t->parsed()) {
+      finishPipelineFlags(tune.pipeline, flags);
+      const auto traced = modelOrExpression(*t, tune.model, tuneExpression);
+      return kiln::runTune(tune, std::cout);
+    }
     if (gen->parsed()) return kiln::runGenerate(generate, std::cout, std::cerr);
     if (o->parsed()) {
       if (optPrintAfterAll) opt.pipeline.verbosity = std::max(opt.pipeline.verbosity, 2);

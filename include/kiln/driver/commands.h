@@ -86,5 +86,21 @@ void checkLevelName(const std::string& level);
 const Target& checkArch(const std::string& arch);
 // The dtype `--dtype` names (f32, f16 or bf16; a UsageError otherwise), nullopt for none given.
 std::optional<DType> parseCast(const std::string& text);
+// The `--input NAME=SHAPE[:DTYPE]` texts; a UsageError for a malformed one or a name given twice.
+std::vector<frontend::InputOverride> parseInputs(const std::vector<std::string>& texts);
+
+// `kiln tune` (src/driver/tune.cpp, issue 46): the schedule space of a model's matrix products. With --dry-run (the
+// only mode so far) every candidate is compiled through the Tile passes and tile::verify, and listed with the model's
+// prediction, the analytic choice marked; nothing is measured.
+struct TuneCommand {
+  std::string model;
+  std::vector<std::string> inputs;  // --input NAME=SHAPE[:DTYPE]
+  std::string dtype;                // --dtype f16|bf16
+  std::string arch = kDefaultArch;  // --arch
+  bool dryRun = false;              // --dry-run
+  bool json = false;                // --json: the spaces as one JSON object
+  PipelineOptions pipeline;
+};
+int runTune(const TuneCommand& c, std::ostream& out);
 
 }  // namespace kiln
