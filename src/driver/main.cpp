@@ -131,6 +131,36 @@ std::unique_ptr<kiln::frontend::TracedExpression> modelOrExpression(const CLI::A
   return traced;
 }
 
+// `kiln passes`: every pass in pipeline order, those off by default marked.
+int listPasses() {
+  for (auto& p : kiln::allPasses())
+    std::cout << fmt::format("{:30} {}{}\n", p.name, p.description,
+                             p.onByDefault ? "" : " [off by default: --enable-pass " + p.name + "]");
+  return 0;
+}
+
+// `kiln ops [--markdown]`: the supported aten ops, or docs/ops.md's table of them.
+int listOps(bool markdown) {
+  if (markdown) std::cout << kiln::tensor::opsMarkdown();
+  else for (auto& o : kiln::tensor::supportedOps()) std::cout << o << "\n";
+  return 0;
+}
+
+// `kiln tune`'s options, into `tune` (and -c into `expression`).
+CLI::App* addTuneCommand(CLI::App& app, kiln::TuneCommand& tune, std::string& expression, PipelineFlags& flags) {
+  auto* t = app.add_subcommand("tune", "the schedule space of a model's tensor-core matrix products: --dry-run lists every "
+                                       "candidate tile and split with the model's prediction, each compiled and verified");
+  t->add_option("model", tune.model, "TorchScript model (.pt)");
+  t->add_option("-c", expression, "instead of a model: a PyTorch call to trace, as kiln compile -c")->type_name("EXPR");
+  t->add_flag("--dry-run", tune.dryRun, "list and verify the candidates; measure nothing (needs no GPU)");
+  t->add_flag("--json", tune.json, "print the spaces as one JSON object");
+  t->add_option("--input", tune.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
+  t->add_option("--arch", tune.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
+  t->add_option("--dtype", tune.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
+  addPipelineFlags(t, tune.pipeline, flags);
+  return t;
+}
+
 // `kiln generate`'s options, into `generate`.
 CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
   auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
@@ -234,16 +264,7 @@ int main(int argc, char** argv) {
 
   kiln::TuneCommand tune;
   std::string tuneExpression;
-  auto* t = app.add_subcommand("tune", "the schedule space of a model's tensor-core matrix products: --dry-run lists every "
-                                       "candidate tile and split with the model's prediction, each compiled and verified");
-  t->add_option("model", tune.model, "TorchScript model (.pt)");
-  t->add_option("-c", tuneExpression, "instead of a model: a PyTorch call to trace, as kiln compile -c")->type_name("EXPR");
-  t->add_flag("--dry-run", tune.dryRun, "list and verify the candidates; measure nothing (needs no GPU)");
-  t->add_flag("--json", tune.json, "print the spaces as one JSON object");
-  t->add_option("--input", tune.inputs, "override an input: NAME=1x32x2048[:f32] (repeatable)");
-  t->add_option("--arch", tune.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
-  t->add_option("--dtype", tune.dtype, "cast the model's floating-point weights and inputs: f16 or bf16");
-  addPipelineFlags(t, tune.pipeline, flags);
+  CLI::App* t = addTuneCommand(app, tune, tuneExpression, flags);
 
   kiln::GenerateCommand generate;
   CLI::App* gen = addGenerateCommand(app, generate);
@@ -282,17 +303,8 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (passes->parsed()) {
-      for (auto& p : kiln::allPasses())
-        std::cout << fmt::format("{:30} {}{}\n", p.name, p.description,
-                                 p.onByDefault ? "" : " [off by default: --enable-pass " + p.name + "]");
-      return 0;
-    }
-    if (ops->parsed()) {
-      if (opsMarkdown) std::cout << kiln::tensor::opsMarkdown();
-      else for (auto& o : kiln::tensor::supportedOps()) std::cout << o << "\n";
-      return 0;
-    }
+    if (passes->parsed()) return listPasses();
+    if (ops->parsed()) return listOps(opsMarkdown);
     if (in->parsed()) return kiln::runInspect(inspect, std::cout);
     if (t->parsed()) {
       finishPipelineFlags(tune.pipeline, flags);
