@@ -7,16 +7,6 @@
 
 namespace kiln::kernel::detail {
 
-Idx rowMajor(const std::vector<Idx>& index, const Shape& shape, const VarExtents& ext) {
-  Idx flat = idxConst(0);
-  int64_t stride = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    flat = flat + index[d] * idxConst(stride);
-    stride *= shape[d];
-  }
-  return simplify(flat, ext);
-}
-
 Kernel KernelBuilder::build() {
   k_.name = lk_.name;
   k_.origins = lk_.origins;

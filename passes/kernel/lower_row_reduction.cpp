@@ -1,6 +1,7 @@
 // kernel-lower-from-tile for RowReduction schedules (kernel_builder.h). Block b handles rows b*R .. b*R + R - 1
 // (R = rowsPerBlock), threadsPerRow threads (T) each; thread t of a row:
-//   general form (vector 1, row not in registers): each stage's reduction axes flattened and strided by T, the
+//   general form (vector 1, row not in registers): each stage's reduction axes flattened and strided by T (with
+//     reductionVector V > 1: the stage's one axis as vectors of V consecutive elements, vector c = t, t + T, ...), the
 //     partial results combined across the row, then the row's outputs strided by T;
 //   row form (one axis per row, every stage spanning it): the row's W elements as W/V vectors of V; thread t
 //     takes vectors t, t + T, ... . With rowInRegisters every load of those vectors is issued once, up front
@@ -13,11 +14,16 @@
 
 #include "kernel_builder.h"
 #include "kiln/support/error.h"
+#include "kiln/tile/layout.h"
 
 namespace kiln::kernel::detail {
 namespace {
 
 Fn combineFn(loop::ReduceFn fn) { return fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max; }
+
+// Vectors of a reduction by vectors (RowReduction::reductionVector) a thread loads before it uses the first: 8 of 16
+// bytes keep 128 bytes of a weight row in flight per thread.
+constexpr int64_t kReductionVectorsInFlight = 8;
 
 }  // namespace
 
@@ -59,6 +65,63 @@ void KernelBuilder::combineAcrossRow(const tile::RowReduction& r, size_t stage, 
   out.push_back(barrier());  // everyone has read the totals before the next stage reuses `red`
 }
 
+void KernelBuilder::reduceByVectors(const tile::RowReduction& r, size_t stage, const Idx& t) {
+  const loop::Reduction& red = lk_.stages[stage];
+  const int64_t threads = r.threadsPerRow, vectors = red.axes[0].extent / r.reductionVector;
+  // Thread t takes vectors t, t + T, ...: in steps of `unroll` vectors whose loads are all issued before the first is
+  // used (a loop of constant trip count; one strided by T from t is a loop the compiler does not unroll, one load in
+  // flight per thread), then the rest, the last of them guarded where T does not divide the vectors.
+  const int64_t perThread = tile::ceilDiv(vectors, threads), unroll = std::min<int64_t>(perThread, kReductionVectorsInFlight);
+  int64_t steps = perThread / unroll, rest = perThread % unroll;
+  if (rest == 0 && vectors % threads != 0) {
+    --steps;
+    rest = unroll;
+  }
+  const std::string prefix = lk_.stages.size() > 1 ? fmt::format("s{}", stage) : "";
+  if (steps > 1) {
+    const int jv = freshKernelVar();
+    extents_[jv] = steps;
+    Block body;
+    takeVectors(stage, t + idxVar(jv, "j") * idxConst(unroll * threads), threads, unroll, false, prefix + "c", body);
+    k_.body.push_back(forLoop(jv, "j", idxConst(0), idxConst(steps), 1, std::move(body)));
+  } else if (steps == 1) {
+    takeVectors(stage, t, threads, unroll, false, prefix + "c", k_.body);
+  }
+  if (rest > 0)
+    takeVectors(stage, t + idxConst(steps * unroll * threads), threads, rest, vectors % threads != 0, prefix + "d", k_.body);
+}
+
+void KernelBuilder::takeVectors(size_t stage, const Idx& first, int64_t stride, int64_t count, bool guardLast,
+                                const std::string& name, Block& out) {
+  const loop::Reduction& red = lk_.stages[stage];
+  const int64_t vector = std::get<tile::RowReduction>(s_).reductionVector;
+  const int64_t vectors = red.axes[0].extent / vector;
+  Cse cse;
+  std::vector<std::vector<loop::ExprP>> copies;
+  std::vector<Idx> at;
+  for (int64_t u = 0; u < count; ++u) {  // the vectors' positions and loads first, all in flight together
+    const int cv = freshLoopVar();
+    const std::string n = fmt::format("{}{}", name, u);
+    out.push_back(defIdx(cv + kFirstLoopVar, n, simplify(first + idxConst(u * stride), extents_)));
+    extents_[cv + kFirstLoopVar] = tile::ceilDiv(vectors, stride) * stride;
+    at.push_back(idxVar(cv + kFirstLoopVar, n));
+    copies.emplace_back();
+    for (int64_t v = 0; v < vector; ++v) copies.back().push_back(atAxis(red.value, red.axes[0].var, idxVar(cv, n) * idxConst(vector) + idxConst(v)));
+    if (!(guardLast && u + 1 == count)) vectorLoads(copies.back(), out, cse);
+  }
+  for (int64_t u = 0; u < count; ++u) {
+    const bool guard = guardLast && u + 1 == count;
+    Block guarded;
+    Block& to = guard ? guarded : out;
+    if (guard) vectorLoads(copies[static_cast<size_t>(u)], to, cse);
+    for (const loop::ExprP& e : copies[static_cast<size_t>(u)]) {
+      FE value = lower(e, to, cse);
+      to.push_back(assign(accs_[stage], fapply(combineFn(red.fn), {fvar(accs_[stage]), value})));
+    }
+    if (guard) out.push_back(ifLess(at[static_cast<size_t>(u)], idxConst(vectors), std::move(guarded)));
+  }
+}
+
 void KernelBuilder::rowReduction(const tile::RowReduction& r) {
   const int64_t rows = tile::rowsOf(lk_), perRow = tile::rowWidth(lk_), threads = tile::threadsPerBlock(r);
   k_.block = {threads, 1, 1};
@@ -83,11 +146,15 @@ void KernelBuilder::rowReduction(const tile::RowReduction& r) {
       int64_t extent = 1;
       for (auto& a : red.axes) extent *= a.extent;
       k_.body.push_back(assign(accs_[st], fconst(tensor::reduceInit(red.fn))));
-      Block body;
-      extents_[kLinearVar] = extent;
-      unflatten(red.axes, idxVar(kLinearVar, "j"), extent, body);
-      accumulate(st, body);
-      k_.body.push_back(forLoop(kLinearVar, "j", t, idxConst(extent), r.threadsPerRow, std::move(body)));
+      if (r.reductionVector > 1) {
+        reduceByVectors(r, st, t);
+      } else {
+        Block body;
+        extents_[kLinearVar] = extent;
+        unflatten(red.axes, idxVar(kLinearVar, "j"), extent, body);
+        accumulate(st, body);
+        k_.body.push_back(forLoop(kLinearVar, "j", t, idxConst(extent), r.threadsPerRow, std::move(body)));
+      }
       combineAcrossRow(r, st, rowInBlock, k_.body);
     }
     Cse rowValues;

@@ -65,6 +65,7 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
   static const std::vector<InLevelPass<tile::Program>> passes = {
       {"tile-cooperative-reduce", tile::cooperativeReduce},
       {"tile-vectorize-accesses", tile::vectorizeAccesses},  // after the row reductions are chosen
+      {"tile-vectorize-reductions", tile::vectorizeReductions},
       {"tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); }},
       {"tile-tile-long-reductions", tile::tileLongReductions},
       {"tile-tensor-core-contractions", tile::tensorCoreContractions},

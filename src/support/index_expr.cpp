@@ -524,4 +524,14 @@ std::string toString(const Idx& e, bool c) {
   return "?";
 }
 
+Idx rowMajor(const std::vector<Idx>& index, const std::vector<int64_t>& shape, const VarExtents& extents) {
+  Idx flat = idxConst(0);
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    flat = flat + index[d] * idxConst(stride);
+    stride *= shape[d];
+  }
+  return simplify(flat, extents);
+}
+
 }  // namespace kiln

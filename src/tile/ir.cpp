@@ -75,9 +75,10 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
   if (auto* m = std::get_if<PointwiseMap>(&s))
     return fmt::format("pointwise_map vector {}, {} vectors per thread  ({})", m->vector, m->vectorsPerThread, launch);
   if (auto* r = std::get_if<RowReduction>(&s))
-    return fmt::format("row_reduction {} rows of {}: {} threads per row, {} rows per block, vector {}, combine {}{}  ({})",
+    return fmt::format("row_reduction {} rows of {}: {} threads per row, {} rows per block, vector {}, combine {}{}{}  ({})",
                        rowsOf(k), rowWidth(k), r->threadsPerRow, r->rowsPerBlock, r->vector, combineName(r->combine),
-                       r->rowInRegisters ? ", row in registers" : "", launch);
+                       r->rowInRegisters ? ", row in registers" : "",
+                       r->reductionVector > 1 ? fmt::format(", reductions by vectors of {}", r->reductionVector) : "", launch);
   if (auto* f = std::get_if<FlashAttention>(&s))
     return fmt::format("flash_attention query {} ({} blocks of {}), keys {} in steps of {}{}, depth {}, width {}; {}; q, k, v "
                        "by cp_async into [rows][width+{}] slices, k and v x{} ring  ({})",
@@ -220,6 +221,15 @@ void verifyRowReduction(const Program& p, const RowReduction& r, int64_t threads
     for (auto& st : k.stages)
       KILN_ASSERT(st.axes.size() == 1 && st.axes[0].extent == width, "kernel {}: a stage does not span the row", k.name);
     verifyVector(p.loop, k, r.vector, width);
+  }
+  KILN_ASSERT(powerOfTwo(r.reductionVector) && r.reductionVector <= Target::kVectorBytes / 2,
+              "kernel {}: reduction vector {} is not a power of two of at most {} elements", k.name, r.reductionVector,
+              Target::kVectorBytes / 2);
+  if (r.reductionVector > 1) {
+    KILN_ASSERT(r.vector == 1 && !r.rowInRegisters, "kernel {}: reduction vectors only in rows read one element at a time", k.name);
+    for (auto& st : k.stages)
+      KILN_ASSERT(st.axes.size() == 1 && st.axes[0].extent % r.reductionVector == 0,
+                  "kernel {}: reduction vector {} needs every stage to reduce one axis it divides", k.name, r.reductionVector);
   }
 }
 

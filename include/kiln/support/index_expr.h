@@ -64,6 +64,9 @@ std::optional<std::pair<int64_t, int64_t>> idxRange(const Idx& e, const VarExten
 // False means "not proven", never "not a multiple".
 bool provablyMultipleOf(const Idx& e, int64_t m, const VarExtents& extents);
 
+// The flat element index of `index` into a row-major array of `shape`, simplified.
+Idx rowMajor(const std::vector<Idx>& index, const std::vector<int64_t>& shape, const VarExtents& extents);
+
 // Replace variables: f(var id) returns a replacement or nullptr to keep the variable.
 Idx substitute(const Idx& e, const std::function<Idx(int, const std::string&)>& f);
 // Visit every variable id used by e.

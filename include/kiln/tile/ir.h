@@ -48,6 +48,10 @@ struct RowReduction {
   // The row's elements are loaded once into registers (each thread its share) and serve every stage and the
   // write; otherwise every stage and the write read memory again.
   bool rowInRegisters = false;
+  // Rows of one point whose every stage reduces one axis (a product's one output: a decoder step's matrix-vector
+  // products): each thread walks the axis reductionVector consecutive elements at a time, the loads of those elements
+  // that are consecutive in memory issued as 16-byte vectors. 1: one element at a time. Only with vector 1.
+  int64_t reductionVector = 1;
 };
 
 struct TiledContraction {
@@ -303,6 +307,7 @@ void verify(const Program& p);
 Program lowerFromLoop(const loop::Program& p, const Target& target = defaultTarget());  // tile-lower-from-loop
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 bool vectorizeAccesses(Program& p);             // tile-vectorize-accesses
+bool vectorizeReductions(Program& p);           // tile-vectorize-reductions
 // tile-vectorize-accesses' rule for one pointwise map without reductions (16-byte vectors, block size, vectors per
 // thread); false, m unchanged, where it does not apply. tile-shape-products gives its adding kernels the same.
 bool vectorizePointwise(const Target& target, const loop::Program& p, const loop::Kernel& k, PointwiseMap& m);
