@@ -242,10 +242,6 @@ class KernelBuilder {
     // Wgmma products: null, or where a slice's first wgmma starts its accumulators afresh (zero: scale-d 0, D = A·B) rather
     // than adding to them (stream-K, at each tile's first slice: no accumulator is written outside the wgmmas in the loop).
     Idx accumulate;
-    // Products whose reduction is split in the kernel (TiledContraction::kSplit): the block's piece of the reduction and
-    // its tile's index among the grid's `tiles` (c.k is then the piece's length); null otherwise.
-    Idx piece, tileBlock;
-    int64_t tiles = 0;
   };
   // A stream-K product's walk (TiledContraction::streamBlocks, lower_contraction_stream_k.cpp): the block's cluster's
   // place r in the order of walks (G - 1 - its cluster), its first step and its number of steps.
@@ -294,7 +290,6 @@ class KernelBuilder {
   void tmaSteps(Tiling& t, const std::vector<OperandSlice>& operands, const std::function<void(Block&)>& multiply);
   // A reduction split in the kernel: the block's partial tile handed over, and the tile's last block adding them all
   // before `epilogue` (lower_contraction_tma.cpp).
-  void splitTileEnd(const Tiling& t, Block epilogue, Block& out);
   // A partial tile handed over by another block (vector v of 4 at at(v), in the order of accs) added to the thread's
   // accumulators accs (the split and stream-K hand-overs).
   void addHandedTile(int partials, const std::function<Idx(int64_t)>& at, const std::vector<int>& accs, Block& out);

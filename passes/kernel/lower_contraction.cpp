@@ -39,20 +39,14 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
     t.tileN = defVar(k_.body, "tn", mod(pair, tilesN), tilesN);
     t.tileM = defVar(k_.body, "tm", simplify(mod(floorDiv(pair, tilesN), tilesM / C) * idxConst(C) + mod(blockIdx(), C), extents_), tilesM);
   } else {
-    Idx block = blockIdx();
-    if (s.kSplit > 1) {  // block b: piece b div T of the reduction for tile b mod T (lower_contraction_tma.cpp)
-      t.tiles = t.c.outerPoints * tilesM * tilesN;
-      t.piece = defVar(k_.body, "piece", floorDiv(blockIdx(), t.tiles), s.kSplit);
-      t.tileBlock = block = defVar(k_.body, "tile_block", mod(blockIdx(), t.tiles), t.tiles);
-      t.c.k /= s.kSplit;
-    }
+    const Idx block = blockIdx();
     t.tileN = defVar(k_.body, "tn", mod(block, tilesN), tilesN);
     t.tileM = defVar(k_.body, "tm", mod(floorDiv(block, tilesN), tilesM), tilesM);
   }
   std::vector<loop::Axis> outer;
   for (size_t d = 0; d < lk_.parallel.size(); ++d)
     if (static_cast<int>(d) != t.c.mAxis && static_cast<int>(d) != t.c.nAxis) outer.push_back(lk_.parallel[d]);
-  unflatten(outer, floorDiv(t.tileBlock ? t.tileBlock : blockIdx(), tilesM * tilesN), t.c.outerPoints, k_.body);
+  unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), t.c.outerPoints, k_.body);
   const bool dynamic = tile::dynamicShared(s);  // a ring of pipelineDepth slices per operand
   // Pipelined products copy an A that several stages share once (tile::aSources); the others stage every A.
   std::vector<size_t> aSource = tile::aSources(t.c);
@@ -124,9 +118,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   }
   if (s.streamBlocks == 0) {
     Block epilogue = contractionEpilogue(t);
-    if (s.kSplit > 1) {
-      splitTileEnd(t, std::move(epilogue), k_.body);
-    } else if (!s.producerWarp) {
+    if (!s.producerWarp) {
       k_.body.insert(k_.body.end(), epilogue.begin(), epilogue.end());
     } else {  // the producer warp holds no outputs (its row index would name the next tile's rows)
       k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));

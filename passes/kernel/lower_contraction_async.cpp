@@ -36,7 +36,7 @@ void KernelBuilder::copySliceAsync(const Tiling& t, const OperandSlice& o, const
     Idx kAt = simplify(kStart + kc * idxConst(chunk), extents_);
     Idx rowIn = idxMin(row, idxConst(o.rowExtent - 1)), kIn = idxMin(kAt, idxConst(K - chunk));
     Idx from = simplify(substitute(source, [&](int v, const std::string&) -> Idx {
-                          return v == rowVar ? rowIn : v == kVar ? (t.piece ? kIn + t.piece * idxConst(K) : kIn) : nullptr;
+                          return v == rowVar ? rowIn : v == kVar ? kIn : nullptr;
                         }), extents_);
     // `bytes` while row < rows and k <= K - chunk (both multiples of chunk apart), else 0
     Idx rowsLeft = idxMul(idxAdd(idxMul(row, -1), o.rowExtent), bytes);

@@ -50,11 +50,10 @@ KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector
     auto view = tile::tmaView(tp_.loop, lk_, o.value, o.rowAxis.var, o.kAxis.var);
     KILN_ASSERT(view, "kernel {}: a tma operand that is not a [row][k] view of a buffer", lk_.name);
     r.maps.push_back(static_cast<int>(k_.tensorMaps.size()));
-    k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, view->cols > 0 ? view->cols : K * t.s.kSplit,
+    k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, view->cols > 0 ? view->cols : K,
                                       view->rowStride, multicastPart(t, o) ? o.rows / C : o.rows, tk, true});
     r.shifts.push_back(view->colShift ? substitute(view->colShift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); })
                                       : idxConst(0));
-    if (t.piece) r.shifts.back() = simplify(r.shifts.back() + t.piece * idxConst(K), extents_);  // the block's piece of k
     r.sliceBytes += o.rows * tk * dtypeBytes(k_.shared[o.buf].dtype);
   }
   return r;
@@ -116,44 +115,6 @@ void KernelBuilder::tmaSteps(Tiling& t, const std::vector<OperandSlice>& operand
   multiply(steps);
   k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(steps)));
   if (t.s.mmaInFlight > 0) k_.body.push_back(wgmmaWait(0));  // the accumulators are final
-}
-
-// A reduction split S ways in the kernel (TiledContraction::kSplit): block b = q T + j (T tiles) multiplied piece q of
-// tile j. Every thread stores its accumulators as the block's partial tile (16-byte stores, [block][accumulator / 4]
-// [thread][4], each thread its own vectors) and the block takes a ticket at tile j's counter (kernel::blockTicket: the
-// stores released, the counter back to zero at the last ticket). The block with the last ticket adds the S partial
-// tiles from 0, in the order of their pieces (its own among them: the sums do not depend on which block came last,
-// and are those of an adding kernel), then runs the epilogue.
-void KernelBuilder::splitTileEnd(const Tiling& t, Block epilogue, Block& out) {
-  const int64_t S = t.s.kSplit, threads = k_.block[0];
-  std::vector<int> accs;  // the thread's accumulators in one order
-  for (const Owned& o : t.owned) accs.insert(accs.end(), o.acc.begin(), o.acc.end());
-  KILN_ASSERT(accs.size() % 4 == 0, "kernel {}: {} accumulators a thread (a split tile hands them over 4 at a time)", lk_.name,
-              accs.size());
-  const int64_t vectors = static_cast<int64_t>(accs.size()) / 4;
-  const int partials = param(t.s.partials, true), counters = param(t.s.counters, true);
-  auto at = [&](const Idx& piece, int64_t v) {
-    const Idx block = piece * idxConst(t.tiles) + t.tileBlock;
-    return simplify(((block * idxConst(vectors) + idxConst(v)) * idxConst(threads) + threadIdx()) * idxConst(4), extents_);
-  };
-  for (int64_t v = 0; v < vectors; ++v) {
-    std::vector<FE> values;
-    for (int e = 0; e < 4; ++e) values.push_back(fvar(accs[static_cast<size_t>(4 * v + e)]));
-    out.push_back(kernel::storeVector(partials, at(t.piece, v), std::move(values)));
-  }
-  const int ticketVar = freshKernelVar();
-  extents_[ticketVar] = S;
-  out.push_back(blockTicket(ticketVar, "ticket", counters, t.tileBlock, S));
-  Block last;
-  for (int a : accs) last.push_back(assign(a, fconst(0.f)));
-  const int qVar = freshKernelVar();
-  extents_[qVar] = S;
-  const Idx q = idxVar(qVar, "q");
-  Block add;
-  addHandedTile(partials, [&](int64_t v) { return at(q, v); }, accs, add);
-  last.push_back(forLoop(qVar, "q", idxConst(0), idxConst(S), 1, std::move(add)));
-  last.insert(last.end(), epilogue.begin(), epilogue.end());
-  out.push_back(ifLess(idxConst(S - 2), idxVar(ticketVar, "ticket"), std::move(last)));
 }
 
 // kHandedBatch vectors loaded at once, then added: a batch's loads in flight together (one at a time, each would wait

@@ -90,7 +90,6 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
       {"tile-specialize-warps", [](tile::Program& p) { return tile::specializeWarps(p); }},  // after tile-tma-copies
       {"tile-multicast-operands", tile::multicastOperands},  // products with a producer warp only
       {"tile-stream-k-products", [](tile::Program& p) { return tile::streamKProducts(p); }},  // after the clusters
-      {"tile-fold-split-sums", tile::foldSplitSums},  // after the copies, warps and grids are chosen
       {"tile-unroll-rings", tile::unrollRings},  // products with a producer warp only
       {"tile-mma-operand-pairs", tile::pairMmaOperands},  // before the depth: halves the slices' bytes
       {"tile-deep-k-slices", tile::deepenKSlices},

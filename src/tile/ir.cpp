@@ -131,8 +131,6 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
                          "the block of a tile's first slice adds the partials of its other {} blocks at most",
                          w.clusters, w.steps, w.units, w.slices, w.steps / w.clusters, w.longest, w.pieces - 1);
   }
-  if (t.kSplit > 1)
-    instr += fmt::format(", the reduction split {} ways in the kernel: the last block of a tile adds the partial tiles", t.kSplit);
   return fmt::format("tiled_contraction m={} n={} k={} tile {}x{}x{} ({} x {} tiles, n fastest) {}; A: {}; B: {}  ({}){}",
                      k.parallel[static_cast<size_t>(t.mAxis)].name, k.parallel[static_cast<size_t>(t.nAxis)].name, c.k,
                      t.tileM, t.tileN, t.tileK, tilesM(t, c), tilesN(t, c), instr, operandString(t, t.a, t.tileM),
@@ -429,17 +427,6 @@ void verifyStreamK(const TC& t, const loop::Kernel& k, int64_t stages) {
               "stacked B, no other output axes, whole clusters, and at least a step per cluster", k.name, t.streamBlocks);
 }
 
-// A reduction split inside the kernel: the wgmma ring fed by tma or cp.async (no producer warp, clusters or stream-K),
-// one stage, pieces of whole slices.
-void verifyKSplit(const TC& t, const loop::Kernel& k) {
-  const Contraction c = contractionOf(t, k);
-  KILN_ASSERT(t.kSplit >= 1, "kernel {}: k_split {} (at least 1)", k.name, t.kSplit);
-  if (t.kSplit == 1) return;
-  KILN_ASSERT(splitsInKernel(t, k) && c.k % (t.kSplit * t.tileK) == 0,
-              "kernel {}: a reduction split {} ways in the kernel needs a one-stage wgmma product copied by tma or cp.async, without a "
-              "producer warp, clusters or stream-K, and pieces of whole {}-deep slices (k = {})", k.name, t.kSplit, t.tileK, c.k);
-}
-
 void verifyTiledContraction(const Program& p, const Schedule& s, const TC& t, const loop::Kernel& k) {
   const Target& target = p.target;
   const int64_t threads = threadsPerBlock(s);
@@ -464,7 +451,6 @@ void verifyTiledContraction(const Program& p, const Schedule& s, const TC& t, co
               copyName(t.a.copy), t.mmaInFlight);
   KILN_ASSERT(!t.unrollRing || t.producerWarp, "kernel {}: a k loop unrolled by the ring needs a producer warp", k.name);
   if (t.streamBlocks > 0) verifyStreamK(t, k, stages);
-  verifyKSplit(t, k);
   const int64_t registers = accumulatorRegisters(t, stages) + prefetchRegisters(t, stages);
   KILN_ASSERT(registers < target.maxRegistersPerThread, "kernel {}: {} accumulator and prefetch registers per thread",
               k.name, registers);
@@ -488,18 +474,6 @@ void verifyStreamKBuffers(const Program& p, const TiledContraction& t, const loo
   KILN_ASSERT(scratchBuffer(p, t.partials, loop::Buffer::Kind::Temp, DType::F32, t.streamBlocks * t.tileM * t.tileN * stages),
               "kernel {}: a stream-K product needs an f32 buffer of {} partial tiles of {} x {} x {} (buffer #{})", k.name,
               t.streamBlocks, t.tileM, t.tileN, stages, t.partials);
-}
-
-// A reduction split in the kernel: a counter per output tile, a partial tile per block of the grid.
-void verifySplitBuffers(const Program& p, const TiledContraction& t, const loop::Kernel& k) {
-  const Contraction c = contractionOf(t, k);
-  const int64_t tiles = c.outerPoints * tilesM(t, c) * tilesN(t, c);
-  KILN_ASSERT(scratchBuffer(p, t.counters, loop::Buffer::Kind::Counters, DType::I64, tiles),
-              "kernel {}: a reduction split in the kernel needs an i64 counters buffer of {} counters or more (buffer #{})",
-              k.name, tiles, t.counters);
-  KILN_ASSERT(scratchBuffer(p, t.partials, loop::Buffer::Kind::Temp, DType::F32, t.kSplit * tiles * t.tileM * t.tileN),
-              "kernel {}: a reduction split in the kernel needs an f32 buffer of {} partial tiles of {} x {} (buffer #{})",
-              k.name, t.kSplit * tiles, t.tileM, t.tileN, t.partials);
 }
 
 }  // namespace
@@ -527,7 +501,6 @@ void verify(const Program& p) {
     verifySchedule(p, p.schedules[i], p.loop.kernels[i]);
     const auto* t = std::get_if<TiledContraction>(&p.schedules[i]);
     if (t && t->streamBlocks > 0) verifyStreamKBuffers(p, *t, p.loop.kernels[i]);
-    if (t && t->kSplit > 1) verifySplitBuffers(p, *t, p.loop.kernels[i]);
   }
 }
 

@@ -47,7 +47,7 @@ int64_t gridBlocks(const Schedule& s, const loop::Kernel& k) {
                         [&](const TiledContraction& t) {
                           if (t.streamBlocks > 0) return t.streamBlocks;  // persistent
                           Contraction c = contractionOf(t, k);
-                          return t.kSplit * c.outerPoints * tilesM(t, c) * tilesN(t, c);
+                          return c.outerPoints * tilesM(t, c) * tilesN(t, c);
                         },
                     },
                     s);
@@ -205,12 +205,6 @@ namespace {
 // Shared memory per block when two share an SM.
 int64_t sharedForTwoBlocks(const Target& target) { return target.sharedPerSm / 2 - Target::kReservedSharedPerBlock; }
 }  // namespace
-
-bool splitsInKernel(const TiledContraction& s, const loop::Kernel& k) {
-  using Copy = TiledContraction::Copy;
-  return s.instruction == TiledContraction::Instruction::Wgmma && (s.a.copy == Copy::Tma || s.a.copy == Copy::CpAsync) &&
-         !s.producerWarp && s.cluster == 1 && s.streamBlocks == 0 && k.stages.size() == 1 && !k.attention;
-}
 
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k) {
   return gridBlocks(s, k) <= target.smCount || oneBlockPerSm(target, s, contractionOf(s, k)) ||

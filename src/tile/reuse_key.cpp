@@ -40,7 +40,7 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
   const std::optional<loop::Kernel> ck = renumbered(k, "k");
   if (!ck) return "";
   Schedule s = tp.schedules[index];
-  if (auto* t = std::get_if<TiledContraction>(&s); t && (t->streamBlocks > 0 || t->kSplit > 1)) {  // its partials and counters, numbered on
+  if (auto* t = std::get_if<TiledContraction>(&s); t && t->streamBlocks > 0) {  // its partials and counters, numbered on
     t->partials = canonical(t->partials);
     t->counters = canonical(t->counters);
   }

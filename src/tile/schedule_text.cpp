@@ -145,7 +145,7 @@ const std::vector<Field<TC>>& fields(const TC*) {
       number("mma_in_flight", &TC::mmaInFlight), flag("stacked_b", &TC::stackedB), number("cluster", &TC::cluster),
       flag("multicast_b", &TC::multicastB), flag("producer_warp", &TC::producerWarp), flag("unroll_ring", &TC::unrollRing),
       number("counters", &TC::counters), number("stream_blocks", &TC::streamBlocks), number("partials", &TC::partials),
-      flag("stream_k", &TC::streamK), number("k_split", &TC::kSplit), modelNote()};
+      flag("stream_k", &TC::streamK), modelNote()};
   return f;
 }
 

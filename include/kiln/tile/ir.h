@@ -136,7 +136,7 @@ struct TiledContraction {
   // multiplying ring slot s, so that slots and mbarrier parities are constants or one per round instead of each step's
   // `slice mod depth` and `slice / depth` (and the wgmma descriptors computed from them).
   bool unrollRing = false;
-  int counters = -1;  // streamBlocks, kSplit: the program's counters buffer
+  int counters = -1;  // streamBlocks: the program's counters buffer
   // Tma products with a producer warp, one stage or stacked, no other output axes (tile-stream-k-products): a persistent
   // grid of streamBlocks blocks, clusters of `cluster`, one wave. The product's work is U x S steps (U units: a cluster's
   // tiles at one place, S slices of tile_k each); walking steps in the order (unit, slice), cluster g takes the steps
@@ -146,14 +146,7 @@ struct TiledContraction {
   // slice waits for the count of the others (acquire), adds their partials in the order of their walks and applies the
   // epilogue. A tile's other blocks have lower block indices (r counts down), so they start no later than the one waiting.
   int64_t streamBlocks = 0;
-  int partials = -1;  // streamBlocks, kSplit: the program's f32 buffer of partial tiles
-  // Wgmma products fed by tma or cp.async, without a producer warp or clusters, one stage (tile-fold-split-sums): the
-  // reduction split kSplit ways inside the kernel. Grid = kSplit x the tiles; block b takes tile b mod T (T tiles) and piece q = b div T of the
-  // reduction, K / kSplit long. Each block stores its accumulators as its partial tile (buffer `partials`, a tile per
-  // block) and takes a ticket at its tile's counter (`counters`); the block with the tile's last ticket adds the
-  // kSplit partials in the order of their pieces, as the adding kernel of a split product would, and applies the
-  // epilogue. One launch instead of a partial product and an adding kernel.
-  int64_t kSplit = 1;
+  int partials = -1;  // streamBlocks: the program's f32 buffer of partial tiles
   // tile-shape-products chose the tile to be walked stream-K (its rule, or a --product-shapes entry's "stream_k"):
   // tile-stream-k-products makes the persistent grid where the rest of the schedule allows it.
   bool streamK = false;
@@ -335,7 +328,6 @@ bool shareKvHeads(Program& p);                  // tile-share-kv-heads
 bool overlapWgmma(Program& p);                  // tile-overlap-wgmma
 // tile-stream-k-products; blocks: the persistent grid (0: a wave of the Target's SMs; tests give fewer).
 bool streamKProducts(Program& p, int64_t blocks = 0);
-bool foldSplitSums(Program& p);                 // tile-fold-split-sums
 bool tmaCopies(Program& p);                     // tile-tma-copies
 bool multicastOperands(Program& p);             // tile-multicast-operands (after tile-specialize-warps)
 // tile-specialize-warps; everywhere: on every tma product the ring allows, not only where the GPU measured it faster

@@ -113,10 +113,6 @@ bool computeBound(const Target& target, const TiledContraction& s, const Contrac
 // Whether each SM runs at most one of the product's blocks at a time: one wave of blocks, or registers (oneBlockPerSm)
 // or shared memory (Target::kReservedSharedPerBlock reserved per block) for one block only.
 bool aloneOnSm(const Target& target, const TiledContraction& s, const loop::Kernel& k);
-// Whether the lowering can split the product's reduction in the kernel (TiledContraction::kSplit): a one-stage wgmma
-// product fed by tma or cp.async, without a producer warp, clusters or stream-K (tile-fold-split-sums' rule, the
-// verifier's for k_split > 1 with pieces of whole slices).
-bool splitsInKernel(const TiledContraction& s, const loop::Kernel& k);
 // Slices of the reduction a block walks, at least, for tile-specialize-warps' producer warp to pay on a compute-bound
 // product alone on its SM (fewer measured slower; passes/tile/specialize_warps.cpp). tile-shape-products' model counts it.
 constexpr int64_t kMinSpecializedSlices = 32;
