@@ -56,7 +56,6 @@ const std::vector<InLevelPass<loop::Program>>& loopPasses() {
       {"loop-fuse-rows", loop::fuseRows},  // after inlining: consumers hold their whole row
       {"loop-reciprocal-row-divisors", loop::reciprocalRowDivisors},  // after the rows are formed
       {"loop-fuse-attention", loop::fuseAttention},  // after the softmax rows are formed
-      {"loop-fuse-norm-products", loop::fuseNormProducts},  // after attention has taken its softmax rows
       {"loop-eliminate-dead-buffers", loop::eliminateDeadBuffers},  // removes what fusion inlined
   };
   return passes;

@@ -532,8 +532,8 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
 // Every pass is on by default (DESIGN.md §3.10): `kiln passes` marks none off; -v names a disabled one as skipped and
 // --disable-pass tile-deep-k-slices keeps the 16-deep slices the deep ones replace (the product's schedule before
 // tile-stream-ffma-products, which replaces it whole, is disabled too).
-// The passes off by default are exactly those docs/pipeline.md lists as waiting for a GPU measurement (a new one is
-// added there and here together).
+// None is off by default now; a pass added off while it waits for a GPU measurement is listed in docs/pipeline.md and
+// here together.
 TEST(Cli, OnlyTheListedPassesAreOffByDefaultAndDisablePassSkipsOne) {
   Result list = kiln({"passes"});
   EXPECT_EQ(list.code, 0) << describe(list);
@@ -542,8 +542,7 @@ TEST(Cli, OnlyTheListedPassesAreOffByDefaultAndDisablePassSkipsOne) {
   std::istringstream lines(list.out);
   for (std::string line; std::getline(lines, line);)
     if (contains(line, "off by default")) off.push_back(line.substr(0, line.find(' ', line.find_first_not_of(' '))));
-  ASSERT_EQ(off.size(), 1u) << describe(list);
-  EXPECT_TRUE(contains(off[0], "loop-fuse-norm-products")) << off[0];
+  EXPECT_TRUE(off.empty()) << describe(list);
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v",
                                    "--disable-pass", "tile-stream-ffma-products"};
   Result deep = kiln(args);

@@ -190,7 +190,6 @@ std::vector<std::pair<int, int>> inPlaceStates(const Program& p, size_t states);
 std::vector<std::string> attentionFusionRefusals(const Program& p);
 bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
-bool fuseNormProducts(Program& p);                // loop-fuse-norm-products
 bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisors
 bool maskPredicates(Program& p);                  // loop-mask-predicates
 bool indexComparisons(Program& p);                // loop-index-comparisons
