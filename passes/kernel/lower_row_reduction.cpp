@@ -21,8 +21,8 @@ namespace {
 
 Fn combineFn(loop::ReduceFn fn) { return fn == loop::ReduceFn::Sum ? Fn::Add : Fn::Max; }
 
-// Vectors of a reduction by vectors (RowReduction::reductionVector) a thread loads before it uses the first: 8 of 16
-// bytes keep 128 bytes of a weight row in flight per thread.
+// Vectors of a reduction by vectors (RowReduction::reductionVector) whose loads a thread issues before it uses the
+// first. ptxas still keeps only about three of them ahead of their use (SASS, docs/decode.md); the source asks for 8.
 constexpr int64_t kReductionVectorsInFlight = 8;
 
 }  // namespace

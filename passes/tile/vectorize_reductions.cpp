@@ -24,10 +24,7 @@ int64_t elementsOf16Bytes(DType t) {
 // c * vector + vector - 1 of the reduction axis `axis` (c any vector of the axis; the kernel's other variables any
 // point within their extents): what a 16-byte load of the lowering needs.
 bool readsVectors(const loop::Program& p, const loop::Kernel& k, const loop::Expr& load, const loop::Axis& axis, int64_t vector) {
-  VarExtents extents;
-  for (const loop::Axis& a : k.parallel) extents[a.var] = a.extent;
-  for (const loop::Reduction& st : k.stages)
-    for (const loop::Axis& a : st.axes) extents[a.var] = a.extent;
+  VarExtents extents = k.extents();
   const int c = k.maxVar() + 1;
   extents[c] = axis.extent / vector;
   auto flatAt = [&](int64_t v) {
@@ -60,6 +57,7 @@ int64_t reductionVectorOf(const loop::Program& p, const loop::Kernel& k) {
       along.push_back(&load);
       widest = std::max(widest, elementsOf16Bytes(p.buffers[static_cast<size_t>(load.buffer)].dtype));
     });
+    if (along.empty()) return 1;
     vector = std::min(vector, widest);
     auto fits = [&](int64_t v) {
       if (st.axes[0].extent % v != 0 || st.axes[0].extent / v < Target::kWarpSize) return false;
@@ -69,7 +67,6 @@ int64_t reductionVectorOf(const loop::Program& p, const loop::Kernel& k) {
       return true;
     };
     while (vector > 1 && !fits(vector)) vector /= 2;
-    if (along.empty()) return 1;
   }
   return vector;
 }
