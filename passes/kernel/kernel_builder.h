@@ -179,12 +179,13 @@ class KernelBuilder {
   Idx flashQueryFragment(const Flash& x, int64_t gr, int64_t kk);  // q's ldmatrix.x4 address: row group gr, depths 16 kk..
   // Row reductions: each stage's accumulator combined over the threads of the row (lower_row_reduction.cpp).
   void combineAcrossRow(const tile::RowReduction& r, size_t stage, const Idx& rowInBlock, Block& out);
-  // Stage `stage`'s one reduction axis as vectors of r.reductionVector elements, vector c = t, t + T, ... (T threads per row).
-  void reduceByVectors(const tile::RowReduction& r, size_t stage, const Idx& t);
-  // `count` vectors of stage `stage` at first, first + stride, ... (kernel-level index of the vector), accumulated; their
+  // The one reduction axis of `stages` (of one extent, none reading another's total) as vectors of r.reductionVector
+  // elements, vector c = t, t + T, ... (T threads per row), walked once for all of them.
+  void reduceByVectors(const tile::RowReduction& r, const std::vector<size_t>& stages, const Idx& t);
+  // `count` vectors of `stages` at first, first + stride, ... (kernel-level index of the vector), accumulated; their
   // loads issued before any is used, the last guarded by < vectors where guardLast. Names the positions name0, name1, ...
-  void takeVectors(size_t stage, const Idx& first, int64_t stride, int64_t count, bool guardLast, const std::string& name,
-                   Block& out);
+  void takeVectors(const std::vector<size_t>& stages, const Idx& first, int64_t stride, int64_t count, bool guardLast,
+                   const std::string& name, Block& out);
 
   // Common machinery (kernel_builder.cpp).
   int param(int buffer, bool written);

@@ -65,8 +65,8 @@ void KernelBuilder::combineAcrossRow(const tile::RowReduction& r, size_t stage, 
   out.push_back(barrier());  // everyone has read the totals before the next stage reuses `red`
 }
 
-void KernelBuilder::reduceByVectors(const tile::RowReduction& r, size_t stage, const Idx& t) {
-  const loop::Reduction& red = lk_.stages[stage];
+void KernelBuilder::reduceByVectors(const tile::RowReduction& r, const std::vector<size_t>& stages, const Idx& t) {
+  const loop::Reduction& red = lk_.stages[stages.front()];
   const int64_t threads = r.threadsPerRow, vectors = red.axes[0].extent / r.reductionVector;
   // Thread t takes vectors t, t + T, ...: in steps of `unroll` vectors whose loads are all issued before the first is
   // used (a loop of constant trip count; one strided by T from t is a loop the compiler does not unroll, one load in
@@ -77,27 +77,27 @@ void KernelBuilder::reduceByVectors(const tile::RowReduction& r, size_t stage, c
     --steps;
     rest = unroll;
   }
-  const std::string prefix = lk_.stages.size() > 1 ? fmt::format("s{}", stage) : "";
+  const std::string prefix = lk_.stages.size() > 1 ? fmt::format("s{}", stages.front()) : "";
   if (steps > 1) {
     const int jv = freshKernelVar();
     extents_[jv] = steps;
     Block body;
-    takeVectors(stage, t + idxVar(jv, "j") * idxConst(unroll * threads), threads, unroll, false, prefix + "c", body);
+    takeVectors(stages, t + idxVar(jv, "j") * idxConst(unroll * threads), threads, unroll, false, prefix + "c", body);
     k_.body.push_back(forLoop(jv, "j", idxConst(0), idxConst(steps), 1, std::move(body)));
   } else if (steps == 1) {
-    takeVectors(stage, t, threads, unroll, false, prefix + "c", k_.body);
+    takeVectors(stages, t, threads, unroll, false, prefix + "c", k_.body);
   }
   if (rest > 0)
-    takeVectors(stage, t + idxConst(steps * unroll * threads), threads, rest, vectors % threads != 0, prefix + "d", k_.body);
+    takeVectors(stages, t + idxConst(steps * unroll * threads), threads, rest, vectors % threads != 0, prefix + "d", k_.body);
 }
 
-void KernelBuilder::takeVectors(size_t stage, const Idx& first, int64_t stride, int64_t count, bool guardLast,
-                                const std::string& name, Block& out) {
-  const loop::Reduction& red = lk_.stages[stage];
+void KernelBuilder::takeVectors(const std::vector<size_t>& stages, const Idx& first, int64_t stride, int64_t count,
+                                bool guardLast, const std::string& name, Block& out) {
   const int64_t vector = std::get<tile::RowReduction>(s_).reductionVector;
-  const int64_t vectors = red.axes[0].extent / vector;
+  const int64_t vectors = lk_.stages[stages.front()].axes[0].extent / vector;
   Cse cse;
-  std::vector<std::vector<loop::ExprP>> copies;
+  // copies[u][i]: the V elements of vector u of stage stages[i]
+  std::vector<std::vector<std::vector<loop::ExprP>>> copies;
   std::vector<Idx> at;
   for (int64_t u = 0; u < count; ++u) {  // the vectors' positions and loads first, all in flight together
     const int cv = freshLoopVar();
@@ -106,17 +106,26 @@ void KernelBuilder::takeVectors(size_t stage, const Idx& first, int64_t stride, 
     extents_[cv + kFirstLoopVar] = tile::ceilDiv(vectors, stride) * stride;
     at.push_back(idxVar(cv + kFirstLoopVar, n));
     copies.emplace_back();
-    for (int64_t v = 0; v < vector; ++v) copies.back().push_back(atAxis(red.value, red.axes[0].var, idxVar(cv, n) * idxConst(vector) + idxConst(v)));
-    if (!(guardLast && u + 1 == count)) vectorLoads(copies.back(), out, cse);
+    for (size_t st : stages) {
+      const loop::Reduction& red = lk_.stages[st];
+      copies.back().emplace_back();
+      for (int64_t v = 0; v < vector; ++v)
+        copies.back().back().push_back(atAxis(red.value, red.axes[0].var, idxVar(cv, n) * idxConst(vector) + idxConst(v)));
+      if (!(guardLast && u + 1 == count)) vectorLoads(copies.back().back(), out, cse);
+    }
   }
   for (int64_t u = 0; u < count; ++u) {
     const bool guard = guardLast && u + 1 == count;
     Block guarded;
     Block& to = guard ? guarded : out;
-    if (guard) vectorLoads(copies[static_cast<size_t>(u)], to, cse);
-    for (const loop::ExprP& e : copies[static_cast<size_t>(u)]) {
-      FE value = lower(e, to, cse);
-      to.push_back(assign(accs_[stage], fapply(combineFn(red.fn), {fvar(accs_[stage]), value})));
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const std::vector<loop::ExprP>& elements = copies[static_cast<size_t>(u)][i];
+      if (guard) vectorLoads(elements, to, cse);
+      const int acc = accs_[stages[i]];
+      for (const loop::ExprP& e : elements) {
+        FE value = lower(e, to, cse);
+        to.push_back(assign(acc, fapply(combineFn(lk_.stages[stages[i]].fn), {fvar(acc), value})));
+      }
     }
     if (guard) out.push_back(ifLess(at[static_cast<size_t>(u)], idxConst(vectors), std::move(guarded)));
   }
@@ -141,21 +150,24 @@ void KernelBuilder::rowReduction(const tile::RowReduction& r) {
   makeAccumulators();
   const bool rowForm = r.vector > 1 || r.rowInRegisters;
   if (!rowForm) {
-    for (size_t st = 0; st < lk_.stages.size(); ++st) {
-      const loop::Reduction& red = lk_.stages[st];
-      int64_t extent = 1;
-      for (auto& a : red.axes) extent *= a.extent;
-      k_.body.push_back(assign(accs_[st], fconst(tensor::reduceInit(red.fn))));
+    for (size_t st = 0; st < lk_.stages.size();) {
+      std::vector<size_t> walk{st};  // the stages this walk of the axis accumulates: all of them, or this one
+      for (size_t more = st + 1; r.stagesTogether && more < lk_.stages.size(); ++more) walk.push_back(more);
+      for (size_t w : walk) k_.body.push_back(assign(accs_[w], fconst(tensor::reduceInit(lk_.stages[w].fn))));
       if (r.reductionVector > 1) {
-        reduceByVectors(r, st, t);
+        reduceByVectors(r, walk, t);
       } else {
+        const loop::Reduction& red = lk_.stages[st];
+        int64_t extent = 1;
+        for (auto& a : red.axes) extent *= a.extent;
         Block body;
         extents_[kLinearVar] = extent;
         unflatten(red.axes, idxVar(kLinearVar, "j"), extent, body);
         accumulate(st, body);
         k_.body.push_back(forLoop(kLinearVar, "j", t, idxConst(extent), r.threadsPerRow, std::move(body)));
       }
-      combineAcrossRow(r, st, rowInBlock, k_.body);
+      for (size_t w : walk) combineAcrossRow(r, w, rowInBlock, k_.body);
+      st += walk.size();
     }
     Cse rowValues;
     hoistRowInvariants(lk_.result, k_.body, rowValues);

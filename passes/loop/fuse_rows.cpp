@@ -17,6 +17,7 @@
 #include <map>
 
 #include "kiln/loop/ir.h"
+#include "row_stages.h"
 
 namespace kiln::loop {
 namespace {
@@ -48,11 +49,12 @@ int rowPrefix(const Kernel& c, const Kernel& prod) {
   return ok && k >= 0 ? k : -1;
 }
 
-void merge(Kernel& c, const Kernel& prod, int k) {
+}  // namespace
+
+void moveStagesInto(Kernel& c, const Kernel& prod, int k) {
   int nextVar = c.maxVar() + 1;
   std::map<int, Idx> rename;
-  for (size_t d = 0; d < prod.parallel.size(); ++d)
-    rename[prod.parallel[d].var] = static_cast<int>(d) < k ? idxVar(c.parallel[d].var, c.parallel[d].name) : idxConst(0);
+  for (int d = 0; d < k; ++d) rename[prod.parallel[d].var] = idxVar(c.parallel[d].var, c.parallel[d].name);
   int axisCount = 0;
   for (auto& s : c.stages) axisCount += static_cast<int>(s.axes.size());
   std::vector<Reduction> stages;
@@ -65,20 +67,26 @@ void merge(Kernel& c, const Kernel& prod, int k) {
     }
     stages.push_back(moved);
   }
-  auto renamed = [&](const ExprP& e) {
+  auto renamed = [](const ExprP& e, const std::map<int, Idx>& names) {
     return mapIndices(e, [&](const Idx& i) {
       return substitute(i, [&](int v, const std::string&) -> Idx {
-        auto it = rename.find(v);
-        return it == rename.end() ? nullptr : it->second;
+        auto it = names.find(v);
+        return it == names.end() ? nullptr : it->second;
       });
     });
   };
-  for (Reduction& r : stages) r.value = renamed(r.value);
-  ExprP prodResult = renamed(prod.result);
+  std::map<int, Idx> inStages = rename;  // the stages read the row only: an axis after it is 0 there (or unread)
+  for (size_t d = static_cast<size_t>(k); d < prod.parallel.size(); ++d) inStages[prod.parallel[d].var] = idxConst(0);
+  for (Reduction& r : stages) r.value = renamed(r.value, inStages);
+  const ExprP prodResult = renamed(prod.result, rename);
   int shift = static_cast<int>(prod.stages.size());
+  // A load of the producer becomes its result there: the axes after the row as the load indexes them.
   auto replace = [&](const ExprP& e) {
     return mapLoads(shiftAcc(e, shift), [&](const Expr& l) -> ExprP {
-      return l.buffer == prod.output ? prodResult : std::make_shared<Expr>(l);
+      if (l.buffer != prod.output) return std::make_shared<Expr>(l);
+      std::map<int, Idx> at;
+      for (size_t d = static_cast<size_t>(k); d < prod.parallel.size(); ++d) at[prod.parallel[d].var] = l.index[d];
+      return renamed(prodResult, at);
     });
   };
   int rowAxes = std::max(c.stages.empty() ? 0 : c.rowAxes, std::min(prod.rowAxes, k));
@@ -91,7 +99,6 @@ void merge(Kernel& c, const Kernel& prod, int k) {
   c.rowAxes = rowAxes;
   c.origins = mergeOrigins(prod.origins, c.origins);
 }
-
 
 // Two stages that compute the same reduction (softmax's max reaches the final kernel both directly and
 // through the sum's stage) become one; later accumulator references are redirected.
@@ -132,8 +139,6 @@ void dedupeStages(Kernel& k) {
   k.stages = std::move(stages);
   k.result = remapAcc(k.result);
 }
-
-}  // namespace
 
 namespace {
 
@@ -176,7 +181,7 @@ bool fuseRows(Program& p) {
     const int output = prod.output;
     size_t again = pi + 1;
     for (auto [c, k] : readers) {
-      merge(p.kernels[c], copy, k);
+      moveStagesInto(p.kernels[c], copy, k);
       dedupeStages(p.kernels[c]);
       forEachKernelRead(p.kernels[c], [&](int b, bool) {
         addReader(readersOf[static_cast<size_t>(b)], static_cast<int>(c));

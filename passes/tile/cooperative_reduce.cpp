@@ -19,18 +19,27 @@
 namespace kiln::tile {
 namespace {
 
-// A matrix-vector product: one sum of a product one of whose factors reads none of the output axes of extent above 1
-// (the vector, the same for every output).
+// Whether e reads an output axis of extent above 1.
+bool readsOutput(const loop::Kernel& k, const loop::ExprP& e) {
+  bool reads = false;
+  for (const loop::Axis& a : k.parallel) reads = reads || (a.extent > 1 && loop::usesVar(*e, a.var));
+  return reads;
+}
+
+// A matrix-vector product: sums of a product one of whose factors reads none of the output axes of extent above 1
+// (the vector, the same for every output); other stages may be sums that read no output axis at all (the statistics
+// of a normalised row, loop-fuse-norm-products), and one stage at least is such a product.
 bool isVectorProduct(const loop::Kernel& k) {
-  if (k.stages.size() != 1 || k.stages[0].fn != tensor::ReduceFn::Sum) return false;
-  const loop::ExprP& v = k.stages[0].value;
-  if (v->kind != loop::Expr::Kind::Apply || v->fn != tensor::Fn::Mul) return false;
-  for (const loop::ExprP& factor : v->args) {
-    bool readsOutput = false;
-    for (const loop::Axis& a : k.parallel) readsOutput = readsOutput || (a.extent > 1 && loop::usesVar(*factor, a.var));
-    if (!readsOutput) return true;
+  bool product = false;
+  for (const loop::Reduction& s : k.stages) {
+    if (s.fn != tensor::ReduceFn::Sum) return false;
+    if (!readsOutput(k, s.value)) continue;
+    const loop::ExprP& v = s.value;
+    if (v->kind != loop::Expr::Kind::Apply || v->fn != tensor::Fn::Mul) return false;
+    if (std::none_of(v->args.begin(), v->args.end(), [&](const loop::ExprP& f) { return !readsOutput(k, f); })) return false;
+    product = true;
   }
-  return false;
+  return product;
 }
 
 }  // namespace

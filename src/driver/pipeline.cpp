@@ -56,6 +56,7 @@ const std::vector<InLevelPass<loop::Program>>& loopPasses() {
       {"loop-fuse-rows", loop::fuseRows},  // after inlining: consumers hold their whole row
       {"loop-reciprocal-row-divisors", loop::reciprocalRowDivisors},  // after the rows are formed
       {"loop-fuse-attention", loop::fuseAttention},  // after the softmax rows are formed
+      {"loop-fuse-norm-products", loop::fuseNormProducts},  // after attention has taken its softmax rows
       {"loop-eliminate-dead-buffers", loop::eliminateDeadBuffers},  // removes what fusion inlined
   };
   return passes;
@@ -66,6 +67,7 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
       {"tile-cooperative-reduce", tile::cooperativeReduce},
       {"tile-vectorize-accesses", tile::vectorizeAccesses},  // after the row reductions are chosen
       {"tile-vectorize-reductions", tile::vectorizeReductions},
+      {"tile-walk-stages-together", tile::walkStagesTogether},  // after the reduction vectors are chosen
       {"tile-tiled-contractions", [](tile::Program& p) { return tile::tileContractions(p); }},
       {"tile-tile-long-reductions", tile::tileLongReductions},
       {"tile-tensor-core-contractions", tile::tensorCoreContractions},

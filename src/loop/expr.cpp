@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <fmt/format.h>
 
 #include "kiln/loop/ir.h"
@@ -167,6 +168,17 @@ bool rowInvariant(const ExprP& e, const Kernel& k) {
   };
   visit(e);
   return invariant;
+}
+
+bool readsTotal(const ExprP& e) {
+  return e->kind == Expr::Kind::Acc || std::any_of(e->args.begin(), e->args.end(), readsTotal);
+}
+
+bool stagesIndependent(const Kernel& k) {
+  if (k.stages.size() < 2) return false;
+  for (const Reduction& s : k.stages)
+    if (s.axes.size() != 1 || s.axes[0].extent != k.stages[0].axes[0].extent || readsTotal(s.value)) return false;
+  return true;
 }
 
 int64_t applyCount(const ExprP& e) {

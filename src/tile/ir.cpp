@@ -75,10 +75,11 @@ std::string describe(const Schedule& s, const loop::Kernel& k) {
   if (auto* m = std::get_if<PointwiseMap>(&s))
     return fmt::format("pointwise_map vector {}, {} vectors per thread  ({})", m->vector, m->vectorsPerThread, launch);
   if (auto* r = std::get_if<RowReduction>(&s))
-    return fmt::format("row_reduction {} rows of {}: {} threads per row, {} rows per block, vector {}, combine {}{}{}  ({})",
+    return fmt::format("row_reduction {} rows of {}: {} threads per row, {} rows per block, vector {}, combine {}{}{}{}  ({})",
                        rowsOf(k), rowWidth(k), r->threadsPerRow, r->rowsPerBlock, r->vector, combineName(r->combine),
                        r->rowInRegisters ? ", row in registers" : "",
-                       r->reductionVector > 1 ? fmt::format(", reductions by vectors of {}", r->reductionVector) : "", launch);
+                       r->reductionVector > 1 ? fmt::format(", reductions by vectors of {}", r->reductionVector) : "",
+                       r->stagesTogether ? ", stages walked together" : "", launch);
   if (auto* f = std::get_if<FlashAttention>(&s))
     return fmt::format("flash_attention query {} ({} blocks of {}), keys {} in steps of {}{}, depth {}, width {}; {}; q, k, v "
                        "by cp_async into [rows][width+{}] slices, k and v x{} ring  ({})",
@@ -228,6 +229,11 @@ void verifyRowReduction(const Program& p, const RowReduction& r, int64_t threads
     for (auto& st : k.stages)
       KILN_ASSERT(st.axes.size() == 1 && st.axes[0].extent % r.reductionVector == 0,
                   "kernel {}: reduction vector {} needs every stage to reduce one axis it divides", k.name, r.reductionVector);
+  }
+  if (r.stagesTogether) {
+    KILN_ASSERT(r.reductionVector > 1, "kernel {}: stages walked together only in reductions by vectors", k.name);
+    KILN_ASSERT(stagesIndependent(k), "kernel {}: stages walked together need one axis of one extent and none reading another's total",
+                k.name);
   }
 }
 

@@ -132,7 +132,8 @@ const std::vector<Field<RowReduction>>& fields(const RowReduction*) {
   static const std::vector<Field<R>> f = {number("threads_per_row", &R::threadsPerRow), number("rows_per_block", &R::rowsPerBlock),
                                           number("vector", &R::vector), choice("combine", &R::combine, kCombines),
                                           flag("row_in_registers", &R::rowInRegisters),
-                                          number("reduction_vector", &R::reductionVector)};
+                                          number("reduction_vector", &R::reductionVector),
+                                          flag("stages_together", &R::stagesTogether)};
   return f;
 }
 

@@ -48,6 +48,7 @@ const std::vector<LoopPass> kLoopPasses = {
     {"loop-fuse-rows", fuseRows},
     {"loop-reciprocal-row-divisors", reciprocalRowDivisors},
     {"loop-fuse-attention", fuseAttention},
+    {"loop-fuse-norm-products", fuseNormProducts},
     {"loop-eliminate-dead-buffers", eliminateDeadBuffers},
 };
 

@@ -138,6 +138,11 @@ void forEachKernelExpr(const Kernel& k, const std::function<void(const ExprP&)>&
 // Whether e has one value per row of kernel k: every index it reads uses only the row axes' variables (the stages'
 // totals, RMSNorm's rsqrt(mean + eps), softmax's 1 / sum).
 bool rowInvariant(const ExprP& e, const Kernel& k);
+// Whether e reads a stage's total (an accumulator).
+bool readsTotal(const ExprP& e);
+// Whether k has two stages or more, each reducing one axis of one extent and none reading a total: sums one walk of
+// that axis can take together (tile-walk-stages-together).
+bool stagesIndependent(const Kernel& k);
 
 struct Program {
   std::string modelName;
@@ -190,6 +195,7 @@ std::vector<std::pair<int, int>> inPlaceStates(const Program& p, size_t states);
 std::vector<std::string> attentionFusionRefusals(const Program& p);
 bool fuseEpilogues(Program& p);                   // loop-fuse-epilogues
 bool fuseRows(Program& p);                        // loop-fuse-rows
+bool fuseNormProducts(Program& p);                // loop-fuse-norm-products
 bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisors
 bool maskPredicates(Program& p);                  // loop-mask-predicates
 bool indexComparisons(Program& p);                // loop-index-comparisons

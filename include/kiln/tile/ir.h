@@ -52,6 +52,11 @@ struct RowReduction {
   // products): each thread walks the axis reductionVector consecutive elements at a time, the loads of those elements
   // that are consecutive in memory issued as 16-byte vectors. 1: one element at a time. Only with vector 1.
   int64_t reductionVector = 1;
+  // With reductionVector > 1 and stages that are independent sums or maxima over one axis of one extent (none reads
+  // another's total: a gate and an up projection, a norm's sum of squares beside the product its total scales): one
+  // walk of the axis accumulates every stage, each vector of an operand they share loaded once. Otherwise each stage
+  // walks the axis in turn.
+  bool stagesTogether = false;
 };
 
 struct TiledContraction {
@@ -301,6 +306,7 @@ Program lowerFromLoop(const loop::Program& p, const Target& target = defaultTarg
 bool cooperativeReduce(Program& p);             // tile-cooperative-reduce
 bool vectorizeAccesses(Program& p);             // tile-vectorize-accesses
 bool vectorizeReductions(Program& p);           // tile-vectorize-reductions
+bool walkStagesTogether(Program& p);            // tile-walk-stages-together
 // tile-vectorize-accesses' rule for one pointwise map without reductions (16-byte vectors, block size, vectors per
 // thread); false, m unchanged, where it does not apply. tile-shape-products gives its adding kernels the same.
 bool vectorizePointwise(const Target& target, const loop::Program& p, const loop::Kernel& k, PointwiseMap& m);
