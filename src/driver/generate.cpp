@@ -340,7 +340,10 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   std::string why;
   if (!runtime::gpuAvailable(&why))
     userError("kiln generate needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
-  const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, {}, "", true});
+  std::vector<std::string> passChoices;  // part of the cache key, as kiln run's (the sets are sorted)
+  for (const std::string& p : c.pipeline.enable) passChoices.push_back("+" + p);
+  for (const std::string& p : c.pipeline.disable) passChoices.push_back("-" + p);
+  const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, passChoices, "", true});
   const CacheEntryLock lock(dir, log);  // one compile per entry at a time (until this entry is checked or written)
   std::string damage;
   const bool cached = usableCacheEntry(dir, &damage);
@@ -430,7 +433,7 @@ Prepared prepareDirectory(const GenerateCommand& c) {
   if (c.prefillChunk != 0 || !c.tokenInput.empty() || !c.positionInput.empty() || !c.dtype.empty() ||
       !c.pipeline.enable.empty() || !c.pipeline.disable.empty())
     usageError("{} was compiled with its inputs, chunk, dtype and passes fixed: drop --prefill-chunk, --token-input, "
-               "--position-input, --dtype, --enable and --disable, or compile the .pt again", c.model);
+               "--position-input, --dtype, --enable-pass and --disable-pass, or compile the .pt again", c.model);
   const runtime::Manifest m = runtime::readManifest(c.model);
   Prepared p;
   p.iface = describeDecode(m, c.model);

@@ -162,7 +162,7 @@ CLI::App* addTuneCommand(CLI::App& app, kiln::TuneCommand& tune, std::string& ex
 }
 
 // `kiln generate`'s options, into `generate`.
-CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
+CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate, PipelineFlags& passes) {
   auto* gen = app.add_subcommand("generate", "greedy generation with a model that keeps a KV cache (docs/decode.md): the "
                                              "prompt and new token ids on one line; each token picked inside the forward");
   gen->add_option("model", generate.model, "TorchScript decoder-step trace (.pt): forward(ids, pos) -> logits, or a "
@@ -178,6 +178,9 @@ CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate) {
                   "(they are copied back from the GPU only then)")->type_name("DIR");
   gen->add_option("--dtype", generate.dtype, "cast the model's floating-point weights: f16 or bf16");
   gen->add_option("--arch", generate.arch, "target GPU: " + kiln::knownArchList() + " (default " + kiln::kDefaultArch + ")");
+  gen->add_option("--enable-pass", passes.enable, "compile the entries with PASS, which is off by default (repeatable)")->type_name("PASS");
+  gen->add_option("--disable-pass", passes.disable, "compile the entries without PASS, a pass within a level (repeatable)")
+      ->type_name("PASS");
   return gen;
 }
 
@@ -267,7 +270,8 @@ int main(int argc, char** argv) {
   CLI::App* t = addTuneCommand(app, tune, tuneExpression, flags);
 
   kiln::GenerateCommand generate;
-  CLI::App* gen = addGenerateCommand(app, generate);
+  PipelineFlags generatePasses;
+  CLI::App* gen = addGenerateCommand(app, generate, generatePasses);
 
   kiln::InspectCommand inspect;
   auto* in = app.add_subcommand("inspect", "list a model's inputs, parameters and ops (and those kiln does not support); needs no shapes");
@@ -311,7 +315,10 @@ int main(int argc, char** argv) {
       const auto traced = modelOrExpression(*t, tune.model, tuneExpression);
       return kiln::runTune(tune, std::cout);
     }
-    if (gen->parsed()) return kiln::runGenerate(generate, std::cout, std::cerr);
+    if (gen->parsed()) {
+      finishPipelineFlags(generate.pipeline, generatePasses);
+      return kiln::runGenerate(generate, std::cout, std::cerr);
+    }
     if (o->parsed()) {
       if (optPrintAfterAll) opt.pipeline.verbosity = std::max(opt.pipeline.verbosity, 2);
       opt.pipeline.verify = !optNoVerify;

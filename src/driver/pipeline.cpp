@@ -103,6 +103,7 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
 
 const std::vector<InLevelPass<kernel::Program>>& kernelPasses() {
   static const std::vector<InLevelPass<kernel::Program>> passes = {
+      {"kernel-store-only-changes", kernel::storeOnlyChanges},  // reads inPlace; before merging changes the bodies
       {"kernel-merge-launches", kernel::mergeLaunches},  // reads inPlace: a state written in place is one buffer
       {"kernel-overlap-launches", kernel::overlapLaunches},
   };

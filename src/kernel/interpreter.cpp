@@ -488,6 +488,8 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
     buffers[b] = inputs[i].values;
     for (float& v : buffers[b]) v = loop::roundTo(info.dtype, v);
   }
+  for (auto [output, input] : p.inPlace)  // one set of bytes on the GPU: the output starts as the input
+    buffers[static_cast<size_t>(output)] = buffers[static_cast<size_t>(input)];
   if (counts) counts->elementsRead.assign(p.kernels.size(), std::vector<int64_t>(p.buffers.size(), 0));
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     interp::Machine machine(p, p.kernels[i], buffers);

@@ -153,6 +153,16 @@ Kernel kernel(Cursor& c, LineReader& lines, const Program& p) {
   return k;
 }
 
+// "in_place OUTPUT, INPUT": an output written on its input's bytes (Program::inPlace).
+std::pair<int, int> inPlacePair(Cursor& c, const std::vector<loop::Buffer>& buffers) {
+  const std::vector<int> pair = loop::parse_detail::bufferList(c, buffers);
+  if (pair.size() != 2) c.fail("in_place names two buffers: the output, then the input whose bytes it is written on");
+  const auto kind = [&](int b) { return buffers[static_cast<size_t>(b)].kind; };
+  if (kind(pair[0]) != loop::Buffer::Kind::Output || kind(pair[1]) != loop::Buffer::Kind::Input)
+    c.fail("in_place names an output, then an input");
+  return {pair[0], pair[1]};
+}
+
 }  // namespace
 }  // namespace parse_detail
 
@@ -176,9 +186,10 @@ Program parse(const std::string& text, const std::string& file) {
     if (c.acceptWord("target")) p.target = tile::parseTarget(c);
     else if (c.acceptWord("buffer")) p.buffers.push_back(loop::parse_detail::buffer(c));
     else if (c.acceptWord("inputs")) p.inputs = loop::parse_detail::bufferList(c, p.buffers), inputsGiven = true;
+    else if (c.acceptWord("in_place")) p.inPlace.push_back(inPlacePair(c, p.buffers));
     else if (c.acceptWord("kernel")) p.kernels.push_back(kernel(c, lines, p));
     else if (c.acceptWord("return")) p.outputs = loop::parse_detail::bufferList(c, p.buffers), returned = true;
-    else c.fail("expected 'target', 'buffer', 'inputs', 'kernel' or 'return'");
+    else c.fail("expected 'target', 'buffer', 'inputs', 'in_place', 'kernel' or 'return'");
     if (!c.atEnd()) c.fail(fmt::format("unexpected '{}'", printable(std::string(c.rest().substr(0, 24)))));
   }
   if (!returned) Cursor(file, lines.lastLine(), "").fail("the program ends without its 'return' line");

@@ -325,6 +325,8 @@ std::string print(const Program& p) {
     out += "\n";
   }
   out += fmt::format("inputs{}{}\n", p.inputs.empty() ? "" : " ", fmt::join(bufferNames(p, p.inputs), ", "));
+  for (auto [output, input] : p.inPlace)
+    out += fmt::format("in_place {}, {}\n", p.buffers[static_cast<size_t>(output)].name, p.buffers[static_cast<size_t>(input)].name);
   for (auto& k : p.kernels) {
     out += fmt::format("\nkernel {} grid{} block{} shared {} bytes", k.name, dims(k.grid), dims(k.block), k.sharedBytes());
     if (k.dynamicSharedBytes) out += fmt::format(" (dynamic {} bytes)", k.dynamicSharedBytes);

@@ -243,5 +243,29 @@ TEST(DecodeAttention, ReadsKeysOnlyUpToTheRunTimeLength) {
   }
 }
 
+// kernel-store-only-changes: each cache, a state written in place, is written at the token's position only; the kernel
+// writing it reads none of the cache and the step's outputs (every cache whole) equal the Loop IR's, which rewrites
+// every element.
+TEST(DecodeCacheWrite, StoresOnlyTheTokensRowAndReadsNoneOfTheCache) {
+  DecodeStep step;
+  const kernel::Program& kp = step.c.kernelIR;
+  std::vector<std::pair<size_t, int>> writers;  // (kernel, the cache it writes in place)
+  for (auto [output, input] : kp.inPlace) {
+    if (kp.buffers[static_cast<size_t>(input)].shape.size() != 4) continue;  // the caches, not the position counters
+    for (size_t j = 0; j < kp.kernels.size(); ++j)
+      for (const kernel::Param& prm : kp.kernels[j].params)
+        if (prm.written && prm.buffer == output) writers.emplace_back(j, input);
+  }
+  ASSERT_EQ(writers.size(), 4u) << "a key and a value cache a layer";
+  kernel::InterpretCounts counts;
+  const std::vector<HostTensor> in = step.inputs(200);
+  const std::vector<HostTensor> got = kernel::interpret(kp, in, &counts);
+  const std::vector<HostTensor> want = loop::interpret(step.c.loopIR, in);
+  for (size_t o = 0; o < got.size(); ++o) EXPECT_LE(compare(got[o], want[o]).relL2, 1e-5) << "output " << o;
+  for (auto [j, cache] : writers)
+    EXPECT_EQ(counts.elementsRead[j][static_cast<size_t>(cache)], 0) << kp.kernels[j].name << " reads the cache";
+  EXPECT_NE(kernel::print(kp).find("if (pos[0] < p2 + 1)"), std::string::npos) << kernel::print(kp);
+}
+
 }  // namespace
 }  // namespace kiln

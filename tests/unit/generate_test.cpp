@@ -258,6 +258,10 @@ TEST(GenerateCommand, PrintsThePromptAndTheNewIdsOnOneLine) {
   Result chunked = kiln({"generate", kStep, "--interpret", "--prompt-ids", "5,17,42", "--max-new-tokens", "4",
                          "--prefill-chunk", "2"});
   EXPECT_EQ(chunked.out, r.out) << describe(chunked);
+  // The entries compiled without a pass (an A/B of the decode step's schedule): the same greedy ids here.
+  Result without = kiln({"generate", kStep, "--interpret", "--prompt-ids", "5,17,42", "--max-new-tokens", "4",
+                         "--disable-pass", "loop-fuse-norm-products", "--disable-pass", "tile-walk-stages-together"});
+  EXPECT_EQ(without.out, r.out) << describe(without);
 }
 
 TEST(GenerateCommand, BadInputIsOneLine) {
@@ -270,6 +274,10 @@ TEST(GenerateCommand, BadInputIsOneLine) {
                      {"--token-input tokens", "no such argument", "ids, pos"});
   expectOneLineError(kiln({"generate", test::fixturePath("hf_llama_tiny"), "--interpret", "--prompt-ids", "1"}), 1,
                      {"takes 1 argument", "token ids and their positions"});
+  expectOneLineError(kiln({"generate", kStep, "--interpret", "--prompt-ids", "1", "--disable-pass", "kernel-lower-from-tile"}), 2,
+                     {"--disable-pass kernel-lower-from-tile", "only passes within a level"});
+  expectOneLineError(kiln({"generate", kStep, "--interpret", "--prompt-ids", "1", "--enable-pass", "loop-fuse-nothing"}), 2,
+                     {"unknown pass 'loop-fuse-nothing'"});
 }
 
 TEST(GenerateCommand, SaveLogitsNeverReplacesAUsersFiles) {

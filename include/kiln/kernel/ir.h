@@ -400,7 +400,8 @@ struct Program {
   std::vector<Kernel> kernels;           // launch order
   Target target = defaultTarget();       // the verifier's shared-memory limits and instruction set
   // (output, input) buffer pairs the memory plan puts on the same bytes: a state updated in place (compileModel, from
-  // loop::inPlaceStates). Not part of the printed IR: a decision of the plan, recorded in the manifest.
+  // loop::inPlaceStates), recorded in the manifest and printed as "in_place OUTPUT, INPUT". The output starts with
+  // the input's values, so an element no kernel writes keeps its value (kernel-store-only-changes, the interpreter).
   std::vector<std::pair<int, int>> inPlace;
 };
 

@@ -19,6 +19,11 @@ struct LowerStats {
 
 Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, LowerStats* stats = nullptr);
 
+// kernel-store-only-changes: a kernel writing a state in place whose stored value is the input's element but where
+// comparisons of indices hold (a decoder step's cache write at its position) stores only there, under those
+// comparisons (passes/kernel/store_only_changes.cpp says which). Returns whether it changed any.
+bool storeOnlyChanges(Program& p);
+
 // kernel-merge-launches: adjacent kernels of the CUDA-core family that neither read nor write what the others write
 // become one launch, each body on its own range of blocks (passes/kernel/merge_launches.cpp says which merge). A state
 // in Program::inPlace counts as one buffer with its current value. Returns whether it merged any.
