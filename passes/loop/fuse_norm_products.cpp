@@ -25,7 +25,8 @@
 // products of fewer than 16 rows on their row-reduction schedule, which a kernel with stages keeps, so no product
 // leaves the tensor cores); each reader C (at most kMaxFusionWorkGrowth) is a kernel whose stages are all per output
 // point (rowAxes = all its parallel axes), reads P only inside its stages, each load at [C's first k axes (0 for an
-// axis of one point), that stage's own reduction axis] with P's row extents, that reduction as long as P's last axis.
+// axis of one point), that stage's own reduction axis] with P's row extents, that reduction as long as P's last axis,
+// and P loads no element wider than the narrowest C loads (else C's reduction vectors would narrow).
 // Then in C, a sum whose summand is a product (through casts between float types) of factors some of which read the
 // totals of earlier stages and none of the sum's own axes, and whose other factors read no total, becomes the sum of
 // those other factors, and its total is multiplied by the taken factors wherever it is read.
@@ -150,6 +151,19 @@ std::vector<std::string> eachOriginOnce(const std::vector<std::string>& origins)
   return mergeOrigins({}, ops);
 }
 
+// The widest element kernel k loads, in bytes (skipping buffer `except`); the narrowest with `narrowest`.
+int elementBytes(const Program& p, const Kernel& k, bool narrowest, int except = -1) {
+  int bytes = narrowest ? 8 : 0;
+  forEachKernelExpr(k, [&](const ExprP& e) {
+    forEachLoad(e, [&](const Expr& l) {
+      if (l.buffer == except) return;
+      const int b = dtypeBytes(p.buffers[static_cast<size_t>(l.buffer)].dtype);
+      bytes = narrowest ? std::min(bytes, b) : std::max(bytes, b);
+    });
+  });
+  return bytes;
+}
+
 bool isNorm(const Program& p, const Kernel& k) {
   return !k.stages.empty() && !k.attention && p.buffers[static_cast<size_t>(k.output)].kind == Buffer::Kind::Temp &&
          k.parallel.size() >= 2 && k.rowAxes == static_cast<int>(k.parallel.size()) - 1 && k.rowPoints() <= kMaxProductRows;
@@ -172,7 +186,11 @@ bool fuseNormProducts(Program& p) {
     const std::vector<int>& readers = readersOf[static_cast<size_t>(prod.output)];
     if (readers.empty() || static_cast<int64_t>(readers.size()) > kMaxFusionWorkGrowth) continue;
     const bool all = std::all_of(readers.begin(), readers.end(), [&](int c) {
-      return isProduct(p.kernels[static_cast<size_t>(c)]) && readsNormalisedRows(p.kernels[static_cast<size_t>(c)], prod);
+      const Kernel& reader = p.kernels[static_cast<size_t>(c)];
+      // A norm loading wider elements than the product (the last norm of a bf16 Llama reads the f32 residual) would
+      // narrow the product's 16-byte vectors of weights (tile-vectorize-reductions: one vector for every load).
+      return isProduct(reader) && readsNormalisedRows(reader, prod) &&
+             elementBytes(p, prod, false) <= elementBytes(p, reader, true, prod.output);
     });
     if (!all) continue;
     const Kernel copy = prod;
