@@ -184,6 +184,11 @@ CLI::App* addGenerateCommand(CLI::App& app, kiln::GenerateCommand& generate, Pip
   return gen;
 }
 
+int runGenerateCommand(kiln::GenerateCommand& generate, const PipelineFlags& passes) {
+  finishPipelineFlags(generate.pipeline, passes);
+  return kiln::runGenerate(generate, std::cout, std::cerr);
+}
+
 // `kiln opt`'s options, into `opt` and the two flags main() folds into it after parsing.
 CLI::App* addOptCommand(CLI::App& app, kiln::OptCommand& opt, bool& optPrintAfterAll, bool& optNoVerify) {
   auto* o = app.add_subcommand("opt", "read IR text, run passes of its level on it with the verifier after each, print the result");
@@ -315,10 +320,7 @@ int main(int argc, char** argv) {
       const auto traced = modelOrExpression(*t, tune.model, tuneExpression);
       return kiln::runTune(tune, std::cout);
     }
-    if (gen->parsed()) {
-      finishPipelineFlags(generate.pipeline, generatePasses);
-      return kiln::runGenerate(generate, std::cout, std::cerr);
-    }
+    if (gen->parsed()) return runGenerateCommand(generate, generatePasses);
     if (o->parsed()) {
       if (optPrintAfterAll) opt.pipeline.verbosity = std::max(opt.pipeline.verbosity, 2);
       opt.pipeline.verify = !optNoVerify;
