@@ -532,8 +532,8 @@ TEST(Cli, TiledContractionsByDefaultDisablePassKeepsThePlainSchedule) {
 // Every pass is on by default (DESIGN.md §3.10): `kiln passes` marks none off; -v names a disabled one as skipped and
 // --disable-pass tile-deep-k-slices keeps the 16-deep slices the deep ones replace (the product's schedule before
 // tile-stream-ffma-products, which replaces it whole, is disabled too).
-// None is off by default now; a pass added off while it waits for a GPU measurement is listed in docs/pipeline.md and
-// here together.
+// The passes off by default are exactly those docs/pipeline.md lists as off (a new one is added there and here
+// together): loop-fuse-norm-products, measured slower on an H100 within issue 43.
 TEST(Cli, OnlyTheListedPassesAreOffByDefaultAndDisablePassSkipsOne) {
   Result list = kiln({"passes"});
   EXPECT_EQ(list.code, 0) << describe(list);
@@ -542,7 +542,8 @@ TEST(Cli, OnlyTheListedPassesAreOffByDefaultAndDisablePassSkipsOne) {
   std::istringstream lines(list.out);
   for (std::string line; std::getline(lines, line);)
     if (contains(line, "off by default")) off.push_back(line.substr(0, line.find(' ', line.find_first_not_of(' '))));
-  EXPECT_TRUE(off.empty()) << describe(list);
+  ASSERT_EQ(off.size(), 1u) << describe(list);
+  EXPECT_TRUE(contains(off[0], "loop-fuse-norm-products")) << off[0];
   std::vector<std::string> args = {"compile", "models/fixtures/linear.pt", "--ir", "tile", "--input", "x=2x512x64", "-v",
                                    "--disable-pass", "tile-stream-ffma-products"};
   Result deep = kiln(args);
