@@ -160,6 +160,9 @@ std::pair<int, int> inPlacePair(Cursor& c, const std::vector<loop::Buffer>& buff
   const auto kind = [&](int b) { return buffers[static_cast<size_t>(b)].kind; };
   if (kind(pair[0]) != loop::Buffer::Kind::Output || kind(pair[1]) != loop::Buffer::Kind::Input)
     c.fail("in_place names an output, then an input");
+  const loop::Buffer &out = buffers[static_cast<size_t>(pair[0])], &in = buffers[static_cast<size_t>(pair[1])];
+  if (out.shape != in.shape || out.dtype != in.dtype)
+    c.fail(fmt::format("in_place {}, {}: an output on its input's bytes has the input's type and shape", out.name, in.name));
   return {pair[0], pair[1]};
 }
 
