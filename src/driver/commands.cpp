@@ -20,6 +20,7 @@
 #include "kiln/driver/pipeline.h"
 #include "kiln/driver/run_cache.h"
 #include "kiln/runtime/runtime.h"
+#include "kiln/support/nearest.h"
 #include "kiln/support/error.h"
 #include "kiln/support/hash.h"
 #include "kiln/support/output.h"
@@ -32,7 +33,8 @@ void checkPassName(const std::string& name) {
   if (findPass(name)) return;
   std::vector<std::string> names;
   for (auto& p : allPasses()) names.push_back(p.name);
-  usageError("unknown pass '{}'; `kiln passes` lists them: {}", name, fmt::join(names, ", "));
+  usageError("unknown pass '{}'; the nearest: {} (`kiln passes` lists them all)", printable(name),
+             fmt::join(nearestNames(name, names, 3), ", "));
 }
 
 void checkLevelName(const std::string& level) {

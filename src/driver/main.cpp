@@ -15,6 +15,7 @@
 #include "kiln/runtime/manifest.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
+#include "kiln/support/nearest.h"
 #include "kiln/support/target.h"
 #include "kiln/tensor/ir.h"
 
@@ -72,22 +73,6 @@ void finishPipelineFlags(kiln::PipelineOptions& p, const PipelineFlags& f) {
   p.verify = !f.noVerify;
 }
 
-// Levenshtein distance, for naming the command a mistyped one was meant to be.
-size_t editDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // A first argument that is neither an option nor a command: one line naming the nearest command (CLI11 said "A
 // subcommand is required", which reads as if none had been given).
 void checkCommandName(const CLI::App& app, int argc, char** argv) {
@@ -97,7 +82,7 @@ void checkCommandName(const CLI::App& app, int argc, char** argv) {
   size_t best = SIZE_MAX;
   for (const CLI::App* sub : app.get_subcommands({})) {
     if (sub->get_name() == given) return;
-    const size_t d = editDistance(given, sub->get_name());
+    const size_t d = kiln::editDistance(given, sub->get_name());
     if (d < best) best = d, nearest = sub->get_name();
   }
   kiln::usageError("unknown command '{}'{}; kiln --help lists the commands", kiln::printable(given),
