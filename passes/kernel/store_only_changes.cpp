@@ -40,17 +40,13 @@ void slotsRead(const FE& e, std::set<int>& out) {
 
 std::set<int> slotsRead(const Stmt& s) {
   std::set<int> out;
-  if (s.kind == Stmt::Kind::Assign) slotsRead(s.as<op::Assign>().value, out);
-  if (s.kind == Stmt::Kind::StoreVector)
-    for (const FE& v : s.as<op::StoreVector>().values) slotsRead(v, out);
-  if (s.kind == Stmt::Kind::StoreGlobal) slotsRead(s.as<op::StoreGlobal>().value, out);
+  for (const FE* v : op::floatValues(s.op)) slotsRead(*v, out);
   return out;
 }
 
+// The slots an assignment or a vector load defines (the only definitions in the rule's bodies).
 std::vector<int> slotsDefined(const Stmt& s) {
-  if (s.kind == Stmt::Kind::Assign) return {s.as<op::Assign>().slot};
-  if (s.kind == Stmt::Kind::LoadVector) return s.as<op::LoadVector>().slots;
-  return {};
+  return s.kind == Stmt::Kind::Assign || s.kind == Stmt::Kind::LoadVector ? op::floatSlots(s.op) : std::vector<int>{};
 }
 
 // The value slot `slot` was last given by an Assign among `body`, null if none.
@@ -139,7 +135,7 @@ void renumber(Block& body, const std::map<int, int>& to) {
 void slotsUsed(const Block& body, std::set<int>& used) {
   for (const Stmt& s : body) {
     slotsUsed(s.body, used);
-    for (int d : slotsDefined(s)) used.insert(d);
+    for (int named : op::floatSlots(s.op)) used.insert(named);
     for (int r : slotsRead(s)) used.insert(r);
   }
 }

@@ -136,21 +136,6 @@ void pinUnitAxes(Kernel& c) {
   });
 }
 
-// Origins one op each, once: tensor-merge-parallel-linears names a stacked product by its linears joined with "; ",
-// which the text form reads back as separate origins, and the norm's and the product's may name the same op. As the
-// text reads them, so that a kernel parsed from text merges its origins as the pipeline's does.
-std::vector<std::string> eachOriginOnce(const std::vector<std::string>& origins) {
-  std::vector<std::string> ops;
-  for (const std::string& o : origins)
-    for (size_t from = 0;;) {
-      const size_t sep = o.find("; ", from);
-      ops.push_back(o.substr(from, sep == std::string::npos ? std::string::npos : sep - from));
-      if (sep == std::string::npos) break;
-      from = sep + 2;
-    }
-  return mergeOrigins({}, ops);
-}
-
 // The widest element kernel k loads, in bytes (skipping buffer `except`); the narrowest with `narrowest`.
 int elementBytes(const Program& p, const Kernel& k, bool narrowest, int except = -1) {
   int bytes = narrowest ? 8 : 0;
@@ -199,7 +184,6 @@ bool fuseNormProducts(Program& p) {
       dedupeStages(p.kernels[static_cast<size_t>(c)]);
       takeScalesOutOfSums(p.kernels[static_cast<size_t>(c)], p.buffers);
       pinUnitAxes(p.kernels[static_cast<size_t>(c)]);
-      p.kernels[static_cast<size_t>(c)].origins = eachOriginOnce(p.kernels[static_cast<size_t>(c)].origins);
     }
     changed = true;
   }

@@ -48,7 +48,13 @@ Program lowerFromTensor(const tensor::Graph& g) {
     k.name = fmt::format("k{}_{}", p.kernels.size(), what);
     k.output = newBuffer(std::move(b));
     k.parallel = parallelAxes(shape);
-    if (!origin.empty()) k.origins.push_back(origin);
+    // A node may hold several ops (tensor-merge-parallel-linears joins its linears' origins with "; "): an origin each,
+    // as the text form reads them back.
+    for (size_t from = 0; from < origin.size();) {
+      const size_t sep = std::min(origin.find("; ", from), origin.size());
+      k.origins.push_back(origin.substr(from, sep - from));
+      from = sep + 2;
+    }
     p.kernels.push_back(std::move(k));
     return &p.kernels.back();
   };

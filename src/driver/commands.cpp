@@ -341,9 +341,7 @@ RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how) {
 // The directory of cubins to run: the emitted one, or the run cache's entry for these options, compiled into it when
 // it is missing or damaged or when debugging flags ask to watch the compiler.
 fs::path kernelDirectory(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out) {
-  std::vector<std::string> passChoices;
-  for (auto& p : c.pipeline.enable) passChoices.push_back("+" + p);
-  for (auto& p : c.pipeline.disable) passChoices.push_back("-" + p);
+  const std::vector<std::string> passChoices = passChoicesOf(c.pipeline);
   std::string shapes;  // the table's contents: another table is another compilation
   if (!c.pipeline.productShapes.empty()) {
     std::ifstream in(c.pipeline.productShapes);

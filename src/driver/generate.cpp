@@ -340,10 +340,7 @@ Specialised specialise(const GenerateCommand& c, const std::string& tokenName, c
   std::string why;
   if (!runtime::gpuAvailable(&why))
     userError("kiln generate needs a CUDA GPU: {}; use --interpret to run the kernels in the CPU interpreter", why);
-  std::vector<std::string> passChoices;  // part of the cache key, as kiln run's (the sets are sorted)
-  for (const std::string& p : c.pipeline.enable) passChoices.push_back("+" + p);
-  for (const std::string& p : c.pipeline.disable) passChoices.push_back("-" + p);
-  const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, passChoices, "", true});
+  const fs::path dir = runCacheDir(RunCacheKey{c.model, overrides, c.dtype, target.arch, passChoicesOf(c.pipeline), "", true});
   const CacheEntryLock lock(dir, log);  // one compile per entry at a time (until this entry is checked or written)
   std::string damage;
   const bool cached = usableCacheEntry(dir, &damage);

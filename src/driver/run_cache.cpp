@@ -19,6 +19,14 @@
 #include "kiln/support/hash.h"
 
 namespace kiln {
+
+std::vector<std::string> passChoicesOf(const PipelineOptions& p) {
+  std::vector<std::string> choices;  // each set is sorted
+  for (const std::string& n : p.enable) choices.push_back("+" + n);
+  for (const std::string& n : p.disable) choices.push_back("-" + n);
+  return choices;
+}
+
 namespace fs = std::filesystem;
 
 namespace {

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "cli_support.h"
-#include "kiln/support/nearest.h"
 #include "kiln/support/output.h"
 #include "test_support.h"
 
@@ -380,9 +379,6 @@ TEST(Cli, UnknownCommandsAndConflictingOutputsAreNamed) {
   // An unknown pass name: the three nearest, the likeliest first, not the whole list.
   expectOneLineError(kiln({"compile", kMlp, "--disable-pass", "loop-fuse-epilogue"}), 2,
                      {"unknown pass 'loop-fuse-epilogue'; the nearest: loop-fuse-epilogues, loop-fuse-producers, loop-fuse-rows"});
-  EXPECT_EQ(nearestNames("tile-unrol-rings", {"tile-deepen-rings", "tile-unroll-rings", "kernel-merge-launches"}, 2),
-            (std::vector<std::string>{"tile-unroll-rings", "tile-deepen-rings"}));
-  EXPECT_EQ(editDistance("compil", "compile"), 1u);
   TempDir tmp;
   expectOneLineError(kiln({"compile", kMlp, "--ir", "tile", "--emit", "cuda", "--no-nvcc", "-o", (tmp.path / "out").string()}),
                      2, {"--ir and --emit each choose what kiln compile writes; give one of them"});

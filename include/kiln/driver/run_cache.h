@@ -8,7 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "kiln/support/pipeline.h"
+
 namespace kiln {
+
+// RunCacheKey::passChoices of a pipeline's --enable-pass and --disable-pass (kiln run's and kiln generate's entries).
+std::vector<std::string> passChoicesOf(const PipelineOptions& p);
 
 struct RunCacheKey {
   std::string modelPath;
