@@ -104,7 +104,9 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
 const std::vector<InLevelPass<kernel::Program>>& kernelPasses() {
   static const std::vector<InLevelPass<kernel::Program>> passes = {
       {"kernel-store-only-changes", kernel::storeOnlyChanges},  // reads inPlace; before merging changes the bodies
+      {"kernel-launch-only-changes", kernel::launchOnlyChanges},  // after the stores are guarded; before merging
       {"kernel-merge-launches", kernel::mergeLaunches},  // reads inPlace: a state written in place is one buffer
+      {"kernel-finish-in-last-block", kernel::finishInLastBlock},  // after merging: a merged launch is one tail
       {"kernel-overlap-launches", kernel::overlapLaunches},
   };
   return passes;

@@ -24,10 +24,20 @@ Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, 
 // comparisons (passes/kernel/store_only_changes.cpp says which). Returns whether it changed any.
 bool storeOnlyChanges(Program& p);
 
+// kernel-launch-only-changes: a kernel whose statements all lie under comparisons pinning one of its index variables,
+// defined from the flat thread index, to a value no thread index changes (a cache write at the position) launches only
+// the threads where it holds (passes/kernel/launch_only_changes.cpp says which). Returns whether it changed any.
+bool launchOnlyChanges(Program& p);
+
 // kernel-merge-launches: adjacent kernels of the CUDA-core family that neither read nor write what the others write
 // become one launch, each body on its own range of blocks (passes/kernel/merge_launches.cpp says which merge). A state
 // in Program::inPlace counts as one buffer with its current value. Returns whether it merged any.
 bool mergeLaunches(Program& p);
+
+// kernel-finish-in-last-block: small kernels launched right after a kernel run inside it, in its block that finishes
+// last (passes/kernel/finish_in_last_block.cpp says which), counting at a new `tail_counters` buffer. Returns whether
+// it changed any.
+bool finishInLastBlock(Program& p);
 
 // kernel-overlap-launches: on a target with programmatic dependent launch (sm_90+), every kernel waits for the grids
 // before it at its entry and lets the next one launch after its body (Kernel::programmaticLaunch). Returns whether it changed any.
