@@ -88,10 +88,10 @@ TEST(FinishInLastBlock, AOneBlockHostWidensOnlyWithoutBarriers) {
 // last block of the product before it; outputs bit for bit those of the launches apart.
 TEST(FinishInLastBlock, TheDecoderStepsSmallKernelsRunInsideTheProducts) {
   const std::string step = test::fixturePath("hf_llama_decode_tiny");
-  const Compiled merged = compileModel(step, {}, {}, "kernel");
-  PipelineOptions off;
-  off.disable = {"kernel-finish-in-last-block"};
-  const Compiled apart = compileModel(step, {}, off, "kernel");
+  PipelineOptions on;  // off by default: measured slower on an H100 (docs/pipeline.md)
+  on.enable = {"kernel-finish-in-last-block"};
+  const Compiled merged = compileModel(step, {}, on, "kernel");
+  const Compiled apart = compileModel(step, {}, {}, "kernel");
   EXPECT_LT(merged.kernelIR.kernels.size(), apart.kernelIR.kernels.size());
   int withTickets = 0;
   for (const kernel::Kernel& k : merged.kernelIR.kernels)

@@ -23,11 +23,9 @@ std::vector<HostTensor> stepInputs(const kernel::Program& p) {
 
 TEST(MergeLaunches, TheDecoderStepsSmallKernelsMergeAndComputeTheSame) {
   const std::string step = test::fixturePath("hf_llama_decode_tiny");
-  PipelineOptions on;  // merging alone: without running the small kernels inside the products before them
-  on.disable = {"kernel-finish-in-last-block"};
-  const Compiled merged = compileModel(step, {}, on, "kernel");
-  PipelineOptions off = on;
-  off.disable.insert("kernel-merge-launches");
+  const Compiled merged = compileModel(step, {}, {}, "kernel");
+  PipelineOptions off;
+  off.disable = {"kernel-merge-launches"};
   const Compiled apart = compileModel(step, {}, off, "kernel");
   // Per layer, q's and k's rotary with the position counter (three launches into one) and the two cache writes (two
   // into one); before the layers, the rotary tables and the first norm (three into one).
