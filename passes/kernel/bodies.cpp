@@ -67,7 +67,7 @@ Idx Renumber::idx(const Idx& e) const {
         readsBlock = true;
         return blockVar;
       }
-      if (e->var == kThreadIdx) return e;
+      if (e->var == kThreadIdx) return threadVar ? threadVar : e;
       return idxVar(e->var + varOffset, e->name + nameSuffix);
     case Op::Load: return idxLoad(param.at(static_cast<size_t>(e->buffer)), e->name, idx(e->a));
     default: {

@@ -27,6 +27,7 @@ struct Renumber {
   std::vector<int> param, shared;
   int slotOffset = 0, varOffset = 0;
   Idx blockVar;  // what blockIdx.x reads as (a constant folds the sums and products it enters)
+  Idx threadVar;  // what threadIdx.x reads as (null: itself)
   std::string nameSuffix;  // appended to the names of the index variables (C scopes may not redeclare a name)
   mutable bool readsBlock = false;  // whether the body read blockIdx.x (nvcc refuses an unused definition)
 

@@ -1,7 +1,8 @@
 // kernel-finish-in-last-block: small kernels launched right after a kernel run inside it, in the block that finishes
 // last: every block takes a ticket when its own work is done (kernel::blockTicket, which makes the earlier blocks'
-// stores visible to the later ones), and the block with the last ticket runs the small kernels' blocks one after
-// another, a block barrier after each.
+// stores visible to the later ones), and the block with the last ticket runs the small kernels' blocks, side by side
+// where they are narrower than it and hold no barrier or shuffle, one after another otherwise, a block barrier after
+// each round.
 //
 //   kernel k12 grid(256) block(256): the o_proj product        kernel k13 grid(1) block(256): the next RMSNorm
 //   becomes  kernel k12__k13 grid(256) block(256): the product; ticket = ...; if (254 < ticket) { the norm; barrier }
@@ -61,6 +62,35 @@ std::vector<int> mergeParams(Kernel& m, const Kernel& b) {
   return at;
 }
 
+// b's blocks as statements of a block `width` threads wide, reading blockIdx.x through `r` (its parameters, slots and
+// variables already numbered): side by side where b is narrower and holds no barrier or shuffle (block
+// `round*side + threadIdx.x floordiv b's width` of b run by those threads, threadIdx.x read modulo b's width), one after
+// another otherwise; a block barrier after each round.
+Block tailBlocks(const Kernel& b, Renumber& r, int64_t width, int& nextVar) {
+  const int64_t bw = b.block[0];
+  const int64_t side = bw < width && !hasCollectives(b.body) ? width / bw : 1;
+  const int64_t rounds = (b.grid[0] + side - 1) / side;
+  const int roundVar = nextVar++, blockVar = nextVar++, threadVar = nextVar++;
+  const Idx round = rounds == 1 ? idxConst(0) : idxVar(roundVar, "tail_round");
+  Block body;
+  if (side == 1) {
+    r.blockVar = round;
+    body = r.statements(b.body);
+  } else {  // block and thread as variables, whose ranges the conditions on them bound for the verifier
+    const std::string blockName = "tail_block" + r.nameSuffix, threadName = "tail_thread" + r.nameSuffix;
+    r.threadVar = idxVar(threadVar, threadName);
+    r.blockVar = idxVar(blockVar, blockName);
+    body = r.statements(b.body);
+    if (side * rounds != b.grid[0]) body = {ifLess(r.blockVar, idxConst(b.grid[0]), std::move(body))};
+    body.insert(body.begin(), defIdx(threadVar, threadName, mod(threadIdx(), bw)));
+    body.insert(body.begin(), defIdx(blockVar, blockName, idxMul(round, side) + floorDiv(threadIdx(), bw)));
+  }
+  if (side * bw < width) body = {ifLess(threadIdx(), idxConst(side * bw), std::move(body))};
+  body.push_back(barrier());  // its stores seen by the next round and tail; its shared memory free for them
+  if (rounds == 1) return body;
+  return {forLoop(roundVar, "tail_round", idxConst(0), idxConst(rounds), 1, std::move(body))};
+}
+
 // Host kernel `host` with `tails` run by its last block, counting tickets at element `counter` of buffer `counters`
 // (of `all` counters); a host of one block takes no ticket.
 Kernel withTails(const Kernel& host, const std::vector<const Kernel*>& tails, int counters, int64_t counter, int64_t all) {
@@ -82,14 +112,9 @@ Kernel withTails(const Kernel& host, const std::vector<const Kernel*>& tails, in
     for (const std::string& f : b.floatVars) m.floatVars.push_back(fmt::format("{}_t{}", f, n + 1));
     r.varOffset = nextVar - (kBlockIdx + 1);
     nextVar += maxVar(b.body) - kBlockIdx;
-    const int blockVar = nextVar++;
     r.nameSuffix = fmt::format("_t{}", n + 1);
-    r.blockVar = b.grid[0] == 1 ? idxConst(0) : idxVar(blockVar, "tail_block");
-    Block body = r.statements(b.body);
-    if (b.block[0] < m.block[0]) body = {ifLess(threadIdx(), idxConst(b.block[0]), std::move(body))};
-    body.push_back(barrier());  // its stores seen by the next tail; its shared memory free for the next block
-    if (b.grid[0] == 1) tail.insert(tail.end(), body.begin(), body.end());
-    else tail.push_back(forLoop(blockVar, "tail_block", idxConst(0), idxConst(b.grid[0]), 1, std::move(body)));
+    const Block blocks = tailBlocks(b, r, m.block[0], nextVar);
+    tail.insert(tail.end(), blocks.begin(), blocks.end());
     m.origins = loop::mergeOrigins(m.origins, b.origins);
   }
   if (host.grid[0] == 1) {  // one block: it is the last; a barrier shows it its own stores
