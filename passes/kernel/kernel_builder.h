@@ -103,6 +103,8 @@ class KernelBuilder {
     Idx columnLane;  // CUDA cores: tx (keys tx + 16 c, value chunks tx + 16 n)
     Idx firstStep;   // the steps of keys the block's rows may see: [firstStep, endStep)
     Idx endStep;
+    // keyBlocks > 1 with a run-time key limit: the live steps the runs share (at least one), null otherwise
+    Idx liveSteps;
     std::vector<Idx> rowLocal;  // the thread's rows in the block: 2 per row group (tensor cores), 2 (CUDA cores)
     std::vector<int> runningMax;  // per row of rowLocal: running maximum, sum, the new maximum, the rescale factor
     std::vector<int> runningSum;

@@ -218,7 +218,8 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
     Idx lastRow = idxMin(idxAdd(x.firstQuery, x.rowsTaken - 1), idxConst(x.queries - 1));
     end = floorDiv(idxAdd(idxMin(idxConst(x.keys), idxAdd(lastRow, *f.keyTo)), x.keyBlock - 1), x.keyBlock);
   }
-  if (std::optional<Idx> most = flashRuntimeKeyLimit(x)) {
+  const std::optional<Idx> most = flashRuntimeKeyLimit(x);
+  if (most) {
     // keys read at run time (a decoder step's positions): the steps before the block's largest limit, at least one
     const Idx before = floorDiv(idxAdd(*most, x.keyBlock - 1), x.keyBlock);
     end = idxMax(idxAdd(first, 1), idxMin(end, before));
@@ -226,6 +227,7 @@ void KernelBuilder::flashKeyRange(Flash& x, Block& body) {
   if (x.keyBlocks > 1) {  // run r of R: steps [from + floor(r n / R), from + floor((r + 1) n / R)) of the n from `from`
     const Idx from = defVar(body, "s_from", first, x.steps + 1);
     const Idx count = defVar(body, "s_count", end + idxMul(from, -1), x.steps + 1);
+    if (most) x.liveSteps = count;
     first = from + floorDiv(x.keyRun * count, x.keyBlocks);
     end = from + floorDiv(idxAdd(x.keyRun, 1) * count, x.keyBlocks);
   }

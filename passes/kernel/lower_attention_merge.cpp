@@ -10,7 +10,9 @@
 //     at partials[(b V + i) T + t], V tile::flashPartialValues, T the block's threads) and takes a ticket at its query
 //     block's counter (kernel::blockTicket: the stores released, the counter back to zero at the last ticket); the
 //     block with the last ticket starts from an empty row, merges the keyBlocks partials in the order of their runs (its
-//     own among them) and stores the output.
+//     own among them) and stores the output. With a run-time key limit inside the first step (a decoder step early in
+//     its cache) the one run that walks that step stores the output itself, and no block stores partials or takes a
+//     ticket.
 #include <fmt/format.h>
 
 #include <limits>
@@ -79,11 +81,21 @@ void KernelBuilder::flashCombineBlocks(const Flash& x, Block& out, Block merged,
     if (x.keySplit == 1) return b;
     return Block{ifLess(x.keyShare, idxConst(1), std::move(b))};
   };
+  // A run-time key limit inside the first step (a decoder step early in its cache): the one run that walks that step,
+  // the last (run r walks [floor(r n / R), floor((r + 1) n / R)) of n = 1), holds every key the rows see and stores the
+  // output itself; no partials, no tickets (every block of the query block takes this branch or none does).
+  Block direct;
+  if (x.liveSteps) {
+    direct = merged;
+    direct.insert(direct.end(), store.begin(), store.end());
+    direct = {ifLess(idxConst(runs - 2), x.keyRun, finishing(std::move(direct)))};
+  }
+  Block split;
   for (size_t i = 0; i < mine.size(); ++i) merged.push_back(storeGlobal(partials, at(x.keyRun, static_cast<int64_t>(i)), fvar(mine[i])));
-  for (Stmt& s : finishing(std::move(merged))) out.push_back(std::move(s));
+  for (Stmt& s : finishing(std::move(merged))) split.push_back(std::move(s));
   const int ticketVar = freshKernelVar();
   extents_[ticketVar] = runs;
-  out.push_back(blockTicket(ticketVar, "ticket", counters, x.item, runs));
+  split.push_back(blockTicket(ticketVar, "ticket", counters, x.item, runs));
   Block last;
   for (size_t r = 0; r < x.runningMax.size(); ++r) {
     last.push_back(assign(x.runningMax[r], fconst(-kInf)));
@@ -97,7 +109,13 @@ void KernelBuilder::flashCombineBlocks(const Flash& x, Block& out, Block merged,
     flashMergeRow(x, r, [&](int64_t i) { return loadGlobal(partials, at(idxVar(runVar, "kb"), i)); }, each);
   last.push_back(forLoop(runVar, "kb", idxConst(0), idxConst(runs), 1, std::move(each)));
   last.insert(last.end(), store.begin(), store.end());
-  out.push_back(ifLess(idxConst(runs - 2), idxVar(ticketVar, "ticket"), finishing(std::move(last))));
+  split.push_back(ifLess(idxConst(runs - 2), idxVar(ticketVar, "ticket"), finishing(std::move(last))));
+  if (!x.liveSteps) {
+    out.insert(out.end(), split.begin(), split.end());
+    return;
+  }
+  out.push_back(ifLess(x.liveSteps, idxConst(2), std::move(direct)));
+  out.push_back(ifLess(idxConst(1), x.liveSteps, std::move(split)));
 }
 
 }  // namespace kiln::kernel::detail

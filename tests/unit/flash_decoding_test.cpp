@@ -38,6 +38,7 @@ void splitKeys(tile::Program& t, int64_t runs) {
 struct SplitRun {
   std::vector<HostTensor> outputs;
   std::vector<int64_t> operandReads;  // per attention kernel: q, k, v
+  int64_t partialReads = 0;           // of the split's partials, by every attention kernel
 };
 SplitRun runSplit(const tile::Program& t, const std::vector<HostTensor>& inputs) {
   tile::verify(t);
@@ -53,13 +54,15 @@ SplitRun runSplit(const tile::Program& t, const std::vector<HostTensor>& inputs)
     if (!ops) continue;
     for (const loop::Expr* operand : {ops->q, ops->k, ops->v})
       r.operandReads.push_back(counts.elementsRead[i][static_cast<size_t>(operand->buffer)]);
+    const auto* f = std::get_if<tile::FlashAttention>(&t.schedules[i]);
+    if (f && f->keyBlocks > 1) r.partialReads += counts.elementsRead[i][static_cast<size_t>(f->partials)];
   }
   return r;
 }
 
 // hf_llama_decode_long: the tiny Llama decoder step (4 query heads over 2 KV heads of 16, a cache of 256), f32, keys in
 // steps of 64 up to the position. At position 3 one step is live, at 64 two, at 130 three, at 255 four: with more runs
-// than live steps some blocks walk nothing. Each query head in a block of its own (tile-share-kv-heads off: 4 blocks
+// than live steps some blocks walk nothing, and with one live step the run walking it stores the output itself. Each query head in a block of its own (tile-share-kv-heads off: 4 blocks
 // before the split), and the two heads of each KV head in one block (the default: 2 blocks), which reads each KV head's
 // keys and values once instead of twice.
 TEST(FlashDecoding, EverySplitOfADecoderStepMatchesTheLoopInterpreter) {
@@ -83,6 +86,8 @@ TEST(FlashDecoding, EverySplitOfADecoderStepMatchesTheLoopInterpreter) {
         const SplitRun got = runSplit(t, in);
         ASSERT_EQ(got.outputs.size(), want.size());
         for (size_t o = 0; o < want.size(); ++o) EXPECT_LE(compare(got.outputs[o], want[o]).relL2, 1e-5) << "output " << o;
+        // One live step: the run walking it stores the output itself, no partials merged; more: the last block merges.
+        if (runs > 1) EXPECT_EQ(got.partialReads > 0, live > 1) << got.partialReads << " partial values read";
         ASSERT_EQ(got.operandReads.size(), 6u) << "two layers' q, k and v";
         for (size_t layer = 0; layer < 2; ++layer) {
           // k's and v's live rows (16 wide) once per reading block, whatever the split; without sharing, q's row (4
