@@ -57,6 +57,24 @@ int maxVar(const Block& b) {
   return m;
 }
 
+namespace {
+void varsRead(const FE& e, std::set<int>& vars) {
+  if (!e) return;
+  for (const Idx* i : {&e->index, &e->bound})
+    if (*i) forEachVar(*i, [&](int v) { vars.insert(v); });
+  for (const FE& a : e->args) varsRead(a, vars);
+}
+}  // namespace
+
+void varsRead(const Block& b, std::set<int>& vars) {
+  for (const Stmt& s : b) {
+    for (const Idx* i : op::indices(s.op))
+      if (*i) forEachVar(*i, [&](int v) { vars.insert(v); });
+    for (const FE* f : op::floatValues(s.op)) varsRead(*f, vars);
+    varsRead(s.body, vars);
+  }
+}
+
 Idx Renumber::idx(const Idx& e) const {
   if (!e) return e;
   using Op = IndexNode::Op;

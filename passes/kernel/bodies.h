@@ -1,6 +1,7 @@
 // Kernel bodies copied into other kernels: what kernel-merge-launches (one launch of independent kernels, side by
 // side) and kernel-finish-in-last-block (a small kernel run by the last block of the one before it) share.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ bool copyable(const Program& p, const Kernel& k);
 int storage(const Program& p, int buffer);
 // The largest index variable id a block defines.
 int maxVar(const Block& b);
+// Every index variable the statements of b read (their indices and those inside their float expressions), added to vars.
+void varsRead(const Block& b, std::set<int>& vars);
 
 // Copies a kernel's statements into another kernel: its parameters, shared buffers, float slots and index variables
 // renumbered to the other kernel's, its blockIdx.x read as `blockVar`.

@@ -21,7 +21,9 @@
 // chain held is kept under j < N / E (where the block does not divide N / E) and 0 <= v < E (outside it no thread had
 // x = v). Where N / E is less than B and the body holds no barrier or shuffle, the block shrinks to the whole warps
 // N / E fills (a cache write's 32 or 64 threads fit the narrowest product they may run inside).
+#include <algorithm>
 #include <optional>
+#include <set>
 
 #include "kiln/kernel/lower.h"
 #include "bodies.h"
@@ -33,22 +35,22 @@ using Op = IndexNode::Op;
 
 bool isVar(const Idx& e, int var) { return e && e->op == Op::Var && e->var == var; }
 
+bool isThreadOrBlock(int v, const std::vector<int>& blockVars) {
+  return v == kThreadIdx || v == kBlockIdx || std::find(blockVars.begin(), blockVars.end(), v) != blockVars.end();
+}
+
 // Whether e reads threadIdx.x, blockIdx.x or a variable in `blockVars`.
 bool readsThreadOrBlock(const Idx& e, const std::vector<int>& blockVars) {
   bool found = false;
-  forEachVar(e, [&](int v) {
-    found = found || v == kThreadIdx || v == kBlockIdx || std::find(blockVars.begin(), blockVars.end(), v) != blockVars.end();
-  });
+  forEachVar(e, [&](int v) { found = found || isThreadOrBlock(v, blockVars); });
   return found;
 }
 
+// Whether a statement of body reads one, in an index or inside a float expression (a load's index).
 bool readsThreadOrBlock(const Block& body, const std::vector<int>& blockVars) {
-  for (const Stmt& s : body) {
-    for (const Idx* i : op::indices(s.op))
-      if (readsThreadOrBlock(*i, blockVars)) return true;
-    if (readsThreadOrBlock(s.body, blockVars)) return true;
-  }
-  return false;
+  std::set<int> vars;
+  varsRead(body, vars);
+  return std::any_of(vars.begin(), vars.end(), [&](int v) { return isThreadOrBlock(v, blockVars); });
 }
 
 // The block index `value` reads if it is blockIdx.x*width + threadIdx.x (blockIdx.x itself or a variable of

@@ -9,37 +9,22 @@
 
 #include <set>
 
+#include "bodies.h"
 #include "kernel_builder.h"
 
 namespace kiln::kernel::detail {
 namespace {
 
-void varsOf(const FE& e, std::set<int>& vars) {
-  if (!e) return;
-  for (const Idx* i : {&e->index, &e->bound})
-    if (*i) forEachVar(*i, [&](int v) { vars.insert(v); });
-  for (const FE& a : e->args) varsOf(a, vars);
-}
-
-void varsOf(const Block& block, std::set<int>& vars) {
-  for (const Stmt& s : block) {
-    for (const Idx* i : op::indices(s.op))
-      if (*i) forEachVar(*i, [&](int v) { vars.insert(v); });
-    for (const FE* f : op::floatValues(s.op)) varsOf(*f, vars);
-    varsOf(s.body, vars);
-  }
-}
-
 // The definitions of `defs` that `work` reads, directly or through another kept definition (nvcc refuses a variable
 // defined and never read: an axis of extent 1, or an index only the other part of the vector uses).
 Block definitionsRead(const Block& defs, const Block& work) {
   std::set<int> read;
-  varsOf(work, read);
+  varsRead(work, read);
   std::vector<bool> keep(defs.size(), false);
   for (size_t i = defs.size(); i-- > 0;) {
     const auto* def = std::get_if<op::DefIdx>(&defs[i].op);
     keep[i] = !def || read.count(def->var) > 0;
-    if (keep[i]) varsOf(Block{defs[i]}, read);
+    if (keep[i]) varsRead(Block{defs[i]}, read);
   }
   Block kept;
   for (size_t i = 0; i < defs.size(); ++i)
