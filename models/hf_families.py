@@ -1,5 +1,7 @@
 """Tiny random-weight transformers models of the families kiln takes in (issues 9, 44), traced on input_ids -> logits:
-GPT-2, GPT-NeoX, Phi, Phi-3, StableLM, Falcon, Qwen2, Qwen3, Mistral, Gemma, Gemma-2, GPT-J, Cohere, OLMo. Each is built from a config
+GPT-2, GPT-NeoX, Phi, Phi-3, StableLM, Falcon, Qwen2, Qwen3, Mistral, Gemma, Gemma-2, GPT-J, Cohere, OLMo, and the
+mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 and GPT-OSS (their experts in transformers' batched_mm form, EXPERTS). Each is
+built from a config
 (nothing is downloaded), its parameters overwritten with seeded normals (hf_llama.randomize_inplace_), and traced
 through hf_llama.LogitsOnly with its inputs recorded; the shapes are those of the family's tiny test models:
 hidden 64, 2 layers, 4 heads, vocab 256, 16 tokens, each family's own options (grouped KV heads, partial rotary,
@@ -53,7 +55,33 @@ FAMILIES = {
                                                          eos_token_id=0), "sdpa"),
     "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(COMMON, clip_qkv=0.5, pad_token_id=0, bos_token_id=0, eos_token_id=0),
              "sdpa"),
+    # issue 44: mixture of experts, traced with transformers' batched_mm experts (EXPERTS): each token's chosen experts'
+    # weights gathered by index into a batched product, so kiln's product reads only those experts
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(COMMON, num_key_value_heads=2, num_local_experts=4,
+                                                           num_experts_per_tok=2), "sdpa"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(COMMON, num_key_value_heads=2, num_experts=4,
+                                                               num_experts_per_tok=2, moe_intermediate_size=32,
+                                                               shared_expert_intermediate_size=64), "sdpa"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(COMMON, num_key_value_heads=2, head_dim=16, num_experts=8,
+                                                               num_experts_per_tok=2, moe_intermediate_size=32,
+                                                               norm_topk_prob=True), "sdpa"),
+    # sigmoid scores with a correction bias, experts chosen within the best groups (topk of groups, scatter_, gather),
+    # a shared expert, a dense first layer, and multi-head latent attention (keys written through slices of new_empty)
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", dict(COMMON, num_key_value_heads=4, n_routed_experts=8,
+                                                                     num_experts_per_tok=2, n_group=2, topk_group=1,
+                                                                     moe_intermediate_size=32, n_shared_experts=1,
+                                                                     first_k_dense_replace=1, q_lora_rank=32,
+                                                                     kv_lora_rank=16, qk_rope_head_dim=8,
+                                                                     qk_nope_head_dim=8, v_head_dim=16), "sdpa"),
+    # experts with biases and a clamped gate, interleaved gate/up columns, attention sinks (max along a dim), windows
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(COMMON, intermediate_size=64, num_key_value_heads=2, head_dim=16,
+                                                          num_local_experts=4, num_experts_per_tok=2, sliding_window=8),
+                "eager"),
 }
+
+# Families whose experts kiln takes in transformers' batched_mm form (config._experts_implementation): the experts each
+# token's router chose, gathered by index (aten::index) into a batched product (aten::bmm).
+EXPERTS = {family: "batched_mm" for family in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")}
 
 
 # The layer shapes of one public checkpoint per family (hidden size, MLP width, heads, KV heads, head size, rotary
@@ -87,6 +115,8 @@ def build(family, seed=0, real=False):
     config_cls, model_cls, args, attention = FAMILIES[family]
     config = getattr(transformers, config_cls)(**(REAL[family] if real else args))
     config._attn_implementation = attention
+    if family in EXPERTS:
+        config._experts_implementation = EXPERTS[family]
     config.use_cache = False
     torch.manual_seed(seed)
     with _no_init_weights():

@@ -2,9 +2,12 @@
 // Pre: a verified Torch IR graph (shapes static, non-tensor operands constant).
 // Post: a Tensor IR graph computing the same outputs; every node records the Torch op it came from.
 // An op without a decomposition here is a user error naming the op, its source line and docs/ops.md.
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "kiln/support/error.h"
@@ -156,9 +159,223 @@ struct Lowering {
     return {mean, centred, b.unary(Fn::Rsqrt, b.binary(Fn::Add, Operand{var}, Operand{-1, eps}))};
   }
 
-  // Every result of the current node: native_layer_norm's three, otherwise the one lower() makes.
+  // aten::topk(x, k, dim=-1, largest=True, sorted=True) -> (values, indices): k rounds of argmax's rule over the
+  // positions not yet taken, the largest first (with largest=False, of the keys -x). NaN ranks above every number, as
+  // in PyTorch: with largest, round i takes m, the maximum of the keys where the taken positions count as -inf (NaN
+  // where an open position holds one: kiln's max propagates NaN), and the first open position where the key is m, or
+  // NaN when m is; without largest, the NaN come last, once no number is open. Positions score n - j in f32 as in
+  // argmax; indices are n minus the best score. Equal values come out first position first (PyTorch leaves their order
+  // unspecified); sorted=False gives the same sorted order (PyTorch's order there is its own).
+  std::vector<int> topk() {
+    const int x = tensor(0);
+    const int64_t k = integer(1);
+    const int d = b.normDim(x, argc() > 2 ? integer(2) : -1);
+    const bool largest = argc() <= 3 || boolean(3);
+    const int64_t n = b.shape(x)[static_cast<size_t>(d)];
+    if (k < 1 || k > n) unsupported(fmt::format("k = {} of {} positions (kiln takes 1 <= k <= the dim's size)", k, n));
+    if (n > (int64_t{1} << 24)) unsupported(fmt::format("topk over {} positions (kiln's is exact up to 2^24)", n));
+    const int keys = largest ? x : b.unary(Fn::Neg, x);
+    std::vector<float> fromEnd(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) fromEnd[static_cast<size_t>(j)] = static_cast<float>(n - j);
+    Shape along(static_cast<size_t>(b.rank(x)), 1);
+    along[static_cast<size_t>(d)] = n;
+    const int score = b.reshape(b.constant({n}, std::move(fromEnd), "topk positions"), along);
+    const int nan = b.binary(Fn::Ne, Operand{keys}, Operand{keys});
+    const float negInf = -std::numeric_limits<float>::infinity();
+    int taken = -1;  // bool: the positions earlier rounds took
+    auto where = [&](int c, Operand yes, Operand no) { return b.elementwise(Fn::Where, {Operand{c}, yes, no}); };
+    auto open = [&](int x) { return taken < 0 ? x : where(taken, Operand{-1, 0.f}, Operand{x}); };  // scores of open positions
+    std::vector<int> values, indices;
+    for (int64_t i = 0; i < k; ++i) {
+      const int rest = taken < 0 ? keys : where(taken, Operand{-1, negInf}, Operand{keys});
+      int m = -1, best = -1, value = -1;
+      if (largest) {
+        m = b.reduce(ReduceFn::Max, rest, {d}, true);
+        const int equal = b.binary(Fn::Eq, Operand{keys}, Operand{m});
+        best = b.reduce(ReduceFn::Max, open(where(nan, Operand{score}, Operand{where(equal, Operand{score}, Operand{-1, 0.f})})),
+                        {d}, true);
+        value = m;
+      } else {
+        m = b.reduce(ReduceFn::Max, where(nan, Operand{-1, negInf}, Operand{rest}), {d}, true);
+        const int equal = b.binary(Fn::Eq, Operand{keys}, Operand{m});
+        const int number = b.reduce(ReduceFn::Max, open(where(equal, Operand{score}, Operand{-1, 0.f})), {d}, true);
+        const int lastNan = b.reduce(ReduceFn::Max, open(where(nan, Operand{score}, Operand{-1, 0.f})), {d}, true);
+        const int isNumber = b.binary(Fn::Gt, Operand{number}, Operand{-1, 0.f});
+        best = where(isNumber, Operand{number}, Operand{lastNan});
+        value = where(isNumber, Operand{b.unary(Fn::Neg, m)}, Operand{-1, std::numeric_limits<float>::quiet_NaN()});
+      }
+      const int hit = b.binary(Fn::Eq, Operand{score}, Operand{best});
+      taken = taken < 0 ? hit : where(hit, Operand{hit}, Operand{taken});
+      values.push_back(value);
+      indices.push_back(b.cast(b.binary(Fn::Sub, Operand{-1, static_cast<float>(n)}, Operand{best}), DType::I64));
+    }
+    if (k == 1) return {values[0], indices[0]};
+    return {b.concat(values, d), b.concat(indices, d)};
+  }
+
+  // aten::repeat_interleave(x, repeats, dim=None): each slice along dim repeated `repeats` times in place (x flattened
+  // first without a dim): out[.., i, ..] = x[.., i floordiv repeats, ..], one IndexMap. repeats must be one count.
+  int repeatInterleave() {
+    int x = tensor(0);
+    const torch::Value& r = value(1);
+    int64_t repeats = 0;
+    if (r.kind == torch::Value::Kind::Constant) repeats = integer(1);
+    else if (r.kind == torch::Value::Kind::Weight && numel(r.shape) == 1) repeats = static_cast<int64_t>(r.weight->values.at(0));
+    else unsupported("repeats given per slice (a tensor of counts); kiln takes one count for every slice");
+    if (repeats < 1) unsupported(fmt::format("{} repeats (kiln takes 1 or more)", repeats));
+    int d = 0;
+    if (argc() > 2 && !isNone(2)) d = b.normDim(x, integer(2));
+    else x = b.reshape(x, {numel(b.shape(x))});
+    Shape shape = b.shape(x);
+    shape[static_cast<size_t>(d)] *= repeats;
+    std::vector<Idx> idx;
+    for (int i = 0; i < b.rank(x); ++i) idx.push_back(i == d ? floorDiv(outVar(i), repeats) : outVar(i));
+    return b.indexMap(x, shape, idx);
+  }
+
+  // slice_scatter(self, src, dim, start, end, step): self with its slice start:end along dim replaced by src (cast to
+  // self's dtype): the slices of self before and after it and src, concatenated. The import makes it of an in-place
+  // write through a slice; select_scatter(self, src, dim, index) is the slice index:index+1 of src given that axis.
+  int sliceScatter() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, argc() > 2 ? integer(2) : 0);
+    const int64_t n = b.shape(self)[static_cast<size_t>(d)];
+    auto bound = [&](int i, int64_t otherwise, int64_t low) {
+      int64_t v = argc() > static_cast<size_t>(i) && !isNone(i) ? integer(i) : otherwise;
+      if (v < 0) v += n;
+      return std::clamp<int64_t>(v, low, n);
+    };
+    const int64_t start = bound(3, 0, 0), end = bound(4, n, start);
+    if (argc() > 5 && !isNone(5) && integer(5) != 1) unsupported("a write through a slice with a step other than 1");
+    return replaceRange(self, tensor(1), d, start, end);
+  }
+  int selectScatter() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, integer(2));
+    const int64_t n = b.shape(self)[static_cast<size_t>(d)];
+    int64_t i = integer(3);
+    if (i < 0) i += n;
+    Shape one = b.shape(self);
+    one[static_cast<size_t>(d)] = 1;
+    return replaceRange(self, b.reshape(tensor(1), one), d, i, i + 1);
+  }
+  int replaceRange(int self, int src, int d, int64_t start, int64_t end) {
+    Shape want = b.shape(self);
+    const int64_t n = want[static_cast<size_t>(d)];
+    want[static_cast<size_t>(d)] = end - start;
+    if (b.shape(src) != want)
+      unsupported(fmt::format("a source of shape [{}] for a slice of shape [{}]", shapeString(b.shape(src)), shapeString(want)));
+    if (b.dtype(src) != b.dtype(self)) src = b.cast(src, b.dtype(self));
+    std::vector<int> parts;
+    if (start > 0) parts.push_back(b.slice(self, d, 0, 1, start));
+    if (end > start) parts.push_back(src);
+    if (end < n) parts.push_back(b.slice(self, d, end, 1, n - end));
+    return parts.size() == 1 ? parts[0] : b.concat(parts, d);
+  }
+
+  // An integer index tensor with negative entries wrapped by n (as gather and scatter read them).
+  int wrapped(int index, int64_t n) {
+    const int negative = b.binary(Fn::Lt, Operand{index}, Operand{-1, 0.f});
+    const int shifted = b.binary(Fn::Add, Operand{index}, Operand{-1, static_cast<float>(n)});
+    return b.elementwise(Fn::Where, {Operand{negative}, Operand{shifted}, Operand{index}});
+  }
+
+  // gather(self, dim, index): out[p] = self[p with p_dim = index[p]], index of self's rank (its other dims no larger
+  // than self's). A row gather from self flattened to [numel, 1], at the linear position of each element: its offset
+  // without dim (a constant) plus index times dim's stride, in i64 (exact for tensors of up to 2^24 elements, the
+  // positions passing f32 arithmetic); indices are clamped into the tensor, where PyTorch fails on one out of range.
+  int gatherAlong() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, integer(1));
+    int index = tensor(2);
+    const Shape s = b.shape(self), is = b.shape(index);
+    if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
+    for (size_t k = 0; k < s.size(); ++k)
+      if (static_cast<int>(k) != d && is[k] > s[k]) unsupported(fmt::format("an index larger than the tensor in dim {}", k));
+    if (numel(s) > (int64_t{1} << 24)) unsupported(fmt::format("gather from {} elements (kiln's is exact up to 2^24)", numel(s)));
+    std::vector<int64_t> stride(s.size(), 1);
+    for (size_t k = s.size(); k-- > 1;) stride[k - 1] = stride[k] * s[k];
+    std::vector<float> offsets(static_cast<size_t>(numel(is)));
+    for (int64_t flat = 0; flat < numel(is); ++flat) {
+      int64_t rest = flat, offset = 0;
+      for (size_t k = is.size(); k-- > 0;) {
+        if (static_cast<int>(k) != d) offset += (rest % is[k]) * stride[k];
+        rest /= is[k];
+      }
+      offsets[static_cast<size_t>(flat)] = static_cast<float>(offset);
+    }
+    const int base = b.constant(is, std::move(offsets), "gather offsets", DType::I64);
+    index = wrapped(index, s[static_cast<size_t>(d)]);
+    const int along = b.binary(Fn::Mul, Operand{index}, Operand{-1, static_cast<float>(stride[static_cast<size_t>(d)])});
+    const int at = b.reshape(b.binary(Fn::Add, Operand{base}, Operand{along}), {numel(is)});
+    const int rows = b.gather(b.reshape(self, {numel(s), 1}), at);
+    return b.reshape(rows, is);
+  }
+
+  // scatter(self, dim, index, value or src): self with self[p with p_dim = index[p]] replaced by value (a number) or
+  // src[p], index of self's shape but along dim (m entries there). Over an added last axis t < m: hit[p, t] =
+  // (index[p with p_dim = t] == p_dim); a position any t hits takes the value, or the sum over t of src where hit (the
+  // one src element that lands there; PyTorch leaves several landing on one position undefined); the others keep self.
+  int scatter() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, integer(1));
+    int index = tensor(2);
+    const Shape s = b.shape(self), is = b.shape(index);
+    if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
+    for (size_t k = 0; k < s.size(); ++k)
+      if (static_cast<int>(k) != d && is[k] != s[k])
+        unsupported(fmt::format("an index of another size than the tensor's in dim {} (kiln takes equal sizes there)", k));
+    if (argc() > 4 && !isNone(4)) unsupported("a reduce argument (kiln's scatter replaces)");
+    const int r = static_cast<int>(s.size());
+    const int64_t n = s[static_cast<size_t>(d)], m = is[static_cast<size_t>(d)];
+    Shape wide = s;
+    wide.push_back(m);
+    auto alongT = [&](int x) {  // x[p with p_dim = t] at [p, t]
+      std::vector<Idx> idx;
+      for (int k = 0; k < r; ++k) idx.push_back(k == d ? outVar(r) : outVar(k));
+      return b.indexMap(x, wide, idx);
+    };
+    std::vector<float> positions(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) positions[static_cast<size_t>(j)] = static_cast<float>(j);
+    Shape posShape(static_cast<size_t>(r + 1), 1);
+    posShape[static_cast<size_t>(d)] = n;
+    const int pos = b.reshape(b.constant({n}, std::move(positions), "scatter positions", DType::I64), posShape);
+    const int hit = b.binary(Fn::Eq, Operand{alongT(wrapped(index, n))}, Operand{pos});
+    const int any = b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {r}, false);
+    Operand landed = operand(3);
+    if (!landed.isImm())
+      landed = Operand{b.reduce(ReduceFn::Sum,
+                                b.elementwise(Fn::Where, {Operand{hit}, Operand{alongT(tensor(3))}, Operand{-1, 0.f}}), {r},
+                                false)};
+    return b.elementwise(Fn::Where, {Operand{any}, landed, Operand{self}});
+  }
+
+  // aten::max / aten::min: of every element (one result); of two tensors, elementwise (torch.maximum / minimum, NaN
+  // propagating); along a dim, (values, indices), the indices argmax's (of -x for min: the first extreme, NaN counting
+  // as it, as PyTorch).
+  std::vector<int> extremes() {
+    const bool max = cur->op == "aten::max";
+    const int x = tensor(0);
+    if (argc() == 1) {
+      std::vector<int> all(static_cast<size_t>(b.rank(x)));
+      std::iota(all.begin(), all.end(), 0);
+      const int keys = max ? x : b.unary(Fn::Neg, x);
+      const int m = b.reduce(ReduceFn::Max, keys, all, false);
+      return {max ? m : b.unary(Fn::Neg, m)};
+    }
+    if (value(1).isTensor()) return {b.binary(max ? Fn::Max : Fn::Min, Operand{x}, operand(1))};
+    const int d = b.normDim(x, integer(1));
+    const bool keep = argc() > 2 && boolean(2);
+    const int keys = max ? x : b.unary(Fn::Neg, x);
+    const int m = b.reduce(ReduceFn::Max, keys, {d}, keep);
+    return {max ? m : b.unary(Fn::Neg, m), firstMaximum(keys, d, keep)};
+  }
+
+  // Every result of the current node: native_layer_norm's three, topk's two, otherwise the one lower() makes.
   std::vector<int> lowerResults() {
     if (cur->op == "aten::native_layer_norm") return layerNormParts();
+    if (cur->op == "aten::topk") return topk();
+    if (cur->op == "aten::max" || cur->op == "aten::min") return extremes();
     if (cur->outputs.size() != 1) unsupported("ops with several results are not supported");
     return {lower()};
   }
@@ -168,7 +385,9 @@ struct Lowering {
   static bool takesDimensions(const std::string& op) {
     static const std::set<std::string> ops = {"aten::sum",     "aten::mean",      "aten::amax",         "aten::argmax",
                                               "aten::softmax", "aten::squeeze",   "aten::transpose",    "aten::index_select",
-                                              "aten::index_copy"};
+                                              "aten::index_copy",  "aten::topk",      "aten::repeat_interleave",
+                                              "aten::gather",      "aten::scatter",   "aten::slice_scatter", "aten::select_scatter",
+                                              "aten::max",         "aten::min"};
     return ops.count(op) > 0;
   }
   std::vector<int> lowerNode() {
@@ -504,7 +723,9 @@ struct Lowering {
     } else {
       x = b.reshape(x, {numel(b.shape(x))});
     }
-    const bool keep = hasDim && argc() > 2 && boolean(2);
+    return firstMaximum(x, d, hasDim && argc() > 2 && boolean(2));
+  }
+  int firstMaximum(int x, int d, bool keep) {
     const int64_t n = b.shape(x)[static_cast<size_t>(d)];
     if (n > (int64_t{1} << 24)) unsupported(fmt::format("argmax over {} positions (kiln's is exact up to 2^24)", n));
     std::vector<float> fromEnd(static_cast<size_t>(n));
@@ -520,6 +741,9 @@ struct Lowering {
     const int best = b.reduce(ReduceFn::Max, picked, {d}, keep);
     return b.cast(b.binary(Fn::Sub, Operand{-1, static_cast<float>(n)}, Operand{best}), DType::I64);
   }
+
+  int maximum() { return b.binary(Fn::Max, operand(0), operand(1)); }  // torch.maximum / minimum: NaN propagates
+  int minimum() { return b.binary(Fn::Min, operand(0), operand(1)); }
 
   int maskedFill() { return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}}); }
   int where() { return b.elementwise(Fn::Where, {Operand{tensor(0)}, operand(1), operand(2)}); }
@@ -571,6 +795,13 @@ struct Lowering {
         {"aten::alias", &Lowering::passThrough},
         {"aten::embedding", &Lowering::embedding},
         {"aten::index_select", &Lowering::indexSelect},
+        {"aten::repeat_interleave", &Lowering::repeatInterleave},
+        {"aten::gather", &Lowering::gatherAlong},
+        {"aten::maximum", &Lowering::maximum},
+        {"aten::minimum", &Lowering::minimum},
+        {"aten::scatter", &Lowering::scatter},
+        {"aten::slice_scatter", &Lowering::sliceScatter},
+        {"aten::select_scatter", &Lowering::selectScatter},
         {"aten::cat", &Lowering::concat},
         {"aten::concat", &Lowering::concat},
         {"aten::stack", &Lowering::stack},
@@ -621,7 +852,8 @@ std::vector<std::string> supportedOps() {
 }
 
 std::vector<std::string> loweredOps() {
-  std::vector<std::string> names{"aten::native_layer_norm"};  // (lowerResults: the one op of several results)
+  // (lowerResults: the ops of several results)
+  std::vector<std::string> names{"aten::native_layer_norm", "aten::topk", "aten::max", "aten::min"};
   for (const auto& table : {Lowering::unaryFunctions(), Lowering::comparisons()})
     for (const auto& [name, fn] : table) names.push_back(name);
   for (const auto& [name, lowering] : Lowering::opLowerings()) names.push_back(name);

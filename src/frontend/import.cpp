@@ -112,7 +112,9 @@ class Importer {
       for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
       return;
     }
-    if (splitsIntoParts(node) || indexIsASlice(node) || aliasesState(node)) return;
+    if (splitsIntoParts(node) || indexIsASlice(node) || indexByOneTensor(node) || aliasesState(node) ||
+        writesThroughViews(node))
+      return;
     kiln::torch::Node n{functionalForm(node), {}, {}, sourceLoc(node)};
     for (const jit::Value* in : node->inputs())
       for (int id : idsOf(in, node)) n.inputs.push_back(id);
@@ -158,6 +160,8 @@ class Importer {
           if (v.isTensor() && v.toTensor().is_meta())
             v = at::zeros(v.toTensor().sizes(), at::TensorOptions().dtype(v.toTensor().scalar_type()));
         node->getOperation()(stack);
+        if (node->kind() == c10::aten::new_empty || node->kind() == c10::aten::empty_like)  // uninitialized: zeros
+          for (c10::IValue& v : stack) v = at::zeros_like(v.toTensor());
         dyn = false;
       } else if (dyn) {
         evaluateOnMeta(node, stack);
@@ -280,24 +284,167 @@ class Importer {
               producer->kind().toQualString(), sourceLoc(producer).str());
   }
 
-  // An in-place op of rewrittenInPlace (aten::add_, clamp_, masked_fill_, ...) computes what its functional form does when the tensor
-  // it changes is a fresh result read by nothing else (Falcon's `attn_output += ...` on a matmul's output): that
-  // form's name. If anything else reads the tensor, or it is a view of another, an input or a weight, the change
-  // would be visible elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their
-  // own name.
+  // Whether `node`'s first result may share memory with an operand (a view: its schema gives the result alias info).
+  static bool makesView(const jit::Node* node) {
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    return schema && !schema->returns().empty() && schema->returns()[0].alias_info() != nullptr;
+  }
+
+  // Whether changing x in place at `node` is seen by no other reader: x is a fresh result (not an input, a weight or a
+  // constant), no node reads it after `node`, and no node took a view of it or collected it into a list or tuple
+  // (read again when unpacked). Where x is itself a view, the change reaches the tensor it views, which must pass
+  // the same test, its view op `through` being the one view allowed (GPT-OSS's `bmm(...).squeeze(1).add_(bias)`).
+  static bool changeIsPrivate(const jit::Value* x, const jit::Node* node, const jit::Node* through = nullptr) {
+    const jit::Node* producer = x->node();
+    if (producer->kind() == c10::prim::Param || producer->kind() == c10::prim::Constant ||
+        producer->kind() == c10::prim::GetAttr)
+      return false;
+    for (const jit::Use& use : x->uses()) {
+      if (use.user == node || use.user == through) continue;
+      const auto k = use.user->kind();
+      const bool collects = k == c10::prim::TupleConstruct || k == c10::prim::ListConstruct || k == c10::prim::DictConstruct;
+      if (!use.user->isBefore(node) || makesView(use.user) || collects) return false;
+    }
+    return !makesView(producer) || changeIsPrivate(producer->inputs()[0], node, producer);
+  }
+
+  // Whether a node after `node` reads v, directly or through views of it.
+  static bool readAfter(const jit::Value* v, const jit::Node* node) {
+    for (const jit::Use& use : v->uses())
+      if (!use.user->isBefore(node) || (makesView(use.user) && readAfter(use.user->output(), node))) return true;
+    return false;
+  }
+
+  // An in-place op of rewrittenInPlace (copy_, add_, ...) writing through slices and selects of a fresh tensor that
+  // later nodes read (DeepSeek-V3's `k = k_nope.new_empty(...); k[..., :n] = k_nope; k[..., n:] = k_rot`): the view's
+  // new value is the functional op on the view taken of the tensor's current version, and the tensor's next version
+  // is that value written back through each view by aten::slice_scatter / select_scatter; later readers of the tensor
+  // (and of the op's result) get the new versions. Refused where a view of the tensor taken before the write is read
+  // after it (it would have to see the change), or a view in the chain has another reader. False for other nodes.
+  bool writesThroughViews(jit::Node* node) {
+    const std::string op = node->kind().toQualString();
+    if (!rewrittenInPlace(op) || changeIsPrivate(node->inputs()[0], node)) return false;
+    std::vector<const jit::Node*> chain;  // the views from the written tensor outwards
+    const jit::Value* base = node->inputs()[0];
+    const jit::Node* through = node;
+    while (base->node()->kind() == c10::aten::slice || base->node()->kind() == c10::aten::select) {
+      for (const jit::Use& use : base->uses())
+        if (use.user != through && !use.user->isBefore(node)) return false;
+      chain.push_back(base->node());
+      through = base->node();
+      base = base->node()->inputs()[0];
+    }
+    const auto k = base->node()->kind();
+    if (chain.empty() || k == c10::prim::Param || k == c10::prim::Constant || k == c10::prim::GetAttr || makesView(base->node()))
+      return false;
+    for (const jit::Use& use : base->uses())  // an earlier view of base (or a view of it) read after the write would miss it
+      if (use.user != through && use.user->isBefore(node) && makesView(use.user) && readAfter(use.user->output(), node))
+        userError("{} at {} writes into a tensor whose view {} at {} is read after the write; kiln compiles "
+                  "functional graphs: take the view after writing", op, sourceLoc(node).str(),
+                  use.user->kind().toQualString(), sourceLoc(use.user).str());
+    const SourceLoc loc = sourceLoc(node);
+    auto add = [&](std::string name, std::vector<int> inputs, const at::Tensor& like) {
+      kiln::torch::Node n{std::move(name), std::move(inputs), {}, loc};
+      n.outputs.push_back(tensorValue(like, op, loc));
+      g_.nodes.push_back(std::move(n));
+      return g_.nodes.back().outputs.back();
+    };
+    auto viewArgs = [&](const jit::Node* view) {
+      std::vector<int> ids;
+      for (size_t i = 1; i < view->inputs().size(); ++i) ids.push_back(idsOf(view->inputs()[i], view).at(0));
+      return ids;
+    };
+    std::vector<int> versions{idsOf(base, node).at(0)};  // the current version of base, then of each view inwards
+    for (size_t i = chain.size(); i-- > 0;) {
+      std::vector<int> in{versions.back()};
+      for (int id : viewArgs(chain[i])) in.push_back(id);
+      versions.push_back(add(chain[i]->kind().toQualString(), in, env_.at(chain[i]->output()).toTensor()));
+    }
+    std::vector<int> in{versions.back()};
+    for (size_t i = 1; i < node->inputs().size(); ++i)
+      for (int id : idsOf(node->inputs()[i], node)) in.push_back(id);
+    int written = add(op.substr(0, op.size() - 1), in, env_.at(node->output()).toTensor());
+    ids_[node->output()] = {written};
+    for (size_t i = 0; i < chain.size(); ++i) {  // innermost view first: write it into the version it was taken of
+      const jit::Node* view = chain[i];
+      const size_t parent = chain.size() - 1 - i;
+      std::vector<int> args{versions[parent], written};
+      for (int id : viewArgs(view)) args.push_back(id);
+      const jit::Value* of = view->inputs()[0];
+      written = add(view->kind() == c10::aten::slice ? "aten::slice_scatter" : "aten::select_scatter", args,
+                    env_.at(of).toTensor());
+    }
+    ids_[base] = {written};
+    dynamic_.insert(base);
+    return true;
+  }
+
+  // An in-place op of rewrittenInPlace (aten::add_, clamp_, masked_fill_, ...) computes what its functional form does
+  // when the change is private (changeIsPrivate): that form's name. Readers before it saw the old value, which the
+  // functional form leaves as it was (Falcon's `attn_output += ...` on a matmul's output; Mixtral's router
+  // `top_value /= top_value.sum(-1, keepdim=True)`, whose sum reads it first). Otherwise the change would be visible
+  // elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their own name.
   std::string functionalForm(const jit::Node* node) {
     std::string op = node->kind().toQualString();
     if (!rewrittenInPlace(op)) return op;
-    const jit::Value* x = node->inputs()[0];
-    const jit::Node* producer = x->node();
-    const c10::FunctionSchema* schema = producer->maybeSchema();
-    const bool view = schema && !schema->returns().empty() && schema->returns()[0].alias_info() != nullptr;
-    const bool fresh = producer->kind() != c10::prim::Param && producer->kind() != c10::prim::Constant &&
-                       producer->kind() != c10::prim::GetAttr && !view;
-    if (!fresh || x->uses().size() != 1)
+    if (!changeIsPrivate(node->inputs()[0], node))
       userError("{} at {} changes a tensor that other values read or share; kiln compiles functional graphs: write the "
                 "model with the out-of-place op ({})", op, sourceLoc(node).str(), op.substr(0, op.size() - 1));
     return op.substr(0, op.size() - 1);
+  }
+
+  // aten::index(x, [None, ..., idx, ...]) with one integer index tensor at position d, idx of input data (Mixtral's
+  // `gate_up_proj[expert_ids]`, the experts a token's router chose) or a constant indexIsASlice does not take: x's
+  // slices idx[...] along d, the result x.shape[:d] + idx.shape + x.shape[d+1:]. Made of aten::index_select (a gather
+  // that reads only the chosen slices) of idx flattened, negative indices wrapped as aten::index does, and a reshape
+  // back. Several index tensors, or a boolean mask (a result whose shape depends on the data), are refused in one line.
+  bool indexByOneTensor(jit::Node* node) {
+    if (node->kind() != c10::aten::index || node->inputs().size() != 2) return false;
+    const jit::Node* list = node->inputs()[1]->node();
+    if (list->kind() != c10::prim::ListConstruct) return false;
+    const std::string at = sourceLoc(node).str();
+    int dim = -1;
+    for (size_t d = 0; d < list->inputs().size(); ++d) {
+      if (env_.at(list->inputs()[d]).isNone()) continue;
+      if (dim >= 0)
+        userError("aten::index at {} indexes by several tensors at once, which kiln does not support; index one "
+                  "dimension at a time (x[i][:, j]) or use torch.gather", at);
+      dim = static_cast<int>(d);
+    }
+    if (dim < 0) return false;
+    const jit::Value* idxValue = list->inputs()[static_cast<size_t>(dim)];
+    const c10::IValue& idxIv = env_.at(idxValue);
+    if (!idxIv.isTensor()) return false;
+    const at::Tensor& idx = idxIv.toTensor();
+    if (idx.scalar_type() == at::kBool || idx.scalar_type() == at::kByte)
+      userError("aten::index at {} selects by a boolean mask, whose result's shape depends on the data; kiln needs "
+                "static shapes: use torch.where(mask, x, other) or masked_fill instead", at);
+    if (idx.is_floating_point()) return false;
+    const at::Tensor& x = env_.at(node->inputs()[0]).toTensor();
+    const SourceLoc loc = sourceLoc(node);
+    auto add = [&](const char* op, std::vector<int> inputs, const at::Tensor& like) {
+      kiln::torch::Node n{op, std::move(inputs), {}, loc};
+      n.outputs.push_back(tensorValue(like, "aten::index", loc));
+      g_.nodes.push_back(std::move(n));
+      return g_.nodes.back().outputs.back();
+    };
+    const auto meta = [](at::IntArrayRef sizes, c10::ScalarType t) {
+      return at::empty(sizes, at::TensorOptions().dtype(t).device(at::kMeta));
+    };
+    int flat = idsOf(idxValue, node).at(0);
+    if (idx.dim() != 1) flat = add("aten::reshape", {flat, constantList({idx.numel()})}, meta({idx.numel()}, idx.scalar_type()));
+    const at::Tensor flatMeta = meta({idx.numel()}, idx.scalar_type());
+    const int negative = add("aten::lt", {flat, constantValue(0)}, meta({idx.numel()}, at::kBool));
+    const int wrapped = add("aten::add", {flat, constantValue(x.size(dim)), constantValue(1)}, flatMeta);
+    flat = add("aten::where", {negative, wrapped, flat}, flatMeta);
+    std::vector<int64_t> picked = x.sizes().vec();
+    picked[static_cast<size_t>(dim)] = idx.numel();
+    const at::Tensor& result = env_.at(node->output()).toTensor();
+    int out = add("aten::index_select", {idsOf(node->inputs()[0], node).at(0), constantValue(dim), flat},
+                  meta(picked, result.scalar_type()));
+    if (idx.dim() != 1) out = add("aten::reshape", {out, constantList(result.sizes().vec())}, result);
+    ids_[node->output()] = {out};
+    return true;
   }
 
   // aten::index(x, [None, ..., idx, ...]) of input data with one constant index tensor whose values step evenly

@@ -143,6 +143,40 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::baddbmm", "as addmm, batched", kMatmulRefusal},
       {"aten::index_select", "a gather along `dim` with a 1-D or 0-D index, clamped into range (PyTorch fails)",
        "an index of more than one dimension"},
+      {"aten::index",
+       "at import: `x[..., idx, ...]` with one integer index tensor (input data or a constant, any shape; the other "
+       "places `:`) as `aten::index_select` of idx flattened, negative indices wrapped, and a reshape to "
+       "`x.shape[:d] + idx.shape + x.shape[d+1:]` (Mixtral's `gate_up_proj[expert_ids]` reads only the chosen experts); "
+       "a constant index stepping evenly as the `aten::slice` it equals",
+       "several index tensors at once; a boolean mask (a result whose shape depends on the data)", true},
+      {"aten::topk",
+       "(values, indices) of the k largest (`largest=False`: smallest) along `dim`, in order, NaN counting as the largest "
+       "as in PyTorch; k rounds of argmax's rule over the positions not yet taken; equal values first position first "
+       "(PyTorch leaves their order unspecified, so indices of ties may differ from LibTorch's); `sorted=False` sorted too (PyTorch's order there is its own: a model using it only through gathers and sums, as routers do, computes the same)",
+       "k of 0 or more than the dim's size; more than 2^24 positions"},
+      {"aten::repeat_interleave",
+       "each slice along `dim` repeated `repeats` times in place (x flattened first without a dim), one IndexMap",
+       "repeats given as a tensor of counts per slice"},
+      {"aten::max",
+       "of every element; of two tensors elementwise (`torch.maximum`, NaN propagating); along `dim` (values, indices), "
+       "the indices argmax's (the first maximum, NaN counting as it), keepdim",
+       "more than 2^24 positions along dim"},
+      {"aten::min", "as max, of the smallest", "as max"},
+      {"aten::maximum", "elementwise maximum, broadcasting; NaN propagates", ""},
+      {"aten::minimum", "elementwise minimum, broadcasting; NaN propagates", ""},
+      {"aten::gather",
+       "`out[p] = x[p with p_dim = index[p]]` (index of x's rank), a row gather from x flattened at each element's "
+       "linear position; negative indices wrapped, others clamped into range (PyTorch fails)",
+       "an index larger than x in another dim; x of more than 2^24 elements"},
+      {"aten::scatter",
+       "x with `x[p with p_dim = index[p]]` replaced by a value or `src[p]` (scatter_ on a fresh result likewise); "
+       "several landing on one position: their sum (PyTorch leaves it undefined)",
+       "an index of another size than x in the other dims; the `reduce` argument"},
+      {"aten::slice_scatter",
+       "x with its slice `start:end` along `dim` replaced by src (cast to x's dtype); what the import makes of an "
+       "in-place write through slices of a fresh tensor (`k = x.new_empty(...); k[..., :n] = a`)",
+       "a step other than 1; an in-place write into a tensor whose earlier view is read after it"},
+      {"aten::select_scatter", "x with its slice `index` along `dim` replaced by src, as slice_scatter", ""},
       {"aten::split", kSplit, kSplitRefusal, true},
       {"aten::split_with_sizes", kSplit, kSplitRefusal, true},
       {"aten::unsafe_split", kSplit, kSplitRefusal, true},
@@ -155,6 +189,11 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::zeros_like", kConstantOfShape, kConstantRefusal, true},
       {"aten::ones_like", kConstantOfShape, kConstantRefusal, true},
       {"aten::full_like", kConstantOfShape, kConstantRefusal, true},
+      {"aten::new_empty",
+       "at import: as new_zeros (PyTorch leaves it uninitialized; a model writes it before reading it, e.g. through "
+       "slices, see slice_scatter)",
+       kConstantRefusal, true},
+      {"aten::empty_like", "at import: as zeros_like (PyTorch leaves it uninitialized)", kConstantRefusal, true},
   };
   return ops;
 }

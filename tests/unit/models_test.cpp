@@ -38,7 +38,10 @@ const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm"
                                           "hf_stablelm_tiny", "hf_falcon_tiny", "hf_qwen2_tiny", "hf_qwen3_tiny",
                                           "hf_mistral_tiny", "hf_gemma_tiny", "hf_gemma2_tiny",
                                           // issue 44: stack (GPT-J, Cohere), clamp_ (OLMo), a default use_cache trace
-                                          "hf_gptj_tiny", "hf_cohere_tiny", "hf_olmo_tiny", "hf_qwen2_tiny_cache"};
+                                          "hf_gptj_tiny", "hf_cohere_tiny", "hf_olmo_tiny", "hf_qwen2_tiny_cache",
+                                          // issue 44: mixtures of experts (batched_mm experts)
+                                          "hf_mixtral_tiny", "hf_qwen2_moe_tiny", "hf_qwen3_moe_tiny",
+                                          "hf_deepseek_v3_tiny", "hf_gpt_oss_tiny"};
 
 
 
