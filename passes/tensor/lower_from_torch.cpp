@@ -13,6 +13,7 @@
 #include "kiln/support/error.h"
 #include "kiln/tensor/builder.h"
 #include "kiln/tensor/op_catalog.h"
+#include "routing.h"
 
 namespace kiln::tensor {
 namespace {
@@ -159,58 +160,31 @@ struct Lowering {
     return {mean, centred, b.unary(Fn::Rsqrt, b.binary(Fn::Add, Operand{var}, Operand{-1, eps}))};
   }
 
-  // aten::topk(x, k, dim=-1, largest=True, sorted=True) -> (values, indices): k rounds of argmax's rule over the
-  // positions not yet taken, the largest first (with largest=False, of the keys -x). NaN ranks above every number, as
-  // in PyTorch: with largest, round i takes m, the maximum of the keys where the taken positions count as -inf (NaN
-  // where an open position holds one: kiln's max propagates NaN), and the first open position where the key is m, or
-  // NaN when m is; without largest, the NaN come last, once no number is open. Positions score n - j in f32 as in
-  // argmax; indices are n minus the best score. Equal values come out first position first (PyTorch leaves their order
-  // unspecified); sorted=False gives the same sorted order (PyTorch's order there is its own).
+  // aten::topk(x, k, dim=-1, largest=True, sorted=True) -> (values, indices) (routing::topk). Equal values come out
+  // first position first (PyTorch leaves their order unspecified); sorted=False gives the same sorted order (PyTorch's
+  // order there is its own: a router using the result only through gathers and sums computes the same).
   std::vector<int> topk() {
     const int x = tensor(0);
     const int64_t k = integer(1);
     const int d = b.normDim(x, argc() > 2 ? integer(2) : -1);
-    const bool largest = argc() <= 3 || boolean(3);
     const int64_t n = b.shape(x)[static_cast<size_t>(d)];
     if (k < 1 || k > n) unsupported(fmt::format("k = {} of {} positions (kiln takes 1 <= k <= the dim's size)", k, n));
     if (n > (int64_t{1} << 24)) unsupported(fmt::format("topk over {} positions (kiln's is exact up to 2^24)", n));
-    const int keys = largest ? x : b.unary(Fn::Neg, x);
-    std::vector<float> fromEnd(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) fromEnd[static_cast<size_t>(j)] = static_cast<float>(n - j);
-    Shape along(static_cast<size_t>(b.rank(x)), 1);
-    along[static_cast<size_t>(d)] = n;
-    const int score = b.reshape(b.constant({n}, std::move(fromEnd), "topk positions"), along);
-    const int nan = b.binary(Fn::Ne, Operand{keys}, Operand{keys});
-    const float negInf = -std::numeric_limits<float>::infinity();
-    int taken = -1;  // bool: the positions earlier rounds took
-    auto where = [&](int c, Operand yes, Operand no) { return b.elementwise(Fn::Where, {Operand{c}, yes, no}); };
-    auto open = [&](int x) { return taken < 0 ? x : where(taken, Operand{-1, 0.f}, Operand{x}); };  // scores of open positions
-    std::vector<int> values, indices;
-    for (int64_t i = 0; i < k; ++i) {
-      const int rest = taken < 0 ? keys : where(taken, Operand{-1, negInf}, Operand{keys});
-      int m = -1, best = -1, value = -1;
-      if (largest) {
-        m = b.reduce(ReduceFn::Max, rest, {d}, true);
-        const int equal = b.binary(Fn::Eq, Operand{keys}, Operand{m});
-        best = b.reduce(ReduceFn::Max, open(where(nan, Operand{score}, Operand{where(equal, Operand{score}, Operand{-1, 0.f})})),
-                        {d}, true);
-        value = m;
-      } else {
-        m = b.reduce(ReduceFn::Max, where(nan, Operand{-1, negInf}, Operand{rest}), {d}, true);
-        const int equal = b.binary(Fn::Eq, Operand{keys}, Operand{m});
-        const int number = b.reduce(ReduceFn::Max, open(where(equal, Operand{score}, Operand{-1, 0.f})), {d}, true);
-        const int lastNan = b.reduce(ReduceFn::Max, open(where(nan, Operand{score}, Operand{-1, 0.f})), {d}, true);
-        const int isNumber = b.binary(Fn::Gt, Operand{number}, Operand{-1, 0.f});
-        best = where(isNumber, Operand{number}, Operand{lastNan});
-        value = where(isNumber, Operand{b.unary(Fn::Neg, m)}, Operand{-1, std::numeric_limits<float>::quiet_NaN()});
-      }
-      const int hit = b.binary(Fn::Eq, Operand{score}, Operand{best});
-      taken = taken < 0 ? hit : where(hit, Operand{hit}, Operand{taken});
-      values.push_back(value);
-      indices.push_back(b.cast(b.binary(Fn::Sub, Operand{-1, static_cast<float>(n)}, Operand{best}), DType::I64));
-    }
-    if (k == 1) return {values[0], indices[0]};
-    return {b.concat(values, d), b.concat(indices, d)};
+    auto [values, indices] = routing::topk(b, x, k, d, argc() <= 3 || boolean(3));
+    return {values, indices};
+  }
+
+  // aten::sort(x, dim=-1, descending=False) and sort.stable(x, *, stable, dim=-1, descending=False) -> (values,
+  // indices), stable either way (routing::sort: O(n^2) per row).
+  std::vector<int> sortValues() {
+    const int x = tensor(0);
+    const bool stableForm = argc() == 4;
+    const int d = b.normDim(x, argc() > (stableForm ? 2u : 1u) ? integer(stableForm ? 2 : 1) : -1);
+    const bool descending = argc() > (stableForm ? 3u : 2u) && boolean(stableForm ? 3 : 2);
+    const int64_t n = b.shape(x)[static_cast<size_t>(d)];
+    if (n > 4096) unsupported(fmt::format("sort of {} positions (kiln's compares every pair: at most 4096)", n));
+    auto [values, indices] = routing::sort(b, x, d, descending);
+    return {values, indices};
   }
 
   // aten::repeat_interleave(x, repeats, dim=None): each slice along dim repeated `repeats` times in place (x flattened
@@ -273,81 +247,79 @@ struct Lowering {
     return parts.size() == 1 ? parts[0] : b.concat(parts, d);
   }
 
-  // An integer index tensor with negative entries wrapped by n (as gather and scatter read them).
-  int wrapped(int index, int64_t n) {
-    const int negative = b.binary(Fn::Lt, Operand{index}, Operand{-1, 0.f});
-    const int shifted = b.binary(Fn::Add, Operand{index}, Operand{-1, static_cast<float>(n)});
-    return b.elementwise(Fn::Where, {Operand{negative}, Operand{shifted}, Operand{index}});
-  }
-
-  // gather(self, dim, index): out[p] = self[p with p_dim = index[p]], index of self's rank (its other dims no larger
-  // than self's). A row gather from self flattened to [numel, 1], at the linear position of each element: its offset
-  // without dim (a constant) plus index times dim's stride, in i64 (exact for tensors of up to 2^24 elements, the
-  // positions passing f32 arithmetic); indices are clamped into the tensor, where PyTorch fails on one out of range.
+  // gather(self, dim, index): routing::gatherAlong; indices clamped into the tensor, where PyTorch fails on one out of
+  // range.
   int gatherAlong() {
     const int self = tensor(0);
     const int d = b.normDim(self, integer(1));
-    int index = tensor(2);
+    const int index = tensor(2);
     const Shape s = b.shape(self), is = b.shape(index);
     if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
     for (size_t k = 0; k < s.size(); ++k)
       if (static_cast<int>(k) != d && is[k] > s[k]) unsupported(fmt::format("an index larger than the tensor in dim {}", k));
     if (numel(s) > (int64_t{1} << 24)) unsupported(fmt::format("gather from {} elements (kiln's is exact up to 2^24)", numel(s)));
-    std::vector<int64_t> stride(s.size(), 1);
-    for (size_t k = s.size(); k-- > 1;) stride[k - 1] = stride[k] * s[k];
-    std::vector<float> offsets(static_cast<size_t>(numel(is)));
-    for (int64_t flat = 0; flat < numel(is); ++flat) {
-      int64_t rest = flat, offset = 0;
-      for (size_t k = is.size(); k-- > 0;) {
-        if (static_cast<int>(k) != d) offset += (rest % is[k]) * stride[k];
-        rest /= is[k];
-      }
-      offsets[static_cast<size_t>(flat)] = static_cast<float>(offset);
-    }
-    const int base = b.constant(is, std::move(offsets), "gather offsets", DType::I64);
-    index = wrapped(index, s[static_cast<size_t>(d)]);
-    const int along = b.binary(Fn::Mul, Operand{index}, Operand{-1, static_cast<float>(stride[static_cast<size_t>(d)])});
-    const int at = b.reshape(b.binary(Fn::Add, Operand{base}, Operand{along}), {numel(is)});
-    const int rows = b.gather(b.reshape(self, {numel(s), 1}), at);
-    return b.reshape(rows, is);
+    return routing::gatherAlong(b, self, d, index);
   }
 
-  // scatter(self, dim, index, value or src): self with self[p with p_dim = index[p]] replaced by value (a number) or
-  // src[p], index of self's shape but along dim (m entries there). Over an added last axis t < m: hit[p, t] =
-  // (index[p with p_dim = t] == p_dim); a position any t hits takes the value, or the sum over t of src where hit (the
-  // one src element that lands there; PyTorch leaves several landing on one position undefined); the others keep self.
+  // scatter(self, dim, index, value or src) and its in-place form on a fresh result: routing::scatter.
   int scatter() {
     const int self = tensor(0);
     const int d = b.normDim(self, integer(1));
-    int index = tensor(2);
+    const int index = tensor(2);
     const Shape s = b.shape(self), is = b.shape(index);
     if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
     for (size_t k = 0; k < s.size(); ++k)
       if (static_cast<int>(k) != d && is[k] != s[k])
         unsupported(fmt::format("an index of another size than the tensor's in dim {} (kiln takes equal sizes there)", k));
     if (argc() > 4 && !isNone(4)) unsupported("a reduce argument (kiln's scatter replaces)");
-    const int r = static_cast<int>(s.size());
-    const int64_t n = s[static_cast<size_t>(d)], m = is[static_cast<size_t>(d)];
-    Shape wide = s;
-    wide.push_back(m);
-    auto alongT = [&](int x) {  // x[p with p_dim = t] at [p, t]
-      std::vector<Idx> idx;
-      for (int k = 0; k < r; ++k) idx.push_back(k == d ? outVar(r) : outVar(k));
-      return b.indexMap(x, wide, idx);
-    };
-    std::vector<float> positions(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) positions[static_cast<size_t>(j)] = static_cast<float>(j);
-    Shape posShape(static_cast<size_t>(r + 1), 1);
-    posShape[static_cast<size_t>(d)] = n;
-    const int pos = b.reshape(b.constant({n}, std::move(positions), "scatter positions", DType::I64), posShape);
-    const int hit = b.binary(Fn::Eq, Operand{alongT(wrapped(index, n))}, Operand{pos});
-    const int any = b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {r}, false);
-    Operand landed = operand(3);
-    if (!landed.isImm())
-      landed = Operand{b.reduce(ReduceFn::Sum,
-                                b.elementwise(Fn::Where, {Operand{hit}, Operand{alongT(tensor(3))}, Operand{-1, 0.f}}), {r},
-                                false)};
-    return b.elementwise(Fn::Where, {Operand{any}, landed, Operand{self}});
+    const Operand landed = operand(3);
+    return routing::scatter(b, self, d, index, landed.isImm() ? landed : Operand{-1, 0.f}, landed.isImm() ? -1 : landed.node);
+  }
+
+  // cumsum(x, dim, dtype=None): x converted to the result's dtype (an integer or bool x sums in i64, as PyTorch),
+  // then routing::cumsum.
+  int cumulativeSum() {
+    int x = tensor(0);
+    const int d = b.normDim(x, integer(1));
+    if (b.shape(x)[static_cast<size_t>(d)] > 4096)
+      unsupported(fmt::format("cumsum over {} positions (kiln sums every prefix apart: at most 4096)", b.shape(x)[static_cast<size_t>(d)]));
+    if (b.dtype(x) != resultType()) x = b.cast(x, resultType());
+    return routing::cumsum(b, x, d);
+  }
+
+  // histc(x, bins=100, min=0, max=0) of a floating x: routing::histc.
+  int histogram() {
+    const int x = tensor(0);
+    const int64_t bins = argc() > 1 ? integer(1) : 100;
+    const double lo = argc() > 2 ? number(2) : 0.0, hi = argc() > 3 ? number(3) : 0.0;
+    if (lo >= hi) unsupported("min >= max (PyTorch then takes the range from the data); give histc min < max");
+    if (bins < 1 || numel(b.shape(x)) * bins > (int64_t{1} << 26))
+      unsupported(fmt::format("{} bins of {} elements (kiln compares each element with each bin: at most 2^26 pairs)", bins,
+                              numel(b.shape(x))));
+    return routing::histc(b, x, bins, static_cast<float>(lo), static_cast<float>(hi));
+  }
+
+  // floor_divide(a, b) of an integer tensor by a nonzero integer constant: routing::floorDivide.
+  int floorDivide() {
+    const int a = tensor(0);
+    const Operand divisor = operand(1);
+    if (b.dtype(a) != DType::I64 || !divisor.isImm() || divisor.imm != std::trunc(divisor.imm) || divisor.imm == 0.f)
+      unsupported("floor_divide of an integer tensor by a nonzero integer constant is what kiln takes");
+    return routing::floorDivide(b, a, divisor.imm);
+  }
+
+  // _grouped_mm(input [S, K], weight [E, K, N], offs [E]): routing::groupedProduct (bias and out_dtype not taken).
+  int groupedMm() {
+    const int input = tensor(0), weight = tensor(1);
+    if (argc() < 3 || isNone(2)) unsupported("a grouped product without offsets");
+    const int offsets = tensor(2);
+    for (int i = 3; i < static_cast<int>(argc()); ++i)
+      if (!isNone(i)) unsupported("a bias or out_dtype argument");
+    const Shape si = b.shape(input), sw = b.shape(weight), so = b.shape(offsets);
+    if (si.size() != 2 || sw.size() != 3 || so.size() != 1 || so[0] != sw[0] || si[1] != sw[1])
+      unsupported(fmt::format("operands [{}] x [{}] with offsets [{}] (kiln takes [S, K] x [E, K, N] with [E])",
+                              shapeString(si), shapeString(sw), shapeString(so)));
+    return routing::groupedProduct(b, input, weight, offsets);
   }
 
   // aten::max / aten::min: of every element (one result); of two tensors, elementwise (torch.maximum / minimum, NaN
@@ -356,17 +328,16 @@ struct Lowering {
   std::vector<int> extremes() {
     const bool max = cur->op == "aten::max";
     const int x = tensor(0);
+    const int keys = max ? x : b.unary(Fn::Neg, x);
     if (argc() == 1) {
       std::vector<int> all(static_cast<size_t>(b.rank(x)));
       std::iota(all.begin(), all.end(), 0);
-      const int keys = max ? x : b.unary(Fn::Neg, x);
       const int m = b.reduce(ReduceFn::Max, keys, all, false);
       return {max ? m : b.unary(Fn::Neg, m)};
     }
     if (value(1).isTensor()) return {b.binary(max ? Fn::Max : Fn::Min, Operand{x}, operand(1))};
     const int d = b.normDim(x, integer(1));
     const bool keep = argc() > 2 && boolean(2);
-    const int keys = max ? x : b.unary(Fn::Neg, x);
     const int m = b.reduce(ReduceFn::Max, keys, {d}, keep);
     return {max ? m : b.unary(Fn::Neg, m), firstMaximum(keys, d, keep)};
   }
@@ -375,6 +346,7 @@ struct Lowering {
   std::vector<int> lowerResults() {
     if (cur->op == "aten::native_layer_norm") return layerNormParts();
     if (cur->op == "aten::topk") return topk();
+    if (cur->op == "aten::sort") return sortValues();
     if (cur->op == "aten::max" || cur->op == "aten::min") return extremes();
     if (cur->outputs.size() != 1) unsupported("ops with several results are not supported");
     return {lower()};
@@ -387,7 +359,7 @@ struct Lowering {
                                               "aten::softmax", "aten::squeeze",   "aten::transpose",    "aten::index_select",
                                               "aten::index_copy",  "aten::topk",      "aten::repeat_interleave",
                                               "aten::gather",      "aten::scatter",   "aten::slice_scatter", "aten::select_scatter",
-                                              "aten::max",         "aten::min"};
+                                              "aten::max",         "aten::min",       "aten::sort",         "aten::cumsum"};
     return ops.count(op) > 0;
   }
   std::vector<int> lowerNode() {
@@ -666,16 +638,42 @@ struct Lowering {
     if (b.rank(index) > 1) unsupported("index_copy with an index of more than one dimension");
     if (b.rank(index) == 0) index = b.reshape(index, {1});
     const Shape s = b.shape(self);
-    const int64_t n = s[static_cast<size_t>(d)], count = b.shape(index)[0];
+    const int64_t count = b.shape(index)[0];
     Shape expected = s;
     expected[static_cast<size_t>(d)] = count;
     if (b.shape(source) != expected)
       unsupported(fmt::format("source of shape [{}] for {} slices of [{}] along dim {}", shapeString(b.shape(source)), count,
                               shapeString(s), d));
+    return copySlices(self, d, index, source, false);
+  }
+
+  // index_put(self, [index], values, accumulate) with one integer index tensor (1-D or 0-D) for dim 0, and its in-place
+  // form on a fresh result (transformers' grouped_mm experts invert their sort by `inv[perm] = arange(S)`): values
+  // broadcast to the written slices' shape; without accumulate as index_copy (a repeated index sums its values, where
+  // PyTorch leaves the result undefined), with accumulate self plus every value landing on the slice. Negative indices
+  // wrap; others out of range write nothing (PyTorch fails).
+  int indexPut() {
+    if (argc() != 4 || isNone(1))
+      unsupported("an index list of more than one tensor, or with None (kiln takes x[idx] = v, one integer index tensor)");
+    const int self = tensor(0);
+    int index = tensor(1);
+    if (b.dtype(index) == DType::Bool) unsupported("a boolean mask index (use torch.where(mask, v, x))");
+    if (b.rank(index) > 1) unsupported("an index of more than one dimension");
+    if (b.rank(index) == 0) index = b.reshape(index, {1});
+    index = routing::wrapped(b, index, b.shape(self)[0]);
+    Shape slices = b.shape(self);
+    slices[0] = b.shape(index)[0];
+    return copySlices(self, 0, index, b.broadcastTo(tensor(2), slices), boolean(3));
+  }
+
+  // self with its slices index[t] along d replaced by source's slice t, or (accumulate) increased by it.
+  int copySlices(int self, int d, int index, int source, bool accumulate) {
+    const Shape s = b.shape(self);
+    const int64_t n = s[static_cast<size_t>(d)], count = b.shape(index)[0];
     std::vector<float> positions(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) positions[static_cast<size_t>(j)] = static_cast<float>(j);
     const int iota = b.constant({n}, std::move(positions), "index_copy positions", DType::I64);
-    if (count == 1) return indexCopyOne(self, d, iota, index, source);
+    if (count == 1 && !accumulate) return indexCopyOne(self, d, iota, index, source);
     int hit = b.binary(Fn::Eq, Operand{b.reshape(iota, {n, 1})}, Operand{b.reshape(index, {1, count})});  // [n, count]
     // source with dim moved next to last ([.., count, inner]); a last dim gets a unit inner dim.
     const int r = b.rank(self);
@@ -695,6 +693,7 @@ struct Lowering {
     std::vector<int> back(perm.size());
     for (size_t i = 0; i < perm.size(); ++i) back[static_cast<size_t>(perm[i])] = static_cast<int>(i);
     replaced = b.permute(replaced, back);
+    if (accumulate) return b.binary(Fn::Add, Operand{self}, Operand{b.cast(replaced, b.dtype(self))});
     Shape maskShape(static_cast<size_t>(r), 1);
     maskShape[static_cast<size_t>(d)] = n;
     int written = b.reshape(b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {1}, false), maskShape);
@@ -728,18 +727,7 @@ struct Lowering {
   int firstMaximum(int x, int d, bool keep) {
     const int64_t n = b.shape(x)[static_cast<size_t>(d)];
     if (n > (int64_t{1} << 24)) unsupported(fmt::format("argmax over {} positions (kiln's is exact up to 2^24)", n));
-    std::vector<float> fromEnd(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) fromEnd[static_cast<size_t>(j)] = static_cast<float>(n - j);
-    Shape along(static_cast<size_t>(b.rank(x)), 1);
-    along[static_cast<size_t>(d)] = n;
-    const int score = b.reshape(b.constant({n}, std::move(fromEnd), "argmax positions"), along);
-    const int m = b.reduce(ReduceFn::Max, x, {d}, true);
-    const int equal = b.binary(Fn::Eq, Operand{x}, Operand{m});
-    const int nan = b.binary(Fn::Ne, Operand{x}, Operand{x});
-    const int atEqual = b.elementwise(Fn::Where, {Operand{equal}, Operand{score}, Operand{-1, 0.f}});
-    const int picked = b.elementwise(Fn::Where, {Operand{nan}, Operand{score}, Operand{atEqual}});
-    const int best = b.reduce(ReduceFn::Max, picked, {d}, keep);
-    return b.cast(b.binary(Fn::Sub, Operand{-1, static_cast<float>(n)}, Operand{best}), DType::I64);
+    return routing::firstMaximum(b, x, d, keep);
   }
 
   int maximum() { return b.binary(Fn::Max, operand(0), operand(1)); }  // torch.maximum / minimum: NaN propagates
@@ -797,6 +785,11 @@ struct Lowering {
         {"aten::index_select", &Lowering::indexSelect},
         {"aten::repeat_interleave", &Lowering::repeatInterleave},
         {"aten::gather", &Lowering::gatherAlong},
+        {"aten::cumsum", &Lowering::cumulativeSum},
+        {"aten::histc", &Lowering::histogram},
+        {"aten::floor_divide", &Lowering::floorDivide},
+        {"aten::_grouped_mm", &Lowering::groupedMm},
+        {"aten::index_put", &Lowering::indexPut},
         {"aten::maximum", &Lowering::maximum},
         {"aten::minimum", &Lowering::minimum},
         {"aten::scatter", &Lowering::scatter},
@@ -853,7 +846,7 @@ std::vector<std::string> supportedOps() {
 
 std::vector<std::string> loweredOps() {
   // (lowerResults: the ops of several results)
-  std::vector<std::string> names{"aten::native_layer_norm", "aten::topk", "aten::max", "aten::min"};
+  std::vector<std::string> names{"aten::native_layer_norm", "aten::topk", "aten::sort", "aten::max", "aten::min"};
   for (const auto& table : {Lowering::unaryFunctions(), Lowering::comparisons()})
     for (const auto& [name, fn] : table) names.push_back(name);
   for (const auto& [name, lowering] : Lowering::opLowerings()) names.push_back(name);

@@ -56,8 +56,10 @@ class Importer {
       dynamic_.insert(v);
     }
     for (jit::Node* node : graph.nodes()) visit(node);
-    for (const jit::Value* out : graph.outputs())
+    for (const jit::Value* out : graph.outputs()) {
+      refuseInt32Outputs(env_.at(out));
       for (int id : idsOf(out, nullptr)) g_.outputs.push_back(id);
+    }
     for (kiln::torch::State& st : g_.states) {  // the states' last versions close the outputs
       st.output = states_.at(st.name).current;
       g_.outputs.push_back(st.output);
@@ -284,17 +286,25 @@ class Importer {
               producer->kind().toQualString(), sourceLoc(producer).str());
   }
 
-  // Whether `node`'s first result may share memory with an operand (a view: its schema gives the result alias info).
-  static bool makesView(const jit::Node* node) {
+  // Whether `node`'s first result may share memory with an operand (a view: its schema gives the result alias info),
+  // except an aten::to that changed the dtype (a copy; only the same dtype returns the operand itself).
+  bool makesView(const jit::Node* node) const {
     const c10::FunctionSchema* schema = node->maybeSchema();
-    return schema && !schema->returns().empty() && schema->returns()[0].alias_info() != nullptr;
+    if (!schema || schema->returns().empty() || schema->returns()[0].alias_info() == nullptr) return false;
+    if (node->kind() == c10::aten::to && !node->inputs().empty() && !node->outputs().empty()) {
+      auto in = env_.find(node->inputs()[0]), out = env_.find(node->outputs()[0]);
+      if (in != env_.end() && out != env_.end() && in->second.isTensor() && out->second.isTensor() &&
+          in->second.toTensor().scalar_type() != out->second.toTensor().scalar_type())
+        return false;
+    }
+    return true;
   }
 
   // Whether changing x in place at `node` is seen by no other reader: x is a fresh result (not an input, a weight or a
   // constant), no node reads it after `node`, and no node took a view of it or collected it into a list or tuple
   // (read again when unpacked). Where x is itself a view, the change reaches the tensor it views, which must pass
   // the same test, its view op `through` being the one view allowed (GPT-OSS's `bmm(...).squeeze(1).add_(bias)`).
-  static bool changeIsPrivate(const jit::Value* x, const jit::Node* node, const jit::Node* through = nullptr) {
+  bool changeIsPrivate(const jit::Value* x, const jit::Node* node, const jit::Node* through = nullptr) const {
     const jit::Node* producer = x->node();
     if (producer->kind() == c10::prim::Param || producer->kind() == c10::prim::Constant ||
         producer->kind() == c10::prim::GetAttr)
@@ -309,7 +319,7 @@ class Importer {
   }
 
   // Whether a node after `node` reads v, directly or through views of it.
-  static bool readAfter(const jit::Value* v, const jit::Node* node) {
+  bool readAfter(const jit::Value* v, const jit::Node* node) const {
     for (const jit::Use& use : v->uses())
       if (!use.user->isBefore(node) || (makesView(use.user) && readAfter(use.user->output(), node))) return true;
     return false;
@@ -708,12 +718,27 @@ class Importer {
     return id;
   }
 
+  // An int32 tensor inside the model (transformers' grouped_mm experts take their offsets as
+  // cumsum(..., dtype=torch.int32)) is computed as i64, which holds every int32 value; as a model output it would come
+  // back in another dtype than LibTorch's, so an int32 output is refused.
+  void refuseInt32Outputs(const c10::IValue& v) {
+    if (v.isTensor() && v.toTensor().scalar_type() == at::kInt)
+      userError("a model output is an int32 tensor; kiln computes int32 values as i64: return it as int64 (.long())");
+    if (v.isTuple())
+      for (const c10::IValue& e : v.toTupleRef().elements()) refuseInt32Outputs(e);
+    if (v.isList())
+      for (const c10::IValue& e : v.toListRef()) refuseInt32Outputs(e);
+    if (v.isGenericDict())
+      for (const auto& e : v.toGenericDict()) refuseInt32Outputs(e.value());
+  }
+
   DType dtypeOf(const at::Tensor& t, const std::string& op, const SourceLoc& loc) {
     switch (t.scalar_type()) {
       case at::kFloat: return DType::F32;
       case at::kHalf: return DType::F16;
       case at::kBFloat16: return DType::BF16;
       case at::kLong: return DType::I64;
+      case at::kInt: return DType::I64;  // widened (refuseInt32Outputs)
       case at::kBool: return DType::Bool;
       default:
         userError("{} at {} produces a {} tensor; kiln supports f32, f16, bf16, i64 and bool", op, loc.str(),

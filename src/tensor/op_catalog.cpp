@@ -83,8 +83,8 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::detach", kIdentity, ""},
       {"aten::to",
        "a cast to LibTorch's result dtype (any overload; device, non_blocking and copy ignored); float to i64 truncates, "
-       "to bool is `!= 0`",
-       "a result dtype other than f32, f16, bf16, i64 and bool; under --dtype, a `to` the trace pins to another floating "
+       "to bool is `!= 0`; to int32 computes i64 (every int32 value fits; an int32 model output is refused)",
+       "a result dtype other than f32, f16, bf16, i64, int32 and bool; under --dtype, a `to` the trace pins to another floating "
        "type"},
       {"aten::type_as", "a cast to the other tensor's dtype", "as to"},
       {"aten::cos", kUnary, ""},
@@ -164,6 +164,27 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::min", "as max, of the smallest", "as max"},
       {"aten::maximum", "elementwise maximum, broadcasting; NaN propagates", ""},
       {"aten::minimum", "elementwise minimum, broadcasting; NaN propagates", ""},
+      {"aten::sort",
+       "(values, indices) along `dim`, ascending or `descending`, stable (equal values keep their order; PyTorch's "
+       "default order among them is unspecified), NaN last ascending and first descending; each position's rank "
+       "counted against every other (O(n²) per row)",
+       "more than 4096 positions along dim"},
+      {"aten::cumsum", "inclusive prefix sums along `dim`, in the result's dtype (`dtype`; integers and bools in i64)",
+       "more than 4096 positions along dim"},
+      {"aten::histc",
+       "counts of the elements in `bins` equal bins over [min, max] (max in the last bin, the rest and NaN not counted)",
+       "min >= max (the range taken from the data); more than 2^26 elements times bins"},
+      {"aten::floor_divide", "`floor(a / b)` of an integer tensor by a nonzero integer constant",
+       "floating operands; a tensor divisor"},
+      {"aten::_grouped_mm",
+       "`input [S, K] x weight [E, K, N]` with offsets `[E]`: row r by the weight of the group it falls in "
+       "(`offs[e-1] <= r < offs[e]`), that weight gathered per row so a row reads only its group's (transformers' "
+       "grouped_mm experts); rows past the last offset by the last group (PyTorch leaves them unwritten)",
+       "other operand ranks; bias and out_dtype"},
+      {"aten::index_put",
+       "`x[idx] = v` with one integer index tensor for dim 0, v broadcast; `accumulate` adds (index_put_ on a fresh "
+       "result likewise); negative indices wrapped, others out of range write nothing; a repeated index sums its values",
+       "several index tensors, None in the list, a boolean mask"},
       {"aten::gather",
        "`out[p] = x[p with p_dim = index[p]]` (index of x's rank), a row gather from x flattened at each element's "
        "linear position; negative indices wrapped, others clamped into range (PyTorch fails)",
