@@ -12,6 +12,8 @@ sliding windows, multi-query, logit softcapping) switched on where it has them.
     python3 models/hf_families.py --bf16       # hf_gpt_neox_tiny_bf16.pt, hf_gemma2_tiny_bf16.pt (BF16_FAMILIES)
     python3 models/hf_families.py --default-cache   # hf_qwen2_tiny_cache.pt: traced as users trace, the config's
                                                # use_cache=True and a wrapper returning model(ids).logits
+    python3 models/hf_families.py --grouped     # hf_<family>_tiny_grouped.pt: the mixtures of experts (EXPERTS) with
+                                               # transformers' default grouped_mm experts
     python3 models/hf_families.py --real qwen2 --dtype bf16 --device cuda -o /tmp/qwen2.pt
                                                # 2 layers at the family's real layer shapes (REAL), 128 tokens
 """
@@ -107,16 +109,32 @@ REAL = {
                   head_dim=256),  # gemma-2b
     "gemma2": dict(REAL_COMMON, hidden_size=2304, intermediate_size=9216, num_attention_heads=8, num_key_value_heads=4,
                    head_dim=256, sliding_window=4096),  # gemma-2-2b
+    "mixtral": dict(REAL_COMMON, hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                    num_local_experts=8, num_experts_per_tok=2),  # Mixtral-8x7B
+    "qwen2_moe": dict(REAL_COMMON, hidden_size=3584, intermediate_size=18944, moe_intermediate_size=2560,
+                      shared_expert_intermediate_size=20480, num_attention_heads=28, num_key_value_heads=4, num_experts=64,
+                      num_experts_per_tok=8),  # Qwen2-57B-A14B
+    "qwen3_moe": dict(REAL_COMMON, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_attention_heads=32,
+                      num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+                      norm_topk_prob=True),  # Qwen3-30B-A3B
+    # DeepSeek-V3's layer shapes with 32 of its 256 routed experts (8 groups of 4, the best 4 groups), both layers MoE
+    "deepseek_v3": dict(REAL_COMMON, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+                        num_attention_heads=128, num_key_value_heads=128, n_routed_experts=32, num_experts_per_tok=8,
+                        n_group=8, topk_group=4, n_shared_experts=1, first_k_dense_replace=0, q_lora_rank=1536,
+                        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+    "gpt_oss": dict(REAL_COMMON, hidden_size=2880, intermediate_size=2880, num_attention_heads=64, num_key_value_heads=8,
+                    head_dim=64, num_local_experts=32, num_experts_per_tok=4, sliding_window=128),  # gpt-oss-20b
 }
 
 
-def build(family, seed=0, real=False):
+def build(family, seed=0, real=False, experts=None):
+    """The family's model (tiny, or at REAL's shapes), its experts in `experts`' form (default EXPERTS')."""
     import transformers
     config_cls, model_cls, args, attention = FAMILIES[family]
     config = getattr(transformers, config_cls)(**(REAL[family] if real else args))
     config._attn_implementation = attention
     if family in EXPERTS:
-        config._experts_implementation = EXPERTS[family]
+        config._experts_implementation = experts or EXPERTS[family]
     config.use_cache = False
     torch.manual_seed(seed)
     with _no_init_weights():
@@ -176,6 +194,14 @@ def main_bf16(argv=None):
         export(build(family).to(torch.bfloat16), example_inputs(256), fixtures / f"hf_{family}_tiny_bf16.pt")
 
 
+def main_grouped(argv=None):
+    """hf_<family>_tiny_grouped.pt: the mixtures of experts with transformers' default grouped_mm experts (sorted by
+    expert, counted with histc and cumsum, products by torch._grouped_mm)."""
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    for family in argv or list(EXPERTS):
+        export(build(family, experts="grouped_mm"), example_inputs(256), fixtures / f"hf_{family}_tiny_grouped.pt")
+
+
 def main_real(argv):
     """One family at its real layer shapes (REAL), traced on input_ids [1, SEQ] in DTYPE on DEVICE, written to -o."""
     import argparse
@@ -199,6 +225,8 @@ if __name__ == "__main__":
         main_real([a for a in sys.argv[1:] if a != "--real"])
     elif "--default-cache" in sys.argv:
         main_default_cache([a for a in sys.argv[1:] if a != "--default-cache"])
+    elif "--grouped" in sys.argv:
+        main_grouped([a for a in sys.argv[1:] if a != "--grouped"])
     elif "--bf16" in sys.argv:
         main_bf16([a for a in sys.argv[1:] if a != "--bf16"])
     else:

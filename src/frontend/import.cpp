@@ -33,9 +33,11 @@ namespace {
 
 class Importer {
  public:
-  Importer(std::string path, std::string modelName, std::optional<DType> castTo)
+  Importer(std::string path, std::string modelName, std::optional<DType> castTo, const jit::Module& module)
       : path_(std::move(path)), castTo_(castTo) {
     g_.modelName = std::move(modelName);
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) nameStorage(p.name, p.value);
+    for (const auto& b : module.named_buffers(/*recurse=*/true)) nameStorage(b.name, b.value);
   }
 
   Graph run(const jit::Module& frozen, jit::Graph& graph, const std::vector<InputSpec>& specs,
@@ -88,6 +90,7 @@ class Importer {
     }
     if (dyn && writesFirstOperand(node) && stateOf(node->input(0))) return writeState(node, stack);
     if (dyn) refuseOtherInPlace(node);
+    if (dyn) refuseDataDependentShape(node);
     dyn = evaluate(node, stack, dyn);
     auto outs = node->outputs();
     for (size_t i = 0; i < outs.size(); ++i) env_[outs[i]] = stack[i];
@@ -273,6 +276,24 @@ class Importer {
                   ? ": nn.Embedding(max_norm=...) renormalizes its table on every call; trace it without max_norm "
                     "(renormalize the weights once before tracing if the model needs it)"
                   : "; write the model with an out-of-place op");
+  }
+
+  // Ops whose result's shape, or a Python number, comes from the input's values (nonzero, one-argument where, unique,
+  // masked_select, Int/item): a trace records them for the values it was traced on, and what follows (a loop over the
+  // experts hit, a size) holds only for those. Refused before they are evaluated, naming the usual source.
+  static void refuseDataDependentShape(const jit::Node* node) {
+    static const std::unordered_set<std::string> ops = {"aten::nonzero", "aten::nonzero_numpy", "aten::argwhere",
+                                                        "aten::masked_select", "aten::unique", "aten::_unique2",
+                                                        "aten::unique_consecutive", "aten::Int", "aten::item",
+                                                        "aten::_local_scalar_dense", "aten::bincount"};
+    const std::string op = node->kind().toQualString();
+    const bool nonzeroWhere = op == "aten::where" && node->inputs().size() == 1;
+    if (!ops.count(op) && !nonzeroWhere) return;
+    userError("{} at {} makes a shape or a number from the input's values, so the trace holds only for the values it "
+              "was traced on (transformers' eager experts loop runs just the experts hit while tracing); kiln needs "
+              "shapes that follow from the input shapes: for a mixture of experts set "
+              "model.config._experts_implementation = \"grouped_mm\" (the default) or \"batched_mm\" before tracing",
+              op, sourceLoc(node).str());
   }
 
   // A node whose operand no earlier node gave a value: the graph reads something the import does not model, usually a
@@ -657,6 +678,7 @@ class Importer {
     auto data = std::make_shared<kiln::torch::WeightData>();
     std::string name = v->hasDebugName() ? v->debugName() : "";
     if (name.rfind("self.", 0) == 0) name = name.substr(5);
+    if (name.empty()) name = parameterViewed(tensor);
     data->name = name.empty() ? "constant" : name;
     at::Tensor f = t.to(at::kFloat).contiguous();
     data->values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
@@ -665,6 +687,17 @@ class Importer {
     val.shape = t.sizes().vec();
     val.weight = data;
     return g_.addValue(val);
+  }
+
+  // The module's parameters and buffers by their memory, so that a constant freezing folded from one of them
+  // (transformers' grouped_mm experts read `gate_up_proj.transpose(-2, -1)`) keeps the parameter's name.
+  void nameStorage(const std::string& name, const at::Tensor& t) {
+    if (t.defined() && t.has_storage() && t.numel() > 0) storageNames_.emplace(t.storage().data(), std::make_pair(name, t.numel()));
+  }
+  std::string parameterViewed(const at::Tensor& t) const {
+    if (!t.defined() || !t.has_storage()) return "";
+    auto it = storageNames_.find(t.storage().data());
+    return it != storageNames_.end() && it->second.second == t.numel() && t.storage_offset() == 0 ? it->second.first : "";
   }
 
   // `logical` (a constant's value) as the weight `stored` (the same values in another layout) and an aten::permute by
@@ -759,6 +792,7 @@ class Importer {
   };
   std::map<std::string, StateVersions> states_;
   std::unordered_map<const jit::Value*, std::string> stateAlias_, viewOf_;
+  std::unordered_map<const void*, std::pair<std::string, int64_t>> storageNames_;  // nameStorage
   std::map<std::string, std::vector<const jit::Value*>> stateViews_;
 };
 
@@ -793,7 +827,7 @@ Graph importModel(const std::string& path, const std::vector<InputOverride>& ove
   for (const InputSpec& spec : specs)
     inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalarType(spec.dtype)).device(at::kMeta)));
   ::torch::NoGradGuard noGrad;
-  return Importer(path, std::filesystem::path(path).stem().string(), castTo).run(f.frozen, *f.graph, specs, inputs);
+  return Importer(path, std::filesystem::path(path).stem().string(), castTo, f.module).run(f.frozen, *f.graph, specs, inputs);
 }
 
 }  // namespace kiln::frontend

@@ -41,7 +41,11 @@ const std::vector<std::string> kModels = {"elementwise", "reductions", "rmsnorm"
                                           "hf_gptj_tiny", "hf_cohere_tiny", "hf_olmo_tiny", "hf_qwen2_tiny_cache",
                                           // issue 44: mixtures of experts (batched_mm experts)
                                           "hf_mixtral_tiny", "hf_qwen2_moe_tiny", "hf_qwen3_moe_tiny",
-                                          "hf_deepseek_v3_tiny", "hf_gpt_oss_tiny"};
+                                          "hf_deepseek_v3_tiny", "hf_gpt_oss_tiny",
+                                          // the same with transformers' default grouped_mm experts
+                                          "hf_mixtral_tiny_grouped", "hf_qwen2_moe_tiny_grouped",
+                                          "hf_qwen3_moe_tiny_grouped", "hf_deepseek_v3_tiny_grouped",
+                                          "hf_gpt_oss_tiny_grouped"};
 
 
 

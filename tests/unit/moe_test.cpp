@@ -148,11 +148,14 @@ TEST_F(MoE, RouterRenormalisesInPlaceAndIndexRefusalsAreOneLine) {
                      1, {"aten::index", "several tensors"});
 }
 
-// The tiny Mixtral (4 experts, 2 chosen per token; models/hf_families.py) at one token: its expert products read the
-// gathered rows of the chosen experts' weights only, k/E of each expert weight, which the Kernel-IR interpreter's
-// read counts show; the result still matches LibTorch.
-TEST(MoEProducts, OneTokenReadsOnlyTheChosenExperts) {
-  const std::string path = test::fixturePath("hf_mixtral_tiny");
+// The tiny Mixtral (4 experts, 2 chosen per token; models/hf_families.py) at one token, its experts in both of
+// transformers' forms (batched_mm; grouped_mm, the default): its expert products read the gathered rows of the
+// chosen experts' weights only, k/E of each expert weight, which the Kernel-IR interpreter's read counts show; the
+// result still matches LibTorch.
+class MoEProducts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoEProducts, OneTokenReadsOnlyTheChosenExperts) {
+  const std::string path = test::fixturePath(GetParam());
   Compiled c = compileModel(path, {frontend::InputOverride{"input_ids", {1, 1}, DType::I64}}, PipelineOptions{}, "cuda");
   const std::vector<HostTensor> inputs = test::randomInputs(c.kernelIR, 7);
   kernel::InterpretCounts counts;
@@ -172,6 +175,8 @@ TEST(MoEProducts, OneTokenReadsOnlyTheChosenExperts) {
   }
   EXPECT_EQ(expertWeights, 4) << "gate_up_proj and down_proj of two layers";
 }
+
+INSTANTIATE_TEST_SUITE_P(Mixtral, MoEProducts, ::testing::Values("hf_mixtral_tiny", "hf_mixtral_tiny_grouped"));
 
 }  // namespace
 }  // namespace kiln
