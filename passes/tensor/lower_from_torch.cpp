@@ -220,8 +220,33 @@ struct Lowering {
       return std::clamp<int64_t>(v, low, n);
     };
     const int64_t start = bound(3, 0, 0), end = bound(4, n, start);
-    if (argc() > 5 && !isNone(5) && integer(5) != 1) unsupported("a write through a slice with a step other than 1");
-    return replaceRange(self, tensor(1), d, start, end);
+    const int64_t step = argc() > 5 && !isNone(5) ? integer(5) : 1;
+    if (step < 1) unsupported(fmt::format("a step of {}", step));
+    if (step == 1) return replaceRange(self, tensor(1), d, start, end);
+    return replaceStrided(self, tensor(1), d, start, end, step);
+  }
+  // slice_scatter with a step: where(j in start:end:step, src[(j - start) / step], self[j]) along d, the positions a
+  // constant and src read through a clamped IndexMap.
+  int replaceStrided(int self, int src, int d, int64_t start, int64_t end, int64_t step) {
+    const Shape s = b.shape(self);
+    const int64_t n = s[static_cast<size_t>(d)], length = end > start ? (end - start + step - 1) / step : 0;
+    Shape want = s;
+    want[static_cast<size_t>(d)] = length;
+    if (b.shape(src) != want)
+      unsupported(fmt::format("a source of shape [{}] for a slice of shape [{}]", shapeString(b.shape(src)), shapeString(want)));
+    if (length == 0) return self;
+    if (b.dtype(src) != b.dtype(self)) src = b.cast(src, b.dtype(self));
+    std::vector<Idx> idx;
+    for (int k = 0; k < b.rank(self); ++k)
+      idx.push_back(k == d ? idxMin(idxMax(floorDiv(idxAdd(outVar(k), -start), step), idxConst(0)), idxConst(length - 1))
+                           : outVar(k));
+    const int spread = b.indexMap(src, s, idx);
+    std::vector<float> written(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) written[static_cast<size_t>(j)] = j >= start && j < end && (j - start) % step == 0;
+    Shape along(s.size(), 1);
+    along[static_cast<size_t>(d)] = n;
+    const int mask = b.reshape(b.constant({n}, std::move(written), "slice_scatter positions"), along);
+    return b.elementwise(Fn::Where, {Operand{mask}, Operand{spread}, Operand{self}});
   }
   int selectScatter() {
     const int self = tensor(0);
@@ -269,10 +294,12 @@ struct Lowering {
     const Shape s = b.shape(self), is = b.shape(index);
     if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
     for (size_t k = 0; k < s.size(); ++k)
-      if (static_cast<int>(k) != d && is[k] != s[k])
-        unsupported(fmt::format("an index of another size than the tensor's in dim {} (kiln takes equal sizes there)", k));
-    if (argc() > 4 && !isNone(4)) unsupported("a reduce argument (kiln's scatter replaces)");
+      if (static_cast<int>(k) != d && is[k] > s[k]) unsupported(fmt::format("an index larger than the tensor in dim {}", k));
+    if (argc() > 4 && !isNone(4)) unsupported("a reduce argument (kiln's scatter replaces; use scatter_reduce)");
     const Operand landed = operand(3);
+    if (!landed.isImm())
+      for (size_t k = 0; k < s.size(); ++k)
+        if (b.shape(landed.node)[k] < is[k]) unsupported(fmt::format("a source smaller than the index in dim {}", k));
     return routing::scatter(b, self, d, index, landed.isImm() ? landed : Operand{-1, 0.f}, landed.isImm() ? -1 : landed.node);
   }
 

@@ -162,16 +162,33 @@ int gatherAlong(Builder& b, int x, int d, int index) {
 }
 
 int scatter(Builder& b, int x, int d, int index, Operand value, int src) {
-  // Over a new last axis t (index's extent along d): hit[p, t] = (index[p with p_d = t] == p_d).
+  // Over a new last axis t (index's extent along d): hit[p, t] = (index[p with p_d = t] == p_d), p within the index's
+  // extent in the other dims; positions beyond it (an index smaller than x there) are hit by nothing.
   const int r = b.rank(x);
-  const int64_t n = b.shape(x)[static_cast<size_t>(d)];
+  const Shape s = b.shape(x), is = b.shape(index);
+  const int64_t n = s[static_cast<size_t>(d)];
   auto alongT = [&](int y) { return alongNewAxis(b, y, d, n); };
   const int pos = alongAxis(b, n, d, r + 1, "scatter positions", [](int64_t j) { return static_cast<float>(j); }, DType::I64);
   const int hit = b.binary(Fn::Eq, Operand{alongT(wrapped(b, index, n))}, Operand{pos});
-  const int any = b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {r}, false);
-  Operand landed = value;
-  if (src >= 0) landed = Operand{b.reduce(ReduceFn::Sum, where(b, hit, Operand{alongT(src)}, imm(0.f)), {r}, false)};
-  return where(b, any, landed, Operand{x});
+  int any = b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {r}, false);
+  int landed = -1;
+  if (src >= 0) {
+    for (int k = 0; k < r; ++k)  // src's part the index covers
+      if (b.shape(src)[static_cast<size_t>(k)] != is[static_cast<size_t>(k)]) src = b.slice(src, k, 0, 1, is[static_cast<size_t>(k)]);
+    landed = b.reduce(ReduceFn::Sum, where(b, hit, Operand{alongT(src)}, imm(0.f)), {r}, false);
+  }
+  for (int k = 0; k < r; ++k) {  // padded with positions no index reaches
+    const int64_t have = is[static_cast<size_t>(k)], want = s[static_cast<size_t>(k)];
+    if (k == d || have == want) continue;
+    Shape pad = b.shape(any);
+    pad[static_cast<size_t>(k)] = want - have;
+    any = b.concat({any, b.constant(pad, std::vector<float>(static_cast<size_t>(numel(pad)), 0.f), "scatter missed")}, k);
+    if (landed >= 0)
+      landed = b.concat({landed, b.constant(pad, std::vector<float>(static_cast<size_t>(numel(pad)), 0.f), "scatter missed",
+                                            b.dtype(landed))},
+                        k);
+  }
+  return where(b, any, landed >= 0 ? Operand{landed} : value, Operand{x});
 }
 
 int cumsum(Builder& b, int x, int d) {

@@ -32,7 +32,7 @@ int wrapped(Builder& b, int index, int64_t n);
 int gatherAlong(Builder& b, int x, int d, int index);
 
 // x with x[p with p_d = index[p]] replaced by `value` (an immediate), or by src[p] when src >= 0 (the sum of those
-// landing on one position); index of x's shape except along d.
+// landing on one position); index of x's rank and no larger than x in the other dims, src no smaller than index.
 int scatter(Builder& b, int x, int d, int index, Operand value, int src);
 
 // Inclusive prefix sums of x along d, in x's dtype.

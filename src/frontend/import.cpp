@@ -117,7 +117,7 @@ class Importer {
       for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
       return;
     }
-    if (splitsIntoParts(node) || indexIsASlice(node) || indexByOneTensor(node) || aliasesState(node) ||
+    if (splitsIntoParts(node) || indexIsASlice(node) || indexByTensors(node) || aliasesState(node) ||
         writesThroughViews(node))
       return;
     kiln::torch::Node n{functionalForm(node), {}, {}, sourceLoc(node)};
@@ -424,56 +424,109 @@ class Importer {
     return op.substr(0, op.size() - 1);
   }
 
-  // aten::index(x, [None, ..., idx, ...]) with one integer index tensor at position d, idx of input data (Mixtral's
-  // `gate_up_proj[expert_ids]`, the experts a token's router chose) or a constant indexIsASlice does not take: x's
-  // slices idx[...] along d, the result x.shape[:d] + idx.shape + x.shape[d+1:]. Made of aten::index_select (a gather
-  // that reads only the chosen slices) of idx flattened, negative indices wrapped as aten::index does, and a reshape
-  // back. Several index tensors, or a boolean mask (a result whose shape depends on the data), are refused in one line.
-  bool indexByOneTensor(jit::Node* node) {
+  // aten::index(x, [None, ..., i0, i1, ..., None, ...]) with integer index tensors at consecutive dims d0..d1, input
+  // data (Mixtral's `gate_up_proj[expert_ids]`; BERT's padding mask read as `mask[batch_idx, kv_idx]`) or constants
+  // indexIsASlice does not take. PyTorch broadcasts the index tensors to one shape I and returns
+  // x.shape[:d0] + I + x.shape[d1+1:]. Made of: each index wrapped (negative entries plus the dim's size), their
+  // linear position in the indexed dims (a sum of index * stride, broadcast to I), x with those dims moved first and
+  // merged, aten::index_select of its rows at the positions (a gather that reads only the chosen rows), and a reshape
+  // and permute back. Index tensors at dims a slice separates, or a boolean mask (a result whose shape depends on the
+  // data), are refused in one line.
+  bool indexByTensors(jit::Node* node) {
     if (node->kind() != c10::aten::index || node->inputs().size() != 2) return false;
+    // The index list's entries: the values a ListConstruct made it of, or a constant list's elements.
+    std::vector<c10::IValue> entries;
+    std::vector<const jit::Value*> made;
     const jit::Node* list = node->inputs()[1]->node();
-    if (list->kind() != c10::prim::ListConstruct) return false;
-    const std::string at = sourceLoc(node).str();
-    int dim = -1;
-    for (size_t d = 0; d < list->inputs().size(); ++d) {
-      if (env_.at(list->inputs()[d]).isNone()) continue;
-      if (dim >= 0)
-        userError("aten::index at {} indexes by several tensors at once, which kiln does not support; index one "
-                  "dimension at a time (x[i][:, j]) or use torch.gather", at);
-      dim = static_cast<int>(d);
+    if (list->kind() == c10::prim::ListConstruct) {
+      for (const jit::Value* v : list->inputs()) {
+        entries.push_back(env_.at(v));
+        made.push_back(v);
+      }
+    } else if (env_.at(node->inputs()[1]).isList()) {
+      for (const c10::IValue& e : env_.at(node->inputs()[1]).toListRef()) {
+        entries.push_back(e);
+        made.push_back(nullptr);
+      }
+    } else {
+      return false;
     }
-    if (dim < 0) return false;
-    const jit::Value* idxValue = list->inputs()[static_cast<size_t>(dim)];
-    const c10::IValue& idxIv = env_.at(idxValue);
-    if (!idxIv.isTensor()) return false;
-    const at::Tensor& idx = idxIv.toTensor();
-    if (idx.scalar_type() == at::kBool || idx.scalar_type() == at::kByte)
-      userError("aten::index at {} selects by a boolean mask, whose result's shape depends on the data; kiln needs "
-                "static shapes: use torch.where(mask, x, other) or masked_fill instead", at);
-    if (idx.is_floating_point()) return false;
+    const std::string at = sourceLoc(node).str();
+    std::vector<int64_t> dims;
+    for (size_t d = 0; d < entries.size(); ++d) {
+      const c10::IValue& iv = entries[d];
+      if (iv.isNone()) continue;
+      if (!iv.isTensor() || iv.toTensor().is_floating_point()) return false;
+      if (iv.toTensor().scalar_type() == at::kBool || iv.toTensor().scalar_type() == at::kByte)
+        userError("aten::index at {} selects by a boolean mask, whose result's shape depends on the data; kiln needs "
+                  "static shapes: use torch.where(mask, x, other) or masked_fill instead", at);
+      if (!dims.empty() && dims.back() + 1 != static_cast<int64_t>(d))
+        userError("aten::index at {} indexes dims {} and {} by tensors with a slice between them, which kiln does not "
+                  "support; index them one after the other (x[i][:, :, j]) or use torch.gather", at, dims.back(), d);
+      dims.push_back(static_cast<int64_t>(d));
+    }
+    if (dims.empty()) return false;
     const at::Tensor& x = env_.at(node->inputs()[0]).toTensor();
+    const at::Tensor& result = env_.at(node->output()).toTensor();
     const SourceLoc loc = sourceLoc(node);
-    auto add = [&](const char* op, std::vector<int> inputs, const at::Tensor& like) {
+    auto add = [&](const char* op, std::vector<int> inputs, at::IntArrayRef sizes, c10::ScalarType type) {
       kiln::torch::Node n{op, std::move(inputs), {}, loc};
-      n.outputs.push_back(tensorValue(like, "aten::index", loc));
+      n.outputs.push_back(tensorValue(at::empty(sizes, at::TensorOptions().dtype(type).device(at::kMeta)), "aten::index", loc));
       g_.nodes.push_back(std::move(n));
       return g_.nodes.back().outputs.back();
     };
-    const auto meta = [](at::IntArrayRef sizes, c10::ScalarType t) {
-      return at::empty(sizes, at::TensorOptions().dtype(t).device(at::kMeta));
-    };
-    int flat = idsOf(idxValue, node).at(0);
-    if (idx.dim() != 1) flat = add("aten::reshape", {flat, constantList({idx.numel()})}, meta({idx.numel()}, idx.scalar_type()));
-    const at::Tensor flatMeta = meta({idx.numel()}, idx.scalar_type());
-    const int negative = add("aten::lt", {flat, constantValue(0)}, meta({idx.numel()}, at::kBool));
-    const int wrapped = add("aten::add", {flat, constantValue(x.size(dim)), constantValue(1)}, flatMeta);
-    flat = add("aten::where", {negative, wrapped, flat}, flatMeta);
-    std::vector<int64_t> picked = x.sizes().vec();
-    picked[static_cast<size_t>(dim)] = idx.numel();
-    const at::Tensor& result = env_.at(node->output()).toTensor();
-    int out = add("aten::index_select", {idsOf(node->inputs()[0], node).at(0), constantValue(dim), flat},
-                  meta(picked, result.scalar_type()));
-    if (idx.dim() != 1) out = add("aten::reshape", {out, constantList(result.sizes().vec())}, result);
+    // The linear position of each index tuple within the indexed dims, broadcast to I.
+    std::vector<at::Tensor> metas;
+    for (int64_t d : dims) metas.push_back(entries[static_cast<size_t>(d)].toTensor().to(at::kMeta));
+    const std::vector<int64_t> I = at::broadcast_tensors(metas)[0].sizes().vec();
+    int64_t rows = 1, stride = 1;
+    for (int64_t d : dims) rows *= x.size(d);
+    int position = -1;
+    for (size_t k = dims.size(); k-- > 0;) {
+      const int64_t d = dims[k];
+      const at::Tensor& idx = metas[k];
+      const jit::Value* v = made[static_cast<size_t>(d)];
+      const int id = v ? idsOf(v, node).at(0) : weightValue(entries[static_cast<size_t>(d)].toTensor(), node->inputs()[1], node);
+      const int negative = add("aten::lt", {id, constantValue(0)}, idx.sizes(), at::kBool);
+      const int shifted = add("aten::add", {id, constantValue(x.size(d)), constantValue(1)}, idx.sizes(), at::kLong);
+      int wrapped = add("aten::where", {negative, shifted, id}, idx.sizes(), at::kLong);
+      if (stride != 1) wrapped = add("aten::mul", {wrapped, constantValue(stride)}, idx.sizes(), at::kLong);
+      position = position < 0 ? wrapped : add("aten::add", {position, wrapped, constantValue(1)}, I, at::kLong);
+      stride *= x.size(d);
+    }
+    int64_t count = 1;
+    for (int64_t v : I) count *= v;
+    if (g_.values[static_cast<size_t>(position)].shape != I) position = add("aten::expand", {position, constantList(I), constantValue(0)}, I, at::kLong);
+    const int flat = add("aten::reshape", {position, constantList({count})}, {count}, at::kLong);
+    // x with the indexed dims first, merged: [rows, rest...]
+    std::vector<int64_t> order(dims.begin(), dims.end()), rest;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (d < dims.front() || d > dims.back()) {
+        order.push_back(d);
+        rest.push_back(x.size(d));
+      }
+    int moved = idsOf(node->inputs()[0], node).at(0);
+    std::vector<int64_t> movedSizes;
+    for (int64_t d : order) movedSizes.push_back(x.size(d));
+    if (dims.front() != 0) moved = add("aten::permute", {moved, constantList(order)}, movedSizes, x.scalar_type());
+    std::vector<int64_t> merged{rows};
+    merged.insert(merged.end(), rest.begin(), rest.end());
+    moved = add("aten::reshape", {moved, constantList(merged)}, merged, x.scalar_type());
+    std::vector<int64_t> picked = merged;
+    picked[0] = count;
+    int out = add("aten::index_select", {moved, constantValue(0), flat}, picked, x.scalar_type());
+    // [I..., rest...] and, where dims came before the indexed ones, those moved back in front of I.
+    std::vector<int64_t> grouped(I.begin(), I.end());
+    grouped.insert(grouped.end(), rest.begin(), rest.end());
+    out = add("aten::reshape", {out, constantList(grouped)}, grouped, x.scalar_type());
+    if (dims.front() != 0) {
+      const int64_t before = dims.front(), n = static_cast<int64_t>(I.size());
+      std::vector<int64_t> back;
+      for (int64_t i = 0; i < before; ++i) back.push_back(n + i);
+      for (int64_t i = 0; i < n; ++i) back.push_back(i);
+      for (int64_t i = n + before; i < static_cast<int64_t>(grouped.size()); ++i) back.push_back(i);
+      out = add("aten::permute", {out, constantList(back)}, result.sizes(), x.scalar_type());
+    }
     ids_[node->output()] = {out};
     return true;
   }
@@ -827,6 +880,12 @@ Graph importModel(const std::string& path, const std::vector<InputOverride>& ove
   for (const InputSpec& spec : specs)
     inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalarType(spec.dtype)).device(at::kMeta)));
   ::torch::NoGradGuard noGrad;
+  // LibTorch's warnings while the import runs the ops (deprecations, e.g. scatter's reduce argument) speak of PyTorch's
+  // internals, not of the user's model; kiln's own messages are the one line the user gets.
+  struct Quiet : c10::WarningHandler {
+    void process(const c10::Warning&) override {}
+  } quiet;
+  c10::WarningUtils::WarningHandlerGuard quietGuard(&quiet);
   return Importer(path, std::filesystem::path(path).stem().string(), castTo, f.module).run(f.frozen, *f.graph, specs, inputs);
 }
 

@@ -192,11 +192,11 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::scatter",
        "x with `x[p with p_dim = index[p]]` replaced by a value or `src[p]` (scatter_ on a fresh result likewise); "
        "several landing on one position: their sum (PyTorch leaves it undefined)",
-       "an index of another size than x in the other dims; the `reduce` argument"},
+       "an index larger than x in the other dims (or than src); the `reduce` argument (use scatter_reduce)"},
       {"aten::slice_scatter",
-       "x with its slice `start:end` along `dim` replaced by src (cast to x's dtype); what the import makes of an "
+       "x with its slice `start:end:step` along `dim` replaced by src (cast to x's dtype); what the import makes of an "
        "in-place write through slices of a fresh tensor (`k = x.new_empty(...); k[..., :n] = a`)",
-       "a step other than 1; an in-place write into a tensor whose earlier view is read after it"},
+       "an in-place write into a tensor whose earlier view is read after it"},
       {"aten::select_scatter", "x with its slice `index` along `dim` replaced by src, as slice_scatter", ""},
       {"aten::split", kSplit, kSplitRefusal, true},
       {"aten::split_with_sizes", kSplit, kSplitRefusal, true},

@@ -55,8 +55,9 @@ TEST_F(MoE, TopkMatchesLibTorch) {
                           "--check", "--interpret"}));
 }
 
-// Indexing by a tensor of input data: rows of a weight by a 1-D index (negative ones wrapped, as aten::index does), a
-// 2-D index along an inner dim of input data, and repeat_interleave along a dim and over the flattened tensor.
+// Indexing by tensors of input data: rows of a weight by a 1-D index (negative ones wrapped, as aten::index does), a
+// 2-D index along an inner dim of input data, two index tensors broadcast together (at the first dims, and after a
+// slice), and repeat_interleave along a dim and over the flattened tensor.
 TEST_F(MoE, IndexByTensorAndRepeatInterleaveMatchLibTorch) {
   TempDir tmp;
   const std::string script = fmt::format(
@@ -64,13 +65,16 @@ TEST_F(MoE, IndexByTensorAndRepeatInterleaveMatchLibTorch) {
       "class Index(torch.nn.Module):\n"
       "    def __init__(self):\n"
       "        super().__init__()\n"
-      "        self.w = torch.nn.Parameter(torch.randn(5, 3, 4))\n"
+      "        self.w = torch.nn.Parameter(torch.randn(5, 6, 6))\n"
       "    def forward(self, x, ids):\n"
       "        a = self.w[ids]\n"
       "        b = x[:, ids.view(2, 2)]\n"
       "        c = x.repeat_interleave(2, dim=1)\n"
       "        d = x.repeat_interleave(3)\n"
-      "        return a * 2.0, b + 1.0, c, d\n"
+      "        rows = torch.arange(3).view(3, 1)\n"
+      "        e = x[rows, ids.view(1, 4)]\n"  // two index tensors broadcast (BERT: mask[batch_idx, kv_idx])
+      "        f = self.w[:, ids[:2], ids[2:]]\n"  // two adjacent index dims after a slice
+      "        return a * 2.0, b + 1.0, c, d, e, f\n"
       "torch.jit.trace(Index(), (torch.randn(3, 6), torch.tensor([4, -1, 0, -5]))).save('{0}/index.pt')\n",
       tmp.path.string());
   ASSERT_TRUE(runPython(tmp.path, script)) << script;
@@ -118,7 +122,8 @@ TEST_F(MoE, GatherScatterSliceWritesAndExtremesMatchLibTorch) {
 
 // Mixtral's router: softmax, topk, and top_value /= top_value.sum(-1, keepdim=True), an in-place division of a value
 // its sum read first (nothing reads it after the change): taken as the out-of-place division. A view taken before
-// the change and read after it still refuses it, and so do indexing by a boolean mask and by two tensors at once.
+// the change and read after it still refuses it, and so do indexing by a boolean mask and by tensors at dims a slice
+// separates.
 TEST_F(MoE, RouterRenormalisesInPlaceAndIndexRefusalsAreOneLine) {
   TempDir tmp;
   const std::string script = fmt::format(
@@ -134,18 +139,18 @@ TEST_F(MoE, RouterRenormalisesInPlaceAndIndexRefusalsAreOneLine) {
       "        return x[x > 0] * 2.0\n"
       "class Two(torch.nn.Module):\n"
       "    def forward(self, x, i, j):\n"
-      "        return x[i, j] * 2.0\n"
+      "        return x[i, :, j] * 2.0\n"
       "torch.jit.trace(Router(), (torch.randn(6, 4),)).save('{0}/router.pt')\n"
       "torch.jit.trace(Mask(), (torch.randn(4, 3),), check_trace=False).save('{0}/mask.pt')\n"
-      "torch.jit.trace(Two(), (torch.randn(4, 3), torch.tensor([0, 1]), torch.tensor([2, 0]))).save('{0}/two.pt')\n",
+      "torch.jit.trace(Two(), (torch.randn(4, 3, 5), torch.tensor([0, 1]), torch.tensor([2, 0]))).save('{0}/two.pt')\n",
       tmp.path.string());
   ASSERT_TRUE(runPython(tmp.path, script)) << script;
   expectCheckPasses(kiln({"run", (tmp.path / "router.pt").string(), "--input", "logits=6x4", "--check", "--interpret"}));
   expectOneLineError(kiln({"compile", (tmp.path / "mask.pt").string(), "--input", "x=4x3"}), 1,
                      {"aten::index", "boolean mask", "torch.where"});
-  expectOneLineError(kiln({"compile", (tmp.path / "two.pt").string(), "--input", "x=4x3", "--input", "i=2:i64", "--input",
+  expectOneLineError(kiln({"compile", (tmp.path / "two.pt").string(), "--input", "x=4x3x5", "--input", "i=2:i64", "--input",
                            "j=2:i64"}),
-                     1, {"aten::index", "several tensors"});
+                     1, {"aten::index", "a slice between them", "torch.gather"});
 }
 
 // The tiny Mixtral (4 experts, 2 chosen per token; models/hf_families.py) at one token, its experts in both of
