@@ -12,6 +12,8 @@ sliding windows, multi-query, logit softcapping) switched on where it has them.
     python3 models/hf_families.py --bf16       # hf_gpt_neox_tiny_bf16.pt, hf_gemma2_tiny_bf16.pt (BF16_FAMILIES)
     python3 models/hf_families.py --default-cache   # hf_qwen2_tiny_cache.pt: traced as users trace, the config's
                                                # use_cache=True and a wrapper returning model(ids).logits
+    python3 models/hf_families.py --encoders    # hf_bert_tiny.pt, hf_roberta_tiny.pt, hf_distilbert_tiny.pt: encoders
+                                               # on input_ids, attention_mask (and token_type_ids)
     python3 models/hf_families.py --grouped     # hf_<family>_tiny_grouped.pt: the mixtures of experts (EXPERTS) with
                                                # transformers' default grouped_mm experts
     python3 models/hf_families.py --real qwen2 --dtype bf16 --device cuda -o /tmp/qwen2.pt
@@ -194,6 +196,53 @@ def main_bf16(argv=None):
         export(build(family).to(torch.bfloat16), example_inputs(256), fixtures / f"hf_{family}_tiny_bf16.pt")
 
 
+# Encoders (issue 44), traced on (input_ids, attention_mask[, token_type_ids]) -> last_hidden_state at batch 2 with the
+# second row padded: the padding mask built from input data (BERT reads it as mask[batch_idx, kv_idx]; RoBERTa also
+# counts positions with an int32 cumsum of input_ids != pad). type_vocab_size 8 and pad id 0 keep kiln's random test ids
+# (0..7) inside the tables.
+ENC_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=256,
+                  max_position_embeddings=128, type_vocab_size=8, pad_token_id=0)
+ENCODERS = {
+    "bert": ("BertConfig", "BertModel", ENC_COMMON, True),
+    "roberta": ("RobertaConfig", "RobertaModel", ENC_COMMON, True),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", dict(dim=64, hidden_dim=128, n_layers=2, n_heads=4,
+                                                                vocab_size=256, max_position_embeddings=128,
+                                                                pad_token_id=0), False),
+}
+
+
+class Encoder(torch.nn.Module):
+    """forward(input_ids, attention_mask[, token_type_ids]) -> the encoder's last hidden state."""
+
+    def __init__(self, model, token_types):
+        super().__init__()
+        self.model = model
+        self.token_types = token_types
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        extra = {"token_type_ids": token_type_ids} if self.token_types else {}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+
+
+def main_encoders(argv=None):
+    """hf_<encoder>_tiny.pt: BERT, RoBERTa and DistilBERT (ENCODERS) with attention-mask inputs."""
+    import transformers
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    for family in argv or list(ENCODERS):
+        config_cls, model_cls, args, token_types = ENCODERS[family]
+        config = getattr(transformers, config_cls)(**args)
+        config._attn_implementation = "sdpa"
+        with _no_init_weights():
+            model = getattr(transformers, model_cls)(config)
+        randomize_inplace_(model, seed=0)
+        g = torch.Generator().manual_seed(1)
+        inputs = {"input_ids": torch.randint(1, 256, (2, 16), generator=g), "attention_mask": torch.ones(2, 16, dtype=torch.int64)}
+        inputs["attention_mask"][1, 11:] = 0
+        if token_types:
+            inputs["token_type_ids"] = (torch.arange(16) >= 8).to(torch.int64).expand(2, 16).contiguous()
+        export(Encoder(model.eval(), token_types).eval(), inputs, fixtures / f"hf_{family}_tiny.pt")
+
+
 def main_grouped(argv=None):
     """hf_<family>_tiny_grouped.pt: the mixtures of experts with transformers' default grouped_mm experts (sorted by
     expert, counted with histc and cumsum, products by torch._grouped_mm)."""
@@ -225,6 +274,8 @@ if __name__ == "__main__":
         main_real([a for a in sys.argv[1:] if a != "--real"])
     elif "--default-cache" in sys.argv:
         main_default_cache([a for a in sys.argv[1:] if a != "--default-cache"])
+    elif "--encoders" in sys.argv:
+        main_encoders([a for a in sys.argv[1:] if a != "--encoders"])
     elif "--grouped" in sys.argv:
         main_grouped([a for a in sys.argv[1:] if a != "--grouped"])
     elif "--bf16" in sys.argv:
