@@ -1,5 +1,7 @@
 """Tiny random-weight transformers models of the families kiln takes in (issues 9, 44), traced on input_ids -> logits:
-GPT-2, GPT-NeoX, Phi, Phi-3, StableLM, Falcon, Qwen2, Qwen3, Mistral, Gemma, Gemma-2, GPT-J, Cohere, OLMo. Each is built from a config
+GPT-2, GPT-NeoX, Phi, Phi-3, StableLM, Falcon, Qwen2, Qwen3, Mistral, Gemma, Gemma-2, GPT-J, Cohere, OLMo, and the
+mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 and GPT-OSS (their experts in transformers' batched_mm form, EXPERTS). Each is
+built from a config
 (nothing is downloaded), its parameters overwritten with seeded normals (hf_llama.randomize_inplace_), and traced
 through hf_llama.LogitsOnly with its inputs recorded; the shapes are those of the family's tiny test models:
 hidden 64, 2 layers, 4 heads, vocab 256, 16 tokens, each family's own options (grouped KV heads, partial rotary,
@@ -10,6 +12,10 @@ sliding windows, multi-query, logit softcapping) switched on where it has them.
     python3 models/hf_families.py --bf16       # hf_gpt_neox_tiny_bf16.pt, hf_gemma2_tiny_bf16.pt (BF16_FAMILIES)
     python3 models/hf_families.py --default-cache   # hf_qwen2_tiny_cache.pt: traced as users trace, the config's
                                                # use_cache=True and a wrapper returning model(ids).logits
+    python3 models/hf_families.py --encoders    # hf_bert_tiny.pt, hf_roberta_tiny.pt, hf_distilbert_tiny.pt: encoders
+                                               # on input_ids, attention_mask (and token_type_ids)
+    python3 models/hf_families.py --grouped     # hf_<family>_tiny_grouped.pt: the mixtures of experts (EXPERTS) with
+                                               # transformers' default grouped_mm experts
     python3 models/hf_families.py --real qwen2 --dtype bf16 --device cuda -o /tmp/qwen2.pt
                                                # 2 layers at the family's real layer shapes (REAL), 128 tokens
 """
@@ -53,7 +59,33 @@ FAMILIES = {
                                                          eos_token_id=0), "sdpa"),
     "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(COMMON, clip_qkv=0.5, pad_token_id=0, bos_token_id=0, eos_token_id=0),
              "sdpa"),
+    # issue 44: mixture of experts, traced with transformers' batched_mm experts (EXPERTS): each token's chosen experts'
+    # weights gathered by index into a batched product, so kiln's product reads only those experts
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(COMMON, num_key_value_heads=2, num_local_experts=4,
+                                                           num_experts_per_tok=2), "sdpa"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(COMMON, num_key_value_heads=2, num_experts=4,
+                                                               num_experts_per_tok=2, moe_intermediate_size=32,
+                                                               shared_expert_intermediate_size=64), "sdpa"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(COMMON, num_key_value_heads=2, head_dim=16, num_experts=8,
+                                                               num_experts_per_tok=2, moe_intermediate_size=32,
+                                                               norm_topk_prob=True), "sdpa"),
+    # sigmoid scores with a correction bias, experts chosen within the best groups (topk of groups, scatter_, gather),
+    # a shared expert, a dense first layer, and multi-head latent attention (keys written through slices of new_empty)
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", dict(COMMON, num_key_value_heads=4, n_routed_experts=8,
+                                                                     num_experts_per_tok=2, n_group=2, topk_group=1,
+                                                                     moe_intermediate_size=32, n_shared_experts=1,
+                                                                     first_k_dense_replace=1, q_lora_rank=32,
+                                                                     kv_lora_rank=16, qk_rope_head_dim=8,
+                                                                     qk_nope_head_dim=8, v_head_dim=16), "sdpa"),
+    # experts with biases and a clamped gate, interleaved gate/up columns, attention sinks (max along a dim), windows
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(COMMON, intermediate_size=64, num_key_value_heads=2, head_dim=16,
+                                                          num_local_experts=4, num_experts_per_tok=2, sliding_window=8),
+                "eager"),
 }
+
+# Families whose experts kiln takes in transformers' batched_mm form (config._experts_implementation): the experts each
+# token's router chose, gathered by index (aten::index) into a batched product (aten::bmm).
+EXPERTS = {family: "batched_mm" for family in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")}
 
 
 # The layer shapes of one public checkpoint per family (hidden size, MLP width, heads, KV heads, head size, rotary
@@ -79,14 +111,32 @@ REAL = {
                   head_dim=256),  # gemma-2b
     "gemma2": dict(REAL_COMMON, hidden_size=2304, intermediate_size=9216, num_attention_heads=8, num_key_value_heads=4,
                    head_dim=256, sliding_window=4096),  # gemma-2-2b
+    "mixtral": dict(REAL_COMMON, hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                    num_local_experts=8, num_experts_per_tok=2),  # Mixtral-8x7B
+    "qwen2_moe": dict(REAL_COMMON, hidden_size=3584, intermediate_size=18944, moe_intermediate_size=2560,
+                      shared_expert_intermediate_size=20480, num_attention_heads=28, num_key_value_heads=4, num_experts=64,
+                      num_experts_per_tok=8),  # Qwen2-57B-A14B
+    "qwen3_moe": dict(REAL_COMMON, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_attention_heads=32,
+                      num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+                      norm_topk_prob=True),  # Qwen3-30B-A3B
+    # DeepSeek-V3's layer shapes with 32 of its 256 routed experts (8 groups of 4, the best 4 groups), both layers MoE
+    "deepseek_v3": dict(REAL_COMMON, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+                        num_attention_heads=128, num_key_value_heads=128, n_routed_experts=32, num_experts_per_tok=8,
+                        n_group=8, topk_group=4, n_shared_experts=1, first_k_dense_replace=0, q_lora_rank=1536,
+                        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+    "gpt_oss": dict(REAL_COMMON, hidden_size=2880, intermediate_size=2880, num_attention_heads=64, num_key_value_heads=8,
+                    head_dim=64, num_local_experts=32, num_experts_per_tok=4, sliding_window=128),  # gpt-oss-20b
 }
 
 
-def build(family, seed=0, real=False):
+def build(family, seed=0, real=False, experts=None):
+    """The family's model (tiny, or at REAL's shapes), its experts in `experts`' form (default EXPERTS')."""
     import transformers
     config_cls, model_cls, args, attention = FAMILIES[family]
     config = getattr(transformers, config_cls)(**(REAL[family] if real else args))
     config._attn_implementation = attention
+    if family in EXPERTS:
+        config._experts_implementation = experts or EXPERTS[family]
     config.use_cache = False
     torch.manual_seed(seed)
     with _no_init_weights():
@@ -146,6 +196,61 @@ def main_bf16(argv=None):
         export(build(family).to(torch.bfloat16), example_inputs(256), fixtures / f"hf_{family}_tiny_bf16.pt")
 
 
+# Encoders (issue 44), traced on (input_ids, attention_mask[, token_type_ids]) -> last_hidden_state at batch 2 with the
+# second row padded: the padding mask built from input data (BERT reads it as mask[batch_idx, kv_idx]; RoBERTa also
+# counts positions with an int32 cumsum of input_ids != pad). type_vocab_size 8 and pad id 0 keep kiln's random test ids
+# (0..7) inside the tables.
+ENC_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=256,
+                  max_position_embeddings=128, type_vocab_size=8, pad_token_id=0)
+ENCODERS = {
+    "bert": ("BertConfig", "BertModel", ENC_COMMON, True),
+    "roberta": ("RobertaConfig", "RobertaModel", ENC_COMMON, True),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", dict(dim=64, hidden_dim=128, n_layers=2, n_heads=4,
+                                                                vocab_size=256, max_position_embeddings=128,
+                                                                pad_token_id=0), False),
+}
+
+
+class Encoder(torch.nn.Module):
+    """forward(input_ids, attention_mask[, token_type_ids]) -> the encoder's last hidden state."""
+
+    def __init__(self, model, token_types):
+        super().__init__()
+        self.model = model
+        self.token_types = token_types
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        extra = {"token_type_ids": token_type_ids} if self.token_types else {}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+
+
+def main_encoders(argv=None):
+    """hf_<encoder>_tiny.pt: BERT, RoBERTa and DistilBERT (ENCODERS) with attention-mask inputs."""
+    import transformers
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    for family in argv or list(ENCODERS):
+        config_cls, model_cls, args, token_types = ENCODERS[family]
+        config = getattr(transformers, config_cls)(**args)
+        config._attn_implementation = "sdpa"
+        with _no_init_weights():
+            model = getattr(transformers, model_cls)(config)
+        randomize_inplace_(model, seed=0)
+        g = torch.Generator().manual_seed(1)
+        inputs = {"input_ids": torch.randint(1, 256, (2, 16), generator=g), "attention_mask": torch.ones(2, 16, dtype=torch.int64)}
+        inputs["attention_mask"][1, 11:] = 0
+        if token_types:
+            inputs["token_type_ids"] = (torch.arange(16) >= 8).to(torch.int64).expand(2, 16).contiguous()
+        export(Encoder(model.eval(), token_types).eval(), inputs, fixtures / f"hf_{family}_tiny.pt")
+
+
+def main_grouped(argv=None):
+    """hf_<family>_tiny_grouped.pt: the mixtures of experts with transformers' default grouped_mm experts (sorted by
+    expert, counted with histc and cumsum, products by torch._grouped_mm)."""
+    fixtures = pathlib.Path(__file__).resolve().parent / "fixtures"
+    for family in argv or list(EXPERTS):
+        export(build(family, experts="grouped_mm"), example_inputs(256), fixtures / f"hf_{family}_tiny_grouped.pt")
+
+
 def main_real(argv):
     """One family at its real layer shapes (REAL), traced on input_ids [1, SEQ] in DTYPE on DEVICE, written to -o."""
     import argparse
@@ -169,6 +274,10 @@ if __name__ == "__main__":
         main_real([a for a in sys.argv[1:] if a != "--real"])
     elif "--default-cache" in sys.argv:
         main_default_cache([a for a in sys.argv[1:] if a != "--default-cache"])
+    elif "--encoders" in sys.argv:
+        main_encoders([a for a in sys.argv[1:] if a != "--encoders"])
+    elif "--grouped" in sys.argv:
+        main_grouped([a for a in sys.argv[1:] if a != "--grouped"])
     elif "--bf16" in sys.argv:
         main_bf16([a for a in sys.argv[1:] if a != "--bf16"])
     else:

@@ -2,14 +2,18 @@
 // Pre: a verified Torch IR graph (shapes static, non-tensor operands constant).
 // Post: a Tensor IR graph computing the same outputs; every node records the Torch op it came from.
 // An op without a decomposition here is a user error naming the op, its source line and docs/ops.md.
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "kiln/support/error.h"
 #include "kiln/tensor/builder.h"
 #include "kiln/tensor/op_catalog.h"
+#include "routing.h"
 
 namespace kiln::tensor {
 namespace {
@@ -156,9 +160,221 @@ struct Lowering {
     return {mean, centred, b.unary(Fn::Rsqrt, b.binary(Fn::Add, Operand{var}, Operand{-1, eps}))};
   }
 
-  // Every result of the current node: native_layer_norm's three, otherwise the one lower() makes.
+  // aten::topk(x, k, dim=-1, largest=True, sorted=True) -> (values, indices) (routing::topk). Equal values come out
+  // first position first (PyTorch leaves their order unspecified); sorted=False gives the same sorted order (PyTorch's
+  // order there is its own: a router using the result only through gathers and sums computes the same).
+  std::vector<int> topk() {
+    const int x = tensor(0);
+    const int64_t k = integer(1);
+    const int d = b.normDim(x, argc() > 2 ? integer(2) : -1);
+    const int64_t n = b.shape(x)[static_cast<size_t>(d)];
+    if (k < 1 || k > n) unsupported(fmt::format("k = {} of {} positions (kiln takes 1 <= k <= the dim's size)", k, n));
+    if (n > (int64_t{1} << 24)) unsupported(fmt::format("topk over {} positions (kiln's is exact up to 2^24)", n));
+    auto [values, indices] = routing::topk(b, x, k, d, argc() <= 3 || boolean(3));
+    return {values, indices};
+  }
+
+  // aten::sort(x, dim=-1, descending=False) and sort.stable(x, *, stable, dim=-1, descending=False) -> (values,
+  // indices), stable either way (routing::sort: O(n^2) per row).
+  std::vector<int> sortValues() {
+    const int x = tensor(0);
+    const bool stableForm = argc() == 4;
+    const int d = b.normDim(x, argc() > (stableForm ? 2u : 1u) ? integer(stableForm ? 2 : 1) : -1);
+    const bool descending = argc() > (stableForm ? 3u : 2u) && boolean(stableForm ? 3 : 2);
+    const int64_t n = b.shape(x)[static_cast<size_t>(d)];
+    if (n > 4096) unsupported(fmt::format("sort of {} positions (kiln's compares every pair: at most 4096)", n));
+    auto [values, indices] = routing::sort(b, x, d, descending);
+    return {values, indices};
+  }
+
+  // aten::repeat_interleave(x, repeats, dim=None): each slice along dim repeated `repeats` times in place (x flattened
+  // first without a dim): out[.., i, ..] = x[.., i floordiv repeats, ..], one IndexMap. repeats must be one count.
+  int repeatInterleave() {
+    int x = tensor(0);
+    const torch::Value& r = value(1);
+    int64_t repeats = 0;
+    if (r.kind == torch::Value::Kind::Constant) repeats = integer(1);
+    else if (r.kind == torch::Value::Kind::Weight && numel(r.shape) == 1) repeats = static_cast<int64_t>(r.weight->values.at(0));
+    else unsupported("repeats given per slice (a tensor of counts); kiln takes one count for every slice");
+    if (repeats < 1) unsupported(fmt::format("{} repeats (kiln takes 1 or more)", repeats));
+    int d = 0;
+    if (argc() > 2 && !isNone(2)) d = b.normDim(x, integer(2));
+    else x = b.reshape(x, {numel(b.shape(x))});
+    Shape shape = b.shape(x);
+    shape[static_cast<size_t>(d)] *= repeats;
+    std::vector<Idx> idx;
+    for (int i = 0; i < b.rank(x); ++i) idx.push_back(i == d ? floorDiv(outVar(i), repeats) : outVar(i));
+    return b.indexMap(x, shape, idx);
+  }
+
+  // slice_scatter(self, src, dim, start, end, step): self with its slice start:end along dim replaced by src (cast to
+  // self's dtype): the slices of self before and after it and src, concatenated. The import makes it of an in-place
+  // write through a slice; select_scatter(self, src, dim, index) is the slice index:index+1 of src given that axis.
+  int sliceScatter() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, argc() > 2 ? integer(2) : 0);
+    const int64_t n = b.shape(self)[static_cast<size_t>(d)];
+    auto bound = [&](int i, int64_t otherwise, int64_t low) {
+      int64_t v = argc() > static_cast<size_t>(i) && !isNone(i) ? integer(i) : otherwise;
+      if (v < 0) v += n;
+      return std::clamp<int64_t>(v, low, n);
+    };
+    const int64_t start = bound(3, 0, 0), end = bound(4, n, start);
+    const int64_t step = argc() > 5 && !isNone(5) ? integer(5) : 1;
+    if (step < 1) unsupported(fmt::format("a step of {}", step));
+    if (step == 1) return replaceRange(self, tensor(1), d, start, end);
+    return replaceStrided(self, tensor(1), d, start, end, step);
+  }
+  // slice_scatter with a step: where(j in start:end:step, src[(j - start) / step], self[j]) along d, the positions a
+  // constant and src read through a clamped IndexMap.
+  int replaceStrided(int self, int src, int d, int64_t start, int64_t end, int64_t step) {
+    const Shape s = b.shape(self);
+    const int64_t n = s[static_cast<size_t>(d)], length = end > start ? (end - start + step - 1) / step : 0;
+    Shape want = s;
+    want[static_cast<size_t>(d)] = length;
+    if (b.shape(src) != want)
+      unsupported(fmt::format("a source of shape [{}] for a slice of shape [{}]", shapeString(b.shape(src)), shapeString(want)));
+    if (length == 0) return self;
+    if (b.dtype(src) != b.dtype(self)) src = b.cast(src, b.dtype(self));
+    std::vector<Idx> idx;
+    for (int k = 0; k < b.rank(self); ++k)
+      idx.push_back(k == d ? idxMin(idxMax(floorDiv(idxAdd(outVar(k), -start), step), idxConst(0)), idxConst(length - 1))
+                           : outVar(k));
+    const int spread = b.indexMap(src, s, idx);
+    std::vector<float> written(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) written[static_cast<size_t>(j)] = j >= start && j < end && (j - start) % step == 0;
+    Shape along(s.size(), 1);
+    along[static_cast<size_t>(d)] = n;
+    const int mask = b.reshape(b.constant({n}, std::move(written), "slice_scatter positions"), along);
+    return b.elementwise(Fn::Where, {Operand{mask}, Operand{spread}, Operand{self}});
+  }
+  int selectScatter() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, integer(2));
+    const int64_t n = b.shape(self)[static_cast<size_t>(d)];
+    int64_t i = integer(3);
+    if (i < 0) i += n;
+    Shape one = b.shape(self);
+    one[static_cast<size_t>(d)] = 1;
+    return replaceRange(self, b.reshape(tensor(1), one), d, i, i + 1);
+  }
+  int replaceRange(int self, int src, int d, int64_t start, int64_t end) {
+    Shape want = b.shape(self);
+    const int64_t n = want[static_cast<size_t>(d)];
+    want[static_cast<size_t>(d)] = end - start;
+    if (b.shape(src) != want)
+      unsupported(fmt::format("a source of shape [{}] for a slice of shape [{}]", shapeString(b.shape(src)), shapeString(want)));
+    if (b.dtype(src) != b.dtype(self)) src = b.cast(src, b.dtype(self));
+    std::vector<int> parts;
+    if (start > 0) parts.push_back(b.slice(self, d, 0, 1, start));
+    if (end > start) parts.push_back(src);
+    if (end < n) parts.push_back(b.slice(self, d, end, 1, n - end));
+    return parts.size() == 1 ? parts[0] : b.concat(parts, d);
+  }
+
+  // gather(self, dim, index): routing::gatherAlong; indices clamped into the tensor, where PyTorch fails on one out of
+  // range.
+  int gatherAlong() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, integer(1));
+    const int index = tensor(2);
+    const Shape s = b.shape(self), is = b.shape(index);
+    if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
+    for (size_t k = 0; k < s.size(); ++k)
+      if (static_cast<int>(k) != d && is[k] > s[k]) unsupported(fmt::format("an index larger than the tensor in dim {}", k));
+    if (numel(s) > (int64_t{1} << 24)) unsupported(fmt::format("gather from {} elements (kiln's is exact up to 2^24)", numel(s)));
+    return routing::gatherAlong(b, self, d, index);
+  }
+
+  // scatter(self, dim, index, value or src) and its in-place form on a fresh result: routing::scatter.
+  int scatter() {
+    const int self = tensor(0);
+    const int d = b.normDim(self, integer(1));
+    const int index = tensor(2);
+    const Shape s = b.shape(self), is = b.shape(index);
+    if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
+    for (size_t k = 0; k < s.size(); ++k)
+      if (static_cast<int>(k) != d && is[k] > s[k]) unsupported(fmt::format("an index larger than the tensor in dim {}", k));
+    if (argc() > 4 && !isNone(4)) unsupported("a reduce argument (kiln's scatter replaces; use scatter_reduce)");
+    const Operand landed = operand(3);
+    if (!landed.isImm())
+      for (size_t k = 0; k < s.size(); ++k)
+        if (b.shape(landed.node)[k] < is[k]) unsupported(fmt::format("a source smaller than the index in dim {}", k));
+    return routing::scatter(b, self, d, index, landed.isImm() ? landed : Operand{-1, 0.f}, landed.isImm() ? -1 : landed.node);
+  }
+
+  // cumsum(x, dim, dtype=None): x converted to the result's dtype (an integer or bool x sums in i64, as PyTorch),
+  // then routing::cumsum.
+  int cumulativeSum() {
+    int x = tensor(0);
+    const int d = b.normDim(x, integer(1));
+    if (b.shape(x)[static_cast<size_t>(d)] > 4096)
+      unsupported(fmt::format("cumsum over {} positions (kiln sums every prefix apart: at most 4096)", b.shape(x)[static_cast<size_t>(d)]));
+    if (b.dtype(x) != resultType()) x = b.cast(x, resultType());
+    return routing::cumsum(b, x, d);
+  }
+
+  // histc(x, bins=100, min=0, max=0) of a floating x: routing::histc.
+  int histogram() {
+    const int x = tensor(0);
+    const int64_t bins = argc() > 1 ? integer(1) : 100;
+    const double lo = argc() > 2 ? number(2) : 0.0, hi = argc() > 3 ? number(3) : 0.0;
+    if (lo >= hi) unsupported("min >= max (PyTorch then takes the range from the data); give histc min < max");
+    if (bins < 1 || numel(b.shape(x)) * bins > (int64_t{1} << 26))
+      unsupported(fmt::format("{} bins of {} elements (kiln compares each element with each bin: at most 2^26 pairs)", bins,
+                              numel(b.shape(x))));
+    return routing::histc(b, x, bins, static_cast<float>(lo), static_cast<float>(hi));
+  }
+
+  // floor_divide(a, b) of an integer tensor by a nonzero integer constant: routing::floorDivide.
+  int floorDivide() {
+    const int a = tensor(0);
+    const Operand divisor = operand(1);
+    if (b.dtype(a) != DType::I64 || !divisor.isImm() || divisor.imm != std::trunc(divisor.imm) || divisor.imm == 0.f)
+      unsupported("floor_divide of an integer tensor by a nonzero integer constant is what kiln takes");
+    return routing::floorDivide(b, a, divisor.imm);
+  }
+
+  // _grouped_mm(input [S, K], weight [E, K, N], offs [E]): routing::groupedProduct (bias and out_dtype not taken).
+  int groupedMm() {
+    const int input = tensor(0), weight = tensor(1);
+    if (argc() < 3 || isNone(2)) unsupported("a grouped product without offsets");
+    const int offsets = tensor(2);
+    for (int i = 3; i < static_cast<int>(argc()); ++i)
+      if (!isNone(i)) unsupported("a bias or out_dtype argument");
+    const Shape si = b.shape(input), sw = b.shape(weight), so = b.shape(offsets);
+    if (si.size() != 2 || sw.size() != 3 || so.size() != 1 || so[0] != sw[0] || si[1] != sw[1])
+      unsupported(fmt::format("operands [{}] x [{}] with offsets [{}] (kiln takes [S, K] x [E, K, N] with [E])",
+                              shapeString(si), shapeString(sw), shapeString(so)));
+    return routing::groupedProduct(b, input, weight, offsets);
+  }
+
+  // aten::max / aten::min: of every element (one result); of two tensors, elementwise (torch.maximum / minimum, NaN
+  // propagating); along a dim, (values, indices), the indices argmax's (of -x for min: the first extreme, NaN counting
+  // as it, as PyTorch).
+  std::vector<int> extremes() {
+    const bool max = cur->op == "aten::max";
+    const int x = tensor(0);
+    const int keys = max ? x : b.unary(Fn::Neg, x);
+    if (argc() == 1) {
+      std::vector<int> all(static_cast<size_t>(b.rank(x)));
+      std::iota(all.begin(), all.end(), 0);
+      const int m = b.reduce(ReduceFn::Max, keys, all, false);
+      return {max ? m : b.unary(Fn::Neg, m)};
+    }
+    if (value(1).isTensor()) return {b.binary(max ? Fn::Max : Fn::Min, Operand{x}, operand(1))};
+    const int d = b.normDim(x, integer(1));
+    const bool keep = argc() > 2 && boolean(2);
+    const int m = b.reduce(ReduceFn::Max, keys, {d}, keep);
+    return {max ? m : b.unary(Fn::Neg, m), firstMaximum(keys, d, keep)};
+  }
+
+  // Every result of the current node: native_layer_norm's three, topk's two, otherwise the one lower() makes.
   std::vector<int> lowerResults() {
     if (cur->op == "aten::native_layer_norm") return layerNormParts();
+    if (cur->op == "aten::topk") return topk();
+    if (cur->op == "aten::sort") return sortValues();
+    if (cur->op == "aten::max" || cur->op == "aten::min") return extremes();
     if (cur->outputs.size() != 1) unsupported("ops with several results are not supported");
     return {lower()};
   }
@@ -168,7 +384,9 @@ struct Lowering {
   static bool takesDimensions(const std::string& op) {
     static const std::set<std::string> ops = {"aten::sum",     "aten::mean",      "aten::amax",         "aten::argmax",
                                               "aten::softmax", "aten::squeeze",   "aten::transpose",    "aten::index_select",
-                                              "aten::index_copy"};
+                                              "aten::index_copy",  "aten::topk",      "aten::repeat_interleave",
+                                              "aten::gather",      "aten::scatter",   "aten::slice_scatter", "aten::select_scatter",
+                                              "aten::max",         "aten::min",       "aten::sort",         "aten::cumsum"};
     return ops.count(op) > 0;
   }
   std::vector<int> lowerNode() {
@@ -447,16 +665,42 @@ struct Lowering {
     if (b.rank(index) > 1) unsupported("index_copy with an index of more than one dimension");
     if (b.rank(index) == 0) index = b.reshape(index, {1});
     const Shape s = b.shape(self);
-    const int64_t n = s[static_cast<size_t>(d)], count = b.shape(index)[0];
+    const int64_t count = b.shape(index)[0];
     Shape expected = s;
     expected[static_cast<size_t>(d)] = count;
     if (b.shape(source) != expected)
       unsupported(fmt::format("source of shape [{}] for {} slices of [{}] along dim {}", shapeString(b.shape(source)), count,
                               shapeString(s), d));
+    return copySlices(self, d, index, source, false);
+  }
+
+  // index_put(self, [index], values, accumulate) with one integer index tensor (1-D or 0-D) for dim 0, and its in-place
+  // form on a fresh result (transformers' grouped_mm experts invert their sort by `inv[perm] = arange(S)`): values
+  // broadcast to the written slices' shape; without accumulate as index_copy (a repeated index sums its values, where
+  // PyTorch leaves the result undefined), with accumulate self plus every value landing on the slice. Negative indices
+  // wrap; others out of range write nothing (PyTorch fails).
+  int indexPut() {
+    if (argc() != 4 || isNone(1))
+      unsupported("an index list of more than one tensor, or with None (kiln takes x[idx] = v, one integer index tensor)");
+    const int self = tensor(0);
+    int index = tensor(1);
+    if (b.dtype(index) == DType::Bool) unsupported("a boolean mask index (use torch.where(mask, v, x))");
+    if (b.rank(index) > 1) unsupported("an index of more than one dimension");
+    if (b.rank(index) == 0) index = b.reshape(index, {1});
+    index = routing::wrapped(b, index, b.shape(self)[0]);
+    Shape slices = b.shape(self);
+    slices[0] = b.shape(index)[0];
+    return copySlices(self, 0, index, b.broadcastTo(tensor(2), slices), boolean(3));
+  }
+
+  // self with its slices index[t] along d replaced by source's slice t, or (accumulate) increased by it.
+  int copySlices(int self, int d, int index, int source, bool accumulate) {
+    const Shape s = b.shape(self);
+    const int64_t n = s[static_cast<size_t>(d)], count = b.shape(index)[0];
     std::vector<float> positions(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) positions[static_cast<size_t>(j)] = static_cast<float>(j);
     const int iota = b.constant({n}, std::move(positions), "index_copy positions", DType::I64);
-    if (count == 1) return indexCopyOne(self, d, iota, index, source);
+    if (count == 1 && !accumulate) return indexCopyOne(self, d, iota, index, source);
     int hit = b.binary(Fn::Eq, Operand{b.reshape(iota, {n, 1})}, Operand{b.reshape(index, {1, count})});  // [n, count]
     // source with dim moved next to last ([.., count, inner]); a last dim gets a unit inner dim.
     const int r = b.rank(self);
@@ -476,6 +720,7 @@ struct Lowering {
     std::vector<int> back(perm.size());
     for (size_t i = 0; i < perm.size(); ++i) back[static_cast<size_t>(perm[i])] = static_cast<int>(i);
     replaced = b.permute(replaced, back);
+    if (accumulate) return b.binary(Fn::Add, Operand{self}, Operand{b.cast(replaced, b.dtype(self))});
     Shape maskShape(static_cast<size_t>(r), 1);
     maskShape[static_cast<size_t>(d)] = n;
     int written = b.reshape(b.reduce(ReduceFn::Max, b.cast(hit, DType::F32), {1}, false), maskShape);
@@ -504,22 +749,16 @@ struct Lowering {
     } else {
       x = b.reshape(x, {numel(b.shape(x))});
     }
-    const bool keep = hasDim && argc() > 2 && boolean(2);
+    return firstMaximum(x, d, hasDim && argc() > 2 && boolean(2));
+  }
+  int firstMaximum(int x, int d, bool keep) {
     const int64_t n = b.shape(x)[static_cast<size_t>(d)];
     if (n > (int64_t{1} << 24)) unsupported(fmt::format("argmax over {} positions (kiln's is exact up to 2^24)", n));
-    std::vector<float> fromEnd(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) fromEnd[static_cast<size_t>(j)] = static_cast<float>(n - j);
-    Shape along(static_cast<size_t>(b.rank(x)), 1);
-    along[static_cast<size_t>(d)] = n;
-    const int score = b.reshape(b.constant({n}, std::move(fromEnd), "argmax positions"), along);
-    const int m = b.reduce(ReduceFn::Max, x, {d}, true);
-    const int equal = b.binary(Fn::Eq, Operand{x}, Operand{m});
-    const int nan = b.binary(Fn::Ne, Operand{x}, Operand{x});
-    const int atEqual = b.elementwise(Fn::Where, {Operand{equal}, Operand{score}, Operand{-1, 0.f}});
-    const int picked = b.elementwise(Fn::Where, {Operand{nan}, Operand{score}, Operand{atEqual}});
-    const int best = b.reduce(ReduceFn::Max, picked, {d}, keep);
-    return b.cast(b.binary(Fn::Sub, Operand{-1, static_cast<float>(n)}, Operand{best}), DType::I64);
+    return routing::firstMaximum(b, x, d, keep);
   }
+
+  int maximum() { return b.binary(Fn::Max, operand(0), operand(1)); }  // torch.maximum / minimum: NaN propagates
+  int minimum() { return b.binary(Fn::Min, operand(0), operand(1)); }
 
   int maskedFill() { return b.elementwise(Fn::Where, {Operand{tensor(1)}, operand(2), Operand{tensor(0)}}); }
   int where() { return b.elementwise(Fn::Where, {Operand{tensor(0)}, operand(1), operand(2)}); }
@@ -571,6 +810,18 @@ struct Lowering {
         {"aten::alias", &Lowering::passThrough},
         {"aten::embedding", &Lowering::embedding},
         {"aten::index_select", &Lowering::indexSelect},
+        {"aten::repeat_interleave", &Lowering::repeatInterleave},
+        {"aten::gather", &Lowering::gatherAlong},
+        {"aten::cumsum", &Lowering::cumulativeSum},
+        {"aten::histc", &Lowering::histogram},
+        {"aten::floor_divide", &Lowering::floorDivide},
+        {"aten::_grouped_mm", &Lowering::groupedMm},
+        {"aten::index_put", &Lowering::indexPut},
+        {"aten::maximum", &Lowering::maximum},
+        {"aten::minimum", &Lowering::minimum},
+        {"aten::scatter", &Lowering::scatter},
+        {"aten::slice_scatter", &Lowering::sliceScatter},
+        {"aten::select_scatter", &Lowering::selectScatter},
         {"aten::cat", &Lowering::concat},
         {"aten::concat", &Lowering::concat},
         {"aten::stack", &Lowering::stack},
@@ -621,7 +872,8 @@ std::vector<std::string> supportedOps() {
 }
 
 std::vector<std::string> loweredOps() {
-  std::vector<std::string> names{"aten::native_layer_norm"};  // (lowerResults: the one op of several results)
+  // (lowerResults: the ops of several results)
+  std::vector<std::string> names{"aten::native_layer_norm", "aten::topk", "aten::sort", "aten::max", "aten::min"};
   for (const auto& table : {Lowering::unaryFunctions(), Lowering::comparisons()})
     for (const auto& [name, fn] : table) names.push_back(name);
   for (const auto& [name, lowering] : Lowering::opLowerings()) names.push_back(name);

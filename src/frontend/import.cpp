@@ -33,9 +33,11 @@ namespace {
 
 class Importer {
  public:
-  Importer(std::string path, std::string modelName, std::optional<DType> castTo)
+  Importer(std::string path, std::string modelName, std::optional<DType> castTo, const jit::Module& module)
       : path_(std::move(path)), castTo_(castTo) {
     g_.modelName = std::move(modelName);
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) nameStorage(p.name, p.value);
+    for (const auto& b : module.named_buffers(/*recurse=*/true)) nameStorage(b.name, b.value);
   }
 
   Graph run(const jit::Module& frozen, jit::Graph& graph, const std::vector<InputSpec>& specs,
@@ -56,8 +58,10 @@ class Importer {
       dynamic_.insert(v);
     }
     for (jit::Node* node : graph.nodes()) visit(node);
-    for (const jit::Value* out : graph.outputs())
+    for (const jit::Value* out : graph.outputs()) {
+      refuseInt32Outputs(env_.at(out));
       for (int id : idsOf(out, nullptr)) g_.outputs.push_back(id);
+    }
     for (kiln::torch::State& st : g_.states) {  // the states' last versions close the outputs
       st.output = states_.at(st.name).current;
       g_.outputs.push_back(st.output);
@@ -86,6 +90,7 @@ class Importer {
     }
     if (dyn && writesFirstOperand(node) && stateOf(node->input(0))) return writeState(node, stack);
     if (dyn) refuseOtherInPlace(node);
+    if (dyn) refuseDataDependentShape(node);
     dyn = evaluate(node, stack, dyn);
     auto outs = node->outputs();
     for (size_t i = 0; i < outs.size(); ++i) env_[outs[i]] = stack[i];
@@ -112,7 +117,9 @@ class Importer {
       for (size_t i = 0; i < outs.size(); ++i) ids_[outs[i]] = {elems.at(i)};
       return;
     }
-    if (splitsIntoParts(node) || indexIsASlice(node) || aliasesState(node)) return;
+    if (splitsIntoParts(node) || indexIsASlice(node) || indexByTensors(node) || aliasesState(node) ||
+        writesThroughViews(node))
+      return;
     kiln::torch::Node n{functionalForm(node), {}, {}, sourceLoc(node)};
     for (const jit::Value* in : node->inputs())
       for (int id : idsOf(in, node)) n.inputs.push_back(id);
@@ -158,6 +165,8 @@ class Importer {
           if (v.isTensor() && v.toTensor().is_meta())
             v = at::zeros(v.toTensor().sizes(), at::TensorOptions().dtype(v.toTensor().scalar_type()));
         node->getOperation()(stack);
+        if (node->kind() == c10::aten::new_empty || node->kind() == c10::aten::empty_like)  // uninitialized: zeros
+          for (c10::IValue& v : stack) v = at::zeros_like(v.toTensor());
         dyn = false;
       } else if (dyn) {
         evaluateOnMeta(node, stack);
@@ -269,6 +278,24 @@ class Importer {
                   : "; write the model with an out-of-place op");
   }
 
+  // Ops whose result's shape, or a Python number, comes from the input's values (nonzero, one-argument where, unique,
+  // masked_select, Int/item): a trace records them for the values it was traced on, and what follows (a loop over the
+  // experts hit, a size) holds only for those. Refused before they are evaluated, naming the usual source.
+  static void refuseDataDependentShape(const jit::Node* node) {
+    static const std::unordered_set<std::string> ops = {"aten::nonzero", "aten::nonzero_numpy", "aten::argwhere",
+                                                        "aten::masked_select", "aten::unique", "aten::_unique2",
+                                                        "aten::unique_consecutive", "aten::Int", "aten::item",
+                                                        "aten::_local_scalar_dense", "aten::bincount"};
+    const std::string op = node->kind().toQualString();
+    const bool nonzeroWhere = op == "aten::where" && node->inputs().size() == 1;
+    if (!ops.count(op) && !nonzeroWhere) return;
+    userError("{} at {} makes a shape or a number from the input's values, so the trace holds only for the values it "
+              "was traced on (transformers' eager experts loop runs just the experts hit while tracing); kiln needs "
+              "shapes that follow from the input shapes: for a mixture of experts set "
+              "model.config._experts_implementation = \"grouped_mm\" (the default) or \"batched_mm\" before tracing",
+              op, sourceLoc(node).str());
+  }
+
   // A node whose operand no earlier node gave a value: the graph reads something the import does not model, usually a
   // module attribute that an op changes in place (so that freezing could not make it a constant): that op is named if
   // the graph has one, else the node and the value.
@@ -280,24 +307,228 @@ class Importer {
               producer->kind().toQualString(), sourceLoc(producer).str());
   }
 
-  // An in-place op of rewrittenInPlace (aten::add_, clamp_, masked_fill_, ...) computes what its functional form does when the tensor
-  // it changes is a fresh result read by nothing else (Falcon's `attn_output += ...` on a matmul's output): that
-  // form's name. If anything else reads the tensor, or it is a view of another, an input or a weight, the change
-  // would be visible elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their
-  // own name.
+  // Whether `node`'s first result may share memory with an operand (a view: its schema gives the result alias info),
+  // except an aten::to that changed the dtype (a copy; only the same dtype returns the operand itself).
+  bool makesView(const jit::Node* node) const {
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    if (!schema || schema->returns().empty() || schema->returns()[0].alias_info() == nullptr) return false;
+    if (node->kind() == c10::aten::to && !node->inputs().empty() && !node->outputs().empty()) {
+      auto in = env_.find(node->inputs()[0]), out = env_.find(node->outputs()[0]);
+      if (in != env_.end() && out != env_.end() && in->second.isTensor() && out->second.isTensor() &&
+          in->second.toTensor().scalar_type() != out->second.toTensor().scalar_type())
+        return false;
+    }
+    return true;
+  }
+
+  // Whether changing x in place at `node` is seen by no other reader: x is a fresh result (not an input, a weight or a
+  // constant), no node reads it after `node`, and no node took a view of it or collected it into a list or tuple
+  // (read again when unpacked). Where x is itself a view, the change reaches the tensor it views, which must pass
+  // the same test, its view op `through` being the one view allowed (GPT-OSS's `bmm(...).squeeze(1).add_(bias)`).
+  bool changeIsPrivate(const jit::Value* x, const jit::Node* node, const jit::Node* through = nullptr) const {
+    const jit::Node* producer = x->node();
+    if (producer->kind() == c10::prim::Param || producer->kind() == c10::prim::Constant ||
+        producer->kind() == c10::prim::GetAttr)
+      return false;
+    for (const jit::Use& use : x->uses()) {
+      if (use.user == node || use.user == through) continue;
+      const auto k = use.user->kind();
+      const bool collects = k == c10::prim::TupleConstruct || k == c10::prim::ListConstruct || k == c10::prim::DictConstruct;
+      if (!use.user->isBefore(node) || makesView(use.user) || collects) return false;
+    }
+    return !makesView(producer) || changeIsPrivate(producer->inputs()[0], node, producer);
+  }
+
+  // Whether a node after `node` reads v, directly or through views of it.
+  bool readAfter(const jit::Value* v, const jit::Node* node) const {
+    for (const jit::Use& use : v->uses())
+      if (!use.user->isBefore(node) || (makesView(use.user) && readAfter(use.user->output(), node))) return true;
+    return false;
+  }
+
+  // An in-place op of rewrittenInPlace (copy_, add_, ...) writing through slices and selects of a fresh tensor that
+  // later nodes read (DeepSeek-V3's `k = k_nope.new_empty(...); k[..., :n] = k_nope; k[..., n:] = k_rot`): the view's
+  // new value is the functional op on the view taken of the tensor's current version, and the tensor's next version
+  // is that value written back through each view by aten::slice_scatter / select_scatter; later readers of the tensor
+  // (and of the op's result) get the new versions. Refused where a view of the tensor taken before the write is read
+  // after it (it would have to see the change), or a view in the chain has another reader. False for other nodes.
+  bool writesThroughViews(jit::Node* node) {
+    const std::string op = node->kind().toQualString();
+    if (!rewrittenInPlace(op) || changeIsPrivate(node->inputs()[0], node)) return false;
+    std::vector<const jit::Node*> chain;  // the views from the written tensor outwards
+    const jit::Value* base = node->inputs()[0];
+    const jit::Node* through = node;
+    while (base->node()->kind() == c10::aten::slice || base->node()->kind() == c10::aten::select) {
+      for (const jit::Use& use : base->uses())
+        if (use.user != through && !use.user->isBefore(node)) return false;
+      chain.push_back(base->node());
+      through = base->node();
+      base = base->node()->inputs()[0];
+    }
+    const auto k = base->node()->kind();
+    if (chain.empty() || k == c10::prim::Param || k == c10::prim::Constant || k == c10::prim::GetAttr || makesView(base->node()))
+      return false;
+    for (const jit::Use& use : base->uses())  // an earlier view of base (or a view of it) read after the write would miss it
+      if (use.user != through && use.user->isBefore(node) && makesView(use.user) && readAfter(use.user->output(), node))
+        userError("{} at {} writes into a tensor whose view {} at {} is read after the write; kiln compiles "
+                  "functional graphs: take the view after writing", op, sourceLoc(node).str(),
+                  use.user->kind().toQualString(), sourceLoc(use.user).str());
+    const SourceLoc loc = sourceLoc(node);
+    auto add = [&](std::string name, std::vector<int> inputs, const at::Tensor& like) {
+      kiln::torch::Node n{std::move(name), std::move(inputs), {}, loc};
+      n.outputs.push_back(tensorValue(like, op, loc));
+      g_.nodes.push_back(std::move(n));
+      return g_.nodes.back().outputs.back();
+    };
+    auto viewArgs = [&](const jit::Node* view) {
+      std::vector<int> ids;
+      for (size_t i = 1; i < view->inputs().size(); ++i) ids.push_back(idsOf(view->inputs()[i], view).at(0));
+      return ids;
+    };
+    std::vector<int> versions{idsOf(base, node).at(0)};  // the current version of base, then of each view inwards
+    for (size_t i = chain.size(); i-- > 0;) {
+      std::vector<int> in{versions.back()};
+      for (int id : viewArgs(chain[i])) in.push_back(id);
+      versions.push_back(add(chain[i]->kind().toQualString(), in, env_.at(chain[i]->output()).toTensor()));
+    }
+    std::vector<int> in{versions.back()};
+    for (size_t i = 1; i < node->inputs().size(); ++i)
+      for (int id : idsOf(node->inputs()[i], node)) in.push_back(id);
+    int written = add(op.substr(0, op.size() - 1), in, env_.at(node->output()).toTensor());
+    ids_[node->output()] = {written};
+    for (size_t i = 0; i < chain.size(); ++i) {  // innermost view first: write it into the version it was taken of
+      const jit::Node* view = chain[i];
+      const size_t parent = chain.size() - 1 - i;
+      std::vector<int> args{versions[parent], written};
+      for (int id : viewArgs(view)) args.push_back(id);
+      const jit::Value* of = view->inputs()[0];
+      written = add(view->kind() == c10::aten::slice ? "aten::slice_scatter" : "aten::select_scatter", args,
+                    env_.at(of).toTensor());
+    }
+    ids_[base] = {written};
+    dynamic_.insert(base);
+    return true;
+  }
+
+  // An in-place op of rewrittenInPlace (aten::add_, clamp_, masked_fill_, ...) computes what its functional form does
+  // when the change is private (changeIsPrivate): that form's name. Readers before it saw the old value, which the
+  // functional form leaves as it was (Falcon's `attn_output += ...` on a matmul's output; Mixtral's router
+  // `top_value /= top_value.sum(-1, keepdim=True)`, whose sum reads it first). Otherwise the change would be visible
+  // elsewhere, and kiln, whose values are never mutated, refuses it in one line. Other ops: their own name.
   std::string functionalForm(const jit::Node* node) {
     std::string op = node->kind().toQualString();
     if (!rewrittenInPlace(op)) return op;
-    const jit::Value* x = node->inputs()[0];
-    const jit::Node* producer = x->node();
-    const c10::FunctionSchema* schema = producer->maybeSchema();
-    const bool view = schema && !schema->returns().empty() && schema->returns()[0].alias_info() != nullptr;
-    const bool fresh = producer->kind() != c10::prim::Param && producer->kind() != c10::prim::Constant &&
-                       producer->kind() != c10::prim::GetAttr && !view;
-    if (!fresh || x->uses().size() != 1)
+    if (!changeIsPrivate(node->inputs()[0], node))
       userError("{} at {} changes a tensor that other values read or share; kiln compiles functional graphs: write the "
                 "model with the out-of-place op ({})", op, sourceLoc(node).str(), op.substr(0, op.size() - 1));
     return op.substr(0, op.size() - 1);
+  }
+
+  // aten::index(x, [None, ..., i0, i1, ..., None, ...]) with integer index tensors at consecutive dims d0..d1, input
+  // data (Mixtral's `gate_up_proj[expert_ids]`; BERT's padding mask read as `mask[batch_idx, kv_idx]`) or constants
+  // indexIsASlice does not take. PyTorch broadcasts the index tensors to one shape I and returns
+  // x.shape[:d0] + I + x.shape[d1+1:]. Made of: each index wrapped (negative entries plus the dim's size), their
+  // linear position in the indexed dims (a sum of index * stride, broadcast to I), x with those dims moved first and
+  // merged, aten::index_select of its rows at the positions (a gather that reads only the chosen rows), and a reshape
+  // and permute back. Index tensors at dims a slice separates, or a boolean mask (a result whose shape depends on the
+  // data), are refused in one line.
+  bool indexByTensors(jit::Node* node) {
+    if (node->kind() != c10::aten::index || node->inputs().size() != 2) return false;
+    // The index list's entries: the values a ListConstruct made it of, or a constant list's elements.
+    std::vector<c10::IValue> entries;
+    std::vector<const jit::Value*> made;
+    const jit::Node* list = node->inputs()[1]->node();
+    if (list->kind() == c10::prim::ListConstruct) {
+      for (const jit::Value* v : list->inputs()) {
+        entries.push_back(env_.at(v));
+        made.push_back(v);
+      }
+    } else if (env_.at(node->inputs()[1]).isList()) {
+      for (const c10::IValue& e : env_.at(node->inputs()[1]).toListRef()) {
+        entries.push_back(e);
+        made.push_back(nullptr);
+      }
+    } else {
+      return false;
+    }
+    const std::string at = sourceLoc(node).str();
+    std::vector<int64_t> dims;
+    for (size_t d = 0; d < entries.size(); ++d) {
+      const c10::IValue& iv = entries[d];
+      if (iv.isNone()) continue;
+      if (!iv.isTensor() || iv.toTensor().is_floating_point()) return false;
+      if (iv.toTensor().scalar_type() == at::kBool || iv.toTensor().scalar_type() == at::kByte)
+        userError("aten::index at {} selects by a boolean mask, whose result's shape depends on the data; kiln needs "
+                  "static shapes: use torch.where(mask, x, other) or masked_fill instead", at);
+      if (!dims.empty() && dims.back() + 1 != static_cast<int64_t>(d))
+        userError("aten::index at {} indexes dims {} and {} by tensors with a slice between them, which kiln does not "
+                  "support; index them one after the other (x[i][:, :, j]) or use torch.gather", at, dims.back(), d);
+      dims.push_back(static_cast<int64_t>(d));
+    }
+    if (dims.empty()) return false;
+    const at::Tensor& x = env_.at(node->inputs()[0]).toTensor();
+    const at::Tensor& result = env_.at(node->output()).toTensor();
+    const SourceLoc loc = sourceLoc(node);
+    auto add = [&](const char* op, std::vector<int> inputs, at::IntArrayRef sizes, c10::ScalarType type) {
+      kiln::torch::Node n{op, std::move(inputs), {}, loc};
+      n.outputs.push_back(tensorValue(at::empty(sizes, at::TensorOptions().dtype(type).device(at::kMeta)), "aten::index", loc));
+      g_.nodes.push_back(std::move(n));
+      return g_.nodes.back().outputs.back();
+    };
+    // The linear position of each index tuple within the indexed dims, broadcast to I.
+    std::vector<at::Tensor> metas;
+    for (int64_t d : dims) metas.push_back(entries[static_cast<size_t>(d)].toTensor().to(at::kMeta));
+    const std::vector<int64_t> I = at::broadcast_tensors(metas)[0].sizes().vec();
+    int64_t rows = 1, stride = 1;
+    for (int64_t d : dims) rows *= x.size(d);
+    int position = -1;
+    for (size_t k = dims.size(); k-- > 0;) {
+      const int64_t d = dims[k];
+      const at::Tensor& idx = metas[k];
+      const jit::Value* v = made[static_cast<size_t>(d)];
+      const int id = v ? idsOf(v, node).at(0) : weightValue(entries[static_cast<size_t>(d)].toTensor(), node->inputs()[1], node);
+      const int negative = add("aten::lt", {id, constantValue(0)}, idx.sizes(), at::kBool);
+      const int shifted = add("aten::add", {id, constantValue(x.size(d)), constantValue(1)}, idx.sizes(), at::kLong);
+      int wrapped = add("aten::where", {negative, shifted, id}, idx.sizes(), at::kLong);
+      if (stride != 1) wrapped = add("aten::mul", {wrapped, constantValue(stride)}, idx.sizes(), at::kLong);
+      position = position < 0 ? wrapped : add("aten::add", {position, wrapped, constantValue(1)}, I, at::kLong);
+      stride *= x.size(d);
+    }
+    int64_t count = 1;
+    for (int64_t v : I) count *= v;
+    if (g_.values[static_cast<size_t>(position)].shape != I) position = add("aten::expand", {position, constantList(I), constantValue(0)}, I, at::kLong);
+    const int flat = add("aten::reshape", {position, constantList({count})}, {count}, at::kLong);
+    // x with the indexed dims first, merged: [rows, rest...]
+    std::vector<int64_t> order(dims.begin(), dims.end()), rest;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (d < dims.front() || d > dims.back()) {
+        order.push_back(d);
+        rest.push_back(x.size(d));
+      }
+    int moved = idsOf(node->inputs()[0], node).at(0);
+    std::vector<int64_t> movedSizes;
+    for (int64_t d : order) movedSizes.push_back(x.size(d));
+    if (dims.front() != 0) moved = add("aten::permute", {moved, constantList(order)}, movedSizes, x.scalar_type());
+    std::vector<int64_t> merged{rows};
+    merged.insert(merged.end(), rest.begin(), rest.end());
+    moved = add("aten::reshape", {moved, constantList(merged)}, merged, x.scalar_type());
+    std::vector<int64_t> picked = merged;
+    picked[0] = count;
+    int out = add("aten::index_select", {moved, constantValue(0), flat}, picked, x.scalar_type());
+    // [I..., rest...] and, where dims came before the indexed ones, those moved back in front of I.
+    std::vector<int64_t> grouped(I.begin(), I.end());
+    grouped.insert(grouped.end(), rest.begin(), rest.end());
+    out = add("aten::reshape", {out, constantList(grouped)}, grouped, x.scalar_type());
+    if (dims.front() != 0) {
+      const int64_t before = dims.front(), n = static_cast<int64_t>(I.size());
+      std::vector<int64_t> back;
+      for (int64_t i = 0; i < before; ++i) back.push_back(n + i);
+      for (int64_t i = 0; i < n; ++i) back.push_back(i);
+      for (int64_t i = n + before; i < static_cast<int64_t>(grouped.size()); ++i) back.push_back(i);
+      out = add("aten::permute", {out, constantList(back)}, result.sizes(), x.scalar_type());
+    }
+    ids_[node->output()] = {out};
+    return true;
   }
 
   // aten::index(x, [None, ..., idx, ...]) of input data with one constant index tensor whose values step evenly
@@ -500,6 +731,7 @@ class Importer {
     auto data = std::make_shared<kiln::torch::WeightData>();
     std::string name = v->hasDebugName() ? v->debugName() : "";
     if (name.rfind("self.", 0) == 0) name = name.substr(5);
+    if (name.empty()) name = parameterViewed(tensor);
     data->name = name.empty() ? "constant" : name;
     at::Tensor f = t.to(at::kFloat).contiguous();
     data->values.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
@@ -508,6 +740,17 @@ class Importer {
     val.shape = t.sizes().vec();
     val.weight = data;
     return g_.addValue(val);
+  }
+
+  // The module's parameters and buffers by their memory, so that a constant freezing folded from one of them
+  // (transformers' grouped_mm experts read `gate_up_proj.transpose(-2, -1)`) keeps the parameter's name.
+  void nameStorage(const std::string& name, const at::Tensor& t) {
+    if (t.defined() && t.has_storage() && t.numel() > 0) storageNames_.emplace(t.storage().data(), std::make_pair(name, t.numel()));
+  }
+  std::string parameterViewed(const at::Tensor& t) const {
+    if (!t.defined() || !t.has_storage()) return "";
+    auto it = storageNames_.find(t.storage().data());
+    return it != storageNames_.end() && it->second.second == t.numel() && t.storage_offset() == 0 ? it->second.first : "";
   }
 
   // `logical` (a constant's value) as the weight `stored` (the same values in another layout) and an aten::permute by
@@ -561,12 +804,27 @@ class Importer {
     return id;
   }
 
+  // An int32 tensor inside the model (transformers' grouped_mm experts take their offsets as
+  // cumsum(..., dtype=torch.int32)) is computed as i64, which holds every int32 value; as a model output it would come
+  // back in another dtype than LibTorch's, so an int32 output is refused.
+  void refuseInt32Outputs(const c10::IValue& v) {
+    if (v.isTensor() && v.toTensor().scalar_type() == at::kInt)
+      userError("a model output is an int32 tensor; kiln computes int32 values as i64: return it as int64 (.long())");
+    if (v.isTuple())
+      for (const c10::IValue& e : v.toTupleRef().elements()) refuseInt32Outputs(e);
+    if (v.isList())
+      for (const c10::IValue& e : v.toListRef()) refuseInt32Outputs(e);
+    if (v.isGenericDict())
+      for (const auto& e : v.toGenericDict()) refuseInt32Outputs(e.value());
+  }
+
   DType dtypeOf(const at::Tensor& t, const std::string& op, const SourceLoc& loc) {
     switch (t.scalar_type()) {
       case at::kFloat: return DType::F32;
       case at::kHalf: return DType::F16;
       case at::kBFloat16: return DType::BF16;
       case at::kLong: return DType::I64;
+      case at::kInt: return DType::I64;  // widened (refuseInt32Outputs)
       case at::kBool: return DType::Bool;
       default:
         userError("{} at {} produces a {} tensor; kiln supports f32, f16, bf16, i64 and bool", op, loc.str(),
@@ -587,6 +845,7 @@ class Importer {
   };
   std::map<std::string, StateVersions> states_;
   std::unordered_map<const jit::Value*, std::string> stateAlias_, viewOf_;
+  std::unordered_map<const void*, std::pair<std::string, int64_t>> storageNames_;  // nameStorage
   std::map<std::string, std::vector<const jit::Value*>> stateViews_;
 };
 
@@ -621,7 +880,13 @@ Graph importModel(const std::string& path, const std::vector<InputOverride>& ove
   for (const InputSpec& spec : specs)
     inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(scalarType(spec.dtype)).device(at::kMeta)));
   ::torch::NoGradGuard noGrad;
-  return Importer(path, std::filesystem::path(path).stem().string(), castTo).run(f.frozen, *f.graph, specs, inputs);
+  // LibTorch's warnings while the import runs the ops (deprecations, e.g. scatter's reduce argument) speak of PyTorch's
+  // internals, not of the user's model; kiln's own messages are the one line the user gets.
+  struct Quiet : c10::WarningHandler {
+    void process(const c10::Warning&) override {}
+  } quiet;
+  c10::WarningUtils::WarningHandlerGuard quietGuard(&quiet);
+  return Importer(path, std::filesystem::path(path).stem().string(), castTo, f.module).run(f.frozen, *f.graph, specs, inputs);
 }
 
 }  // namespace kiln::frontend

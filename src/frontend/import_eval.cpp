@@ -117,7 +117,8 @@ void evaluateOnMeta(const jit::Node* node, jit::Stack& stack) {
 
 bool metadataOnly(const jit::Node* node) {
   static const std::unordered_set<std::string> ops = {"aten::new_ones", "aten::new_zeros", "aten::new_full",
-                                                       "aten::zeros_like", "aten::ones_like", "aten::full_like"};
+                                                       "aten::zeros_like", "aten::ones_like", "aten::full_like",
+                                                       "aten::new_empty", "aten::empty_like"};
   return ops.count(node->kind().toQualString()) > 0;
 }
 

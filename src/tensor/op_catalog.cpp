@@ -83,8 +83,8 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::detach", kIdentity, ""},
       {"aten::to",
        "a cast to LibTorch's result dtype (any overload; device, non_blocking and copy ignored); float to i64 truncates, "
-       "to bool is `!= 0`",
-       "a result dtype other than f32, f16, bf16, i64 and bool; under --dtype, a `to` the trace pins to another floating "
+       "to bool is `!= 0`; to int32 computes i64 (every int32 value fits; an int32 model output is refused)",
+       "a result dtype other than f32, f16, bf16, i64, int32 and bool; under --dtype, a `to` the trace pins to another floating "
        "type"},
       {"aten::type_as", "a cast to the other tensor's dtype", "as to"},
       {"aten::cos", kUnary, ""},
@@ -143,6 +143,61 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::baddbmm", "as addmm, batched", kMatmulRefusal},
       {"aten::index_select", "a gather along `dim` with a 1-D or 0-D index, clamped into range (PyTorch fails)",
        "an index of more than one dimension"},
+      {"aten::index",
+       "at import: `x[..., idx, ...]` with one integer index tensor (input data or a constant, any shape; the other "
+       "places `:`) as `aten::index_select` of idx flattened, negative indices wrapped, and a reshape to "
+       "`x.shape[:d] + idx.shape + x.shape[d+1:]` (Mixtral's `gate_up_proj[expert_ids]` reads only the chosen experts); "
+       "a constant index stepping evenly as the `aten::slice` it equals",
+       "several index tensors at once; a boolean mask (a result whose shape depends on the data)", true},
+      {"aten::topk",
+       "(values, indices) of the k largest (`largest=False`: smallest) along `dim`, in order, NaN counting as the largest "
+       "as in PyTorch; k rounds of argmax's rule over the positions not yet taken; equal values first position first "
+       "(PyTorch leaves their order unspecified, so indices of ties may differ from LibTorch's); `sorted=False` sorted too (PyTorch's order there is its own: a model using it only through gathers and sums, as routers do, computes the same)",
+       "k of 0 or more than the dim's size; more than 2^24 positions"},
+      {"aten::repeat_interleave",
+       "each slice along `dim` repeated `repeats` times in place (x flattened first without a dim), one IndexMap",
+       "repeats given as a tensor of counts per slice"},
+      {"aten::max",
+       "of every element; of two tensors elementwise (`torch.maximum`, NaN propagating); along `dim` (values, indices), "
+       "the indices argmax's (the first maximum, NaN counting as it), keepdim",
+       "more than 2^24 positions along dim"},
+      {"aten::min", "as max, of the smallest", "as max"},
+      {"aten::maximum", "elementwise maximum, broadcasting; NaN propagates", ""},
+      {"aten::minimum", "elementwise minimum, broadcasting; NaN propagates", ""},
+      {"aten::sort",
+       "(values, indices) along `dim`, ascending or `descending`, stable (equal values keep their order; PyTorch's "
+       "default order among them is unspecified), NaN last ascending and first descending; each position's rank "
+       "counted against every other (O(n²) per row)",
+       "more than 4096 positions along dim"},
+      {"aten::cumsum", "inclusive prefix sums along `dim`, in the result's dtype (`dtype`; integers and bools in i64)",
+       "more than 4096 positions along dim"},
+      {"aten::histc",
+       "counts of the elements in `bins` equal bins over [min, max] (max in the last bin, the rest and NaN not counted)",
+       "min >= max (the range taken from the data); more than 2^26 elements times bins"},
+      {"aten::floor_divide", "`floor(a / b)` of an integer tensor by a nonzero integer constant",
+       "floating operands; a tensor divisor"},
+      {"aten::_grouped_mm",
+       "`input [S, K] x weight [E, K, N]` with offsets `[E]`: row r by the weight of the group it falls in "
+       "(`offs[e-1] <= r < offs[e]`), that weight gathered per row so a row reads only its group's (transformers' "
+       "grouped_mm experts); rows past the last offset by the last group (PyTorch leaves them unwritten)",
+       "other operand ranks; bias and out_dtype"},
+      {"aten::index_put",
+       "`x[idx] = v` with one integer index tensor for dim 0, v broadcast; `accumulate` adds (index_put_ on a fresh "
+       "result likewise); negative indices wrapped, others out of range write nothing; a repeated index sums its values",
+       "several index tensors, None in the list, a boolean mask"},
+      {"aten::gather",
+       "`out[p] = x[p with p_dim = index[p]]` (index of x's rank), a row gather from x flattened at each element's "
+       "linear position; negative indices wrapped, others clamped into range (PyTorch fails)",
+       "an index larger than x in another dim; x of more than 2^24 elements"},
+      {"aten::scatter",
+       "x with `x[p with p_dim = index[p]]` replaced by a value or `src[p]` (scatter_ on a fresh result likewise); "
+       "several landing on one position: their sum (PyTorch leaves it undefined)",
+       "an index larger than x in the other dims (or than src); the `reduce` argument (use scatter_reduce)"},
+      {"aten::slice_scatter",
+       "x with its slice `start:end:step` along `dim` replaced by src (cast to x's dtype); what the import makes of an "
+       "in-place write through slices of a fresh tensor (`k = x.new_empty(...); k[..., :n] = a`)",
+       "an in-place write into a tensor whose earlier view is read after it"},
+      {"aten::select_scatter", "x with its slice `index` along `dim` replaced by src, as slice_scatter", ""},
       {"aten::split", kSplit, kSplitRefusal, true},
       {"aten::split_with_sizes", kSplit, kSplitRefusal, true},
       {"aten::unsafe_split", kSplit, kSplitRefusal, true},
@@ -155,6 +210,11 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::zeros_like", kConstantOfShape, kConstantRefusal, true},
       {"aten::ones_like", kConstantOfShape, kConstantRefusal, true},
       {"aten::full_like", kConstantOfShape, kConstantRefusal, true},
+      {"aten::new_empty",
+       "at import: as new_zeros (PyTorch leaves it uninitialized; a model writes it before reading it, e.g. through "
+       "slices, see slice_scatter)",
+       kConstantRefusal, true},
+      {"aten::empty_like", "at import: as zeros_like (PyTorch leaves it uninitialized)", kConstantRefusal, true},
   };
   return ops;
 }

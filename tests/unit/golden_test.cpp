@@ -35,7 +35,10 @@ const std::vector<Golden> kModels = {
     // cores (operand pairs) with 16-byte vectorized elementwise kernels.
     {"linear_tiled", "linear", "x=2x512x64", {}}, {"mlp_bf16_tiled", "mlp", "x=4x512x64", DType::BF16},
     // bf16 attention as flash-attention kernels: causal sdpa and a sliding-window eager chain (issue 13).
-    {"attention_bf16", "attention_bf16", "", {}}};
+    {"attention_bf16", "attention_bf16", "", {}},
+    // A mixture of experts (issue 44): Mixtral's router (softmax, topk) and its experts gathered by index into the
+    // products (transformers' batched_mm form).
+    {"hf_mixtral_tiny", "hf_mixtral_tiny", "", {}}};
 
 Compiled compileGolden(const Golden& g) {
   std::vector<frontend::InputOverride> inputs;
