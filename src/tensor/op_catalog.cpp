@@ -172,10 +172,13 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::cumsum", "inclusive prefix sums along `dim`, in the result's dtype (`dtype`; integers and bools in i64)",
        "more than 4096 positions along dim"},
       {"aten::histc",
-       "counts of the elements in `bins` equal bins over [min, max] (max in the last bin, the rest and NaN not counted)",
-       "min >= max (the range taken from the data); more than 2^26 elements times bins"},
-      {"aten::floor_divide", "`floor(a / b)` of an integer tensor by a nonzero integer constant",
-       "floating operands; a tensor divisor"},
+       "counts of the elements in `bins` equal bins over [min, max] (max in the last bin, the rest and NaN not counted; "
+       "min = max = 0: the data's range; an empty range widened by 1)",
+       "min > max; more than 2^26 elements times bins"},
+      {"aten::floor_divide",
+       "`floor(a / b)` of integer tensors, b a tensor or a nonzero integer (a zero divisor tensor gives an unspecified "
+       "value, where PyTorch raises)",
+       "floating operands (write torch.floor(a / b))"},
       {"aten::_grouped_mm",
        "`input [S, K] x weight [E, K, N]` with offsets `[E]`: row r by the weight of the group it falls in "
        "(`offs[e-1] <= r < offs[e]`), that weight gathered per row so a row reads only its group's (transformers' "
