@@ -201,6 +201,11 @@ const std::vector<OpEntry>& opCatalog() {
        "in-place write through slices of a fresh tensor (`k = x.new_empty(...); k[..., :n] = a`)",
        "an in-place write into a tensor whose earlier view is read after it"},
       {"aten::select_scatter", "x with its slice `index` along `dim` replaced by src, as slice_scatter", ""},
+      {"aten::view_as_complex",
+       "at import: on input data, the real tensor `[.., 2]` itself, as (re, im) pairs; a product of such values with each "
+       "other, a complex constant or a real value is computed on the pairs (DeepSeek-V2's complex rotary)",
+       "any other op on a complex value", true},
+      {"aten::view_as_real", "at import: a complex value's (re, im) pairs, see view_as_complex", "", true},
       {"aten::split", kSplit, kSplitRefusal, true},
       {"aten::split_with_sizes", kSplit, kSplitRefusal, true},
       {"aten::unsafe_split", kSplit, kSplitRefusal, true},
