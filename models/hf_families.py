@@ -1,6 +1,6 @@
 """Tiny random-weight transformers models of the families kiln takes in (issues 9, 44), traced on input_ids -> logits:
 GPT-2, GPT-NeoX, Phi, Phi-3, StableLM, Falcon, Qwen2, Qwen3, Mistral, Gemma, Gemma-2, GPT-J, Cohere, OLMo, and the
-mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 and GPT-OSS (their experts in transformers' batched_mm form, EXPERTS). Each is
+mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2, DeepSeek-V3 and GPT-OSS (their experts in transformers' batched_mm form, EXPERTS). Each is
 built from a config
 (nothing is downloaded), its parameters overwritten with seeded normals (hf_llama.randomize_inplace_), and traced
 through hf_llama.LogitsOnly with its inputs recorded; the shapes are those of the family's tiny test models:
@@ -77,6 +77,14 @@ FAMILIES = {
                                                                      first_k_dense_replace=1, q_lora_rank=32,
                                                                      kv_lora_rank=16, qk_rope_head_dim=8,
                                                                      qk_nope_head_dim=8, v_head_dim=16), "sdpa"),
+    # DeepSeek-V2: the rotary in complex numbers (view_as_complex, view_as_real), group-limited greedy routing
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM", dict(COMMON, num_key_value_heads=4, n_routed_experts=8,
+                                                                     num_experts_per_tok=2, n_group=2, topk_group=1,
+                                                                     topk_method="group_limited_greedy",
+                                                                     moe_intermediate_size=32, n_shared_experts=1,
+                                                                     first_k_dense_replace=1, q_lora_rank=32,
+                                                                     kv_lora_rank=16, qk_rope_head_dim=8,
+                                                                     qk_nope_head_dim=8, v_head_dim=16), "sdpa"),
     # experts with biases and a clamped gate, interleaved gate/up columns, attention sinks (max along a dim), windows
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", dict(COMMON, intermediate_size=64, num_key_value_heads=2, head_dim=16,
                                                           num_local_experts=4, num_experts_per_tok=2, sliding_window=8),
@@ -85,7 +93,7 @@ FAMILIES = {
 
 # Families whose experts kiln takes in transformers' batched_mm form (config._experts_implementation): the experts each
 # token's router chose, gathered by index (aten::index) into a batched product (aten::bmm).
-EXPERTS = {family: "batched_mm" for family in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")}
+EXPERTS = {family: "batched_mm" for family in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")}
 
 
 # The layer shapes of one public checkpoint per family (hidden size, MLP width, heads, KV heads, head size, rotary

@@ -319,20 +319,23 @@ struct Lowering {
     const int x = tensor(0);
     const int64_t bins = argc() > 1 ? integer(1) : 100;
     const double lo = argc() > 2 ? number(2) : 0.0, hi = argc() > 3 ? number(3) : 0.0;
-    if (lo >= hi) unsupported("min >= max (PyTorch then takes the range from the data); give histc min < max");
+    if (lo > hi) unsupported(fmt::format("min {} > max {}", lo, hi));
     if (bins < 1 || numel(b.shape(x)) * bins > (int64_t{1} << 26))
       unsupported(fmt::format("{} bins of {} elements (kiln compares each element with each bin: at most 2^26 pairs)", bins,
                               numel(b.shape(x))));
     return routing::histc(b, x, bins, static_cast<float>(lo), static_cast<float>(hi));
   }
 
-  // floor_divide(a, b) of an integer tensor by a nonzero integer constant: routing::floorDivide.
+  // floor_divide(a, b) of integer tensors (b a tensor or a nonzero integer constant): routing::floorDivide.
   int floorDivide() {
     const int a = tensor(0);
     const Operand divisor = operand(1);
-    if (b.dtype(a) != DType::I64 || !divisor.isImm() || divisor.imm != std::trunc(divisor.imm) || divisor.imm == 0.f)
-      unsupported("floor_divide of an integer tensor by a nonzero integer constant is what kiln takes");
-    return routing::floorDivide(b, a, divisor.imm);
+    const bool integral = divisor.isImm() ? divisor.imm == std::trunc(divisor.imm) && divisor.imm != 0.f
+                                          : b.dtype(divisor.node) == DType::I64;
+    if (b.dtype(a) != DType::I64 || !integral || resultType() != DType::I64)
+      unsupported("floor_divide of floating values (kiln takes integer tensors, divided by an integer tensor or a "
+                  "nonzero integer); write torch.floor(a / b)");
+    return routing::floorDivide(b, a, divisor);
   }
 
   // _grouped_mm(input [S, K], weight [E, K, N], offs [E]): routing::groupedProduct (bias and out_dtype not taken).

@@ -198,26 +198,42 @@ int cumsum(Builder& b, int x, int d) {
 }
 
 int histc(Builder& b, int x, int64_t bins, float lo, float hi) {
-  // The bin of v is (v - lo) * bins / (hi - lo) truncated, hi itself in the last bin.
+  // The bin of v is (v - lo) * bins / (hi - lo) truncated, hi itself in the last bin. With lo = hi = 0 the range is
+  // the data's (its minimum and maximum, computed here); an empty range widens by 1 on each side.
   const int flat = b.reshape(x, {numel(b.shape(x))});
-  const int scaled = b.binary(Fn::Div, Operand{b.binary(Fn::Mul, Operand{b.binary(Fn::Sub, Operand{flat}, imm(lo))},
+  Operand low = imm(lo), high = imm(hi);
+  if (lo == 0.f && hi == 0.f) {
+    const int smallest = b.unary(Fn::Neg, b.reduce(ReduceFn::Max, b.unary(Fn::Neg, flat), {0}, true));
+    const int largest = b.reduce(ReduceFn::Max, flat, {0}, true);
+    const int same = b.binary(Fn::Eq, Operand{smallest}, Operand{largest});
+    low = Operand{where(b, same, Operand{b.binary(Fn::Sub, Operand{smallest}, imm(1.f))}, Operand{smallest})};
+    high = Operand{where(b, same, Operand{b.binary(Fn::Add, Operand{largest}, imm(1.f))}, Operand{largest})};
+  } else if (lo == hi) {
+    low = imm(lo - 1.f);
+    high = imm(hi + 1.f);
+  }
+  const Operand width = low.isImm() ? imm(high.imm - low.imm) : Operand{b.binary(Fn::Sub, high, low)};
+  const int scaled = b.binary(Fn::Div, Operand{b.binary(Fn::Mul, Operand{b.binary(Fn::Sub, Operand{flat}, low)},
                                                         imm(static_cast<float>(bins)))},
-                              imm(hi - lo));
+                              width);
   const int bin = b.binary(Fn::Min, Operand{b.cast(scaled, DType::I64)}, imm(static_cast<float>(bins - 1)));
-  const int inside = b.binary(Fn::And, Operand{b.binary(Fn::Ge, Operand{flat}, imm(lo))},
-                              Operand{b.binary(Fn::Le, Operand{flat}, imm(hi))});
+  const int inside = b.binary(Fn::And, Operand{b.binary(Fn::Ge, Operand{flat}, low)}, Operand{b.binary(Fn::Le, Operand{flat}, high)});
   const int each = alongAxis(b, bins, 1, 2, "histc bins", [](int64_t i) { return static_cast<float>(i); }, DType::I64);
   const int hit = b.binary(Fn::And, Operand{b.binary(Fn::Eq, Operand{overNewAxis(b, bin, bins)}, Operand{each})},
                            Operand{overNewAxis(b, inside, bins)});
   return b.reduce(ReduceFn::Sum, b.cast(hit, b.dtype(x)), {0}, false);
 }
 
-int floorDivide(Builder& b, int a, float divisor) {
-  // The f32 quotient truncated toward zero, one less where that overshoots (a negative quotient with a remainder).
+int floorDivide(Builder& b, int a, Operand divisor) {
+  // The f32 quotient truncated toward zero, one less where that overshoots: a quotient that went past a / divisor
+  // (back above a for a positive divisor, below it for a negative one).
   const int af = b.cast(a, DType::F32);
-  const int truncated = b.cast(b.binary(Fn::Div, Operand{af}, imm(divisor)), DType::I64);
-  const int back = b.binary(Fn::Mul, Operand{b.cast(truncated, DType::F32)}, imm(divisor));
-  const int over = b.binary(divisor > 0 ? Fn::Gt : Fn::Lt, Operand{back}, Operand{af});
+  const Operand df = divisor.isImm() ? divisor : Operand{b.cast(divisor.node, DType::F32)};
+  const int truncated = b.cast(b.binary(Fn::Div, Operand{af}, df), DType::I64);
+  const int back = b.binary(Fn::Mul, Operand{b.cast(truncated, DType::F32)}, df);
+  const int above = b.binary(Fn::Gt, Operand{back}, Operand{af}), below = b.binary(Fn::Lt, Operand{back}, Operand{af});
+  const int over = divisor.isImm() ? (divisor.imm > 0 ? above : below)
+                                   : where(b, b.binary(Fn::Gt, df, imm(0.f)), Operand{above}, Operand{below});
   return b.binary(Fn::Sub, Operand{truncated}, Operand{b.cast(over, DType::I64)});
 }
 

@@ -39,11 +39,12 @@ int scatter(Builder& b, int x, int d, int index, Operand value, int src);
 int cumsum(Builder& b, int x, int d);
 
 // torch.histc: counts of x's elements (flattened) in `bins` equal bins over [lo, hi] (hi in the last bin; others
-// outside, and NaN, not counted), in x's dtype; lo < hi.
+// outside, and NaN, not counted), in x's dtype; lo = hi = 0 takes the data's range, and an empty range widens by 1.
 int histc(Builder& b, int x, int64_t bins, float lo, float hi);
 
-// floor(a / divisor) of an integer tensor and a nonzero integer divisor, exact for |a| < 2^24.
-int floorDivide(Builder& b, int a, float divisor);
+// floor(a / divisor) of an integer tensor by an integer constant or tensor, exact for |a| < 2^24 (a zero divisor gives
+// an unspecified value, where PyTorch raises).
+int floorDivide(Builder& b, int a, Operand divisor);
 
 // torch._grouped_mm(input [S, K], weight [E, K, N], offsets [E]): row r of the result is input[r] @ weight[e], e the
 // group whose rows r falls in (offsets[e - 1] <= r < offsets[e]; rows past the last offset take the last group,

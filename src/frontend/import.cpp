@@ -118,7 +118,7 @@ class Importer {
       return;
     }
     if (splitsIntoParts(node) || indexIsASlice(node) || indexByTensors(node) || aliasesState(node) ||
-        writesThroughViews(node))
+        writesThroughViews(node) || complexAsPairs(node))
       return;
     kiln::torch::Node n{functionalForm(node), {}, {}, sourceLoc(node)};
     for (const jit::Value* in : node->inputs())
@@ -344,6 +344,71 @@ class Importer {
     for (const jit::Use& use : v->uses())
       if (!use.user->isBefore(node) || (makesView(use.user) && readAfter(use.user->output(), node))) return true;
     return false;
+  }
+
+  // Complex values of input data as real pairs (DeepSeek-V2's rotary: view_as_real(view_as_complex(x) * freqs_cis)):
+  // view_as_complex(x) is x itself, [.., 2] holding (re, im); a product with a complex constant, another pair or a
+  // real value is the pair of its real and imaginary parts, made of real ops and stacked on a last dim of 2;
+  // view_as_real(z) is z's pair. Any other op on such a value is refused in one line. False for nodes on no complex
+  // value.
+  bool complexAsPairs(jit::Node* node) {
+    const std::string op = node->kind().toQualString();
+    const bool readsPair = std::any_of(node->inputs().begin(), node->inputs().end(),
+                                       [&](const jit::Value* v) { return complexPairs_.count(v) > 0; });
+    if (op == "aten::view_as_complex") {
+      complexPairs_[node->output()] = idsOf(node->input(0), node).at(0);
+      return true;
+    }
+    if (!readsPair) return false;
+    if (op == "aten::view_as_real") {
+      ids_[node->output()] = {complexPairs_.at(node->input(0))};
+      return true;
+    }
+    if (op != "aten::mul")
+      userError("{} at {} works on complex values, which kiln takes only as view_as_complex, a product and "
+                "view_as_real (a rotary written with complex numbers)", op, sourceLoc(node).str());
+    const SourceLoc loc = sourceLoc(node);
+    const at::Tensor& result = env_.at(node->output()).toTensor();
+    const std::vector<int64_t> shape = result.sizes().vec();
+    auto add = [&](const char* name, std::vector<int> inputs, std::vector<int64_t> sizes) {
+      kiln::torch::Node n{name, std::move(inputs), {}, loc};
+      n.outputs.push_back(tensorValue(at::empty(sizes, at::TensorOptions().dtype(at::kFloat).device(at::kMeta)), op, loc));
+      g_.nodes.push_back(std::move(n));
+      return g_.nodes.back().outputs.back();
+    };
+    // Each operand's (re, im): a pair's two slices, a complex constant's two parts, a real value and none.
+    struct Parts {
+      int re = -1, im = -1;
+    };
+    auto partsOf = [&](const jit::Value* v) {
+      if (auto it = complexPairs_.find(v); it != complexPairs_.end()) {
+        std::vector<int64_t> half = env_.at(v).toTensor().sizes().vec();
+        return Parts{add("aten::select", {it->second, constantValue(-1), constantValue(0)}, half),
+                     add("aten::select", {it->second, constantValue(-1), constantValue(1)}, half)};
+      }
+      const c10::IValue& iv = env_.at(v);
+      if (iv.isTensor() && iv.toTensor().is_complex() && !dynamic_.count(v))
+        return Parts{weightValue(at::real(iv.toTensor()).contiguous(), v, node), weightValue(at::imag(iv.toTensor()).contiguous(), v, node)};
+      if (iv.isTensor() && iv.toTensor().is_complex())
+        userError("aten::mul at {} multiplies complex values kiln did not make with view_as_complex", loc.str());
+      return Parts{idsOf(v, node).at(0), -1};
+    };
+    const Parts a = partsOf(node->input(0)), b = partsOf(node->input(1));
+    auto times = [&](int x, int y) { return add("aten::mul", {x, y}, shape); };
+    int re = -1, im = -1;
+    if (a.im >= 0 && b.im >= 0) {  // (ar + i ai)(br + i bi)
+      re = add("aten::sub", {times(a.re, b.re), times(a.im, b.im), constantValue(1)}, shape);
+      im = add("aten::add", {times(a.re, b.im), times(a.im, b.re), constantValue(1)}, shape);
+    } else {  // one real factor r: (re r, im r)
+      const Parts& z = a.im >= 0 ? a : b;
+      const int r = a.im >= 0 ? b.re : a.re;
+      re = times(z.re, r);
+      im = times(z.im, r);
+    }
+    std::vector<int64_t> pair = shape;
+    pair.push_back(2);
+    complexPairs_[node->output()] = add("aten::stack", {re, im, constantValue(-1)}, pair);
+    return true;
   }
 
   // An in-place op of rewrittenInPlace (copy_, add_, ...) writing through slices and selects of a fresh tensor that
@@ -846,6 +911,7 @@ class Importer {
   std::map<std::string, StateVersions> states_;
   std::unordered_map<const jit::Value*, std::string> stateAlias_, viewOf_;
   std::unordered_map<const void*, std::pair<std::string, int64_t>> storageNames_;  // nameStorage
+  std::unordered_map<const jit::Value*, int> complexPairs_;  // complexAsPairs: a complex value's [.., 2] real pair
   std::map<std::string, std::vector<const jit::Value*>> stateViews_;
 };
 

@@ -109,10 +109,25 @@ void evaluateOnMeta(const jit::Node* node, jit::Stack& stack) {
       if (!t.is_meta()) device = t.device();
       return t;
     });
-  auto toReal = [&](const at::Tensor& t) { return t.is_meta() ? at::zeros(t.sizes(), t.options().device(device)) : t; };
-  for (auto& v : stack) v = mapTensors(v, toReal);
-  node->getOperation()(stack);
-  for (auto& v : stack) v = mapTensors(v, toMeta);
+  // Zeros first; ones where zeros fail (an integer division by a tensor of zeros throws where the model's divisors
+  // do not).
+  for (const bool ones : {false, true}) {
+    auto toReal = [&](const at::Tensor& t) {
+      return t.is_meta() ? (ones ? at::ones(t.sizes(), t.options().device(device)) : at::zeros(t.sizes(), t.options().device(device)))
+                         : t;
+    };
+    jit::Stack real;
+    for (const auto& v : stack) real.push_back(mapTensors(v, toReal));
+    try {
+      node->getOperation()(real);
+    } catch (const std::exception&) {
+      if (!ones) continue;
+      throw;
+    }
+    for (auto& v : real) v = mapTensors(v, toMeta);
+    stack = std::move(real);
+    return;
+  }
 }
 
 bool metadataOnly(const jit::Node* node) {

@@ -172,10 +172,13 @@ const std::vector<OpEntry>& opCatalog() {
       {"aten::cumsum", "inclusive prefix sums along `dim`, in the result's dtype (`dtype`; integers and bools in i64)",
        "more than 4096 positions along dim"},
       {"aten::histc",
-       "counts of the elements in `bins` equal bins over [min, max] (max in the last bin, the rest and NaN not counted)",
-       "min >= max (the range taken from the data); more than 2^26 elements times bins"},
-      {"aten::floor_divide", "`floor(a / b)` of an integer tensor by a nonzero integer constant",
-       "floating operands; a tensor divisor"},
+       "counts of the elements in `bins` equal bins over [min, max] (max in the last bin, the rest and NaN not counted; "
+       "min = max = 0: the data's range; an empty range widened by 1)",
+       "min > max; more than 2^26 elements times bins"},
+      {"aten::floor_divide",
+       "`floor(a / b)` of integer tensors, b a tensor or a nonzero integer (a zero divisor tensor gives an unspecified "
+       "value, where PyTorch raises)",
+       "floating operands (write torch.floor(a / b))"},
       {"aten::_grouped_mm",
        "`input [S, K] x weight [E, K, N]` with offsets `[E]`: row r by the weight of the group it falls in "
        "(`offs[e-1] <= r < offs[e]`), that weight gathered per row so a row reads only its group's (transformers' "
@@ -198,6 +201,11 @@ const std::vector<OpEntry>& opCatalog() {
        "in-place write through slices of a fresh tensor (`k = x.new_empty(...); k[..., :n] = a`)",
        "an in-place write into a tensor whose earlier view is read after it"},
       {"aten::select_scatter", "x with its slice `index` along `dim` replaced by src, as slice_scatter", ""},
+      {"aten::view_as_complex",
+       "at import: on input data, the real tensor `[.., 2]` itself, as (re, im) pairs; a product of such values with each "
+       "other, a complex constant or a real value is computed on the pairs (DeepSeek-V2's complex rotary)",
+       "any other op on a complex value", true},
+      {"aten::view_as_real", "at import: a complex value's (re, im) pairs, see view_as_complex", "", true},
       {"aten::split", kSplit, kSplitRefusal, true},
       {"aten::split_with_sizes", kSplit, kSplitRefusal, true},
       {"aten::unsafe_split", kSplit, kSplitRefusal, true},

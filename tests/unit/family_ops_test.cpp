@@ -94,6 +94,33 @@ TEST_F(FamilyOps, InPlaceFormsOfLoweredOpsOnFreshResults) {
                      {"aten::relu_", "other values read or share", "(aten::relu)"});
 }
 
+// DeepSeek-V2's rotary in complex numbers (issue 44): view_as_complex of pairs, products with a complex constant
+// (torch.polar of the positions' angles), with another complex value of input data and with a real one, then
+// view_as_real; computed on the real pairs. Another op on a complex value is refused in one line.
+TEST_F(FamilyOps, ComplexRotaryAsRealPairs) {
+  TempDir tmp;
+  const std::string script = fmt::format(
+      "import torch\n"
+      "class Rotary(torch.nn.Module):\n"
+      "    def forward(self, x, y):\n"
+      "        angles = torch.arange(6).float()[:, None] * torch.tensor([1.0, 0.1])\n"
+      "        cis = torch.polar(torch.ones_like(angles), angles)\n"
+      "        z = torch.view_as_complex(x.reshape(2, 6, 2, 2))\n"
+      "        w = torch.view_as_complex(y.reshape(2, 6, 2, 2))\n"
+      "        return torch.view_as_real(z * cis).flatten(2), torch.view_as_real(z * w * 0.5).flatten(2)\n"
+      "class Abs(torch.nn.Module):\n"
+      "    def forward(self, x):\n"
+      "        return torch.view_as_complex(x.reshape(3, 2)).abs()\n"
+      "torch.jit.trace(Rotary(), (torch.randn(2, 6, 4), torch.randn(2, 6, 4))).save('{0}/rotary.pt')\n"
+      "torch.jit.trace(Abs(), (torch.randn(6),)).save('{0}/abs.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  expectCheckPasses(kiln({"run", (tmp.path / "rotary.pt").string(), "--input", "x=2x6x4", "--input", "y=2x6x4", "--check",
+                          "--interpret"}));
+  expectOneLineError(kiln({"compile", (tmp.path / "abs.pt").string(), "--input", "x=6"}), 1,
+                     {"aten::abs", "complex values", "view_as_complex"});
+}
+
 // Outputs in a dict (a transformers ModelOutput traced with strict=False), nested in a tuple: its values in insertion
 // order, as LibTorch's reference flattens them; a constant value among them is refused as any constant output is.
 TEST_F(FamilyOps, DictOutputsAreTheirValuesInOrder) {

@@ -120,6 +120,41 @@ TEST_F(MoE, GatherScatterSliceWritesAndExtremesMatchLibTorch) {
                      {"aten::copy_", "view aten::slice", "read after the write"});
 }
 
+// transformers' grouped_mm experts' routing: sort (stable; NaN placed as PyTorch, descending too), cumsum (into int32,
+// computed as i64), histc (a given range, the data's range, an empty one), floor_divide (by a constant and by a
+// tensor, negative quotients floored), index_put_ on an empty_like (the inverse permutation) and _grouped_mm over
+// offsets made from the data, on fixed inputs with ties.
+TEST_F(MoE, GroupedRoutingOpsMatchLibTorch) {
+  TempDir tmp;
+  const std::string script = fmt::format(
+      "import os, torch\n"
+      "class Route(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.w = torch.nn.Parameter(torch.randn(3, 4, 8))\n"
+      "    def forward(self, ids, x, h):\n"
+      "        s, perm = torch.sort(ids)\n"
+      "        sd, pd = torch.sort(x, dim=1, descending=True)\n"
+      "        counts = torch.histc(s.float(), bins=3, min=0, max=2)\n"
+      "        offs = torch.cumsum(counts, dim=0, dtype=torch.int32)\n"
+      "        inv = torch.empty_like(perm)\n"
+      "        inv[perm] = torch.arange(perm.size(0))\n"
+      "        rows = h[perm // 2]\n"
+      "        out = torch.nn.functional.grouped_mm(rows, self.w, offs=offs)[inv]\n"
+      "        return (s, perm, sd, pd, offs.long(), inv, torch.floor_divide(ids - 3, ids + 1), perm // -3, out,\n"
+      "                torch.histc(h, 4), torch.histc(h * 0.0 + 2.0, 3, 2, 2))\n"
+      "ids = torch.tensor([2, 0, 1, 2, 0, 2])\n"
+      "x = torch.tensor([[0.5, -1.0, 0.5, 3.0, -2.0], [1.0, float('nan'), -1.0, 2.0, 0.0], [4.0, 4.0, -4.0, 1.0, 1.0]])\n"
+      "h = torch.randn(3, 4)\n"
+      "torch.jit.trace(Route(), (ids, x, h)).save('{0}/route.pt')\n"
+      "os.makedirs('{0}/in', exist_ok=True)\n"
+      "for i, t in enumerate((ids, x, h)): t.numpy().tofile(f'{0}/in/input{{i}}.bin')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  expectCheckPasses(kiln({"run", (tmp.path / "route.pt").string(), "--input", "ids=6:i64", "--input", "x=3x5", "--input",
+                          "h=3x4", "--inputs", (tmp.path / "in").string(), "--check", "--interpret"}));
+}
+
 // Mixtral's router: softmax, topk, and top_value /= top_value.sum(-1, keepdim=True), an in-place division of a value
 // its sum read first (nothing reads it after the change): taken as the out-of-place division. A view taken before
 // the change and read after it still refuses it, and so do indexing by a boolean mask and by tensors at dims a slice
