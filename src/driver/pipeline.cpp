@@ -6,6 +6,7 @@
 #include "kiln/support/layers.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <variant>
 
@@ -43,6 +44,22 @@ std::vector<std::pair<int, int>> statesInPlace(const tile::Program& t, const ker
     if (written && !readAfter) kept.emplace_back(output, input);
   }
   return kept;
+}
+
+// The forward's outputs named as the model names them (the keys of a dict it returns, torch::Graph::outputNames)
+// instead of out0, out1, ...: where the name is letters, digits and underscores, not starting with a digit, and no
+// other buffer's (a buffer name is also a kernel parameter's and a manifest entry's); otherwise the buffer keeps its
+// own.
+void nameOutputs(loop::Program& p, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size() && i < p.outputs.size(); ++i) {
+    const std::string& name = names[i];
+    const bool identifier = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                            std::all_of(name.begin(), name.end(), [](char ch) {
+                              return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+                            });
+    const bool taken = std::any_of(p.buffers.begin(), p.buffers.end(), [&](const loop::Buffer& b) { return b.name == name; });
+    if (identifier && !taken) p.buffers[static_cast<size_t>(p.outputs[i])].name = name;
+  }
 }
 
 }  // namespace
@@ -137,7 +154,11 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tensorIR, "tensor-eliminate-dead-code", tensor::eliminateDeadCode);  // drops maps composed away
   if (until < 2) return run.printTimings(), c;
 
-  c.loopIR = run.produce("loop-lower-from-tensor", [&] { return loop::lowerFromTensor(c.tensorIR); });
+  c.loopIR = run.produce("loop-lower-from-tensor", [&] {
+    loop::Program p = loop::lowerFromTensor(c.tensorIR);
+    nameOutputs(p, c.torchIR.outputNames);
+    return p;
+  });
   for (const auto& pass : loopPasses()) run.pass(c.loopIR, pass.name, pass.run);
   if (until < 3) return run.printTimings(), c;
 

@@ -60,7 +60,11 @@ class Importer {
     for (jit::Node* node : graph.nodes()) visit(node);
     for (const jit::Value* out : graph.outputs()) {
       refuseInt32Outputs(env_.at(out));
-      for (int id : idsOf(out, nullptr)) g_.outputs.push_back(id);
+      for (int id : idsOf(out, nullptr)) {
+        g_.outputs.push_back(id);
+        auto key = keyOf_.find(id);
+        g_.outputNames.push_back(key != keyOf_.end() ? key->second : "");
+      }
     }
     for (kiln::torch::State& st : g_.states) {  // the states' last versions close the outputs
       st.output = states_.at(st.name).current;
@@ -105,10 +109,14 @@ class Importer {
       ids_[outs[0]] = elems;
       return;
     }
-    if (op == "prim::DictConstruct") {  // its values in the dict's order (the keys are constant strings)
+    if (op == "prim::DictConstruct") {  // its values in the dict's order (the keys are constant strings, the names)
       std::vector<int> elems;
       for (size_t i = 1; i < node->inputs().size(); i += 2)
-        for (int id : idsOf(node->inputs()[i], node)) elems.push_back(id);
+        for (int id : idsOf(node->inputs()[i], node)) {
+          elems.push_back(id);
+          const c10::IValue& key = env_.at(node->inputs()[i - 1]);
+          if (key.isString()) keyOf_.emplace(id, key.toStringRef());
+        }
       ids_[outs[0]] = elems;
       return;
     }
@@ -912,6 +920,7 @@ class Importer {
   std::unordered_map<const jit::Value*, std::string> stateAlias_, viewOf_;
   std::unordered_map<const void*, std::pair<std::string, int64_t>> storageNames_;  // nameStorage
   std::unordered_map<const jit::Value*, int> complexPairs_;  // complexAsPairs: a complex value's [.., 2] real pair
+  std::unordered_map<int, std::string> keyOf_;  // a value's key in the first dict that holds it (outputNames)
   std::map<std::string, std::vector<const jit::Value*>> stateViews_;
 };
 

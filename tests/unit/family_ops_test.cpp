@@ -122,7 +122,7 @@ TEST_F(FamilyOps, ComplexRotaryAsRealPairs) {
 }
 
 // Outputs in a dict (a transformers ModelOutput traced with strict=False), nested in a tuple: its values in insertion
-// order, as LibTorch's reference flattens them; a constant value among them is refused as any constant output is.
+// order, as LibTorch's reference flattens them, named by their keys; a constant value among them is refused as any constant output is.
 TEST_F(FamilyOps, DictOutputsAreTheirValuesInOrder) {
   TempDir tmp;
   const std::string script = fmt::format(
@@ -140,6 +140,11 @@ TEST_F(FamilyOps, DictOutputsAreTheirValuesInOrder) {
   Result r = kiln({"run", (tmp.path / "dict.pt").string(), "--input", "x=2x4", "--check", "--interpret"});
   expectCheckPasses(r);
   EXPECT_TRUE(contains(r.out, "output 1: f32[2x4]") && contains(r.out, "output 2: f32[4]")) << describe(r);
+  // The dict's outputs are named by their keys from the Loop IR on (the tuple's first is out0 as before).
+  Result ir = kiln({"compile", (tmp.path / "dict.pt").string(), "--input", "x=2x4", "--ir", "loop"});
+  EXPECT_TRUE(contains(ir.out, "buffer out0 : f32[2x4] output") && contains(ir.out, "buffer b : f32[2x4] output") &&
+              contains(ir.out, "buffer a : f32[4] output"))
+      << describe(ir);
   expectOneLineError(kiln({"compile", (tmp.path / "constant.pt").string(), "--input", "x=2x4"}), 1,
                      {"model output is a constant"});
   Result ops = kiln({"inspect", (tmp.path / "dict.pt").string()});

@@ -63,6 +63,9 @@ struct Graph {
   std::vector<Node> nodes;          // topologically ordered
   std::vector<int> inputs, outputs; // value ids; the states' come after the forward's own, in `states` order
   std::vector<State> states;
+  // Names of the forward's first outputs (the key of a dict's value, as a transformers ModelOutput traced with
+  // strict=False returns them; empty for the others): the Loop lowering names their buffers after them.
+  std::vector<std::string> outputNames;
 
   int addValue(Value v) {
     values.push_back(std::move(v));
