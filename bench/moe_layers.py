@@ -3,7 +3,7 @@
 For each family of --families (models/hf_families.py at its --real layer shapes: 2 layers, a 32000-token vocabulary,
 random weights, in --dtype): the model is built on the GPU once; for each token count of --tokens, PyTorch eager's
 forward is timed with the experts in transformers' batched_mm form (the form kiln's fixtures trace) and in its default
-grouped_mm form (CUDA events around 20 calls after 3 warm-up calls, median of 3 such runs); the batched_mm forward is
+grouped_mm form (CUDA events around 20 calls after 3 warm-up calls, median of 3 such runs); the grouped_mm forward is
 traced at that token count (its inputs recorded) and `kiln run T.pt --check --bench 20` runs on the trace: the check
 against LibTorch on the same GPU (DESIGN.md's tolerances) and kiln's ms per forward (CUDA events, launched one by one
 or from a CUDA graph, as kiln run's default). The floor is the bytes one forward must read (attention, router, shared
@@ -96,7 +96,9 @@ def main():
             row = {"family": family, "dtype": a.dtype, "tokens": tokens,
                    "eager_batched_ms": eager_ms(model.model, inputs["input_ids"], "batched_mm"),
                    "eager_grouped_ms": eager_ms(model.model, inputs["input_ids"], "grouped_mm")}
-            model.model.config._experts_implementation = "batched_mm"
+            # traced in the default grouped_mm form: batched_mm's repeat_interleave fails to trace on the GPU (its
+            # traced repeat count lands on the CPU); kiln lowers both forms to the same gathered products
+            model.model.config._experts_implementation = "grouped_mm"
             trace = a.out / f"{family}_{tokens}.pt"
             export(model, inputs, trace)
             row.update(kiln_run(a.kiln, trace, a.out / f"{family}_{tokens}.log"))
