@@ -102,6 +102,13 @@ void evaluateOnMeta(const jit::Node* node, jit::Stack& stack) {
     return;
   } catch (const std::exception&) {  // no meta kernel (embedding and sdpa in torch 2.11): run it for real
   }
+  if (node->kind() == c10::aten::histc && !stack.empty() && stack[0].isTensor()) {
+    // No meta kernel, and its CPU kernel takes no integers (a trace made on the GPU counts int32 expert ids): the
+    // result is `bins` counts in the input's dtype.
+    const int64_t bins = stack.size() > 1 && stack[1].isInt() ? stack[1].toInt() : 100;
+    stack = {at::empty({bins}, stack[0].toTensor().options().device(at::kMeta))};
+    return;
+  }
   // Zeros on the device of the op's other operands (a trace made on the GPU keeps its weights there).
   at::Device device = at::kCPU;
   for (const auto& v : stack)
