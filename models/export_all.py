@@ -38,6 +38,8 @@ if __name__ == "__main__":
         subprocess.run([sys.executable, str(HERE / script)], check=True)
     subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--bf16"], check=True)
     subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--default-cache"], check=True)
+    subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--grouped"], check=True)
+    subprocess.run([sys.executable, str(HERE / "hf_families.py"), "--encoders"], check=True)
     # The decoder step with a cache of 256 positions: attention's key steps skipped past the run-time length.
     subprocess.run([sys.executable, str(HERE / "hf_decode.py"), "--cache", "256",
                     "-o", str(HERE / "fixtures" / "hf_llama_decode_long.pt")], check=True)

@@ -4,7 +4,7 @@ kiln takes their input names from the forward's arguments and their shapes from 
 (tests/unit/cli_plain_trace_test.cpp) run this script at test time, so these files are not in fixtures/
 (scripts/device_check.sh runs every fixture without --input).
 
-    python3 models/plain_trace.py OUT_DIR   # writes plain_mlp.pt, plain_two.pt, plain_cumsum.pt
+    python3 models/plain_trace.py OUT_DIR   # writes plain_mlp.pt, plain_two.pt, plain_cumprod.pt
 """
 import pathlib
 import sys
@@ -29,9 +29,9 @@ class TokensPlusFeatures(nn.Module):
         return self.embed(ids) + self.proj(features)
 
 
-class CumSum(nn.Module):
+class CumProd(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x * 2.0, -1)
+        return torch.cumprod(x * 2.0, -1)
 
 
 def save(module, example, path):
@@ -47,7 +47,7 @@ def main(out_dir):
     save(randomize_(SwiGLUMLP(), seed=2), (torch.randn(1, 8, 64),), out / "plain_mlp.pt")
     save(randomize_(TokensPlusFeatures(), seed=3), (torch.randint(0, 16, (1, 8)), torch.randn(1, 8, 48)),
          out / "plain_two.pt")
-    save(CumSum(), (torch.randn(2, 8),), out / "plain_cumsum.pt")
+    save(CumProd(), (torch.randn(2, 8),), out / "plain_cumprod.pt")
 
 
 if __name__ == "__main__":

@@ -278,12 +278,19 @@ struct Lowering {
     const int self = tensor(0);
     const int d = b.normDim(self, integer(1));
     const int index = tensor(2);
-    const Shape s = b.shape(self), is = b.shape(index);
+    checkIndexAlong(self, d, index);
+    if (numel(b.shape(self)) > (int64_t{1} << 24))
+      unsupported(fmt::format("gather from {} elements (kiln's is exact up to 2^24)", numel(b.shape(self))));
+    return routing::gatherAlong(b, self, d, index);
+  }
+
+  // gather's and scatter's index: of self's rank, no larger than self in the dims other than d.
+  void checkIndexAlong(int self, int d, int index) const {
+    const Shape& s = b.shape(self);
+    const Shape& is = b.shape(index);
     if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
     for (size_t k = 0; k < s.size(); ++k)
       if (static_cast<int>(k) != d && is[k] > s[k]) unsupported(fmt::format("an index larger than the tensor in dim {}", k));
-    if (numel(s) > (int64_t{1} << 24)) unsupported(fmt::format("gather from {} elements (kiln's is exact up to 2^24)", numel(s)));
-    return routing::gatherAlong(b, self, d, index);
   }
 
   // scatter(self, dim, index, value or src) and its in-place form on a fresh result: routing::scatter.
@@ -291,14 +298,12 @@ struct Lowering {
     const int self = tensor(0);
     const int d = b.normDim(self, integer(1));
     const int index = tensor(2);
-    const Shape s = b.shape(self), is = b.shape(index);
-    if (is.size() != s.size()) unsupported("an index of another rank than the tensor's");
-    for (size_t k = 0; k < s.size(); ++k)
-      if (static_cast<int>(k) != d && is[k] > s[k]) unsupported(fmt::format("an index larger than the tensor in dim {}", k));
+    checkIndexAlong(self, d, index);
+    const Shape is = b.shape(index);  // a copy: operand() may add nodes
     if (argc() > 4 && !isNone(4)) unsupported("a reduce argument (kiln's scatter replaces; use scatter_reduce)");
     const Operand landed = operand(3);
     if (!landed.isImm())
-      for (size_t k = 0; k < s.size(); ++k)
+      for (size_t k = 0; k < is.size(); ++k)
         if (b.shape(landed.node)[k] < is[k]) unsupported(fmt::format("a source smaller than the index in dim {}", k));
     return routing::scatter(b, self, d, index, landed.isImm() ? landed : Operand{-1, 0.f}, landed.isImm() ? -1 : landed.node);
   }

@@ -570,7 +570,7 @@ class Importer {
     int64_t count = 1;
     for (int64_t v : I) count *= v;
     if (g_.values[static_cast<size_t>(position)].shape != I) position = add("aten::expand", {position, constantList(I), constantValue(0)}, I, at::kLong);
-    const int flat = add("aten::reshape", {position, constantList({count})}, {count}, at::kLong);
+    const int flat = I.size() == 1 ? position : add("aten::reshape", {position, constantList({count})}, {count}, at::kLong);
     // x with the indexed dims first, merged: [rows, rest...]
     std::vector<int64_t> order(dims.begin(), dims.end()), rest;
     for (int64_t d = 0; d < x.dim(); ++d)
@@ -584,14 +584,14 @@ class Importer {
     if (dims.front() != 0) moved = add("aten::permute", {moved, constantList(order)}, movedSizes, x.scalar_type());
     std::vector<int64_t> merged{rows};
     merged.insert(merged.end(), rest.begin(), rest.end());
-    moved = add("aten::reshape", {moved, constantList(merged)}, merged, x.scalar_type());
+    if (merged != movedSizes) moved = add("aten::reshape", {moved, constantList(merged)}, merged, x.scalar_type());
     std::vector<int64_t> picked = merged;
     picked[0] = count;
     int out = add("aten::index_select", {moved, constantValue(0), flat}, picked, x.scalar_type());
     // [I..., rest...] and, where dims came before the indexed ones, those moved back in front of I.
     std::vector<int64_t> grouped(I.begin(), I.end());
     grouped.insert(grouped.end(), rest.begin(), rest.end());
-    out = add("aten::reshape", {out, constantList(grouped)}, grouped, x.scalar_type());
+    if (grouped != picked) out = add("aten::reshape", {out, constantList(grouped)}, grouped, x.scalar_type());
     if (dims.front() != 0) {
       const int64_t before = dims.front(), n = static_cast<int64_t>(I.size());
       std::vector<int64_t> back;

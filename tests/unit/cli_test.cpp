@@ -157,22 +157,22 @@ TEST(Cli, TruncatedArchive) {
 TEST(Cli, UnsupportedOpNamesOpAndDocsAndSourceLine) {
   if (std::system("python3 -c 'import torch' >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 with torch not available";
   TempDir tmp;
-  fs::path model = tmp.path / "cumsum.pt";
+  fs::path model = tmp.path / "cumprod.pt";
   std::string script = fmt::format(
       "import sys, torch\n"
       "sys.path.insert(0, '{}')\n"
       "from kiln_export import export\n"
-      "class CumSum(torch.nn.Module):\n"
+      "class CumProd(torch.nn.Module):\n"
       "    def forward(self, x):\n"
-      "        return torch.cumsum(x * 2.0, -1)\n"
-      "export(CumSum(), {{'x': torch.randn(2, 8)}}, '{}')\n",
+      "        return torch.cumprod(x * 2.0, -1)\n"
+      "export(CumProd(), {{'x': torch.randn(2, 8)}}, '{}')\n",
       (fs::path(KILN_SOURCE_DIR) / "models").string(), model.string());
-  fs::path py = tmp.path / "make_cumsum.py";
+  fs::path py = tmp.path / "make_cumprod.py";
   std::ofstream(py) << script;
   ASSERT_EQ(std::system(("python3 " + quote(py.string()) + " >/dev/null 2>&1").c_str()), 0) << script;
   ASSERT_TRUE(fs::exists(model));
   Result r = kiln({"compile", model.string()});
-  expectOneLineError(r, 1, {"aten::cumsum", "docs/ops.md"});
+  expectOneLineError(r, 1, {"aten::cumprod", "docs/ops.md"});
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"([\w.]+\.py:\d+)"))) << "no file:line\n" << describe(r);
 }
 

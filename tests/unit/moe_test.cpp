@@ -218,5 +218,18 @@ TEST_P(MoEProducts, OneTokenReadsOnlyTheChosenExperts) {
 
 INSTANTIATE_TEST_SUITE_P(Mixtral, MoEProducts, ::testing::Values("hf_mixtral_tiny", "hf_mixtral_tiny_grouped"));
 
+// `kiln inspect` lists no unsupported op for any of issue 44's families (models_test.cpp checks them against LibTorch).
+TEST(MoEFamilies, InspectSupportsEveryOp) {
+  for (const char* family : {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss"})
+    for (const char* form : {"", "_grouped"}) {
+      Result r = kiln({"inspect", test::fixturePath(fmt::format("hf_{}_tiny{}", family, form))});
+      EXPECT_TRUE(r.code == 0 && contains(r.out, "kiln supports every op on input data")) << describe(r);
+    }
+  for (const char* encoder : {"bert", "roberta", "distilbert"}) {
+    Result r = kiln({"inspect", test::fixturePath(fmt::format("hf_{}_tiny", encoder))});
+    EXPECT_TRUE(r.code == 0 && contains(r.out, "kiln supports every op on input data")) << describe(r);
+  }
+}
+
 }  // namespace
 }  // namespace kiln
