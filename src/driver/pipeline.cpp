@@ -151,6 +151,7 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
   run.pass(c.tensorIR, "tensor-compose-index-maps", tensor::composeIndexMaps);
   run.pass(c.tensorIR, "tensor-merge-parallel-linears", tensor::mergeParallelLinears);  // needs composed maps
   run.pass(c.tensorIR, "tensor-fold-constants", tensor::foldConstants);          // after composing: sees weights through one map
+  run.pass(c.tensorIR, "tensor-fold-index-wraps", tensor::foldIndexWraps);       // after folding: constant indices are weights
   run.pass(c.tensorIR, "tensor-eliminate-dead-code", tensor::eliminateDeadCode);  // drops maps composed away
   if (until < 2) return run.printTimings(), c;
 

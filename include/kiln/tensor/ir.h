@@ -89,6 +89,7 @@ void verify(const Graph& g);
 Graph lowerFromTorch(const torch::Graph& g);   // tensor-lower-from-torch
 bool composeIndexMaps(Graph& g);               // tensor-compose-index-maps
 bool foldConstants(Graph& g);                  // tensor-fold-constants
+bool foldIndexWraps(Graph& g);                 // tensor-fold-index-wraps
 bool mergeParallelLinears(Graph& g);           // tensor-merge-parallel-linears
 bool eliminateDeadCode(Graph& g);              // tensor-eliminate-dead-code
 
