@@ -378,11 +378,8 @@ class Importer {
     const SourceLoc loc = sourceLoc(node);
     const at::Tensor& result = env_.at(node->output()).toTensor();
     const std::vector<int64_t> shape = result.sizes().vec();
-    auto add = [&](const char* name, std::vector<int> inputs, std::vector<int64_t> sizes) {
-      kiln::torch::Node n{name, std::move(inputs), {}, loc};
-      n.outputs.push_back(tensorValue(at::empty(sizes, at::TensorOptions().dtype(at::kFloat).device(at::kMeta)), op, loc));
-      g_.nodes.push_back(std::move(n));
-      return g_.nodes.back().outputs.back();
+    auto add = [&](const char* name, std::vector<int> inputs, at::IntArrayRef sizes) {
+      return addNode(name, std::move(inputs), sizes, at::kFloat, node);
     };
     // Each operand's (re, im): a pair's two slices, a complex constant's two parts, a real value and none.
     struct Parts {
@@ -447,11 +444,8 @@ class Importer {
                   "functional graphs: take the view after writing", op, sourceLoc(node).str(),
                   use.user->kind().toQualString(), sourceLoc(use.user).str());
     const SourceLoc loc = sourceLoc(node);
-    auto add = [&](std::string name, std::vector<int> inputs, const at::Tensor& like) {
-      kiln::torch::Node n{std::move(name), std::move(inputs), {}, loc};
-      n.outputs.push_back(tensorValue(like, op, loc));
-      g_.nodes.push_back(std::move(n));
-      return g_.nodes.back().outputs.back();
+    auto add = [&](const std::string& name, std::vector<int> inputs, const at::Tensor& like) {
+      return addNode(name, std::move(inputs), like.sizes(), like.scalar_type(), node);
     };
     auto viewArgs = [&](const jit::Node* view) {
       std::vector<int> ids;
@@ -543,10 +537,7 @@ class Importer {
     const at::Tensor& result = env_.at(node->output()).toTensor();
     const SourceLoc loc = sourceLoc(node);
     auto add = [&](const char* op, std::vector<int> inputs, at::IntArrayRef sizes, c10::ScalarType type) {
-      kiln::torch::Node n{op, std::move(inputs), {}, loc};
-      n.outputs.push_back(tensorValue(at::empty(sizes, at::TensorOptions().dtype(type).device(at::kMeta)), "aten::index", loc));
-      g_.nodes.push_back(std::move(n));
-      return g_.nodes.back().outputs.back();
+      return addNode(op, std::move(inputs), sizes, type, node);
     };
     // The linear position of each index tuple within the indexed dims, broadcast to I.
     std::vector<at::Tensor> metas;
@@ -741,6 +732,18 @@ class Importer {
     env_[node->output()] = stack.at(0);
     dynamic_.insert(node->output());
     stateAlias_[node->output()] = path;
+  }
+
+  // Appends a Torch-IR node `op` of `inputs` that the import made for TorchScript node `from` (an import-time rewrite:
+  // index, writes through views, complex pairs), its one result a tensor of `sizes` and `type`: that result's id.
+  int addNode(const std::string& op, std::vector<int> inputs, at::IntArrayRef sizes, c10::ScalarType type,
+              const jit::Node* from) {
+    const SourceLoc loc = sourceLoc(from);
+    kiln::torch::Node n{op, std::move(inputs), {}, loc};
+    n.outputs.push_back(tensorValue(at::empty(sizes, at::TensorOptions().dtype(type).device(at::kMeta)),
+                                    from->kind().toQualString(), loc));
+    g_.nodes.push_back(std::move(n));
+    return g_.nodes.back().outputs.back();
   }
 
   // A new Torch-IR value: an integer constant, or a tensor computed from input data with t's dtype and shape.
