@@ -1,0 +1,157 @@
+// loop-batch-expert-products: a product whose B matrix each row picks by an index read from memory becomes one product
+// per matrix, read back at each row's own, when the rows are sorted by that index (Loop IR in, Loop IR out); its tiled
+// schedule skips the tiles that hold none of a matrix's rows (the Kernel-IR interpreter's read counts), and the result
+// still matches LibTorch.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kiln/driver/pipeline.h"
+#include "kiln/kernel/ir.h"
+#include "kiln/loop/parser.h"
+#include "kiln/tile/ir.h"
+#include "kiln/support/error.h"
+#include "test_support.h"
+
+namespace kiln {
+namespace {
+
+// Rows of x each multiplied by the matrix of w their group picks; the group of row p0 is the number of offsets at or
+// below p0 (transformers' grouped_mm experts: rows sorted by expert, offsets the cumulative counts), or as `group`
+// says; z reads the product.
+std::string groupedProduct(int64_t rows, const std::string& group = "min(max(ids[p0], 0), 3)", const std::string& count = "select(offsets[r0] < p0 + 1, 1, 0)",
+                           const std::string& outputs = "z") {
+  return fmt::format(R"(// kiln loop IR: grouped
+buffer offsets : i64[4] input
+buffer x : f32[{0}x8] input
+buffer w : f32[4x16x8] weight "w"
+buffer ids : i64[{0}] temp
+buffer y : f32[{0}x16] temp
+buffer z : f32[{0}x16] output
+
+kernel k0_reduce_sum writes ids  // aten::_grouped_mm
+  for p0 < {0} parallel:
+    acc0 = 0
+    for r0 < 4 reduce:
+      %0 = {2}
+      %1 = cast(%0) to i64
+      acc0 = sum(acc0, %1)
+    %2 = min(acc0, 3)
+    store ids[p0] = %2
+
+kernel k1_reduce_sum writes y  // aten::_grouped_mm
+  for p0 < {0}, p1 < 16 parallel:
+    acc0 = 0
+    for r0 < 8 reduce:
+      %0 = load x[p0, r0]
+      %1 = load w[{1}, p1, r0]
+      %2 = mul(%0, %1)
+      acc0 = sum(acc0, %2)
+    store y[p0, p1] = acc0
+
+kernel k2_silu writes z  // aten::silu
+  for p0 < {0}, p1 < 16 parallel:
+    %0 = load y[p0, p1]
+    %1 = silu(%0)
+    store z[p0, p1] = %1
+
+return {3}
+)",
+                     rows, group, count, outputs);
+}
+
+std::string afterPass(const std::string& text) {
+  loop::Program p = loop::parse(text, "grouped.lir");
+  loop::verify(p);
+  loop::batchExpertProducts(p);
+  loop::verify(p);
+  return loop::print(p);
+}
+
+TEST(BatchExpertProducts, SortedRowsBecomeOneProductPerMatrixReadAtEachRowsOwn) {
+  const std::string out = afterPass(groupedProduct(32));
+  EXPECT_NE(out.find("buffer y : f32[4x32x16] temp"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"(kernel k1_reduce_sum writes y  // aten::_grouped_mm
+  for e < 4, p0 < 32, p1 < 16 parallel:
+    acc0 = 0
+    for r0 < 8 reduce:
+      %0 = load x[p0, r0]
+      %1 = load w[e, p1, r0]
+      %2 = mul(%0, %1)
+      acc0 = sum(acc0, %2)
+    store y[e, p0, p1] = acc0
+  read only at e = min(max(ids[p0], 0), 3)
+)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("%0 = load y[min(max(ids[p0], 0), 3), p0, p1]"), std::string::npos) << out;
+  // The text reads back as it printed, the kernel's read-only points with it.
+  loop::Program parsed = loop::parse(out, "after.lir");
+  ASSERT_TRUE(parsed.kernels[1].readOnlyAt.has_value());
+  EXPECT_EQ(parsed.kernels[1].readOnlyAt->rowAxis, 1);
+  EXPECT_EQ(loop::print(parsed), out);
+}
+
+TEST(BatchExpertProducts, UnsortedFewOrOutputRowsKeepTheirProduct) {
+  // The group counts offsets above the row: it falls as the row grows (rows not sorted by it).
+  const std::string falling = groupedProduct(32, "min(max(ids[p0], 0), 3)", "select(p0 < offsets[r0], 1, 0)");
+  EXPECT_EQ(afterPass(falling), loop::print(loop::parse(falling)));
+  // The group read straight from an input: nothing says it is sorted (transformers' batched_mm experts).
+  const std::string input = groupedProduct(32, "min(max(offsets[p0 mod 4], 0), 3)");
+  EXPECT_EQ(afterPass(input), loop::print(loop::parse(input)));
+  // Fewer than 16 rows: a decoder step's matrix-vector products read only the chosen matrices already.
+  const std::string few = groupedProduct(8);
+  EXPECT_EQ(afterPass(few), loop::print(loop::parse(few)));
+  // The product is a model output: its shape stays the model's.
+  const std::string output = groupedProduct(32, "min(max(ids[p0], 0), 3)", "select(offsets[r0] < p0 + 1, 1, 0)", "z, y");
+  EXPECT_EQ(afterPass(output), loop::print(loop::parse(output)));
+}
+
+TEST(BatchExpertProducts, AGroupOverTheMatrixAxisOrOutsideTheMatricesIsRefused) {
+  std::string text = afterPass(groupedProduct(32));
+  std::string other = text;
+  other.replace(other.find("read only at e = min(max(ids[p0], 0), 3)"), 40, "read only at e = min(max(ids[e], 0), 3)");
+  EXPECT_ANY_THROW(loop::parse(other));
+  std::string wide = text;
+  wide.replace(wide.find("read only at e = min(max(ids[p0], 0), 3)"), 40, "read only at e = min(max(ids[p0], 0), 4)");
+  EXPECT_ANY_THROW(loop::verify(loop::parse(wide)));
+}
+
+// The tiny Mixtral in transformers' grouped_mm form at 64 tokens: 128 rows (token, choice) sorted by expert, 4 experts.
+// Each expert product is tiled along the rows; a tile's block for expert e reads e's weight only when one of its rows
+// chose e, so each weight is read at most (experts + row tiles - 1) times over (once per expert, plus one expert for
+// each boundary between two tiles), not once per row as a matrix-vector product per row would. The output matches
+// LibTorch.
+TEST(BatchExpertProducts, ManyTokensReadEachExpertOncePerTileThatHoldsIt) {
+  const std::string path = test::fixturePath("hf_mixtral_tiny_grouped");
+  Compiled c = compileModel(path, {frontend::InputOverride{"input_ids", {1, 64}, DType::I64}}, PipelineOptions{}, "cuda");
+  const std::vector<HostTensor> inputs = test::randomInputs(c.kernelIR, 3);
+  kernel::InterpretCounts counts;
+  const std::vector<HostTensor> out = kernel::interpret(c.kernelIR, inputs, &counts);
+  const std::vector<HostTensor> ref = frontend::runReference(path, inputs, /*onGpu=*/false);
+  ASSERT_EQ(out.size(), ref.size());
+  EXPECT_LE(compare(out[0], ref[0]).relL2, 1e-5);
+  const int64_t experts = 4, rows = 128;
+  int grouped = 0;
+  for (size_t i = 0; i < c.tileIR.loop.kernels.size(); ++i) {
+    const loop::Kernel& k = c.tileIR.loop.kernels[i];
+    if (!k.readOnlyAt) continue;
+    ++grouped;
+    const auto* s = std::get_if<tile::TiledContraction>(&c.tileIR.schedules[i]);
+    ASSERT_NE(s, nullptr) << k.name << " is tiled";
+    const int64_t rowTiles = (rows + s->tileM - 1) / s->tileM;
+    loop::forEachKernelRead(k, [&](int b, bool) {
+      const loop::Buffer& buf = c.kernelIR.buffers[static_cast<size_t>(b)];
+      if (buf.kind != loop::Buffer::Kind::Weight || buf.name.find(".experts.") == std::string::npos) return;
+      int64_t read = 0;
+      for (const auto& perKernel : counts.elementsRead) read += perKernel[static_cast<size_t>(b)];
+      EXPECT_LE(read, numel(buf.shape) / experts * (experts + rowTiles - 1)) << buf.name << ", tiles of " << s->tileM << " rows";
+      EXPECT_GE(read, numel(buf.shape) / experts) << buf.name;
+      EXPECT_LT(read, numel(buf.shape) / experts * rows) << buf.name << ": less than one matrix per row";
+    });
+  }
+  EXPECT_EQ(grouped, 4) << "gate_up and down of two layers";
+}
+
+}  // namespace
+}  // namespace kiln
