@@ -46,10 +46,14 @@ if [ "$MOE_SANITIZE" = 1 ]; then
   done
 fi
 echo >> "$report"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+bandwidth=3.35e12  # H100 SXM's HBM3; the H200's HBM3e moves 4.8 TB/s
+case "$gpu" in *H200*) bandwidth=4.8e12 ;; esac
+echo "GPU: $gpu (floor at $bandwidth B/s)" >> "$report"
 without=()
 [ -n "$MOE_WITHOUT" ] && without=(--without "$MOE_WITHOUT")
 # shellcheck disable=SC2086
-python3 bench/moe_layers.py "$kiln" --families "$MOE_FAMILIES" --tokens "$MOE_TOKENS" --compile --profile "${without[@]}" \
+python3 bench/moe_layers.py "$kiln" --families "$MOE_FAMILIES" --tokens "$MOE_TOKENS" --compile --profile "${without[@]}" --bandwidth "$bandwidth" \
   --out "$LOG/layers" $MOE_EXTRA > "$LOG/layers.txt" 2> "$LOG/layers.err"
 echo "bench/moe_layers.py rc=$?" >> "$report"
 grep -E '^\|' "$LOG/layers.txt" >> "$report"
