@@ -175,7 +175,7 @@ bool batchKernel(Program& p, size_t ki) {
   if (row.extent < kMinRows || !range || range->first < 0 || range->second >= matrices) return false;
   if (!nondecreasingIdx(g->group, row.var, p, 0) || readAsIndexOrOutput(p, k.output)) return false;
 
-  const Axis e{k.maxVar() + 1, "e", matrices};
+  const Axis e{k.maxVar() + 1, "ex", matrices};
   const Idx eIdx = idxVar(e.var, e.name);
   mapKernelExprs(k, [&](const ExprP& x) {
     return mapLoads(x, [&](const Expr& l) {

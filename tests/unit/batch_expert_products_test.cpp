@@ -72,15 +72,15 @@ TEST(BatchExpertProducts, SortedRowsBecomeOneProductPerMatrixReadAtEachRowsOwn) 
   const std::string out = afterPass(groupedProduct(32));
   EXPECT_NE(out.find("buffer y : f32[4x32x16] temp"), std::string::npos) << out;
   EXPECT_NE(out.find(R"(kernel k1_reduce_sum writes y  // aten::_grouped_mm
-  for e < 4, p0 < 32, p1 < 16 parallel:
+  for ex < 4, p0 < 32, p1 < 16 parallel:
     acc0 = 0
     for r0 < 8 reduce:
       %0 = load x[p0, r0]
-      %1 = load w[e, p1, r0]
+      %1 = load w[ex, p1, r0]
       %2 = mul(%0, %1)
       acc0 = sum(acc0, %2)
-    store y[e, p0, p1] = acc0
-  read only at e = min(max(ids[p0], 0), 3)
+    store y[ex, p0, p1] = acc0
+  read only at ex = min(max(ids[p0], 0), 3)
 )"),
             std::string::npos)
       << out;
@@ -108,12 +108,12 @@ TEST(BatchExpertProducts, UnsortedFewOrOutputRowsKeepTheirProduct) {
 }
 
 TEST(BatchExpertProducts, AGroupOverTheMatrixAxisOrOutsideTheMatricesIsRefused) {
-  std::string text = afterPass(groupedProduct(32));
+  const std::string text = afterPass(groupedProduct(32)), line = "read only at ex = min(max(ids[p0], 0), 3)";
   std::string other = text;
-  other.replace(other.find("read only at e = min(max(ids[p0], 0), 3)"), 40, "read only at e = min(max(ids[e], 0), 3)");
+  other.replace(other.find(line), line.size(), "read only at ex = min(max(ids[ex], 0), 3)");
   EXPECT_ANY_THROW(loop::parse(other));
   std::string wide = text;
-  wide.replace(wide.find("read only at e = min(max(ids[p0], 0), 3)"), 40, "read only at e = min(max(ids[p0], 0), 4)");
+  wide.replace(wide.find(line), line.size(), "read only at ex = min(max(ids[p0], 0), 4)");
   EXPECT_ANY_THROW(loop::verify(loop::parse(wide)));
 }
 

@@ -121,7 +121,7 @@ struct OnlineSoftmax {
 // Points with e != group(m) are never read, so a schedule may leave them unwritten (a tiled product skips every tile
 // whose rows all belong to other matrices). `group` is an index over parallel[rowAxis]'s variable alone, with values in
 // [0, extent of parallel[0]), nondecreasing in it (rows sorted by group): a tile of rows [m0, m1] holds the groups
-// group(m0) .. group(m1). Printed after the store: `read only at e = GROUP`.
+// group(m0) .. group(m1). Printed after the store: `read only at ex = GROUP`.
 struct ReadOnlyAt {
   int rowAxis = -1;  // position of m in Kernel::parallel
   Idx group;         // over parallel[rowAxis].var
