@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "cli_support.h"
 #include "kiln/driver/pipeline.h"
 #include "kiln/kernel/ir.h"
 #include "kiln/loop/parser.h"
@@ -15,6 +16,7 @@
 
 namespace kiln {
 namespace {
+using namespace test::cli;
 
 // Rows of x each multiplied by the matrix of w their group picks; the group of row p0 is the number of offsets at or
 // below p0 (transformers' grouped_mm experts: rows sorted by expert, offsets the cumulative counts), or as `group`
@@ -151,6 +153,39 @@ TEST(BatchExpertProducts, ManyTokensReadEachExpertOncePerTileThatHoldsIt) {
     });
   }
   EXPECT_EQ(grouped, 4) << "gate_up and down of two layers";
+}
+
+// A decoder step's expert products (few rows, each against the matrix its expert id picks) stay row by row, and with
+// more outputs than a thread each can serve well (2 rows x 12288 outputs here, as a Mixtral-shaped layer's 2 x 28672),
+// every output is a warp walking its row by 16-byte vectors (tile-cooperative-reduce, tile-vectorize-reductions): each
+// row's activations are the vector that all its outputs share. Before, such a product got a thread per output reading
+// its weight row alone, serially and uncoalesced. The result matches LibTorch.
+TEST(BatchExpertProducts, ADecoderStepsExpertProductsReadTheirRowsByVectors) {
+  test::TempDir tmp;
+  const std::string script = fmt::format(
+      "import torch\n"
+      "class Experts(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.w = torch.nn.Parameter(torch.randn(4, 12288, 128))\n"
+      "    def forward(self, x, ids):\n"
+      "        return torch.bmm(self.w[ids], x.unsqueeze(-1)).squeeze(-1)\n"
+      "torch.jit.trace(Experts(), (torch.randn(2, 128), torch.tensor([3, 1]))).save('{}/experts.pt')\n",
+      tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  const std::string path = (tmp.path / "experts.pt").string();
+  Compiled c = compileModel(path, {frontend::InputOverride{"x", {2, 128}, DType::F32}, frontend::InputOverride{"ids", {2}, DType::I64}},
+                            PipelineOptions{}, "tile");
+  int products = 0;
+  for (size_t i = 0; i < c.tileIR.loop.kernels.size(); ++i) {
+    if (c.tileIR.loop.kernels[i].stages.empty()) continue;
+    ++products;
+    const auto* r = std::get_if<tile::RowReduction>(&c.tileIR.schedules[i]);
+    ASSERT_NE(r, nullptr) << tile::print(c.tileIR);
+    EXPECT_EQ(r->reductionVector, 4) << "16 bytes of f32";
+  }
+  EXPECT_EQ(products, 1) << tile::print(c.tileIR);
+  expectCheckPasses(kiln({"run", path, "--input", "x=2x128:f32", "--input", "ids=2:i64", "--check", "--interpret"}));
 }
 
 }  // namespace
