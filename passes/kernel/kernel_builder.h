@@ -301,7 +301,8 @@ class KernelBuilder {
   struct TmaRing {
     int full = -1, empty = -1;
     std::vector<int> maps;
-    std::vector<Idx> shifts;
+    std::vector<Idx> shifts;     // per operand: k's shift (a split's part), in the kernel's variables
+    std::vector<Idx> rowShifts;  // per operand: the rows' shift (an expert product's matrix), in the kernel's variables
     int64_t sliceBytes = 0;
     std::function<Idx(const Idx&)> sliceStart;
   };

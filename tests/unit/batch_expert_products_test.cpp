@@ -4,12 +4,15 @@
 // still matches LibTorch.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "cli_support.h"
 #include "kiln/driver/pipeline.h"
 #include "kiln/kernel/ir.h"
 #include "kiln/loop/parser.h"
+#include "kiln/tile/contraction.h"
+#include "kiln/tile/layout.h"
 #include "kiln/tile/ir.h"
 #include "kiln/support/error.h"
 #include "test_support.h"
@@ -153,6 +156,38 @@ TEST(BatchExpertProducts, ManyTokensReadEachExpertOncePerTileThatHoldsIt) {
     });
   }
   EXPECT_EQ(grouped, 4) << "gate_up and down of two layers";
+}
+
+// In bf16 the tiny Mixtral's gate/up expert product goes to wgmma with both operands copied by TMA: the expert's
+// matrix W[ex] is rows ex * N .. ex * N + N - 1 of W's tensor map (tile::TmaView::rowShift). The Kernel-IR interpreter's
+// result (TMA copies and wgmma emulated) passes DESIGN.md's bf16 check against LibTorch.
+TEST(BatchExpertProducts, InBf16TheExpertMatrixIsARowShiftOfTheTmaCopies) {
+  test::TempDir tmp;
+  const std::string script = fmt::format(
+      "import sys, torch\n"
+      "sys.path.insert(0, '{0}')\n"
+      "import hf_families\n"
+      "from hf_llama import example_inputs\n"
+      "from kiln_export import export\n"
+      "model = hf_families.build('mixtral', experts='grouped_mm').to(torch.bfloat16)\n"
+      "export(model, example_inputs(256, seq=64), '{1}/mixtral.pt')\n",
+      (std::filesystem::path(KILN_SOURCE_DIR) / "models").string(), tmp.path.string());
+  ASSERT_TRUE(runPython(tmp.path, script)) << script;
+  const std::string path = (tmp.path / "mixtral.pt").string();
+  Compiled c = compileModel(path, {}, PipelineOptions{}, "tile");
+  int shifted = 0;
+  for (size_t i = 0; i < c.tileIR.loop.kernels.size(); ++i) {
+    const auto* s = std::get_if<tile::TiledContraction>(&c.tileIR.schedules[i]);
+    if (!c.tileIR.loop.kernels[i].readOnlyAt || !s || s->b.copy != tile::TiledContraction::Copy::Tma) continue;
+    const tile::Contraction con = tile::contractionOf(*s, c.tileIR.loop.kernels[i]);
+    const int nVar = c.tileIR.loop.kernels[i].parallel[static_cast<size_t>(con.nAxis)].var;
+    auto view = tile::tmaView(c.tileIR.loop, c.tileIR.loop.kernels[i], con.stages[0].b, nVar, con.stages[0].kVar);
+    ASSERT_TRUE(view && view->rowShift) << c.tileIR.loop.kernels[i].name;
+    EXPECT_EQ(toString(view->rowShift), "ex*256") << "gate_up: 2 x 128 rows a matrix";
+    ++shifted;
+  }
+  EXPECT_EQ(shifted, 2) << tile::print(c.tileIR);
+  expectCheckPasses(kiln({"run", path, "--check", "--interpret"}));
 }
 
 // A decoder step's expert products (few rows, each against the matrix its expert id picks) stay row by row, and with
