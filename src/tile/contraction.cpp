@@ -210,8 +210,11 @@ bool tmaCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContr
   const Contraction c = findContraction(k, s.mAxis, s.nAxis).value();
   const int mVar = k.parallel[static_cast<size_t>(c.mAxis)].var, nVar = k.parallel[static_cast<size_t>(c.nAxis)].var;
   // rows do not overlap; a shifted k (a split's part of the reduction) ends on a slice boundary, so no slice reads the
-  // next part's k where cp.async would zero-fill
-  auto fits = [&](const std::optional<TmaView>& v) { return v && v->rowStride >= c.k && (!v->colShift || c.k % s.tileK == 0); };
+  // next part's k where cp.async would zero-fill; shifted rows only in expert products (loop::ReadOnlyAt), whose
+  // matrices are such rows: other batched products keep the cp.async copies they were measured with
+  auto fits = [&](const std::optional<TmaView>& v) {
+    return v && v->rowStride >= c.k && (!v->colShift || c.k % s.tileK == 0) && (!v->rowShift || k.readOnlyAt);
+  };
   for (const Contraction::Stage& st : c.stages)
     if (!fits(tmaView(p, k, st.a, mVar, st.kVar)) || !fits(tmaView(p, k, st.b, nVar, st.kVar))) return false;
   return true;

@@ -66,7 +66,8 @@ struct TmaView {
 // The view of `operand` with rows along loop variable rowVar and the reduction along kVar (k's extent K), if it is one
 // of that form with 16-byte aligned offset and row stride; nullopt otherwise.
 std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, const loop::ExprP& operand, int rowVar, int kVar);
-// Every operand of every stage of a wgmma product has a tmaView (rows along m for A, n for B).
+// Every operand of every stage of a wgmma product has a tmaView (rows along m for A, n for B), with shifted rows only in
+// a product read only at its rows' matrices (loop::ReadOnlyAt).
 bool tmaCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s);
 
 }  // namespace kiln::tile
