@@ -11,6 +11,9 @@ experts and, per layer, the experts at least one token chose, at most all of the
 head) over --bandwidth. Prints a markdown table and writes OUT/moe_layers.json.
 
     python3 bench/moe_layers.py build/kiln --families mixtral,qwen3_moe --tokens 1,128 --out /tmp/moe
+
+--compile adds torch.compile's figure (default mode, the grouped_mm form), --without PASS a second kiln run of the same
+trace with that pass disabled (an A/B in one call), --profile kiln's per-kernel times in each run's log.
 """
 import argparse
 import json
@@ -40,8 +43,20 @@ def eager_ms(model, ids, experts):
         return None
 
 
-def timed_forward(model, ids, experts):
-    model.config._experts_implementation = experts
+def compiled_ms(model, ids):
+    """torch.compile (default mode) of the forward with the experts in grouped_mm form, timed as eager_ms; the error's
+    first line instead where it fails."""
+    try:
+        model.config._experts_implementation = "grouped_mm"
+        torch._dynamo.reset()
+        return timed_forward(torch.compile(model), ids, "grouped_mm", config=model.config)
+    except Exception as e:  # noqa: BLE001 -- recorded in the results, not hidden
+        torch.cuda.empty_cache()
+        return f"failed: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"
+
+
+def timed_forward(model, ids, experts, config=None):
+    (config or model.config)._experts_implementation = experts
     with torch.no_grad():
         for _ in range(3):
             model(ids)
@@ -73,9 +88,9 @@ def floor_bytes(model, tokens, chosen):
     return total
 
 
-def kiln_run(kiln, trace, log):
+def kiln_run(kiln, trace, log, extra=()):
     t = time.time()
-    r = subprocess.run([kiln, "run", str(trace), "--check", "--bench", "20"], capture_output=True, text=True)
+    r = subprocess.run([kiln, "run", str(trace), "--check", "--bench", "20", *extra], capture_output=True, text=True)
     log.write_text(r.stdout + r.stderr)
     ms = re.search(r"([0-9.]+) ms per forward \(CUDA events", r.stdout + r.stderr)
     rel = [float(x) for x in re.findall(r"rel_l2 ([0-9.e+-]+)", r.stdout)]
@@ -93,6 +108,9 @@ def main():
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     ap.add_argument("--bandwidth", type=float, default=3.35e12, help="bytes per second for the floor (H100 SXM)")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/kiln-moe"))
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile (default mode) of the grouped_mm form")
+    ap.add_argument("--profile", action="store_true", help="kiln run --profile: each kernel's time, in the log")
+    ap.add_argument("--without", metavar="PASS", help="also run kiln with --disable-pass PASS on the same trace (kiln_without_ms)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -110,7 +128,12 @@ def main():
             model.model.config._experts_implementation = "grouped_mm"
             trace = a.out / f"{family}_{tokens}.pt"
             export(model, inputs, trace)
-            row.update(kiln_run(a.kiln, trace, a.out / f"{family}_{tokens}.log"))
+            if a.compile:
+                row["compile_ms"] = compiled_ms(model.model, inputs["input_ids"])
+            row.update(kiln_run(a.kiln, trace, a.out / f"{family}_{tokens}.log", ["--profile"] if a.profile else []))
+            if a.without:
+                off = kiln_run(a.kiln, trace, a.out / f"{family}_{tokens}_without.log", ["--disable-pass", a.without])
+                row.update({"without": a.without, "kiln_without_ms": off["kiln_ms"], "check_without": off["check"]})
             trace.unlink()
             row["floor_ms"] = floor_bytes(model, tokens, chosen) / a.bandwidth * 1e3
             rows.append(row)
@@ -118,12 +141,14 @@ def main():
             (a.out / "moe_layers.json").write_text(json.dumps(rows, indent=1))
         del model
         torch.cuda.empty_cache()
-    print("| model | tokens | check | kiln ms | eager batched_mm ms | eager grouped_mm ms | floor ms | kernels |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | tokens | check | kiln ms | kiln without ms | eager batched_mm ms | eager grouped_mm ms | torch.compile ms "
+          "| floor ms | kernels |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
         print(f"| {r['family']} {r['dtype']} | {r['tokens']} | {r['check']} | {fmt(r['kiln_ms'])} | "
-              f"{fmt(r['eager_batched_ms'])} | {fmt(r['eager_grouped_ms'])} | {fmt(r['floor_ms'])} | {r['kernels']} |")
+              f"{fmt(r.get('kiln_without_ms'))} | {fmt(r['eager_batched_ms'])} | {fmt(r['eager_grouped_ms'])} | "
+              f"{fmt(r.get('compile_ms'))} | {fmt(r['floor_ms'])} | {r['kernels']} |")
 
 
 if __name__ == "__main__":

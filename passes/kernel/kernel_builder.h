@@ -301,7 +301,8 @@ class KernelBuilder {
   struct TmaRing {
     int full = -1, empty = -1;
     std::vector<int> maps;
-    std::vector<Idx> shifts;
+    std::vector<Idx> shifts;     // per operand: k's shift (a split's part), in the kernel's variables
+    std::vector<Idx> rowShifts;  // per operand: the rows' shift (an expert product's matrix), in the kernel's variables
     int64_t sliceBytes = 0;
     std::function<Idx(const Idx&)> sliceStart;
   };
@@ -323,6 +324,9 @@ class KernelBuilder {
   void streamTileEnd(const Tiling& t, const StreamWalk& walk, const Idx& unit, const Idx& from, const Idx& to, Block& out);
   // The epilogue's statements for every owned output (lower_contraction.cpp), the producer warp's guard left to the caller.
   Block contractionEpilogue(Tiling& t);
+  // loop::ReadOnlyAt products: the statements of k_.body from `from` on run only in blocks whose tile's rows hold rows
+  // of the block's matrix.
+  void skipTilesOfOtherGroups(const Tiling& t, size_t from);
   // The epilogue's paired vector stores (lower_contraction.cpp).
   bool pairedStores(const Tiling& t);
   // `lhs < bound ? body`, or body in a scope of its own where every value lhs takes over the extents is below bound.

@@ -47,6 +47,7 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
   for (size_t d = 0; d < lk_.parallel.size(); ++d)
     if (static_cast<int>(d) != t.c.mAxis && static_cast<int>(d) != t.c.nAxis) outer.push_back(lk_.parallel[d]);
   unflatten(outer, floorDiv(blockIdx(), tilesM * tilesN), t.c.outerPoints, k_.body);
+  const size_t tileWork = k_.body.size();  // what a block of a tile without its matrix's rows skips (readOnlyAt)
   const bool dynamic = tile::dynamicShared(s);  // a ring of pipelineDepth slices per operand
   // Pipelined products copy an A that several stages share once (tile::aSources); the others stage every A.
   std::vector<size_t> aSource = tile::aSources(t.c);
@@ -124,6 +125,32 @@ void KernelBuilder::tiledContraction(const tile::TiledContraction& s) {
       k_.body.push_back(ifLess(t.role, idxConst(s.tileM / kWgmmaM), std::move(epilogue)));
     }
   }
+  if (lk_.readOnlyAt) {
+    KILN_ASSERT(s.streamBlocks == 0 && t.c.mAxis == lk_.readOnlyAt->rowAxis, "kernel {}: a product read only at its rows' matrices is "
+                "tiled along its row axis, without stream-K", lk_.name);
+    skipTilesOfOtherGroups(t, tileWork);
+  }
+}
+
+// The rows of tile tm, [tm * tile_m, min((tm + 1) * tile_m, m)), hold the groups group(first) .. group(last): the group
+// is nondecreasing along the rows (loop::ReadOnlyAt). Two reads of the group tell a block whether its matrix e is one
+// of them; where it is not, nothing the block would compute is ever read, and the block does nothing. The condition is
+// the same for every thread of the block, so the barriers inside stay block-wide.
+void KernelBuilder::skipTilesOfOtherGroups(const Tiling& t, size_t from) {
+  const loop::ReadOnlyAt& r = *lk_.readOnlyAt;
+  const int rowVar = lk_.parallel[static_cast<size_t>(r.rowAxis)].var + kFirstLoopVar;
+  const loop::Axis& matrix = lk_.parallel[0];
+  const Idx group = shifted(r.group);
+  auto groupAt = [&](const Idx& row) {
+    return simplify(substitute(group, [&](int v, const std::string&) { return v == rowVar ? row : nullptr; }), extents_);
+  };
+  const Idx first = simplify(t.tileM * idxConst(t.s.tileM), extents_);
+  const Idx last = simplify(idxMin(idxAdd(first, t.s.tileM - 1), idxConst(t.c.m - 1)), extents_);
+  const Idx e = idxVar(matrix.var + kFirstLoopVar, matrix.name);
+  Block work(std::make_move_iterator(k_.body.begin() + static_cast<std::ptrdiff_t>(from)), std::make_move_iterator(k_.body.end()));
+  k_.body.erase(k_.body.begin() + static_cast<std::ptrdiff_t>(from), k_.body.end());
+  // group(first) <= e <= group(last)
+  k_.body.push_back(ifLess(groupAt(first), idxAdd(e, 1), Block{ifLess(e, idxAdd(groupAt(last), 1), std::move(work))}));
 }
 
 // The epilogue, once per owned output: m and n defined, each stage's total in its accumulator.

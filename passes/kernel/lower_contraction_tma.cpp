@@ -50,10 +50,14 @@ KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector
     auto view = tile::tmaView(tp_.loop, lk_, o.value, o.rowAxis.var, o.kAxis.var);
     KILN_ASSERT(view, "kernel {}: a tma operand that is not a [row][k] view of a buffer", lk_.name);
     r.maps.push_back(static_cast<int>(k_.tensorMaps.size()));
-    k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, o.rowExtent, view->cols > 0 ? view->cols : K,
-                                      view->rowStride, multicastPart(t, o) ? o.rows / C : o.rows, tk, true});
-    r.shifts.push_back(view->colShift ? substitute(view->colShift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); })
-                                      : idxConst(0));
+    k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, view->rows > 0 ? view->rows : o.rowExtent,
+                                      view->cols > 0 ? view->cols : K, view->rowStride, multicastPart(t, o) ? o.rows / C : o.rows, tk,
+                                      true});
+    auto inKernel = [](const Idx& shift) {
+      return shift ? substitute(shift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); }) : idxConst(0);
+    };
+    r.shifts.push_back(inKernel(view->colShift));
+    r.rowShifts.push_back(inKernel(view->rowShift));
     r.sliceBytes += o.rows * tk * dtypeBytes(k_.shared[o.buf].dtype);
   }
   return r;
@@ -69,7 +73,7 @@ void KernelBuilder::tmaIssue(const Tiling& t, const std::vector<OperandSlice>& o
     const OperandSlice& o = operands[j];
     const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, tk);
     Idx dst = simplify(slot * idxConst(slotElements) + idxConst(o.slotOffset), extents_);
-    Idx row = simplify(o.tileIdx * idxConst(o.rows), extents_);
+    Idx row = simplify(o.tileIdx * idxConst(o.rows) + r.rowShifts[j], extents_);
     if (multicastPart(t, o)) {  // this block's part, into every block of the cluster
       const int64_t part = o.rows / C;
       const Idx rank = mod(blockIdx(), C);  // the block's place in its cluster (clusters are consecutive blocks)

@@ -39,6 +39,7 @@ bool eliminate(Program& p, bool deadKernels) {
     Kernel& k = kept[i];
     k.output = newId[k.output];
     mapKernelExprs(k, [&](const ExprP& e) { return renumberBuffers(e, renumber, &buffers); });
+    if (k.readOnlyAt) k.readOnlyAt->group = renumberIndexBuffers(k.readOnlyAt->group, renumber, &buffers);
     std::string suffix = k.name.substr(k.name.find('_'));
     k.name = fmt::format("k{}{}", i, suffix);
   }

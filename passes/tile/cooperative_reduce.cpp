@@ -26,9 +26,22 @@ bool readsOutput(const loop::Kernel& k, const loop::ExprP& e) {
   return reads;
 }
 
+// The outputs that share each value of e: the points of the output axes e does not read.
+int64_t outputsSharing(const loop::Kernel& k, const loop::ExprP& e) {
+  int64_t points = 1;
+  for (const loop::Axis& a : k.parallel)
+    if (!loop::usesVar(*e, a.var)) points *= a.extent;
+  return points;
+}
+
+// Outputs that must share a factor for it to be a product's vector.
+constexpr int64_t kMinVectorSharing = 16;
+
 // A matrix-vector product: sums of a product one of whose factors reads none of the output axes of extent above 1
-// (the vector, the same for every output); other stages may be sums that read no output axis at all (the statistics
-// of a normalised row, loop-fuse-norm-products), and one stage at least is such a product.
+// (the vector, the same for every output), or a vector per few rows that many outputs share each (a decoder step's
+// expert products: each (token, choice) row's activations against the rows of the expert matrix it picked, 28672
+// outputs sharing each of two vectors in a Mixtral-shaped layer); other stages may be sums that read no output axis at
+// all (the statistics of a normalised row, loop-fuse-norm-products), and one stage at least is such a product.
 bool isVectorProduct(const loop::Kernel& k) {
   bool product = false;
   for (const loop::Reduction& s : k.stages) {
@@ -36,7 +49,10 @@ bool isVectorProduct(const loop::Kernel& k) {
     if (!readsOutput(k, s.value)) continue;
     const loop::ExprP& v = s.value;
     if (v->kind != loop::Expr::Kind::Apply || v->fn != tensor::Fn::Mul) return false;
-    if (std::none_of(v->args.begin(), v->args.end(), [&](const loop::ExprP& f) { return !readsOutput(k, f); })) return false;
+    if (std::none_of(v->args.begin(), v->args.end(), [&](const loop::ExprP& f) {
+          return !readsOutput(k, f) || outputsSharing(k, f) >= kMinVectorSharing;
+        }))
+      return false;
     product = true;
   }
   return product;

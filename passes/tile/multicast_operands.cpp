@@ -16,6 +16,8 @@
 // its warpgroup's k step, and clusters measured slower everywhere. With the producer warp, which waits on its own, they
 // pay (see passes/tile/specialize_warps.cpp). (measurements: docs/history.md, "Thread-block clusters and multicast")
 //
+// Not for products whose blocks skip tiles by their rows (loop::ReadOnlyAt: a block that skips would leave its cluster
+// waiting on its copies and releases).
 // Preconditions: tile-specialize-warps has run. Postcondition: cluster > 1 on tma products with a producer warp whose
 // tiles along the cluster's axis the cluster divides, whose multicast slices split into parts of 8 rows or more (a
 // multiple of the 128-byte swizzle's 8-row period, so each part lands 1024-byte aligned; B multicast: one stage, not
@@ -33,6 +35,8 @@ bool multicastOperands(Program& p) {
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
     auto* s = std::get_if<TiledContraction>(&p.schedules[i]);
     if (!s || s->a.copy != TiledContraction::Copy::Tma || !s->producerWarp || s->cluster != 1) continue;
+    // An expert product's block may skip its tile (loop::ReadOnlyAt) while the rest of its cluster waits on it.
+    if (p.loop.kernels[i].readOnlyAt) continue;
     const Contraction c = contractionOf(*s, p.loop.kernels[i]);
     const int64_t cluster = kMulticastCluster;
     if (copiesAhead(*s) < 2) continue;

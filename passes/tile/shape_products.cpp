@@ -335,6 +335,29 @@ ProductPrediction predictProductShape(const Program& p, const TiledContraction& 
   return out;
 }
 
+namespace {
+
+// A product read only at some rows of each matrix (loop::ReadOnlyAt: a mixture of experts' products, one per expert)
+// skips whole tiles by their rows: a split would leave partials unwritten that its adding kernel reads, so it keeps
+// unsplit candidates only. And every row tile multiplies all its rows by each expert it holds: with many experts of a
+// few rows each (Qwen3-30B-A3B at 128 tokens: 128 experts of 8 rows), a tile of 256 rows computes 32 times the rows it
+// keeps, while the model, which counts every expert's whole product, favours the largest tile; tiles of at most 128
+// rows are kept.
+void keepRowTiles(ProductPrediction& prediction) {
+  constexpr int64_t kMaxRows = 128;
+  auto& considered = prediction.considered;
+  considered.erase(std::remove_if(considered.begin(), considered.end(),
+                                  [](const ProductCandidate& x) { return x.split > 1 || x.tileM > kMaxRows; }),
+                   considered.end());
+  prediction.streamK = false;
+  if (prediction.best.split == 1 && prediction.best.tileM <= kMaxRows) return;
+  prediction.best = prediction.current;
+  for (const ProductCandidate& x : considered)
+    if (x.micros < prediction.best.micros * 0.95) prediction.best = x;
+}
+
+}  // namespace
+
 bool shapeProducts(Program& p, const ProductShape* force) {
   bool changed = false;
   for (size_t i = 0; i < p.loop.kernels.size(); ++i) {
@@ -344,6 +367,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
     const int64_t stages = static_cast<int64_t>(c.stages.size());
     const bool wgmma = s->instruction == TiledContraction::Instruction::Wgmma;
     ProductPrediction prediction = predictProductShape(p, *s, c);
+    if (p.loop.kernels[i].readOnlyAt) keepRowTiles(prediction);
     const ProductCandidate current = prediction.current;
     std::vector<ProductCandidate>& considered = prediction.considered;  // for the runners-up in `model`
     ProductCandidate best = prediction.best;
@@ -363,7 +387,7 @@ bool shapeProducts(Program& p, const ProductShape* force) {
       prediction.streamK = t->streamK;
     }
     if (force) {
-      const bool split = force->split > 1 && stages == 1 && c.k % (force->split * kAsyncCopyElements) == 0;
+      const bool split = force->split > 1 && stages == 1 && !p.loop.kernels[i].readOnlyAt && c.k % (force->split * kAsyncCopyElements) == 0;
       const int64_t ways = split ? force->split : 1;
       best = {force->tileM, force->tileN, ways, prediction.predict(force->tileM, force->tileN, ways)};
     }

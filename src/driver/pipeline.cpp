@@ -74,6 +74,7 @@ const std::vector<InLevelPass<loop::Program>>& loopPasses() {
       {"loop-reciprocal-row-divisors", loop::reciprocalRowDivisors},  // after the rows are formed
       {"loop-fuse-attention", loop::fuseAttention},  // after the softmax rows are formed
       {"loop-fuse-norm-products", loop::fuseNormProducts},  // after attention has taken its softmax rows
+      {"loop-batch-expert-products", loop::batchExpertProducts},  // after fusion: the product's readers are final
       {"loop-eliminate-dead-buffers", loop::eliminateDeadBuffers},  // removes what fusion inlined
   };
   return passes;

@@ -68,6 +68,14 @@ void mapKernelExprs(Kernel& k, const std::function<ExprP(const ExprP&)>& f) {
 
 void forEachKernelRead(const Kernel& k, const std::function<void(int, bool)>& f) {
   forEachKernelExpr(k, [&](const ExprP& e) { forEachBufferRead(e, f); });
+  if (k.readOnlyAt) forEachIndexLoad(k.readOnlyAt->group, [&](const IndexNode& l) { f(l.buffer, true); });
+}
+
+Idx renumberIndexBuffers(const Idx& i, const std::function<int(int)>& newId, const std::vector<Buffer>* named) {
+  return mapIndexLoads(i, [&](const IndexNode& l, const Idx& flat) {
+    const int id = newId(l.buffer);
+    return idxLoad(id, named ? (*named)[static_cast<size_t>(id)].name : l.name, flat);
+  });
 }
 
 ExprP select(Idx lhs, Idx rhs, ExprP a, ExprP b) {
@@ -95,11 +103,7 @@ void forEachBufferRead(const ExprP& e, const std::function<void(int, bool)>& f) 
 ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId, const std::vector<Buffer>* named) {
   auto copy = std::make_shared<Expr>(*e);
   if (copy->kind == Expr::Kind::Load) copy->buffer = newId(copy->buffer);
-  for (auto& i : copy->index)
-    i = mapIndexLoads(i, [&](const IndexNode& l, const Idx& flat) {
-      const int id = newId(l.buffer);
-      return idxLoad(id, named ? (*named)[static_cast<size_t>(id)].name : l.name, flat);
-    });
+  for (auto& i : copy->index) i = renumberIndexBuffers(i, newId, named);
   for (auto& a : copy->args) a = renumberBuffers(a, newId, named);
   return copy;
 }

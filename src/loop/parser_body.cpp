@@ -5,6 +5,7 @@
 //     online softmax over J < N[ (empty rows 0)]: acc0 = 0; for D < N reduce: ...; acc0 = sum(acc0, X); ...; score = X
 //   for AXES parallel:                         the axes after the row axes (rows only)
 //     ...; [acc0 = softmax-weighted sum over J of X]; ...; store BUFFER[AXES] = X
+//   read only at AXIS = INDEX                  optional (Kernel::readOnlyAt)
 //
 // where `...` are expression lines `%N = load B[I, ..] | select(I < I, X, X) | FN(X, ..) [to DTYPE]` and an operand X
 // is `%N`, `accS` or a number. Expressions are rebuilt node for node, without the constructors' folding.
@@ -257,6 +258,28 @@ void storePart(LineReader& lines, BodyScope& s, Kernel& k) {
   c.expectEnd();
 }
 
+// `read only at E = GROUP` (Kernel::readOnlyAt): E the first parallel axis, GROUP an index over one other parallel axis.
+void readOnlyAt(LineReader& lines, BodyScope& s, Kernel& k) {
+  if (lines.done()) return;
+  Cursor c(lines.file(), lines.peek().number, lines.peek().text);
+  if (!c.accept("read only at")) return;
+  lines.take();
+  if (k.parallel.size() < 2) c.fail("'read only at' needs a kernel of two parallel axes or more");
+  c.expect(k.parallel[0].name);
+  c.expect("=");
+  size_t col = c.here();
+  ReadOnlyAt r;
+  r.group = ir_text::parseIdx(c, s);
+  c.expectEnd();
+  std::vector<int> vars;
+  forEachVar(r.group, [&](int v) { vars.push_back(v); });
+  for (size_t d = 1; d < k.parallel.size(); ++d)
+    if (!vars.empty() && k.parallel[d].var == vars[0]) r.rowAxis = static_cast<int>(d);
+  for (int v : vars)
+    if (r.rowAxis < 0 || v != vars[0]) c.fail("the group is an index over one parallel axis other than the first", col);
+  k.readOnlyAt = r;
+}
+
 }  // namespace
 
 void kernelBody(LineReader& lines, const std::vector<Buffer>& buffers, Kernel& k) {
@@ -281,6 +304,7 @@ void kernelBody(LineReader& lines, const std::vector<Buffer>& buffers, Kernel& k
     inner.expectEnd();
   }
   storePart(lines, s, k);
+  readOnlyAt(lines, s, k);
   if (!lines.done() && lines.peek().text.rfind("  ", 0) == 0) {
     Cursor extra(lines.file(), lines.peek().number, lines.peek().text);
     extra.fail("a kernel's loop nest ends with its 'store' line");

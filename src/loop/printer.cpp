@@ -123,6 +123,7 @@ std::string printKernelBody(const Program& p, const Kernel& k) {
     std::vector<std::string> idx;
     for (auto& a : k.parallel) idx.push_back(a.name);
     out += fmt::format("{}  store {}[{}] = {}\n", indent, o.name, fmt::join(idx, ", "), r);
+    if (k.readOnlyAt) out += fmt::format("  read only at {} = {}\n", k.parallel[0].name, toString(k.readOnlyAt->group));
   }
   return out;
 }
@@ -151,6 +152,7 @@ nlohmann::json toJson(const Program& p) {
       kj["attention"] = aj;
     }
     kj["result"] = exprKey(k.result);
+    if (k.readOnlyAt) kj["read_only_at"] = {{"row_axis", k.readOnlyAt->rowAxis}, {"group", toString(k.readOnlyAt->group)}};
     j["kernels"].push_back(kj);
   }
   return j;

@@ -37,6 +37,20 @@ void verifyAttention(const Kernel& k, CheckLoads& checkLoads) {
               "kernel {}: attention reads an accumulator it does not have", k.name);
 }
 
+// Kernel::readOnlyAt: the group is an index over the row axis alone, inside the first axis' extent.
+void verifyReadOnlyAt(const Kernel& k) {
+  const ReadOnlyAt& r = *k.readOnlyAt;
+  KILN_ASSERT(r.group && r.rowAxis > 0 && r.rowAxis < static_cast<int>(k.parallel.size()),
+              "kernel {}: 'read only at' names no row axis after the first", k.name);
+  const Axis& row = k.parallel[static_cast<size_t>(r.rowAxis)];
+  forEachVar(r.group, [&](int v) {
+    KILN_ASSERT(v == row.var, "kernel {}: the group {} reads a variable other than {}", k.name, toString(r.group), row.name);
+  });
+  auto range = idxRange(r.group, {{row.var, row.extent}});
+  KILN_ASSERT(range && range->first >= 0 && range->second < k.parallel[0].extent, "kernel {}: the group {} may leave [0, {})",
+              k.name, toString(r.group), k.parallel[0].extent);
+}
+
 }  // namespace
 
 void verify(const Program& p) {
@@ -97,6 +111,7 @@ void verify(const Program& p) {
       });
     }
     if (k.attention) verifyAttention(k, checkLoads);
+    if (k.readOnlyAt) verifyReadOnlyAt(k);
     checkLoads(k.result, false);
     written[k.output] = true;
   }

@@ -152,22 +152,32 @@ std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, co
   const loop::Buffer& b = p.buffers[static_cast<size_t>(load->buffer)];
   VarExtents ext = k.extents();
   auto single = [&](int v) { auto it = ext.find(v); return it != ext.end() && it->second == 1; };  // a unit axis: always 0
-  // The dimension k indexes; other axes (a split's) may shift k there, nowhere else.
-  int kDim = -1;
-  bool other = false;  // gathers, or variables besides row, k, unit axes and k's shift
-  for (size_t d = 0; d < load->index.size(); ++d) forEachVar(load->index[d], [&](int v) { if (v == kVar) kDim = static_cast<int>(d); });
+  // The dimension k indexes; other axes may shift k there (a split's) or the rows in the dimensions before the row's
+  // (an expert product's matrix), not both.
+  int kDim = -1, rowDim = -1;
+  bool other = false, rowShifted = false;  // other: gathers, or variables besides row, k, unit axes and the shifts
+  for (size_t d = 0; d < load->index.size(); ++d)
+    forEachVar(load->index[d], [&](int v) {
+      if (v == kVar) kDim = static_cast<int>(d);
+      if (v == rowVar) rowDim = static_cast<int>(d);
+    });
   if (kDim < 0) return std::nullopt;
   for (size_t d = 0; d < load->index.size(); ++d) {
     forEachIndexLoad(load->index[d], [&](const IndexNode&) { other = true; });
     forEachVar(load->index[d], [&](int v) {
       const bool shift = v != rowVar && v != kVar && !single(v);
-      other = other || (shift && static_cast<int>(d) != kDim) || (v == rowVar && static_cast<int>(d) == kDim);
+      rowShifted = rowShifted || (shift && static_cast<int>(d) != kDim);
+      other = other || (shift && static_cast<int>(d) != kDim && static_cast<int>(d) >= rowDim) ||
+              (v == rowVar && static_cast<int>(d) == kDim);
     });
   }
   if (other) return std::nullopt;
-  auto flatAt = [&](const Idx& row, const Idx& kValue) {  // shifts and unit axes at 0
-    return flatIndexWith(*load, b.shape, [&](int v) -> Idx { return v == kVar ? kValue : v == rowVar ? row : idxConst(0); }, ext);
+  auto flatWith = [&](const Idx& row, const Idx& kValue, bool shifts) {  // unit axes at 0, shifts at 0 or kept
+    return flatIndexWith(*load, b.shape, [&](int v) -> Idx {
+      return v == kVar ? kValue : v == rowVar ? row : shifts && !single(v) ? nullptr : idxConst(0);
+    }, ext);
   };
+  auto flatAt = [&](const Idx& row, const Idx& kValue) { return flatWith(row, kValue, false); };
   auto base = constValue(flatAt(idxConst(0), idxConst(0))), next = constValue(flatAt(idxConst(1), idxConst(0)));
   if (!base || !next) return std::nullopt;
   TmaView view{load->buffer, *base, *next - *base, 0, nullptr};
@@ -175,9 +185,16 @@ std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, co
                          return v == kVar || single(v) ? idxConst(0) : nullptr;
                        }), ext);
   if (!constValue(shift) || *constValue(shift) != 0) {  // k at shift + k: the map spans the dimension's whole extent
-    if (kDim + 1 != static_cast<int>(load->index.size())) return std::nullopt;
+    if (kDim + 1 != static_cast<int>(load->index.size()) || rowShifted) return std::nullopt;
     view.colShift = shift;
     view.cols = b.shape[static_cast<size_t>(kDim)] - (view.offset % b.shape[static_cast<size_t>(kDim)]);
+  }
+  if (rowShifted) {  // rows at rowShift + row: the map spans the buffer's rows from the offset on
+    if (view.rowStride <= 0) return std::nullopt;
+    const Idx moved = simplify(flatWith(idxConst(0), idxConst(0), true) + idxConst(-view.offset), ext);
+    if (!provablyMultipleOf(moved, view.rowStride, ext)) return std::nullopt;
+    view.rowShift = simplify(floorDiv(moved, view.rowStride), ext);
+    view.rows = (numel(b.shape) - view.offset) / view.rowStride;
   }
   // affine: flat(row, k) = offset + row * rowStride + k for every row and k
   Idx rest = simplify(flatAt(idxVar(rowVar, "r"), idxVar(kVar, "k")) + idxConst(-view.offset) + idxMul(idxVar(rowVar, "r"), -view.rowStride) +
@@ -193,8 +210,11 @@ bool tmaCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContr
   const Contraction c = findContraction(k, s.mAxis, s.nAxis).value();
   const int mVar = k.parallel[static_cast<size_t>(c.mAxis)].var, nVar = k.parallel[static_cast<size_t>(c.nAxis)].var;
   // rows do not overlap; a shifted k (a split's part of the reduction) ends on a slice boundary, so no slice reads the
-  // next part's k where cp.async would zero-fill
-  auto fits = [&](const std::optional<TmaView>& v) { return v && v->rowStride >= c.k && (!v->colShift || c.k % s.tileK == 0); };
+  // next part's k where cp.async would zero-fill; shifted rows only in expert products (loop::ReadOnlyAt), whose
+  // matrices are such rows: other batched products keep the cp.async copies they were measured with
+  auto fits = [&](const std::optional<TmaView>& v) {
+    return v && v->rowStride >= c.k && (!v->colShift || c.k % s.tileK == 0) && (!v->rowShift || k.readOnlyAt);
+  };
   for (const Contraction::Stage& st : c.stages)
     if (!fits(tmaView(p, k, st.a, mVar, st.kVar)) || !fits(tmaView(p, k, st.b, nVar, st.kVar))) return false;
   return true;

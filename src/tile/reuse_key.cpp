@@ -29,6 +29,7 @@ std::string reuseKey(const Program& tp, size_t index, std::vector<int>& buffers)
       for (auto& a : e->args) self(a, self);
     };
     loop::forEachKernelExpr(original, [&](const loop::ExprP& e) { noteIndexLoads(e, noteIndexLoads); });
+    if (original.readOnlyAt) readsIndices = true;  // its tiles read the group's indices
     if (readsIndices) return std::nullopt;
     loop::Kernel c = original;
     c.name = name;

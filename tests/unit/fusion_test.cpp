@@ -50,6 +50,7 @@ const std::vector<LoopPass> kLoopPasses = {
     {"loop-reciprocal-row-divisors", reciprocalRowDivisors},
     {"loop-fuse-attention", fuseAttention},
     {"loop-fuse-norm-products", fuseNormProducts, false},
+    {"loop-batch-expert-products", batchExpertProducts},
     {"loop-eliminate-dead-buffers", eliminateDeadBuffers},
 };
 

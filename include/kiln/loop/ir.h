@@ -68,6 +68,8 @@ void forEachBufferRead(const ExprP& e, const std::function<void(int buffer, bool
 // With `named`, index reads also take the name of their buffer there (the name they print with: a temporary's changes
 // with its number).
 ExprP renumberBuffers(const ExprP& e, const std::function<int(int)>& newId, const std::vector<Buffer>* named = nullptr);
+// The same for the memory reads inside an index expression.
+Idx renumberIndexBuffers(const Idx& i, const std::function<int(int)>& newId, const std::vector<Buffer>* named = nullptr);
 // Structural key: equal keys <=> equal expressions (used for common-subexpression sharing).
 std::string exprKey(const ExprP& e);
 // Rewrites every Load's index and buffer through f (returns a new tree).
@@ -113,6 +115,18 @@ struct OnlineSoftmax {
   bool emptyRowsZero = false;
 };
 
+// Where the program reads a kernel's output, when it reads only some of it: loop-batch-expert-products turns a product
+// whose B matrix is picked per row (a mixture of experts' weight gathered by each row's expert id) into one product per
+// matrix, parallel[0] the matrix e, and every read of the output after it is at [group(m), m, ...] (m the row axis).
+// Points with e != group(m) are never read, so a schedule may leave them unwritten (a tiled product skips every tile
+// whose rows all belong to other matrices). `group` is an index over parallel[rowAxis]'s variable alone, with values in
+// [0, extent of parallel[0]), nondecreasing in it (rows sorted by group): a tile of rows [m0, m1] holds the groups
+// group(m0) .. group(m1). Printed after the store: `read only at ex = GROUP`.
+struct ReadOnlyAt {
+  int rowAxis = -1;  // position of m in Kernel::parallel
+  Idx group;         // over parallel[rowAxis].var
+};
+
 struct Kernel {
   std::string name;
   int output = -1;                   // buffer written at [p0, ..., pn-1]
@@ -121,6 +135,7 @@ struct Kernel {
   std::vector<Reduction> stages;     // empty for elementwise kernels
   ExprP result;                      // may reference every stage's accumulator
   std::optional<OnlineSoftmax> attention;  // set: stages are empty and the result reads acc0 as above
+  std::optional<ReadOnlyAt> readOnlyAt;    // set: points of the output with parallel[0] != group(m) are never read
   std::vector<std::string> origins;  // Torch ops this kernel holds, in program order
 
   VarExtents extents() const;
@@ -200,10 +215,11 @@ bool reciprocalRowDivisors(Program& p);           // loop-reciprocal-row-divisor
 bool maskPredicates(Program& p);                  // loop-mask-predicates
 bool indexComparisons(Program& p);                // loop-index-comparisons
 bool fuseAttention(Program& p);                   // loop-fuse-attention
+bool batchExpertProducts(Program& p);             // loop-batch-expert-products
 // For `kiln compile --explain-fusion`: each kernel's Torch ops, and for every kernel whose buffer other
 // kernels read, why it was not fused into them.
 std::string explainFusion(const Program& p);
-// Every buffer read by kernel k (loads and index reads, in its stages and result).
+// Every buffer read by kernel k (loads and index reads, in its stages and result, and those of its readOnlyAt group).
 void forEachKernelRead(const Kernel& k, const std::function<void(int buffer, bool asIndex)>& f);
 // For every buffer, the kernels (indices, ascending, each once) that read it.
 // Kernels are live when an output depends on what they write (the others are left by fusion for

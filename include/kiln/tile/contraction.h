@@ -52,16 +52,22 @@ bool asyncCopyable(const loop::Program& p, const loop::Kernel& k, const TiledCon
 // With a split reduction the k a part reads are shifted: k at colShift + k (colShift over the kernel's other loop
 // variables, e.g. ps * 1408), and the view spans `cols` columns (the row's whole extent); otherwise colShift is null
 // and the view K columns.
+// Other output axes may shift the rows instead (an expert product's matrix ex of W[ex, n, k]: row n of matrix ex is row
+// ex * N + n of the buffer's rows): rowShift over those variables, in rows, and the view spans `rows` rows (the rows
+// from offset to the buffer's end); otherwise rowShift is null and the view the operand's row extent.
 struct TmaView {
   int buffer = -1;
   int64_t offset = 0, rowStride = 0;
   int64_t cols = 0;  // 0: the reduction's extent K
   Idx colShift;
+  int64_t rows = 0;  // 0: the operand's row extent
+  Idx rowShift;
 };
 // The view of `operand` with rows along loop variable rowVar and the reduction along kVar (k's extent K), if it is one
 // of that form with 16-byte aligned offset and row stride; nullopt otherwise.
 std::optional<TmaView> tmaView(const loop::Program& p, const loop::Kernel& k, const loop::ExprP& operand, int rowVar, int kVar);
-// Every operand of every stage of a wgmma product has a tmaView (rows along m for A, n for B).
+// Every operand of every stage of a wgmma product has a tmaView (rows along m for A, n for B), with shifted rows only in
+// a product read only at its rows' matrices (loop::ReadOnlyAt).
 bool tmaCopyable(const loop::Program& p, const loop::Kernel& k, const TiledContraction& s);
 
 }  // namespace kiln::tile
