@@ -11,10 +11,10 @@
 // its schedule (but see tile-tile-long-reductions). Reductions shorter than 8, and products with m or n below 16
 // (matrix-vector products, e.g. one token of decoding), keep theirs too. A product read only at each row's own matrix
 // (loop::ReadOnlyAt, loop-batch-expert-products) is always tiled, along the row axis its group reads.
+#include <optional>
+
 #include "kiln/tile/contraction.h"
 #include "kiln/tile/ir.h"
-
-#include <optional>
 
 namespace kiln::tile {
 
