@@ -1,5 +1,7 @@
 #include "kiln/driver/commands.h"
 
+#include "bisect.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -237,6 +239,10 @@ void checkRunOptions(const RunCommand& c) {
   if (c.benchGraph && c.benchNoGraph) usageError("--graph and --no-graph contradict each other: give one");
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
+  if (c.bisect && !c.check) usageError("--bisect looks for where a check fails: add --check");
+  if (c.bisect && !c.interpret)
+    usageError("--bisect reads every kernel's output in the CPU interpreter: add --interpret (an emitted directory cannot "
+               "be bisected: run the .pt)");
   if (!c.saveIo.empty()) checkSaveIoDir(c.saveIo);  // before any work, and again when writing
   std::error_code ec;
   if (!c.inputsDir.empty() && !fs::is_directory(c.inputsDir, ec))
@@ -284,6 +290,9 @@ struct RunOutcome {
   std::string device;
   std::vector<HostTensor> args, results;
   std::unique_ptr<runtime::Model> gpuModel;
+  // --bisect: the interpreted program and the values its kernels left in buffers holding TorchScript values.
+  std::optional<kernel::Program> kernelIR;
+  KeptValues kept;
 };
 
 std::vector<HostTensor> randomInputs(const RunPlan& plan, uint64_t seed) {
@@ -328,13 +337,18 @@ std::vector<HostTensor> runInputs(const RunCommand& c, const RunPlan& plan) {
   return c.inputsDir.empty() ? randomInputs(plan, c.seed) : inputsFromDirectory(plan, c.inputsDir);
 }
 
-RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how) {
+RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how, std::ostream& out) {
   RunOutcome run;
   Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
+  if (c.bisect && !compiled.kernelIR.inPlace.empty())
+    userError("--bisect compares the values inside a forward without state; {} keeps {} state(s) (a cache): check it "
+              "without --bisect", c.model, compiled.kernelIR.inPlace.size());
   run.plan = planOf(compiled.kernelIR);
   run.args = runInputs(c, run.plan);
-  run.results = kernel::interpret(compiled.kernelIR, run.args);
+  run.results = kernel::interpret(compiled.kernelIR, run.args, nullptr,
+                                  keepTracedValues(compiled.kernelIR, c.bisect ? &run.kept : nullptr, out));
   run.device = "CPU (Kernel-IR interpreter)";
+  if (c.bisect) run.kernelIR = std::move(compiled.kernelIR);
   return run;
 }
 
@@ -528,7 +542,7 @@ int runAndReport(const RunCommand& c, std::ostream& out, json& report) {
   const bool emitted = checkEmittedDirectory(c);
   const std::string& referenceModel = emitted ? c.reference : c.model;
   const RunCompile how{parseInputs(c.inputs), parseCast(c.dtype), target};
-  RunOutcome run = c.interpret ? runInInterpreter(c, how) : runOnGpu(c, emitted, how, out, report);
+  RunOutcome run = c.interpret ? runInInterpreter(c, how, out) : runOnGpu(c, emitted, how, out, report);
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", printable(run.plan.name), run.plan.kernels, run.device);
   report["model"] = run.plan.name;
   report["kernels"] = run.plan.kernels;
@@ -558,6 +572,12 @@ int runAndReport(const RunCommand& c, std::ostream& out, json& report) {
   bool ok = compareOutputs(run.plan, run.results, ref, f32, out, report["check"]["outputs"]);
   report["check"]["passed"] = ok;
   out << (ok ? "kiln: check passed against LibTorch\n" : "kiln: check FAILED against LibTorch\n");
+  if (c.bisect) {
+    BisectReference where{referenceModel, run.args, how.cast, std::nullopt};
+    for (DType t : run.plan.storedTypes)
+      if (t == DType::BF16 || t == DType::F16) where.lowPrecision = t;
+    report["bisect"] = bisectKernels(*run.kernelIR, run.kept, where, ok, c.pipeline.verbosity > 0, out);
+  }
   profile();
   return ok ? 0 : 1;
 }
