@@ -3,6 +3,7 @@
     compiled = kiln.compile(model, (ids,))                  # GPU: kernels emitted and loaded through libkiln_runtime
     compiled = kiln.compile(model, (ids,), interpret=True)  # no GPU: kiln's Kernel-IR interpreter on the CPU
     logits = compiled(ids)
+    ids = kiln.generate(hf_model, [5, 17, 42], max_new_tokens=16)     # greedy, over a static cache (kiln generate)
 
 See python/README.md for where the kiln executable and the runtime library are found.
 """
@@ -14,8 +15,9 @@ import torch
 
 from ._tool import KilnError, run_kiln
 from ._io import DTYPE_NAMES, read_tensor, write_tensor
+from ._generate import generate, trace_decoder_step
 
-__all__ = ["compile", "load", "CompiledModule", "KilnError", "version"]
+__all__ = ["compile", "load", "generate", "trace_decoder_step", "CompiledModule", "KilnError", "version"]
 
 
 def version():

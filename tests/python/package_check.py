@@ -71,6 +71,16 @@ for bad, why in [((torch.randint(0, 256, (1, 8)),), "shape"), ((ids.float(),), "
     else:
         raise AssertionError(f"a wrong {why} was accepted")
 
+# Greedy generation over a static cache (kiln generate, interpreted): f32 ids equal transformers' model.generate's.
+hf = model.model  # the bare LlamaForCausalLM inside hf_llama's logits-only wrapper
+prompt = [5, 17, 42]
+ids = kiln.generate(hf, prompt, max_new_tokens=6, interpret=True)
+with torch.no_grad():
+    want = hf.generate(torch.tensor([prompt]), max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                       attention_mask=torch.ones(1, 3, dtype=torch.long))[0].tolist()
+assert ids == want, (ids, want)
+print(f"kiln.generate: {ids} equal model.generate's: PASS")
+
 # The GPU path without a GPU: kiln emits the kernels (nvcc), then the runtime library says why it cannot load them.
 if torch.cuda.is_available():
     print("a GPU is here: the GPU path is checked by the device scripts, not here")
