@@ -56,24 +56,30 @@ Verdict judge(const HostTensor& kiln, const HostTensor& direct, const HostTensor
 
 }  // namespace
 
-kernel::AfterKernel keepTracedValues(const kernel::Program& p, KeptValues* kept, std::ostream& out) {
+TracedValueKeeper::TracedValueKeeper(const kernel::Program& p, KeptValues* kept, std::ostream& out)
+    : p_(p), kept_(kept), lastWriter_(lastWriters(p)) {
   const char* env = std::getenv("KILN_TEST_PERTURB_KERNEL");
-  const std::string perturbed = env ? env : "";
-  if (!perturbed.empty())
+  perturbed_ = env ? env : "";
+  if (!perturbed_.empty())
     out << fmt::format("kiln: KILN_TEST_PERTURB_KERNEL: adding 1 to every element kernel {} writes (a fault on purpose)\n",
-                       printable(perturbed));
-  if (!kept && perturbed.empty()) return {};
-  return [&p, kept, perturbed, last = lastWriters(p)](size_t k, std::vector<std::vector<float>>& buffers) {
-    const kernel::Kernel& kernel = p.kernels[k];
-    for (const kernel::Param& param : kernel.params) {
-      if (!param.written) continue;
-      const auto b = static_cast<size_t>(param.buffer);
-      const loop::Buffer& info = p.buffers[b];
-      if (kernel.name == perturbed && isFloat(info.dtype))
-        for (float& x : buffers[b]) x += 1.f;
-      if (kept && last[b] == static_cast<int>(k) && !info.traced.empty()) (*kept)[param.buffer] = HostTensor{info.dtype, info.shape, buffers[b]};
+                       printable(perturbed_));
+}
+
+void TracedValueKeeper::afterKernel(size_t k, const BufferAccess& buffers) const {
+  const kernel::Kernel& kernel = p_.kernels[k];
+  for (const kernel::Param& param : kernel.params) {
+    if (!param.written) continue;
+    const loop::Buffer& info = p_.buffers[static_cast<size_t>(param.buffer)];
+    const bool keep = kept_ && lastWriter_[static_cast<size_t>(param.buffer)] == static_cast<int>(k) && !info.traced.empty();
+    const bool perturb = kernel.name == perturbed_ && isFloat(info.dtype);
+    if (!keep && !perturb) continue;
+    HostTensor values = buffers.read(param.buffer);
+    if (perturb) {
+      for (float& x : values.values) x += 1.f;
+      buffers.write(param.buffer, values);
     }
-  };
+    if (keep) (*kept_)[param.buffer] = std::move(values);
+  }
 }
 
 json bisectKernels(const kernel::Program& p, const KeptValues& kept, const BisectReference& ref, bool checkPassed,

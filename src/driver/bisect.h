@@ -1,9 +1,11 @@
-// `kiln run --check --bisect` (src/driver/bisect.cpp): where a failed check went wrong. The Kernel-IR interpreter keeps
-// each buffer that holds a TorchScript value of the forward (loop::Buffer::traced) once the last kernel writing it ran;
+// `kiln run --check --bisect` (src/driver/bisect.cpp): where a failed check went wrong. The run (the Kernel-IR
+// interpreter, or the GPU launching kernel by kernel) keeps each buffer that holds a TorchScript value of the forward
+// (loop::Buffer::traced) once the last kernel writing it ran;
 // LibTorch runs the same forward with those values as extra outputs (frontend::referenceIntermediates); the kernels are
 // walked in launch order and the first whose output differs from LibTorch's value is named, with by how much.
 // Private to src/driver.
 #pragma once
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -20,10 +22,27 @@ namespace kiln {
 // Buffer id -> its values after the last kernel that writes it, for the buffers with a TorchScript value.
 using KeptValues = std::map<int, HostTensor>;
 
-// The interpreter's afterKernel hook that fills `kept` (when not null). With the environment variable
-// KILN_TEST_PERTURB_KERNEL naming a kernel, that kernel's floating-point outputs get 1 added to every element first (a
-// fault on purpose, for the tests of --bisect; a line on `out` says so). Empty when it has nothing to do.
-kernel::AfterKernel keepTracedValues(const kernel::Program& p, KeptValues* kept, std::ostream& out);
+// A buffer's values where the run keeps them (the interpreter's vectors, the GPU's arena), read and written by id.
+struct BufferAccess {
+  std::function<HostTensor(int buffer)> read;
+  std::function<void(int buffer, const HostTensor& values)> write;
+};
+
+// What runs after each kernel of a --bisect run: fills `kept` (when not null) with the buffers whose last writer the
+// kernel is. With the environment variable KILN_TEST_PERTURB_KERNEL naming a kernel, that kernel's floating-point
+// outputs get 1 added to every element first (a fault on purpose, for the tests of --bisect; a line on `out` says so).
+class TracedValueKeeper {
+ public:
+  TracedValueKeeper(const kernel::Program& p, KeptValues* kept, std::ostream& out);
+  bool active() const { return kept_ || !perturbed_.empty(); }  // false: nothing to keep or change
+  void afterKernel(size_t kernel, const BufferAccess& buffers) const;
+
+ private:
+  const kernel::Program& p_;
+  KeptValues* kept_;
+  std::string perturbed_;
+  std::vector<int> lastWriter_;  // per buffer: the kernel that writes it last, or -1
+};
 
 // How the results are judged: `lowPrecision` (bf16 or f16, the type the model stores) or nullopt for an f32 model.
 struct BisectReference {

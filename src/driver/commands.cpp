@@ -240,9 +240,9 @@ void checkRunOptions(const RunCommand& c) {
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
   if (c.bisect && !c.check) usageError("--bisect looks for where a check fails: add --check");
-  if (c.bisect && !c.interpret)
-    usageError("--bisect reads every kernel's output in the CPU interpreter: add --interpret (an emitted directory cannot "
-               "be bisected: run the .pt)");
+  if (c.bisect && fs::is_directory(c.model))
+    usageError("--bisect compiles the model to know which value each kernel output holds: run the .pt, not the emitted "
+               "directory {}", c.model);
   if (!c.saveIo.empty()) checkSaveIoDir(c.saveIo);  // before any work, and again when writing
   std::error_code ec;
   if (!c.inputsDir.empty() && !fs::is_directory(c.inputsDir, ec))
@@ -345,8 +345,15 @@ RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how, std::ost
               "without --bisect", c.model, compiled.kernelIR.inPlace.size());
   run.plan = planOf(compiled.kernelIR);
   run.args = runInputs(c, run.plan);
-  run.results = kernel::interpret(compiled.kernelIR, run.args, nullptr,
-                                  keepTracedValues(compiled.kernelIR, c.bisect ? &run.kept : nullptr, out));
+  const TracedValueKeeper keeper(compiled.kernelIR, c.bisect ? &run.kept : nullptr, out);
+  const kernel::Program& ir = compiled.kernelIR;
+  kernel::AfterKernel afterKernel;
+  if (keeper.active())
+    afterKernel = [&](size_t k, std::vector<std::vector<float>>& buffers) {
+      keeper.afterKernel(k, {[&](int b) { return HostTensor{ir.buffers[b].dtype, ir.buffers[b].shape, buffers[b]}; },
+                             [&](int b, const HostTensor& t) { buffers[b] = t.values; }});
+    };
+  run.results = kernel::interpret(compiled.kernelIR, run.args, nullptr, afterKernel);
   run.device = "CPU (Kernel-IR interpreter)";
   if (c.bisect) run.kernelIR = std::move(compiled.kernelIR);
   return run;
@@ -409,6 +416,26 @@ void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, 
   }
 }
 
+// --bisect on the GPU: the Kernel IR of the kernels the cache entry holds, compiled again in process (a cache entry
+// records no IR), and checked to be theirs: the same kernels in order, each kept buffer the same name and size.
+kernel::Program kernelIRForBisect(const RunCommand& c, const RunCompile& how, const runtime::Manifest& m) {
+  Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
+  const kernel::Program& p = compiled.kernelIR;
+  bool same = p.kernels.size() == m.kernels.size();
+  for (size_t k = 0; same && k < p.kernels.size(); ++k) same = p.kernels[k].name == m.kernels[k].name;
+  for (size_t b = 0; same && b < p.buffers.size(); ++b) {
+    const runtime::BufferInfo* info = m.findBuffer(static_cast<int64_t>(b));
+    same = p.buffers[b].traced.empty() || (info && info->name == p.buffers[b].name && info->shape == p.buffers[b].shape);
+  }
+  if (!same)
+    userError("--bisect: the kernels kiln runs for {} are not those it compiles now (a cache entry of another kiln?): clear "
+              "the cache entry ($KILN_CACHE_DIR) or bisect with --interpret", c.model);
+  if (!p.inPlace.empty())
+    userError("--bisect compares the values inside a forward without state; {} keeps {} state(s) (a cache): check it "
+              "without --bisect", c.model, p.inPlace.size());
+  return std::move(compiled.kernelIR);
+}
+
 RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out, json& report) {
   std::string why;
   if (!runtime::gpuAvailable(&why)) {
@@ -425,7 +452,18 @@ RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, st
   run.device = model.deviceName();
   std::vector<std::vector<std::byte>> bytes;
   for (auto& a : run.args) bytes.push_back(toBytes(a));
-  auto outs = model.run(bytes);
+  std::function<void(size_t)> afterKernel;
+  std::optional<TracedValueKeeper> keeper;
+  if (c.bisect) {  // kernel by kernel, each one's outputs read back from the arena before a later kernel reuses it
+    run.kernelIR = kernelIRForBisect(c, how, model.manifest());
+    keeper.emplace(*run.kernelIR, &run.kept, out);
+    const kernel::Program& ir = *run.kernelIR;
+    afterKernel = [&](size_t k) {
+      keeper->afterKernel(k, {[&](int b) { return fromBytes(ir.buffers[b].dtype, ir.buffers[b].shape, model.readBuffer(b)); },
+                              [&](int b, const HostTensor& t) { model.writeBuffer(b, toBytes(t)); }});
+    };
+  }
+  auto outs = model.run(bytes, afterKernel);
   for (size_t i = 0; i < outs.size(); ++i)
     run.results.push_back(fromBytes(run.plan.outputs[i].first, run.plan.outputs[i].second, outs[i]));
   if (c.benchIters > 0) benchmark(model, c, run.plan, out, report);
