@@ -93,7 +93,7 @@ def _trace(module, example_inputs, path):
     record = {"inputs": [{"name": s.name, "shape": s.shape, "dtype": s.dtype} for s in specs]}
     module.eval()
     with torch.no_grad():
-        traced = torch.jit.trace(module, tuple(t.cpu() for t in example_inputs), check_trace=False)
+        traced = torch.jit.trace(module, example_inputs, check_trace=False)  # on their device, as the module
     torch.jit.save(traced, str(path), _extra_files={"kiln_inputs.json": json.dumps(record)})
     return specs
 
