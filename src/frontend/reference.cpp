@@ -10,6 +10,7 @@
 
 #include "kiln/frontend/frontend.h"
 #include "kiln/support/error.h"
+#include "exported_program.h"
 #include "model_state.h"
 #include "torch_util.h"
 #include <caffe2/serialize/inline_container.h>
@@ -134,6 +135,7 @@ at::Tensor stateBuffer(const ::torch::jit::Module& m, const std::string& path) {
   if (!std::filesystem::exists(path, ec)) userError("model file '{}' not found", path);
   if (!std::ifstream(path)) userError("model file '{}' cannot be read; check its permissions", path);
   const auto archive = openArchive(path);  // one reader for the checks of its records
+  if (isExportArchive(archive.get())) return loadExportedProgram(path, *archive, extra);
   refuseOtherFormats(path, archive.get());
   checkPickleRecords(path, archive.get());  // before anything unpickles them
   checkDebugRecords(path, archive.get());
