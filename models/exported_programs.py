@@ -6,6 +6,8 @@ writes into DIR:
   llama.pt2          the tiny transformers Llama (hf_llama.py, random weights) on 16 token ids, exported under
                      torch.no_grad() (its rotary block's own no_grad then leaves no higher-order op in the graph)
   gated.pt2          silu(gate(x)) * up(y) + b: two inputs, a parameter-free buffer, exported as is
+  gemma2.pt2, deepseek_v3.pt2   hf_families.py's tiny Gemma-2 (softcapping, sliding windows) and DeepSeek-V3 (mixture
+                     of experts; its mask's -inf is written "-Infinity" in the program), under torch.no_grad()
   llama_grad.pt2     the same Llama exported with gradients on: its graph holds a higher-order op (refused)
   dynamic.pt2        gated with a dynamic batch dimension (refused: kiln compiles fixed shapes)
   damaged/NAME.pt2   gated.pt2 with one record damaged, each refused in one line (exported_program.cpp): truncated,
@@ -21,6 +23,7 @@ import zipfile
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import hf_families  # noqa: E402
 import hf_llama  # noqa: E402
 
 
@@ -100,6 +103,9 @@ def main(out):
     with torch.no_grad():
         torch.export.save(torch.export.export(llama, (ids,)), out / "llama.pt2")
     torch.export.save(torch.export.export(llama, (ids,)), out / "llama_grad.pt2")
+    for family in ("gemma2", "deepseek_v3"):
+        with torch.no_grad():
+            torch.export.save(torch.export.export(hf_families.build(family), (ids,)), out / f"{family}.pt2")
     gated = Gated().eval()
     x, y = torch.randn(4, 64), torch.randn(4, 64)
     with torch.no_grad():

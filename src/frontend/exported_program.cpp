@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -138,6 +139,16 @@ struct Builder {
   jit::Graph& graph;
   std::map<std::string, jit::Value*> values;  // the program's value names
 
+  // A float argument: a JSON number, or the strings the program writes for the values JSON has none of.
+  double number(const json& v, const std::string& where) const {
+    if (v.is_number()) return v.get<double>();
+    const std::string s = v.is_string() ? v.get<std::string>() : "";
+    if (s == "Infinity") return std::numeric_limits<double>::infinity();
+    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    userError("{}: {}: a float argument that is neither a number nor Infinity, -Infinity or NaN", path, where);
+  }
+
   jit::Value* tensor(const json& arg, const std::string& where) {
     const std::string name = arg.is_object() ? arg.value("name", "") : "";
     auto it = values.find(name);
@@ -159,11 +170,15 @@ struct Builder {
     }
     if (kind == "as_none") return graph.insertConstant(c10::IValue());
     if (kind == "as_int") return graph.insertConstant(v.get<int64_t>());
-    if (kind == "as_float") return graph.insertConstant(v.get<double>());
+    if (kind == "as_float") return graph.insertConstant(number(v, where));
     if (kind == "as_bool") return graph.insertConstant(v.get<bool>());
     if (kind == "as_string") return graph.insertConstant(v.get<std::string>());
     if (kind == "as_ints") return graph.insertConstant(v.get<std::vector<int64_t>>());
-    if (kind == "as_floats") return graph.insertConstant(v.get<std::vector<double>>());
+    if (kind == "as_floats") {
+      std::vector<double> floats;
+      for (const json& x : v) floats.push_back(number(x, where));
+      return graph.insertConstant(floats);
+    }
     if (kind == "as_bools") {
       c10::List<bool> bools;
       for (const json& x : v) bools.push_back(x.get<bool>());
