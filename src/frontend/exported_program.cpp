@@ -66,6 +66,9 @@ at::ScalarType scalarTypeOf(int64_t code, const std::string& where) {
     case 6: return at::kHalf;
     case 7: return at::kFloat;
     case 8: return at::kDouble;
+    case 9: return at::kComplexHalf;  // complex values the import computes as pairs of reals (DeepSeek-V2's rotary)
+    case 10: return at::kComplexFloat;
+    case 11: return at::kComplexDouble;
     case 12: return at::kBool;
     case 13: return at::kBFloat16;
     default: userError("{}: dtype code {} of the torch.export program is not one kiln reads", where, code);
