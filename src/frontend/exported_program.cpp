@@ -99,8 +99,8 @@ at::Tensor storedTensor(caffe2::serialize::PyTorchStreamReader& archive, const s
               "later", where);
   const json& meta = entry["tensor_meta"];
   const at::ScalarType type = scalarTypeOf(meta.value("dtype", 0), where);
-  const std::vector<int64_t> sizes = metaInts(meta["sizes"], where), strides = metaInts(meta["strides"], where);
-  const int64_t offset = metaInt(meta["storage_offset"], where);
+  const std::vector<int64_t> sizes = metaInts(meta.at("sizes"), where), strides = metaInts(meta.at("strides"), where);
+  const int64_t offset = metaInt(meta.at("storage_offset"), where);
   if (sizes.size() != strides.size()) userError("{}: {} sizes but {} strides", where, sizes.size(), strides.size());
   const std::string bytes = record(archive, path, folder + entry["path_name"].get<std::string>());
   const int64_t element = static_cast<int64_t>(c10::elementSize(type));
@@ -167,7 +167,10 @@ struct Builder {
     if (kind == "as_tensor") return tensor(v, where);
     if (kind == "as_tensors" || kind == "as_optional_tensors") {
       std::vector<jit::Value*> items;
-      for (const json& t : v) items.push_back(t.contains("as_none") ? graph.insertConstant(c10::IValue()) : tensor(t.contains("as_tensor") ? t["as_tensor"] : t, where));
+      for (const json& t : v) {
+        if (t.contains("as_none")) items.push_back(graph.insertConstant(c10::IValue()));
+        else items.push_back(tensor(t.contains("as_tensor") ? t["as_tensor"] : t, where));
+      }
       c10::TypePtr element = formal.type()->containedTypes().empty() ? c10::TensorType::get() : formal.type()->containedTypes()[0];
       return graph.insertNode(graph.createList(element, items))->output();
     }
@@ -196,7 +199,8 @@ struct Builder {
     if (kind == "as_device") {
       const std::string type = v.value("type", "cpu");
       const int index = v.contains("index") && v["index"].is_number_integer() ? v["index"].get<int>() : -1;
-      return graph.insertConstant(c10::Device(type == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU, static_cast<c10::DeviceIndex>(index)));
+      const c10::DeviceType device = type == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+      return graph.insertConstant(c10::Device(device, static_cast<c10::DeviceIndex>(index)));
     }
     if (kind.rfind("as_sym", 0) == 0)
       userError("{}: {} takes a symbolic size; kiln compiles fixed shapes: export with static shapes", path, where);
@@ -212,7 +216,8 @@ struct Builder {
                 "torch.no_grad() without custom ops", path, where);
     const std::string rest = target.substr(prefix.size());
     const size_t dot = rest.rfind('.');
-    const std::string op = "aten::" + rest.substr(0, dot), overload = dot == std::string::npos || rest.substr(dot + 1) == "default" ? "" : rest.substr(dot + 1);
+    const std::string op = "aten::" + rest.substr(0, dot);
+    const std::string overload = dot == std::string::npos || rest.substr(dot + 1) == "default" ? "" : rest.substr(dot + 1);
     if (op == "aten::_assert_tensor_metadata") return;  // a check of the trace's own values: no result
     auto handle = c10::Dispatcher::singleton().findSchema({op, overload});
     if (!handle) userError("{}: {}: LibTorch has no op {}.{}", path, where, op, overload.empty() ? "default" : overload);
@@ -220,8 +225,8 @@ struct Builder {
     std::vector<jit::Value*> inputs;
     for (const c10::Argument& formal : schema.arguments()) {
       const json* given = nullptr;
-      for (const json& in : n["inputs"])
-        if (in.value("name", "") == formal.name()) given = &in["arg"];
+      for (const json& in : n.at("inputs"))
+        if (in.value("name", "") == formal.name()) given = &in.at("arg");
       if (given) inputs.push_back(argument(*given, formal, where));
       else if (formal.default_value()) inputs.push_back(graph.insertConstant(*formal.default_value()));
       else userError("{}: {}: no value for the argument '{}'", path, where, formal.name());
@@ -229,15 +234,16 @@ struct Builder {
     jit::Node* created = graph.insertNode(graph.create(c10::Symbol::fromQualString(op), inputs, schema.returns().size()));
     if (auto range = userFrame(n)) created->setSourceRange(*range);
     for (size_t i = 0; i < schema.returns().size(); ++i) created->output(i)->setType(schema.returns()[i].type());
-    const json& outs = n["outputs"];
+    const json& outs = n.at("outputs");
     for (size_t i = 0; i < outs.size() && i < schema.returns().size(); ++i) {
       if (outs[i].contains("as_tensor")) {
         const std::string name = outs[i]["as_tensor"].value("name", "");
         created->output(i)->setDebugName(name);
         values[name] = created->output(i);
       } else if (outs[i].contains("as_tensors")) {
-        jit::Node* unpack = graph.insertNode(graph.createListUnpack(created->output(i), outs[i]["as_tensors"].size()));
-        for (size_t j = 0; j < outs[i]["as_tensors"].size(); ++j) values[outs[i]["as_tensors"][j].value("name", "")] = unpack->output(j);
+        const json& parts = outs[i]["as_tensors"];
+        jit::Node* unpack = graph.insertNode(graph.createListUnpack(created->output(i), parts.size()));
+        for (size_t j = 0; j < parts.size(); ++j) values[parts[j].value("name", "")] = unpack->output(j);
       }
     }
   }
@@ -250,6 +256,37 @@ bool isExportArchive(caffe2::serialize::PyTorchStreamReader* archive) {
 }
 
 namespace {
+
+// A user input of the signature: its name, and its name, static shape and dtype appended to `recorded` (the
+// kiln_inputs.json a trace records).
+std::string userInput(const std::string& path, const json& spec, const json& graph, json& recorded) {
+  const json& arg = spec.at("arg");
+  const std::string name = arg.contains("as_tensor") ? arg["as_tensor"].value("name", "") : "";
+  if (name.empty()) userError("{}: an input that is not a tensor; kiln's models take tensors", path);
+  const json& meta = graph.at("tensor_values").at(name);
+  const std::vector<int64_t> shape = metaInts(meta.at("sizes"), fmt::format("{}: input '{}'", path, name));
+  const at::ScalarType type = scalarTypeOf(meta.value("dtype", 0), path);
+  const std::map<at::ScalarType, std::string> names{{at::kFloat, "f32"}, {at::kHalf, "f16"}, {at::kBFloat16, "bf16"},
+                                                    {at::kLong, "i64"}, {at::kBool, "bool"}};
+  if (!names.count(type)) userError("{}: input '{}' is {}; kiln takes f32, f16, bf16, i64 and bool", path, name, c10::toString(type));
+  recorded.push_back({{"name", name}, {"shape", shape}, {"dtype", names.at(type)}});
+  return name;
+}
+
+// A parameter, buffer or constant of the signature: its name and values. Parameters and persistent buffers are among
+// the weights, constants and non-persistent buffers among the constants.
+std::pair<std::string, at::Tensor> storedInput(caffe2::serialize::PyTorchStreamReader& archive, const std::string& path,
+                                               const std::string& kind, const json& spec, const json& weights,
+                                               const json& constants) {
+  const char* field = kind == "parameter" ? "parameter_name" : kind == "buffer" ? "buffer_name"
+                    : kind == "tensor_constant" || kind == "constant_tensor" ? "tensor_constant_name" : nullptr;
+  if (!field) userError("{}: an input of kind '{}' (custom objects, tokens), which kiln does not read", path, kind);
+  const std::string fqn = spec.value(field, "");
+  const bool inWeights = weights.contains(fqn);
+  if (!inWeights && !constants.contains(fqn)) userError("{}: the archive stores no tensor for '{}'", path, fqn);
+  return {fqn, storedTensor(archive, path, inWeights ? "data/weights/" : "data/constants/", fqn,
+                            inWeights ? weights.at(fqn) : constants.at(fqn))};
+}
 
 jit::Module buildModule(const std::string& path, caffe2::serialize::PyTorchStreamReader& archive, jit::ExtraFilesMap& extra) {
   std::string modelRecord;
@@ -279,37 +316,19 @@ jit::Module buildModule(const std::string& path, caffe2::serialize::PyTorchStrea
   json recorded = json::array();
   for (const json& spec : signature.value("input_specs", json::array())) {
     if (!spec.is_object() || spec.size() != 1) userError("{}: an input of the program's signature is damaged", path);
-    const std::string kind = spec.begin().key();
-    const json& s = spec.begin().value();
-    if (kind == "user_input") {
-      const std::string arg = s["arg"].contains("as_tensor") ? s["arg"]["as_tensor"].value("name", "") : "";
-      if (arg.empty()) userError("{}: an input that is not a tensor; kiln's models take tensors", path);
-      const json& meta = g["tensor_values"][arg];
-      const std::vector<int64_t> shape = metaInts(meta["sizes"], fmt::format("{}: input '{}'", path, arg));
-      const at::ScalarType type = scalarTypeOf(meta.value("dtype", 0), path);
-      const std::map<at::ScalarType, std::string> names{{at::kFloat, "f32"}, {at::kHalf, "f16"}, {at::kBFloat16, "bf16"},
-                                                        {at::kLong, "i64"}, {at::kBool, "bool"}};
-      if (!names.count(type)) userError("{}: input '{}' is {}; kiln takes f32, f16, bf16, i64 and bool", path, arg, c10::toString(type));
-      recorded.push_back({{"name", arg}, {"shape", shape}, {"dtype", names.at(type)}});
+    if (spec.begin().key() == "user_input") {
+      const std::string arg = userInput(path, spec.begin().value(), g, recorded);
       jit::Value* in = graph->addInput(arg);
       in->setType(c10::TensorType::get());
       b.values[arg] = in;
       continue;
     }
-    const bool weight = kind == "parameter" || kind == "buffer", constant = kind == "tensor_constant" || kind == "constant_tensor";
-    if (!weight && !constant)
-      userError("{}: an input of kind '{}' (custom objects, tokens), which kiln does not read", path, kind);
-    const std::string fqn = s.value(kind == "parameter" ? "parameter_name" : kind == "buffer" ? "buffer_name" : "tensor_constant_name", "");
-    // Parameters and persistent buffers are among the weights, constants and non-persistent buffers among the constants.
-    const bool inWeights = weights.contains(fqn);
-    if (!inWeights && !constants.contains(fqn)) userError("{}: the archive stores no tensor for '{}'", path, fqn);
-    at::Tensor t = storedTensor(archive, path, inWeights ? "data/weights/" : "data/constants/", fqn,
-                                inWeights ? weights[fqn] : constants[fqn]);
+    auto [fqn, t] = storedInput(archive, path, spec.begin().key(), spec.begin().value(), weights, constants);
     // One attribute of the module, named as the program names it (dots and all: no submodules), frozen into a constant
     // named "self.NAME", which the import names the weight after, as a trace's.
     if (cls->hasAttribute(fqn)) userError("{}: the program lists the tensor '{}' twice", path, fqn);
     module.register_buffer(fqn, t);
-    b.values[s["arg"].value("name", "")] = graph->insertGetAttr(self, fqn);
+    b.values[spec.begin().value().at("arg").value("name", "")] = graph->insertGetAttr(self, fqn);
   }
   for (const json& n : g.value("nodes", json::array())) b.node(n);
   std::vector<jit::Value*> outputs;
@@ -318,7 +337,7 @@ jit::Module buildModule(const std::string& path, caffe2::serialize::PyTorchStrea
     if (kind != "user_output")
       userError("{}: an output of kind '{}' (a buffer or an input changed in place); kiln compiles forwards without state "
                 "from torch.export programs", path, kind);
-    outputs.push_back(b.tensor(spec.begin().value()["arg"].value("as_tensor", json::object()), "an output"));
+    outputs.push_back(b.tensor(spec.begin().value().at("arg").value("as_tensor", json::object()), "an output"));
   }
   if (outputs.empty()) userError("{}: the program returns no tensor", path);
   graph->registerOutput(outputs.size() == 1 ? outputs[0] : graph->insertNode(graph->createTuple(outputs))->output());
