@@ -12,10 +12,10 @@ declare -A TASKS=(
   [products]=device_products.sh [probe]=device_probe_products.sh [sweep]=device_shape_sweep.sh
   [attention]=device_attention.sh [attention-rows]=device_attention_rows.sh [memory-bound]=device_memory_bound.sh
   [families]=device_families.sh [ncu]=device_ncu.sh [sass]=device_sass.sh [remeasure]=device_remeasure.sh
-  [decode]=device_decode.sh [passes-ab]=device_passes_ab.sh
+  [decode]=device_decode.sh [passes-ab]=device_passes_ab.sh [moe]=device_moe.sh [bisect-python]=device_bisect_python.sh
 )
 ORDER=(build check runtime llama products probe sweep attention attention-rows memory-bound families ncu sass remeasure decode
-       passes-ab)
+       passes-ab moe bisect-python)
 summary() {  # the first sentence of a task script's header
   sed -n '2,4{s/^# \{0,1\}//;p}' "$HERE/$1" | tr '\n' ' ' | sed 's/\. .*/./' | cut -c1-110
 }

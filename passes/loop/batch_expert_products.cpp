@@ -189,6 +189,7 @@ bool batchKernel(Program& p, size_t ki) {
   k.readOnlyAt = ReadOnlyAt{g->rowAxis + 1, g->group};
   Buffer& out = p.buffers[static_cast<size_t>(k.output)];
   out.shape.insert(out.shape.begin(), matrices);
+  out.traced.clear();  // one product per matrix now, not the Torch value
 
   const int outId = k.output;
   const size_t rowDim = static_cast<size_t>(g->rowAxis);

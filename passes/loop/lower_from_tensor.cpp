@@ -83,6 +83,7 @@ Program lowerFromTensor(const tensor::Graph& g) {
                        : n.kind == Node::Kind::Concat    ? "concat"
                                                          : "gather";
     Kernel* k = addKernel(what, n.shape, n.dtype, isOutput[i], n.origin);
+    p.buffers[static_cast<size_t>(k->output)].traced = n.traced;
     std::vector<Idx> self = identityIndex(k->parallel);
     switch (n.kind) {
       case Node::Kind::Elementwise: {

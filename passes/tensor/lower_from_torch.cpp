@@ -916,6 +916,8 @@ Graph lowerFromTorch(const torch::Graph& tg) {
                                   shapeString(g.nodes[out].shape), shapeString(want.shape)));
       if (g.nodes[out].dtype != want.dtype) out = l.b.cast(out, want.dtype);
       l.nodeOf[n.outputs[k]] = out;
+      if (g.nodes[out].traced.empty() && g.nodes[out].kind != Node::Kind::Input && g.nodes[out].kind != Node::Kind::Weight)
+        g.nodes[out].traced = want.traced;
     }
   }
   for (int vid : tg.outputs) {

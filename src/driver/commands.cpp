@@ -1,5 +1,7 @@
 #include "kiln/driver/commands.h"
 
+#include "bisect.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -237,6 +239,10 @@ void checkRunOptions(const RunCommand& c) {
   if (c.benchGraph && c.benchNoGraph) usageError("--graph and --no-graph contradict each other: give one");
   if (c.profile && c.benchIters == 0) usageError("--profile times each kernel N times: add --bench N");
   if (c.benchIters > 0 && c.interpret) usageError("--bench times the GPU; it cannot be combined with --interpret");
+  if (c.bisect && !c.check) usageError("--bisect looks for where a check fails: add --check");
+  if (c.bisect && fs::is_directory(c.model))
+    usageError("--bisect compiles the model to know which value each kernel output holds: run the .pt, not the emitted "
+               "directory {}", c.model);
   if (!c.saveIo.empty()) checkSaveIoDir(c.saveIo);  // before any work, and again when writing
   std::error_code ec;
   if (!c.inputsDir.empty() && !fs::is_directory(c.inputsDir, ec))
@@ -284,6 +290,9 @@ struct RunOutcome {
   std::string device;
   std::vector<HostTensor> args, results;
   std::unique_ptr<runtime::Model> gpuModel;
+  // --bisect: the interpreted program and the values its kernels left in buffers holding TorchScript values.
+  std::optional<kernel::Program> kernelIR;
+  KeptValues kept;
 };
 
 std::vector<HostTensor> randomInputs(const RunPlan& plan, uint64_t seed) {
@@ -328,13 +337,25 @@ std::vector<HostTensor> runInputs(const RunCommand& c, const RunPlan& plan) {
   return c.inputsDir.empty() ? randomInputs(plan, c.seed) : inputsFromDirectory(plan, c.inputsDir);
 }
 
-RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how) {
+RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how, std::ostream& out) {
   RunOutcome run;
   Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
+  if (c.bisect && !compiled.kernelIR.inPlace.empty())
+    userError("--bisect compares the values inside a forward without state; {} keeps {} state(s) (a cache): check it "
+              "without --bisect", c.model, compiled.kernelIR.inPlace.size());
   run.plan = planOf(compiled.kernelIR);
   run.args = runInputs(c, run.plan);
-  run.results = kernel::interpret(compiled.kernelIR, run.args);
+  const TracedValueKeeper keeper(compiled.kernelIR, c.bisect ? &run.kept : nullptr, out);
+  const kernel::Program& ir = compiled.kernelIR;
+  kernel::AfterKernel afterKernel;
+  if (keeper.active())
+    afterKernel = [&](size_t k, std::vector<std::vector<float>>& buffers) {
+      keeper.afterKernel(k, {[&](int b) { return HostTensor{ir.buffers[b].dtype, ir.buffers[b].shape, buffers[b]}; },
+                             [&](int b, const HostTensor& t) { buffers[b] = t.values; }});
+    };
+  run.results = kernel::interpret(compiled.kernelIR, run.args, nullptr, afterKernel);
   run.device = "CPU (Kernel-IR interpreter)";
+  if (c.bisect) run.kernelIR = std::move(compiled.kernelIR);
   return run;
 }
 
@@ -395,6 +416,26 @@ void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, 
   }
 }
 
+// --bisect on the GPU: the Kernel IR of the kernels the cache entry holds, compiled again in process (a cache entry
+// records no IR), and checked to be theirs: the same kernels in order, each kept buffer the same name and size.
+kernel::Program kernelIRForBisect(const RunCommand& c, const RunCompile& how, const runtime::Manifest& m) {
+  Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
+  const kernel::Program& p = compiled.kernelIR;
+  bool same = p.kernels.size() == m.kernels.size();
+  for (size_t k = 0; same && k < p.kernels.size(); ++k) same = p.kernels[k].name == m.kernels[k].name;
+  for (size_t b = 0; same && b < p.buffers.size(); ++b) {
+    const runtime::BufferInfo* info = m.findBuffer(static_cast<int64_t>(b));
+    same = p.buffers[b].traced.empty() || (info && info->name == p.buffers[b].name && info->shape == p.buffers[b].shape);
+  }
+  if (!same)
+    userError("--bisect: the kernels kiln runs for {} are not those it compiles now (a cache entry of another kiln?): clear "
+              "the cache entry ($KILN_CACHE_DIR) or bisect with --interpret", c.model);
+  if (!p.inPlace.empty())
+    userError("--bisect compares the values inside a forward without state; {} keeps {} state(s) (a cache): check it "
+              "without --bisect", c.model, p.inPlace.size());
+  return std::move(compiled.kernelIR);
+}
+
 RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out, json& report) {
   std::string why;
   if (!runtime::gpuAvailable(&why)) {
@@ -411,7 +452,18 @@ RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, st
   run.device = model.deviceName();
   std::vector<std::vector<std::byte>> bytes;
   for (auto& a : run.args) bytes.push_back(toBytes(a));
-  auto outs = model.run(bytes);
+  std::function<void(size_t)> afterKernel;
+  std::optional<TracedValueKeeper> keeper;
+  if (c.bisect) {  // kernel by kernel, each one's outputs read back from the arena before a later kernel reuses it
+    run.kernelIR = kernelIRForBisect(c, how, model.manifest());
+    keeper.emplace(*run.kernelIR, &run.kept, out);
+    const kernel::Program& ir = *run.kernelIR;
+    afterKernel = [&](size_t k) {
+      keeper->afterKernel(k, {[&](int b) { return fromBytes(ir.buffers[b].dtype, ir.buffers[b].shape, model.readBuffer(b)); },
+                              [&](int b, const HostTensor& t) { model.writeBuffer(b, toBytes(t)); }});
+    };
+  }
+  auto outs = model.run(bytes, afterKernel);
   for (size_t i = 0; i < outs.size(); ++i)
     run.results.push_back(fromBytes(run.plan.outputs[i].first, run.plan.outputs[i].second, outs[i]));
   if (c.benchIters > 0) benchmark(model, c, run.plan, out, report);
@@ -528,7 +580,7 @@ int runAndReport(const RunCommand& c, std::ostream& out, json& report) {
   const bool emitted = checkEmittedDirectory(c);
   const std::string& referenceModel = emitted ? c.reference : c.model;
   const RunCompile how{parseInputs(c.inputs), parseCast(c.dtype), target};
-  RunOutcome run = c.interpret ? runInInterpreter(c, how) : runOnGpu(c, emitted, how, out, report);
+  RunOutcome run = c.interpret ? runInInterpreter(c, how, out) : runOnGpu(c, emitted, how, out, report);
   out << fmt::format("kiln: ran {} ({} kernels) on {}\n", printable(run.plan.name), run.plan.kernels, run.device);
   report["model"] = run.plan.name;
   report["kernels"] = run.plan.kernels;
@@ -558,6 +610,12 @@ int runAndReport(const RunCommand& c, std::ostream& out, json& report) {
   bool ok = compareOutputs(run.plan, run.results, ref, f32, out, report["check"]["outputs"]);
   report["check"]["passed"] = ok;
   out << (ok ? "kiln: check passed against LibTorch\n" : "kiln: check FAILED against LibTorch\n");
+  if (c.bisect) {
+    BisectReference where{referenceModel, run.args, how.cast, std::nullopt};
+    for (DType t : run.plan.storedTypes)
+      if (t == DType::BF16 || t == DType::F16) where.lowPrecision = t;
+    report["bisect"] = bisectKernels(*run.kernelIR, run.kept, where, ok, c.pipeline.verbosity > 0, out);
+  }
   profile();
   return ok ? 0 : 1;
 }

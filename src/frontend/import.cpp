@@ -70,10 +70,31 @@ class Importer {
       st.output = states_.at(st.name).current;
       g_.outputs.push_back(st.output);
     }
+    nameTracedValues(graph);
     return std::move(g_);
   }
 
  private:
+  // Value::traced: each tensor a node computed gets the key (tracedValueKey) of the first TorchScript value, in graph
+  // order, that maps to it alone and has its shape; a state's versions and the model's inputs and weights get none.
+  void nameTracedValues(jit::Graph& graph) {
+    int64_t ordinal = 0;
+    for (const jit::Node* node : graph.nodes()) {
+      if (node->kind() == c10::prim::Constant) continue;
+      ++ordinal;
+      for (const jit::Value* out : node->outputs()) {
+        auto ids = ids_.find(out);
+        auto value = env_.find(out);
+        if (ids == ids_.end() || ids->second.size() != 1 || value == env_.end() || !value->second.isTensor() ||
+            stateAlias_.count(out))
+          continue;
+        Value& v = g_.values[static_cast<size_t>(ids->second[0])];
+        if (v.kind == Value::Kind::Tensor && v.traced.empty() && v.shape == value->second.toTensor().sizes().vec())
+          v.traced = tracedValueKey(node, ordinal, out);
+      }
+    }
+  }
+
   void visit(jit::Node* node) {
     std::string op = node->kind().toQualString();
     if (node->kind() == c10::prim::Constant) {
@@ -929,11 +950,13 @@ class Importer {
 
 }  // namespace
 
-Forward loadForward(const std::string& path, jit::ExtraFilesMap& extra, std::optional<DType> castTo) {
+Forward loadForward(const std::string& path, jit::ExtraFilesMap& extra, std::optional<DType> castTo,
+                    const std::function<void(jit::Module&)>& beforeFreeze) {
   Forward f{loadModule(path, extra), {}, nullptr};
   try {
     f.module.eval();
     castModule(f.module, castTo);
+    if (beforeFreeze) beforeFreeze(f.module);
     f.frozen = jit::freeze_module(f.module);
     f.graph = f.frozen.get_method("forward").graph()->copy();
     jit::Inline(*f.graph);

@@ -1,6 +1,6 @@
-// Files PyTorch writes that are not TorchScript archives, named as what they are (issue 44): LibTorch's loader would
-// say only that a record (constants.pkl) is missing, or that the file is not a zip archive.
-//   torch.export.save (.pt2): a zip whose records include `archive_format` and `models/…json`
+// Files PyTorch writes that kiln does not read, named as what they are (issue 44): LibTorch's loader would say only
+// that a record (constants.pkl) is missing, or that the file is not a zip archive. (torch.export.save's archives, whose
+// records include `archive_format`, are read: exported_program.h.)
 //   torch.save of a state_dict or of a module (zip format): `data.pkl` with no `code/` and no `constants.pkl`
 //   torch.save's legacy format, or pickle.dump: not a zip, the first byte a pickle protocol mark (0x80)
 #include <fstream>
@@ -40,15 +40,12 @@ void refuseOtherFormats(const std::string& path, caffe2::serialize::PyTorchStrea
   } catch (const std::exception&) {
     return;  // LibTorch's loader says what is wrong, in the caller's words
   }
-  bool exported = false, data = false, code = false, constants = false;
+  bool data = false, code = false, constants = false;
   for (const std::string& name : names) {
-    exported = exported || isRecord(name, "archive_format");
     data = data || isRecord(name, "data.pkl");
     constants = constants || isRecord(name, "constants.pkl");
     code = code || name.rfind("code/", 0) == 0 || name.find("/code/") != std::string::npos;
   }
-  if (exported)
-    userError("'{}' is a torch.export archive (.pt2), which kiln does not read; {}", path, kSaveATrace);
   if (data && !code && !constants)
     userError("'{}' is a torch.save checkpoint (a state_dict or a pickled module), not a traced model; load it into the "
               "model in Python, then {}", path, kSaveATrace);

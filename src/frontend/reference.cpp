@@ -10,6 +10,7 @@
 
 #include "kiln/frontend/frontend.h"
 #include "kiln/support/error.h"
+#include "exported_program.h"
 #include "model_state.h"
 #include "torch_util.h"
 #include <caffe2/serialize/inline_container.h>
@@ -32,12 +33,8 @@ std::string firstLine(const std::string& s) {
   return "no details";
 }
 
-namespace {
-
-// The f32 evaluation of a bf16/f16 trace: a cast the trace pins to its low-precision type (Gemma-2's eager attention,
-// softmax(..., dtype=float32).to(bfloat16)) would put that type back into the f32 run, where it fails ("expected scalar
-// type Float but found BFloat16") or rounds. Every constant ScalarType argument naming bf16 or f16, in every method of
-// every submodule, becomes f32. Returns how many changed.
+// A cast the trace pins to its low-precision type (Gemma-2's eager attention, softmax(..., dtype=float32).to(bfloat16))
+// would put that type back into the f32 run, where it fails ("expected scalar type Float but found BFloat16") or rounds.
 int widenPinnedCasts(::torch::jit::Module& m) {
   namespace jit = ::torch::jit;
   int changed = 0;
@@ -64,6 +61,8 @@ int widenPinnedCasts(::torch::jit::Module& m) {
     for (const jit::Method& method : sub.get_methods()) visit(method.graph()->block());
   return changed;
 }
+
+namespace {
 
 // Every int in an int list anywhere inside v lies in [0, size): in a debug record's source ranges the only int lists
 // are the text-table indices of each source's pieces.
@@ -136,6 +135,7 @@ at::Tensor stateBuffer(const ::torch::jit::Module& m, const std::string& path) {
   if (!std::filesystem::exists(path, ec)) userError("model file '{}' not found", path);
   if (!std::ifstream(path)) userError("model file '{}' cannot be read; check its permissions", path);
   const auto archive = openArchive(path);  // one reader for the checks of its records
+  if (isExportArchive(archive.get())) return loadExportedProgram(path, *archive, extra);
   refuseOtherFormats(path, archive.get());
   checkPickleRecords(path, archive.get());  // before anything unpickles them
   checkDebugRecords(path, archive.get());

@@ -3,6 +3,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,12 +22,22 @@ void castModule(::torch::jit::Module& m, std::optional<DType> to);
 HostTensor fromTorch(const at::Tensor& t);
 
 // A module's forward as kiln reads it: evaluated, cast (--dtype), frozen (parameters become constants),
-// inlined. UserError if it cannot be frozen.
+// inlined. UserError if it cannot be frozen. `beforeFreeze` changes the cast module first (the f32 evaluation of
+// a bf16 model, a move to the GPU); its values' names in `graph` stay those the import reads.
 struct Forward {
   ::torch::jit::Module module, frozen;
   std::shared_ptr<::torch::jit::Graph> graph;
 };
-Forward loadForward(const std::string& path, ::torch::jit::ExtraFilesMap& extra, std::optional<DType> castTo);
+Forward loadForward(const std::string& path, ::torch::jit::ExtraFilesMap& extra, std::optional<DType> castTo,
+                    const std::function<void(::torch::jit::Module&)>& beforeFreeze = {});
+// A TorchScript value of the forward, as torch::Value::traced records it and referenceIntermediates finds it again in
+// a forward loaded with other casts: "KIND#N.I", output I of the N-th node (counted from 1, constants left out: the f32
+// evaluation inserts some, and value names are renumbered with them) of kind KIND.
+std::string tracedValueKey(const ::torch::jit::Node* node, int64_t ordinal, const ::torch::jit::Value* output);
+
+// The f32 evaluation of a bf16/f16 trace (runReference's inF32): every constant ScalarType argument naming bf16 or
+// f16, in every method of every submodule, becomes f32. Returns how many changed.
+int widenPinnedCasts(::torch::jit::Module& m);
 
 // Ops whose result follows from their operands' shapes alone (aten::size, ...): folded even on input data.
 bool shapeOnly(const ::torch::jit::Node* node);

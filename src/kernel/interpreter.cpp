@@ -463,7 +463,8 @@ void Machine::run() {
 
 }  // namespace interp
 
-std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs, InterpretCounts* counts) {
+std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs, InterpretCounts* counts,
+                                  const AfterKernel& afterKernel) {
   KILN_ASSERT(inputs.size() == p.inputs.size(), "kernel IR interpreter: {} inputs given for {} model inputs", inputs.size(),
               p.inputs.size());
   std::vector<std::vector<float>> buffers(p.buffers.size());
@@ -495,6 +496,7 @@ std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor
     interp::Machine machine(p, p.kernels[i], buffers);
     if (counts) machine.elementsRead = &counts->elementsRead[i];
     machine.run();
+    if (afterKernel) afterKernel(i, buffers);
   }
   std::vector<HostTensor> out;
   for (int b : p.outputs) {

@@ -272,6 +272,30 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
 std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std::byte>>& inputs) {
+  return run(inputs, {});
+}
+
+std::vector<std::byte> Model::readBuffer(int64_t bufferId) const {
+  const Impl& s = *impl_;
+  const BufferInfo* b = s.m.findBuffer(bufferId);
+  if (!b) userError("kiln runtime: model '{}' has no buffer {}", s.m.model, bufferId);
+  s.makeCurrent();
+  std::vector<std::byte> bytes(static_cast<size_t>(b->bytes));
+  if (b->bytes > 0) KILN_CU(cuMemcpyDtoH, fmt::format(" reading buffer '{}'", b->name), bytes.data(), s.ptr(*b), bytes.size());
+  return bytes;
+}
+
+void Model::writeBuffer(int64_t bufferId, const std::vector<std::byte>& bytes) {
+  Impl& s = *impl_;
+  const BufferInfo* b = s.m.findBuffer(bufferId);
+  if (!b || b->kind == BufferKind::Weight || static_cast<int64_t>(bytes.size()) != b->bytes)
+    userError("kiln runtime: model '{}' has no arena buffer {} of {} bytes", s.m.model, bufferId, bytes.size());
+  s.makeCurrent();
+  if (b->bytes > 0) KILN_CU(cuMemcpyHtoD, fmt::format(" writing buffer '{}'", b->name), s.ptr(*b), bytes.data(), bytes.size());
+}
+
+std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std::byte>>& inputs,
+                                               const std::function<void(size_t kernel)>& afterKernel) {
   Impl& s = *impl_;
   const Manifest& m = s.m;
   if (inputs.size() != m.inputs.size())
@@ -288,7 +312,10 @@ std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std
   for (const BufferInfo& b : m.buffers)  // not an output written in place of an input: those bytes hold the input
     if ((b.kind == BufferKind::Output || b.kind == BufferKind::Temp) && b.inPlaceOf < 0 && b.bytes > 0)
       KILN_CU(cuMemsetD8, fmt::format(" poisoning buffer '{}'", b.name), s.ptr(b), 0xFF, static_cast<size_t>(b.bytes));
-  for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, /*sync=*/true);
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    s.launch(i, /*sync=*/true);
+    if (afterKernel) afterKernel(i);
+  }
   KILN_CU(cuCtxSynchronize, "");
   std::vector<std::vector<std::byte>> out;
   for (int64_t id : m.outputs) {

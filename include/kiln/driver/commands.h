@@ -41,6 +41,7 @@ struct RunCommand {
   std::vector<std::string> inputs;
   bool check = false;
   bool interpret = false;
+  bool bisect = false;              // --bisect: with --check, the first kernel whose output differs (bisect.h)
   uint64_t seed = 0;
   std::string arch = kDefaultArch;   // --arch: a Target (kiln/support/target.h)
   int benchIters = 0;               // --bench N: time N forward passes on the GPU

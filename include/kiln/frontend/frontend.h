@@ -89,4 +89,19 @@ std::vector<std::string> inputNames(const std::string& path);
 std::vector<HostTensor> runReference(const std::string& path, const std::vector<HostTensor>& inputs, bool onGpu,
                                      std::optional<DType> castTo = std::nullopt, bool inF32 = false);
 
+// LibTorch's value of a TorchScript value inside the forward (torch::Value::traced names it), and the op that computes
+// it with the line the user wrote ("aten::linear @ models/mlp.py:14").
+struct TracedValue {
+  HostTensor value;
+  std::string op;
+  std::string name;  // its name in the graph LibTorch ran ("%query.2")
+};
+// The forward as the import reads it (frozen and inlined; castTo and inF32 as runReference's), run by LibTorch on
+// `inputs` with the values `names` (torch::Value::traced keys) as extra outputs: what `kiln run --check --bisect` compares kiln's buffers
+// with. Names the graph does not have at its top level are left out of the result. A model with state (inputs past the
+// forward's arguments) is refused with a UserError.
+std::map<std::string, TracedValue> referenceIntermediates(const std::string& path, const std::vector<HostTensor>& inputs,
+                                                          const std::vector<std::string>& names, bool onGpu,
+                                                          std::optional<DType> castTo = std::nullopt, bool inF32 = false);
+
 }  // namespace kiln::frontend

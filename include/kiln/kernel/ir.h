@@ -422,7 +422,11 @@ struct InterpretCounts {
   // included).
   std::vector<std::vector<int64_t>> elementsRead;
 };
-std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs, InterpretCounts* counts = nullptr);
+// With `afterKernel`, called after each kernel ran (its index in p.kernels) with every buffer's values (the Program's
+// ids, f32 values rounded to each buffer's dtype), which it may change: what `kiln run --bisect` reads.
+using AfterKernel = std::function<void(size_t kernel, std::vector<std::vector<float>>& buffers)>;
+std::vector<HostTensor> interpret(const Program& p, const std::vector<HostTensor>& inputs, InterpretCounts* counts = nullptr,
+                                  const AfterKernel& afterKernel = {});
 
 // The lowering into this level (passes/kernel/lower_from_tile.cpp) is declared in kiln/kernel/lower.h, the
 // one header that sees both Tile IR and Kernel IR.

@@ -37,6 +37,10 @@ struct Buffer {
   DType dtype = DType::F32;
   Shape shape;
   std::shared_ptr<const torch::WeightData> weight;  // Weight buffers
+  // Temp and Output buffers: the TorchScript value whose values this buffer holds once its kernels ran (from
+  // tensor::Node::traced), or empty; a pass that changes what a buffer holds clears it. Not printed: the in-process
+  // `kiln run --check --bisect` compares such buffers with LibTorch's values.
+  std::string traced;
 };
 const char* bufferKindName(Buffer::Kind k);
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,6 +139,14 @@ class Model {
   // every kernel so that an asynchronous fault is blamed on the kernel that caused it. Returns the outputs' bytes in
   // manifest().outputs order.
   std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs);
+  // The same, calling afterKernel(i) once kernel i (manifest().kernels order) has run and the device is synchronized:
+  // what `kiln run --bisect` reads each kernel's outputs with (readBuffer) before a later kernel reuses their bytes.
+  std::vector<std::vector<std::byte>> run(const std::vector<std::vector<std::byte>>& inputs,
+                                          const std::function<void(size_t kernel)>& afterKernel);
+  // A buffer's bytes in the arena, copied to the host, and back (the manifest's sizes; UserError for an id it does not
+  // list or bytes of another size).
+  std::vector<std::byte> readBuffer(int64_t bufferId) const;
+  void writeBuffer(int64_t bufferId, const std::vector<std::byte>& bytes);
 
   // One forward pass for serving: the inputs are copied into the arena, the kernels run (from one CUDA graph by
   // default) and the outputs are copied out, all asynchronously on `options.stream`; returns once the host outputs

@@ -65,6 +65,7 @@ struct Node {
   std::string name;                // Input/Weight name
   std::shared_ptr<const torch::WeightData> weight;
   std::string origin;              // "aten::softmax @ models/softmax.py:9": the Torch op it came from
+  std::string traced;              // the TorchScript value it equals (torch::Value::traced), or empty
 };
 
 struct Graph {

@@ -38,6 +38,10 @@ struct Value {
   Shape shape;                      // tensors
   Scalar constant;                  // Constant values
   std::shared_ptr<const WeightData> weight;  // Weight values (shared, never copied per pass)
+  // Tensors a node computes: the TorchScript value of the frozen, inlined forward whose values these are, where exactly
+  // one is ("aten::add#57.0": the kind, place and output of its node; src/frontend/torch_util.h), empty otherwise. What
+  // `kiln run --check --bisect` asks LibTorch for.
+  std::string traced;
   bool isTensor() const { return kind != Kind::Constant; }
 };
 
