@@ -26,7 +26,8 @@ bisect hf_llama_tiny models/fixtures/hf_llama_tiny.pt
 bisect hf_mixtral_tiny_grouped models/fixtures/hf_mixtral_tiny_grouped.pt
 echo "## the Python package on the GPU" >> "$report"
 venv=$(mktemp -d)/venv
-python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-build-isolation ./python \
+cp -r python "$(dirname "$venv")/source"  # setuptools writes its egg-info beside the sources: not into the tree
+python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-build-isolation "$(dirname "$venv")/source" \
   > "$OUT/pip.log" 2>&1 || echo "pip install failed (pip.log)" >> "$report"
 (cd /tmp && KILN_BINARY=$OLDPWD/build/kiln "$venv/bin/python" - "$OLDPWD" > "$OUT/python.log" 2>&1 <<'PY'
 import sys, torch, kiln

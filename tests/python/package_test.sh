@@ -9,7 +9,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m venv --system-site-packages "$tmp/venv"
-"$tmp/venv/bin/pip" install --quiet --no-deps --no-build-isolation --disable-pip-version-check "$root/python" \
+cp -r "$root/python" "$tmp/source"  # setuptools writes its egg-info beside the sources: not into the repository
+"$tmp/venv/bin/pip" install --quiet --no-deps --no-build-isolation --disable-pip-version-check "$tmp/source" \
   > "$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; exit 1; }
 cd "$tmp"
 KILN_BINARY=$kiln "$tmp/venv/bin/python" "$root/tests/python/package_check.py" "$root"
