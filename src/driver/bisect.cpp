@@ -82,6 +82,40 @@ void TracedValueKeeper::afterKernel(size_t k, const BufferAccess& buffers) const
   }
 }
 
+kernel::AfterKernel TracedValueKeeper::interpreterHook() const {
+  if (!active()) return {};
+  return [this](size_t k, std::vector<std::vector<float>>& buffers) {
+    afterKernel(k, {[&](int b) { return HostTensor{p_.buffers[b].dtype, p_.buffers[b].shape, buffers[b]}; },
+                    [&](int b, const HostTensor& t) { buffers[b] = t.values; }});
+  };
+}
+
+std::function<void(size_t)> TracedValueKeeper::gpuHook(runtime::Model& model) const {
+  return [this, &model](size_t k) {
+    afterKernel(k, {[&](int b) { return fromBytes(p_.buffers[b].dtype, p_.buffers[b].shape, model.readBuffer(b)); },
+                    [&](int b, const HostTensor& t) { model.writeBuffer(b, toBytes(t)); }});
+  };
+}
+
+void refuseStateForBisect(const kernel::Program& p, const std::string& model) {
+  if (!p.inPlace.empty())
+    userError("--bisect compares the values inside a forward without state; {} keeps {} state(s) (a cache): check it "
+              "without --bisect", model, p.inPlace.size());
+}
+
+void checkBisectMatchesManifest(const kernel::Program& p, const runtime::Manifest& m, const std::string& model) {
+  bool same = p.kernels.size() == m.kernels.size();
+  for (size_t k = 0; same && k < p.kernels.size(); ++k) same = p.kernels[k].name == m.kernels[k].name;
+  for (size_t b = 0; same && b < p.buffers.size(); ++b) {
+    const runtime::BufferInfo* info = m.findBuffer(static_cast<int64_t>(b));
+    same = p.buffers[b].traced.empty() || (info && info->name == p.buffers[b].name && info->shape == p.buffers[b].shape);
+  }
+  if (!same)
+    userError("--bisect: the kernels kiln runs for {} are not those it compiles now (a cache entry of another kiln?): clear "
+              "the cache entry ($KILN_CACHE_DIR) or bisect with --interpret", model);
+  refuseStateForBisect(p, model);
+}
+
 json bisectKernels(const kernel::Program& p, const KeptValues& kept, const BisectReference& ref, bool checkPassed,
                    bool verbose, std::ostream& out) {
   std::vector<std::string> names;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/kernel/ir.h"
+#include "kiln/runtime/runtime.h"
 #include "kiln/support/host_tensor.h"
 
 namespace kiln {
@@ -36,6 +37,10 @@ class TracedValueKeeper {
   TracedValueKeeper(const kernel::Program& p, KeptValues* kept, std::ostream& out);
   bool active() const { return kept_ || !perturbed_.empty(); }  // false: nothing to keep or change
   void afterKernel(size_t kernel, const BufferAccess& buffers) const;
+  // afterKernel as the interpreter's hook (empty when not active) and as runtime::Model::run's on a GPU (the arena's
+  // bytes read and written back). Both refer to this keeper, which must outlive the run.
+  kernel::AfterKernel interpreterHook() const;
+  std::function<void(size_t kernel)> gpuHook(runtime::Model& model) const;
 
  private:
   const kernel::Program& p_;
@@ -51,6 +56,12 @@ struct BisectReference {
   std::optional<DType> cast;         // --dtype
   std::optional<DType> lowPrecision;
 };
+
+// --bisect compares values inside a forward without state: UserError naming `model` when `p` keeps any.
+void refuseStateForBisect(const kernel::Program& p, const std::string& model);
+// --bisect on a GPU: `p`, compiled again in process, must be the program the manifest was emitted from (the same
+// kernels in order, each kept buffer the same name and shape); UserError naming `model` otherwise.
+void checkBisectMatchesManifest(const kernel::Program& p, const runtime::Manifest& m, const std::string& model);
 
 // Compares the kept values with LibTorch's (and, for a low-precision model, both with the f32 evaluation, as the
 // check's DESIGN.md §4 rule does); prints a summary (every row with `verbose`) and the first kernel whose output

@@ -340,20 +340,11 @@ std::vector<HostTensor> runInputs(const RunCommand& c, const RunPlan& plan) {
 RunOutcome runInInterpreter(const RunCommand& c, const RunCompile& how, std::ostream& out) {
   RunOutcome run;
   Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
-  if (c.bisect && !compiled.kernelIR.inPlace.empty())
-    userError("--bisect compares the values inside a forward without state; {} keeps {} state(s) (a cache): check it "
-              "without --bisect", c.model, compiled.kernelIR.inPlace.size());
+  if (c.bisect) refuseStateForBisect(compiled.kernelIR, c.model);
   run.plan = planOf(compiled.kernelIR);
   run.args = runInputs(c, run.plan);
   const TracedValueKeeper keeper(compiled.kernelIR, c.bisect ? &run.kept : nullptr, out);
-  const kernel::Program& ir = compiled.kernelIR;
-  kernel::AfterKernel afterKernel;
-  if (keeper.active())
-    afterKernel = [&](size_t k, std::vector<std::vector<float>>& buffers) {
-      keeper.afterKernel(k, {[&](int b) { return HostTensor{ir.buffers[b].dtype, ir.buffers[b].shape, buffers[b]}; },
-                             [&](int b, const HostTensor& t) { buffers[b] = t.values; }});
-    };
-  run.results = kernel::interpret(compiled.kernelIR, run.args, nullptr, afterKernel);
+  run.results = kernel::interpret(compiled.kernelIR, run.args, nullptr, keeper.interpreterHook());
   run.device = "CPU (Kernel-IR interpreter)";
   if (c.bisect) run.kernelIR = std::move(compiled.kernelIR);
   return run;
@@ -416,26 +407,6 @@ void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, 
   }
 }
 
-// --bisect on the GPU: the Kernel IR of the kernels the cache entry holds, compiled again in process (a cache entry
-// records no IR), and checked to be theirs: the same kernels in order, each kept buffer the same name and size.
-kernel::Program kernelIRForBisect(const RunCommand& c, const RunCompile& how, const runtime::Manifest& m) {
-  Compiled compiled = compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target);
-  const kernel::Program& p = compiled.kernelIR;
-  bool same = p.kernels.size() == m.kernels.size();
-  for (size_t k = 0; same && k < p.kernels.size(); ++k) same = p.kernels[k].name == m.kernels[k].name;
-  for (size_t b = 0; same && b < p.buffers.size(); ++b) {
-    const runtime::BufferInfo* info = m.findBuffer(static_cast<int64_t>(b));
-    same = p.buffers[b].traced.empty() || (info && info->name == p.buffers[b].name && info->shape == p.buffers[b].shape);
-  }
-  if (!same)
-    userError("--bisect: the kernels kiln runs for {} are not those it compiles now (a cache entry of another kiln?): clear "
-              "the cache entry ($KILN_CACHE_DIR) or bisect with --interpret", c.model);
-  if (!p.inPlace.empty())
-    userError("--bisect compares the values inside a forward without state; {} keeps {} state(s) (a cache): check it "
-              "without --bisect", c.model, p.inPlace.size());
-  return std::move(compiled.kernelIR);
-}
-
 RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, std::ostream& out, json& report) {
   std::string why;
   if (!runtime::gpuAvailable(&why)) {
@@ -452,18 +423,14 @@ RunOutcome runOnGpu(const RunCommand& c, bool emitted, const RunCompile& how, st
   run.device = model.deviceName();
   std::vector<std::vector<std::byte>> bytes;
   for (auto& a : run.args) bytes.push_back(toBytes(a));
-  std::function<void(size_t)> afterKernel;
   std::optional<TracedValueKeeper> keeper;
   if (c.bisect) {  // kernel by kernel, each one's outputs read back from the arena before a later kernel reuses it
-    run.kernelIR = kernelIRForBisect(c, how, model.manifest());
+    // The cache entry records no IR: compiled again in process, and checked to be the entry's.
+    run.kernelIR = std::move(compileModel(c.model, how.inputs, c.pipeline, "cuda", how.cast, how.target).kernelIR);
+    checkBisectMatchesManifest(*run.kernelIR, model.manifest(), c.model);
     keeper.emplace(*run.kernelIR, &run.kept, out);
-    const kernel::Program& ir = *run.kernelIR;
-    afterKernel = [&](size_t k) {
-      keeper->afterKernel(k, {[&](int b) { return fromBytes(ir.buffers[b].dtype, ir.buffers[b].shape, model.readBuffer(b)); },
-                              [&](int b, const HostTensor& t) { model.writeBuffer(b, toBytes(t)); }});
-    };
   }
-  auto outs = model.run(bytes, afterKernel);
+  auto outs = model.run(bytes, keeper ? keeper->gpuHook(model) : std::function<void(size_t)>{});
   for (size_t i = 0; i < outs.size(); ++i)
     run.results.push_back(fromBytes(run.plan.outputs[i].first, run.plan.outputs[i].second, outs[i]));
   if (c.benchIters > 0) benchmark(model, c, run.plan, out, report);

@@ -240,9 +240,8 @@ int main(int argc, char** argv) {
   r->add_option("--entry", run.entry, "with a directory: run its entry point NAME (manifest.NAME.json, e.g. prefill) instead of manifest.json")->type_name("NAME");
   r->add_flag("--check", run.check, "compare with LibTorch running the same module on the same device");
   r->add_flag("--interpret", run.interpret, "run the Kernel IR in the CPU interpreter instead of on a GPU");
-  r->add_flag("--bisect", run.bisect,
-              "with --check: compare each kernel's output with LibTorch's value of the same TorchScript value and name the "
-              "first that differs, and by how much (-v: every comparison; on a GPU the kernels run one by one)");
+  r->add_flag("--bisect", run.bisect, "with --check: the first kernel whose output differs from LibTorch's value of the "
+                                      "same TorchScript value, and by how much (-v: every comparison)");
   r->add_option("--seed", run.seed, "seed of the random inputs (default 0)");
   r->add_option("--inputs", run.inputsDir,
                 "read the inputs from DIR (input0.bin, input1.bin, ...: raw bytes in the model's shapes and dtypes, as --save-io "
