@@ -101,7 +101,7 @@ fs::path writeDirectory(const std::string& entry = "", bool state = false) {
   fs::create_directories(dir);
   if (!entry.empty()) writeDirectory("", state);  // the directory's first entry, manifest.json
   const std::string k0 = entry.empty() ? "k0" : "e0", k1 = entry.empty() ? "k1" : "e1";
-  std::ofstream(dir / "stub.cubin") << "kiln-stub-cubin\nk0 add 64\nk1 copy 64\nk2 add 64\ne0 add 64\ne1 copy 64\n";
+  std::ofstream(dir / "stub.cubin") << "kiln-stub-cubin\nk0 add 64\nk1 copy 64\nk2 add 64\ne0 add 64\ne1 copy 64\nend\n";
   std::vector<float> w(kN);
   for (int64_t i = 0; i < kN; ++i) w[static_cast<size_t>(i)] = static_cast<float>(i);
   std::ofstream(dir / "weights.bin", std::ios::binary).write(reinterpret_cast<const char*>(w.data()), kBytes);

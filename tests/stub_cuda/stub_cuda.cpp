@@ -9,6 +9,7 @@
 //     kiln-stub-cubin
 //     ENTRY add N      params p0 p1 p2: p2[i] = p0[i] + p1[i], i < N (f32)
 //     ENTRY copy N     params p0 p1:    p1[i] = p0[i]
+//     end              (lines under 256 bytes; an image has no size, so "end" is where reading stops)
 //
 // Any other image (a real cubin) loads too; its kernels do nothing when launched. Launches made while a stream is
 // captured are recorded with their pointer arguments (read at capture, as the driver copies them) and run when the
@@ -144,7 +145,15 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   auto* m = new Module;
   const char* text = static_cast<const char*>(image);
   if (std::strncmp(text, "kiln-stub-cubin\n", 16) == 0) {
-    std::istringstream in(text + 16);
+    // The image has no size: its lines are read up to "end", never past it.
+    std::string lines;
+    for (const char* line = text + 16; std::strncmp(line, "end\n", 4) != 0;) {
+      const char* eol = static_cast<const char*>(std::memchr(line, '\n', 256));
+      if (!eol) break;
+      lines.append(line, static_cast<size_t>(eol - line + 1));
+      line = eol + 1;
+    }
+    std::istringstream in(lines);
     Function f;
     while (in >> f.entry >> f.op >> f.n) m->functions[f.entry] = f;
   }
