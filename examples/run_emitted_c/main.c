@@ -1,6 +1,7 @@
 /* Runs a directory written by `kiln compile MODEL.pt --emit cuda -o DIR` through kiln's C API (kiln_runtime_c.h):
-   the tensors listed, the inputs `kiln run DIR --save-io IO` wrote (zeros without IO) fed in, each output's FNV-1a
-   checksum printed, as kiln run prints it.
+   the tensors listed, the model loaded (its weights once) and a session opened on it, the inputs `kiln run DIR
+   --save-io IO` wrote (zeros without IO) fed in, each output's FNV-1a checksum printed, as kiln run prints it. A server
+   would open one session per thread on the same model.
      usage: run_emitted_c DIR [IO] */
 #include <kiln/kiln_runtime_c.h>
 
@@ -29,7 +30,8 @@ static void* readInput(const char* io, size_t i, size_t bytes) {
 
 int main(int argc, char** argv) {
   kiln_model_info* info = NULL;
-  kiln_runtime* runtime = NULL;
+  kiln_model* model = NULL;
+  kiln_session* session = NULL;
   kiln_buffer inputs[16], outputs[16];
   kiln_tensor_info t;
   size_t i, j, nin, nout;
@@ -57,8 +59,9 @@ int main(int argc, char** argv) {
     outputs[i].device = 0;
     outputs[i].bytes = t.bytes;
   }
-  if ((s = kiln_runtime_open(argv[1], 0, &runtime)) != KILN_OK) return fail("kiln_runtime_open", s);
-  if ((s = kiln_runtime_run(runtime, inputs, nin, outputs, nout, NULL)) != KILN_OK) return fail("kiln_runtime_run", s);
+  if ((s = kiln_model_open(argv[1], 0, &model)) != KILN_OK) return fail("kiln_model_open", s);
+  if ((s = kiln_session_open(model, NULL, &session)) != KILN_OK) return fail("kiln_session_open", s);
+  if ((s = kiln_session_run(session, inputs, nin, outputs, nout, NULL)) != KILN_OK) return fail("kiln_session_run", s);
   for (i = 0; i < nout; ++i) {
     unsigned long long sum = 14695981039346656037ull;
     const unsigned char* b = outputs[i].host;
@@ -66,7 +69,8 @@ int main(int argc, char** argv) {
     for (j = 0; j < t.bytes; ++j) sum = (sum ^ b[j]) * 1099511628211ull;
     printf("output %zu '%s' %s: %zu bytes, fnv1a %016llx\n", i, t.name, t.dtype, t.bytes, sum);
   }
-  kiln_runtime_close(runtime);
+  kiln_session_close(session);
+  kiln_model_close(model);
   kiln_model_info_free(info);
   return 0;
 }

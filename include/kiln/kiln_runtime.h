@@ -14,16 +14,20 @@
 // wrong count, size or name) throws kiln::RuntimeError whose what() is one line naming the file, kernel or buffer
 // involved, and whose code() says which kind of failure it is.
 //
-// Lifetimes: a Runtime owns every device resource it makes (the modules, one arena holding weights, inputs,
-// activations and outputs, a stream, the captured graph) and frees them in its destructor. It uses the primary
-// context of its device (RuntimeOptions::device, 0 by default), which the CUDA runtime and frameworks share, so device
-// pointers from cudaMalloc on that device can be bound. A Runtime that was moved from holds nothing: every member but
-// assignment and destruction throws RuntimeError (ErrorCode::InvalidArgument) instead of touching freed state.
+// Models and sessions: a Model is a directory loaded onto a device — its kernels and its weights, uploaded once — and
+// a Session runs it: its own arena (inputs, outputs, activations), stream and captured graphs. Any number of Sessions
+// share one Model's weights, e.g. one per serving thread; a Runtime is a Model with one Session, for the simple case.
+// Each uses the primary context of its device (RuntimeOptions::device, 0 by default), which the CUDA runtime and
+// frameworks share, so device pointers from cudaMalloc on that device can be bound.
 //
-// Threads: a Runtime is not thread-safe (one arena: two concurrent runs would overwrite each other); use one per
-// thread, or serialize calls: a run() that starts while another is still in run() on the same Runtime throws
-// RuntimeError (ErrorCode::InvalidArgument) rather than racing. Separate Runtimes (even of the same directory) are
-// independent. info() returns a reference into the Runtime: it lives as long as the Runtime does.
+// Lifetimes: each object frees what it made in its destructor; a Session keeps its Model's device state alive, so a
+// Model may be destroyed before its Sessions. An object that was moved from holds nothing: every member but assignment
+// and destruction throws RuntimeError (ErrorCode::InvalidArgument) instead of touching freed state.
+//
+// Threads: a Model is immutable once loaded; Sessions on it are independent and may run concurrently from different
+// threads. A Session (and a Runtime) is not thread-safe (one arena: two concurrent runs would overwrite each other); a
+// run() that starts while another is still in run() on the same Session throws RuntimeError
+// (ErrorCode::InvalidArgument) rather than racing. info() returns a reference into its object: it lives as long.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -78,13 +82,22 @@ struct ModelInfo {
   std::string arch;            // the GPU architecture its cubins are for, e.g. "sm_90a"
   std::vector<TensorInfo> inputs, outputs;
   size_t kernels = 0;
-  size_t arenaBytes = 0;       // device memory a Runtime allocates
+  size_t arenaBytes = 0;       // the compiled plan's arena: weights, inputs, outputs and activations together
+  size_t weightBytes = 0;      // device memory a Model allocates for its weights (once, whatever its Sessions)
+  size_t sessionBytes = 0;     // device memory each Session allocates: its arena without the weights
 };
 KILN_RUNTIME_API ModelInfo describe(const std::string& dir);
 
 // Where a run reads an input or writes an output: a host pointer or a device pointer (CUdeviceptr), exactly one,
 // and how many bytes it holds. run() refuses a buffer smaller than its tensor (TensorInfo::bytes) with one line instead
 // of reading or writing past its end; a larger one is fine (the tensor's bytes are used from its start).
+//
+// Device buffers are bound in place: the kernels read the caller's input and write the caller's output where they
+// are, nothing is copied — when the address is a multiple of 256 bytes (what cudaMalloc and PyTorch's allocator give;
+// the kernels' vector loads assume it) and no other buffer of the same run overlaps an output's bytes. A device buffer
+// that fails either condition, and every host buffer, is copied into the Session's arena and out again on the run's
+// stream instead. The forward's CUDA graph is captured once per set of bound addresses (the last 8 sets are kept), so a
+// loop that reuses its buffers replays without capturing again.
 struct Buffer {
   static Buffer host(void* p, size_t bytes) { return Buffer{p, 0, bytes}; }
   // Read-only memory: an input only (run() refuses it as an output instead of writing into const memory).
@@ -122,9 +135,63 @@ struct RunOptions {
   bool syncEachKernel = false;
 };
 
+// A directory written by `kiln compile --emit cuda` loaded onto a GPU: reads DIR/manifest.json, checks the files it
+// lists, loads every cubin onto options.device and uploads weights.bin, once. Runs nothing itself: make Sessions.
+class KILN_RUNTIME_API Model {
+ public:
+  explicit Model(const std::string& dir, const RuntimeOptions& options = {});
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelInfo& info() const;
+  std::string deviceName() const;  // e.g. "NVIDIA H200"
+
+ private:
+  friend class Session;
+  struct Impl;
+  Impl& live() const;  // impl_, or RuntimeError for a moved-from Model
+  std::shared_ptr<Impl> impl_;
+};
+
+// One stream of forwards over a Model: allocates its arena (ModelInfo::sessionBytes) on the Model's device.
+//
+// `entry` runs another entry point of the directory (`kiln compile --emit cuda --prefill-chunk C` writes a decoder's
+// step as the first and its prefill chunk as "prefill": manifest.ENTRY.json); it is loaded on first use, sharing the
+// Model's weights on the device. A model's state (a KV cache: an input and the output written in place of it, see
+// `kiln inspect DIR`) stays in the caller's device memory from one run to the next when both are bound to the same
+// address: nothing is copied, and every entry's sessions may share it that way.
+class KILN_RUNTIME_API Session {
+ public:
+  explicit Session(const Model& model, const std::string& entry = "");
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const ModelInfo& info() const;  // its entry's
+
+  // One forward pass, asynchronous on options.stream: inputs are read, the kernels run, outputs are written (bound in
+  // place or copied: Buffer). Returns when every host output is written (it synchronizes the stream if any output is a
+  // host buffer); with only device outputs it returns at once and the results are ordered on the stream. Buffers in
+  // info()'s order, each at least TensorInfo::bytes long.
+  void run(const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs, const RunOptions& options = {});
+  // The same with every input and output named once (in any order); an unknown, missing or repeated name is an
+  // InvalidArgument error naming it and the tensors there are.
+  void run(const NamedBuffers& inputs, const NamedBuffers& outputs, const RunOptions& options = {});
+
+ private:
+  struct Impl;
+  Impl& live() const;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A Model and one Session on it: the simple case (one thread, one stream of forwards).
 class KILN_RUNTIME_API Runtime {
  public:
-  // Reads DIR/manifest.json, loads every cubin onto options.device, allocates the arena and uploads weights.bin.
   explicit Runtime(const std::string& dir, const RuntimeOptions& options = {});
   ~Runtime();
   Runtime(Runtime&&) noexcept;
@@ -133,14 +200,8 @@ class KILN_RUNTIME_API Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   const ModelInfo& info() const;
-
-  // One forward pass, asynchronous on options.stream: inputs are copied in, the kernels run, the outputs are copied
-  // out. Returns when every host output is written (it synchronizes the stream if any output is a host buffer);
-  // with only device outputs it returns at once and the results are ordered on the stream. Buffers in info()'s
-  // order, each at least TensorInfo::bytes long.
+  // As Session::run.
   void run(const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs, const RunOptions& options = {});
-  // The same with every input and output named once (in any order); an unknown, missing or repeated name is an
-  // InvalidArgument error naming it and the tensors there are.
   void run(const NamedBuffers& inputs, const NamedBuffers& outputs, const RunOptions& options = {});
 
   std::string deviceName() const;  // e.g. "NVIDIA H200"

@@ -35,7 +35,9 @@ typedef enum kiln_status {
 } kiln_status;
 
 typedef struct kiln_model_info kiln_model_info; /* what a directory holds: kiln_describe, kiln_runtime_info */
-typedef struct kiln_runtime kiln_runtime;       /* a model loaded onto a GPU: kiln_runtime_open */
+typedef struct kiln_runtime kiln_runtime;       /* a model loaded onto a GPU with one session: kiln_runtime_open */
+typedef struct kiln_model kiln_model;           /* a model loaded onto a GPU, weights once: kiln_model_open */
+typedef struct kiln_session kiln_session;       /* one stream of forwards over a kiln_model: kiln_session_open */
 
 /* One input or output. The pointers live as long as the kiln_model_info they came from. */
 typedef struct kiln_tensor_info {
@@ -66,6 +68,9 @@ KILN_C_API size_t kiln_model_info_inputs(const kiln_model_info* info);
 KILN_C_API size_t kiln_model_info_outputs(const kiln_model_info* info);
 KILN_C_API kiln_status kiln_model_info_input(const kiln_model_info* info, size_t i, kiln_tensor_info* tensor);
 KILN_C_API kiln_status kiln_model_info_output(const kiln_model_info* info, size_t i, kiln_tensor_info* tensor);
+/* Device memory a kiln_model allocates for its weights, and each kiln_session for its arena (kiln::ModelInfo). */
+KILN_C_API size_t kiln_model_info_weight_bytes(const kiln_model_info* info);
+KILN_C_API size_t kiln_model_info_session_bytes(const kiln_model_info* info);
 
 /* Loads DIR onto CUDA device DEVICE. Close with kiln_runtime_close (NULL is fine). */
 KILN_C_API kiln_status kiln_runtime_open(const char* dir, int device, kiln_runtime** runtime);
@@ -74,6 +79,20 @@ KILN_C_API void kiln_runtime_close(kiln_runtime* runtime);
 KILN_C_API const kiln_model_info* kiln_runtime_info(const kiln_runtime* runtime);
 /* One forward pass on STREAM (a CUstream; NULL: the runtime's own), buffers in the info's order, from a CUDA graph. */
 KILN_C_API kiln_status kiln_runtime_run(kiln_runtime* runtime, const kiln_buffer* inputs, size_t input_count,
+                                        const kiln_buffer* outputs, size_t output_count, void* stream);
+
+/* kiln::Model and kiln::Session: DIR loaded onto DEVICE once (kernels and weights), and any number of sessions on it,
+   each with its own arena (inputs, outputs, activations), which may run concurrently from different threads. A session
+   keeps its model's device state alive: the model may be closed first. */
+KILN_C_API kiln_status kiln_model_open(const char* dir, int device, kiln_model** model);
+KILN_C_API void kiln_model_close(kiln_model* model);
+KILN_C_API const kiln_model_info* kiln_model_get_info(const kiln_model* model); /* owned by the model */
+/* ENTRY: NULL or "" for the directory's first entry point, or another's name (kiln::Session). */
+KILN_C_API kiln_status kiln_session_open(const kiln_model* model, const char* entry, kiln_session** session);
+KILN_C_API void kiln_session_close(kiln_session* session);
+KILN_C_API const kiln_model_info* kiln_session_get_info(const kiln_session* session); /* its entry's; owned by it */
+/* As kiln_runtime_run. Device buffers are bound in place where kiln::Buffer says, else copied. */
+KILN_C_API kiln_status kiln_session_run(kiln_session* session, const kiln_buffer* inputs, size_t input_count,
                                         const kiln_buffer* outputs, size_t output_count, void* stream);
 
 #ifdef __cplusplus

@@ -13,8 +13,11 @@ DeviceState::DeviceState(const std::vector<HostTensor>& initial) {
 }
 
 GpuEntry::GpuEntry(const fs::path& dir, const std::string& entry, bool filesChecked, int64_t tokens,
-                   std::shared_ptr<DeviceState> state)
-    : model_(dir, filesChecked, entry), tokens_(tokens), state_(std::move(state)) {
+                   std::shared_ptr<DeviceState> state, const GpuEntry* sibling)
+    : model_(sibling ? runtime::loadEntry(*sibling->model_.loaded(), entry, filesChecked)
+                     : runtime::loadModel(dir, filesChecked, entry)),
+      tokens_(tokens),
+      state_(std::move(state)) {
   const runtime::Manifest& m = model_.manifest();
   const size_t states = state_->buffers.size();
   const std::string where = (dir / runtime::manifestFileName(entry)).string();

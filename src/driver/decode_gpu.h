@@ -31,8 +31,9 @@ struct DeviceState {
 // GPU, never through the host.
 class GpuEntry : public DecodeEntry {
  public:
+  // `sibling`: another entry of the same directory, whose weights on the device this one shares (none: uploaded).
   GpuEntry(const std::filesystem::path& dir, const std::string& entry, bool filesChecked, int64_t tokens,
-           std::shared_ptr<DeviceState> state);
+           std::shared_ptr<DeviceState> state, const GpuEntry* sibling = nullptr);
   ~GpuEntry() override;
   int64_t tokens() const override { return tokens_; }
   size_t kernels() const { return model_.manifest().kernels.size(); }

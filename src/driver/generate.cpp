@@ -442,6 +442,7 @@ Prepared prepareDirectory(const GenerateCommand& c) {
     userError("kiln generate {} needs a CUDA GPU: {}; --interpret runs the .pt it was compiled from on the CPU", c.model, why);
   auto state = std::make_shared<DeviceState>(p.iface.initialState);
   auto step = std::make_unique<GpuEntry>(c.model, "", false, 1, state);
+  const GpuEntry* stepEntry = step.get();  // the prefill entry shares its weights
   p.stepKernels = step->kernels();
   p.step = std::move(step);
   std::error_code ec;
@@ -451,7 +452,7 @@ Prepared prepareDirectory(const GenerateCommand& c) {
     const int64_t tokens = numel(chunk.findBuffer(chunk.decode->tokenInput)->shape);
     if (chunkIface.stateNames != p.iface.stateNames || chunkIface.capacity != p.iface.capacity)
       userError("{}: the prefill entry's states or cache differ from the decode step's; compile the directory again", c.model);
-    auto prefill = std::make_unique<GpuEntry>(c.model, "prefill", false, tokens, state);
+    auto prefill = std::make_unique<GpuEntry>(c.model, "prefill", false, tokens, state, stepEntry);
     p.prefillKernels = prefill->kernels();
     p.prefillTokens = tokens;
     p.prefill = std::move(prefill);

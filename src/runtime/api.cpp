@@ -8,9 +8,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "bindings.h"
+#include "loaded_model.h"
 #include "kiln/runtime/runtime.h"
 #include "kiln/support/error.h"
 
@@ -110,6 +114,15 @@ ModelInfo infoOf(const runtime::Manifest& m) {
   info.arch = m.arch;
   info.kernels = m.kernels.size();
   info.arenaBytes = static_cast<size_t>(m.arenaBytes);
+  std::unordered_map<int64_t, int64_t> offsets;
+  int64_t sessionBytes = 0;
+  runtime::layOutSession(m, offsets, sessionBytes);
+  info.sessionBytes = static_cast<size_t>(std::max<int64_t>(sessionBytes, runtime::kArenaAlignment));
+  const bool weights = std::any_of(m.buffers.begin(), m.buffers.end(), [](const runtime::BufferInfo& b) {
+    return b.kind == runtime::BufferKind::Weight && b.bytes > 0;
+  });
+  for (const runtime::FileInfo& f : m.files)  // what DeviceWeights allocates: the weights file's size
+    if (weights && f.name == m.weightsFile) info.weightBytes = static_cast<size_t>(f.bytes);
   auto tensor = [&](int64_t id) {
     const runtime::BufferInfo& b = *m.findBuffer(id);
     return TensorInfo{b.name, std::string(dtypeName(b.dtype)), b.shape, static_cast<size_t>(b.bytes)};
@@ -152,20 +165,101 @@ ModelInfo describe(const std::string& dir) {
   return guarded([&] { return infoOf(runtime::readManifest(dir)); });
 }
 
-struct Runtime::Impl {
-  runtime::Model model;
+// An entry point as its sessions hold it.
+struct LoadedEntry {
+  std::shared_ptr<const runtime::LoadedModel> loaded;
   ModelInfo info;
-  std::atomic<bool> busy{false};  // inside run() (runtime::RunGuard)
-  Impl(runtime::Model m, ModelInfo i) : model(std::move(m)), info(std::move(i)) {}
 };
 
-Runtime::Runtime(const std::string& dir, const RuntimeOptions& options) {
+struct Model::Impl {
+  std::shared_ptr<const LoadedEntry> first;  // manifest.json's
+  std::mutex mu;                             // Sessions of other entries may be made from several threads
+  std::map<std::string, std::shared_ptr<const LoadedEntry>> others;
+
+  std::shared_ptr<const LoadedEntry> entry(const std::string& name) {
+    if (name.empty()) return first;
+    std::lock_guard<std::mutex> lock(mu);
+    std::shared_ptr<const LoadedEntry>& e = others[name];
+    if (!e) {
+      auto loaded = runtime::loadEntry(*first->loaded, name);
+      e = std::make_shared<const LoadedEntry>(LoadedEntry{loaded, infoOf(loaded->m)});
+    }
+    return e;
+  }
+};
+
+Model::Model(const std::string& dir, const RuntimeOptions& options) {
   impl_ = guarded([&] {
-    runtime::Model model(dir, false, "", options.device);
-    ModelInfo info = infoOf(model.manifest());
-    return std::make_unique<Impl>(std::move(model), std::move(info));
+    auto impl = std::make_shared<Impl>();
+    auto loaded = runtime::loadModel(dir, false, "", options.device);
+    impl->first = std::make_shared<const LoadedEntry>(LoadedEntry{loaded, infoOf(loaded->m)});
+    return impl;
   });
 }
+
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+Model::Impl& Model::live() const {
+  if (!impl_) throw RuntimeError("kiln runtime: this Model was moved from; use the one it was moved to",
+                                 ErrorCode::InvalidArgument);
+  return *impl_;
+}
+
+const ModelInfo& Model::info() const { return live().first->info; }
+std::string Model::deviceName() const { return live().first->loaded->device().name; }
+
+struct Session::Impl {
+  std::shared_ptr<const LoadedEntry> entry;  // its info, kept as long as the session
+  runtime::Model session;
+  std::atomic<bool> busy{false};  // inside run() (runtime::RunGuard)
+  explicit Impl(std::shared_ptr<const LoadedEntry> e) : entry(std::move(e)), session(entry->loaded) {}
+
+  template <typename Buffers, typename Bind>
+  void run(const Buffers& inputs, const Buffers& outputs, const RunOptions& options, Bind bind) {
+    guarded([&] {
+      runtime::RunGuard guard(busy);
+      std::vector<runtime::Binding> in = bind(entry->info.inputs, inputs, "input");
+      std::vector<runtime::Binding> out = bind(entry->info.outputs, outputs, "output");
+      session.forward(in, out, forwardOptions(options));
+    });
+  }
+};
+
+Session::Session(const Model& model, const std::string& entry) {
+  Model::Impl& m = model.live();  // a moved-from Model: RuntimeError
+  impl_ = guarded([&] { return std::make_unique<Impl>(m.entry(entry)); });
+}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+Session::Impl& Session::live() const {
+  if (!impl_) throw RuntimeError("kiln runtime: this Session was moved from; use the one it was moved to",
+                                 ErrorCode::InvalidArgument);
+  return *impl_;
+}
+
+const ModelInfo& Session::info() const { return live().entry->info; }
+
+void Session::run(const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs, const RunOptions& options) {
+  live().run(inputs, outputs, options, runtime::bindInOrder);
+}
+
+void Session::run(const NamedBuffers& inputs, const NamedBuffers& outputs, const RunOptions& options) {
+  live().run(inputs, outputs, options, runtime::bindByName);
+}
+
+struct Runtime::Impl {
+  Model model;
+  Session session;
+  explicit Impl(Model m) : model(std::move(m)), session(model) {}
+};
+
+Runtime::Runtime(const std::string& dir, const RuntimeOptions& options)
+    : impl_(std::make_unique<Impl>(Model(dir, options))) {}
 
 Runtime::~Runtime() = default;
 Runtime::Runtime(Runtime&&) noexcept = default;
@@ -177,28 +271,16 @@ Runtime::Impl& Runtime::live() const {
   return *impl_;
 }
 
-const ModelInfo& Runtime::info() const { return live().info; }
+const ModelInfo& Runtime::info() const { return live().model.info(); }
 
 std::string Runtime::deviceName() const { return live().model.deviceName(); }
 
 void Runtime::run(const std::vector<Buffer>& inputs, const std::vector<Buffer>& outputs, const RunOptions& options) {
-  Impl& impl = live();
-  guarded([&] {
-    runtime::RunGuard guard(impl.busy);
-    std::vector<runtime::Binding> in = runtime::bindInOrder(impl.info.inputs, inputs, "input");
-    std::vector<runtime::Binding> out = runtime::bindInOrder(impl.info.outputs, outputs, "output");
-    impl.model.forward(in, out, forwardOptions(options));
-  });
+  live().session.run(inputs, outputs, options);
 }
 
 void Runtime::run(const NamedBuffers& inputs, const NamedBuffers& outputs, const RunOptions& options) {
-  Impl& impl = live();
-  guarded([&] {
-    runtime::RunGuard guard(impl.busy);
-    std::vector<runtime::Binding> in = runtime::bindByName(impl.info.inputs, inputs, "input");
-    std::vector<runtime::Binding> out = runtime::bindByName(impl.info.outputs, outputs, "output");
-    impl.model.forward(in, out, forwardOptions(options));
-  });
+  live().session.run(inputs, outputs, options);
 }
 
 }  // namespace kiln

@@ -17,6 +17,16 @@ struct kiln_runtime {
   kiln_model_info info;
 };
 
+struct kiln_model {
+  kiln::Model model;
+  kiln_model_info info;
+};
+
+struct kiln_session {
+  kiln::Session session;
+  kiln_model_info info;
+};
+
 namespace {
 
 thread_local std::string lastError;
@@ -93,6 +103,9 @@ kiln_status kiln_model_info_output(const kiln_model_info* info, size_t i, kiln_t
   return tensorAt(info, i, tensor, false);
 }
 
+size_t kiln_model_info_weight_bytes(const kiln_model_info* info) { return info ? info->info.weightBytes : 0; }
+size_t kiln_model_info_session_bytes(const kiln_model_info* info) { return info ? info->info.sessionBytes : 0; }
+
 kiln_status kiln_runtime_open(const char* dir, int device, kiln_runtime** runtime) {
   if (!dir || !runtime) return failed(KILN_INVALID_ARGUMENT, "kiln_runtime_open: a NULL directory or result pointer");
   *runtime = nullptr;
@@ -116,6 +129,46 @@ kiln_status kiln_runtime_run(kiln_runtime* runtime, const kiln_buffer* inputs, s
     kiln::RunOptions options;
     options.stream = stream;
     runtime->runtime.run(buffersOf(inputs, input_count), buffersOf(outputs, output_count), options);
+  });
+}
+
+kiln_status kiln_model_open(const char* dir, int device, kiln_model** model) {
+  if (!dir || !model) return failed(KILN_INVALID_ARGUMENT, "kiln_model_open: a NULL directory or result pointer");
+  *model = nullptr;
+  return guarded([&] {
+    kiln::Model m(dir, kiln::RuntimeOptions{device});
+    kiln::ModelInfo info = m.info();
+    *model = new kiln_model{std::move(m), kiln_model_info{std::move(info)}};
+  });
+}
+
+void kiln_model_close(kiln_model* model) { delete model; }
+
+const kiln_model_info* kiln_model_get_info(const kiln_model* model) { return model ? &model->info : nullptr; }
+
+kiln_status kiln_session_open(const kiln_model* model, const char* entry, kiln_session** session) {
+  if (!model || !session) return failed(KILN_INVALID_ARGUMENT, "kiln_session_open: a NULL model or result pointer");
+  *session = nullptr;
+  return guarded([&] {
+    kiln::Session s(model->model, entry ? entry : "");
+    kiln::ModelInfo info = s.info();
+    *session = new kiln_session{std::move(s), kiln_model_info{std::move(info)}};
+  });
+}
+
+void kiln_session_close(kiln_session* session) { delete session; }
+
+const kiln_model_info* kiln_session_get_info(const kiln_session* session) { return session ? &session->info : nullptr; }
+
+kiln_status kiln_session_run(kiln_session* session, const kiln_buffer* inputs, size_t input_count,
+                             const kiln_buffer* outputs, size_t output_count, void* stream) {
+  if (!session) return failed(KILN_INVALID_ARGUMENT, "kiln_session_run: a NULL session");
+  if ((!inputs && input_count) || (!outputs && output_count))
+    return failed(KILN_INVALID_ARGUMENT, "kiln_session_run: a NULL buffer array with a non-zero count");
+  return guarded([&] {
+    kiln::RunOptions options;
+    options.stream = stream;
+    session->session.run(buffersOf(inputs, input_count), buffersOf(outputs, output_count), options);
   });
 }
 

@@ -6,9 +6,11 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "driver.h"
+#include "loaded_model.h"
 #include "kiln/support/error.h"
 #include "kiln/support/files.h"
 #include "kiln/support/target.h"
@@ -45,20 +47,6 @@ CUtensorMap encodeTensorMap(const TensorMapInfo& t, const BufferInfo& b, CUdevic
   return map;
 }
 
-// The arguments of kernel k with the arena at `base` (the arena or one of its timing copies).
-LaunchArgs launchArgs(const Manifest& m, const KernelInfo& k, CUdeviceptr base) {
-  LaunchArgs a;
-  for (int64_t id : k.params) a.pointers.push_back(base + static_cast<CUdeviceptr>(m.findBuffer(id)->offset));
-  for (size_t i = 0; i < k.tensorMaps.size(); ++i) {
-    const TensorMapInfo& t = k.tensorMaps[i];
-    a.maps.push_back(encodeTensorMap(t, *m.findBuffer(k.params[static_cast<size_t>(t.param)]),
-                                     a.pointers[static_cast<size_t>(t.param)], fmt::format(" for tensor map {} of kernel '{}'", i, k.name)));
-  }
-  for (CUdeviceptr& v : a.pointers) a.ptrs.push_back(&v);
-  for (CUtensorMap& t : a.maps) a.ptrs.push_back(&t);
-  return a;
-}
-
 // Captures what `launches` puts on `stream` into a CUDA graph and instantiates it; a failing launch ends the capture
 // and frees the partial graph before rethrowing.
 void captureGraph(CUstream stream, const std::function<void()>& launches, CUgraph& graph, CUgraphExec& exec) {
@@ -73,20 +61,6 @@ void captureGraph(CUstream stream, const std::function<void()>& launches, CUgrap
   }
   KILN_CU(cuStreamEndCapture, " capturing the forward in a CUDA graph", stream, &graph);
   KILN_CU(cuGraphInstantiate, " instantiating the CUDA graph", &exec, graph, 0ULL);
-}
-
-std::string quoted(const fs::path& p) { return fmt::format("'{}'", p.string()); }
-
-std::vector<char> readFile(const fs::path& p, const char* what) {
-  if (std::string kind = notARegularFile(p.string()); !kind.empty())
-    userError("kiln runtime: {} {} is {}, not a file", what, quoted(p), kind);
-  std::ifstream in(p, std::ios::binary | std::ios::ate);
-  if (!in) userError("kiln runtime: cannot open {} {}", what, quoted(p));
-  std::vector<char> data(static_cast<size_t>(in.tellg()));
-  in.seekg(0);
-  if (!in.read(data.data(), static_cast<std::streamsize>(data.size())))
-    userError("kiln runtime: cannot read {} {}", what, quoted(p));
-  return data;
 }
 
 }  // namespace
@@ -112,34 +86,48 @@ std::string cudaVersions() {
   return text + ", no driver here: " + why;
 }
 
-struct Model::Impl {
-  Manifest m;
-  fs::path dir;
-  int ordinal = 0;  // the device the caller chose
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  std::string name;
-  int cc = 0;
-  std::map<std::string, CUmodule> modules;  // by cubin file, so kernels sharing a cubin load it once
-  std::vector<CUfunction> funcs;            // parallel to m.kernels
-  CUdeviceptr arena = 0;
-  // Kernel arguments are built once (launchArgs).
+// The bound addresses of one forward() (buffer id -> the caller's device pointer, by id), the kernel arguments made
+// from them and, once captured, their CUDA graph.
+struct BoundVariant {
+  std::vector<std::pair<int64_t, CUdeviceptr>> bound;
   std::vector<LaunchArgs> args;
-  // forward(): the kernels captured once as a CUDA graph, replayed on the caller's stream after.
-  CUstream ownStream = nullptr;  // where forward() runs when the caller gives none (capture needs a real stream)
   CUgraph graph = nullptr;
-  CUgraphExec graphExec = nullptr;
+  CUgraphExec exec = nullptr;
+  uint64_t lastUse = 0;
+};
 
-  CUdeviceptr ptr(const BufferInfo& b) const { return arena + static_cast<CUdeviceptr>(b.offset); }
-  void makeCurrent() const { KILN_CU(cuCtxSetCurrent, "", ctx); }
+struct Model::Impl {
+  std::shared_ptr<const LoadedModel> loaded;  // first: released after the arena and graphs below
+  CUdeviceptr arena = 0;  // this session's: every buffer but the weights (LoadedModel::sessionOffset)
+  std::vector<LaunchArgs> args;  // the kernels' arguments over the arena's own bytes, built once
+  CUstream ownStream = nullptr;  // where forward() runs when the caller gives none (capture needs a real stream)
+  std::vector<BoundVariant> variants;  // forward()'s graphs, at most kMaxGraphs, by bound addresses
+  uint64_t clock = 0;
+
+  const Manifest& m() const { return loaded->m; }
+  const DeviceContext& device() const { return loaded->device(); }
+  void makeCurrent() const { device().makeCurrent(); }
+  // Where buffer b lives with the weights at `weights` (the LoadedModel's, or a timing copy) and the session's
+  // buffers at `base`.
+  CUdeviceptr ptr(const BufferInfo& b, CUdeviceptr weights, CUdeviceptr base) const {
+    if (b.kind != BufferKind::Weight) return base + static_cast<CUdeviceptr>(loaded->sessionOffset.at(b.id));
+    const CUdeviceptr own = loaded->weights->pointer(b);
+    return b.weightOffset % kArenaAlignment == 0 ? weights + static_cast<CUdeviceptr>(b.weightOffset) : own;
+  }
+  CUdeviceptr ptr(const BufferInfo& b) const { return ptr(b, loaded->weights->base(), arena); }
+  // Kernel k's arguments, buffer ids found in `bound` taking the address given there.
+  LaunchArgs argsOf(const KernelInfo& k, CUdeviceptr weights, CUdeviceptr base,
+                    const std::vector<std::pair<int64_t, CUdeviceptr>>& bound = {}) const;
+  BoundVariant& variant(const std::vector<std::pair<int64_t, CUdeviceptr>>& bound);
 
   // A kernel that waits for the grids before it at its entry (KernelInfo::programmaticLaunch) is launched with
   // programmatic stream serialization: it may start while the kernel before it, which allowed that, still runs.
   void launch(size_t i, bool sync, void** args = nullptr, CUstream stream = nullptr) {
-    const KernelInfo& k = m.kernels[i];
+    const KernelInfo& k = m().kernels[i];
     std::string where = fmt::format(" for kernel '{}'", k.name);
     void** params = args ? args : this->args[i].ptrs.data();
-    if (k.programmaticLaunch && cc >= 90) {
+    CUfunction f = loaded->funcs[i];
+    if (k.programmaticLaunch && device().cc >= 90) {
       CUlaunchAttribute overlap{};
       overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
       overlap.value.programmaticStreamSerializationAllowed = 1;
@@ -154,122 +142,90 @@ struct Model::Impl {
       config.hStream = stream;
       config.attrs = &overlap;
       config.numAttrs = 1;
-      KILN_CU(cuLaunchKernelEx, where, &config, funcs[i], params, nullptr);
+      KILN_CU(cuLaunchKernelEx, where, &config, f, params, nullptr);
     } else {
-      KILN_CU(cuLaunchKernel, where, funcs[i], k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+      KILN_CU(cuLaunchKernel, where, f, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
               static_cast<unsigned>(k.sharedBytes), stream, params, nullptr);
     }
     if (sync) KILN_CU(cuCtxSynchronize, fmt::format(" after kernel '{}'", k.name));
   }
 
-  void load();
-  void uploadWeights();
-
   ~Impl() {
     // Best effort and silent: a destructor must not throw, and after a sticky error these calls fail anyway.
     const Driver& d = driver();
-    if (!ctx) return;
-    d.fn_cuCtxSetCurrent(ctx);
-    if (graphExec) d.fn_cuGraphExecDestroy(graphExec);
-    if (graph) d.fn_cuGraphDestroy(graph);
+    if (!loaded) return;
+    d.fn_cuCtxSetCurrent(device().ctx);
+    for (BoundVariant& v : variants) {
+      if (v.exec) d.fn_cuGraphExecDestroy(v.exec);
+      if (v.graph) d.fn_cuGraphDestroy(v.graph);
+    }
     if (ownStream) d.fn_cuStreamDestroy(ownStream);
     if (arena) d.fn_cuMemFree(arena);
-    for (auto& [file, mod] : modules) d.fn_cuModuleUnload(mod);
-    d.fn_cuDevicePrimaryCtxRelease(dev);
   }
 };
 
-void Model::Impl::load() {
-  KILN_CU(cuDeviceGet, "", &dev, ordinal);
-  char buf[256] = {};
-  KILN_CU(cuDeviceGetName, "", buf, sizeof buf, dev);
-  name = buf;
-  int major = 0, minor = 0, optin = 0;
-  KILN_CU(cuDeviceGetAttribute, "", &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-  KILN_CU(cuDeviceGetAttribute, "", &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  KILN_CU(cuDeviceGetAttribute, "", &optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
-  cc = major * 10 + minor;
-  KILN_CU(cuDevicePrimaryCtxRetain, "", &ctx, dev);
-  makeCurrent();
-
-  // Say so before the driver gives a bare CUDA_ERROR_NO_BINARY_FOR_GPU.
-  if (std::string why = archMismatch(m.arch, major, minor); !why.empty())
-    fail(ErrorCode::Unsupported, "kiln runtime: {} cannot run on device {} ({}): {}", quoted(dir), ordinal, name, why);
-
-  for (const KernelInfo& k : m.kernels) {
-    fs::path file = dir / k.cubin;
-    auto it = modules.find(k.cubin);
-    if (it == modules.end()) {
-      std::vector<char> image = readFile(file, "cubin");
-      CUmodule mod = nullptr;
-      KILN_CU(cuModuleLoadData, fmt::format(" for {} (kernel '{}')", quoted(file), k.name), &mod, image.data());
-      it = modules.emplace(k.cubin, mod).first;
-    }
-    CUfunction f = nullptr;
-    KILN_CU(cuModuleGetFunction, fmt::format(" for entry '{}' of kernel '{}' in {}", k.entry, k.name, quoted(file)),
-            &f, it->second, k.entry.c_str());
-    if (k.sharedBytes > optin)
-      userError("kiln runtime: kernel '{}' needs {} bytes of shared memory per block; {} allows at most {}", k.name,
-                k.sharedBytes, name, optin);
-    if (k.sharedBytes > Target::kSharedWithoutOptIn)  // above it a kernel must opt in to its dynamic shared memory
-      KILN_CU(cuFuncSetAttribute, fmt::format(" for kernel '{}'", k.name), f,
-              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(k.sharedBytes));
-    funcs.push_back(f);
+LaunchArgs Model::Impl::argsOf(const KernelInfo& k, CUdeviceptr weights, CUdeviceptr base,
+                               const std::vector<std::pair<int64_t, CUdeviceptr>>& bound) const {
+  LaunchArgs a;
+  for (int64_t id : k.params) {
+    auto it = std::find_if(bound.begin(), bound.end(), [&](const auto& b) { return b.first == id; });
+    a.pointers.push_back(it != bound.end() ? it->second : ptr(*m().findBuffer(id), weights, base));
   }
-
-  if (m.arenaBytes > 0) {
-    KILN_CU(cuMemAlloc, fmt::format(" allocating the {}-byte arena for {}", m.arenaBytes, quoted(dir)), &arena,
-            static_cast<size_t>(m.arenaBytes));
-    KILN_CU(cuMemsetD8, "", arena, 0, static_cast<size_t>(m.arenaBytes));
+  for (size_t i = 0; i < k.tensorMaps.size(); ++i) {
+    const TensorMapInfo& t = k.tensorMaps[i];
+    a.maps.push_back(encodeTensorMap(t, *m().findBuffer(k.params[static_cast<size_t>(t.param)]),
+                                     a.pointers[static_cast<size_t>(t.param)],
+                                     fmt::format(" for tensor map {} of kernel '{}'", i, k.name)));
   }
-  for (const KernelInfo& k : m.kernels) args.push_back(launchArgs(m, k, arena));
-  uploadWeights();
-  KILN_CU(cuCtxSynchronize, " after uploading weights");
+  for (CUdeviceptr& v : a.pointers) a.ptrs.push_back(&v);
+  for (CUtensorMap& t : a.maps) a.ptrs.push_back(&t);
+  return a;
 }
 
-void Model::Impl::uploadWeights() {
-  bool any = false;
-  for (const BufferInfo& b : m.buffers) any = any || b.kind == BufferKind::Weight;
-  if (!any) return;
-  fs::path file = dir / m.weightsFile;
-  if (std::string kind = notARegularFile(file.string()); !kind.empty())
-    userError("kiln runtime: weights file {} is {}, not a file", quoted(file), kind);
-  std::ifstream in(file, std::ios::binary | std::ios::ate);
-  if (!in) userError("kiln runtime: cannot open weights file {}", quoted(file));
-  const int64_t size = static_cast<int64_t>(in.tellg());
-  std::vector<char> chunk;
-  for (const BufferInfo& b : m.buffers) {
-    if (b.kind != BufferKind::Weight || b.bytes == 0) continue;
-    if (b.weightOffset + b.bytes > size)
-      userError("kiln runtime: weight '{}' needs bytes [{}, {}) of {}, which has only {} bytes", b.name,
-                b.weightOffset, b.weightOffset + b.bytes, quoted(file), size);
-    chunk.resize(static_cast<size_t>(b.bytes));
-    in.seekg(b.weightOffset);
-    if (!in.read(chunk.data(), static_cast<std::streamsize>(b.bytes)))
-      userError("kiln runtime: cannot read weight '{}' from {}", b.name, quoted(file));
-    KILN_CU(cuMemcpyHtoD, fmt::format(" uploading weight '{}'", b.name), ptr(b), chunk.data(), chunk.size());
+BoundVariant& Model::Impl::variant(const std::vector<std::pair<int64_t, CUdeviceptr>>& bound) {
+  ++clock;
+  for (BoundVariant& v : variants)
+    if (v.bound == bound) {
+      v.lastUse = clock;
+      return v;
+    }
+  if (variants.size() >= kMaxGraphs) {  // the least recently used goes
+    auto oldest = std::min_element(variants.begin(), variants.end(),
+                                   [](const BoundVariant& a, const BoundVariant& b) { return a.lastUse < b.lastUse; });
+    const Driver& d = driver();
+    if (oldest->exec) d.fn_cuGraphExecDestroy(oldest->exec);
+    if (oldest->graph) d.fn_cuGraphDestroy(oldest->graph);
+    variants.erase(oldest);
   }
+  BoundVariant& v = variants.emplace_back();
+  v.bound = bound;
+  v.lastUse = clock;
+  for (const KernelInfo& k : m().kernels) v.args.push_back(argsOf(k, loaded->weights->base(), arena, bound));
+  return v;
+}
+
+Model::Model(std::shared_ptr<const LoadedModel> loaded) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.loaded = std::move(loaded);
+  s.makeCurrent();
+  const int64_t bytes = std::max<int64_t>(s.loaded->sessionBytes, kArenaAlignment);
+  KILN_CU(cuMemAlloc, fmt::format(" allocating the {}-byte arena for '{}'", bytes, s.loaded->dir.string()), &s.arena,
+          static_cast<size_t>(bytes));
+  KILN_CU(cuMemsetD8, "", s.arena, 0, static_cast<size_t>(bytes));
+  for (const KernelInfo& k : s.m().kernels) s.args.push_back(s.argsOf(k, s.loaded->weights->base(), s.arena));
+  KILN_CU(cuCtxSynchronize, " after zeroing the arena");
 }
 
 Model::Model(const fs::path& dir, bool filesChecked, const std::string& entry, int device)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->m = readManifest(dir, entry);
-  if (!filesChecked) verifyFiles(impl_->m, dir);  // weights and cubins as kiln wrote them (format 2 manifests)
-  impl_->dir = dir;
-  if (std::string why = initDriver(); !why.empty())
-    fail(ErrorCode::NoDevice, "kiln runtime: cannot run {} on a GPU: {}", quoted(dir), why);
-  int count = 0;
-  KILN_CU(cuDeviceGetCount, "", &count);
-  if (device < 0 || device >= count)
-    fail(ErrorCode::InvalidArgument, "kiln runtime: there is no CUDA device {}: the driver lists {} ({})", device,
-         count, count == 1 ? "device 0" : fmt::format("devices 0 to {}", count - 1));
-  impl_->ordinal = device;
-  impl_->load();
-}
+    : Model(loadModel(dir, filesChecked, entry, device)) {}
 
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
+
+const std::shared_ptr<const LoadedModel>& Model::loaded() const { return impl_->loaded; }
+int64_t Model::sessionBytes() const { return std::max<int64_t>(impl_->loaded->sessionBytes, kArenaAlignment); }
+int64_t Model::weightBytes() const { return impl_->loaded->weights->bytes(); }
 
 std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std::byte>>& inputs) {
   return run(inputs, {});
@@ -277,8 +233,8 @@ std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std
 
 std::vector<std::byte> Model::readBuffer(int64_t bufferId) const {
   const Impl& s = *impl_;
-  const BufferInfo* b = s.m.findBuffer(bufferId);
-  if (!b) userError("kiln runtime: model '{}' has no buffer {}", s.m.model, bufferId);
+  const BufferInfo* b = s.m().findBuffer(bufferId);
+  if (!b) userError("kiln runtime: model '{}' has no buffer {}", s.m().model, bufferId);
   s.makeCurrent();
   std::vector<std::byte> bytes(static_cast<size_t>(b->bytes));
   if (b->bytes > 0) KILN_CU(cuMemcpyDtoH, fmt::format(" reading buffer '{}'", b->name), bytes.data(), s.ptr(*b), bytes.size());
@@ -287,9 +243,9 @@ std::vector<std::byte> Model::readBuffer(int64_t bufferId) const {
 
 void Model::writeBuffer(int64_t bufferId, const std::vector<std::byte>& bytes) {
   Impl& s = *impl_;
-  const BufferInfo* b = s.m.findBuffer(bufferId);
+  const BufferInfo* b = s.m().findBuffer(bufferId);
   if (!b || b->kind == BufferKind::Weight || static_cast<int64_t>(bytes.size()) != b->bytes)
-    userError("kiln runtime: model '{}' has no arena buffer {} of {} bytes", s.m.model, bufferId, bytes.size());
+    userError("kiln runtime: model '{}' has no arena buffer {} of {} bytes", s.m().model, bufferId, bytes.size());
   s.makeCurrent();
   if (b->bytes > 0) KILN_CU(cuMemcpyHtoD, fmt::format(" writing buffer '{}'", b->name), s.ptr(*b), bytes.data(), bytes.size());
 }
@@ -297,7 +253,7 @@ void Model::writeBuffer(int64_t bufferId, const std::vector<std::byte>& bytes) {
 std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std::byte>>& inputs,
                                                const std::function<void(size_t kernel)>& afterKernel) {
   Impl& s = *impl_;
-  const Manifest& m = s.m;
+  const Manifest& m = s.m();
   if (inputs.size() != m.inputs.size())
     userError("kiln runtime: model '{}' takes {} inputs, got {}", m.model, m.inputs.size(), inputs.size());
   s.makeCurrent();
@@ -326,19 +282,78 @@ std::vector<std::vector<std::byte>> Model::run(const std::vector<std::vector<std
   return out;
 }
 
+namespace {
+
+using BoundAddresses = std::vector<std::pair<int64_t, CUdeviceptr>>;
+
+// One device binding of a forward() that is not the buffer's own arena bytes.
+struct DeviceBinding {
+  const BufferInfo* buffer;
+  CUdeviceptr address;
+  bool output;
+};
+
+bool overlap(const DeviceBinding& a, const DeviceBinding& b) {
+  return a.address < b.address + static_cast<CUdeviceptr>(b.buffer->bytes) &&
+         b.address < a.address + static_cast<CUdeviceptr>(a.buffer->bytes);
+}
+
+// The input and output of a state updated in place (BufferInfo::inPlaceOf) are each other's partner.
+bool partners(const DeviceBinding& a, const DeviceBinding& b) {
+  return (a.output && a.buffer->inPlaceOf == b.buffer->id && !b.output) ||
+         (b.output && b.buffer->inPlaceOf == a.buffer->id && !a.output);
+}
+
+// Which of `bindings` forward() binds in place of the arena's bytes (Model::forward's rule), by buffer id.
+BoundAddresses boundInPlace(const Manifest& m, const std::vector<DeviceBinding>& bindings) {
+  std::set<int64_t> used;  // buffers some kernel reads or writes
+  for (const KernelInfo& k : m.kernels) used.insert(k.params.begin(), k.params.end());
+  const bool anyInPlace = std::any_of(m.buffers.begin(), m.buffers.end(), [](const BufferInfo& b) { return b.inPlaceOf >= 0; });
+  BoundAddresses bound;
+  for (const DeviceBinding& c : bindings) {
+    if (c.address % kArenaAlignment != 0 || c.buffer->bytes == 0) continue;
+    bool hasPartner = false, partnerHere = false, clear = true, usedHere = used.count(c.buffer->id) > 0;
+    if (anyInPlace)
+      for (const BufferInfo& b : m.buffers)
+        hasPartner = hasPartner || (c.output ? c.buffer->inPlaceOf == b.id : b.inPlaceOf == c.buffer->id);
+    for (const DeviceBinding& d : bindings) {
+      if (&d == &c) continue;
+      if (partners(c, d)) {
+        partnerHere = d.address == c.address;
+        usedHere = usedHere || used.count(d.buffer->id) > 0;
+      } else if ((c.output || d.output) && overlap(c, d)) {
+        clear = false;
+      }
+    }
+    if (clear && usedHere && hasPartner == partnerHere) bound.push_back({c.buffer->id, c.address});
+  }
+  std::sort(bound.begin(), bound.end());
+  return bound;
+}
+
+bool isBound(const BoundAddresses& bound, int64_t id) {
+  return std::any_of(bound.begin(), bound.end(), [&](const auto& b) { return b.first == id; });
+}
+
+}  // namespace
+
 void Model::forward(const std::vector<Binding>& inputs, const std::vector<Binding>& outputs,
                     const ForwardOptions& o) {
   Impl& s = *impl_;
-  const Manifest& m = s.m;
+  const Manifest& m = s.m();
   if (inputs.size() != m.inputs.size() || outputs.size() != m.outputs.size())
     userError("kiln runtime: model '{}' takes {} inputs and {} outputs, got {} and {}", m.model, m.inputs.size(),
               m.outputs.size(), inputs.size(), outputs.size());
-  auto checkBinding = [&](const Binding& b, const BufferInfo& info, const char* what, size_t i) {
+  std::vector<DeviceBinding> devices;
+  auto checkBinding = [&](const Binding& b, const BufferInfo& info, bool output, size_t i) {
     if ((b.host != nullptr) == (b.device != 0))
-      userError("kiln runtime: {} {} ('{}') needs exactly one of a host or a device pointer", what, i, info.name);
+      userError("kiln runtime: {} {} ('{}') needs exactly one of a host or a device pointer", output ? "output" : "input",
+                i, info.name);
+    if (b.device && b.device != s.ptr(info)) devices.push_back(DeviceBinding{&info, b.device, output});
   };
-  for (size_t i = 0; i < inputs.size(); ++i) checkBinding(inputs[i], *m.findBuffer(m.inputs[i]), "input", i);
-  for (size_t i = 0; i < outputs.size(); ++i) checkBinding(outputs[i], *m.findBuffer(m.outputs[i]), "output", i);
+  for (size_t i = 0; i < inputs.size(); ++i) checkBinding(inputs[i], *m.findBuffer(m.inputs[i]), false, i);
+  for (size_t i = 0; i < outputs.size(); ++i) checkBinding(outputs[i], *m.findBuffer(m.outputs[i]), true, i);
+  const BoundAddresses bound = boundInPlace(m, devices);
   s.makeCurrent();
   CUstream stream = static_cast<CUstream>(o.stream);
   if (!stream) {
@@ -347,34 +362,34 @@ void Model::forward(const std::vector<Binding>& inputs, const std::vector<Bindin
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const BufferInfo& b = *m.findBuffer(m.inputs[i]);
-    if (b.bytes == 0) continue;
-    if (inputs[i].device == s.ptr(b)) continue;  // the buffer's own bytes (binding())
+    if (b.bytes == 0 || inputs[i].device == s.ptr(b) || isBound(bound, b.id)) continue;
     std::string where = fmt::format(" copying input '{}'", b.name);
     if (inputs[i].host)
       KILN_CU(cuMemcpyHtoDAsync, where, s.ptr(b), inputs[i].host, static_cast<size_t>(b.bytes), stream);
     else
       KILN_CU(cuMemcpyDtoDAsync, where, s.ptr(b), inputs[i].device, static_cast<size_t>(b.bytes), stream);
   }
+  BoundVariant* v = bound.empty() && !o.graph ? nullptr : &s.variant(bound);
+  auto argsOf = [&](size_t i) { return v ? v->args[i].ptrs.data() : nullptr; };
   if (o.syncEachKernel) {
     for (size_t i = 0; i < m.kernels.size(); ++i) {
-      s.launch(i, false, nullptr, stream);
+      s.launch(i, false, argsOf(i), stream);
       KILN_CU(cuStreamSynchronize, fmt::format(" after kernel '{}'", m.kernels[i].name), stream);
     }
   } else if (o.graph) {
-    if (!s.graphExec) {
+    if (!v->exec) {
       captureGraph(stream, [&] {
-        for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, false, nullptr, stream);
-      }, s.graph, s.graphExec);
+        for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, false, argsOf(i), stream);
+      }, v->graph, v->exec);
     }
-    KILN_CU(cuGraphLaunch, " replaying the forward's CUDA graph", s.graphExec, stream);
+    KILN_CU(cuGraphLaunch, " replaying the forward's CUDA graph", v->exec, stream);
   } else {
-    for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, false, nullptr, stream);
+    for (size_t i = 0; i < m.kernels.size(); ++i) s.launch(i, false, argsOf(i), stream);
   }
   bool toHost = false;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const BufferInfo& b = *m.findBuffer(m.outputs[i]);
-    if (b.bytes == 0) continue;
-    if (outputs[i].device == s.ptr(b)) continue;
+    if (b.bytes == 0 || outputs[i].device == s.ptr(b) || isBound(bound, b.id)) continue;
     std::string where = fmt::format(" copying output '{}'", b.name);
     if (outputs[i].host)
       KILN_CU(cuMemcpyDtoHAsync, where, outputs[i].host, s.ptr(b), static_cast<size_t>(b.bytes), stream);
@@ -413,38 +428,44 @@ Timing Model::time(const TimingOptions& o) {
   if (o.iters <= 0 || o.warmup < 0)
     userError("kiln runtime: timing needs iters > 0 and warmup >= 0, got {} and {}", o.iters, o.warmup);
   Impl& s = *impl_;
-  const Manifest& m = s.m;
+  const Manifest& m = s.m();
   s.makeCurrent();
   TimingResources r;
   Timing t;
   t.graph = o.graph;
 
-  // Rotation: whole copies of the arena (weights, inputs, activations), each forward on the next copy, so that
+  // Rotation: whole copies of the weights and the arena (inputs, activations), each forward on the next copy, so that
   // no forward finds the previous one's data in L2. At most half of the free memory and 512 copies.
+  const int64_t weightBytes = s.loaded->weights->bytes(), setBytes = weightBytes + sessionBytes();
   int64_t sets = 1;
-  if (o.rotateBytes > 0 && m.arenaBytes > 0) {
-    sets = std::clamp<int64_t>((o.rotateBytes + m.arenaBytes - 1) / m.arenaBytes, 2, 512);
+  if (o.rotateBytes > 0) {
+    sets = std::clamp<int64_t>((o.rotateBytes + setBytes - 1) / setBytes, 2, 512);
     size_t freeBytes = 0, totalBytes = 0;
     KILN_CU(cuMemGetInfo, "", &freeBytes, &totalBytes);
-    sets = std::max<int64_t>(1, std::min<int64_t>(sets, 1 + static_cast<int64_t>(freeBytes / 2) / m.arenaBytes));
+    sets = std::max<int64_t>(1, std::min<int64_t>(sets, 1 + static_cast<int64_t>(freeBytes / 2) / setBytes));
   }
+  std::vector<std::pair<CUdeviceptr, CUdeviceptr>> bases{{s.loaded->weights->base(), s.arena}};  // (weights, arena)
   for (int64_t c = 1; c < sets; ++c) {
-    CUdeviceptr p = 0;
-    KILN_CU(cuMemAlloc, fmt::format(" allocating arena copy {} of {} for timing", c, sets - 1), &p,
-            static_cast<size_t>(m.arenaBytes));
-    r.copies.push_back(p);
-    KILN_CU(cuMemcpyDtoD, " copying the arena for timing", p, s.arena, static_cast<size_t>(m.arenaBytes));
+    auto copy = [&](CUdeviceptr from, int64_t bytes) {
+      CUdeviceptr p = 0;
+      if (bytes == 0) return p;
+      KILN_CU(cuMemAlloc, fmt::format(" allocating copy {} of {} for timing", c, sets - 1), &p, static_cast<size_t>(bytes));
+      r.copies.push_back(p);
+      KILN_CU(cuMemcpyDtoD, " copying the weights and the arena for timing", p, from, static_cast<size_t>(bytes));
+      return p;
+    };
+    CUdeviceptr weights = copy(s.loaded->weights->base(), weightBytes);
+    bases.push_back({weights, copy(s.arena, sessionBytes())});
   }
   // The copies run on the legacy stream and may still be in flight; a graph replays on a non-blocking stream.
   KILN_CU(cuCtxSynchronize, " after copying the arena for timing");
   t.sets = static_cast<int>(sets);
-  t.rotatedBytes = sets > 1 ? sets * m.arenaBytes : 0;
-  // Kernel arguments per copy: the same offsets from another base.
+  t.rotatedBytes = sets > 1 ? sets * setBytes : 0;
+  // Kernel arguments per copy: the same offsets from other bases.
   std::vector<std::vector<LaunchArgs>> args(static_cast<size_t>(sets));
-  for (int64_t c = 0; c < sets; ++c) {
-    CUdeviceptr base = c == 0 ? s.arena : r.copies[static_cast<size_t>(c - 1)];
-    for (const KernelInfo& k : m.kernels) args[static_cast<size_t>(c)].push_back(launchArgs(m, k, base));
-  }
+  for (int64_t c = 0; c < sets; ++c)
+    for (const KernelInfo& k : m.kernels)
+      args[static_cast<size_t>(c)].push_back(s.argsOf(k, bases[static_cast<size_t>(c)].first, bases[static_cast<size_t>(c)].second));
 
   // Capture needs a stream of its own; direct launches use the default stream, as run() does.
   if (o.graph) KILN_CU(cuStreamCreate, "", &r.stream, CU_STREAM_NON_BLOCKING);
@@ -491,15 +512,15 @@ Timing Model::time(const TimingOptions& o) {
 }
 
 Binding Model::binding(int64_t bufferId) const {
-  const BufferInfo* b = impl_->m.findBuffer(bufferId);
-  if (!b) userError("kiln runtime: model '{}' has no buffer {}", impl_->m.model, bufferId);
+  const BufferInfo* b = impl_->m().findBuffer(bufferId);
+  if (!b) userError("kiln runtime: model '{}' has no buffer {}", impl_->m().model, bufferId);
   return Binding{nullptr, impl_->ptr(*b)};
 }
 
 double Model::timeForward(int iters) {
   if (iters <= 0) userError("kiln runtime: timing forward() needs iters > 0, got {}", iters);
   Impl& s = *impl_;
-  const Manifest& m = s.m;
+  const Manifest& m = s.m();
   s.makeCurrent();
   TimingResources r;  // its `copies` hold the device inputs and outputs, freed on every path
   std::vector<Binding> in, out;
@@ -535,13 +556,13 @@ std::vector<double> Model::timeEachKernel(int launches) {
   TimingResources r;  // events only; launches on the default stream, as run() does
   KILN_CU(cuEventCreate, "", &r.start, CU_EVENT_DEFAULT);
   KILN_CU(cuEventCreate, "", &r.stop, CU_EVENT_DEFAULT);
-  std::vector<double> ms(s.m.kernels.size());
-  for (size_t i = 0; i < s.m.kernels.size(); ++i) {
+  std::vector<double> ms(s.m().kernels.size());
+  for (size_t i = 0; i < s.m().kernels.size(); ++i) {
     s.launch(i, false);  // warm-up: the module's first launch and the instruction cache
     KILN_CU(cuEventRecord, "", r.start, nullptr);
     for (int l = 0; l < launches; ++l) s.launch(i, false);
     KILN_CU(cuEventRecord, "", r.stop, nullptr);
-    KILN_CU(cuEventSynchronize, fmt::format(" while timing kernel '{}'", s.m.kernels[i].name), r.stop);
+    KILN_CU(cuEventSynchronize, fmt::format(" while timing kernel '{}'", s.m().kernels[i].name), r.stop);
     float elapsed = 0;
     KILN_CU(cuEventElapsedTime, "", &elapsed, r.start, r.stop);
     ms[i] = static_cast<double>(elapsed) / launches;
@@ -549,8 +570,8 @@ std::vector<double> Model::timeEachKernel(int launches) {
   return ms;
 }
 
-std::string Model::deviceName() const { return impl_->name; }
-int Model::computeCapability() const { return impl_->cc; }
-const Manifest& Model::manifest() const { return impl_->m; }
+std::string Model::deviceName() const { return impl_->device().name; }
+int Model::computeCapability() const { return impl_->device().cc; }
+const Manifest& Model::manifest() const { return impl_->m(); }
 
 }  // namespace kiln::runtime

@@ -60,7 +60,7 @@ struct Timing {
 };
 
 // Where forward() reads an input or writes an output: exactly one of a host pointer (pageable or pinned memory of
-// the buffer's byte size) and a device pointer (a CUdeviceptr in the Model's context, the primary one of device 0).
+// the buffer's byte size) and a device pointer (a CUdeviceptr in the Model's context, the primary one of its device).
 struct Binding {
   void* host = nullptr;
   uint64_t device = 0;
@@ -107,23 +107,36 @@ class DeviceBuffer {
   void* context_ = nullptr;  // the retained primary context (CUcontext)
 };
 
-// One compiled model loaded onto device 0.
-//
-// Uses the device's *primary* context, the one the CUDA runtime (and so LibTorch) uses too, so that a Model and
-// LibTorch in the same process see the same memory and don't pay for a second context.
+// One entry point of a compiled directory loaded onto a device: its cubins, and the directory's weights uploaded once
+// (shared with the entries loaded beside it by loadEntry). Immutable once made; any number of Models (sessions) run on
+// one, from any threads. Opaque here (src/runtime/loaded_model.h).
+struct LoadedModel;
+// Reads and validates DIR/manifest.json (entry `entry`'s: manifestFileName), checks the files it lists against their
+// sizes and hashes (verifyFiles; `filesChecked`: the caller just did, or just wrote them — hashing gigabytes of weights
+// twice is skipped), retains the primary context of `device`, loads every cubin and uploads the weights. Failure with
+// ErrorCode::NoDevice without a usable driver, InvalidArgument for a device the driver does not list, Unsupported for
+// cubins of another architecture.
+std::shared_ptr<const LoadedModel> loadModel(const std::filesystem::path& dir, bool filesChecked = false,
+                                             const std::string& entry = "", int device = 0);
+// Another entry of `sibling`'s directory on its device, sharing its weights on the device (those it also reads are not
+// uploaded again).
+std::shared_ptr<const LoadedModel> loadEntry(const LoadedModel& sibling, const std::string& entry,
+                                             bool filesChecked = false);
+
+// A session of a loaded model: its own arena (inputs, outputs, activations, counters and states: every buffer but the
+// weights, which the LoadedModel holds once), stream and captured graphs. Uses the device's *primary* context, the one
+// the CUDA runtime (and so LibTorch) uses too, so that a Model and LibTorch in the same process see the same memory
+// and don't pay for a second context.
 //
 // Every Driver API failure throws kiln::UserError with one line naming the call, the kernel or file involved
 // and the CUDA error, e.g. "kiln runtime: cuLaunchKernel failed for kernel 'k3_softmax': CUDA_ERROR_INVALID_VALUE
-// (invalid argument)". Not thread-safe: use one Model from one thread at a time.
+// (invalid argument)". Not thread-safe: use one Model from one thread at a time (Models of one LoadedModel are
+// independent).
 class Model {
  public:
-  // Reads and validates DIR/manifest.json, checks the files it lists against their sizes and hashes (verifyFiles;
-  // `filesChecked`: the caller just did, or just wrote them — hashing gigabytes of weights twice is skipped), retains
-  // the primary context, loads every cubin, allocates the single arena (zero-filled) and uploads weights.bin once.
-  // All device state lives until the destructor. `entry` names another entry point of the directory (its
-  // manifest.ENTRY.json: manifestFileName); each Model holds its own copy of the weights it reads.
-  // `device`: the CUDA device ordinal to run on (Failure with ErrorCode::InvalidArgument for one the driver does not
-  // list).
+  // A session over `loaded`: allocates its arena (zero-filled). The LoadedModel lives as long as its last session.
+  explicit Model(std::shared_ptr<const LoadedModel> loaded);
+  // loadModel(dir, filesChecked, entry, device) and a session over it.
   explicit Model(const std::filesystem::path& dir, bool filesChecked = false, const std::string& entry = "",
                  int device = 0);
   ~Model();  // frees everything; never throws
@@ -131,6 +144,11 @@ class Model {
   Model& operator=(Model&&) noexcept;
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
+
+  const std::shared_ptr<const LoadedModel>& loaded() const;
+  // Device memory this session allocated (its arena), and the weights it shares with the other sessions.
+  int64_t sessionBytes() const;
+  int64_t weightBytes() const;
 
   // One forward pass. `inputs` are raw bytes in manifest().inputs order; each must have exactly the buffer's
   // byte size (UserError otherwise). Output and temp buffers are filled with 0xFF bytes (NaN for floats) before the
@@ -148,12 +166,21 @@ class Model {
   std::vector<std::byte> readBuffer(int64_t bufferId) const;
   void writeBuffer(int64_t bufferId, const std::vector<std::byte>& bytes);
 
-  // One forward pass for serving: the inputs are copied into the arena, the kernels run (from one CUDA graph by
-  // default) and the outputs are copied out, all asynchronously on `options.stream`; returns once the host outputs
-  // are written (the stream is synchronized only when some output is a host buffer). No poisoning and no
-  // per-kernel synchronization (unless options.syncEachKernel). Bindings in manifest().inputs / outputs order.
-  // The graph is captured on the first call and reused: later calls may use another stream, but not another
-  // `graph` choice without cost (a launched forward simply does not use the graph).
+  // One forward pass for serving, asynchronous on `options.stream`; returns once the host outputs are written (the
+  // stream is synchronized only when some output is a host buffer). No poisoning and no per-kernel synchronization
+  // (unless options.syncEachKernel). Bindings in manifest().inputs / outputs order.
+  //
+  // A device binding is bound in place of the buffer's arena bytes — the kernels read and write the caller's memory,
+  // nothing is copied — when its address is a multiple of kArenaAlignment (what the kernels assume of a buffer), no
+  // other binding of this call overlaps an output's bytes, and some kernel uses the buffer; a state updated in place
+  // (BufferInfo::inPlaceOf) only when its input and output are bound to the same address. Every other binding is
+  // copied into the arena before the kernels and out after them, on the stream (a host one always).
+  //
+  // The kernels are captured as a CUDA graph on the first call with a given set of bound addresses and replayed after;
+  // the graphs of the last kMaxGraphs sets are kept (a serving loop cycling over a few buffers captures each once).
+  // Later calls may use another stream, but not another `graph` choice without cost (a launched forward simply does not
+  // use the graph).
+  static constexpr size_t kMaxGraphs = 8;
   void forward(const std::vector<Binding>& inputs, const std::vector<Binding>& outputs,
                const ForwardOptions& options = {});
 
@@ -169,7 +196,8 @@ class Model {
   Timing time(const TimingOptions& options);
 
   // GPU time per forward() with its defaults (the Model's stream, graph replay), inputs and outputs bound to device
-  // buffers of their own (copies in and out included): what a serving loop on the GPU pays per forward. CUDA events
+  // buffers of their own (bound in place where forward() allows it, copied otherwise): what a serving loop on the GPU
+  // pays per forward. CUDA events
   // around `iters` back-to-back calls, after 3 warm-up calls.
   double timeForward(int iters);
 
