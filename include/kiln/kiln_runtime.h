@@ -8,7 +8,8 @@
 // and the example examples/run_emitted/ shows it end to end.
 //
 // The driver (libcuda.so.1) is opened at run time, so a program linked against the runtime starts on a machine
-// without a GPU; describe() works there, and Runtime's constructor then fails with a RuntimeError saying why.
+// without a GPU; describe() works there, and Model's (or Runtime's) constructor then fails with a RuntimeError saying
+// why.
 //
 // Errors: every failure (a malformed directory, a cubin built for another GPU, a Driver API error, a binding of the
 // wrong count, size or name) throws kiln::RuntimeError whose what() is one line naming the file, kernel or buffer
