@@ -58,7 +58,8 @@ kiln_status tensorAt(const kiln_model_info* info, size_t i, kiln_tensor_info* te
     return failed(KILN_INVALID_ARGUMENT, "kiln: the model has " + std::to_string(list.size()) +
                                              (input ? " inputs" : " outputs") + ", no " + std::to_string(i));
   const kiln::TensorInfo& t = list[i];
-  *tensor = kiln_tensor_info{t.name.c_str(), t.dtype.c_str(), t.shape.data(), t.shape.size(), t.bytes};
+  *tensor = kiln_tensor_info{t.name.c_str(), t.dtype.c_str(), t.shape.data(), t.shape.size(), t.bytes,
+                             static_cast<kiln_dtype>(static_cast<int>(t.type))};
   return KILN_OK;
 }
 
