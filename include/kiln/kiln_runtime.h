@@ -8,7 +8,8 @@
 // and the example examples/run_emitted/ shows it end to end.
 //
 // The driver (libcuda.so.1) is opened at run time, so a program linked against the runtime starts on a machine
-// without a GPU; describe() works there, and Runtime's constructor then fails with a RuntimeError saying why.
+// without a GPU; describe() works there, and Model's (or Runtime's) constructor then fails with a RuntimeError saying
+// why.
 //
 // Errors: every failure (a malformed directory, a cubin built for another GPU, a Driver API error, a binding of the
 // wrong count, size or name) throws kiln::RuntimeError whose what() is one line naming the file, kernel or buffer
@@ -67,12 +68,17 @@ class KILN_RUNTIME_API RuntimeError : public std::runtime_error {
   ErrorCode code_;
 };
 
+// An element type of the model's tensors (4, 2, 2, 8 and 1 bytes).
+enum class DataType { F32, BF16, F16, I64, Bool };
+KILN_RUNTIME_API const char* dataTypeName(DataType type);  // "f32", "bf16", "f16", "i64", "bool"
+
 // One input or output of the model, as the manifest records it.
 struct TensorInfo {
   std::string name;            // the model's name for it (an argument name for inputs)
-  std::string dtype;           // "f32", "bf16", "f16", "i64", "bool"
+  std::string dtype;           // dataTypeName(type)
   std::vector<int64_t> shape;
   size_t bytes = 0;            // what a binding must hold
+  DataType type = DataType::F32;
 };
 
 // What an emitted directory holds, read from its manifest alone (no GPU needed).

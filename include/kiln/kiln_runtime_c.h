@@ -39,13 +39,17 @@ typedef struct kiln_runtime kiln_runtime;       /* a model loaded onto a GPU wit
 typedef struct kiln_model kiln_model;           /* a model loaded onto a GPU, weights once: kiln_model_open */
 typedef struct kiln_session kiln_session;       /* one stream of forwards over a kiln_model: kiln_session_open */
 
+/* kiln::DataType, in the same order. */
+typedef enum kiln_dtype { KILN_F32 = 0, KILN_BF16, KILN_F16, KILN_I64, KILN_BOOL } kiln_dtype;
+
 /* One input or output. The pointers live as long as the kiln_model_info they came from. */
 typedef struct kiln_tensor_info {
   const char* name;
-  const char* dtype; /* "f32", "bf16", "f16", "i64", "bool" */
+  const char* dtype; /* "f32", "bf16", "f16", "i64", "bool": the name of `type` */
   const int64_t* shape;
   size_t rank;
   size_t bytes; /* what its buffer must hold */
+  kiln_dtype type;
 } kiln_tensor_info;
 
 /* A host pointer or a device pointer (CUdeviceptr), exactly one, and the bytes it holds (checked). */

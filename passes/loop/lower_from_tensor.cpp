@@ -77,6 +77,9 @@ Program lowerFromTensor(const tensor::Graph& g) {
       if (n.kind == Node::Kind::Input) p.inputs.push_back(bufferOf[i]);
       continue;
     }
+    if (n.kind == Node::Kind::AllReduce)  // tensor-shard makes them; nothing below the Tensor level runs them yet
+      userError("{}: a tensor-parallel all-reduce cannot be lowered below the Tensor level yet (kiln compiles "
+                "for one device; docs/tensor-parallel.md); compile without --tensor-parallel, or stop at --ir tensor", n.origin.empty() ? "all_reduce" : n.origin);
     std::string what = n.kind == Node::Kind::Elementwise ? tensor::fnName(n.fn)
                        : n.kind == Node::Kind::Reduce    ? std::string("reduce_") + tensor::reduceName(n.reduceFn)
                        : n.kind == Node::Kind::IndexMap  ? "index_map"

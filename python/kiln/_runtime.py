@@ -11,7 +11,7 @@ from ._tool import KilnError, kiln_binary
 
 class _TensorInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("rank", ctypes.c_size_t), ("bytes", ctypes.c_size_t)]
+                ("rank", ctypes.c_size_t), ("bytes", ctypes.c_size_t), ("type", ctypes.c_int)]  # kiln_runtime_c.h
 
 
 class _Buffer(ctypes.Structure):

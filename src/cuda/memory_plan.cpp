@@ -87,10 +87,10 @@ MemoryPlan planMemory(const kernel::Program& p) {
 
 std::string explainMemory(const kernel::Program& p) {
   const MemoryPlan m = planMemory(p);
-  int64_t weights = 0, io = 0, counters = 0;  // (an output written in place of an input takes no bytes of its own)
+  int64_t weights = 0, weightSlices = 0, io = 0, counters = 0;  // (an output written in place of an input takes no bytes of its own)
   for (size_t i = 0; i < p.buffers.size(); ++i) {
     const loop::Buffer& b = p.buffers[i];
-    if (b.kind == loop::Buffer::Kind::Weight) weights += bytesOf(b);
+    if (b.kind == loop::Buffer::Kind::Weight) weights += bytesOf(b), weightSlices += runtime::arenaAligned(bytesOf(b));
     if (b.kind == loop::Buffer::Kind::Input || (b.kind == loop::Buffer::Kind::Output && m.inPlaceOf[i] < 0)) io += bytesOf(b);
     if (b.kind == loop::Buffer::Kind::Counters) counters += bytesOf(b);
   }
@@ -99,6 +99,8 @@ std::string explainMemory(const kernel::Program& p) {
       "+ {} of temporaries ({} if none shared their bytes)\n",
       p.modelName, m.arenaBytes, m.fixedBytes, weights, io, counters, runtime::kArenaAlignment, m.temporaryBytes,
       m.unsharedTemporaryBytes);
+  out += fmt::format("  at run time: each session allocates {} bytes (the arena less the weights' slices); the weights are "
+                     "uploaded once per loaded model, whatever its sessions\n", m.arenaBytes - weightSlices);
   for (size_t b = 0; b < p.buffers.size(); ++b)
     if (m.inPlaceOf[b] >= 0)
       out += fmt::format("  {} written in place of {}\n", p.buffers[b].name, p.buffers[static_cast<size_t>(m.inPlaceOf[b])].name);

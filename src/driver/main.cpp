@@ -41,6 +41,12 @@ void addPipelineFlags(CLI::App* cmd, kiln::PipelineOptions& p, PipelineFlags& f)
   cmd->add_option("--product-shapes", p.productShapes,
                   "matrix products of the shapes FILE lists take its tile and split instead of the model's (JSON, docs/pipeline.md)")
       ->type_name("FILE");
+  cmd->add_option("--tensor-parallel", p.tensorParallel,
+                  "split the model over N devices, Megatron style, and compile rank --rank's part (so far to the Tensor "
+                  "level only: --ir tensor; docs/tensor-parallel.md)")
+      ->type_name("N")->check(CLI::Range(1, 1024));
+  cmd->add_option("--rank", p.rank, "the rank of --tensor-parallel to compile (0 by default)")->type_name("R")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void finishPipelineFlags(kiln::PipelineOptions& p, const PipelineFlags& f) {

@@ -150,6 +150,11 @@ Compiled compileModel(const std::string& modelPath, const std::vector<frontend::
 
   c.tensorIR = run.produce("tensor-lower-from-torch", [&] { return tensor::lowerFromTorch(c.torchIR); });
   run.pass(c.tensorIR, "tensor-compose-index-maps", tensor::composeIndexMaps);
+  run.pass(c.tensorIR, "tensor-shard", [&](tensor::Graph& g) {  // before merging: q, k and v are split apart
+    if (opts.tensorParallel <= 1 && opts.rank == 0) return false;
+    tensor::shardForTensorParallel(g, opts.tensorParallel, opts.rank);
+    return opts.tensorParallel > 1;
+  });
   run.pass(c.tensorIR, "tensor-merge-parallel-linears", tensor::mergeParallelLinears);  // needs composed maps
   run.pass(c.tensorIR, "tensor-fold-constants", tensor::foldConstants);          // after composing: sees weights through one map
   run.pass(c.tensorIR, "tensor-fold-index-wraps", tensor::foldIndexWraps);       // after folding: constant indices are weights

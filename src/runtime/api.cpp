@@ -107,6 +107,17 @@ auto guarded(F&& f) -> decltype(f()) {
   }
 }
 
+DataType dataTypeOf(DType t) {
+  switch (t) {
+    case DType::F32: return DataType::F32;
+    case DType::BF16: return DataType::BF16;
+    case DType::F16: return DataType::F16;
+    case DType::I64: return DataType::I64;
+    case DType::Bool: return DataType::Bool;
+  }
+  throw RuntimeError("kiln runtime: a tensor of an unknown element type", ErrorCode::Internal);
+}
+
 ModelInfo infoOf(const runtime::Manifest& m) {
   ModelInfo info;
   info.model = m.model;
@@ -125,7 +136,7 @@ ModelInfo infoOf(const runtime::Manifest& m) {
     if (weights && f.name == m.weightsFile) info.weightBytes = static_cast<size_t>(f.bytes);
   auto tensor = [&](int64_t id) {
     const runtime::BufferInfo& b = *m.findBuffer(id);
-    return TensorInfo{b.name, std::string(dtypeName(b.dtype)), b.shape, static_cast<size_t>(b.bytes)};
+    return TensorInfo{b.name, std::string(dtypeName(b.dtype)), b.shape, static_cast<size_t>(b.bytes), dataTypeOf(b.dtype)};
   };
   for (int64_t id : m.inputs) info.inputs.push_back(tensor(id));
   for (int64_t id : m.outputs) info.outputs.push_back(tensor(id));
@@ -148,6 +159,17 @@ runtime::ForwardOptions forwardOptions(const RunOptions& options) {
 }  // namespace
 
 const char* version() { return KILN_VERSION; }
+
+const char* dataTypeName(DataType type) {
+  switch (type) {
+    case DataType::F32: return "f32";
+    case DataType::BF16: return "bf16";
+    case DataType::F16: return "f16";
+    case DataType::I64: return "i64";
+    case DataType::Bool: return "bool";
+  }
+  return "unknown";
+}
 
 const char* errorCodeName(ErrorCode code) {
   switch (code) {

@@ -58,7 +58,8 @@ kiln_status tensorAt(const kiln_model_info* info, size_t i, kiln_tensor_info* te
     return failed(KILN_INVALID_ARGUMENT, "kiln: the model has " + std::to_string(list.size()) +
                                              (input ? " inputs" : " outputs") + ", no " + std::to_string(i));
   const kiln::TensorInfo& t = list[i];
-  *tensor = kiln_tensor_info{t.name.c_str(), t.dtype.c_str(), t.shape.data(), t.shape.size(), t.bytes};
+  *tensor = kiln_tensor_info{t.name.c_str(), t.dtype.c_str(), t.shape.data(), t.shape.size(), t.bytes,
+                             static_cast<kiln_dtype>(static_cast<int>(t.type))};
   return KILN_OK;
 }
 
@@ -66,6 +67,20 @@ std::vector<kiln::Buffer> buffersOf(const kiln_buffer* given, size_t count) {
   std::vector<kiln::Buffer> out;
   for (size_t i = 0; i < count; ++i) out.push_back(kiln::Buffer{given[i].host, given[i].device, given[i].bytes});
   return out;
+}
+
+// `call`'s forward on a kiln::Runtime or kiln::Session (`what`; null is an error), the arrays checked first.
+template <typename Runner>
+kiln_status runOn(Runner* runner, const std::string& call, const char* what, const kiln_buffer* inputs,
+                  size_t input_count, const kiln_buffer* outputs, size_t output_count, void* stream) {
+  if (!runner) return failed(KILN_INVALID_ARGUMENT, call + ": a NULL " + what);
+  if ((!inputs && input_count) || (!outputs && output_count))
+    return failed(KILN_INVALID_ARGUMENT, call + ": a NULL buffer array with a non-zero count");
+  return guarded([&] {
+    kiln::RunOptions options;
+    options.stream = stream;
+    runner->run(buffersOf(inputs, input_count), buffersOf(outputs, output_count), options);
+  });
 }
 
 }  // namespace
@@ -122,14 +137,8 @@ const kiln_model_info* kiln_runtime_info(const kiln_runtime* runtime) { return r
 
 kiln_status kiln_runtime_run(kiln_runtime* runtime, const kiln_buffer* inputs, size_t input_count,
                              const kiln_buffer* outputs, size_t output_count, void* stream) {
-  if (!runtime) return failed(KILN_INVALID_ARGUMENT, "kiln_runtime_run: a NULL runtime");
-  if ((!inputs && input_count) || (!outputs && output_count))
-    return failed(KILN_INVALID_ARGUMENT, "kiln_runtime_run: a NULL buffer array with a non-zero count");
-  return guarded([&] {
-    kiln::RunOptions options;
-    options.stream = stream;
-    runtime->runtime.run(buffersOf(inputs, input_count), buffersOf(outputs, output_count), options);
-  });
+  return runOn(runtime ? &runtime->runtime : nullptr, "kiln_runtime_run", "runtime", inputs, input_count, outputs,
+               output_count, stream);
 }
 
 kiln_status kiln_model_open(const char* dir, int device, kiln_model** model) {
@@ -162,14 +171,8 @@ const kiln_model_info* kiln_session_get_info(const kiln_session* session) { retu
 
 kiln_status kiln_session_run(kiln_session* session, const kiln_buffer* inputs, size_t input_count,
                              const kiln_buffer* outputs, size_t output_count, void* stream) {
-  if (!session) return failed(KILN_INVALID_ARGUMENT, "kiln_session_run: a NULL session");
-  if ((!inputs && input_count) || (!outputs && output_count))
-    return failed(KILN_INVALID_ARGUMENT, "kiln_session_run: a NULL buffer array with a non-zero count");
-  return guarded([&] {
-    kiln::RunOptions options;
-    options.stream = stream;
-    session->session.run(buffersOf(inputs, input_count), buffersOf(outputs, output_count), options);
-  });
+  return runOn(session ? &session->session : nullptr, "kiln_session_run", "session", inputs, input_count, outputs,
+               output_count, stream);
 }
 
 }  // extern "C"

@@ -3,17 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
-#include <map>
 #include <set>
 #include <utility>
 
 #include "driver.h"
 #include "loaded_model.h"
 #include "kiln/support/error.h"
-#include "kiln/support/files.h"
-#include "kiln/support/target.h"
 
 namespace kiln::runtime {
 namespace fs = std::filesystem;

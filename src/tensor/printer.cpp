@@ -32,6 +32,7 @@ std::string body(const Graph& g, const Node& n) {
       for (auto& o : n.operands) ops.push_back(operandString(o));
       return fmt::format("concat({}) axis {}", fmt::join(ops, ", "), n.axes.at(0));
     }
+    case Node::Kind::AllReduce: return fmt::format("all_reduce sum(%{})", n.operands[0].node);
   }
   return "?";
 }
@@ -45,6 +46,7 @@ const char* kindName(Node::Kind k) {
     case Node::Kind::IndexMap: return "index_map";
     case Node::Kind::Gather: return "gather";
     case Node::Kind::Concat: return "concat";
+    case Node::Kind::AllReduce: return "all_reduce";
   }
   return "?";
 }

@@ -60,6 +60,10 @@ void verify(const Graph& g) {
         KILN_ASSERT(total == n.shape[axis], "%{}: concat extents add to {}, result has {}", i, total, n.shape[axis]);
         break;
       }
+      case Node::Kind::AllReduce:
+        KILN_ASSERT(n.operands.size() == 1 && in(0).shape == n.shape && in(0).dtype == n.dtype,
+                    "%{}: all_reduce of another shape or type", i);
+        break;
     }
   }
   for (int o : g.outputs) KILN_ASSERT(o >= 0 && o < static_cast<int>(g.nodes.size()), "output %{} out of range", o);

@@ -65,6 +65,7 @@ TEST(MemoryPlan, ExplainMemoryPrintsThePlan) {
   Result r = kiln({"compile", "models/fixtures/llama_tiny.pt", "--explain-memory"});
   ASSERT_EQ(r.code, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "memory plan of llama_tiny: arena ")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "at run time: each session allocates ")) << describe(r);
   EXPECT_TRUE(contains(r.out, "of temporaries (")) << describe(r);
   EXPECT_TRUE(contains(r.out, " bytes at +0 ")) << describe(r);
   expectOneLineError(kiln({"compile", "models/fixtures/llama_tiny.pt", "--explain-memory", "--ir", "tile"}), 2,

@@ -154,6 +154,17 @@ void writeSmallManifest(const std::filesystem::path& dir) {
   writeManifest(m, dir);
 }
 
+TEST(RuntimeApi, ElementTypesAreAnEnumAndTheirNames) {
+  test::TempDir dir;
+  writeSmallManifest(dir.path);
+  const ModelInfo info = describe(dir.path.string());
+  EXPECT_EQ(info.inputs.at(0).type, DataType::F32);
+  EXPECT_EQ(info.inputs.at(0).dtype, dataTypeName(DataType::F32));
+  EXPECT_STREQ(dataTypeName(DataType::BF16), "bf16");
+  EXPECT_STREQ(dataTypeName(DataType::Bool), "bool");
+  EXPECT_EQ(static_cast<int>(KILN_BOOL), static_cast<int>(DataType::Bool));
+}
+
 TEST(RuntimeApiC, DescribeListsTheTensors) {
   test::TempDir dir;
   writeSmallManifest(dir.path);
@@ -167,6 +178,7 @@ TEST(RuntimeApiC, DescribeListsTheTensors) {
   ASSERT_EQ(kiln_model_info_input(info, 0, &t), KILN_OK);
   EXPECT_STREQ(t.name, "x");
   EXPECT_STREQ(t.dtype, "f32");
+  EXPECT_EQ(t.type, KILN_F32);
   ASSERT_EQ(t.rank, 2u);
   EXPECT_EQ(t.shape[0], 2);
   EXPECT_EQ(t.shape[1], 4);

@@ -42,6 +42,9 @@ struct PipelineOptions {
   // The forward also returns, as its second output, the greedy token at every position (torch::appendGreedyToken,
   // applied at import): kiln generate's entry points.
   bool greedyTokens = false;
+  // --tensor-parallel N --rank R: compile rank R's part of the model split over N devices (tensor-shard).
+  int tensorParallel = 1;
+  int rank = 0;
   bool runs(const PassInfo& pass) const;  // whether the pipeline runs this in-level pass
 };
 

@@ -7,6 +7,7 @@
 //                     expand, broadcast, squeeze... all pure data movement as one index function
 //   Gather            out[i.., j] = in0[clamp(in1[i..]), j] (embedding: table [n, d], integer ids)
 //   Concat(axis)      out = the operands laid one after another along `axis`
+//   AllReduce         out = the sum over the ranks of a tensor-parallel program of in0 (tensor-shard; one rank: in0)
 //
 // A matrix product stays recognisable as a contraction: Reduce(sum, k) of Elementwise(mul) of two
 // IndexMaps that broadcast both operands to [.., m, n, k].
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "kiln/support/dtype.h"
+#include "kiln/support/host_tensor.h"
 #include "kiln/support/index_expr.h"
 #include "kiln/torch/ir.h"
 
@@ -53,7 +55,7 @@ struct Operand {
 };
 
 struct Node {
-  enum class Kind { Input, Weight, Elementwise, Reduce, IndexMap, Gather, Concat };
+  enum class Kind { Input, Weight, Elementwise, Reduce, IndexMap, Gather, Concat, AllReduce };
   Kind kind;
   DType dtype = DType::F32;
   Shape shape;
@@ -93,6 +95,22 @@ bool foldConstants(Graph& g);                  // tensor-fold-constants
 bool foldIndexWraps(Graph& g);                 // tensor-fold-index-wraps
 bool mergeParallelLinears(Graph& g);           // tensor-merge-parallel-linears
 bool eliminateDeadCode(Graph& g);              // tensor-eliminate-dead-code
+
+// tensor-shard (passes/tensor/shard.cpp, docs/tensor-parallel.md): rank `rank` of the model split over `ranks` devices,
+// Megatron style. The weights of the projections named q_proj, k_proj, v_proj, gate_proj and up_proj are split by
+// their output rows; the split follows the values through the graph (each rank computes its heads and its slice of
+// the intermediate, biases and the weights meeting them split along), and a sum over a split axis (o_proj's and
+// down_proj's products) becomes a partial sum followed by an AllReduce. Everything else is computed whole on every
+// rank. Every rank's graph has the same nodes and shapes; only the weights' values differ. Refused in one line
+// (UserError) where the split cannot follow: a count that does not divide a split extent, an input or output that
+// would be split, a maximum or a concatenation over a split axis.
+void shardForTensorParallel(Graph& g, int ranks, int rank);
+
+// The reference evaluation of a graph on the CPU, in f32 (integers and booleans as exact floats): every node, in
+// order. `ranks` holds one graph per rank of a tensor-parallel program (tensor-shard: the same nodes, each rank's
+// weights), evaluated side by side, an AllReduce summing its operand over them; one graph is an ordinary evaluation.
+// Returns rank 0's outputs. For tests and checks of the Tensor level; the kernels' interpreters are the Kernel level's.
+std::vector<HostTensor> evaluate(const std::vector<const Graph*>& ranks, const std::vector<HostTensor>& inputs);
 
 // Names of the aten ops tensor-lower-from-torch supports (for docs and error messages).
 std::vector<std::string> supportedOps();
