@@ -91,7 +91,7 @@ def kiln_bench_iters(ms, target_ms):
 
 
 KILN_BENCH_LINE = re.compile(r"(\d+) kernels, ([0-9.eE+-]+) ms per forward \(CUDA events around (\d+) forwards")
-KILN_ROTATION = re.compile(r"rotating over (\d+) copies of the arena \(([0-9.]+) MB\)")
+KILN_ROTATION = re.compile(r"rotating over (\d+) copies of the (?:weights and the )?arena \(([0-9.]+) MB\)")
 
 
 def kiln_timing(opts, path, variant, iters):

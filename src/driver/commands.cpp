@@ -395,7 +395,7 @@ void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, 
                                {"rotated_bytes", t.rotatedBytes}});
     std::string how = t.graph ? fmt::format("replayed from one CUDA graph of {} forwards", t.forwardsPerGraph)
                               : "launched back to back";
-    if (t.sets > 1) how += fmt::format(", rotating over {} copies of the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
+    if (t.sets > 1) how += fmt::format(", rotating over {} copies of the weights and the arena ({:.0f} MB)", t.sets, t.rotatedBytes / 1e6);
     out << fmt::format("kiln: {} kernels, {:.5f} ms per forward (CUDA events around {} forwards {}, after warm-up)\n",
                        plan.kernels, t.msPerForward, t.forwards, how);
   }
@@ -403,7 +403,7 @@ void benchmark(runtime::Model& model, const RunCommand& c, const RunPlan& plan, 
     const double ms = model.timeForward(c.benchIters);
     report["forward_ms"] = ms;
     out << fmt::format("kiln: {:.5f} ms per forward through the runtime's forward() (graph replay, device inputs "
-                       "and outputs copied in and out, CUDA events around {} calls)\n", ms, c.benchIters);
+                       "and outputs bound in place, CUDA events around {} calls)\n", ms, c.benchIters);
   }
 }
 

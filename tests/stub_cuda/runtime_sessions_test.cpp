@@ -345,6 +345,33 @@ TEST(RuntimeSessions, TheCApiOpensAModelAndItsSessions) {
   kiln_session_close(b);
 }
 
+// `kiln run DIR` on the stub: the GPU path of the command (Model::run with its poisoning, --save-io, --bench's timings
+// with -v, --profile) end to end; the outputs it saved are x + w of the inputs it saved.
+TEST(RuntimeSessions, KilnRunTakesTheGpuPathOnTheStub) {
+  const fs::path dir = writeDirectory();
+  const fs::path io = dir.parent_path() / "io", log = dir.parent_path() / "run.log";
+  const std::string cmd = std::string(KILN_BINARY) + " run " + dir.string() + " --save-io " + io.string() +
+                          " --bench 3 --rotate-mb 1 -v --profile > " + log.string() + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("kiln stub GPU"), std::string::npos) << out;
+  EXPECT_NE(out.find("ms per forward through the runtime's forward()"), std::string::npos) << out;
+  EXPECT_NE(out.find("copies of the weights and the arena"), std::string::npos) << out;
+  EXPECT_NE(out.find("k1"), std::string::npos) << out;  // --profile's line per kernel
+  auto read = [](const fs::path& p) {
+    std::vector<float> v(kN);
+    std::ifstream f(p, std::ios::binary);
+    f.read(reinterpret_cast<char*>(v.data()), kBytes);
+    EXPECT_TRUE(f.good()) << p;
+    return v;
+  };
+  const std::vector<float> x = read(io / "input0.bin"), y = read(io / "output0.bin");
+  for (int64_t i = 0; i < kN; ++i)
+    ASSERT_EQ(y[static_cast<size_t>(i)], x[static_cast<size_t>(i)] + static_cast<float>(i)) << i << "\n" << out;
+}
+
 TEST(RuntimeSessions, TimingRotatesCopiesOfTheWeightsToo) {
   const fs::path dir = writeDirectory();
   runtime::Model model(dir);
