@@ -79,7 +79,6 @@ class IndexSplit {
         moved[static_cast<size_t>(k_)] += r * step;
         if (!ok(base, evaluate(e_, moved), r)) return false;
       }
-      if (ranks_ == 1 && !ok(base, base, 0)) return false;
     }
     return true;
   }

@@ -79,6 +79,12 @@ std::shared_ptr<const LoadedModel> finishLoading(Manifest m, const fs::path& dir
   loadKernels(*l);
   l->weights->upload(l->m);
   layOutSession(l->m, l->sessionOffset, l->sessionBytes);
+  for (const KernelInfo& k : l->m.kernels) l->usedByKernels.insert(k.params.begin(), k.params.end());
+  for (const BufferInfo& b : l->m.buffers)
+    if (b.inPlaceOf >= 0) {
+      l->inPlacePartner[b.id] = b.inPlaceOf;
+      l->inPlacePartner[b.inPlaceOf] = b.id;
+    }
   KILN_CU(cuCtxSynchronize, " after uploading weights");
   return l;
 }

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,10 @@ struct LoadedModel {
   // below it (so buffers that share bytes in the manifest's plan still do), in sessionBytes.
   std::unordered_map<int64_t, int64_t> sessionOffset;  // by buffer id; weights absent
   int64_t sessionBytes = 0;
+  // For forward()'s binding rule, derived once: the buffers some kernel binds, and each state updated in place's
+  // partner (its input's id -> its output's, and back: BufferInfo::inPlaceOf).
+  std::unordered_set<int64_t> usedByKernels;
+  std::unordered_map<int64_t, int64_t> inPlacePartner;
 
   const DeviceContext& device() const { return weights->device(); }
 };

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <set>
 #include <utility>
 
 #include "driver.h"
@@ -107,8 +106,8 @@ struct Model::Impl {
   // buffers at `base`.
   CUdeviceptr ptr(const BufferInfo& b, CUdeviceptr weights, CUdeviceptr base) const {
     if (b.kind != BufferKind::Weight) return base + static_cast<CUdeviceptr>(loaded->sessionOffset.at(b.id));
-    const CUdeviceptr own = loaded->weights->pointer(b);
-    return b.weightOffset % kArenaAlignment == 0 ? weights + static_cast<CUdeviceptr>(b.weightOffset) : own;
+    if (b.weightOffset % kArenaAlignment == 0) return weights + static_cast<CUdeviceptr>(b.weightOffset);
+    return loaded->weights->pointer(b);  // its own allocation, never rotated
   }
   CUdeviceptr ptr(const BufferInfo& b) const { return ptr(b, loaded->weights->base(), arena); }
   // Kernel k's arguments, buffer ids found in `bound` taking the address given there.
@@ -294,29 +293,20 @@ bool overlap(const DeviceBinding& a, const DeviceBinding& b) {
          b.address < a.address + static_cast<CUdeviceptr>(a.buffer->bytes);
 }
 
-// The input and output of a state updated in place (BufferInfo::inPlaceOf) are each other's partner.
-bool partners(const DeviceBinding& a, const DeviceBinding& b) {
-  return (a.output && a.buffer->inPlaceOf == b.buffer->id && !b.output) ||
-         (b.output && b.buffer->inPlaceOf == a.buffer->id && !a.output);
-}
-
-// Which of `bindings` forward() binds in place of the arena's bytes (Model::forward's rule), by buffer id.
-BoundAddresses boundInPlace(const Manifest& m, const std::vector<DeviceBinding>& bindings) {
-  std::set<int64_t> used;  // buffers some kernel reads or writes
-  for (const KernelInfo& k : m.kernels) used.insert(k.params.begin(), k.params.end());
-  const bool anyInPlace = std::any_of(m.buffers.begin(), m.buffers.end(), [](const BufferInfo& b) { return b.inPlaceOf >= 0; });
+// Which of `bindings` forward() binds in place of the arena's bytes (Model::forward's rule), by buffer id. What it asks
+// of the manifest (the buffers kernels use, the states' partners) was worked out once, at load.
+BoundAddresses boundInPlace(const LoadedModel& l, const std::vector<DeviceBinding>& bindings) {
   BoundAddresses bound;
   for (const DeviceBinding& c : bindings) {
     if (c.address % kArenaAlignment != 0 || c.buffer->bytes == 0) continue;
-    bool hasPartner = false, partnerHere = false, clear = true, usedHere = used.count(c.buffer->id) > 0;
-    if (anyInPlace)
-      for (const BufferInfo& b : m.buffers)
-        hasPartner = hasPartner || (c.output ? c.buffer->inPlaceOf == b.id : b.inPlaceOf == c.buffer->id);
+    const auto partner = l.inPlacePartner.find(c.buffer->id);
+    const bool hasPartner = partner != l.inPlacePartner.end();
+    bool partnerHere = false, clear = true, usedHere = l.usedByKernels.count(c.buffer->id) > 0;
     for (const DeviceBinding& d : bindings) {
       if (&d == &c) continue;
-      if (partners(c, d)) {
+      if (hasPartner && d.buffer->id == partner->second) {
         partnerHere = d.address == c.address;
-        usedHere = usedHere || used.count(d.buffer->id) > 0;
+        usedHere = usedHere || l.usedByKernels.count(d.buffer->id) > 0;
       } else if ((c.output || d.output) && overlap(c, d)) {
         clear = false;
       }
@@ -349,7 +339,7 @@ void Model::forward(const std::vector<Binding>& inputs, const std::vector<Bindin
   };
   for (size_t i = 0; i < inputs.size(); ++i) checkBinding(inputs[i], *m.findBuffer(m.inputs[i]), false, i);
   for (size_t i = 0; i < outputs.size(); ++i) checkBinding(outputs[i], *m.findBuffer(m.outputs[i]), true, i);
-  const BoundAddresses bound = boundInPlace(m, devices);
+  const BoundAddresses bound = boundInPlace(*s.loaded, devices);
   s.makeCurrent();
   CUstream stream = static_cast<CUstream>(o.stream);
   if (!stream) {
