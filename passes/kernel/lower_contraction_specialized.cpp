@@ -20,9 +20,9 @@
 // C blocks (tmaIssue), each consumer warp releases a slot on empty[s] of every block of the cluster (C * P / 32 arrivals
 // a phase), so that no producer refills a slot some block still reads; cluster barriers after the inits (which are fenced
 // for the cluster) and at the end (no block leaves while copies into it may still be on their way).
-// With unrollRing (tile-unroll-rings) the loop walks rounds of `depth` steps: step s of round q is slice q * depth + s on
-// slot s, the full waits' parity q mod 2, the empty waits' (q + (s + depth - 1) / depth + 1) mod 2; a last round's steps
-// past the reduction are skipped (a guard on the loop variable, uniform).
+// With unrollRing (tile-unroll-rings) the loop is marked `unroll ring depth` and kernel-unroll-rings walks it in rounds
+// of `depth` steps (passes/kernel/unroll_rings.cpp): step s of round q is slice q * depth + s on slot s, the full waits'
+// parity q mod 2, the empty waits' (q + (s + depth - 1) / depth + 1) mod 2.
 // Stream-K products (TiledContraction::streamBlocks) walk their cluster's steps across tiles in the loops of
 // lower_contraction_stream_k.cpp, the slice i of the steps above being the walk's step, always rolled.
 // The two roles share one loop. On the GPU the producer warp runs ahead on its own, held back only by the empty barriers,
@@ -86,8 +86,7 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   k_.body.push_back(producer(std::move(prologue)));
 
   // One k step, slice i: the consumers wait for its slot's phase, multiply it and release the slot of slice i - 1; the
-  // producer refills that slot with slice i + depth - 1 once the cluster has released it. Slots and parities are given:
-  // computed from i in the rolled loop, constants and one parity per round of `depth` steps in the unrolled one.
+  // producer refills that slot with slice i + depth - 1 once the cluster has released it.
   struct Step {
     Idx slice, slot, parity;
     Idx previous, refillParity;  // the slot slice i - 1 held, which slice i + depth - 1 fills; its empty wait's parity
@@ -118,25 +117,11 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   Block body;
   if (stream) {  // the walk's tiles one after another, each its slices, then the tile's end (streamTileEnd)
     streamLoops(t, *walk, [&](const Idx& i, Block& out) { rolledStep(i, out); });
-  } else if (!t.s.unrollRing) {
+  } else {  // tile-unroll-rings: kernel-unroll-rings walks this loop in rounds of `depth` steps
     rolledStep(floorDiv(t.k0, tk), body);
-    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(body)));
-  } else {  // rounds of `depth` steps: step s of a round multiplies slot s
-    const int64_t roundK = depth * tk, rounds = (slices + depth - 1) / depth;
-    const Idx round = defVar(body, "round", floorDiv(t.k0, roundK), rounds);
-    for (int64_t s = 0; s < depth; ++s) {
-      const Idx slice = simplify(floorDiv(t.k0, tk) + idxConst(s), extents_);
-      const int64_t w = (s + depth - 1) % depth, wRound = (s + depth - 1) / depth;  // slice i + depth - 1: slot and round
-      const Step st{slice, idxConst(s), Ring::roundParity(round), idxConst(w), Ring::roundParity(round, wRound + 1)};
-      if (slices % depth == 0 || s < slices % depth) {
-        step(st, body);
-      } else {  // the last round stops short of this step
-        Block guarded;
-        step(st, guarded);
-        body.push_back(ifLess(slice, idxConst(slices), std::move(guarded)));
-      }
-    }
-    k_.body.push_back(forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), roundK, std::move(body)));
+    Stmt loop = forLoop(t.k0->var, "k0", idxConst(0), idxConst(K), tk, std::move(body));
+    if (t.s.unrollRing) loop.as<op::For>().unrollRing = depth;
+    k_.body.push_back(std::move(loop));
   }
   // The accumulators are final. The producer warp waits too (it has no group pending): behind a branch, ptxas would add
   // the wait itself where the roles' paths join.

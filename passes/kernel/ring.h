@@ -3,6 +3,8 @@
 // flash attention (lower_attention_loop.cpp). Step i uses slot i mod depth for the (i div depth)-th time, so an
 // mbarrier per slot has completed i div depth phases when step i's copies are waited for, and the wait takes that
 // phase's parity. One place for this arithmetic, which every pipelined lowering needs and each used to write out.
+// Rounds of `depth` steps on constant slots are kernel-unroll-rings' (passes/kernel/unroll_rings.cpp), from these
+// expressions.
 //
 // The expressions are built exactly as those lowerings built them (the emitted CUDA did not change): callers pass the
 // step index as they compute it (e.g. `st - first_step` for attention's walk).
@@ -25,9 +27,6 @@ struct Ring {
   Idx parity(const Idx& i, int64_t later = 0) const {
     return later == 0 ? mod(floorDiv(i, depth), 2) : mod(idxAdd(floorDiv(i, depth), later), 2);
   }
-  // A loop unrolled by the ring walks rounds of `depth` steps, step s of round r using slot s: the parity of round r's
-  // phase, `later` rounds on.
-  static Idx roundParity(const Idx& round, int64_t later = 0) { return later == 0 ? mod(round, 2) : mod(idxAdd(round, later), 2); }
 };
 
 }  // namespace kiln::kernel::detail

@@ -61,6 +61,10 @@ Stmt control(Cursor& c, KernelScope& s, LineReader& lines, bool isFor) {
     loop.end = parseIdx(c, s);
     c.expect("step");
     loop.step = c.integer();
+    if (c.acceptWord("unroll")) {
+      c.expect("ring");
+      loop.unrollRing = c.integer();
+    }
     loop.var = s.defineVar(loop.name);
     st = Stmt::of(Stmt::Kind::For, std::move(loop));
   } else {

@@ -88,7 +88,8 @@ bool BlockPrinter::control(const Stmt& s, int depth) {
     }
     case Stmt::Kind::For: {
       const auto& loop = s.as<op::For>();
-      line(fmt::format("for {} in {}..{} step {} {{", loop.name, idxString(loop.begin), idxString(loop.end), loop.step));
+      line(fmt::format("for {} in {}..{} step {}{} {{", loop.name, idxString(loop.begin), idxString(loop.end), loop.step,
+                       loop.unrollRing > 0 ? fmt::format(" unroll ring {}", loop.unrollRing) : ""));
       break;
     }
     case Stmt::Kind::If: line(fmt::format("if ({} < {}) {{", idxString(s.as<op::If>().lhs), idxString(s.as<op::If>().rhs))); break;

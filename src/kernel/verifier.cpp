@@ -203,6 +203,8 @@ void Verifier::checkLoop(const Stmt& st, const Scope& s) {
   checkIdx(loop.begin, s, "a loop bound");
   checkIdx(loop.end, s, "a loop bound");
   if (loop.step <= 0) fail("loop {} has step {}", loop.name, loop.step);
+  if (loop.unrollRing != 0 && (loop.unrollRing < 2 || constValue(loop.begin) != 0 || !constValue(loop.end)))
+    fail("loop {} to be unrolled by a ring of {} needs 2 slots or more and constant bounds from 0", loop.name, loop.unrollRing);
   Scope inner = s;
   defineVar(loop.var, loop.name, inner);
   bool divergent = varies(loop.begin, s) || varies(loop.end, s);

@@ -84,6 +84,9 @@ kernel::Program forcedProducts(bool streamK) {
   else tile::unrollRings(t);
   tile::verify(t);
   kernel::Program k = kernel::lowerFromTile(t);
+  if (!streamK) {
+    EXPECT_TRUE(kernel::unrollRings(k));
+  }
   kernel::overlapLaunches(k);
   return k;
 }

@@ -231,6 +231,8 @@ TEST(WarpgroupProducts, UnrolledRingMatchesTheRolledOne) {
     ASSERT_TRUE(tile::unrollRings(w.c.tileIR));
     tile::verify(w.c.tileIR);
     w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
+    EXPECT_NE(kernel::print(w.kernelIR).find(" unroll ring "), std::string::npos) << "the lowering marks the ring loops";
+    ASSERT_TRUE(kernel::unrollRings(w.kernelIR));
     kernel::verify(w.kernelIR);
     expectMatchesTheLoopProgram(w, cluster ? "unrolled ring, clusters" : "unrolled ring");
     auto got = run(w), want = run(rolled);

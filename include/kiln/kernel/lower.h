@@ -19,6 +19,11 @@ struct LowerStats {
 
 Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, LowerStats* stats = nullptr);
 
+// kernel-unroll-rings: a k loop marked `unroll ring D` (TiledContraction::unrollRing) walks rounds of D steps, each on a
+// constant ring slot with one barrier parity per round (passes/kernel/unroll_rings.cpp says how). Returns whether it
+// unrolled any.
+bool unrollRings(Program& p);
+
 // kernel-store-only-changes: a kernel writing a state in place whose stored value is the input's element but where
 // comparisons of indices hold (a decoder step's cache write at its position) stores only there, under those
 // comparisons (passes/kernel/store_only_changes.cpp says which). Returns whether it changed any.

@@ -35,6 +35,9 @@ struct For {  // for (var = begin; var < end; var += step) body
   std::string name;
   Idx begin, end;
   int64_t step = 1;
+  // A product's k loop over a ring of this many slots, to be walked in rounds of that many steps by kernel-unroll-rings
+  // (printed `unroll ring N`); 0: an ordinary loop. The emitter ignores it: a loop left rolled is still correct.
+  int64_t unrollRing = 0;
 };
 struct If {  // if (lhs < rhs) body
   Idx lhs, rhs;
