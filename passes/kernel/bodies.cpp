@@ -58,6 +58,32 @@ int maxVar(const Block& b) {
 }
 
 namespace {
+VarExtents extentsIn(const Block& b, const Stmt& at, VarExtents extents, bool& found) {
+  for (const Stmt& s : b) {
+    if (&s == &at) {
+      found = true;
+      return extents;
+    }
+    if (const auto* d = std::get_if<op::DefIdx>(&s.op)) {
+      auto range = idxRange(d->value, extents);
+      if (range && range->first >= 0) extents[d->var] = range->second + 1;
+    }
+    if (s.body.empty()) continue;
+    VarExtents inner = extents;
+    if (const auto* f = std::get_if<op::For>(&s.op); f && constValue(f->end)) inner[f->var] = *constValue(f->end);
+    VarExtents got = extentsIn(s.body, at, std::move(inner), found);
+    if (found) return got;
+  }
+  return extents;
+}
+}  // namespace
+
+VarExtents extentsAt(const Kernel& k, const Stmt& at) {
+  bool found = false;
+  return extentsIn(k.body, at, {{kThreadIdx, k.block[0] * k.block[1] * k.block[2]}, {kBlockIdx, k.grid[0]}}, found);
+}
+
+namespace {
 void varsRead(const FE& e, std::set<int>& vars) {
   if (!e) return;
   for (const Idx* i : {&e->index, &e->bound})

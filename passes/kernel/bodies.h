@@ -21,6 +21,10 @@ bool copyable(const Program& p, const Kernel& k);
 int storage(const Program& p, int buffer);
 // The largest index variable id a block defines.
 int maxVar(const Block& b);
+// The ranges of the index variables in scope at statement `at` of k (found by address), as a lowering knew them when
+// it built it: threads, blocks, the enclosing loops (from 0 to a constant end) and the definitions before it (their
+// values' ranges). What a pass that rebuilds an index simplifies it with.
+VarExtents extentsAt(const Kernel& k, const Stmt& at);
 // Every index variable the statements of b read (their indices and those inside their float expressions), added to vars.
 void varsRead(const Block& b, std::set<int>& vars);
 

@@ -16,10 +16,10 @@
 //   every thread: wait for every wgmma group (the accumulators are final); the epilogue is the consumers' alone
 // The producer warp runs whole (a branch on the lane would put the wgmmas on a path ptxas takes for divergent and it
 // would serialize them, C7518): its expect_tx and copies are elected, one lane doing them by a predicate.
-// In clusters of C blocks (tile-multicast-operands) each producer warp copies its block's part of every A slice into all
-// C blocks (tmaIssue), each consumer warp releases a slot on empty[s] of every block of the cluster (C * P / 32 arrivals
-// a phase), so that no producer refills a slot some block still reads; cluster barriers after the inits (which are fenced
-// for the cluster) and at the end (no block leaves while copies into it may still be on their way).
+// In clusters of C blocks (tile-multicast-operands) the blocks walk their slices alike, and kernel-multicast-operands
+// (passes/kernel/multicast_operands.cpp) then has each producer warp copy its block's part of every shared slice into all
+// C blocks, each consumer warp release a slot on empty[s] of every block of the cluster, and the cluster meet after the
+// barriers' initialisation and at the end.
 // With unrollRing (tile-unroll-rings) the loop is marked `unroll ring depth` and kernel-unroll-rings walks it in rounds
 // of `depth` steps (passes/kernel/unroll_rings.cpp): step s of round q is slice q * depth + s on slot s, the full waits'
 // parity q mod 2, the empty waits' (q + (s + depth - 1) / depth + 1) mod 2.
@@ -42,17 +42,15 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
                                         const std::function<void(Block&)>& multiply) {
   const int64_t depth = t.s.pipelineDepth, tk = t.s.tileK, K = t.c.k, slices = (K + tk - 1) / tk;
   const int64_t groups = t.s.tileM / kWgmmaM, consumers = groups * kWarpgroupThreads;
-  const int64_t C = t.s.cluster;
   KILN_ASSERT(t.s.mmaInFlight == 1 && depth >= 3, "kernel {}: a producer warp feeds one wgmma group in flight through a ring of 3 or more",
               lk_.name);
   TmaRing r = tmaRing(t, operands, true);
   Block init;
   for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.full, idxConst(s), 1));
-  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.empty, idxConst(s), C * consumers / Target::kWarpSize));
+  for (int64_t s = 0; s < depth; ++s) init.push_back(mbarrierInit(r.empty, idxConst(s), consumers / Target::kWarpSize));
   init.push_back(fenceProxyAsync());  // the initialised barriers are visible to the copies' completions
-  if (C > 1) init.push_back(fenceMbarrierInit());  // ... and to the cluster's other blocks, whose copies and releases reach them
   k_.body.push_back(ifLess(threadIdx(), idxConst(1), std::move(init)));
-  k_.body.push_back(C > 1 ? clusterBarrier() : barrier());
+  k_.body.push_back(barrier());
   // Stream-K (TiledContraction::streamBlocks): the loops of streamLoops (lower_contraction_stream_k.cpp) walk the cluster's
   // steps, `walkEnd` of them (at most `steps`), each step's slice and tile from its place in the walk; otherwise one loop
   // walks the tile's slices in a rotated order.
@@ -97,7 +95,7 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
     consume.push_back(mbarrierWait(r.full, st.slot, st.parity));
     multiply(consume);
     Block release;
-    release.push_back(C > 1 ? mbarrierArriveCluster(r.empty, st.previous) : mbarrierArrive(r.empty, st.previous));
+    release.push_back(mbarrierArrive(r.empty, st.previous));
     consume.push_back(ifLess(idxConst(0), st.slice, {ifLess(lane, idxConst(1), std::move(release))}));
     out.push_back(ifLess(t.role, idxConst(groups), std::move(consume)));
     Block refill;
@@ -126,7 +124,6 @@ void KernelBuilder::specializedTmaSteps(Tiling& t, const std::vector<OperandSlic
   // The accumulators are final. The producer warp waits too (it has no group pending): behind a branch, ptxas would add
   // the wait itself where the roles' paths join.
   k_.body.push_back(wgmmaWait(0));
-  if (C > 1) k_.body.push_back(clusterBarrier());  // no block leaves while copies into it may still be on their way
 }
 
 }  // namespace kiln::kernel::detail

@@ -12,10 +12,11 @@
 // The operand's tensor map views it as [rows][K] ([row][k] at offset + row * rowStride + k, tile::tmaView) in boxes of
 // the slice (tile rows x tile_k = 64, 128-byte swizzle); rows and k past the matrix arrive as zeros. A split product's
 // part reads k from its shift on (the map spans the whole row; the parts end on slice boundaries).
-// Products in clusters (TiledContraction::cluster = C) have a producer warp (lower_contraction_specialized.cpp): block r of
-// a cluster copies rows [r, r + 1) * rows / C of every A slice (B with TiledContraction::multicastB) into the same place in
-// all C blocks (multicast; the map's boxes are that high), each block still arms its own full[s] with the whole slice's
-// bytes (tmaRing, tmaIssue here).
+// Products in clusters (TiledContraction::cluster = C) have a producer warp (lower_contraction_specialized.cpp). Here
+// each block copies its own slices; the map of the operand the cluster shares (A, or B with
+// TiledContraction::multicastB) is marked `multicast in C parts`, and kernel-multicast-operands
+// (passes/kernel/multicast_operands.cpp) then has block r of a cluster copy rows [r, r + 1) * rows / C of every slice
+// into the same place in all C blocks, each block still arming its own full[s] with the whole slice's bytes.
 // (Without a producer warp, thread 0 waiting for the other block's releases in the middle of the step measured slower
 // everywhere; that path is gone. Measurements: docs/history.md, "Thread-block clusters and multicast".)
 #include <fmt/format.h>
@@ -51,8 +52,8 @@ KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector
     KILN_ASSERT(view, "kernel {}: a tma operand that is not a [row][k] view of a buffer", lk_.name);
     r.maps.push_back(static_cast<int>(k_.tensorMaps.size()));
     k_.tensorMaps.push_back(TensorMap{param(view->buffer, false), view->offset, view->rows > 0 ? view->rows : o.rowExtent,
-                                      view->cols > 0 ? view->cols : K, view->rowStride, multicastPart(t, o) ? o.rows / C : o.rows, tk,
-                                      true});
+                                      view->cols > 0 ? view->cols : K, view->rowStride, o.rows, tk, true,
+                                      multicastPart(t, o) ? C : 0});
     auto inKernel = [](const Idx& shift) {
       return shift ? substitute(shift, [](int v, const std::string& name) { return idxVar(v + kFirstLoopVar, name); }) : idxConst(0);
     };
@@ -65,7 +66,7 @@ KernelBuilder::TmaRing KernelBuilder::tmaRing(const Tiling& t, const std::vector
 
 void KernelBuilder::tmaIssue(const Tiling& t, const std::vector<OperandSlice>& operands, const TmaRing& r, const Idx& i,
                              const Idx& slot, Block& out) {
-  const int64_t tk = t.s.tileK, C = t.s.cluster;
+  const int64_t tk = t.s.tileK;
   const Idx kStart = r.sliceStart(i);
   auto put = [&](Stmt s) { out.push_back(t.s.producerWarp ? elected(std::move(s)) : std::move(s)); };  // the producer warp's lane
   put(mbarrierArriveExpectTx(r.full, slot, r.sliceBytes));
@@ -74,13 +75,6 @@ void KernelBuilder::tmaIssue(const Tiling& t, const std::vector<OperandSlice>& o
     const int64_t slotElements = o.slotStride > 0 ? o.slotStride : tile::sliceElements(*o.staging, o.rows, tk);
     Idx dst = simplify(slot * idxConst(slotElements) + idxConst(o.slotOffset), extents_);
     Idx row = simplify(o.tileIdx * idxConst(o.rows) + r.rowShifts[j], extents_);
-    if (multicastPart(t, o)) {  // this block's part, into every block of the cluster
-      const int64_t part = o.rows / C;
-      const Idx rank = mod(blockIdx(), C);  // the block's place in its cluster (clusters are consecutive blocks)
-      put(tmaLoadMulticast(o.buf, simplify(dst + rank * idxConst(part * tk), extents_), r.maps[j],
-                           simplify(kStart + r.shifts[j], extents_), simplify(row + rank * idxConst(part), extents_), r.full, slot));
-      continue;
-    }
     put(tmaLoad(o.buf, dst, r.maps[j], simplify(kStart + r.shifts[j], extents_), row, r.full, slot));
   }
 }

@@ -184,27 +184,6 @@ std::optional<int64_t> stepConstant(const Idx& value, const RingLoop& r, int64_t
   return seen;
 }
 
-// The variables' ranges the lowering knew when it built the loop's body: threads, blocks, the loops and definitions
-// around it (their values' ranges), k0.
-VarExtents extentsAround(const Kernel& k, const Block& outer, const Stmt& loop, VarExtents extents, bool& found) {
-  for (const Stmt& s : outer) {
-    if (&s == &loop) {
-      found = true;
-      return extents;
-    }
-    if (const auto* d = std::get_if<op::DefIdx>(&s.op)) {
-      auto range = idxRange(d->value, extents);
-      if (range && range->first >= 0) extents[d->var] = range->second + 1;
-    }
-    if (s.body.empty()) continue;
-    VarExtents inner = extents;
-    if (const auto* f = std::get_if<op::For>(&s.op); f && constValue(f->end)) inner[f->var] = *constValue(f->end);
-    VarExtents got = extentsAround(k, s.body, loop, inner, found);
-    if (found) return got;
-  }
-  return extents;
-}
-
 // The rounds of a marked loop, or nothing when it must stay rolled.
 std::optional<Stmt> unrolled(const Kernel& k, const Stmt& loop, int& nextVar) {
   const auto& f = loop.as<op::For>();
@@ -216,8 +195,7 @@ std::optional<Stmt> unrolled(const Kernel& k, const Stmt& loop, int& nextVar) {
   r.depth = f.unrollRing;
   r.slices = (r.K + r.tileK - 1) / r.tileK;
   if (r.slices < 2) return std::nullopt;  // one step: nothing to unroll (the lowering simplified the slice to 0)
-  bool found = false;
-  r.extents = extentsAround(k, k.body, loop, {{kThreadIdx, k.block[0] * k.block[1] * k.block[2]}, {kBlockIdx, k.grid[0]}}, found);
+  r.extents = extentsAt(k, loop);
   r.extents[r.k0] = r.K;
   const size_t envSize = static_cast<size_t>(maxVar(k.body)) + 1;
   // The ring definitions: the leading definitions that are constants of every step.

@@ -23,6 +23,20 @@ std::vector<Idx> identityIndex(const std::vector<Axis>& axes) {
   return idx;
 }
 
+// An input's or a weight's buffer.
+Buffer sourceBuffer(const Program& p, const tensor::Node& n) {
+  Buffer b;
+  b.kind = n.kind == tensor::Node::Kind::Input ? Buffer::Kind::Input : Buffer::Kind::Weight;
+  b.name = n.name;
+  // Keep names unique (folded constants and per-layer masks repeat theirs): dumps name buffers.
+  for (int k = 1; std::any_of(p.buffers.begin(), p.buffers.end(), [&](const Buffer& o) { return o.name == b.name; }); ++k)
+    b.name = fmt::format("{}_{}", n.name, k);
+  b.dtype = n.dtype;
+  b.shape = n.shape;
+  b.weight = n.weight;
+  return b;
+}
+
 }  // namespace
 
 Program lowerFromTensor(const tensor::Graph& g) {
@@ -64,16 +78,7 @@ Program lowerFromTensor(const tensor::Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind == Node::Kind::Input || n.kind == Node::Kind::Weight) {
-      Buffer b;
-      b.kind = n.kind == Node::Kind::Input ? Buffer::Kind::Input : Buffer::Kind::Weight;
-      b.name = n.name;
-      // Keep names unique (folded constants and per-layer masks repeat theirs): dumps name buffers.
-      for (int k = 1; std::any_of(p.buffers.begin(), p.buffers.end(), [&](const Buffer& o) { return o.name == b.name; }); ++k)
-        b.name = fmt::format("{}_{}", n.name, k);
-      b.dtype = n.dtype;
-      b.shape = n.shape;
-      b.weight = n.weight;
-      bufferOf[i] = newBuffer(std::move(b));
+      bufferOf[i] = newBuffer(sourceBuffer(p, n));
       if (n.kind == Node::Kind::Input) p.inputs.push_back(bufferOf[i]);
       continue;
     }

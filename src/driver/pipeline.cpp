@@ -121,6 +121,7 @@ const std::vector<InLevelPass<tile::Program>>& tilePasses() {
 
 const std::vector<InLevelPass<kernel::Program>>& kernelPasses() {
   static const std::vector<InLevelPass<kernel::Program>> passes = {
+      {"kernel-multicast-operands", kernel::multicastOperands},  // reads the lowering's marks on tensor maps
       {"kernel-unroll-rings", kernel::unrollRings},  // reads the lowering's marks on ring loops
       {"kernel-store-only-changes", kernel::storeOnlyChanges},  // reads inPlace; before merging changes the bodies
       {"kernel-launch-only-changes", kernel::launchOnlyChanges},  // after the stores are guarded; before merging

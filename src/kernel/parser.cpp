@@ -74,7 +74,7 @@ void params(Cursor& c, Kernel& k, const Program& p) {
   } while (c.accept(","));
 }
 
-// `tmapI: PARAM[OFFSET + row * STRIDE + col], R rows x C cols, boxes of BR x BC[, swizzle 128B]`
+// `tmapI: PARAM[OFFSET + row * STRIDE + col], R rows x C cols, boxes of BR x BC[, swizzle 128B][, multicast in N parts]`
 void tensorMap(Cursor& c, Kernel& k) {
   size_t col = c.here();
   if (c.integer() != static_cast<int64_t>(k.tensorMaps.size())) c.fail("tensor maps are numbered from tmap0 in order", col);
@@ -96,6 +96,10 @@ void tensorMap(Cursor& c, Kernel& k) {
   c.expect("x");
   m.boxCols = c.integer();
   m.swizzle128 = c.accept(", swizzle 128B");
+  if (c.accept(", multicast in")) {
+    m.multicastParts = c.integer();
+    c.expect("parts");
+  }
   k.tensorMaps.push_back(m);
 }
 

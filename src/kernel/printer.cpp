@@ -298,8 +298,9 @@ std::string paramString(const Program& p, const Param& prm) {
 
 std::string tensorMapString(const Kernel& k, int i) {
   const TensorMap& m = k.tensorMaps[static_cast<size_t>(i)];
-  return fmt::format("tmap{}: {}[{} + row * {} + col], {} rows x {} cols, boxes of {} x {}{}", i, paramName(k, m.param), m.offset,
-                     m.rowStride, m.rows, m.cols, m.boxRows, m.boxCols, m.swizzle128 ? ", swizzle 128B" : "");
+  return fmt::format("tmap{}: {}[{} + row * {} + col], {} rows x {} cols, boxes of {} x {}{}{}", i, paramName(k, m.param), m.offset,
+                     m.rowStride, m.rows, m.cols, m.boxRows, m.boxCols, m.swizzle128 ? ", swizzle 128B" : "",
+                     m.multicastParts > 0 ? fmt::format(", multicast in {} parts", m.multicastParts) : "");
 }
 
 std::string dims(const std::array<int64_t, 3>& d) { return fmt::format("({},{},{})", d[0], d[1], d[2]); }

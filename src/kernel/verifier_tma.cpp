@@ -28,6 +28,10 @@ std::string checkTensorMap(const Kernel& k, const Target& target, size_t i) {
     return fmt::format("{}: boxes of {} x {} (1..256 a side, rows of a multiple of 16 bytes)", what, m.boxRows, m.boxCols);
   if (m.swizzle128 && m.boxCols * bytes != kSwizzle128RowBytes)
     return fmt::format("{}: the 128-byte swizzle needs box rows of 128 bytes, not {}", what, m.boxCols * bytes);
+  if (m.multicastParts != 0 && (m.multicastParts != k.cluster || m.multicastParts < 2 || m.boxRows % m.multicastParts != 0))
+    return fmt::format("{}: multicast in {} parts needs a cluster of that many blocks (this kernel's: {}) and boxes whose {} rows "
+                       "they divide",
+                       what, m.multicastParts, k.cluster, m.boxRows);
   return "";
 }
 

@@ -130,6 +130,14 @@ TEST(KernelCluster, LinearLayerProductMulticastsItsActivations) {
   tile::verify(c.tileIR);
   Program k = lowerFromTile(c.tileIR);
   verify(k);
+  // The lowering copies whole slices in each block and marks the shared operand's map; kernel-multicast-operands shares them.
+  EXPECT_EQ(print(k).find("tma.load.multicast"), std::string::npos);
+  EXPECT_NE(print(k).find(", multicast in 2 parts"), std::string::npos);
+  ASSERT_TRUE(multicastOperands(k));
+  verify(k);
+  EXPECT_NE(print(k).find("tma.load.multicast"), std::string::npos);
+  EXPECT_NE(print(k).find("mbarrier.arrive.cluster"), std::string::npos);
+  EXPECT_EQ(print(k).find("multicast in"), std::string::npos);
   int clustered = 0;
   for (const tile::Schedule& s : c.tileIR.schedules)
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->cluster > 1) ++clustered;
@@ -161,6 +169,7 @@ TEST(KernelCluster, WideTilesMulticastTheirWeights) {
   EXPECT_TRUE(down->multicastB);
   EXPECT_NE(tile::print(c.tileIR).find("clusters of 2 blocks (B multicast)"), std::string::npos) << tile::print(c.tileIR);
   Program k = lowerFromTile(c.tileIR);
+  ASSERT_TRUE(multicastOperands(k));
   verify(k);
   EXPECT_EQ(k.kernels.back().cluster, 2);
   auto inputs = test::randomInputs(k, 4);

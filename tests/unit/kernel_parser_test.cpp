@@ -84,6 +84,7 @@ kernel::Program forcedProducts(bool streamK) {
   else tile::unrollRings(t);
   tile::verify(t);
   kernel::Program k = kernel::lowerFromTile(t);
+  EXPECT_TRUE(kernel::multicastOperands(k));
   if (!streamK) {
     EXPECT_TRUE(kernel::unrollRings(k));
   }

@@ -69,6 +69,7 @@ Products wgmmaProducts(bool overlap, bool stacked = true, bool deepen = false, b
     if (auto* t = std::get_if<tile::TiledContraction>(&s); t && t->instruction == tile::TiledContraction::Instruction::Wgmma)
       w.schedules.push_back(*t);
   w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
+  kernel::multicastOperands(w.kernelIR);
   kernel::verify(w.kernelIR);
   return w;
 }
@@ -232,6 +233,7 @@ TEST(WarpgroupProducts, UnrolledRingMatchesTheRolledOne) {
     tile::verify(w.c.tileIR);
     w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
     EXPECT_NE(kernel::print(w.kernelIR).find(" unroll ring "), std::string::npos) << "the lowering marks the ring loops";
+    EXPECT_EQ(kernel::multicastOperands(w.kernelIR), cluster);
     ASSERT_TRUE(kernel::unrollRings(w.kernelIR));
     kernel::verify(w.kernelIR);
     expectMatchesTheLoopProgram(w, cluster ? "unrolled ring, clusters" : "unrolled ring");
@@ -297,6 +299,7 @@ TEST(WarpgroupProducts, StreamKWalksMatchTheLoopProgram) {
       }
       EXPECT_EQ(streamed, 2);
       w.kernelIR = kernel::lowerFromTile(w.c.tileIR);
+      EXPECT_EQ(kernel::multicastOperands(w.kernelIR), cluster);
       kernel::verify(w.kernelIR);
       for (const kernel::Kernel& k : w.kernelIR.kernels)
         if (k.name.find("reduce_sum") != std::string::npos) {

@@ -334,6 +334,10 @@ struct TensorMap {
   int64_t offset = 0, rows = 0, cols = 0, rowStride = 0;
   int64_t boxRows = 0, boxCols = 0;
   bool swizzle128 = false;
+  // The copies through this map are to be shared by the kernel's cluster of this many blocks, each block copying one
+  // part of every box into all of them (kernel-multicast-operands carries it out; printed `multicast in N parts`);
+  // 0: each block copies its own boxes. Left on a kernel, it changes nothing: the blocks copy for themselves.
+  int64_t multicastParts = 0;
 };
 
 struct SharedBuffer {

@@ -19,6 +19,11 @@ struct LowerStats {
 
 Program lowerFromTile(const tile::Program& p, const LowerOptions& options = {}, LowerStats* stats = nullptr);
 
+// kernel-multicast-operands: in a kernel of thread-block clusters, the copies through a tensor map marked `multicast in
+// C parts` are shared by the cluster: each block copies one part of every box into all of them, with the cluster
+// arrivals and barriers that needs (passes/kernel/multicast_operands.cpp says which). Returns whether it changed any.
+bool multicastOperands(Program& p);
+
 // kernel-unroll-rings: a k loop marked `unroll ring D` (TiledContraction::unrollRing) walks rounds of D steps, each on a
 // constant ring slot with one barrier parity per round (passes/kernel/unroll_rings.cpp says how). Returns whether it
 // unrolled any.
