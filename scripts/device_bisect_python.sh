@@ -7,7 +7,7 @@
 #   2. `pip install ./python` into a venv seeing this machine's torch, then kiln.compile of the tiny Llama on the GPU
 #      (CUDA ids in, CUDA logits out through the C API) against the module on the GPU, and kiln.generate on the GPU
 #      against transformers' generate (f32 ids).
-# $OUT gets bisect_python.txt (printed last) and its logs.
+# KILN_BISECT=0 runs part 2 alone. $OUT gets bisect_python.txt (printed last) and its logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/bisect-python-out}
@@ -21,13 +21,20 @@ bisect() {  # NAME MODEL [PERTURBED KERNEL]
   echo "kiln run --check --bisect $1 ${3:+(perturbed $3)}: rc=$?; $(grep -a 'kiln: bisect:' "$OUT/bisect-$1.log" | tail -1)" >> "$report"
 }
 echo "## kiln run --check --bisect on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$report"
-bisect mlp models/fixtures/mlp.pt k1_reduce_sum
-bisect hf_llama_tiny models/fixtures/hf_llama_tiny.pt
-bisect hf_mixtral_tiny_grouped models/fixtures/hf_mixtral_tiny_grouped.pt
+if [ "${KILN_BISECT:-1}" = 1 ]; then  # KILN_BISECT=0: the Python package alone
+  bisect mlp models/fixtures/mlp.pt k1_reduce_sum
+  bisect hf_llama_tiny models/fixtures/hf_llama_tiny.pt
+  bisect hf_mixtral_tiny_grouped models/fixtures/hf_mixtral_tiny_grouped.pt
+fi
 echo "## the Python package on the GPU" >> "$report"
 venv=$(mktemp -d)/venv
 cp -r python "$(dirname "$venv")/source"  # setuptools writes its egg-info beside the sources: not into the tree
-python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-build-isolation "$(dirname "$venv")/source" \
+# The GPU machine's torch lives in a venv of its own, whose packages --system-site-packages does not reach (that is the
+# base interpreter's): the new venv also reads the site-packages of the python3 that made it, through a .pth file.
+python3 -m venv --system-site-packages "$venv" &&
+  python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+    > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/kiln_parent_site.pth" &&
+  "$venv/bin/pip" install -q --no-deps --no-build-isolation "$(dirname "$venv")/source" \
   > "$OUT/pip.log" 2>&1 || echo "pip install failed (pip.log)" >> "$report"
 (cd /tmp && KILN_BINARY=$OLDPWD/build/kiln "$venv/bin/python" - "$OLDPWD" > "$OUT/python.log" 2>&1 <<'PY'
 import sys, torch, kiln
