@@ -83,14 +83,12 @@ VarExtents extentsAt(const Kernel& k, const Stmt& at) {
   return extentsIn(k.body, at, {{kThreadIdx, k.block[0] * k.block[1] * k.block[2]}, {kBlockIdx, k.grid[0]}}, found);
 }
 
-namespace {
 void varsRead(const FE& e, std::set<int>& vars) {
   if (!e) return;
   for (const Idx* i : {&e->index, &e->bound})
     if (*i) forEachVar(*i, [&](int v) { vars.insert(v); });
   for (const FE& a : e->args) varsRead(a, vars);
 }
-}  // namespace
 
 void varsRead(const Block& b, std::set<int>& vars) {
   for (const Stmt& s : b) {

@@ -27,6 +27,8 @@ int maxVar(const Block& b);
 VarExtents extentsAt(const Kernel& k, const Stmt& at);
 // Every index variable the statements of b read (their indices and those inside their float expressions), added to vars.
 void varsRead(const Block& b, std::set<int>& vars);
+// Every index variable a float expression reads (its loads' indices, its selects' comparisons), added to vars.
+void varsRead(const FE& e, std::set<int>& vars);
 
 // Copies a kernel's statements into another kernel: its parameters, shared buffers, float slots and index variables
 // renumbered to the other kernel's, its blockIdx.x read as `blockVar`.

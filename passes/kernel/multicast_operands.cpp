@@ -14,7 +14,10 @@
 //    (and the wgmma waits right behind it).
 // Every block still arms its own full barrier with the whole box's bytes, which the C parts complete. The interpreter
 // checks that the cluster's blocks issue the same copies and arrivals (tests/unit/kernel_cluster_test.cpp).
+#include <algorithm>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "bodies.h"
 #include "kiln/kernel/lower.h"
@@ -62,26 +65,26 @@ void releasedBarriers(const Block& b, std::set<int>& out) {
   }
 }
 
-// The initialisation of the released barriers counts the cluster's arrivals and is fenced for the cluster; the block
-// barrier after it becomes the cluster's. False when the kernel has no such initialisation at its top level.
-bool meetAfterInit(const Cluster& c, Block& body) {
+// Where the barriers are initialised (the first top-level statement whose body holds mbarrier inits) and the block
+// barrier after it; nullopt when the kernel has no such pair.
+std::optional<std::pair<size_t, size_t>> initAndBarrier(const Block& body) {
   for (size_t i = 0; i < body.size(); ++i) {
-    bool inits = false;
-    for (Stmt& s : body[i].body)
-      if (auto* init = std::get_if<op::MbarrierInit>(&s.op)) {
-        inits = true;
-        if (c.released.count(init->barrier.buffer)) init->arrivals *= c.C;
-      }
-    if (!inits) continue;
-    body[i].body.push_back(fenceMbarrierInit());
+    if (std::none_of(body[i].body.begin(), body[i].body.end(), [](const Stmt& s) { return s.kind == Stmt::Kind::MbarrierInit; }))
+      continue;
     for (size_t j = i + 1; j < body.size(); ++j)
-      if (body[j].kind == Stmt::Kind::Barrier) {
-        body[j] = clusterBarrier();
-        return true;
-      }
-    return false;
+      if (body[j].kind == Stmt::Kind::Barrier) return std::make_pair(i, j);
+    return std::nullopt;
   }
-  return false;
+  return std::nullopt;
+}
+
+// The initialisation of the released barriers counts the cluster's arrivals and is fenced for the cluster; the block
+// barrier after it becomes the cluster's.
+void meetAfterInit(const Cluster& c, Block& body, size_t init, size_t barrier) {
+  for (Stmt& s : body[init].body)
+    if (auto* i = std::get_if<op::MbarrierInit>(&s.op); i && c.released.count(i->barrier.buffer)) i->arrivals *= c.C;
+  body[init].body.push_back(fenceMbarrierInit());
+  body[barrier] = clusterBarrier();
 }
 
 bool multicast(Kernel& k) {
@@ -94,12 +97,10 @@ bool multicast(Kernel& k) {
   for (size_t i = 0; i < k.body.size(); ++i)
     if (copiesThrough(k.body[i], c.maps)) end = i + 1;
   if (end == 0) return false;
+  const auto init = initAndBarrier(k.body);
+  if (!init) return false;  // not the shape the lowering makes: left as it is, each block copying for itself
   releasedBarriers(k.body, c.released);
-  Kernel before = k;
-  if (!meetAfterInit(c, k.body)) {  // not the shape the lowering makes: left as it is, each block copying for itself
-    k = std::move(before);
-    return false;
-  }
+  meetAfterInit(c, k.body, init->first, init->second);
   // The cluster meets after the last statement that copies, and the wgmma waits right behind it (meetAfterInit moved no
   // top-level statement, so `end` still counts the same ones).
   while (end < k.body.size() && k.body[end].kind == Stmt::Kind::WgmmaWait) ++end;

@@ -140,23 +140,15 @@ struct Step {
   }
 };
 
-// Whether a float expression reads one of `vars`.
-bool reads(const FE& e, const std::set<int>& vars) {
-  if (!e) return false;
-  bool found = false;
-  for (const Idx* i : {&e->index, &e->bound})
-    if (*i) forEachVar(*i, [&](int v) { found = found || vars.count(v); });
-  for (const FE& a : e->args) found = found || reads(a, vars);
-  return found;
-}
-
 // Whether the unrolled steps could not be built: a statement of the body (past the ring definitions) defines a
 // variable (each step would define it again in one scope) or a float expression reads the slice or a ring definition.
 bool blocksUnrolling(const Block& b, const std::set<int>& ringVars) {
   for (const Stmt& s : b) {
     if (op::definedVar(s.op) >= 0) return true;
-    for (const FE* f : op::floatValues(s.op))
-      if (reads(*f, ringVars)) return true;
+    std::set<int> read;
+    for (const FE* f : op::floatValues(s.op)) varsRead(*f, read);
+    for (int v : read)
+      if (ringVars.count(v)) return true;
     if (blocksUnrolling(s.body, ringVars)) return true;
   }
   return false;
